@@ -1,0 +1,87 @@
+//! Workers: the agent code the engine asks for decisions.
+//!
+//! One trait, [`Worker`], with one implementation per way of running agent
+//! code: [`component`] (a WebAssembly component called in-process, the
+//! default) and, later, HTTP workers. The loop does not know which it talks
+//! to; both receive the same [`DecisionRequest`] and must yield the same
+//! decision.
+
+pub mod component;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use subs_protocol::{DecisionRequest, DecisionResponse, ProtocolError, StreamDelta};
+
+/// A boxed, sendable future, so [`Worker`] stays object-safe (the engine
+/// keeps workers of different kinds behind one `Arc<dyn Worker>`).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Receives the [`StreamDelta`]s a worker emits while it answers a
+/// streaming `llm.execute`; the engine forwards them to clients as
+/// `llm.token.delta` events.
+pub type DeltaSink = Arc<dyn Fn(StreamDelta) + Send + Sync>;
+
+/// One delivery of a decision request to a worker.
+pub struct Delivery {
+    /// The request.
+    pub request: DecisionRequest,
+    /// Where streamed deltas go; `None` when the trigger does not stream
+    /// (the worker's emits are then refused).
+    pub deltas: Option<DeltaSink>,
+}
+
+impl Delivery {
+    /// A delivery that accepts no streamed deltas.
+    pub fn new(request: DecisionRequest) -> Self {
+        Self { request, deltas: None }
+    }
+}
+
+/// Agent code that decides.
+pub trait Worker: Send + Sync {
+    /// Asks for the decision. An error fails this delivery only; the loop
+    /// decides whether to retry it.
+    fn decide(&self, delivery: Delivery) -> BoxFuture<'_, Result<DecisionResponse, WorkerError>>;
+}
+
+/// Why a delivery failed. Each variant says whose fault it was, so the loop
+/// can retry what may pass next time and report the rest.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// The agent answered with an error of its own.
+    #[error("the agent declined to decide: {message}")]
+    Declined {
+        /// The agent's message.
+        message: String,
+        /// Whether the agent says a retry may succeed.
+        retryable: bool,
+    },
+    /// The agent's decision could not be read (bad JSON in a field, a
+    /// missing field, a wrong type); the error names the field.
+    #[error("the agent's decision is malformed: {0}")]
+    MalformedDecision(ProtocolError),
+    /// The agent's code crashed (a trap: panic, unreachable, stack overflow,
+    /// out-of-bounds access) or was stopped by a limit.
+    #[error("the agent crashed: {0}")]
+    Trapped(String),
+    /// The agent could not be started (instantiation failed: a missing
+    /// import, a start function that trapped).
+    #[error("the agent could not be started: {0}")]
+    Instantiation(String),
+}
+
+impl WorkerError {
+    /// Whether redelivering the same request may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            WorkerError::Declined { retryable, .. } => *retryable,
+            // A crash or a malformed decision may depend on clocks,
+            // randomness or outside services; the retry policy bounds it.
+            WorkerError::MalformedDecision(_) | WorkerError::Trapped(_) => true,
+            WorkerError::Instantiation(_) => false,
+        }
+    }
+}

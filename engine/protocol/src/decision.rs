@@ -1,0 +1,271 @@
+//! The decision exchange: the request the engine sends a worker and the
+//! decision the worker returns.
+
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{Action, AgentConfig, DraftMessage, Handler, Message, MessageTree, ProtocolError, Trigger};
+
+/// What the engine sends a worker whenever it needs to know what happens
+/// next.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionRequest {
+    /// The session.
+    pub session_id: String,
+    /// This decision; the same across redeliveries.
+    pub decision_id: String,
+    /// The agent deciding.
+    pub agent_id: String,
+    /// The session's owner, without the tenant.
+    pub identity: WorkerIdentity,
+    /// Why the engine asks.
+    pub trigger: Trigger,
+    /// What an ordinary agent loop would do next; empty when the engine has
+    /// no default.
+    pub proposed: DecisionResponse,
+    /// The agent's state, stored verbatim.
+    pub state: Value,
+    /// The current agent config; `null` until the agent sets one.
+    pub agent: Option<AgentConfig>,
+    /// The in-flight calls.
+    pub calls: Vec<Call>,
+    /// In-flight tool and sub-agent calls.
+    pub pending_calls: u32,
+    /// The active conversation path.
+    pub messages: Vec<Message>,
+    /// Every message of the session.
+    pub message_tree: MessageTree,
+    /// Ancestor session ids, nearest last, for sub-agents.
+    pub ancestry: Vec<String>,
+    /// Delivery attempts of this decision (1 on the first).
+    pub attempts: u32,
+    /// When the engine stops waiting for the decision (RFC 3339).
+    pub deadline: Option<String>,
+    /// The turn's idempotency id.
+    pub turn_id: Option<String>,
+}
+
+impl DecisionRequest {
+    /// A minimal request for `trigger`: a fresh session `session` of agent
+    /// `agent`, no config, no messages, `null` state, first delivery.
+    /// Meant for agent authors' unit tests, which can then set the fields
+    /// they care about.
+    pub fn for_trigger(trigger: Trigger) -> Self {
+        Self {
+            session_id: "session".to_owned(),
+            decision_id: "decision".to_owned(),
+            agent_id: "agent".to_owned(),
+            identity: WorkerIdentity::default(),
+            trigger,
+            proposed: DecisionResponse::default(),
+            state: Value::Null,
+            agent: None,
+            calls: Vec::new(),
+            pending_calls: 0,
+            messages: Vec::new(),
+            message_tree: MessageTree::default(),
+            ancestry: Vec::new(),
+            attempts: 1,
+            deadline: None,
+            turn_id: None,
+        }
+    }
+
+    /// The agent state as a `T`; `None` while the state is `null` (a new
+    /// session).
+    ///
+    /// ```
+    /// # use subs_protocol::*;
+    /// #[derive(serde::Deserialize)]
+    /// struct Counter { turns: u32 }
+    ///
+    /// let mut request = DecisionRequest::for_trigger(Trigger::SessionStart);
+    /// request.state = serde_json::json!({"turns": 3});
+    /// let state: Option<Counter> = request.state_as().unwrap();
+    /// assert_eq!(state.unwrap().turns, 3);
+    /// ```
+    pub fn state_as<T: DeserializeOwned>(&self) -> Result<Option<T>, ProtocolError> {
+        if self.state.is_null() {
+            return Ok(None);
+        }
+        crate::from_value(self.state.clone()).map(Some).map_err(|e| e.in_field("state"))
+    }
+
+    /// The in-flight call with this id.
+    pub fn call(&self, id: &str) -> Option<&Call> {
+        self.calls.iter().find(|c| c.id == id)
+    }
+}
+
+/// The session's owner as the worker sees it (the tenant is withheld).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerIdentity {
+    /// The owner's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Free-form labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+/// What kind of work a [`Call`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallKind {
+    /// A tool call.
+    ToolCall,
+    /// An LLM call.
+    LlmCall,
+    /// A child session.
+    SubAgent,
+}
+
+/// Where a [`Call`] is in its lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    /// Dispatched, not settled.
+    Pending,
+    /// Settled with a result.
+    Completed,
+    /// Settled with an error.
+    Failed,
+    /// Failed a try; waiting for its backoff to retry.
+    RetryScheduled,
+    /// Waiting for capacity before it is dispatched.
+    Queued,
+}
+
+/// A call the engine is tracking: a tool call, an LLM call or a child
+/// session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Call {
+    /// The call id.
+    pub id: String,
+    /// What kind of work it is.
+    pub kind: CallKind,
+    /// Where it is in its lifecycle.
+    pub status: CallStatus,
+    /// The current try (1 on the first).
+    pub attempt: u32,
+    /// When the current try times out (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
+    /// The tree node the call was requested at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anchor: Option<String>,
+    /// The tool (tool calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The raw arguments (tool calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
+    /// Who runs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<Handler>,
+    /// Whether it streams (LLM calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    /// The child's agent (sub-agents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// The child session (sub-agents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// A worker's decision: messages to record, actions to take, the new state
+/// and config. Every field is optional; `{}` decides nothing.
+///
+/// ```
+/// use subs_protocol::{Action, DecisionResponse, DraftMessage};
+///
+/// let decision = DecisionResponse::new()
+///     .with_message(DraftMessage::assistant("hello"))
+///     .with_action(Action::done());
+/// assert_eq!(
+///     subs_protocol::to_json(&decision),
+///     r#"{"messages":[{"role":"assistant","content":"hello"}],"actions":[{"type":"done"}]}"#
+/// );
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DecisionResponse {
+    /// Messages to record, in order, on the active path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<DraftMessage>>,
+    /// What the engine should do next, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actions: Option<Vec<Action>>,
+    /// The new agent state; omitted or `null` keeps the current state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<Value>,
+    /// The new agent config; omitted keeps the current config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentConfig>,
+}
+
+impl DecisionResponse {
+    /// The empty decision: record nothing, do nothing.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether this decision records and does nothing.
+    pub fn is_empty(&self) -> bool {
+        self.messages.as_ref().is_none_or(Vec::is_empty)
+            && self.actions.as_ref().is_none_or(Vec::is_empty)
+            && self.state.as_ref().is_none_or(Value::is_null)
+            && self.agent.is_none()
+    }
+
+    /// Adds a message to record.
+    #[must_use]
+    pub fn with_message(mut self, message: DraftMessage) -> Self {
+        self.messages.get_or_insert_with(Vec::new).push(message);
+        self
+    }
+
+    /// Adds an action.
+    #[must_use]
+    pub fn with_action(mut self, action: impl Into<Action>) -> Self {
+        self.actions.get_or_insert_with(Vec::new).push(action.into());
+        self
+    }
+
+    /// Sets the new agent state.
+    #[must_use]
+    pub fn with_state(mut self, state: Value) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// Sets the new agent state from a typed value.
+    ///
+    /// # Errors
+    /// When `state` cannot be represented as JSON (a map with non-string
+    /// keys, a non-finite float).
+    pub fn with_typed_state<T: Serialize>(self, state: &T) -> Result<Self, ProtocolError> {
+        let value = serde_json::to_value(state).map_err(|e| ProtocolError::new(e.to_string()).in_field("state"))?;
+        Ok(self.with_state(value))
+    }
+
+    /// Sets the new agent config.
+    #[must_use]
+    pub fn with_agent(mut self, agent: AgentConfig) -> Self {
+        self.agent = Some(agent);
+        self
+    }
+
+    /// The actions, or an empty slice.
+    pub fn actions(&self) -> &[Action] {
+        self.actions.as_deref().unwrap_or_default()
+    }
+
+    /// The messages, or an empty slice.
+    pub fn messages(&self) -> &[DraftMessage] {
+        self.messages.as_deref().unwrap_or_default()
+    }
+}

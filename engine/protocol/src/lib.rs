@@ -1,0 +1,59 @@
+//! The wire types of the subs decision protocol.
+//!
+//! One set of types, shared by the engine, the guest SDK that agent
+//! components are written with, and Rust HTTP workers. JSON on the wire
+//! follows the protocol reference exactly: unions tagged by `"type"`,
+//! optional fields omitted (never `null` unless the type says so), `unknown`
+//! values carried verbatim as [`serde_json::Value`], unknown fields ignored,
+//! and errors that name the offending field ([`from_json`]).
+//!
+//! # Layout
+//!
+//! - [`decision`]: [`DecisionRequest`], [`DecisionResponse`], [`Call`].
+//! - [`trigger`]: [`Trigger`] and its variants; [`ToolInput`],
+//!   [`ClientContext`].
+//! - [`action`]: [`Action`] and its variants, with builders.
+//! - [`message`]: [`Message`], [`DraftMessage`], [`Content`],
+//!   [`MessageTree`].
+//! - [`config`]: [`AgentConfig`], [`AgentTool`], [`SubAgent`],
+//!   [`RetryPolicy`].
+//! - [`llm`]: [`LlmRequest`], [`LlmResponse`], [`StreamDelta`],
+//!   [`ErrorCode`].
+//! - [`client`]: [`ClientInput`] and its variants.
+//! - [`wit`]: the one mapping between these types and the WIT types of
+//!   `subs:agent`, instantiated by each side of the component boundary.
+//!
+//! Variant payloads live in their module (`action::ToolCall`,
+//! `trigger::ToolExecute`) because several share a protocol name.
+
+pub mod action;
+pub mod client;
+pub mod config;
+pub mod decision;
+mod error;
+mod json;
+pub mod llm;
+pub mod message;
+pub mod trigger;
+pub mod wit;
+
+#[cfg(feature = "proptest")]
+pub mod arbitrary;
+
+pub use action::Action;
+pub use client::ClientInput;
+pub use config::{AgentConfig, AgentTool, Handler, LlmFormat, LlmHandler, RetryPolicy, SubAgent, ToolHandler};
+pub use decision::{Call, CallKind, CallStatus, DecisionRequest, DecisionResponse, WorkerIdentity};
+pub use error::ProtocolError;
+pub use json::{from_json, from_json_slice, from_value, to_json, to_value};
+pub use llm::{
+    ErrorCode, LlmRequest, LlmResponse, LlmTool, ReasoningConfig, ReasoningEffort, StreamDelta, ToolCallDelta,
+};
+pub use message::{
+    AudioData, Content, ContentPart, DraftMessage, FileData, FunctionCall, Message, MessageTree, Role, ToolCall,
+    TreeNode, UrlRef,
+};
+pub use trigger::{ClientContext, ToolInput, Trigger};
+
+/// The version of the WIT package (`subs:agent@0.1.0`) these types map to.
+pub const WIT_VERSION: &str = "0.1.0";

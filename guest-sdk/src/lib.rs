@@ -1,0 +1,113 @@
+//! Write subs agents in Rust, as WebAssembly components.
+//!
+//! An agent is a type that implements [`Agent`], exported with one macro:
+//!
+//! ```
+//! use subs_sdk::prelude::*;
+//!
+//! struct Passthrough;
+//! impl Agent for Passthrough {}
+//!
+//! subs_sdk::export!(Passthrough);
+//!
+//! // Natively, the same agent runs in unit tests:
+//! let mut request = DecisionRequest::for_trigger(Trigger::SessionStart);
+//! request.proposed = DecisionResponse::new().with_agent(AgentConfig::new("openai/gpt-4o-mini"));
+//! let decision = RecordingHost::new().decide(&Passthrough, request.clone()).unwrap();
+//! assert_eq!(decision, request.proposed);
+//! ```
+//!
+//! The engine calls the component's `decide` export whenever it needs to
+//! know what happens next in a session. [`Agent::decide`] gets the
+//! [`DecisionRequest`] and a [`Context`] for what the engine offers while
+//! deciding (logs, streamed token deltas), and returns the
+//! [`DecisionResponse`]. Its default returns `proposed`, the engine's own
+//! next step, which already makes a complete chat agent; an agent overrides
+//! `decide` to answer the triggers it cares about and passes the rest on.
+//!
+//! Build the agent crate (`crate-type = ["cdylib"]`, plus `"rlib"` to unit
+//! test it natively) with `cargo build --target wasm32-wasip2 --release`;
+//! the `.wasm` file in `target/wasm32-wasip2/release/` is the component to
+//! upload. Agent crates depend on this crate alone: it re-exports the
+//! protocol types, `serde`, `serde_json`, and the generated WIT bindings the
+//! export glue needs.
+//!
+//! Nothing here except the export glue knows about WebAssembly: the same
+//! [`Agent`], [`Context`] and [`ToolRouter`] serve an HTTP worker, and agents
+//! are unit tested natively with a [`RecordingHost`].
+//!
+//! # Layout
+//!
+//! - [`agent`]: the [`Agent`] trait.
+//! - [`error`]: [`DecideError`], a decision the agent could not make.
+//! - [`context`]: [`Context`], the engine's services during a decision, over
+//!   the [`Host`] trait; [`Level`] of a log line.
+//! - [`testing`]: native unit tests of agents: [`RecordingHost`], a
+//!   [`Host`] that keeps what the agent logged and streamed, and request
+//!   builders.
+//! - [`tools`]: [`ToolRouter`], which runs an agent's own tools for
+//!   `tool.execute` and declares them in its config.
+//! - `component`: the [`export!`] macro and the [`Host`] that calls the
+//!   engine's imports.
+//! - `bindings` / `convert`: the wit-bindgen bindings of the `subs:agent`
+//!   world and their one mapping to the protocol types (hidden: agent
+//!   authors never touch WIT types).
+//! - [`prelude`]: what most agents import.
+//!
+//! The protocol types ([`DecisionRequest`], [`Trigger`], [`Action`], …) are
+//! re-exported at the crate root from [`protocol`], with their builders.
+
+#![deny(missing_docs)]
+
+// The export glue names this crate `subs_sdk` (wit-bindgen's
+// `runtime_path` and `default_bindings_module`); this makes that path
+// resolve inside the crate as well as in agent crates.
+extern crate self as subs_sdk;
+
+pub mod agent;
+#[doc(hidden)]
+pub mod bindings;
+mod component;
+pub mod context;
+mod convert;
+pub mod error;
+pub mod testing;
+pub mod tools;
+
+pub use agent::Agent;
+pub use context::{Context, Host, Level};
+pub use error::DecideError;
+pub use testing::RecordingHost;
+pub use tools::ToolRouter;
+
+pub use subs_protocol as protocol;
+pub use subs_protocol::*;
+
+pub use serde_json::{Value, json};
+
+/// Re-exported so agent crates need no serde dependency of their own for
+/// JSON work; `#[serde(crate = "subs_sdk::serde")]` lets derives use it too.
+pub use serde;
+/// Re-exported for [`json!`] and JSON helpers in agent crates.
+pub use serde_json;
+
+/// The wit-bindgen runtime, for the glue the [`export!`] macro generates in
+/// an agent crate: agent crates depend on this crate, not on wit-bindgen.
+#[doc(hidden)]
+pub use wit_bindgen;
+
+#[doc(hidden)]
+pub use component::ComponentHost as __ComponentHost;
+#[doc(hidden)]
+pub use component::decide_wit as __decide_wit;
+
+/// What most agents need: `use subs_sdk::prelude::*;`.
+pub mod prelude {
+    pub use crate::{Agent, Context, DecideError, Host, Level, RecordingHost, ToolRouter};
+    pub use serde_json::{Value, json};
+    pub use subs_protocol::trigger::ToolExecute;
+    pub use subs_protocol::{
+        Action, AgentConfig, AgentTool, DecisionRequest, DecisionResponse, DraftMessage, Message, ProtocolError, Role,
+        StreamDelta, ToolInput, Trigger,
+    };
+}

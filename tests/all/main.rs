@@ -1,0 +1,7 @@
+//! The integration tests: one binary, one module per area. Guest
+//! components are built once by `build.rs`; see `subs_tests::guests`.
+
+mod bad_guests;
+mod examples;
+mod streaming;
+mod wit_boundary;
