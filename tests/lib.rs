@@ -83,3 +83,119 @@ pub fn canonical(value: &Value) -> String {
     }
     serde_json::to_string(&sort(value)).expect("JSON values serialize")
 }
+
+/// A real engine on a real redb file in a temporary directory, with the
+/// example and test components registered as agents of tenant `t`:
+/// `tools`, `scenario` (the `test-scenario` component), `helper` and
+/// `passthrough` (both the passthrough example).
+pub struct TestEngine {
+    /// The engine.
+    pub engine: subs_engine::Engine,
+    /// The store under it.
+    pub store: std::sync::Arc<subs_engine::store::redb::RedbStore>,
+    /// Keeps the directory alive.
+    pub dir: tempfile::TempDir,
+}
+
+/// The tenant of every test session.
+pub const TENANT: &str = "t";
+
+impl TestEngine {
+    /// Starts an engine on a fresh store.
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        Self::start_in(dir)
+    }
+
+    /// Starts an engine on the store in `dir` (resuming what it holds).
+    pub fn start_in(dir: tempfile::TempDir) -> Self {
+        let store = std::sync::Arc::new(
+            subs_engine::store::redb::RedbStore::open(dir.path().join("subs.redb")).expect("the store opens"),
+        );
+        let engine = start_engine(store.clone());
+        Self { engine, store, dir }
+    }
+
+    /// Sends `text` as a user message to `session` of `agent` and waits for
+    /// the turn to end.
+    pub async fn chat(&self, session: &str, agent: &str, text: &str) -> subs_engine::store::TurnRecord {
+        let turn = self.send(session, agent, text).await;
+        self.wait(session, &turn).await
+    }
+
+    /// Sends `text` as a user message; returns the turn id.
+    pub async fn send(&self, session: &str, agent: &str, text: &str) -> String {
+        let input = subs_protocol::ClientInput::ClientMessage(subs_protocol::client::ClientMessage {
+            agent_id: agent.to_owned(),
+            turn_id: None,
+            message: subs_protocol::DraftMessage::user(text),
+            stream: None,
+        });
+        let accepted = self.engine.input(TENANT, session, input, Default::default()).await.expect("input accepted");
+        accepted.turn_id.expect("a turn")
+    }
+
+    /// Waits (at most 30 s) for a turn to end.
+    pub async fn wait(&self, session: &str, turn: &str) -> subs_engine::store::TurnRecord {
+        tokio::time::timeout(std::time::Duration::from_secs(30), self.engine.wait_turn(TENANT, session, turn))
+            .await
+            .unwrap_or_else(|_| panic!("turn {turn} of {session} did not end"))
+            .expect("the store answers")
+    }
+
+    /// The session as stored.
+    pub fn snapshot(&self, session: &str) -> subs_engine::Snapshot {
+        self.engine.snapshot(TENANT, session).expect("the store answers").expect("the session exists")
+    }
+
+    /// `role: text` for each message of the active path.
+    pub fn transcript(&self, session: &str) -> Vec<String> {
+        self.snapshot(session).messages.iter().map(describe).collect()
+    }
+
+    /// Stops the engine as a crash would and closes the store, returning
+    /// the directory for a restart.
+    pub async fn crash(self) -> tempfile::TempDir {
+        self.engine.kill().await;
+        self.store.close().await.expect("the store closes");
+        drop(self.store);
+        self.dir
+    }
+}
+
+/// A test engine on `store`, with the test agents registered.
+pub fn start_engine(store: std::sync::Arc<dyn subs_engine::Store>) -> subs_engine::Engine {
+    let config = subs_engine::EngineConfig {
+        default_retry: subs_protocol::RetryPolicy {
+            timeout_secs: Some(20.0),
+            max_retries: 2,
+            backoff_base_secs: 0.01,
+            backoff_max_secs: 0.05,
+        },
+        ..subs_engine::EngineConfig::default()
+    };
+    let engine = subs_engine::Engine::start(store, subs_engine::model::Models::with_offline(), config)
+        .expect("the engine starts");
+    for (id, path) in [
+        ("tools", guests::TOOLS),
+        ("scenario", guests::TEST_SCENARIO),
+        ("helper", guests::PASSTHROUGH),
+        ("passthrough", guests::PASSTHROUGH),
+    ] {
+        engine.register_agent(TENANT, id, std::sync::Arc::new(agent(path)));
+    }
+    engine
+}
+
+/// `role: text [tool calls] (answers call)` — a message in one line.
+pub fn describe(message: &subs_protocol::Message) -> String {
+    let role = serde_json::to_value(message.role).unwrap();
+    let mut line = format!("{}: {}", role.as_str().unwrap_or_default(), message.text());
+    for call in message.tool_calls.iter().flatten() {
+        line.push_str(&format!(" [{} {}]", call.function.name, call.function.arguments));
+    }
+    if let Some(id) = &message.tool_call_id {
+        line.push_str(&format!(" (answers {id})"));
+    }
+    line
+}

@@ -3,5 +3,8 @@
 
 mod bad_guests;
 mod examples;
+mod loop_scenarios;
+mod recovery;
+mod storage_growth;
 mod streaming;
 mod wit_boundary;

@@ -7,8 +7,27 @@
 //!
 //! # Layout
 //!
+//! - [`engine`]: [`Engine`], the public face: inputs, cancel, snapshots,
+//!   events, agents; resumes unfinished sessions on start.
+//! - `session`: one session's state machine (tree, proposals, decision
+//!   rules, applying decisions) and the actor that drives it.
+//! - [`store`]: the durable store behind a trait; redb is the default.
 //! - [`worker`]: the [`Worker`](worker::Worker) trait and its
 //!   implementations; [`worker::component`] hosts agent components with
 //!   wasmtime.
+//! - [`model`]: LLM providers, among them the built-in offline model.
+//! - [`tools`]: JSON Schema checks of tool arguments and results.
+//! - [`events`]: events for clients and their fan-out.
+//! - [`clock`]: time as the loop records it.
 
+pub mod clock;
+pub mod engine;
+pub mod events;
+pub mod model;
+mod session;
+pub mod store;
+pub mod tools;
 pub mod worker;
+
+pub use engine::{Accepted, Engine, EngineConfig, InputError, Snapshot};
+pub use store::Store;

@@ -71,6 +71,12 @@ pub enum WorkerError {
     /// import, a start function that trapped).
     #[error("the agent could not be started: {0}")]
     Instantiation(String),
+    /// The agent did not decide before the delivery's deadline.
+    #[error("the agent did not decide within {0:?}")]
+    Timeout(std::time::Duration),
+    /// No worker is registered for the session's agent.
+    #[error("no agent `{0}` is registered")]
+    NoAgent(String),
 }
 
 impl WorkerError {
@@ -80,7 +86,9 @@ impl WorkerError {
             WorkerError::Declined { retryable, .. } => *retryable,
             // A crash or a malformed decision may depend on clocks,
             // randomness or outside services; the retry policy bounds it.
-            WorkerError::MalformedDecision(_) | WorkerError::Trapped(_) => true,
+            WorkerError::MalformedDecision(_) | WorkerError::Trapped(_) | WorkerError::Timeout(_) => true,
+            // An agent may be registered (uploaded) between tries.
+            WorkerError::NoAgent(_) => true,
             WorkerError::Instantiation(_) => false,
         }
     }

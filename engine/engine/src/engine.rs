@@ -1,0 +1,340 @@
+//! The engine: sessions, their actors, the agents that decide for them,
+//! and the models they call.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use subs_protocol::{ClientInput, ErrorCode, LlmRequest, Message, MessageTree, RetryPolicy, WorkerIdentity};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::events::Event;
+use crate::model::{Models, OFFLINE_MODEL};
+use crate::session::Tree;
+use crate::session::actor::{Actor, Msg};
+use crate::session::apply::Outcome;
+pub use crate::session::apply::{Accepted, InputError};
+use crate::store::{CallRecord, SessionKey, SessionRecord, Store, StoreError, TurnRecord, TurnStatus, valid_id};
+use crate::worker::{DeltaSink, Worker};
+
+/// How the engine behaves where agents say nothing.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The model proposed at `session.start` and used by `llm.call`s when
+    /// neither the call nor the config names one.
+    pub default_model: String,
+    /// Retries of deliveries and LLM calls when the agent's config sets no
+    /// `retry`.
+    pub default_retry: RetryPolicy,
+    /// How long one delivery may take when the retry policy sets no
+    /// `timeout_secs`.
+    pub decision_timeout: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            default_model: OFFLINE_MODEL.to_owned(),
+            default_retry: RetryPolicy {
+                timeout_secs: None,
+                max_retries: 2,
+                backoff_base_secs: 0.5,
+                backoff_max_secs: 10.0,
+            },
+            decision_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A session as clients see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// The stored record (status, agent, state, ancestry, identity, …).
+    pub record: SessionRecord,
+    /// The active path.
+    pub messages: Vec<Message>,
+    /// Every message.
+    pub message_tree: MessageTree,
+    /// Calls in flight.
+    pub calls: Vec<CallRecord>,
+}
+
+/// Why the engine could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The store could not list the sessions to resume.
+    #[error("the sessions to resume could not be listed: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// The running session actors: where to send, and the task to abort.
+type ActorMap = HashMap<SessionKey, (mpsc::UnboundedSender<Msg>, JoinHandle<()>)>;
+
+pub(crate) struct Shared {
+    pub store: Arc<dyn Store>,
+    pub models: Models,
+    pub config: EngineConfig,
+    pub hub: crate::events::Hub,
+    agents: RwLock<HashMap<(String, String), Arc<dyn Worker>>>,
+    actors: Mutex<ActorMap>,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    fn actors(&self) -> std::sync::MutexGuard<'_, ActorMap> {
+        self.actors.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Sends `msg` to the session's actor, starting one if none runs.
+    /// Sending under the lock pairs with [`retire`](Self::retire): an actor
+    /// leaves only when nothing was sent to it.
+    fn send(self: &Arc<Self>, key: &SessionKey, msg: Msg) -> bool {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
+        let mut actors = self.actors();
+        if let Some((tx, _)) = actors.get(key) {
+            if tx.send(msg).is_ok() {
+                return true;
+            }
+            actors.remove(key);
+            return false;
+        }
+        let (tx, task) = Actor::spawn(self.clone(), key.clone());
+        let sent = tx.send(msg).is_ok();
+        actors.insert(key.clone(), (tx, task));
+        sent
+    }
+
+    /// Lets an idle actor leave, unless a message reached it meanwhile.
+    pub fn retire(&self, key: &SessionKey, rx: &mpsc::UnboundedReceiver<Msg>) -> bool {
+        let mut actors = self.actors();
+        if rx.is_empty() {
+            actors.remove(key);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Forgets a stopped actor.
+    pub fn forget(&self, key: &SessionKey) {
+        self.actors().remove(key);
+    }
+
+    /// Wakes a session (its inbox has an item, or it was created).
+    pub fn wake(self: &Arc<Self>, key: &SessionKey) {
+        self.send(key, Msg::Wake);
+    }
+
+    /// Cancels a session's turn without waiting for the answer.
+    pub fn cancel_detached(self: &Arc<Self>, key: &SessionKey) {
+        let (reply, _) = oneshot::channel();
+        self.send(key, Msg::Cancel { reply });
+    }
+
+    /// The worker of `agent_id` for `tenant`.
+    pub fn worker(&self, tenant: &str, agent_id: &str) -> Option<Arc<dyn Worker>> {
+        let agents = self.agents.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        agents.get(&(tenant.to_owned(), agent_id.to_owned())).cloned()
+    }
+
+    /// Runs one try of an engine-run LLM call.
+    pub async fn run_llm(
+        &self,
+        mut request: LlmRequest,
+        deltas: Option<DeltaSink>,
+        timeout: Option<Duration>,
+    ) -> Outcome {
+        let (provider, model) = match self.models.resolve(&request.model) {
+            Ok(resolved) => resolved,
+            Err(e) => return failed(e),
+        };
+        request.model = model;
+        let call = provider.complete(request, deltas);
+        let result = match timeout {
+            Some(limit) => match tokio::time::timeout(limit, call).await {
+                Ok(result) => result,
+                Err(_) => {
+                    return Outcome::Failed {
+                        error: format!("the LLM call did not finish within {limit:?}"),
+                        retryable: true,
+                        code: Some(ErrorCode::DeadlineExceeded),
+                        detail: None,
+                        retry_after_ms: None,
+                    };
+                }
+            },
+            None => call.await,
+        };
+        match result {
+            Ok(response) => Outcome::LlmOk(response),
+            Err(e) => failed(e),
+        }
+    }
+}
+
+fn failed(e: crate::model::ModelError) -> Outcome {
+    Outcome::Failed {
+        error: e.message.clone(),
+        retryable: e.retryable,
+        code: Some(e.code),
+        detail: e.detail.clone(),
+        retry_after_ms: e.retry_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+    }
+}
+
+/// The engine. Cheap to clone; all clones drive the same sessions.
+#[derive(Clone)]
+pub struct Engine {
+    shared: Arc<Shared>,
+}
+
+impl Engine {
+    /// Starts an engine on `store` and resumes every session that was not
+    /// idle when the store was last written.
+    pub fn start(store: Arc<dyn Store>, models: Models, config: EngineConfig) -> Result<Self, StartError> {
+        let shared = Arc::new(Shared {
+            store,
+            models,
+            config,
+            hub: crate::events::Hub::default(),
+            agents: RwLock::default(),
+            actors: Mutex::default(),
+            closed: std::sync::atomic::AtomicBool::new(false),
+        });
+        let engine = Engine { shared };
+        for key in engine.shared.store.unfinished()? {
+            tracing::info!(session = %key, "resuming");
+            engine.shared.wake(&key);
+        }
+        Ok(engine)
+    }
+
+    /// Makes `worker` the agent `agent_id` of `tenant`. Sessions waiting for
+    /// it are not retried early; their next delivery finds it.
+    pub fn register_agent(&self, tenant: &str, agent_id: &str, worker: Arc<dyn Worker>) {
+        let mut agents = self.shared.agents.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        agents.insert((tenant.to_owned(), agent_id.to_owned()), worker);
+    }
+
+    /// Takes a client input for session `session` of `tenant`; the input
+    /// is stored when this returns `Ok`.
+    pub async fn input(
+        &self,
+        tenant: &str,
+        session: &str,
+        input: ClientInput,
+        identity: WorkerIdentity,
+    ) -> Result<Accepted, InputError> {
+        let key = checked_key(tenant, session)?;
+        let (reply, answer) = oneshot::channel();
+        if !self.shared.send(&key, Msg::Input { input, identity, reply }) {
+            return Err(InputError::ShuttingDown);
+        }
+        answer.await.unwrap_or(Err(InputError::ShuttingDown))
+    }
+
+    /// Stops the session's open turn: calls in flight are cancelled, the
+    /// turn ends with `turn.failed` (code `cancelled`). Returns whether a
+    /// turn was open.
+    pub async fn cancel(&self, tenant: &str, session: &str) -> Result<bool, InputError> {
+        let key = checked_key(tenant, session)?;
+        let (reply, answer) = oneshot::channel();
+        if !self.shared.send(&key, Msg::Cancel { reply }) {
+            return Err(InputError::ShuttingDown);
+        }
+        answer.await.unwrap_or(Err(InputError::ShuttingDown))
+    }
+
+    /// The session as stored.
+    pub fn snapshot(&self, tenant: &str, session: &str) -> Result<Option<Snapshot>, StoreError> {
+        let key = SessionKey::new(tenant, session);
+        let store = self.shared.store.as_ref();
+        let Some(record) = store.session(&key)? else { return Ok(None) };
+        let tree = Tree::from_records(store.messages(&key)?.into_iter().map(|(_, r)| r));
+        let head = record.head_id.as_deref();
+        Ok(Some(Snapshot {
+            messages: tree.path(head).into_iter().cloned().collect(),
+            message_tree: tree.to_protocol(head),
+            calls: store.calls(&key)?,
+            record,
+        }))
+    }
+
+    /// Every session of `tenant`.
+    pub fn sessions(&self, tenant: &str) -> Result<Vec<SessionRecord>, StoreError> {
+        self.shared.store.sessions(Some(tenant))
+    }
+
+    /// Stored events of the session after sequence number `after`.
+    pub fn events(
+        &self,
+        tenant: &str,
+        session: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
+        let key = SessionKey::new(tenant, session);
+        Ok(self.shared.store.events(&key, after, limit)?.into_iter().map(|(seq, r)| Event::stored(seq, r)).collect())
+    }
+
+    /// Live events of the session from now on (stored ones and token
+    /// deltas). Subscribe before reading stored events to miss nothing;
+    /// stored events may then arrive twice, told apart by `seq`.
+    pub fn subscribe(&self, tenant: &str, session: &str) -> broadcast::Receiver<Event> {
+        self.shared.hub.subscribe(&SessionKey::new(tenant, session))
+    }
+
+    /// A turn as stored.
+    pub fn turn(&self, tenant: &str, session: &str, turn_id: &str) -> Result<Option<TurnRecord>, StoreError> {
+        self.shared.store.turn(&SessionKey::new(tenant, session), turn_id)
+    }
+
+    /// Waits until the turn has ended and returns it.
+    pub async fn wait_turn(&self, tenant: &str, session: &str, turn_id: &str) -> Result<TurnRecord, StoreError> {
+        let mut events = self.subscribe(tenant, session);
+        loop {
+            if let Some(turn) = self.turn(tenant, session, turn_id)?
+                && matches!(turn.status, TurnStatus::Done | TurnStatus::Failed)
+            {
+                return Ok(turn);
+            }
+            match events.recv().await {
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return Err(StoreError::Closed),
+            }
+        }
+    }
+
+    /// What the store has done.
+    pub fn store_stats(&self) -> Result<crate::store::StoreStats, StoreError> {
+        self.shared.store.stats()
+    }
+
+    /// Stops the engine at once, as a crash would: every session actor is
+    /// aborted where it is, nothing more is written. Whatever was committed
+    /// stays; a new engine on the same store resumes from there.
+    pub async fn kill(self) {
+        self.shared.closed.store(true, std::sync::atomic::Ordering::Release);
+        let actors: Vec<_> = self.shared.actors().drain().map(|(_, (_, task))| task).collect();
+        for task in &actors {
+            task.abort();
+        }
+        for task in actors {
+            let _ = task.await;
+        }
+    }
+}
+
+fn checked_key(tenant: &str, session: &str) -> Result<SessionKey, InputError> {
+    if !valid_id(session) {
+        return Err(InputError::Invalid {
+            message: format!("`{session}` is not a valid session id (1-128 of A-Z a-z 0-9 _ - . :)"),
+            field: Some("session_id".to_owned()),
+        });
+    }
+    Ok(SessionKey::new(tenant, session))
+}

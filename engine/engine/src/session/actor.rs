@@ -1,0 +1,508 @@
+//! The task that drives one session.
+//!
+//! Everything that happens to a session goes through its actor, one
+//! message at a time, so the session's decisions are strictly serialized
+//! while sessions run concurrently. Work that takes time (asking the worker
+//! for a decision, running an LLM call) runs in tasks of its own that
+//! report back with a message; the actor stays free to take inputs and
+//! cancellations meanwhile. An actor exits when its session has nothing in
+//! flight and is reloaded from the store when something happens to it
+//! again, so idle sessions cost no memory.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use subs_protocol::{CallKind, CallStatus, ClientInput, DecisionResponse, Handler, Trigger, WorkerIdentity};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use super::apply::{Accepted, Ctx, InputError, Outcome};
+use super::{Change, Session, proposal, validate};
+use crate::clock;
+use crate::engine::Shared;
+use crate::events::{Event, token_delta};
+use crate::store::{CallSpec, SessionKey, StepStatus, StoreError};
+use crate::worker::{Delivery, DeltaSink, WorkerError};
+
+/// What an actor is told.
+pub(crate) enum Msg {
+    /// A client input; the reply says whether it was accepted.
+    Input { input: ClientInput, identity: WorkerIdentity, reply: oneshot::Sender<Result<Accepted, InputError>> },
+    /// Stop the open turn; the reply says whether a turn was open.
+    Cancel { reply: oneshot::Sender<Result<bool, InputError>> },
+    /// A delivery ended.
+    Decided { seq: u64, attempt: u32, result: Result<DecisionResponse, WorkerError> },
+    /// An engine-run call ended (or failed a try).
+    CallDone { call_id: String, attempt: u32, outcome: Outcome },
+    /// Something may have changed: the inbox, or a timer came due.
+    Wake,
+}
+
+struct InFlight {
+    seq: u64,
+    attempt: u32,
+    task: JoinHandle<()>,
+}
+
+pub(crate) struct Actor {
+    shared: Arc<Shared>,
+    key: SessionKey,
+    session: Option<Session>,
+    rx: mpsc::UnboundedReceiver<Msg>,
+    tx: mpsc::UnboundedSender<Msg>,
+    delivery: Option<InFlight>,
+    running: HashMap<String, (u32, JoinHandle<()>)>,
+    timer: Option<(u64, JoinHandle<()>)>,
+    loaded: bool,
+    check_inbox: bool,
+}
+
+impl Drop for Actor {
+    fn drop(&mut self) {
+        // An aborted actor (the engine was killed) takes its tasks with it.
+        self.stop_tasks();
+    }
+}
+
+impl Actor {
+    pub fn spawn(shared: Arc<Shared>, key: SessionKey) -> (mpsc::UnboundedSender<Msg>, JoinHandle<()>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let span = tracing::info_span!("session", tenant = %key.tenant, session = %key.session);
+        let actor = Actor {
+            shared,
+            key,
+            session: None,
+            rx,
+            tx: tx.clone(),
+            delivery: None,
+            running: HashMap::new(),
+            timer: None,
+            loaded: false,
+            check_inbox: true,
+        };
+        let task = tokio::spawn(actor.run().instrument(span));
+        (tx, task)
+    }
+
+    async fn run(mut self) {
+        loop {
+            if let Err(e) = self.pump().await {
+                self.halt(&e);
+                return;
+            }
+            if self.is_quiet() && self.shared.retire(&self.key, &self.rx) {
+                return;
+            }
+            let Some(msg) = self.rx.recv().await else { return };
+            if let Err(e) = self.handle(msg).await {
+                self.halt(&e);
+                return;
+            }
+        }
+    }
+
+    /// A store failure: what is in memory may be ahead of the store, so it
+    /// is dropped; the session is reloaded from the store when next
+    /// touched. Tasks in flight are stopped.
+    fn halt(&mut self, error: &StoreError) {
+        tracing::error!(%error, "session stopped: the store failed");
+        self.stop_tasks();
+        self.shared.forget(&self.key);
+    }
+
+    fn stop_tasks(&mut self) {
+        if let Some(d) = self.delivery.take() {
+            d.task.abort();
+        }
+        for (_, (_, task)) in self.running.drain() {
+            task.abort();
+        }
+        if let Some((_, t)) = self.timer.take() {
+            t.abort();
+        }
+    }
+
+    fn is_quiet(&self) -> bool {
+        self.delivery.is_none()
+            && self.running.is_empty()
+            && self.timer.is_none()
+            && !self.check_inbox
+            && self.session.as_ref().is_none_or(|s| s.steps.is_empty())
+    }
+
+    /// Makes a change durable, then acts on it.
+    async fn commit(&mut self, mut change: Change) -> Result<(), StoreError> {
+        let Some(session) = self.session.as_mut() else { return Ok(()) };
+        session.seal(&mut change);
+        self.shared.store.commit(change.batch).await?;
+        for (key, seq, record) in change.events {
+            self.shared.hub.publish(&key, Event::stored(seq, record));
+        }
+        for key in change.wake {
+            self.shared.wake(&key);
+        }
+        for key in change.cancel {
+            self.shared.cancel_detached(&key);
+        }
+        Ok(())
+    }
+
+    /// Does whatever can be done now: load, take in the inbox, retry calls
+    /// whose backoff passed, start engine-run calls, deliver the next step,
+    /// and arm the timer for what comes due later.
+    async fn pump(&mut self) -> Result<(), StoreError> {
+        if !self.loaded {
+            self.session = Session::load(self.shared.store.as_ref(), &self.key)?;
+            self.loaded = true;
+        }
+        if self.session.is_none() {
+            self.check_inbox = false;
+            return Ok(());
+        }
+
+        if std::mem::take(&mut self.check_inbox) {
+            let items = self.shared.store.inbox(&self.key)?;
+            if !items.is_empty() {
+                let ctx = ctx(&self.shared);
+                let mut change = Change::default();
+                let session = self.session.as_mut().expect("checked above");
+                for (seq, item) in items {
+                    session.take_inbox(seq, item, &ctx, &mut change);
+                }
+                self.commit(change).await?;
+            }
+        }
+
+        let now = clock::now_ms();
+        let due: Vec<String> = self
+            .session()
+            .calls
+            .values()
+            .filter(|c| c.call.status == CallStatus::RetryScheduled && c.retry_at_ms.is_some_and(|t| t <= now))
+            .map(|c| c.call.id.clone())
+            .collect();
+        if !due.is_empty() {
+            let mut change = Change::default();
+            let session = self.session.as_mut().expect("loaded");
+            for id in due {
+                session.retry_call(&id, &mut change);
+            }
+            self.commit(change).await?;
+        }
+
+        self.start_engine_calls();
+        self.start_delivery();
+        self.arm_timer();
+        Ok(())
+    }
+
+    fn session(&self) -> &Session {
+        self.session.as_ref().expect("the session is loaded")
+    }
+
+    /// Starts the server-handled LLM calls that are pending and not
+    /// running (new ones, retries, and those interrupted by a restart).
+    fn start_engine_calls(&mut self) {
+        let session = self.session();
+        let to_start: Vec<_> = session
+            .calls
+            .values()
+            .filter(|c| {
+                c.call.kind == CallKind::LlmCall
+                    && c.call.handler == Some(Handler::Server)
+                    && c.call.status == CallStatus::Pending
+                    && self.running.get(&c.call.id).is_none_or(|(a, _)| *a != c.call.attempt)
+            })
+            .cloned()
+            .collect();
+        for call in to_start {
+            let Some(request) = self.session().llm_request(&call) else { continue };
+            let CallSpec::Llm { action, .. } = &call.spec else { continue };
+            let timeout = action.retry.as_ref().and_then(|r| r.timeout_secs).map(clock::secs);
+            let deltas = (call.call.stream == Some(true)).then(|| self.delta_sink(&call.call.id));
+            let shared = self.shared.clone();
+            let tx = self.tx.clone();
+            let (call_id, attempt) = (call.call.id.clone(), call.call.attempt);
+            let span = tracing::info_span!("llm_call", call = %call_id, attempt, model = %request.model);
+            let task = tokio::spawn(
+                async move {
+                    let outcome = shared.run_llm(request, deltas, timeout).await;
+                    let _ = tx.send(Msg::CallDone { call_id, attempt, outcome });
+                }
+                .instrument(span),
+            );
+            if let Some((_, old)) = self.running.insert(call.call.id.clone(), (call.call.attempt, task)) {
+                old.abort();
+            }
+        }
+    }
+
+    fn delta_sink(&self, call_id: &str) -> DeltaSink {
+        let shared = self.shared.clone();
+        let key = self.key.clone();
+        let call_id = call_id.to_owned();
+        Arc::new(move |delta| {
+            shared.hub.publish(
+                &key,
+                Event { seq: None, name: "llm.token.delta".to_owned(), data: token_delta(&call_id, &delta) },
+            );
+        })
+    }
+
+    /// Sends the front step to the worker, unless a delivery is out or the
+    /// step waits for its backoff.
+    fn start_delivery(&mut self) {
+        if self.delivery.is_some() {
+            return;
+        }
+        let session = self.session();
+        let Some((seq, step)) = session.steps.front().cloned() else { return };
+        let now = clock::now_ms();
+        if step.retry_at_ms.is_some_and(|t| t > now) {
+            return;
+        }
+        let config = &self.shared.config;
+        let trigger = session.trigger(&step.trigger);
+        let proposed = proposal::propose(session, seq, &trigger, &config.default_model);
+        let policy = session.retry_policy(&config.default_retry);
+        let timeout = policy.timeout_secs.map_or(config.decision_timeout, clock::secs);
+        let deadline_ms = now + u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let deltas = match &trigger {
+            Trigger::LlmExecute(t) if t.stream => Some(self.delta_sink(&t.id)),
+            _ => None,
+        };
+        let kind = trigger.kind();
+        let request = session.request(&step, trigger, proposed, deadline_ms);
+        let attempt = request.attempts;
+        let worker = self.shared.worker(&self.key.tenant, &session.record.agent_id);
+        let agent_id = session.record.agent_id.clone();
+        let tx = self.tx.clone();
+        let span = tracing::info_span!("decision", agent = %agent_id, step = seq, trigger = kind, attempt);
+        let task = tokio::spawn(
+            async move {
+                let result = match worker {
+                    None => Err(WorkerError::NoAgent(agent_id)),
+                    Some(worker) => {
+                        match tokio::time::timeout(timeout, worker.decide(Delivery { request, deltas })).await {
+                            Ok(result) => result,
+                            Err(_) => Err(WorkerError::Timeout(timeout)),
+                        }
+                    }
+                };
+                if let Err(e) = &result {
+                    tracing::warn!(error = %e, "delivery failed");
+                }
+                let _ = tx.send(Msg::Decided { seq, attempt, result });
+            }
+            .instrument(span),
+        );
+        self.delivery = Some(InFlight { seq, attempt, task });
+    }
+
+    /// Arms one timer for the earliest backoff still to pass.
+    fn arm_timer(&mut self) {
+        let session = self.session();
+        let now = clock::now_ms();
+        let step_due =
+            if self.delivery.is_none() { session.steps.front().and_then(|(_, s)| s.retry_at_ms) } else { None };
+        let call_due = session
+            .calls
+            .values()
+            .filter(|c| c.call.status == CallStatus::RetryScheduled)
+            .filter_map(|c| c.retry_at_ms)
+            .min();
+        let due = step_due.into_iter().chain(call_due).filter(|t| *t > now).min();
+        match (due, &self.timer) {
+            (None, _) => {
+                if let Some((_, t)) = self.timer.take() {
+                    t.abort();
+                }
+            }
+            (Some(due), Some((armed, _))) if *armed == due => {}
+            (Some(due), _) => {
+                if let Some((_, t)) = self.timer.take() {
+                    t.abort();
+                }
+                let tx = self.tx.clone();
+                let wait = Duration::from_millis(due - now);
+                let task = tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    let _ = tx.send(Msg::Wake);
+                });
+                self.timer = Some((due, task));
+            }
+        }
+    }
+
+    async fn handle(&mut self, msg: Msg) -> Result<(), StoreError> {
+        match msg {
+            Msg::Input { input, identity, reply } => self.on_input(input, identity, reply).await,
+            Msg::Cancel { reply } => {
+                let open = self.session.as_ref().is_some_and(|s| s.record.turn.is_some());
+                if open {
+                    self.stop_tasks();
+                    let mut change = Change::default();
+                    let ctx = ctx(&self.shared);
+                    let session = self.session.as_mut().expect("open turn");
+                    session.fail_turn("the turn was cancelled", "cancelled", &ctx, &mut change);
+                    if let Err(e) = self.commit(change).await {
+                        let _ = reply.send(Err(InputError::Store(e.to_string())));
+                        return Err(e);
+                    }
+                }
+                let _ = reply.send(if self.session.is_some() {
+                    Ok(open)
+                } else {
+                    Err(InputError::NoSession(self.key.session.clone()))
+                });
+                Ok(())
+            }
+            Msg::Decided { seq, attempt, result } => {
+                if !self.delivery.as_ref().is_some_and(|d| d.seq == seq && d.attempt == attempt) {
+                    return Ok(()); // A delivery the actor no longer waits for.
+                }
+                self.delivery = None;
+                self.on_decided(seq, attempt, result).await
+            }
+            Msg::CallDone { call_id, attempt, outcome } => {
+                if self.running.get(&call_id).is_some_and(|(a, _)| *a == attempt) {
+                    self.running.remove(&call_id);
+                }
+                let current = self
+                    .session
+                    .as_ref()
+                    .and_then(|s| s.calls.get(&call_id))
+                    .is_some_and(|c| c.call.attempt == attempt && c.call.status == CallStatus::Pending);
+                if !current {
+                    return Ok(());
+                }
+                let ctx = ctx(&self.shared);
+                let mut change = Change::default();
+                self.session.as_mut().expect("loaded").settle(&call_id, outcome, &ctx, &mut change);
+                self.commit(change).await
+            }
+            Msg::Wake => {
+                self.check_inbox = true;
+                if let Some((due, _)) = &self.timer
+                    && *due <= clock::now_ms()
+                {
+                    self.timer = None;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn on_input(
+        &mut self,
+        input: ClientInput,
+        identity: WorkerIdentity,
+        reply: oneshot::Sender<Result<Accepted, InputError>>,
+    ) -> Result<(), StoreError> {
+        let starts_turn = matches!(
+            input,
+            ClientInput::ClientMessage(_) | ClientInput::ClientMessages(_) | ClientInput::ClientAction(_)
+        );
+        if self.session.is_none() {
+            if !starts_turn {
+                let _ = reply.send(Err(InputError::NoSession(self.key.session.clone())));
+                return Ok(());
+            }
+            let agent_id = match &input {
+                ClientInput::ClientMessage(m) => m.agent_id.clone(),
+                ClientInput::ClientMessages(m) => m.agent_id.clone(),
+                ClientInput::ClientAction(a) => a.agent_id.clone(),
+                _ => unreachable!("checked above"),
+            };
+            self.session = Some(Session::fresh(self.key.clone(), agent_id, identity, clock::now_ms()));
+        }
+        let backup = self.session.clone();
+        let ctx = ctx(&self.shared);
+        let mut change = Change::default();
+        let result = self.session.as_mut().expect("created above").accept_input(input, &ctx, &mut change);
+        match result {
+            Err(e) => {
+                // Nothing of a refused input may linger in memory.
+                self.session = backup.filter(|s| s.record.next.step > 0 || s.record.turn.is_some());
+                let _ = reply.send(Err(e));
+                Ok(())
+            }
+            Ok(accepted) if change.batch.is_empty() => {
+                let _ = reply.send(Ok(accepted));
+                Ok(())
+            }
+            Ok(accepted) => match self.commit(change).await {
+                Ok(()) => {
+                    let _ = reply.send(Ok(accepted));
+                    Ok(())
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(InputError::Store(e.to_string())));
+                    Err(e)
+                }
+            },
+        }
+    }
+
+    async fn on_decided(
+        &mut self,
+        seq: u64,
+        attempt: u32,
+        result: Result<DecisionResponse, WorkerError>,
+    ) -> Result<(), StoreError> {
+        let Some((front, step)) = self.session.as_ref().and_then(|s| s.steps.front().cloned()) else { return Ok(()) };
+        if front != seq {
+            return Ok(());
+        }
+        let ctx = ctx(&self.shared);
+        let session = self.session.as_mut().expect("loaded");
+        let trigger = session.trigger(&step.trigger);
+        let outcome = match result {
+            Ok(decision) => match validate::validate(session, &trigger, &decision, ctx.store) {
+                Ok(()) => Ok(decision),
+                Err(rule) => Err((format!("the decision was rejected: {rule}"), true)),
+            },
+            Err(e) => Err((e.to_string(), e.is_retryable())),
+        };
+        let mut change = Change::default();
+        match outcome {
+            Ok(decision) => {
+                let mut step = step;
+                step.attempts = attempt;
+                step.error = None;
+                step.retry_at_ms = None;
+                session.apply_decision(seq, step, decision, &trigger, &ctx, &mut change);
+            }
+            Err((error, retryable)) => {
+                tracing::warn!(step = seq, attempt, %error, "decision failed");
+                let policy = session.retry_policy(ctx.default_retry);
+                let (_, front) = session.steps.front_mut().expect("checked above");
+                front.attempts = attempt;
+                front.error = Some(error.clone());
+                if retryable && attempt <= policy.max_retries {
+                    front.retry_at_ms = Some(ctx.now_ms + clock::secs_to_ms(policy.backoff_secs(attempt)));
+                    session.store_step(seq, &mut change);
+                } else {
+                    let failed = front.clone();
+                    session.finish_step(failed, seq, StepStatus::Failed, &mut change);
+                    let message = format!("no decision after {attempt} deliveries: {error}");
+                    session.fail_turn(&message, "decision_failed", &ctx, &mut change);
+                }
+            }
+        }
+        self.commit(change).await
+    }
+}
+
+/// What applying needs from the engine, borrowed from `shared` alone so
+/// the session can be borrowed mutably beside it.
+fn ctx(shared: &Shared) -> Ctx<'_> {
+    Ctx {
+        store: shared.store.as_ref(),
+        default_model: &shared.config.default_model,
+        default_retry: &shared.config.default_retry,
+        now_ms: clock::now_ms(),
+    }
+}

@@ -1,0 +1,791 @@
+//! Applying what happens to a session: decisions, client inputs, settled
+//! calls, inbox items, turn starts and ends. Each function mutates the
+//! session and collects the same writes into a [`Change`].
+
+use serde_json::{Value, json};
+use subs_protocol::action::LlmCall;
+use subs_protocol::trigger::{
+    ClientAction as ActionTrigger, InterruptResumed, LlmFinished, SubAgentFinished, ToolExecute, ToolFinished,
+};
+use subs_protocol::{
+    Action, CallKind, CallStatus, ClientContext, ClientInput, DecisionResponse, DraftMessage, ErrorCode, Handler,
+    LlmHandler, LlmResponse, RetryPolicy, Role, ToolHandler, Trigger,
+};
+
+use super::proposal::last_assistant_text;
+use super::{Change, Session, new_call};
+use crate::clock;
+use crate::store::{
+    CallSpec, InboxItem, Op, OpenInterrupt, ParentLink, QueuedInput, SessionKey, SessionRecord, SessionStatus,
+    StepRecord, StepStatus, Store, StoredTrigger, TurnRecord, TurnStart, TurnState, TurnStatus, valid_id,
+};
+use crate::tools;
+
+/// What the loop needs from the engine while applying.
+pub(crate) struct Ctx<'a> {
+    /// The store, for checks that look at other sessions.
+    pub store: &'a dyn Store,
+    /// The model of `llm.call`s that name none, with no config model.
+    pub default_model: &'a str,
+    /// The retry policy of LLM calls when neither call nor config sets one.
+    pub default_retry: &'a RetryPolicy,
+    /// Now (Unix ms).
+    pub now_ms: u64,
+}
+
+/// How a call ended (or failed a try).
+#[derive(Debug, Clone)]
+pub(crate) enum Outcome {
+    /// A tool's result.
+    ToolOk(Value),
+    /// An LLM reply.
+    LlmOk(LlmResponse),
+    /// A child session's turn ended.
+    SubAgent {
+        /// Whether it succeeded.
+        ok: bool,
+        /// Its result.
+        result: Option<String>,
+        /// Its error.
+        error: Option<String>,
+    },
+    /// A failed try of a tool or LLM call.
+    Failed {
+        /// What went wrong.
+        error: String,
+        /// Whether another try may succeed.
+        retryable: bool,
+        /// The error's kind.
+        code: Option<ErrorCode>,
+        /// More about it.
+        detail: Option<Value>,
+        /// Do not retry sooner than this (ms), e.g. from `retry-after`.
+        retry_after_ms: Option<u64>,
+    },
+}
+
+/// Why an input was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InputError {
+    /// The input is malformed or names something invalid; `field` says
+    /// where.
+    #[error("{message}")]
+    Invalid {
+        /// What is wrong.
+        message: String,
+        /// The offending field, when there is one.
+        field: Option<String>,
+    },
+    /// The session does not exist.
+    #[error("session `{0}` does not exist")]
+    NoSession(String),
+    /// The input conflicts with the session's state (nothing waits with
+    /// that id, a session of another agent, …).
+    #[error("{0}")]
+    Conflict(String),
+    /// The engine could not store the input; nothing of it was kept.
+    #[error("the input could not be stored: {0}")]
+    Store(String),
+    /// The engine is shutting down.
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+}
+
+impl InputError {
+    fn invalid(message: impl Into<String>, field: &str) -> Self {
+        InputError::Invalid { message: message.into(), field: Some(field.to_owned()) }
+    }
+}
+
+/// What accepting an input produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    /// The turn the input started, joined or queued; `None` for settling
+    /// inputs.
+    pub turn_id: Option<String>,
+    /// Whether the turn already existed (a repeated `turn_id`): nothing
+    /// new was done.
+    pub existing: bool,
+}
+
+impl Session {
+    /// A fresh session record for `agent_id`.
+    pub fn fresh(key: SessionKey, agent_id: String, identity: subs_protocol::WorkerIdentity, now_ms: u64) -> Self {
+        Session::new(SessionRecord {
+            key,
+            agent_id,
+            identity,
+            status: SessionStatus::Idle,
+            state: Value::Null,
+            agent: None,
+            head_id: None,
+            ancestry: Vec::new(),
+            parent: None,
+            next: crate::store::Counters::default(),
+            first_open_step: 0,
+            turn: None,
+            queued: Vec::new(),
+            interrupts: Vec::new(),
+            created_ms: now_ms,
+            updated_ms: now_ms,
+        })
+    }
+
+    // ---- inputs ------------------------------------------------------------
+
+    /// Accepts a client input.
+    pub fn accept_input(
+        &mut self,
+        input: ClientInput,
+        ctx: &Ctx<'_>,
+        change: &mut Change,
+    ) -> Result<Accepted, InputError> {
+        match input {
+            ClientInput::ClientMessage(_) | ClientInput::ClientMessages(_) | ClientInput::ClientAction(_) => {
+                self.accept_turn_input(input, ctx, change)
+            }
+            ClientInput::InterruptResume(resume) => {
+                let Some(i) = self.record.interrupts.iter().position(|i| i.interrupt_id == resume.interrupt_id) else {
+                    return Err(InputError::Conflict(format!("no interrupt `{}` is waiting", resume.interrupt_id)));
+                };
+                self.record.interrupts.remove(i);
+                self.push_step(
+                    StoredTrigger::Plain {
+                        trigger: Trigger::InterruptResumed(InterruptResumed {
+                            interrupt_id: resume.interrupt_id,
+                            payload: resume.payload,
+                        }),
+                    },
+                    change,
+                );
+                Ok(Accepted { turn_id: self.record.turn.as_ref().map(|t| t.turn_id.clone()), existing: false })
+            }
+            ClientInput::ToolResult(r) => {
+                self.check_client_settle(&r.id, r.attempt)?;
+                self.settle(&r.id, Outcome::ToolOk(r.result.unwrap_or(Value::Null)), ctx, change);
+                Ok(Accepted { turn_id: None, existing: false })
+            }
+            ClientInput::ToolError(e) => {
+                self.check_client_settle(&e.id, e.attempt)?;
+                let outcome = Outcome::Failed {
+                    error: e.error,
+                    retryable: e.retryable,
+                    code: None,
+                    detail: None,
+                    retry_after_ms: None,
+                };
+                self.settle(&e.id, outcome, ctx, change);
+                Ok(Accepted { turn_id: None, existing: false })
+            }
+        }
+    }
+
+    fn check_client_settle(&self, id: &str, attempt: Option<u32>) -> Result<(), InputError> {
+        let call = self
+            .calls
+            .get(id)
+            .filter(|c| c.call.kind == CallKind::ToolCall && c.call.status == CallStatus::Pending)
+            .ok_or_else(|| InputError::Conflict(format!("no tool call `{id}` is waiting for a result")))?;
+        match attempt {
+            Some(a) if a != call.call.attempt => {
+                Err(InputError::Conflict(format!("tool call `{id}` is on attempt {}, not {a}", call.call.attempt)))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn accept_turn_input(
+        &mut self,
+        input: ClientInput,
+        ctx: &Ctx<'_>,
+        change: &mut Change,
+    ) -> Result<Accepted, InputError> {
+        let (agent_id, turn_id) = match &input {
+            ClientInput::ClientMessage(m) => (&m.agent_id, &m.turn_id),
+            ClientInput::ClientMessages(m) => (&m.agent_id, &m.turn_id),
+            ClientInput::ClientAction(a) => (&a.agent_id, &a.turn_id),
+            _ => unreachable!("only turn-starting inputs reach here"),
+        };
+        if *agent_id != self.record.agent_id {
+            return Err(InputError::Conflict(format!(
+                "session `{}` runs agent `{}`, not `{agent_id}`",
+                self.record.key.session, self.record.agent_id
+            )));
+        }
+        let turn_id = match turn_id {
+            Some(id) if !valid_id(id) => {
+                return Err(InputError::invalid(format!("turn_id `{id}` is not a valid id"), "turn_id"));
+            }
+            Some(id) => {
+                if ctx.store.turn(self.key(), id).map_err(|e| InputError::Store(e.to_string()))?.is_some() {
+                    return Ok(Accepted { turn_id: Some(id.clone()), existing: true });
+                }
+                id.clone()
+            }
+            None => self.mint("turn"),
+        };
+        if self.record.turn.is_some() {
+            // One turn at a time: this one starts when the open one ends.
+            self.record.queued.push(QueuedInput { turn_id: turn_id.clone(), input });
+            let record = TurnRecord { status: TurnStatus::Queued, data: None, started_ms: ctx.now_ms, ended_ms: None };
+            change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: turn_id.clone(), record });
+            return Ok(Accepted { turn_id: Some(turn_id), existing: false });
+        }
+        let start = self.reconcile_input(input)?;
+        self.start_turn(turn_id.clone(), start, ctx, change)?;
+        Ok(Accepted { turn_id: Some(turn_id), existing: false })
+    }
+
+    /// What a turn-starting input starts, against the tree as it is now.
+    fn reconcile_input(&self, input: ClientInput) -> Result<TurnStart, InputError> {
+        let (view, client) = match input {
+            ClientInput::ClientMessage(m) => {
+                let mut view: Vec<DraftMessage> = self.path().into_iter().map(|m| m.clone().into()).collect();
+                view.push(m.message);
+                (view, ClientContext::default())
+            }
+            ClientInput::ClientMessages(m) => (m.messages, m.client.unwrap_or_default()),
+            ClientInput::ClientAction(a) => return Ok(TurnStart::Action { name: a.name, args: a.args }),
+            _ => unreachable!("only turn-starting inputs are reconciled"),
+        };
+        let reconciled = self.tree.reconcile(&view);
+        let new: Vec<DraftMessage> = view.into_iter().skip(reconciled.new_from).collect();
+        let mut seen = std::collections::HashSet::new();
+        for (i, message) in new.iter().enumerate() {
+            if let Some(id) = &message.id {
+                let field = format!("messages[{}].id", reconciled.new_from + i);
+                if !valid_id(id) {
+                    return Err(InputError::invalid(format!("message id `{id}` is not a valid id"), &field));
+                }
+                if self.tree.contains(id) || !seen.insert(id) {
+                    return Err(InputError::Invalid {
+                        message: format!(
+                            "message `{id}` is already recorded elsewhere in the conversation; a new or edited message needs a new id"
+                        ),
+                        field: Some(field),
+                    });
+                }
+            }
+        }
+        for (i, tool) in client.tools.iter().flatten().enumerate() {
+            for (name, schema) in [("input", &tool.input), ("output", &tool.output)] {
+                if let Some(schema) = schema {
+                    tools::check_schema(schema).map_err(|e| {
+                        InputError::invalid(
+                            format!("not a usable JSON Schema: {e}"),
+                            &format!("client.tools[{i}].{name}"),
+                        )
+                    })?;
+                }
+            }
+        }
+        Ok(TurnStart::Messages { fork_id: reconciled.fork_id, new, client })
+    }
+
+    /// Opens a turn.
+    pub fn start_turn(
+        &mut self,
+        turn_id: String,
+        start: TurnStart,
+        ctx: &Ctx<'_>,
+        change: &mut Change,
+    ) -> Result<(), InputError> {
+        let client_tools = match &start {
+            TurnStart::Messages { client, .. } => client
+                .tools
+                .iter()
+                .flatten()
+                .map(|t| {
+                    let mut t = t.clone();
+                    t.handler = Some(t.handler.unwrap_or(ToolHandler::Client));
+                    t
+                })
+                .collect(),
+            TurnStart::Action { .. } => Vec::new(),
+        };
+        self.record.turn = Some(TurnState { turn_id: turn_id.clone(), client_tools, started_ms: ctx.now_ms });
+        let record = TurnRecord { status: TurnStatus::Running, data: None, started_ms: ctx.now_ms, ended_ms: None };
+        change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: turn_id.clone(), record });
+        self.emit("turn.started", json!({"turn_id": turn_id}), change);
+        if self.record.next.step == 0 {
+            self.push_step(StoredTrigger::Plain { trigger: Trigger::SessionStart }, change);
+        }
+        let trigger = match start {
+            TurnStart::Messages { fork_id, new, client } => {
+                self.record.head_id.clone_from(&fork_id);
+                StoredTrigger::ClientMessages { fork_id, new, client }
+            }
+            TurnStart::Action { name, args } => {
+                StoredTrigger::Plain { trigger: Trigger::ClientAction(ActionTrigger { name, args }) }
+            }
+        };
+        self.push_step(trigger, change);
+        Ok(())
+    }
+
+    /// Ends the open turn: `done` with `data`. Data with an `error` field
+    /// reports the turn as failed. Whatever the turn still had in flight is
+    /// dropped, the parent (for a sub-agent) is told, and the next queued
+    /// input starts.
+    pub fn end_turn(&mut self, data: Option<Value>, ctx: &Ctx<'_>, change: &mut Change) {
+        let Some(turn) = self.record.turn.take() else { return };
+        let error = data.as_ref().and_then(|d| d.get("error")).map(|e| match e {
+            Value::String(s) => s.clone(),
+            other => subs_protocol::to_json(other),
+        });
+        let code = data.as_ref().and_then(|d| d.get("code")).and_then(Value::as_str).map(str::to_owned);
+
+        // Drop what is left of the turn.
+        let leftover: Vec<String> = self.calls.keys().cloned().collect();
+        for call_id in leftover {
+            if let Some(call) = self.remove_call(&call_id, change)
+                && let Some(child) = call.call.session_id
+            {
+                change.cancel.push(SessionKey::new(&self.record.key.tenant, child));
+            }
+        }
+        while let Some((seq, step)) = self.steps.front().cloned() {
+            self.finish_step(step, seq, StepStatus::Dropped, change);
+        }
+        self.record.interrupts.clear();
+
+        let status = if error.is_some() { TurnStatus::Failed } else { TurnStatus::Done };
+        let record = TurnRecord { status, data: data.clone(), started_ms: turn.started_ms, ended_ms: Some(ctx.now_ms) };
+        change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: turn.turn_id.clone(), record });
+        match &error {
+            Some(error) => self.emit(
+                "turn.failed",
+                json!({"turn_id": turn.turn_id, "error": error, "code": code.clone().unwrap_or_else(|| "agent_error".to_owned())}),
+                change,
+            ),
+            None => self.emit("turn.done", json!({"turn_id": turn.turn_id, "data": data}), change),
+        }
+
+        if let Some(ParentLink { session: parent, call_id }) = self.record.parent.clone() {
+            let result = match &data {
+                Some(d) if error.is_none() && !d.is_null() => Some(match d {
+                    Value::String(s) => s.clone(),
+                    other => subs_protocol::to_json(other),
+                }),
+                _ if error.is_none() => last_assistant_text(self),
+                _ => None,
+            };
+            let parent = SessionKey::new(&self.record.key.tenant, parent);
+            let item = InboxItem::SubAgentFinished { call_id, ok: error.is_none(), result, error };
+            change.batch.push(Op::PushInbox { session: parent.clone(), item });
+            change.wake.push(parent);
+        }
+
+        if !self.record.queued.is_empty() {
+            let next = self.record.queued.remove(0);
+            match self.reconcile_input(next.input) {
+                Ok(start) => {
+                    // Starting cannot fail after reconciliation succeeded.
+                    let _ = self.start_turn(next.turn_id, start, ctx, change);
+                }
+                Err(e) => {
+                    let record = TurnRecord {
+                        status: TurnStatus::Failed,
+                        data: Some(json!({"error": e.to_string(), "code": "invalid_input"})),
+                        started_ms: ctx.now_ms,
+                        ended_ms: Some(ctx.now_ms),
+                    };
+                    change.batch.push(Op::PutTurn {
+                        session: self.key().clone(),
+                        turn_id: next.turn_id.clone(),
+                        record,
+                    });
+                    self.emit(
+                        "turn.failed",
+                        json!({"turn_id": next.turn_id, "error": e.to_string(), "code": "invalid_input"}),
+                        change,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Ends the open turn as failed.
+    pub fn fail_turn(&mut self, error: &str, code: &str, ctx: &Ctx<'_>, change: &mut Change) {
+        self.end_turn(Some(json!({"error": error, "code": code})), ctx, change);
+    }
+
+    // ---- decisions ---------------------------------------------------------
+
+    /// Applies an accepted decision for step `seq` (the front step).
+    pub fn apply_decision(
+        &mut self,
+        seq: u64,
+        mut step: StepRecord,
+        decision: DecisionResponse,
+        trigger: &Trigger,
+        ctx: &Ctx<'_>,
+        change: &mut Change,
+    ) {
+        self.steps.retain(|(s, _)| *s != seq);
+        if let Some(agent) = &decision.agent {
+            self.record.agent = Some(agent.clone());
+        }
+        if let Some(state) = decision.state.clone().filter(|s| !s.is_null()) {
+            self.record.state = state;
+        }
+        for message in decision.messages().iter().cloned() {
+            let id = self.record_message(message, change);
+            step.recorded.push(id);
+        }
+        for action in decision.actions().iter().cloned() {
+            self.apply_action(action, trigger, ctx, change);
+        }
+        step.status = StepStatus::Applied;
+        step.decision = Some(decision);
+        change.batch.push(Op::PutStep { session: self.key().clone(), seq, record: step });
+        self.record.first_open_step = self.steps.front().map_or(self.record.next.step, |(s, _)| *s);
+        if self.turn_is_exhausted() {
+            self.end_turn(None, ctx, change);
+        }
+    }
+
+    fn apply_action(&mut self, action: Action, trigger: &Trigger, ctx: &Ctx<'_>, change: &mut Change) {
+        let execute_id = |kind| match (kind, trigger) {
+            (CallKind::ToolCall, Trigger::ToolExecute(t)) => Some(t.id.clone()),
+            (CallKind::LlmCall, Trigger::LlmExecute(t)) => Some(t.id.clone()),
+            _ => None,
+        };
+        match action {
+            Action::LlmCall(call) => self.start_llm_call(call, ctx, change),
+            Action::ToolCall(call) => self.start_tool_call(call, change),
+            Action::ToolResult(r) => {
+                if let Some(id) = r.id.or_else(|| execute_id(CallKind::ToolCall)) {
+                    self.settle(&id, Outcome::ToolOk(r.result), ctx, change);
+                }
+            }
+            Action::ToolError(e) => {
+                if let Some(id) = e.id.clone().or_else(|| execute_id(CallKind::ToolCall)) {
+                    self.settle(&id, failed(e), ctx, change);
+                }
+            }
+            Action::LlmError(e) => {
+                if let Some(id) = e.id.clone().or_else(|| execute_id(CallKind::LlmCall)) {
+                    self.settle(&id, failed(e), ctx, change);
+                }
+            }
+            Action::LlmResult(r) => {
+                if let Some(id) = r.id.or_else(|| execute_id(CallKind::LlmCall)) {
+                    // Validation checked that the response parses.
+                    if let Ok(response) = subs_protocol::from_value::<LlmResponse>(r.response) {
+                        self.settle(&id, Outcome::LlmOk(response), ctx, change);
+                    }
+                }
+            }
+            Action::SubAgentSpawn(spawn) => self.spawn_sub_agent(spawn, ctx, change),
+            Action::MessageSend(send) => {
+                if send.session_id == self.record.key.session {
+                    self.record_message(send.message, change);
+                } else {
+                    let target = SessionKey::new(&self.record.key.tenant, &send.session_id);
+                    let item = InboxItem::Message { message: send.message, from: self.record.key.session.clone() };
+                    change.batch.push(Op::PushInbox { session: target.clone(), item });
+                    change.wake.push(target);
+                }
+            }
+            Action::Interrupt(interrupt) => {
+                let interrupt_id = interrupt.interrupt_id.unwrap_or_else(|| self.mint("int"));
+                self.record.interrupts.push(OpenInterrupt {
+                    interrupt_id: interrupt_id.clone(),
+                    reason: interrupt.reason.clone(),
+                    payload: interrupt.payload.clone(),
+                });
+                self.emit(
+                    "interrupt",
+                    json!({"interrupt_id": interrupt_id, "reason": interrupt.reason, "payload": interrupt.payload}),
+                    change,
+                );
+            }
+            Action::Done(done) => self.end_turn(done.data, ctx, change),
+        }
+    }
+
+    fn start_llm_call(&mut self, call: LlmCall, ctx: &Ctx<'_>, change: &mut Change) {
+        let config = self.record.agent.clone();
+        let id = call.id.clone().unwrap_or_else(|| self.mint("llm"));
+        let handler = call.handler.or(config.as_ref().and_then(|c| c.handler)).unwrap_or(LlmHandler::Server);
+        let stream = call.stream.or(config.as_ref().and_then(|c| c.stream)).unwrap_or(false);
+        let retry = call
+            .retry
+            .clone()
+            .or_else(|| config.as_ref().and_then(|c| c.retry.clone()))
+            .unwrap_or_else(|| ctx.default_retry.clone());
+        let model = call
+            .model
+            .clone()
+            .or_else(|| config.as_ref().map(|c| c.model.clone()))
+            .unwrap_or_else(|| ctx.default_model.to_owned());
+        let system = if call.messages.is_none() { config.as_ref().and_then(|c| c.system.clone()) } else { None };
+        let tools = call.tools.clone().unwrap_or_else(|| self.llm_tools());
+        let resolved = LlmCall {
+            id: Some(id.clone()),
+            model: Some(model),
+            tools: Some(tools),
+            stream: Some(stream),
+            retry: Some(retry.clone()),
+            handler: Some(handler),
+            ..call
+        };
+        let mut record = new_call(
+            id.clone(),
+            CallKind::LlmCall,
+            handler.into(),
+            self.record.head_id.clone(),
+            self.record.turn.as_ref().map(|t| t.turn_id.clone()),
+            Some(retry),
+            CallSpec::Llm { action: resolved, system, format: config.as_ref().and_then(|c| c.format) },
+        );
+        record.call.stream = Some(stream);
+        self.put_call(record, change);
+        if handler == LlmHandler::Worker {
+            self.push_step(StoredTrigger::LlmExecute { call_id: id, attempt: 1 }, change);
+        }
+    }
+
+    fn start_tool_call(&mut self, call: subs_protocol::action::ToolCall, change: &mut Change) {
+        let id = call.id.clone().unwrap_or_else(|| self.mint("call"));
+        // A string is the model's raw argument text; anything else is the
+        // arguments themselves.
+        let raw = match &call.arguments {
+            Value::String(text) => text.clone(),
+            other => subs_protocol::to_json(other),
+        };
+        let tool = self.tool(&call.name).cloned();
+        let input = tools::check_arguments(tool.as_ref().and_then(|t| t.input.as_ref()), &raw);
+        let handler = call.handler.or(tool.as_ref().and_then(|t| t.handler)).unwrap_or(ToolHandler::Worker);
+        let mut record = new_call(
+            id.clone(),
+            CallKind::ToolCall,
+            handler.into(),
+            self.record.head_id.clone(),
+            self.record.turn.as_ref().map(|t| t.turn_id.clone()),
+            call.retry.clone(),
+            CallSpec::Tool { arguments: raw.clone(), input: input.clone(), output: tool.and_then(|t| t.output) },
+        );
+        record.call.name = Some(call.name.clone());
+        record.call.arguments = Some(raw.clone());
+        self.put_call(record, change);
+        self.dispatch_tool(&id, change);
+    }
+
+    /// Hands a pending tool call to whoever runs it: a `tool.execute` step
+    /// for the worker, a `tool.call` event for clients.
+    pub fn dispatch_tool(&mut self, call_id: &str, change: &mut Change) {
+        let Some(call) = self.calls.get(call_id).cloned() else { return };
+        let CallSpec::Tool { arguments, input, .. } = &call.spec else { return };
+        let name = call.call.name.clone().unwrap_or_default();
+        if call.call.handler == Some(Handler::Client) {
+            self.emit(
+                "tool.call",
+                json!({"id": call.call.id, "name": name, "arguments": arguments, "attempt": call.call.attempt}),
+                change,
+            );
+        } else {
+            let trigger = Trigger::ToolExecute(ToolExecute {
+                id: call.call.id.clone(),
+                name,
+                arguments: arguments.clone(),
+                input: input.clone(),
+                attempt: call.call.attempt,
+                deadline: call.call.deadline.clone(),
+            });
+            self.push_step(StoredTrigger::Plain { trigger }, change);
+        }
+    }
+
+    fn spawn_sub_agent(&mut self, spawn: subs_protocol::action::SubAgentSpawn, ctx: &Ctx<'_>, change: &mut Change) {
+        // The child's first input is the model's arguments for this call.
+        let arguments = self
+            .path()
+            .into_iter()
+            .rev()
+            .flat_map(|m| m.tool_calls.iter().flatten())
+            .find(|c| c.id == spawn.tool_call_id)
+            .map_or_else(|| "{}".to_owned(), |c| c.function.arguments.clone());
+        let mut record = new_call(
+            spawn.tool_call_id.clone(),
+            CallKind::SubAgent,
+            Handler::Worker,
+            self.record.head_id.clone(),
+            self.record.turn.as_ref().map(|t| t.turn_id.clone()),
+            spawn.retry.clone(),
+            CallSpec::SubAgent { tool_call_id: spawn.tool_call_id.clone() },
+        );
+        record.call.handler = None;
+        record.call.agent_id = Some(spawn.agent_id.clone());
+        record.call.session_id = Some(spawn.session_id.clone());
+        self.put_call(record, change);
+
+        let child_key = SessionKey::new(&self.record.key.tenant, &spawn.session_id);
+        let mut child = Session::fresh(child_key.clone(), spawn.agent_id, self.record.identity.clone(), ctx.now_ms);
+        child.record.ancestry = self.record.ancestry.iter().cloned().chain([self.record.key.session.clone()]).collect();
+        child.record.parent =
+            Some(ParentLink { session: self.record.key.session.clone(), call_id: spawn.tool_call_id });
+        change.batch.push(Op::PutSession(child.record));
+        let start = TurnStart::Messages {
+            fork_id: None,
+            new: vec![DraftMessage::new(Role::User, arguments)],
+            client: ClientContext::default(),
+        };
+        change.batch.push(Op::PushInbox {
+            session: child_key.clone(),
+            item: InboxItem::Start { turn_id: "spawn".to_owned(), start },
+        });
+        change.wake.push(child_key);
+    }
+
+    // ---- calls ---------------------------------------------------------------
+
+    /// Settles a call (or schedules its retry), producing the trigger that
+    /// reports it.
+    pub fn settle(&mut self, call_id: &str, outcome: Outcome, ctx: &Ctx<'_>, change: &mut Change) {
+        let Some(call) = self.calls.get(call_id).cloned() else { return };
+        let outcome = match (outcome, &call.spec) {
+            (Outcome::ToolOk(result), CallSpec::Tool { output, .. }) => {
+                match tools::check_result(output.as_ref(), &result) {
+                    Ok(()) => Outcome::ToolOk(result),
+                    Err(e) => Outcome::Failed {
+                        error: format!("the result does not match the tool's output schema: {e}"),
+                        retryable: false,
+                        code: None,
+                        detail: Some(json!({"result": result})),
+                        retry_after_ms: None,
+                    },
+                }
+            }
+            (outcome, _) => outcome,
+        };
+        if let Outcome::Failed { retryable: true, retry_after_ms, .. } = &outcome
+            && let Some(policy) = call.retry.as_ref().filter(|p| call.call.attempt <= p.max_retries)
+        {
+            let backoff = clock::secs_to_ms(policy.backoff_secs(call.call.attempt));
+            let mut record = call.clone();
+            record.call.status = CallStatus::RetryScheduled;
+            record.retry_at_ms = Some(ctx.now_ms + backoff.max(retry_after_ms.unwrap_or(0)));
+            self.put_call(record, change);
+            return;
+        }
+        self.remove_call(call_id, change);
+        let name = call.call.name.clone().unwrap_or_default();
+        let trigger = match (call.call.kind, outcome) {
+            (CallKind::SubAgent, Outcome::SubAgent { ok, result, error }) => {
+                Trigger::SubAgentFinished(SubAgentFinished {
+                    id: call.call.id.clone(),
+                    ok,
+                    session_id: call.call.session_id.clone().unwrap_or_default(),
+                    agent_id: call.call.agent_id.clone().unwrap_or_default(),
+                    result,
+                    error,
+                })
+            }
+            (CallKind::LlmCall, Outcome::LlmOk(response)) => Trigger::LlmFinished(LlmFinished {
+                id: call.call.id.clone(),
+                ok: true,
+                truncated: response.finish_reason.as_deref() == Some("length"),
+                message: Some(DraftMessage {
+                    id: None,
+                    role: Role::Assistant,
+                    content: response.content.clone().filter(|c| !c.is_empty()).map(Into::into),
+                    tool_calls: response.tool_calls.clone().filter(|c| !c.is_empty()),
+                    tool_call_id: None,
+                    name: None,
+                }),
+                usage: response.usage,
+                cost: response.cost,
+                error: None,
+                code: None,
+                detail: None,
+            }),
+            (CallKind::LlmCall, Outcome::Failed { error, code, detail, .. }) => Trigger::LlmFinished(LlmFinished {
+                id: call.call.id.clone(),
+                ok: false,
+                message: None,
+                truncated: false,
+                usage: None,
+                cost: None,
+                error: Some(error),
+                code: Some(code.unwrap_or(ErrorCode::ProviderError)),
+                detail,
+            }),
+            (_, Outcome::ToolOk(result)) => Trigger::ToolFinished(ToolFinished {
+                id: call.call.id.clone(),
+                ok: true,
+                name,
+                result: Some(match result {
+                    Value::String(s) => s,
+                    other => subs_protocol::to_json(&other),
+                }),
+                error: None,
+            }),
+            (_, Outcome::Failed { error, .. }) => Trigger::ToolFinished(ToolFinished {
+                id: call.call.id.clone(),
+                ok: false,
+                name,
+                result: None,
+                error: Some(error),
+            }),
+            (kind, other) => {
+                tracing::error!(?kind, ?other, "an outcome that does not fit its call was dropped");
+                return;
+            }
+        };
+        self.push_step(StoredTrigger::Plain { trigger }, change);
+    }
+
+    /// Starts the next try of a call whose backoff has passed.
+    pub fn retry_call(&mut self, call_id: &str, change: &mut Change) {
+        let Some(mut record) = self.calls.get(call_id).cloned() else { return };
+        record.call.attempt += 1;
+        record.call.status = CallStatus::Pending;
+        record.retry_at_ms = None;
+        let is_worker_llm = record.call.kind == CallKind::LlmCall && record.call.handler == Some(Handler::Worker);
+        let attempt = record.call.attempt;
+        self.put_call(record, change);
+        if is_worker_llm {
+            self.push_step(StoredTrigger::LlmExecute { call_id: call_id.to_owned(), attempt }, change);
+        } else {
+            self.dispatch_tool(call_id, change);
+        }
+    }
+
+    // ---- the inbox -----------------------------------------------------------
+
+    /// Takes in one inbox item.
+    pub fn take_inbox(&mut self, seq: u64, item: InboxItem, ctx: &Ctx<'_>, change: &mut Change) {
+        change.batch.push(Op::DeleteInbox { session: self.key().clone(), seq });
+        match item {
+            InboxItem::SubAgentFinished { call_id, ok, result, error } => {
+                if self.calls.contains_key(&call_id) {
+                    self.settle(&call_id, Outcome::SubAgent { ok, result, error }, ctx, change);
+                }
+            }
+            InboxItem::Message { message, .. } => {
+                self.record_message(message, change);
+            }
+            InboxItem::Start { turn_id, start } => {
+                if self.record.turn.is_some() {
+                    tracing::warn!(session = %self.key(), "a sub-agent start arrived while a turn is open; ignored");
+                } else {
+                    let _ = self.start_turn(turn_id, start, ctx, change);
+                }
+            }
+        }
+    }
+}
+
+/// The outcome a `tool.error` / `llm.error` action reports.
+fn failed(e: subs_protocol::action::CallError) -> Outcome {
+    Outcome::Failed {
+        error: e.error,
+        retryable: e.retryable.unwrap_or(false),
+        code: e.code,
+        detail: e.detail,
+        retry_after_ms: None,
+    }
+}

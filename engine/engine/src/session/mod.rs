@@ -1,0 +1,406 @@
+//! One session's state machine: what it holds in memory, and how triggers,
+//! decisions, inputs and settled calls change it.
+//!
+//! Every change goes through a [`Change`]: the session is mutated in memory
+//! while the same writes are collected as store ops; the actor commits the
+//! batch and only then performs the change's effects (publishing events,
+//! starting calls, waking other sessions). If a commit fails the actor
+//! drops the in-memory session, which is then reloaded from the store.
+//!
+//! - [`tree`]: the message tree and reconciliation of client views.
+//! - [`proposal`]: `proposed` for every trigger (engine.md §4).
+//! - [`validate`]: the rules a decision must keep to be applied.
+//! - [`apply`]: applying decisions, inputs and call outcomes.
+//! - [`actor`]: the task that drives one session.
+
+pub(crate) mod actor;
+pub(crate) mod apply;
+pub(crate) mod proposal;
+pub(crate) mod tree;
+pub(crate) mod validate;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde_json::Value;
+use subs_protocol::trigger::{ClientMessages, LlmExecute};
+use subs_protocol::{
+    AgentTool, Call, CallKind, CallStatus, DecisionRequest, DraftMessage, Handler, LlmRequest, LlmTool, Message,
+    RetryPolicy, Trigger,
+};
+
+use crate::clock;
+use crate::store::Store;
+use crate::store::{
+    Batch, CallRecord, CallSpec, EventRecord, MessageRecord, Op, SessionKey, SessionRecord, SessionStatus, StepRecord,
+    StepStatus, StoreError, StoredTrigger,
+};
+
+pub(crate) use self::tree::Tree;
+
+/// A session loaded in memory.
+#[derive(Debug, Clone)]
+pub(crate) struct Session {
+    /// The stored record, kept current.
+    pub record: SessionRecord,
+    /// Every message.
+    pub tree: Tree,
+    /// Calls in flight, by id.
+    pub calls: BTreeMap<String, CallRecord>,
+    /// Steps not yet finished, in order.
+    pub steps: VecDeque<(u64, StepRecord)>,
+}
+
+/// Writes collected while changing a session, and what to do once they are
+/// durable.
+#[derive(Debug, Default)]
+pub(crate) struct Change {
+    /// The writes.
+    pub batch: Batch,
+    /// Events to publish after the commit.
+    pub events: Vec<(SessionKey, u64, EventRecord)>,
+    /// Other sessions to wake after the commit (their inbox has an item, or
+    /// they were created).
+    pub wake: Vec<SessionKey>,
+    /// Sessions to cancel after the commit (children of a cancelled turn).
+    pub cancel: Vec<SessionKey>,
+}
+
+impl Session {
+    /// Loads a session from the store; `None` if it does not exist.
+    pub fn load(store: &dyn Store, key: &SessionKey) -> Result<Option<Self>, StoreError> {
+        let Some(record) = store.session(key)? else { return Ok(None) };
+        let tree = Tree::from_records(store.messages(key)?.into_iter().map(|(_, r)| r));
+        let calls = store.calls(key)?.into_iter().map(|c| (c.call.id.clone(), c)).collect();
+        let steps = store
+            .steps(key, record.first_open_step)?
+            .into_iter()
+            .filter(|(_, s)| s.status == StepStatus::Pending)
+            .collect();
+        Ok(Some(Self { record, tree, calls, steps }))
+    }
+
+    /// A new, empty session.
+    pub fn new(record: SessionRecord) -> Self {
+        Self { record, tree: Tree::default(), calls: BTreeMap::new(), steps: VecDeque::new() }
+    }
+
+    /// The session's key.
+    pub fn key(&self) -> &SessionKey {
+        &self.record.key
+    }
+
+    /// The active path.
+    pub fn path(&self) -> Vec<&Message> {
+        self.tree.path(self.record.head_id.as_deref())
+    }
+
+    /// Mints an id: `prefix` and the session's next number.
+    pub fn mint(&mut self, prefix: &str) -> String {
+        self.record.next.id += 1;
+        format!("{prefix}_{}", self.record.next.id)
+    }
+
+    /// A declared tool: the config's, or one the open turn's client added.
+    pub fn tool(&self, name: &str) -> Option<&AgentTool> {
+        let config = self.record.agent.as_ref().and_then(|a| a.tool(name));
+        config.or_else(|| self.record.turn.as_ref()?.client_tools.iter().find(|t| t.name == name))
+    }
+
+    /// Whether `name` is a sub-agent of the current config.
+    pub fn is_sub_agent(&self, name: &str) -> bool {
+        self.record.agent.as_ref().is_some_and(|a| a.sub_agent(name).is_some())
+    }
+
+    /// The retry policy for deliveries and LLM calls.
+    pub fn retry_policy(&self, default: &RetryPolicy) -> RetryPolicy {
+        self.record.agent.as_ref().and_then(|a| a.retry.clone()).unwrap_or_else(|| default.clone())
+    }
+
+    /// The tools the model sees: the config's and the turn's client tools,
+    /// then every sub-agent as a tool taking a `prompt`.
+    pub fn llm_tools(&self) -> Vec<LlmTool> {
+        let agent = self.record.agent.as_ref();
+        let declared = agent.and_then(|a| a.tools.as_deref()).unwrap_or_default();
+        let client = self.record.turn.as_ref().map(|t| t.client_tools.as_slice()).unwrap_or_default();
+        let mut tools: Vec<LlmTool> = declared
+            .iter()
+            .chain(client)
+            .map(|t| LlmTool {
+                name: t.name.clone(),
+                description: t.description.clone().unwrap_or_default(),
+                input: t.input.clone(),
+                output: t.output.clone(),
+            })
+            .collect();
+        for sub in agent.and_then(|a| a.sub_agents.as_deref()).unwrap_or_default() {
+            tools.push(LlmTool {
+                name: sub.id.clone(),
+                description: sub
+                    .description
+                    .clone()
+                    .unwrap_or_else(|| format!("Delegate a task to the {} agent.", sub.id)),
+                input: Some(serde_json::json!({
+                    "type": "object",
+                    "properties": {"prompt": {"type": "string", "description": "What the agent should do"}},
+                    "required": ["prompt"]
+                })),
+                output: None,
+            });
+        }
+        tools
+    }
+
+    /// In-flight tool and sub-agent calls.
+    pub fn pending_calls(&self) -> usize {
+        self.calls.values().filter(|c| c.call.kind != CallKind::LlmCall).count()
+    }
+
+    /// Whether steps after `seq` will settle tool or sub-agent calls: those
+    /// calls are still pending from the point of view of step `seq`.
+    pub fn settlements_after(&self, seq: u64) -> usize {
+        self.steps
+            .iter()
+            .filter(|(s, step)| {
+                *s > seq
+                    && matches!(
+                        &step.trigger,
+                        StoredTrigger::Plain { trigger: Trigger::ToolFinished(_) | Trigger::SubAgentFinished(_) }
+                    )
+            })
+            .count()
+    }
+
+    /// Recomputes the status from what is open and in flight.
+    pub fn refresh_status(&mut self) {
+        self.record.status = if self.record.turn.is_none() {
+            SessionStatus::Idle
+        } else if self.steps.is_empty()
+            && self.calls.values().all(|c| c.call.handler == Some(Handler::Client) || c.call.kind == CallKind::SubAgent)
+            && (!self.record.interrupts.is_empty() || !self.calls.is_empty())
+        {
+            SessionStatus::Waiting
+        } else {
+            SessionStatus::Running
+        };
+    }
+
+    /// Whether the open turn has nothing left: no step to decide, no call
+    /// in flight, no interrupt open. Such a turn ends as if by `done`.
+    pub fn turn_is_exhausted(&self) -> bool {
+        self.record.turn.is_some()
+            && self.steps.is_empty()
+            && self.calls.is_empty()
+            && self.record.interrupts.is_empty()
+    }
+
+    // ---- writes ------------------------------------------------------------
+
+    /// Records a message at the head of the active path.
+    pub fn record_message(&mut self, draft: DraftMessage, change: &mut Change) -> String {
+        let id = match draft.id {
+            Some(id) => id,
+            None => {
+                self.record.next.id += 1;
+                format!("msg_{}", self.record.next.id)
+            }
+        };
+        let message = Message {
+            id: id.clone(),
+            role: draft.role,
+            content: draft.content,
+            tool_calls: draft.tool_calls,
+            tool_call_id: draft.tool_call_id,
+            name: draft.name,
+        };
+        let parent_id = self.record.head_id.take();
+        let record = MessageRecord { message: message.clone(), parent_id: parent_id.clone() };
+        let seq = self.record.next.message;
+        self.record.next.message += 1;
+        change.batch.push(Op::PutMessage { session: self.key().clone(), seq, record: record.clone() });
+        self.tree.insert(record);
+        self.record.head_id = Some(id.clone());
+        self.emit("message", serde_json::json!({"message": message, "parent_id": parent_id}), change);
+        id
+    }
+
+    /// Stores an event for clients, published after the commit.
+    pub fn emit(&mut self, name: &str, data: Value, change: &mut Change) {
+        let seq = self.record.next.event;
+        self.record.next.event += 1;
+        let record = EventRecord { name: name.to_owned(), data };
+        change.batch.push(Op::PutEvent { session: self.key().clone(), seq, record: record.clone() });
+        change.events.push((self.key().clone(), seq, record));
+    }
+
+    /// Adds a step for `trigger` to the open turn.
+    pub fn push_step(&mut self, trigger: StoredTrigger, change: &mut Change) -> u64 {
+        let seq = self.record.next.step;
+        self.record.next.step += 1;
+        let step = StepRecord {
+            turn_id: self.record.turn.as_ref().map(|t| t.turn_id.clone()),
+            decision_id: format!("{}:{seq}", self.record.key.session),
+            trigger,
+            status: StepStatus::Pending,
+            attempts: 0,
+            retry_at_ms: None,
+            error: None,
+            decision: None,
+            recorded: Vec::new(),
+            agent_version: None,
+        };
+        change.batch.push(Op::PutStep { session: self.key().clone(), seq, record: step.clone() });
+        self.steps.push_back((seq, step));
+        seq
+    }
+
+    /// Finishes the front step with `status`, storing it.
+    pub fn finish_step(&mut self, mut step: StepRecord, seq: u64, status: StepStatus, change: &mut Change) {
+        step.status = status;
+        change.batch.push(Op::PutStep { session: self.key().clone(), seq, record: step });
+        self.steps.retain(|(s, _)| *s != seq);
+        self.record.first_open_step = self.steps.front().map_or(self.record.next.step, |(s, _)| *s);
+    }
+
+    /// Stores the front step as it is now (after a failed delivery).
+    pub fn store_step(&self, seq: u64, change: &mut Change) {
+        if let Some((_, step)) = self.steps.iter().find(|(s, _)| *s == seq) {
+            change.batch.push(Op::PutStep { session: self.key().clone(), seq, record: step.clone() });
+        }
+    }
+
+    /// Stores a call as it is now.
+    pub fn put_call(&mut self, record: CallRecord, change: &mut Change) {
+        change.batch.push(Op::PutCall { session: self.key().clone(), record: record.clone() });
+        self.calls.insert(record.call.id.clone(), record);
+    }
+
+    /// Forgets a settled call.
+    pub fn remove_call(&mut self, call_id: &str, change: &mut Change) -> Option<CallRecord> {
+        let record = self.calls.remove(call_id)?;
+        change.batch.push(Op::DeleteCall { session: self.key().clone(), call_id: call_id.to_owned() });
+        Some(record)
+    }
+
+    /// Ends the collection of a change: stamps and stores the session
+    /// record.
+    pub fn seal(&mut self, change: &mut Change) {
+        self.refresh_status();
+        self.record.updated_ms = clock::now_ms();
+        change.batch.push(Op::PutSession(self.record.clone()));
+    }
+
+    // ---- requests ----------------------------------------------------------
+
+    /// The trigger of a stored step, rebuilt in full.
+    pub fn trigger(&self, stored: &StoredTrigger) -> Trigger {
+        match stored {
+            StoredTrigger::Plain { trigger } => trigger.clone(),
+            StoredTrigger::ClientMessages { fork_id, new, client } => {
+                let mut messages: Vec<DraftMessage> =
+                    self.tree.path(fork_id.as_deref()).into_iter().map(|m| m.clone().into()).collect();
+                let new_from = u32::try_from(messages.len()).unwrap_or(u32::MAX);
+                messages.extend(new.iter().cloned());
+                Trigger::ClientMessages(ClientMessages { messages, new_from, client: client.clone() })
+            }
+            StoredTrigger::LlmExecute { call_id, attempt } => {
+                let call = self.calls.get(call_id);
+                let request = call.and_then(|c| self.llm_request(c)).map(|r| subs_protocol::to_value(&r));
+                let format = match call.map(|c| &c.spec) {
+                    Some(CallSpec::Llm { format, .. }) => *format,
+                    _ => None,
+                };
+                Trigger::LlmExecute(LlmExecute {
+                    id: call_id.clone(),
+                    request: request.unwrap_or(Value::Null),
+                    format,
+                    stream: call.and_then(|c| c.call.stream).unwrap_or(false),
+                    attempt: *attempt,
+                    deadline: call.and_then(|c| c.call.deadline.clone()),
+                })
+            }
+        }
+    }
+
+    /// The LLM request of an `llm_call`: its resolved action, the system
+    /// prompt and the path to its anchor (or the action's explicit
+    /// messages).
+    pub fn llm_request(&self, call: &CallRecord) -> Option<LlmRequest> {
+        let CallSpec::Llm { action, system, .. } = &call.spec else { return None };
+        let messages = match &action.messages {
+            Some(explicit) => explicit.clone(),
+            None => system
+                .iter()
+                .map(|s| DraftMessage::system(s.clone()))
+                .chain(self.tree.path(call.call.anchor.as_deref()).into_iter().map(|m| m.clone().into()))
+                .collect(),
+        };
+        Some(LlmRequest {
+            model: action.model.clone().unwrap_or_default(),
+            messages,
+            tools: action.tools.clone().filter(|t| !t.is_empty()),
+            temperature: action.temperature,
+            max_completion_tokens: action.max_completion_tokens,
+            reasoning: action.reasoning.clone(),
+        })
+    }
+
+    /// The decision request for the front step.
+    pub fn request(
+        &self,
+        step: &StepRecord,
+        trigger: Trigger,
+        proposed: subs_protocol::DecisionResponse,
+        deadline_ms: u64,
+    ) -> DecisionRequest {
+        DecisionRequest {
+            session_id: self.record.key.session.clone(),
+            decision_id: step.decision_id.clone(),
+            agent_id: self.record.agent_id.clone(),
+            identity: self.record.identity.clone(),
+            trigger,
+            proposed,
+            state: self.record.state.clone(),
+            agent: self.record.agent.clone(),
+            calls: self.calls.values().map(|c| c.call.clone()).collect(),
+            pending_calls: u32::try_from(self.pending_calls()).unwrap_or(u32::MAX),
+            messages: self.path().into_iter().cloned().collect(),
+            message_tree: self.tree.to_protocol(self.record.head_id.as_deref()),
+            ancestry: self.record.ancestry.clone(),
+            attempts: step.attempts + 1,
+            deadline: Some(clock::rfc3339(deadline_ms)),
+            turn_id: step.turn_id.clone(),
+        }
+    }
+}
+
+/// A new call record.
+pub(crate) fn new_call(
+    id: String,
+    kind: CallKind,
+    handler: Handler,
+    anchor: Option<String>,
+    turn_id: Option<String>,
+    retry: Option<RetryPolicy>,
+    spec: CallSpec,
+) -> CallRecord {
+    CallRecord {
+        call: Call {
+            id,
+            kind,
+            status: CallStatus::Pending,
+            attempt: 1,
+            deadline: None,
+            anchor,
+            name: None,
+            arguments: None,
+            handler: Some(handler),
+            stream: None,
+            agent_id: None,
+            session_id: None,
+        },
+        turn_id,
+        retry,
+        retry_at_ms: None,
+        spec,
+    }
+}

@@ -1,0 +1,116 @@
+//! `proposed`: what an ordinary agent loop does next, for every trigger
+//! (engine.md §4). A worker that returns it unchanged is a complete
+//! chat-and-tools agent.
+
+use serde_json::{Value, json};
+use subs_protocol::action::{SubAgentSpawn, ToolCall};
+use subs_protocol::{Action, AgentConfig, DecisionResponse, DraftMessage, Role, ToolCall as ModelToolCall, Trigger};
+
+use super::Session;
+use crate::store::valid_id;
+
+/// The proposal for `trigger`, the trigger of step `seq`.
+pub(crate) fn propose(session: &Session, seq: u64, trigger: &Trigger, default_model: &str) -> DecisionResponse {
+    match trigger {
+        Trigger::SessionStart => DecisionResponse::new().with_agent(AgentConfig::new(default_model)),
+        Trigger::ClientMessages(t) => {
+            let new_from = usize::try_from(t.new_from).unwrap_or(usize::MAX);
+            let mut decision = DecisionResponse::new();
+            for message in t.messages.iter().skip(new_from) {
+                decision = decision.with_message(message.clone());
+            }
+            decision.with_action(Action::llm_call())
+        }
+        Trigger::ClientAction(_) | Trigger::ToolExecute(_) | Trigger::LlmExecute(_) | Trigger::InterruptResumed(_) => {
+            DecisionResponse::new()
+        }
+        Trigger::LlmFinished(f) if f.ok => {
+            let Some(message) = &f.message else { return DecisionResponse::new().with_action(Action::done()) };
+            let mut decision = DecisionResponse::new().with_message(message.clone());
+            let calls = message.tool_calls.as_deref().unwrap_or_default();
+            for call in calls {
+                decision = decision.with_action(tool_call_action(session, call));
+            }
+            if calls.is_empty() { decision.with_action(Action::done()) } else { decision }
+        }
+        Trigger::LlmFinished(f) => DecisionResponse::new().with_action(Action::done_with(json!({
+            "error": f.error.clone().unwrap_or_else(|| "the LLM call failed".to_owned()),
+            "code": f.code.map_or("provider_error", |c| c.as_str()),
+        }))),
+        Trigger::ToolFinished(f) => {
+            settled(session, seq, &f.id, f.result.as_deref().or(f.error.as_deref()).unwrap_or_default())
+        }
+        Trigger::SubAgentFinished(f) => {
+            settled(session, seq, &f.id, f.result.as_deref().or(f.error.as_deref()).unwrap_or_default())
+        }
+    }
+}
+
+/// `tool.finished` / `sub_agent.finished`: record the `tool` message; call
+/// the model again once nothing else is pending.
+fn settled(session: &Session, seq: u64, call_id: &str, content: &str) -> DecisionResponse {
+    let decision = DecisionResponse::new().with_message(DraftMessage::tool(call_id, content));
+    if session.pending_calls() == 0 && session.settlements_after(seq) == 0 {
+        decision.with_action(Action::llm_call())
+    } else {
+        decision
+    }
+}
+
+/// The action answering one tool call of the model: a sub-agent spawn when
+/// it names a sub-agent, else a tool call with the tool's handler.
+fn tool_call_action(session: &Session, call: &ModelToolCall) -> Action {
+    let name = &call.function.name;
+    if session.is_sub_agent(name) {
+        return Action::SubAgentSpawn(SubAgentSpawn {
+            session_id: child_session_id(&session.record.key.session, &call.id),
+            agent_id: name.clone(),
+            tool_call_id: call.id.clone(),
+            retry: None,
+        });
+    }
+    // The model's argument text is passed on as a JSON string when it does
+    // not parse, so the tool's worker sees exactly what the model wrote
+    // (and `tool.execute` reports it as malformed).
+    let arguments = serde_json::from_str(&call.function.arguments)
+        .unwrap_or_else(|_| Value::String(call.function.arguments.clone()));
+    Action::ToolCall(ToolCall {
+        id: Some(call.id.clone()),
+        name: name.clone(),
+        arguments,
+        handler: session.tool(name).and_then(|t| t.handler),
+        retry: None,
+    })
+}
+
+/// The id of the child session answering tool call `tool_call_id`:
+/// `<parent>.<tool call>` when that is a valid id, else a digest of both.
+pub(crate) fn child_session_id(parent: &str, tool_call_id: &str) -> String {
+    let id = format!("{parent}.{tool_call_id}");
+    if valid_id(&id) {
+        return id;
+    }
+    // FNV-1a: stable across processes and versions, unlike `DefaultHasher`.
+    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    format!("sub_{hash:016x}")
+}
+
+/// The text of a child's last assistant message, its result when its
+/// `done` has no data.
+pub(crate) fn last_assistant_text(session: &Session) -> Option<String> {
+    session.path().into_iter().rev().find(|m| m.role == Role::Assistant).map(subs_protocol::Message::text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn child_ids_are_valid() {
+        assert_eq!(child_session_id("s1", "call_1"), "s1.call_1");
+        let long = "x".repeat(120);
+        let id = child_session_id(&long, "call/1");
+        assert!(valid_id(&id), "{id}");
+        assert_eq!(id, child_session_id(&long, "call/1"));
+    }
+}

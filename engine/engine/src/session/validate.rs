@@ -1,0 +1,236 @@
+//! The rules a decision must keep. A decision that breaks one is rejected
+//! whole, nothing of it applied, and counts as a failed delivery; the error
+//! says which rule and where.
+
+use std::collections::HashSet;
+
+use subs_protocol::{Action, AgentConfig, CallKind, DecisionResponse, Handler, Trigger};
+
+use super::Session;
+use crate::store::{SessionKey, Store, valid_id};
+use crate::tools;
+
+/// Checks `decision`, the answer to `trigger`, against the session.
+pub(crate) fn validate(
+    session: &Session,
+    trigger: &Trigger,
+    decision: &DecisionResponse,
+    store: &dyn Store,
+) -> Result<(), String> {
+    if let Some(agent) = &decision.agent {
+        check_config(agent).map_err(|e| format!("agent: {e}"))?;
+    }
+    let mut new_ids = HashSet::new();
+    for (i, message) in decision.messages().iter().enumerate() {
+        if let Some(id) = &message.id {
+            if !valid_id(id) {
+                return Err(format!("messages[{i}].id `{id}` is not a valid id (1-128 of A-Z a-z 0-9 _ - . :)"));
+            }
+            if session.tree.contains(id) || !new_ids.insert(id.clone()) {
+                return Err(format!("messages[{i}].id `{id}` is already recorded in this session"));
+            }
+        }
+    }
+
+    let mut settled = HashSet::new();
+    let mut new_calls = HashSet::new();
+    let mut done_at = None;
+    for (i, action) in decision.actions().iter().enumerate() {
+        let at = |rule: String| format!("actions[{i}] ({}): {rule}", action.kind());
+        if let Some(done) = done_at {
+            return Err(at(format!("no action may follow `done` (actions[{done}])")));
+        }
+        match action {
+            Action::LlmCall(call) => {
+                if let Some(id) = &call.id {
+                    check_new_call_id(session, id, &mut new_calls).map_err(at)?;
+                }
+            }
+            Action::ToolCall(call) => {
+                if call.name.is_empty() {
+                    return Err(at("the tool name is empty".to_owned()));
+                }
+                if let Some(id) = &call.id {
+                    check_new_call_id(session, id, &mut new_calls).map_err(at)?;
+                }
+            }
+            Action::ToolResult(r) => {
+                check_settle(session, trigger, r.id.as_deref(), r.attempt, CallKind::ToolCall, &mut settled)
+                    .map_err(at)?;
+            }
+            Action::ToolError(e) => {
+                check_settle(session, trigger, e.id.as_deref(), e.attempt, CallKind::ToolCall, &mut settled)
+                    .map_err(at)?;
+            }
+            Action::LlmResult(r) => {
+                let id = check_settle(session, trigger, r.id.as_deref(), r.attempt, CallKind::LlmCall, &mut settled)
+                    .map_err(at)?;
+                if let Err(e) = subs_protocol::from_value::<subs_protocol::LlmResponse>(r.response.clone()) {
+                    let e = e.in_field("response");
+                    return Err(at(format!("the response of call `{id}` is not an LlmResponse: {e}")));
+                }
+            }
+            Action::LlmError(e) => {
+                check_settle(session, trigger, e.id.as_deref(), e.attempt, CallKind::LlmCall, &mut settled)
+                    .map_err(at)?;
+            }
+            Action::SubAgentSpawn(spawn) => {
+                let declared = session.record.agent.as_ref().and_then(|a| a.sub_agents.as_deref()).unwrap_or_default();
+                if !declared.iter().any(|s| s.id == spawn.agent_id) {
+                    let names: Vec<&str> = declared.iter().map(|s| s.id.as_str()).collect();
+                    return Err(at(format!(
+                        "`{}` is not a sub-agent of this agent (its config declares: {})",
+                        spawn.agent_id,
+                        if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+                    )));
+                }
+                if !valid_id(&spawn.session_id) {
+                    return Err(at(format!("session_id `{}` is not a valid id", spawn.session_id)));
+                }
+                let child = SessionKey::new(&session.record.key.tenant, &spawn.session_id);
+                if store.session(&child).map_err(|e| at(e.to_string()))?.is_some() {
+                    return Err(at(format!("session `{}` already exists", spawn.session_id)));
+                }
+                check_new_call_id(session, &spawn.tool_call_id, &mut new_calls).map_err(at)?;
+            }
+            Action::MessageSend(send) => {
+                if send.session_id != session.record.key.session {
+                    check_family(session, &send.session_id, store).map_err(at)?;
+                }
+            }
+            Action::Interrupt(interrupt) => {
+                if let Some(id) = &interrupt.interrupt_id {
+                    if !valid_id(id) {
+                        return Err(at(format!("interrupt_id `{id}` is not a valid id")));
+                    }
+                    if session.record.interrupts.iter().any(|i| &i.interrupt_id == id) {
+                        return Err(at(format!("interrupt `{id}` is already open")));
+                    }
+                }
+            }
+            Action::Done(_) => done_at = Some(i),
+        }
+    }
+
+    // The call an execute trigger hands the worker must be settled by the
+    // decision that answers it: nothing else would ever settle it.
+    match trigger {
+        Trigger::ToolExecute(t) if !settled.contains(&t.id) => {
+            Err(format!("a tool.execute decision must settle its call `{}` with tool.result or tool.error", t.id))
+        }
+        Trigger::LlmExecute(t) if !settled.contains(&t.id) => {
+            Err(format!("an llm.execute decision must settle its call `{}` with llm.result or llm.error", t.id))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A settling action's call: in flight, of the right kind, on the attempt
+/// it names, settled once. Returns the call id.
+fn check_settle(
+    session: &Session,
+    trigger: &Trigger,
+    id: Option<&str>,
+    attempt: Option<u32>,
+    kind: CallKind,
+    settled: &mut HashSet<String>,
+) -> Result<String, String> {
+    let (execute_kind, execute) = match (kind, trigger) {
+        (CallKind::ToolCall, Trigger::ToolExecute(t)) => ("tool.execute", Some((t.id.as_str(), t.attempt))),
+        (CallKind::LlmCall, Trigger::LlmExecute(t)) => ("llm.execute", Some((t.id.as_str(), t.attempt))),
+        (CallKind::ToolCall, _) => ("tool.execute", None),
+        _ => ("llm.execute", None),
+    };
+    let (id, default_attempt) = match (id, execute) {
+        (Some(id), Some((exec_id, exec_attempt))) if id == exec_id => (id, Some(exec_attempt)),
+        (Some(id), _) => (id, None),
+        (None, Some((exec_id, exec_attempt))) => (exec_id, Some(exec_attempt)),
+        (None, None) => {
+            return Err(format!(
+                "without an id it settles the call of a {execute_kind} trigger, but this decision answers {}",
+                trigger.kind()
+            ));
+        }
+    };
+    let Some(call) = session.calls.get(id) else {
+        return Err(format!("call `{id}` is not in flight"));
+    };
+    if call.call.kind != kind {
+        return Err(format!("call `{id}` is a {:?} call, not a {kind:?} call", call.call.kind));
+    }
+    if kind == CallKind::LlmCall && call.call.handler != Some(Handler::Worker) {
+        return Err(format!(
+            "call `{id}` is run by the engine; only worker-handled LLM calls are settled by decisions"
+        ));
+    }
+    let attempt = attempt.or(default_attempt).unwrap_or(call.call.attempt);
+    if attempt != call.call.attempt {
+        return Err(format!("call `{id}` is on attempt {}, not {attempt}", call.call.attempt));
+    }
+    if !settled.insert(id.to_owned()) {
+        return Err(format!("call `{id}` is settled twice"));
+    }
+    Ok(id.to_owned())
+}
+
+fn check_new_call_id(session: &Session, id: &str, new_calls: &mut HashSet<String>) -> Result<(), String> {
+    if !valid_id(id) {
+        return Err(format!("call id `{id}` is not a valid id"));
+    }
+    if session.calls.contains_key(id) || !new_calls.insert(id.to_owned()) {
+        return Err(format!("a call with id `{id}` is already in flight"));
+    }
+    Ok(())
+}
+
+/// `message.send` reaches this session or one of its family: sessions with
+/// the same root ancestor, of the same tenant.
+fn check_family(session: &Session, target: &str, store: &dyn Store) -> Result<(), String> {
+    let missing = || format!("session `{target}` does not exist or is not in this session's family");
+    if !valid_id(target) {
+        return Err(missing());
+    }
+    let key = SessionKey::new(&session.record.key.tenant, target);
+    let Some(other) = store.session(&key).map_err(|e| e.to_string())? else { return Err(missing()) };
+    let root = |ancestry: &[String], own: &str| ancestry.first().cloned().unwrap_or_else(|| own.to_owned());
+    if root(&other.ancestry, target) == root(&session.record.ancestry, &session.record.key.session) {
+        Ok(())
+    } else {
+        Err(missing())
+    }
+}
+
+/// A config the engine can run: consistent handler and format, valid and
+/// unique tool and sub-agent names, usable JSON Schemas.
+pub(crate) fn check_config(agent: &AgentConfig) -> Result<(), String> {
+    if agent.model.is_empty() {
+        return Err("model is empty".to_owned());
+    }
+    if agent.format.is_some() && agent.handler != Some(subs_protocol::LlmHandler::Worker) {
+        return Err("format requires handler `worker` (the engine runs LLM calls in its own format)".to_owned());
+    }
+    let mut names = HashSet::new();
+    for (i, tool) in agent.tools.iter().flatten().enumerate() {
+        if tool.name.is_empty() || tool.name.len() > 128 {
+            return Err(format!("tools[{i}].name must be 1 to 128 characters"));
+        }
+        if !names.insert(tool.name.as_str()) {
+            return Err(format!("tools[{i}].name `{}` is declared twice", tool.name));
+        }
+        for (field, schema) in [("input", &tool.input), ("output", &tool.output)] {
+            if let Some(schema) = schema {
+                tools::check_schema(schema)
+                    .map_err(|e| format!("tools[{i}].{field} is not a usable JSON Schema: {e}"))?;
+            }
+        }
+    }
+    for (i, sub) in agent.sub_agents.iter().flatten().enumerate() {
+        if !valid_id(&sub.id) {
+            return Err(format!("sub_agents[{i}].id `{}` is not a valid agent id", sub.id));
+        }
+        if !names.insert(sub.id.as_str()) {
+            return Err(format!("sub_agents[{i}].id `{}` is also the name of a tool", sub.id));
+        }
+    }
+    Ok(())
+}

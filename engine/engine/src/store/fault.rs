@@ -1,0 +1,318 @@
+//! [`FaultyStore`]: a test tool that wraps a [`Store`] to make it crash or
+//! slow down on cue.
+//!
+//! Not for production. Crash-recovery tests drive an engine on a
+//! `FaultyStore`, let it "crash" after a chosen number of commits (every
+//! later commit fails, nothing more is written), drop the engine, and start
+//! a new one on the same file to check that it resumes from exactly what
+//! was committed. The slow-disk delay makes commits take long enough for
+//! races (cancellation, shutdown, concurrent sessions) to show.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), subs_engine::store::StoreError> {
+//! use subs_engine::store::fault::FaultyStore;
+//! use subs_engine::store::redb::RedbStore;
+//!
+//! let store = FaultyStore::new(RedbStore::open("/tmp/test.redb")?);
+//! store.crash_after(3);
+//! // ... run the engine on `store` until it crashes:
+//! store.wait_crashed().await;
+//! store.into_inner().close().await?;
+//! // ... reopen the file and check what survived.
+//! # Ok(())
+//! # }
+//! ```
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::{
+    Batch, BoxFuture, CallRecord, EventRecord, InboxItem, MessageRecord, SessionKey, SessionRecord, StepRecord, Store,
+    StoreError, StoreStats, TurnRecord,
+};
+
+/// A [`Store`] that passes everything to `inner` until it is told to
+/// crash. A test tool; see the [module docs](self).
+///
+/// Once crashed, every commit fails with [`StoreError::Closed`] and writes
+/// nothing, as if the process had died just before it; reads still reach
+/// `inner`, so a test can look at what a crash left behind. The crash is
+/// decided when `commit` is called: commits let through before it complete
+/// normally, like commits that were durable before the process died.
+#[derive(Debug)]
+pub struct FaultyStore<S> {
+    /// The store that does the work.
+    inner: S,
+    /// The crash plan and the counts, behind one lock so that concurrent
+    /// commits are let through or refused in one order.
+    state: Mutex<State>,
+    /// Flips to `true` on the crash; watched by [`Self::wait_crashed`], and
+    /// unlike a `Notify` it remembers a crash that happened before anyone
+    /// waited.
+    crashed: watch::Sender<bool>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Commits still let through before the crash; `None`: no crash planned.
+    budget: Option<u64>,
+    /// Whether the store has crashed.
+    crashed: bool,
+    /// Commits passed to the inner store.
+    commits: u64,
+    /// Commits refused because of the crash.
+    refused: u64,
+    /// How long each commit waits before it reaches the inner store.
+    delay: Duration,
+}
+
+impl<S: Store> FaultyStore<S> {
+    /// Wraps `inner`, with no crash planned and no delay.
+    pub fn new(inner: S) -> Self {
+        Self { inner, state: Mutex::new(State::default()), crashed: watch::Sender::new(false) }
+    }
+
+    /// Lets `n` more commits through, then crashes: the next commit and
+    /// every one after it fail with [`StoreError::Closed`] without writing.
+    /// `crash_after(0)` crashes on the next commit. Calling it again
+    /// replaces the plan (unless the store has crashed already).
+    pub fn crash_after(&self, n: u64) {
+        self.state().budget = Some(n);
+    }
+
+    /// Crashes now: every commit from here on fails.
+    pub fn crash_now(&self) {
+        let mut state = self.state();
+        self.crash(&mut state);
+    }
+
+    /// Whether the store has crashed.
+    pub fn crashed(&self) -> bool {
+        self.state().crashed
+    }
+
+    /// Resolves once the store has crashed (at once if it has).
+    pub async fn wait_crashed(&self) {
+        let mut crashed = self.crashed.subscribe();
+        // Fails only if the sender is gone, and `self` holds it.
+        let _ = crashed.wait_for(|crashed| *crashed).await;
+    }
+
+    /// Makes every commit from now on wait `delay` before it reaches the
+    /// inner store, like a slow disk. Uses tokio's clock, so tests with a
+    /// paused clock control it.
+    pub fn set_commit_delay(&self, delay: Duration) {
+        self.state().delay = delay;
+    }
+
+    /// Commits passed through to the inner store so far.
+    pub fn commits(&self) -> u64 {
+        self.state().commits
+    }
+
+    /// Commits refused because the store had crashed.
+    pub fn refused(&self) -> u64 {
+        self.state().refused
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// Unwraps the store, e.g. to close it before reopening its file.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while holding the lock; if a test did, the state
+        // is still consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn crash(&self, state: &mut State) {
+        if !state.crashed {
+            state.crashed = true;
+            self.crashed.send_replace(true);
+        }
+    }
+
+    /// Decides whether a commit goes through; `Some(delay)` when it does.
+    fn admit(&self) -> Option<Duration> {
+        let mut state = self.state();
+        if !state.crashed && state.budget == Some(0) {
+            self.crash(&mut state);
+        }
+        if state.crashed {
+            state.refused += 1;
+            return None;
+        }
+        if let Some(budget) = state.budget.as_mut() {
+            *budget -= 1;
+        }
+        state.commits += 1;
+        Some(state.delay)
+    }
+}
+
+impl<S: Store> Store for FaultyStore<S> {
+    fn commit(&self, batch: Batch) -> BoxFuture<'_, Result<(), StoreError>> {
+        let admitted = self.admit();
+        Box::pin(async move {
+            let delay = admitted.ok_or(StoreError::Closed)?;
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            self.inner.commit(batch).await
+        })
+    }
+
+    fn session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+        self.inner.session(key)
+    }
+
+    fn sessions(&self, tenant: Option<&str>) -> Result<Vec<SessionRecord>, StoreError> {
+        self.inner.sessions(tenant)
+    }
+
+    fn unfinished(&self) -> Result<Vec<SessionKey>, StoreError> {
+        self.inner.unfinished()
+    }
+
+    fn messages(&self, key: &SessionKey) -> Result<Vec<(u64, MessageRecord)>, StoreError> {
+        self.inner.messages(key)
+    }
+
+    fn steps(&self, key: &SessionKey, from: u64) -> Result<Vec<(u64, StepRecord)>, StoreError> {
+        self.inner.steps(key, from)
+    }
+
+    fn calls(&self, key: &SessionKey) -> Result<Vec<CallRecord>, StoreError> {
+        self.inner.calls(key)
+    }
+
+    fn events(
+        &self,
+        key: &SessionKey,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, EventRecord)>, StoreError> {
+        self.inner.events(key, after, limit)
+    }
+
+    fn turn(&self, key: &SessionKey, turn_id: &str) -> Result<Option<TurnRecord>, StoreError> {
+        self.inner.turn(key, turn_id)
+    }
+
+    fn inbox(&self, key: &SessionKey) -> Result<Vec<(u64, InboxItem)>, StoreError> {
+        self.inner.inbox(key)
+    }
+
+    fn stats(&self) -> Result<StoreStats, StoreError> {
+        self.inner.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::Op;
+    use crate::store::redb::RedbStore;
+
+    fn event_batch(seq: u64) -> Batch {
+        let mut batch = Batch::new();
+        batch.push(Op::PutEvent {
+            session: SessionKey::new("t1", "s1"),
+            seq,
+            record: EventRecord { name: "message".to_owned(), data: json!({"seq": seq}) },
+        });
+        batch
+    }
+
+    fn stored_events(store: &impl Store) -> Vec<u64> {
+        store.events(&SessionKey::new("t1", "s1"), None, 100).unwrap().into_iter().map(|(seq, _)| seq).collect()
+    }
+
+    #[tokio::test]
+    async fn crash_after_lets_n_commits_through_and_nothing_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("subs.redb");
+        let store = FaultyStore::new(RedbStore::open(&path).unwrap());
+        store.crash_after(3);
+        for seq in 0..3 {
+            store.commit(event_batch(seq)).await.unwrap();
+            assert!(!store.crashed());
+        }
+        for seq in 3..6 {
+            assert!(matches!(store.commit(event_batch(seq)).await, Err(StoreError::Closed)));
+        }
+        assert!(store.crashed());
+        store.wait_crashed().await;
+        assert_eq!((store.commits(), store.refused()), (3, 3));
+        // Reads still reach the inner store.
+        assert_eq!(stored_events(&store), vec![0, 1, 2]);
+
+        store.into_inner().close().await.unwrap();
+        let reopened = RedbStore::open(&path).unwrap();
+        assert_eq!(stored_events(&reopened), vec![0, 1, 2]);
+        reopened.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn concurrent_commits_cross_the_crash_in_one_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(FaultyStore::new(RedbStore::open(dir.path().join("subs.redb")).unwrap()));
+        store.crash_after(10);
+        let tasks: Vec<_> = (0..50)
+            .map(|seq| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move { store.commit(event_batch(seq)).await.is_ok() })
+            })
+            .collect();
+        let mut passed = 0;
+        for task in tasks {
+            passed += u64::from(task.await.unwrap());
+        }
+        assert_eq!(passed, 10);
+        assert_eq!(stored_events(store.as_ref()).len(), 10);
+        assert_eq!((store.commits(), store.refused()), (10, 40));
+    }
+
+    #[tokio::test]
+    async fn wait_crashed_wakes_when_the_crash_happens() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(FaultyStore::new(RedbStore::open(dir.path().join("subs.redb")).unwrap()));
+        let waiter = tokio::spawn({
+            let store = Arc::clone(&store);
+            async move { store.wait_crashed().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        store.crash_after(0);
+        assert!(!store.crashed(), "the crash comes with the next commit");
+        assert!(store.commit(event_batch(0)).await.is_err());
+        waiter.await.unwrap();
+        assert!(stored_events(store.as_ref()).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_commit_delay_holds_commits_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FaultyStore::new(RedbStore::open(dir.path().join("subs.redb")).unwrap());
+        store.set_commit_delay(Duration::from_millis(100));
+        let started = tokio::time::Instant::now();
+        store.commit(event_batch(0)).await.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        assert_eq!(stored_events(&store), vec![0]);
+        store.crash_now();
+        assert!(store.commit(event_batch(1)).await.is_err());
+        assert_eq!(stored_events(&store), vec![0]);
+    }
+}

@@ -1,0 +1,387 @@
+//! The records the store keeps. All are plain data, serialized as JSON.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use subs_protocol::action::LlmCall;
+use subs_protocol::{
+    AgentConfig, AgentTool, Call, ClientContext, ClientInput, DecisionResponse, DraftMessage, Message, RetryPolicy,
+    ToolInput, Trigger, WorkerIdentity,
+};
+
+/// Identifies a session: its tenant and its id. Ids are unique per tenant,
+/// so two tenants may use the same session id without meeting.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SessionKey {
+    /// The tenant owning the session.
+    pub tenant: String,
+    /// The session's id within the tenant.
+    pub session: String,
+}
+
+impl SessionKey {
+    /// The key of session `session` of `tenant`.
+    pub fn new(tenant: impl Into<String>, session: impl Into<String>) -> Self {
+        Self { tenant: tenant.into(), session: session.into() }
+    }
+
+    /// The key as one string, `tenant/session`, for stores that key by
+    /// strings. Unambiguous because ids may not contain `/` (see
+    /// [`valid_id`]).
+    pub fn storage_key(&self) -> String {
+        format!("{}/{}", self.tenant, self.session)
+    }
+
+    /// Parses a [`storage_key`](Self::storage_key).
+    pub fn from_storage_key(key: &str) -> Option<Self> {
+        let (tenant, session) = key.split_once('/')?;
+        Some(Self::new(tenant, session))
+    }
+}
+
+impl fmt::Display for SessionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.tenant, self.session)
+    }
+}
+
+/// Whether `id` may name a tenant, session, agent, message, call, turn or
+/// interrupt: 1 to 128 characters of `A-Z a-z 0-9 _ - . :`, not starting
+/// with `.`. Ids appear in URLs and store keys, so nothing that could
+/// traverse paths or split keys is allowed.
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with('.')
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+}
+
+/// Where a session is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    /// No turn is open; the session waits for input.
+    #[default]
+    Idle,
+    /// A turn is being worked on.
+    Running,
+    /// A turn is open but only someone outside can move it: an interrupt
+    /// to resume or a client tool call to settle.
+    Waiting,
+}
+
+/// A session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// The session.
+    pub key: SessionKey,
+    /// The agent it runs.
+    pub agent_id: String,
+    /// Its owner, as workers see it.
+    pub identity: WorkerIdentity,
+    /// Where it is.
+    pub status: SessionStatus,
+    /// The agent's state, verbatim.
+    pub state: Value,
+    /// The agent's config; `None` until the agent sets one.
+    pub agent: Option<AgentConfig>,
+    /// The end of the active path.
+    pub head_id: Option<String>,
+    /// Ancestor session ids, nearest last.
+    pub ancestry: Vec<String>,
+    /// The parent session and call, for sub-agent sessions.
+    pub parent: Option<ParentLink>,
+    /// Sequence numbers to hand out next.
+    pub next: Counters,
+    /// Steps before this one are finished; loading starts here.
+    pub first_open_step: u64,
+    /// The open turn.
+    pub turn: Option<TurnState>,
+    /// Inputs that arrived while a turn was open, started in order when it
+    /// ends.
+    pub queued: Vec<QueuedInput>,
+    /// Interrupts waiting for `interrupt.resume`.
+    pub interrupts: Vec<OpenInterrupt>,
+    /// Creation time (Unix ms).
+    pub created_ms: u64,
+    /// Last change (Unix ms).
+    pub updated_ms: u64,
+}
+
+/// Sequence numbers a session hands out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Counters {
+    /// The next step.
+    pub step: u64,
+    /// The next event.
+    pub event: u64,
+    /// The next message.
+    pub message: u64,
+    /// The next engine-minted id (calls, interrupts, turns).
+    pub id: u64,
+}
+
+/// The session and call a sub-agent session reports to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentLink {
+    /// The parent session (same tenant).
+    pub session: String,
+    /// The parent's `sub_agent` call this session answers.
+    pub call_id: String,
+}
+
+/// The open turn of a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnState {
+    /// The turn's id.
+    pub turn_id: String,
+    /// Client-side tools the turn's input declared, layered onto the
+    /// config for this turn.
+    pub client_tools: Vec<AgentTool>,
+    /// When the turn started (Unix ms).
+    pub started_ms: u64,
+}
+
+/// An input that starts a turn, waiting for the open turn to end. It is
+/// reconciled against the tree only when its turn starts, since the tree
+/// may change until then.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueuedInput {
+    /// The turn it will start.
+    pub turn_id: String,
+    /// The input, as the client sent it.
+    pub input: ClientInput,
+}
+
+/// What a turn starts with, after reconciliation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TurnStart {
+    /// New messages from the client, reconciled against the tree: the
+    /// active path moves to `fork_id` (the last message the client's view
+    /// shares with the tree) and `new` are the client's new messages.
+    Messages {
+        /// The last common message; `None`: the conversation starts over.
+        fork_id: Option<String>,
+        /// The new messages.
+        new: Vec<DraftMessage>,
+        /// Client tools, context and state.
+        client: ClientContext,
+    },
+    /// A `client.action`.
+    Action {
+        /// The action.
+        name: String,
+        /// Its arguments.
+        args: Option<Value>,
+    },
+}
+
+/// An interrupt waiting for `interrupt.resume`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpenInterrupt {
+    /// Its id.
+    pub interrupt_id: String,
+    /// Why it was raised.
+    pub reason: String,
+    /// What the resumer needs.
+    pub payload: Option<Value>,
+}
+
+/// A recorded message and its parent in the tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageRecord {
+    /// The message.
+    pub message: Message,
+    /// Its parent; `None` for a root.
+    pub parent_id: Option<String>,
+}
+
+/// A trigger as stored. `client.messages` triggers carry the client's
+/// whole conversation; storing that verbatim would copy the conversation
+/// into every turn, so only what is new is stored and the rest is rebuilt
+/// from the tree when the trigger is delivered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StoredTrigger {
+    /// Any trigger but `client.messages`, as is.
+    Plain {
+        /// The trigger.
+        trigger: Trigger,
+    },
+    /// `client.messages`: the messages are the active path up to `fork_id`
+    /// followed by `new`.
+    ClientMessages {
+        /// The last message the client's view shares with the tree.
+        fork_id: Option<String>,
+        /// The client's new messages.
+        new: Vec<DraftMessage>,
+        /// Client tools, context and state.
+        client: ClientContext,
+    },
+    /// `llm.execute`: the request is rebuilt from the call (its action and
+    /// the path to its anchor).
+    LlmExecute {
+        /// The call.
+        call_id: String,
+        /// The try this delivery is for.
+        attempt: u32,
+    },
+}
+
+/// Where a step is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    /// Its trigger waits to be decided (or to be delivered again).
+    Pending,
+    /// Its decision was stored and applied.
+    Applied,
+    /// Every delivery failed; the turn failed with it.
+    Failed,
+    /// Its turn ended (cancelled or failed) before it was decided.
+    Dropped,
+}
+
+/// One trigger and what became of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// The turn it belongs to.
+    pub turn_id: Option<String>,
+    /// The decision's id (stable across redeliveries).
+    pub decision_id: String,
+    /// Why the engine asks.
+    pub trigger: StoredTrigger,
+    /// Where it is.
+    pub status: StepStatus,
+    /// Deliveries so far.
+    pub attempts: u32,
+    /// Not to be delivered again before this instant (Unix ms), after a
+    /// failed delivery.
+    pub retry_at_ms: Option<u64>,
+    /// The last delivery's error.
+    pub error: Option<String>,
+    /// The decision, once applied.
+    pub decision: Option<DecisionResponse>,
+    /// Ids of the messages the decision recorded.
+    pub recorded: Vec<String>,
+    /// The agent version that decided (a content digest), when known.
+    pub agent_version: Option<String>,
+}
+
+/// An in-flight call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallRecord {
+    /// The call as workers see it (`calls` of a request).
+    pub call: Call,
+    /// The turn it belongs to.
+    pub turn_id: Option<String>,
+    /// How it is retried.
+    pub retry: Option<RetryPolicy>,
+    /// Not to be tried again before this instant (Unix ms), while
+    /// `retry_scheduled`.
+    pub retry_at_ms: Option<u64>,
+    /// What to run.
+    pub spec: CallSpec,
+}
+
+/// What a call runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CallSpec {
+    /// An LLM call. The conversation is not stored: it is the path to the
+    /// call's anchor, rebuilt when the call runs (unless the action gave
+    /// explicit messages).
+    Llm {
+        /// The `llm.call` action with every field resolved from the config
+        /// but `messages`.
+        action: LlmCall,
+        /// The system prompt to put first, unless the action has explicit
+        /// messages.
+        system: Option<String>,
+        /// The provider format for worker-handled calls.
+        format: Option<subs_protocol::LlmFormat>,
+    },
+    /// A tool call.
+    Tool {
+        /// The arguments as text.
+        arguments: String,
+        /// Their validation against the tool's input schema.
+        input: ToolInput,
+        /// The schema results must satisfy.
+        output: Option<Value>,
+    },
+    /// A child session.
+    SubAgent {
+        /// The model tool call the delegation answers.
+        tool_call_id: String,
+    },
+}
+
+/// An event for clients.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// The event name (`message`, `turn.done`, …).
+    pub name: String,
+    /// Its data.
+    pub data: Value,
+}
+
+/// Where a turn is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnStatus {
+    /// Waiting for the open turn to end.
+    Queued,
+    /// Open.
+    Running,
+    /// Ended with `done`.
+    Done,
+    /// Ended in failure (or cancelled).
+    Failed,
+}
+
+/// A turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnRecord {
+    /// Where it is.
+    pub status: TurnStatus,
+    /// `done` data, or the failure's `{error, code}`.
+    pub data: Option<Value>,
+    /// When it started (Unix ms).
+    pub started_ms: u64,
+    /// When it ended (Unix ms).
+    pub ended_ms: Option<u64>,
+}
+
+/// Something another session (or the engine on its behalf) hands a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum InboxItem {
+    /// A child session's turn ended; settles the `sub_agent` call.
+    SubAgentFinished {
+        /// The call.
+        call_id: String,
+        /// Whether the child's turn succeeded.
+        ok: bool,
+        /// The child's result.
+        result: Option<String>,
+        /// The child's error.
+        error: Option<String>,
+    },
+    /// A message to append to the active path (`message.send`).
+    Message {
+        /// The message.
+        message: DraftMessage,
+        /// The session that sent it.
+        from: String,
+    },
+    /// A turn to start (a sub-agent's first input).
+    Start {
+        /// The turn's id.
+        turn_id: String,
+        /// What starts it.
+        start: TurnStart,
+    },
+}

@@ -1,0 +1,1456 @@
+//! [`RedbStore`]: the [`Store`] kept in one redb file, with group commit.
+//!
+//! # What is in the file
+//!
+//! One table per record kind, every record a JSON value (`serde_json`):
+//!
+//! | table | key | value |
+//! | --- | --- | --- |
+//! | `sessions` | storage key (`tenant/session`) | [`SessionRecord`] |
+//! | `active` | storage key | nothing: the session's status is not idle |
+//! | `messages` | (storage key, seq) | [`MessageRecord`] |
+//! | `steps` | (storage key, seq) | [`StepRecord`] |
+//! | `events` | (storage key, seq) | [`EventRecord`] |
+//! | `inbox` | (storage key, seq) | [`InboxItem`] |
+//! | `calls` | (storage key, call id) | [`CallRecord`] |
+//! | `turns` | (storage key, turn id) | [`TurnRecord`] |
+//! | `meta` | name | `u64`: the file format and the next inbox sequence number |
+//!
+//! Tuple keys sort by session first, so every read of one session is a
+//! single range scan. `active` is kept in step with each `PutSession`, so
+//! [`Store::unfinished`] reads a small index (plus the inbox, which only
+//! holds items not yet taken in) instead of every session.
+//!
+//! # Writes: group commit
+//!
+//! [`Store::commit`] encodes the batch on the caller's task, queues it to a
+//! single writer thread and awaits a oneshot answer, so no tokio worker ever
+//! blocks on the disk. The writer takes every batch already queued (at most
+//! [`MAX_GROUP`]), applies them in arrival order in one redb write
+//! transaction, commits it with immediate durability (one fsync) and then
+//! answers every waiter. Under load many batches share one fsync; alone, a
+//! batch costs one.
+//!
+//! If writing a group's ops fails (nothing is committed then), the writer
+//! retries each batch of the group in a transaction of its own, so one bad
+//! batch cannot fail the unrelated batches that happened to share its
+//! group. If the commit itself fails, every batch of the group gets the
+//! error: redb guarantees that a failed commit leaves none of it visible.
+//!
+//! # Reads
+//!
+//! Reads open a redb read transaction on the caller's thread: they see the
+//! last committed state, never block on the writer and take microseconds.
+//!
+//! # Shutdown
+//!
+//! [`RedbStore::close`] stops taking commits, lets the writer finish every
+//! batch already queued, closes the database on the writer thread and joins
+//! it; when it returns the file is free to be opened again. Dropping the
+//! store does the same (and waits for the writer), without reporting
+//! errors.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, mpsc};
+use std::thread::JoinHandle;
+
+use ::redb::{
+    Database, DatabaseError, Durability, ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, Table,
+    TableDefinition, WriteTransaction,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::oneshot;
+
+use super::{
+    Batch, BoxFuture, CallRecord, EventRecord, InboxItem, MessageRecord, Op, SessionKey, SessionRecord, SessionStatus,
+    StepRecord, Store, StoreError, StoreStats, TurnRecord,
+};
+
+/// The most batches one write transaction takes. Bounds how long the first
+/// waiter of a group waits behind the others, and the transaction's size.
+pub const MAX_GROUP: usize = 256;
+
+/// Table names, also used in [`StoreError::Corrupt`].
+mod name {
+    pub const SESSIONS: &str = "sessions";
+    pub const ACTIVE: &str = "active";
+    pub const MESSAGES: &str = "messages";
+    pub const STEPS: &str = "steps";
+    pub const EVENTS: &str = "events";
+    pub const INBOX: &str = "inbox";
+    pub const CALLS: &str = "calls";
+    pub const TURNS: &str = "turns";
+    pub const META: &str = "meta";
+    /// Not a table: errors of the database as a whole.
+    pub const DATABASE: &str = "database";
+}
+
+const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new(name::SESSIONS);
+const ACTIVE: TableDefinition<&str, ()> = TableDefinition::new(name::ACTIVE);
+const MESSAGES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new(name::MESSAGES);
+const STEPS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new(name::STEPS);
+const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new(name::EVENTS);
+const INBOX: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new(name::INBOX);
+const CALLS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::CALLS);
+const TURNS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::TURNS);
+const META: TableDefinition<&str, u64> = TableDefinition::new(name::META);
+
+/// `meta` key: the layout version of the file, so a later engine can tell
+/// an old file from a corrupt one.
+const META_FORMAT: &str = "format";
+/// `meta` key: the next inbox sequence number. Kept in the file (not
+/// derived from the inbox, which empties) so numbers never repeat, across
+/// sessions and restarts.
+const META_NEXT_INBOX: &str = "next_inbox_seq";
+/// The layout this code writes.
+const FORMAT_VERSION: u64 = 1;
+
+/// The [`Store`] on a redb file. See the [module docs](self) for the layout
+/// and the commit path.
+///
+/// Share it as `Arc<RedbStore>` (or `Arc<dyn Store>`); all methods take
+/// `&self`. Shut it down with [`close`](Self::close). Dropping it without
+/// closing also releases the file, but the drop blocks its thread until the
+/// writer has committed what was queued.
+pub struct RedbStore {
+    /// The file, for errors and logs.
+    path: PathBuf,
+    /// The database, for reads. `None` once closed; the lock lets `close`
+    /// wait for reads in progress before it lets the database go.
+    db: RwLock<Option<Arc<Database>>>,
+    /// Where commits queue for the writer. `None` once closed, which is how
+    /// later commits learn that the store is closed.
+    queue: Mutex<Option<mpsc::Sender<Request>>>,
+    /// The writer thread, joined on close so the file is released when
+    /// `close` returns.
+    writer: Mutex<Option<JoinHandle<()>>>,
+    /// Counts the writer keeps for [`Store::stats`].
+    counters: Arc<Tally>,
+}
+
+/// What the writer has done.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Batches committed.
+    batches: AtomicU64,
+    /// Write transactions committed (one fsync each).
+    commits: AtomicU64,
+}
+
+/// A message to the writer thread.
+enum Request {
+    /// Commit these writes and answer.
+    Commit {
+        /// The batch, encoded.
+        writes: Vec<Write>,
+        /// Where the outcome goes.
+        answer: oneshot::Sender<Result<(), StoreError>>,
+    },
+    /// Finish what is queued before this, close the database and stop.
+    Close {
+        /// Where the outcome of closing goes.
+        answer: oneshot::Sender<Result<(), StoreError>>,
+    },
+}
+
+/// One op of a batch, encoded and ready to write. Encoding happens on the
+/// committing task so the writer thread only touches the disk.
+#[derive(Debug)]
+enum Write {
+    Session { key: String, active: bool, value: Vec<u8> },
+    PutSeq { table: SeqTable, key: String, seq: u64, value: Vec<u8> },
+    DeleteSeq { table: SeqTable, key: String, seq: u64 },
+    PutNamed { table: NamedTable, key: String, id: String, value: Vec<u8> },
+    DeleteNamed { table: NamedTable, key: String, id: String },
+    PushInbox { key: String, value: Vec<u8> },
+}
+
+impl Write {
+    /// The storage key of the session the write touches.
+    #[cfg(test)]
+    fn key(&self) -> &str {
+        match self {
+            Write::Session { key, .. }
+            | Write::PutSeq { key, .. }
+            | Write::DeleteSeq { key, .. }
+            | Write::PutNamed { key, .. }
+            | Write::DeleteNamed { key, .. }
+            | Write::PushInbox { key, .. } => key,
+        }
+    }
+}
+
+/// Tables keyed by (session, sequence number).
+#[derive(Debug, Clone, Copy)]
+enum SeqTable {
+    Messages,
+    Steps,
+    Events,
+    Inbox,
+}
+
+/// Tables keyed by (session, id).
+#[derive(Debug, Clone, Copy)]
+enum NamedTable {
+    Calls,
+    Turns,
+}
+
+impl RedbStore {
+    /// Opens the store at `path`, creating the file if it does not exist,
+    /// and starts its writer thread.
+    ///
+    /// Fails with [`StoreError::Locked`] when another process, or another
+    /// open `RedbStore` of this process, holds the file: redb locks the
+    /// whole file for as long as it is open.
+    ///
+    /// Blocking: it commits once (creating missing tables), and after an
+    /// unclean shutdown redb first repairs the file, in time proportional
+    /// to its size. Call it at startup, or through `spawn_blocking`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let db = match Database::create(&path) {
+            Ok(db) => db,
+            // LockProtocolMismatch: another process holds it with a redb
+            // that locks differently; to the user it is just as locked.
+            Err(DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch) => {
+                return Err(StoreError::Locked { path: path.display().to_string() });
+            }
+            Err(err) => return Err(redb_error(name::DATABASE, err)),
+        };
+        prepare(&db)?;
+        let db = Arc::new(db);
+        let counters = Arc::new(Tally::default());
+        let (queue, requests) = mpsc::channel();
+        let writer = {
+            let db = Arc::clone(&db);
+            let counters = Arc::clone(&counters);
+            std::thread::Builder::new()
+                .name("subs-store-writer".to_owned())
+                .spawn(move || run_writer(db, requests, &counters))
+                .map_err(|err| StoreError::Io(format!("cannot start the store's writer thread: {err}")))?
+        };
+        Ok(Self {
+            path,
+            db: RwLock::new(Some(db)),
+            queue: Mutex::new(Some(queue)),
+            writer: Mutex::new(Some(writer)),
+            counters,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Shuts the store down: commits from now on fail with
+    /// [`StoreError::Closed`], batches already queued are still committed
+    /// and answered, then the database is closed and the writer joined.
+    /// When this returns the file can be opened again.
+    ///
+    /// Reads after `close` fail with [`StoreError::Closed`]. Closing twice
+    /// is harmless; the second call returns at once. The error, if any, is
+    /// redb's from closing the file (the data committed so far is durable
+    /// regardless).
+    pub async fn close(&self) -> Result<(), StoreError> {
+        let (answer, closed) = oneshot::channel();
+        if !self.shut(Some(answer)) {
+            return Ok(());
+        }
+        // The writer answers only after it has let the database go.
+        let result = closed.await;
+        // It has nothing left to do, so this join is immediate.
+        let joined = lock(&self.writer).take().map_or(Ok(()), JoinHandle::join);
+        match (result, joined) {
+            (Ok(result), Ok(())) => result,
+            // Only a bug in the writer gets here.
+            _ => Err(StoreError::Io("the store's writer thread panicked".to_owned())),
+        }
+    }
+
+    /// Stops taking commits and lets go of the read handle, so the writer's
+    /// handle is the last one and the database closes when the writer
+    /// drops it. `answer`, when given, learns how closing went. Returns
+    /// whether this call did it (false: already shut).
+    fn shut(&self, answer: Option<oneshot::Sender<Result<(), StoreError>>>) -> bool {
+        let Some(queue) = lock(&self.queue).take() else {
+            return false;
+        };
+        // Waits for reads in progress: none may outlive the database.
+        self.db.write().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(answer) = answer {
+            // Fails only if the writer is gone already; then there is
+            // nothing left to close and the dropped answer says so.
+            let _ = queue.send(Request::Close { answer });
+        }
+        // Dropping the sender ends the writer's loop once the queue is
+        // drained, with or without a Close request.
+        true
+    }
+
+    /// Runs `read` in a read transaction.
+    fn read<T>(&self, read: impl FnOnce(&ReadTransaction) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+        let db = db.as_ref().ok_or(StoreError::Closed)?;
+        let txn = db.begin_read().map_err(|err| redb_error(name::DATABASE, err))?;
+        read(&txn)
+    }
+
+    /// Encodes `batch` and queues it for the writer; `None` when there is
+    /// nothing to write.
+    fn enqueue(&self, batch: Batch) -> Result<Option<oneshot::Receiver<Result<(), StoreError>>>, StoreError> {
+        let writes = encode(batch)?;
+        let queue = lock(&self.queue);
+        let queue = queue.as_ref().ok_or(StoreError::Closed)?;
+        if writes.is_empty() {
+            return Ok(None);
+        }
+        let (answer, outcome) = oneshot::channel();
+        queue.send(Request::Commit { writes, answer }).map_err(|_| StoreError::Closed)?;
+        Ok(Some(outcome))
+    }
+}
+
+impl Drop for RedbStore {
+    fn drop(&mut self) {
+        self.shut(None);
+        // Waits for the queued batches to be written, so that the file is
+        // released (and reopenable) once the store is gone.
+        if let Some(writer) = self.writer.get_mut().unwrap_or_else(PoisonError::into_inner).take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+impl fmt::Debug for RedbStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedbStore").field("path", &self.path).field("counters", &self.counters).finish()
+    }
+}
+
+impl Store for RedbStore {
+    /// Queues the batch for the writer as soon as it is called (not when
+    /// first polled), so commits made one after another by one task are
+    /// applied in that order. Dropping the returned future does not take
+    /// the batch back: it may still be committed.
+    fn commit(&self, batch: Batch) -> BoxFuture<'_, Result<(), StoreError>> {
+        let queued = self.enqueue(batch);
+        Box::pin(async move {
+            match queued? {
+                // The writer never drops an answer unanswered unless it
+                // died; the store takes no more writes then.
+                Some(outcome) => outcome.await.unwrap_or(Err(StoreError::Closed)),
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+        self.read(|txn| {
+            let table = open_read(txn, SESSIONS, name::SESSIONS)?;
+            let value = table.get(key.storage_key().as_str()).map_err(|err| redb_error(name::SESSIONS, err))?;
+            value.map(|value| decode(name::SESSIONS, value.value())).transpose()
+        })
+    }
+
+    fn sessions(&self, tenant: Option<&str>) -> Result<Vec<SessionRecord>, StoreError> {
+        self.read(|txn| {
+            let table = open_read(txn, SESSIONS, name::SESSIONS)?;
+            let entries = match tenant {
+                // Ids hold no `/`, so `tenant/` prefixes exactly this
+                // tenant's keys, and `0` is the character after `/`.
+                Some(tenant) => {
+                    let (from, to) = (format!("{tenant}/"), format!("{tenant}0"));
+                    table.range::<&str>(from.as_str()..to.as_str())
+                }
+                None => table.range::<&str>(..),
+            }
+            .map_err(|err| redb_error(name::SESSIONS, err))?;
+            let mut sessions = Vec::new();
+            for entry in entries {
+                let (_, value) = entry.map_err(|err| redb_error(name::SESSIONS, err))?;
+                sessions.push(decode::<SessionRecord>(name::SESSIONS, value.value())?);
+            }
+            // Storage keys order `a-b/x` before `a/x`; callers expect the
+            // order of `SessionKey` (tenant, then session).
+            sessions.sort_by(|a, b| a.key.cmp(&b.key));
+            Ok(sessions)
+        })
+    }
+
+    fn unfinished(&self) -> Result<Vec<SessionKey>, StoreError> {
+        self.read(|txn| {
+            let mut keys = BTreeSet::new();
+            let active = open_read(txn, ACTIVE, name::ACTIVE)?;
+            for entry in active.iter().map_err(|err| redb_error(name::ACTIVE, err))? {
+                let (key, _) = entry.map_err(|err| redb_error(name::ACTIVE, err))?;
+                keys.insert(parse_key(name::ACTIVE, key.value())?);
+            }
+            // The inbox only holds items not yet taken in, so scanning it
+            // whole stays cheap.
+            let inbox = open_read(txn, INBOX, name::INBOX)?;
+            for entry in inbox.iter().map_err(|err| redb_error(name::INBOX, err))? {
+                let (key, _) = entry.map_err(|err| redb_error(name::INBOX, err))?;
+                keys.insert(parse_key(name::INBOX, key.value().0)?);
+            }
+            Ok(keys.into_iter().collect())
+        })
+    }
+
+    fn messages(&self, key: &SessionKey) -> Result<Vec<(u64, MessageRecord)>, StoreError> {
+        self.read(|txn| scan_seq(txn, MESSAGES, name::MESSAGES, key, 0, usize::MAX))
+    }
+
+    fn steps(&self, key: &SessionKey, from: u64) -> Result<Vec<(u64, StepRecord)>, StoreError> {
+        self.read(|txn| scan_seq(txn, STEPS, name::STEPS, key, from, usize::MAX))
+    }
+
+    fn calls(&self, key: &SessionKey) -> Result<Vec<CallRecord>, StoreError> {
+        self.read(|txn| {
+            let table = open_read(txn, CALLS, name::CALLS)?;
+            let key = key.storage_key();
+            let entries = table.range((key.as_str(), "")..).map_err(|err| redb_error(name::CALLS, err))?;
+            let mut calls = Vec::new();
+            for entry in entries {
+                let (k, value) = entry.map_err(|err| redb_error(name::CALLS, err))?;
+                if k.value().0 != key {
+                    break;
+                }
+                calls.push(decode(name::CALLS, value.value())?);
+            }
+            Ok(calls)
+        })
+    }
+
+    fn events(
+        &self,
+        key: &SessionKey,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, EventRecord)>, StoreError> {
+        let from = match after {
+            None => 0,
+            Some(after) => match after.checked_add(1) {
+                Some(from) => from,
+                None => return Ok(Vec::new()),
+            },
+        };
+        self.read(|txn| scan_seq(txn, EVENTS, name::EVENTS, key, from, limit))
+    }
+
+    fn turn(&self, key: &SessionKey, turn_id: &str) -> Result<Option<TurnRecord>, StoreError> {
+        self.read(|txn| {
+            let table = open_read(txn, TURNS, name::TURNS)?;
+            let value = table.get((key.storage_key().as_str(), turn_id)).map_err(|err| redb_error(name::TURNS, err))?;
+            value.map(|value| decode(name::TURNS, value.value())).transpose()
+        })
+    }
+
+    fn inbox(&self, key: &SessionKey) -> Result<Vec<(u64, InboxItem)>, StoreError> {
+        self.read(|txn| scan_seq(txn, INBOX, name::INBOX, key, 0, usize::MAX))
+    }
+
+    /// `stored_bytes` is redb's `DatabaseStats::stored_bytes`: the bytes of
+    /// the keys and values in our tables, without b-tree overhead, free or
+    /// fragmented pages. redb computes it only inside a write transaction,
+    /// by walking every table, so this waits for a commit in progress and
+    /// holds the writer up while it walks: fine for metrics and tests, not
+    /// for a hot path.
+    fn stats(&self) -> Result<StoreStats, StoreError> {
+        let stored_bytes = {
+            let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+            let db = db.as_ref().ok_or(StoreError::Closed)?;
+            let txn = db.begin_write().map_err(|err| redb_error(name::DATABASE, err))?;
+            let stats = txn.stats().map_err(|err| redb_error(name::DATABASE, err));
+            // Nothing was written: aborting just gives the lock back.
+            let _ = txn.abort();
+            stats?.stored_bytes()
+        };
+        Ok(StoreStats {
+            batches: self.counters.batches.load(Ordering::Relaxed),
+            commits: self.counters.commits.load(Ordering::Relaxed),
+            stored_bytes,
+        })
+    }
+}
+
+/// Creates the tables (so reads never meet a missing one) and checks or
+/// records the format version.
+fn prepare(db: &Database) -> Result<(), StoreError> {
+    let txn = db.begin_write().map_err(|err| redb_error(name::DATABASE, err))?;
+    {
+        let tables = Tables::open(&txn)?;
+        let mut meta = tables.meta;
+        let format = meta.get(META_FORMAT).map_err(|err| redb_error(name::META, err))?.map(|format| format.value());
+        match format {
+            Some(FORMAT_VERSION) => {}
+            None => {
+                meta.insert(META_FORMAT, FORMAT_VERSION).map_err(|err| redb_error(name::META, err))?;
+            }
+            Some(other) => {
+                return Err(StoreError::Corrupt {
+                    table: name::META,
+                    message: format!("the file has store format {other}; this engine reads format {FORMAT_VERSION}"),
+                });
+            }
+        }
+    }
+    txn.commit().map_err(|err| redb_error(name::DATABASE, err))
+}
+
+/// A batch waiting in the writer's current group.
+struct Pending {
+    writes: Vec<Write>,
+    answer: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// The writer thread: takes groups of queued batches and commits each
+/// group in one transaction, until the store is shut; then closes the
+/// database (its handle is the last one by then).
+fn run_writer(db: Arc<Database>, requests: mpsc::Receiver<Request>, counters: &Tally) {
+    let mut closing = None;
+    while closing.is_none() {
+        // Disconnected: the store was dropped and the queue is drained.
+        let Ok(first) = requests.recv() else { break };
+        let mut group = Vec::new();
+        let mut next = Some(first);
+        while let Some(request) = next.take() {
+            match request {
+                Request::Commit { writes, answer } => group.push(Pending { writes, answer }),
+                // Everything queued before the close is in the group; nothing
+                // can be queued after it.
+                Request::Close { answer } => closing = Some(answer),
+            }
+            if closing.is_none() && group.len() < MAX_GROUP {
+                next = requests.try_recv().ok();
+            }
+        }
+        if !group.is_empty() {
+            commit_group(&db, group, counters);
+        }
+    }
+    let closed = match Arc::try_unwrap(db) {
+        Ok(db) => db.close().map_err(|err| redb_error(name::DATABASE, err)),
+        // A reader still holds it (only if the store was leaked half-shut):
+        // the last holder closes it.
+        Err(db) => {
+            drop(db);
+            Ok(())
+        }
+    };
+    if let Some(answer) = closing {
+        let _ = answer.send(closed);
+    }
+}
+
+/// Commits `group` and answers each of its waiters.
+fn commit_group(db: &Database, group: Vec<Pending>, counters: &Tally) {
+    let outcome = write_transaction(db, group.iter().map(|pending| pending.writes.as_slice()));
+    match outcome {
+        Ok(()) => {
+            counters.commits.fetch_add(1, Ordering::Relaxed);
+            counters.batches.fetch_add(group.len() as u64, Ordering::Relaxed);
+            for pending in group {
+                let _ = pending.answer.send(Ok(()));
+            }
+        }
+        // Some batch's writes failed and nothing was committed: find out
+        // which by committing each on its own.
+        Err(Failure::Write(_)) if group.len() > 1 => {
+            for pending in group {
+                let outcome = write_transaction(db, std::iter::once(pending.writes.as_slice()));
+                if outcome.is_ok() {
+                    counters.commits.fetch_add(1, Ordering::Relaxed);
+                    counters.batches.fetch_add(1, Ordering::Relaxed);
+                }
+                let _ = pending.answer.send(outcome.map_err(Failure::into_error));
+            }
+        }
+        Err(failure) => {
+            let error = failure.into_error();
+            for pending in group {
+                let _ = pending.answer.send(Err(duplicate(&error)));
+            }
+        }
+    }
+}
+
+/// Why a write transaction committed nothing.
+enum Failure {
+    /// Writing a batch's ops failed; the other batches may be fine.
+    Write(StoreError),
+    /// The transaction could not begin or commit; nothing would succeed.
+    Transaction(StoreError),
+}
+
+impl Failure {
+    fn into_error(self) -> StoreError {
+        match self {
+            Failure::Write(error) | Failure::Transaction(error) => error,
+        }
+    }
+}
+
+/// Writes `batches` in order in one transaction and commits it durably.
+fn write_transaction<'a>(db: &Database, batches: impl Iterator<Item = &'a [Write]>) -> Result<(), Failure> {
+    let mut txn = db.begin_write().map_err(|err| Failure::Transaction(redb_error(name::DATABASE, err)))?;
+    // Redb's default, set anyway: the whole store rests on it.
+    txn.set_durability(Durability::Immediate).map_err(|err| Failure::Transaction(redb_error(name::DATABASE, err)))?;
+    if let Err(error) = write_all(&txn, batches) {
+        let _ = txn.abort();
+        return Err(Failure::Write(error));
+    }
+    txn.commit().map_err(|err| Failure::Transaction(redb_error(name::DATABASE, err)))
+}
+
+fn write_all<'a>(txn: &WriteTransaction, batches: impl Iterator<Item = &'a [Write]>) -> Result<(), StoreError> {
+    let mut tables = Tables::open(txn)?;
+    for writes in batches {
+        for write in writes {
+            tables.apply(write)?;
+            #[cfg(test)]
+            tests::inject_failure(write.key())?;
+        }
+    }
+    Ok(())
+}
+
+type SeqTableOf<'txn> = Table<'txn, (&'static str, u64), &'static [u8]>;
+type NamedTableOf<'txn> = Table<'txn, (&'static str, &'static str), &'static [u8]>;
+
+/// Every table, open in one write transaction.
+struct Tables<'txn> {
+    sessions: Table<'txn, &'static str, &'static [u8]>,
+    active: Table<'txn, &'static str, ()>,
+    messages: SeqTableOf<'txn>,
+    steps: SeqTableOf<'txn>,
+    events: SeqTableOf<'txn>,
+    inbox: SeqTableOf<'txn>,
+    calls: NamedTableOf<'txn>,
+    turns: NamedTableOf<'txn>,
+    meta: Table<'txn, &'static str, u64>,
+}
+
+impl<'txn> Tables<'txn> {
+    fn open(txn: &'txn WriteTransaction) -> Result<Self, StoreError> {
+        Ok(Self {
+            sessions: open_write(txn, SESSIONS, name::SESSIONS)?,
+            active: open_write(txn, ACTIVE, name::ACTIVE)?,
+            messages: open_write(txn, MESSAGES, name::MESSAGES)?,
+            steps: open_write(txn, STEPS, name::STEPS)?,
+            events: open_write(txn, EVENTS, name::EVENTS)?,
+            inbox: open_write(txn, INBOX, name::INBOX)?,
+            calls: open_write(txn, CALLS, name::CALLS)?,
+            turns: open_write(txn, TURNS, name::TURNS)?,
+            meta: open_write(txn, META, name::META)?,
+        })
+    }
+
+    fn seq(&mut self, table: SeqTable) -> (&mut SeqTableOf<'txn>, &'static str) {
+        match table {
+            SeqTable::Messages => (&mut self.messages, name::MESSAGES),
+            SeqTable::Steps => (&mut self.steps, name::STEPS),
+            SeqTable::Events => (&mut self.events, name::EVENTS),
+            SeqTable::Inbox => (&mut self.inbox, name::INBOX),
+        }
+    }
+
+    fn named(&mut self, table: NamedTable) -> (&mut NamedTableOf<'txn>, &'static str) {
+        match table {
+            NamedTable::Calls => (&mut self.calls, name::CALLS),
+            NamedTable::Turns => (&mut self.turns, name::TURNS),
+        }
+    }
+
+    fn apply(&mut self, write: &Write) -> Result<(), StoreError> {
+        match write {
+            Write::Session { key, active, value } => {
+                let key = key.as_str();
+                self.sessions.insert(key, value.as_slice()).map_err(|err| redb_error(name::SESSIONS, err))?;
+                if *active {
+                    self.active.insert(key, ()).map_err(|err| redb_error(name::ACTIVE, err))?;
+                } else {
+                    self.active.remove(key).map_err(|err| redb_error(name::ACTIVE, err))?;
+                }
+            }
+            Write::PutSeq { table, key, seq, value } => {
+                let (table, name) = self.seq(*table);
+                table.insert((key.as_str(), *seq), value.as_slice()).map_err(|err| redb_error(name, err))?;
+            }
+            Write::DeleteSeq { table, key, seq } => {
+                let (table, name) = self.seq(*table);
+                table.remove((key.as_str(), *seq)).map_err(|err| redb_error(name, err))?;
+            }
+            Write::PutNamed { table, key, id, value } => {
+                let (table, name) = self.named(*table);
+                table.insert((key.as_str(), id.as_str()), value.as_slice()).map_err(|err| redb_error(name, err))?;
+            }
+            Write::DeleteNamed { table, key, id } => {
+                let (table, name) = self.named(*table);
+                table.remove((key.as_str(), id.as_str())).map_err(|err| redb_error(name, err))?;
+            }
+            Write::PushInbox { key, value } => {
+                let seq = self
+                    .meta
+                    .get(META_NEXT_INBOX)
+                    .map_err(|err| redb_error(name::META, err))?
+                    .map_or(1, |next| next.value());
+                let next = seq.checked_add(1).ok_or_else(|| StoreError::Corrupt {
+                    table: name::META,
+                    message: "the inbox sequence number is exhausted".to_owned(),
+                })?;
+                self.inbox.insert((key.as_str(), seq), value.as_slice()).map_err(|err| redb_error(name::INBOX, err))?;
+                self.meta.insert(META_NEXT_INBOX, next).map_err(|err| redb_error(name::META, err))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Encodes a batch's ops for the writer.
+fn encode(batch: Batch) -> Result<Vec<Write>, StoreError> {
+    batch
+        .ops
+        .into_iter()
+        .map(|op| {
+            Ok(match op {
+                Op::PutSession(record) => Write::Session {
+                    key: storage_key(&record.key),
+                    active: record.status != SessionStatus::Idle,
+                    value: encode_value(name::SESSIONS, &record)?,
+                },
+                Op::PutMessage { session, seq, record } => Write::PutSeq {
+                    table: SeqTable::Messages,
+                    key: storage_key(&session),
+                    seq,
+                    value: encode_value(name::MESSAGES, &record)?,
+                },
+                Op::PutStep { session, seq, record } => Write::PutSeq {
+                    table: SeqTable::Steps,
+                    key: storage_key(&session),
+                    seq,
+                    value: encode_value(name::STEPS, &record)?,
+                },
+                Op::PutCall { session, record } => Write::PutNamed {
+                    table: NamedTable::Calls,
+                    key: storage_key(&session),
+                    id: record.call.id.clone(),
+                    value: encode_value(name::CALLS, &record)?,
+                },
+                Op::DeleteCall { session, call_id } => {
+                    Write::DeleteNamed { table: NamedTable::Calls, key: storage_key(&session), id: call_id }
+                }
+                Op::PutEvent { session, seq, record } => Write::PutSeq {
+                    table: SeqTable::Events,
+                    key: storage_key(&session),
+                    seq,
+                    value: encode_value(name::EVENTS, &record)?,
+                },
+                Op::PutTurn { session, turn_id, record } => Write::PutNamed {
+                    table: NamedTable::Turns,
+                    key: storage_key(&session),
+                    id: turn_id,
+                    value: encode_value(name::TURNS, &record)?,
+                },
+                Op::PushInbox { session, item } => {
+                    Write::PushInbox { key: storage_key(&session), value: encode_value(name::INBOX, &item)? }
+                }
+                Op::DeleteInbox { session, seq } => {
+                    Write::DeleteSeq { table: SeqTable::Inbox, key: storage_key(&session), seq }
+                }
+            })
+        })
+        .collect()
+}
+
+/// The session's storage key. Ids are validated where they enter the
+/// engine; one with a `/` here would be read back as another session.
+fn storage_key(key: &SessionKey) -> String {
+    debug_assert!(
+        !key.tenant.contains('/') && !key.session.contains('/'),
+        "session key {key:?} holds a '/'; ids must pass valid_id"
+    );
+    key.storage_key()
+}
+
+fn encode_value(table: &'static str, value: &impl Serialize) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(value).map_err(|err| StoreError::Io(format!("cannot encode a record for {table}: {err}")))
+}
+
+fn decode<T: DeserializeOwned>(table: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|err| StoreError::Corrupt { table, message: err.to_string() })
+}
+
+fn parse_key(table: &'static str, key: &str) -> Result<SessionKey, StoreError> {
+    SessionKey::from_storage_key(key)
+        .ok_or_else(|| StoreError::Corrupt { table, message: format!("{key:?} is not a session key") })
+}
+
+fn open_read<K: ::redb::Key + 'static, V: ::redb::Value + 'static>(
+    txn: &ReadTransaction,
+    table: TableDefinition<K, V>,
+    name: &'static str,
+) -> Result<ReadOnlyTable<K, V>, StoreError> {
+    txn.open_table(table).map_err(|err| redb_error(name, err))
+}
+
+fn open_write<'txn, K: ::redb::Key + 'static, V: ::redb::Value + 'static>(
+    txn: &'txn WriteTransaction,
+    table: TableDefinition<K, V>,
+    name: &'static str,
+) -> Result<Table<'txn, K, V>, StoreError> {
+    txn.open_table(table).map_err(|err| redb_error(name, err))
+}
+
+/// Up to `limit` records of `key` with sequence numbers from `from` on.
+fn scan_seq<T: DeserializeOwned>(
+    txn: &ReadTransaction,
+    table: TableDefinition<(&'static str, u64), &'static [u8]>,
+    name: &'static str,
+    key: &SessionKey,
+    from: u64,
+    limit: usize,
+) -> Result<Vec<(u64, T)>, StoreError> {
+    let table = open_read(txn, table, name)?;
+    let key = key.storage_key();
+    let entries = table.range((key.as_str(), from)..=(key.as_str(), u64::MAX)).map_err(|err| redb_error(name, err))?;
+    let mut records = Vec::new();
+    for entry in entries.take(limit) {
+        let (k, value) = entry.map_err(|err| redb_error(name, err))?;
+        records.push((k.value().1, decode(name, value.value())?));
+    }
+    Ok(records)
+}
+
+/// Maps a redb error into ours. Damage is [`StoreError::Corrupt`] (so is a
+/// table of the wrong type: the file is not one we wrote); the rest is I/O.
+fn redb_error(table: &'static str, err: impl Into<::redb::Error>) -> StoreError {
+    use ::redb::Error;
+    match err.into() {
+        Error::Corrupted(message) => StoreError::Corrupt { table, message },
+        err @ (Error::TableTypeMismatch { .. }
+        | Error::TableIsMultimap(_)
+        | Error::TableIsNotMultimap(_)
+        | Error::TypeDefinitionChanged { .. }) => StoreError::Corrupt { table, message: err.to_string() },
+        Error::DatabaseClosed => StoreError::Closed,
+        err => StoreError::Io(err.to_string()),
+    }
+}
+
+/// A copy of `error` for each waiter of a failed group ([`StoreError`] is
+/// not `Clone`).
+fn duplicate(error: &StoreError) -> StoreError {
+    match error {
+        StoreError::Locked { path } => StoreError::Locked { path: path.clone() },
+        StoreError::Io(message) => StoreError::Io(message.clone()),
+        StoreError::Corrupt { table, message } => StoreError::Corrupt { table, message: message.clone() },
+        StoreError::Closed => StoreError::Closed,
+    }
+}
+
+/// Locks `mutex`, ignoring poisoning: every critical section here leaves
+/// its data consistent, so a panic elsewhere is no reason to stop.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Write as _};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use serde_json::json;
+    use subs_protocol::{ClientContext, DraftMessage};
+    use tempfile::TempDir;
+
+    use super::*;
+    use crate::store::{CallSpec, StepStatus, StoredTrigger, TurnStatus};
+
+    /// Writes to sessions of this tenant fail once written (test builds
+    /// only), so tests can watch a transaction fail after it has written
+    /// part of a batch.
+    const POISON_TENANT: &str = "poison";
+
+    pub(super) fn inject_failure(key: &str) -> Result<(), StoreError> {
+        match key.split_once('/') {
+            Some((POISON_TENANT, _)) => Err(StoreError::Io("injected failure".to_owned())),
+            _ => Ok(()),
+        }
+    }
+
+    /// A fresh directory (removed when dropped) and the store file in it.
+    fn temp_file() -> (TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("subs.redb");
+        (dir, path)
+    }
+
+    fn key(session: &str) -> SessionKey {
+        SessionKey::new("t1", session)
+    }
+
+    fn session(key: &SessionKey, status: SessionStatus) -> SessionRecord {
+        SessionRecord {
+            key: key.clone(),
+            agent_id: "agent".to_owned(),
+            identity: Default::default(),
+            status,
+            state: json!({"n": 1}),
+            agent: None,
+            head_id: None,
+            ancestry: Vec::new(),
+            parent: None,
+            next: Default::default(),
+            first_open_step: 0,
+            turn: None,
+            queued: Vec::new(),
+            interrupts: Vec::new(),
+            created_ms: 1,
+            updated_ms: 2,
+        }
+    }
+
+    fn message(id: &str) -> MessageRecord {
+        MessageRecord {
+            message: serde_json::from_value(json!({"id": id, "role": "user", "content": format!("text of {id}")}))
+                .expect("message"),
+            parent_id: None,
+        }
+    }
+
+    fn step(decision_id: &str) -> StepRecord {
+        StepRecord {
+            turn_id: Some("turn-1".to_owned()),
+            decision_id: decision_id.to_owned(),
+            trigger: StoredTrigger::ClientMessages {
+                fork_id: None,
+                new: vec![DraftMessage::user("hi")],
+                client: ClientContext::default(),
+            },
+            status: StepStatus::Pending,
+            attempts: 0,
+            retry_at_ms: None,
+            error: None,
+            decision: None,
+            recorded: Vec::new(),
+            agent_version: None,
+        }
+    }
+
+    fn call(id: &str) -> CallRecord {
+        CallRecord {
+            call: serde_json::from_value(json!({"id": id, "kind": "sub_agent", "status": "pending", "attempt": 1}))
+                .expect("call"),
+            turn_id: None,
+            retry: None,
+            retry_at_ms: None,
+            spec: CallSpec::SubAgent { tool_call_id: format!("tc-{id}") },
+        }
+    }
+
+    fn event(n: u64) -> EventRecord {
+        EventRecord { name: "message".to_owned(), data: json!({"n": n}) }
+    }
+
+    fn turn(status: TurnStatus) -> TurnRecord {
+        TurnRecord { status, data: Some(json!({"ok": true})), started_ms: 5, ended_ms: None }
+    }
+
+    fn item(text: &str) -> InboxItem {
+        InboxItem::Message { message: DraftMessage::user(text), from: "other".to_owned() }
+    }
+
+    fn batch(ops: impl IntoIterator<Item = Op>) -> Batch {
+        Batch { ops: ops.into_iter().collect() }
+    }
+
+    /// One batch holding every kind of op for `key`.
+    fn full_batch(key: &SessionKey) -> Batch {
+        let session_key = key.clone();
+        let s = || session_key.clone();
+        batch([
+            Op::PutSession(session(key, SessionStatus::Running)),
+            Op::PutMessage { session: s(), seq: 0, record: message("m0") },
+            Op::PutMessage { session: s(), seq: 1, record: message("m1") },
+            Op::PutStep { session: s(), seq: 0, record: step("d0") },
+            Op::PutCall { session: s(), record: call("c1") },
+            Op::PutEvent { session: s(), seq: 0, record: event(0) },
+            Op::PutTurn { session: s(), turn_id: "turn-1".to_owned(), record: turn(TurnStatus::Running) },
+            Op::PushInbox { session: s(), item: item("hello") },
+        ])
+    }
+
+    fn assert_full_batch(store: &RedbStore, key: &SessionKey) {
+        assert_eq!(store.session(key).unwrap(), Some(session(key, SessionStatus::Running)));
+        assert_eq!(store.messages(key).unwrap(), vec![(0, message("m0")), (1, message("m1"))]);
+        assert_eq!(store.steps(key, 0).unwrap(), vec![(0, step("d0"))]);
+        assert_eq!(store.calls(key).unwrap(), vec![call("c1")]);
+        assert_eq!(store.events(key, None, 10).unwrap(), vec![(0, event(0))]);
+        assert_eq!(store.turn(key, "turn-1").unwrap(), Some(turn(TurnStatus::Running)));
+        let inbox = store.inbox(key).unwrap();
+        assert_eq!(inbox.len(), 1);
+        assert_eq!(inbox[0].1, item("hello"));
+    }
+
+    fn assert_nothing_of(store: &RedbStore, key: &SessionKey) {
+        assert_eq!(store.session(key).unwrap(), None);
+        assert!(store.messages(key).unwrap().is_empty());
+        assert!(store.steps(key, 0).unwrap().is_empty());
+        assert!(store.calls(key).unwrap().is_empty());
+        assert!(store.events(key, None, 10).unwrap().is_empty());
+        assert_eq!(store.turn(key, "turn-1").unwrap(), None);
+        assert!(store.inbox(key).unwrap().is_empty());
+    }
+
+    /// The store's database, for tests that reach under the `Store` API.
+    fn database(store: &RedbStore) -> Arc<Database> {
+        Arc::clone(store.db.read().unwrap().as_ref().expect("open"))
+    }
+
+    #[tokio::test]
+    async fn a_committed_batch_survives_close_and_reopen() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        store.commit(full_batch(&key("s1"))).await.unwrap();
+        assert_full_batch(&store, &key("s1"));
+        store.close().await.unwrap();
+
+        let store = RedbStore::open(&path).unwrap();
+        assert_full_batch(&store, &key("s1"));
+        store.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_leaves_nothing_behind() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        // Everything of s1 is written in the transaction before the poisoned
+        // op fails it.
+        let mut failing = full_batch(&key("s1"));
+        failing.push(Op::PutEvent { session: SessionKey::new(POISON_TENANT, "p"), seq: 0, record: event(0) });
+        let err = store.commit(failing).await.unwrap_err();
+        assert!(matches!(err, StoreError::Io(ref m) if m.contains("injected")), "{err:?}");
+
+        assert_nothing_of(&store, &key("s1"));
+        assert!(store.unfinished().unwrap().is_empty());
+        let stats = store.stats().unwrap();
+        assert_eq!((stats.batches, stats.commits), (0, 0));
+        // The inbox counter was rolled back with the rest.
+        store.commit(batch([Op::PushInbox { session: key("s2"), item: item("x") }])).await.unwrap();
+        assert_eq!(store.inbox(&key("s2")).unwrap()[0].0, 1);
+        store.close().await.unwrap();
+
+        let store = RedbStore::open(&path).unwrap();
+        assert_nothing_of(&store, &key("s1"));
+        store.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_failing_batch_does_not_fail_the_rest_of_its_group() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        let db = database(&store);
+        // Holding the write lock stalls the writer in `begin_write` with the
+        // first batch, so the next three queue up and form one group.
+        let blocker = db.begin_write().unwrap();
+        let first = store.commit(full_batch(&key("a")));
+        std::thread::sleep(Duration::from_millis(50));
+        let good = store.commit(full_batch(&key("b")));
+        let poisoned = store.commit(full_batch(&SessionKey::new(POISON_TENANT, "p")));
+        let also_good = store.commit(full_batch(&key("c")));
+        blocker.abort().unwrap();
+        drop(db);
+
+        first.await.unwrap();
+        good.await.unwrap();
+        assert!(poisoned.await.is_err());
+        also_good.await.unwrap();
+        for session in ["a", "b", "c"] {
+            assert_full_batch(&store, &key(session));
+        }
+        assert_nothing_of(&store, &SessionKey::new(POISON_TENANT, "p"));
+        let stats = store.stats().unwrap();
+        assert_eq!(stats.batches, 3);
+        store.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn reads_return_what_the_ops_wrote() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        let s1 = key("s1");
+        // `s10` shares `s1`'s prefix, tenant `t` is a prefix of `t1`, and
+        // `t1-x` sorts before `t1/` as a storage key.
+        let s10 = key("s10");
+        let other = SessionKey::new("t", "s1");
+        let dashed = SessionKey::new("t1-x", "s0");
+        let mut ops = vec![
+            Op::PutSession(session(&s10, SessionStatus::Idle)),
+            Op::PutSession(session(&s1, SessionStatus::Idle)),
+            Op::PutSession(session(&other, SessionStatus::Idle)),
+            Op::PutSession(session(&dashed, SessionStatus::Idle)),
+        ];
+        for seq in 0..10 {
+            ops.push(Op::PutStep { session: s1.clone(), seq, record: step(&format!("d{seq}")) });
+            ops.push(Op::PutEvent { session: s1.clone(), seq, record: event(seq) });
+            ops.push(Op::PutMessage { session: s1.clone(), seq, record: message(&format!("m{seq}")) });
+        }
+        ops.push(Op::PutStep { session: s10.clone(), seq: 3, record: step("other") });
+        ops.push(Op::PutEvent { session: s10.clone(), seq: 3, record: event(99) });
+        for id in ["c1", "c2", "c3"] {
+            ops.push(Op::PutCall { session: s1.clone(), record: call(id) });
+        }
+        ops.push(Op::PutCall { session: s10.clone(), record: call("c9") });
+        for text in ["first", "second", "third"] {
+            ops.push(Op::PushInbox { session: s1.clone(), item: item(text) });
+        }
+        ops.push(Op::PushInbox { session: s10.clone(), item: item("elsewhere") });
+        ops.push(Op::PutTurn { session: s1.clone(), turn_id: "turn-1".to_owned(), record: turn(TurnStatus::Running) });
+        store.commit(batch(ops)).await.unwrap();
+
+        let tenant_keys = |tenant| -> Vec<SessionKey> {
+            store.sessions(tenant).unwrap().into_iter().map(|record| record.key).collect()
+        };
+        assert_eq!(tenant_keys(Some("t1")), vec![s1.clone(), s10.clone()]);
+        assert_eq!(tenant_keys(Some("t")), vec![other.clone()]);
+        assert_eq!(tenant_keys(Some("nobody")), Vec::<SessionKey>::new());
+        assert_eq!(tenant_keys(None), vec![other.clone(), s1.clone(), s10.clone(), dashed.clone()]);
+
+        let seqs = |records: Vec<(u64, StepRecord)>| records.into_iter().map(|(seq, _)| seq).collect::<Vec<_>>();
+        assert_eq!(seqs(store.steps(&s1, 0).unwrap()), (0..10).collect::<Vec<_>>());
+        assert_eq!(seqs(store.steps(&s1, 7).unwrap()), vec![7, 8, 9]);
+        assert_eq!(store.steps(&s1, 7).unwrap()[0].1, step("d7"));
+        assert!(store.steps(&s1, 10).unwrap().is_empty());
+
+        let events = store.events(&s1, Some(4), 3).unwrap();
+        assert_eq!(events, vec![(5, event(5)), (6, event(6)), (7, event(7))]);
+        assert_eq!(store.events(&s1, None, 2).unwrap(), vec![(0, event(0)), (1, event(1))]);
+        assert_eq!(store.events(&s1, Some(9), 10).unwrap(), vec![]);
+        assert_eq!(store.events(&s1, Some(u64::MAX), 10).unwrap(), vec![]);
+        assert_eq!(store.events(&s1, None, 0).unwrap(), vec![]);
+        assert_eq!(store.events(&s10, None, 10).unwrap(), vec![(3, event(99))]);
+
+        assert_eq!(store.messages(&s1).unwrap().len(), 10);
+        assert_eq!(store.messages(&s1).unwrap()[9], (9, message("m9")));
+        assert_eq!(store.calls(&s1).unwrap(), vec![call("c1"), call("c2"), call("c3")]);
+        assert_eq!(store.calls(&s10).unwrap(), vec![call("c9")]);
+        assert_eq!(store.turn(&s1, "turn-1").unwrap(), Some(turn(TurnStatus::Running)));
+        assert_eq!(store.turn(&s1, "turn-2").unwrap(), None);
+        assert_eq!(store.turn(&s10, "turn-1").unwrap(), None);
+
+        let inbox = store.inbox(&s1).unwrap();
+        let texts: Vec<_> = inbox.iter().map(|(_, item)| item.clone()).collect();
+        assert_eq!(texts, vec![item("first"), item("second"), item("third")]);
+        assert!(inbox.windows(2).all(|pair| pair[0].0 < pair[1].0), "{inbox:?}");
+
+        // Replacing and deleting.
+        let mut done = session(&s1, SessionStatus::Idle);
+        done.state = json!({"n": 2});
+        store
+            .commit(batch([
+                Op::PutSession(done.clone()),
+                Op::DeleteCall { session: s1.clone(), call_id: "c2".to_owned() },
+                Op::DeleteCall { session: s1.clone(), call_id: "never-existed".to_owned() },
+                Op::DeleteInbox { session: s1.clone(), seq: inbox[0].0 },
+                Op::PutTurn { session: s1.clone(), turn_id: "turn-1".to_owned(), record: turn(TurnStatus::Done) },
+            ]))
+            .await
+            .unwrap();
+        assert_eq!(store.session(&s1).unwrap(), Some(done));
+        assert_eq!(store.calls(&s1).unwrap(), vec![call("c1"), call("c3")]);
+        assert_eq!(store.inbox(&s1).unwrap(), inbox[1..].to_vec());
+        assert_eq!(store.turn(&s1, "turn-1").unwrap(), Some(turn(TurnStatus::Done)));
+        assert_eq!(store.inbox(&s10).unwrap().len(), 1);
+        store.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn unfinished_follows_status_and_inbox_across_reopen() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        store
+            .commit(batch([
+                Op::PutSession(session(&key("running"), SessionStatus::Running)),
+                Op::PutSession(session(&key("idle"), SessionStatus::Idle)),
+                Op::PutSession(session(&key("waiting"), SessionStatus::Waiting)),
+                Op::PutSession(session(&key("idle-with-mail"), SessionStatus::Idle)),
+                Op::PushInbox { session: key("idle-with-mail"), item: item("wake up") },
+                Op::PushInbox { session: key("idle-with-mail"), item: item("again") },
+                // Mail for a session not created yet is not forgotten either.
+                Op::PushInbox { session: key("unborn"), item: item("start") },
+            ]))
+            .await
+            .unwrap();
+        let expected = vec![key("idle-with-mail"), key("running"), key("unborn"), key("waiting")];
+        assert_eq!(store.unfinished().unwrap(), expected);
+        store.close().await.unwrap();
+
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(store.unfinished().unwrap(), expected);
+        let mail: Vec<_> = store.inbox(&key("idle-with-mail")).unwrap().into_iter().map(|(seq, _)| seq).collect();
+        let unborn = store.inbox(&key("unborn")).unwrap()[0].0;
+        let mut ops = vec![
+            Op::PutSession(session(&key("running"), SessionStatus::Idle)),
+            Op::PutSession(session(&key("waiting"), SessionStatus::Running)),
+            Op::DeleteInbox { session: key("unborn"), seq: unborn },
+        ];
+        ops.extend(mail.iter().map(|&seq| Op::DeleteInbox { session: key("idle-with-mail"), seq }));
+        store.commit(batch(ops)).await.unwrap();
+        assert_eq!(store.unfinished().unwrap(), vec![key("waiting")]);
+        store.close().await.unwrap();
+
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(store.unfinished().unwrap(), vec![key("waiting")]);
+        store.close().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_commits_share_fsyncs() {
+        let (_dir, path) = temp_file();
+        let store = Arc::new(RedbStore::open(&path).unwrap());
+        let tasks: Vec<_> = (0..200)
+            .map(|n| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move {
+                    let key = key(&format!("s{n}"));
+                    store
+                        .commit(batch([
+                            Op::PutSession(session(&key, SessionStatus::Running)),
+                            Op::PutMessage { session: key.clone(), seq: 0, record: message(&format!("m{n}")) },
+                        ]))
+                        .await
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        let stats = store.stats().unwrap();
+        assert_eq!(stats.batches, 200);
+        assert!(stats.commits * 2 < stats.batches, "no group commit: {stats:?}");
+        assert!(stats.stored_bytes > 0);
+        for n in 0..200 {
+            assert_eq!(store.messages(&key(&format!("s{n}"))).unwrap(), vec![(0, message(&format!("m{n}")))]);
+        }
+        assert_eq!(store.unfinished().unwrap().len(), 200);
+        store.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_second_open_of_the_same_file_is_locked() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        match RedbStore::open(&path) {
+            Err(StoreError::Locked { path: locked }) => assert_eq!(locked, path.display().to_string()),
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        store.close().await.unwrap();
+        RedbStore::open(&path).unwrap().close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn dropping_the_store_releases_the_file() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        let commit = store.commit(full_batch(&key("s1")));
+        commit.await.unwrap();
+        // Queued but never awaited: still written before the file is let go.
+        drop(store.commit(batch([Op::PutEvent { session: key("s1"), seq: 1, record: event(1) }])));
+        drop(store);
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(store.session(&key("s1")).unwrap(), Some(session(&key("s1"), SessionStatus::Running)));
+        assert_eq!(store.events(&key("s1"), None, 10).unwrap(), vec![(0, event(0)), (1, event(1))]);
+        store.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn inbox_numbers_keep_increasing_across_reopen() {
+        let (_dir, path) = temp_file();
+        let mut last = 0;
+        for round in 0..3 {
+            let store = RedbStore::open(&path).unwrap();
+            for session in ["a", "b"] {
+                store.commit(batch([Op::PushInbox { session: key(session), item: item("x") }])).await.unwrap();
+                let inbox = store.inbox(&key(session)).unwrap();
+                assert_eq!(inbox.len(), 1, "round {round}");
+                assert!(inbox[0].0 > last, "round {round}: {} after {last}", inbox[0].0);
+                last = inbox[0].0;
+                // Emptying the inbox must not let numbers be reused.
+                store.commit(batch([Op::DeleteInbox { session: key(session), seq: last }])).await.unwrap();
+            }
+            store.close().await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_closed_store_takes_nothing_more() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        store.close().await.unwrap();
+        assert!(matches!(store.commit(full_batch(&key("s1"))).await, Err(StoreError::Closed)));
+        assert!(matches!(store.commit(Batch::new()).await, Err(StoreError::Closed)));
+        assert!(matches!(store.session(&key("s1")), Err(StoreError::Closed)));
+        assert!(matches!(store.unfinished(), Err(StoreError::Closed)));
+        assert!(matches!(store.stats(), Err(StoreError::Closed)));
+        store.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_empty_batch_costs_no_commit_and_stats_count_bytes() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        let before = store.stats().unwrap();
+        store.commit(Batch::new()).await.unwrap();
+        assert_eq!(store.stats().unwrap(), StoreStats { batches: 0, commits: 0, ..before });
+        store.commit(full_batch(&key("s1"))).await.unwrap();
+        let stats = store.stats().unwrap();
+        assert_eq!((stats.batches, stats.commits), (1, 1));
+        assert!(stats.stored_bytes > before.stored_bytes + 500, "{stats:?}");
+        store.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_record_is_corrupt_not_a_panic() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        let db = database(&store);
+        let txn = db.begin_write().unwrap();
+        {
+            let storage_key = key("s1").storage_key();
+            txn.open_table(SESSIONS).unwrap().insert(storage_key.as_str(), b"{not json".as_slice()).unwrap();
+            txn.open_table(ACTIVE).unwrap().insert("no-slash", ()).unwrap();
+            txn.open_table(STEPS)
+                .unwrap()
+                .insert((storage_key.as_str(), 0), br#"{"status":"weird"}"#.as_slice())
+                .unwrap();
+        }
+        txn.commit().unwrap();
+        drop(db);
+        assert!(matches!(store.session(&key("s1")), Err(StoreError::Corrupt { table: "sessions", .. })));
+        assert!(matches!(store.sessions(None), Err(StoreError::Corrupt { table: "sessions", .. })));
+        assert!(matches!(store.unfinished(), Err(StoreError::Corrupt { table: "active", .. })));
+        assert!(matches!(store.steps(&key("s1"), 0), Err(StoreError::Corrupt { table: "steps", .. })));
+        store.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_file_of_another_format_is_refused() {
+        let (_dir, path) = temp_file();
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(META).unwrap().insert(META_FORMAT, FORMAT_VERSION + 1).unwrap();
+            txn.commit().unwrap();
+        }
+        assert!(matches!(RedbStore::open(&path), Err(StoreError::Corrupt { table: "meta", .. })));
+        std::fs::write(&path, b"this is not a database, just some text that is long enough").unwrap();
+        assert!(matches!(RedbStore::open(&path), Err(StoreError::Io(_))));
+    }
+
+    /// Set in the child process of [`kill_9_loses_no_acknowledged_commit`]:
+    /// the store file it writes to.
+    const CRASH_CHILD_ENV: &str = "SUBS_STORE_CRASH_CHILD";
+
+    /// Not a test on its own: the process that
+    /// [`kill_9_loses_no_acknowledged_commit`] starts and kills. It commits
+    /// from several tasks and prints `acked <round> <task> <n>` after each
+    /// commit returns.
+    #[test]
+    fn crash_child() {
+        let Ok(path) = std::env::var(CRASH_CHILD_ENV) else { return };
+        let round: u64 = std::env::var("SUBS_STORE_CRASH_ROUND").unwrap().parse().unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let store = Arc::new(RedbStore::open(&path).unwrap());
+            let tasks: Vec<_> = (0..4u64)
+                .map(|task| {
+                    let store = Arc::clone(&store);
+                    tokio::spawn(async move {
+                        let sk = key(&format!("r{round}-t{task}"));
+                        let started = Instant::now();
+                        // Bounded in case the parent never kills us.
+                        for n in 0u64.. {
+                            if started.elapsed() > Duration::from_secs(30) {
+                                break;
+                            }
+                            let ops = [
+                                Op::PutSession(session(&sk, SessionStatus::Running)),
+                                Op::PutMessage { session: sk.clone(), seq: n, record: message(&format!("m{n}")) },
+                                Op::PushInbox { session: sk.clone(), item: item(&format!("i{n}")) },
+                            ];
+                            store.commit(batch(ops)).await.unwrap();
+                            let mut out = std::io::stdout().lock();
+                            writeln!(out, "acked {round} {task} {n}").unwrap();
+                            out.flush().unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+    }
+
+    /// `kill -9` at an arbitrary instant loses no commit that returned,
+    /// and the file opens cleanly afterwards. Three rounds on one file, so
+    /// recovery is also tested on a file that was recovered before.
+    #[tokio::test]
+    async fn kill_9_loses_no_acknowledged_commit() {
+        let (_dir, path) = temp_file();
+        let exe = std::env::current_exe().unwrap();
+        for round in 0..3u64 {
+            let mut child = Command::new(&exe)
+                .args(["--exact", "store::redb::tests::crash_child", "--nocapture", "--test-threads=1"])
+                .env(CRASH_CHILD_ENV, &path)
+                .env("SUBS_STORE_CRASH_ROUND", round.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+            let mut acked = Vec::new();
+            // Kill at a different point each round.
+            let kill_at = 40 + 70 * round as usize;
+            while acked.len() < kill_at {
+                let Some(line) = lines.next() else { break };
+                if let Some(ack) = parse_ack(&line.unwrap()) {
+                    acked.push(ack);
+                }
+            }
+            child.kill().unwrap();
+            child.wait().unwrap();
+            // Acks printed before the kill are still in the pipe.
+            for line in lines {
+                if let Some(ack) = parse_ack(&line.unwrap()) {
+                    acked.push(ack);
+                }
+            }
+            assert!(acked.len() >= kill_at, "the child stopped early after {} commits", acked.len());
+
+            let store = RedbStore::open(&path).unwrap();
+            for &(ack_round, task, n) in &acked {
+                assert_eq!(ack_round, round);
+                let session = key(&format!("r{round}-t{task}"));
+                let messages = store.messages(&session).unwrap();
+                assert!(
+                    messages.iter().any(|(seq, record)| *seq == n && *record == message(&format!("m{n}"))),
+                    "round {round}: acknowledged commit {task}/{n} is lost"
+                );
+                assert!(store.unfinished().unwrap().contains(&session));
+            }
+            store.close().await.unwrap();
+        }
+    }
+
+    fn parse_ack(line: &str) -> Option<(u64, u64, u64)> {
+        let mut parts = line.strip_prefix("acked ")?.split(' ').map(|part| part.parse().ok());
+        Some((parts.next()??, parts.next()??, parts.next()??))
+    }
+}

@@ -1,0 +1,353 @@
+//! Checking tool calls against the JSON Schemas of their tools.
+//!
+//! An agent's tools carry an `input` schema (what the arguments must look
+//! like) and an `output` schema (what a result must look like). The engine
+//! checks a model's raw argument text before a worker runs the tool
+//! ([`check_arguments`], whose [`ToolInput`] becomes the `input` of
+//! `tool.execute`), checks each result before it settles the call
+//! ([`check_result`]), and checks the schemas themselves when an agent
+//! config arrives ([`check_schema`]).
+//!
+//! # Choices
+//!
+//! - An omitted `input` schema means "no arguments": any JSON object passes,
+//!   because models routinely send `{}` (and sometimes stray keys) for tools
+//!   that take nothing, and rejecting those would fail calls that can only
+//!   succeed. An omitted `output` schema accepts any result.
+//! - Empty (or all-whitespace) argument text is read as `{}`: some providers
+//!   stream a tool call without arguments as an empty string.
+//! - Drafts follow the schema's `$schema` (2020-12 when it has none); `format`
+//!   is an annotation, as the draft says, not an assertion. References to
+//!   other documents are not fetched: a schema must be self-contained.
+//! - Error text names where each problem is (the instance path, `at /a/0`),
+//!   what the schema said, and the schema keyword that said it; several
+//!   problems are joined with `; `. The text goes back to the model, so it is
+//!   kept short: at most [`MAX_REPORTED`] problems, each cut to a few hundred
+//!   characters.
+//!
+//! Compiled validators are cached by schema text, because the same tool
+//! schemas are checked on every call of every session.
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
+use jsonschema::{ValidationError, Validator};
+use serde_json::Value;
+use subs_protocol::ToolInput;
+
+/// How many problems one error text lists; the rest are counted.
+pub const MAX_REPORTED: usize = 8;
+
+/// The longest one problem's description gets (in characters): a failing
+/// value is quoted in the message, and values can be large.
+const MAX_PROBLEM_CHARS: usize = 300;
+
+/// How many compiled schemas the cache keeps. Tool schemas are few per
+/// agent; the cap only bounds memory when many agents come and go.
+const CACHE_CAPACITY: usize = 512;
+
+/// Checks that `schema` is a usable JSON Schema: valid against its draft's
+/// meta-schema, with every reference resolvable. The error says why not.
+pub fn check_schema(schema: &Value) -> Result<(), String> {
+    compiled(schema).map(|_| ())
+}
+
+/// Reads a tool call's raw argument text and checks it against the tool's
+/// input schema (`None`: the tool takes no arguments, any object passes).
+///
+/// - `malformed`: the text is not JSON, or is JSON but not an object; the
+///   error is the parser's message or says what was found instead.
+/// - `invalid`: an object that breaks the schema (or the schema itself is
+///   unusable, so nothing can be vouched for); the error lists each problem.
+/// - `valid`: an object that conforms.
+pub fn check_arguments(schema: Option<&Value>, raw: &str) -> ToolInput {
+    let value = if raw.trim().is_empty() {
+        Value::Object(serde_json::Map::new())
+    } else {
+        match serde_json::from_str::<Value>(raw) {
+            Ok(value) => value,
+            Err(e) => return ToolInput::Malformed { error: format!("the arguments are not valid JSON: {e}") },
+        }
+    };
+    if !value.is_object() {
+        return ToolInput::Malformed { error: format!("the arguments must be a JSON object, not {}", kind_of(&value)) };
+    }
+    let Some(schema) = schema else {
+        return ToolInput::Valid { value };
+    };
+    match validate(schema, &value) {
+        Ok(()) => ToolInput::Valid { value },
+        Err(Problem::Schema(e)) => {
+            ToolInput::Invalid { value, error: format!("the tool's input schema is not usable: {e}") }
+        }
+        Err(Problem::Instance(error)) => ToolInput::Invalid { value, error },
+    }
+}
+
+/// Checks a tool's result against its output schema (`None`: any result).
+/// The error lists each problem, or says the schema itself is unusable.
+pub fn check_result(schema: Option<&Value>, result: &Value) -> Result<(), String> {
+    let Some(schema) = schema else {
+        return Ok(());
+    };
+    validate(schema, result).map_err(|problem| match problem {
+        Problem::Schema(e) => format!("the tool's output schema is not usable: {e}"),
+        Problem::Instance(error) => error,
+    })
+}
+
+/// Why a value could not be vouched for.
+enum Problem {
+    /// The schema does not compile.
+    Schema(String),
+    /// The value breaks the schema: the joined problem list.
+    Instance(String),
+}
+
+fn validate(schema: &Value, instance: &Value) -> Result<(), Problem> {
+    let validator = compiled(schema).map_err(Problem::Schema)?;
+    // A validator bug must cost one call, not the engine.
+    let problems = catch_unwind(AssertUnwindSafe(|| {
+        let mut total = 0usize;
+        let mut listed = Vec::new();
+        for error in validator.iter_errors(instance) {
+            total += 1;
+            if listed.len() < MAX_REPORTED {
+                listed.push(describe(&error));
+            }
+        }
+        (total, listed)
+    }));
+    match problems {
+        Ok((0, _)) => Ok(()),
+        Ok((total, listed)) => {
+            let mut text = listed.join("; ");
+            if total > listed.len() {
+                text.push_str(&format!("; and {} more", total - listed.len()));
+            }
+            Err(Problem::Instance(text))
+        }
+        Err(_) => Err(Problem::Schema("the validator failed on this value".to_owned())),
+    }
+}
+
+/// One problem as the model and the developer read it:
+/// `at /items/0: "x" is not of type "integer" (schema /properties/items/items/type)`.
+fn describe(error: &ValidationError<'_>) -> String {
+    let path = error.instance_path().as_str();
+    let place = if path.is_empty() { "at the top level".to_owned() } else { format!("at {path}") };
+    let text = format!("{place}: {error} (schema {})", error.schema_path().as_str());
+    shorten(text, MAX_PROBLEM_CHARS)
+}
+
+fn shorten(mut text: String, max_chars: usize) -> String {
+    if let Some((cut, _)) = text.char_indices().nth(max_chars) {
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A compiled schema, or why it does not compile; failures are cached too,
+/// so a broken schema is not recompiled on every call.
+type Compiled = Result<Arc<Validator>, String>;
+
+static CACHE: LazyLock<Mutex<HashMap<String, Compiled>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn compiled(schema: &Value) -> Compiled {
+    // serde_json keeps key order, so one schema always has one text.
+    let key = schema.to_string();
+    // A panic elsewhere while holding the lock leaves a map that is still
+    // consistent (every insert is a single call), so poisoning is ignored.
+    if let Some(hit) = CACHE.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+        return hit.clone();
+    }
+    // Compiled outside the lock: compiling can take a while, and two callers
+    // compiling the same schema at once only waste a little work.
+    let fresh = compile(schema);
+    let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+    if cache.len() >= CACHE_CAPACITY
+        && !cache.contains_key(&key)
+        && let Some(evicted) = cache.keys().next().cloned()
+    {
+        cache.remove(&evicted);
+    }
+    cache.insert(key, fresh.clone());
+    fresh
+}
+
+fn compile(schema: &Value) -> Compiled {
+    match catch_unwind(AssertUnwindSafe(|| jsonschema::validator_for(schema))) {
+        Ok(Ok(validator)) => Ok(Arc::new(validator)),
+        Ok(Err(e)) => Err(describe_schema_error(&e)),
+        Err(_) => Err("the schema validator failed on this schema".to_owned()),
+    }
+}
+
+/// A schema error names the schema location at fault, when there is one.
+fn describe_schema_error(error: &ValidationError<'_>) -> String {
+    let path = error.instance_path().as_str();
+    let text = if path.is_empty() { error.to_string() } else { format!("at {path}: {error}") };
+    shorten(text, MAX_PROBLEM_CHARS)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn add_schema() -> Value {
+        json!({
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "minimum": 0}},
+            "required": ["a", "b"],
+            "additionalProperties": false
+        })
+    }
+
+    #[test]
+    fn conforming_arguments_are_valid() {
+        let input = check_arguments(Some(&add_schema()), r#"{"a": 1, "b": 2}"#);
+        assert_eq!(input, ToolInput::Valid { value: json!({"a": 1, "b": 2}) });
+    }
+
+    #[test]
+    fn text_that_is_not_json_is_malformed_with_the_parser_message() {
+        let ToolInput::Malformed { error } = check_arguments(Some(&add_schema()), "{a: 1}") else {
+            panic!("expected malformed");
+        };
+        assert!(error.contains("not valid JSON"), "{error}");
+        assert!(error.contains("line 1 column 2"), "{error}");
+    }
+
+    #[test]
+    fn json_that_is_not_an_object_is_malformed() {
+        for (raw, kind) in [("[1, 2]", "an array"), ("42", "a number"), (r#""x""#, "a string"), ("null", "null")] {
+            let ToolInput::Malformed { error } = check_arguments(None, raw) else {
+                panic!("expected malformed for {raw}");
+            };
+            assert!(error.ends_with(kind), "{raw}: {error}");
+        }
+    }
+
+    #[test]
+    fn empty_text_reads_as_no_arguments() {
+        assert_eq!(check_arguments(None, "  "), ToolInput::Valid { value: json!({}) });
+        let ToolInput::Invalid { error, .. } = check_arguments(Some(&add_schema()), "") else {
+            panic!("expected invalid");
+        };
+        assert!(error.contains("\"a\" is a required property"), "{error}");
+    }
+
+    #[test]
+    fn without_a_schema_any_object_is_valid() {
+        assert_eq!(check_arguments(None, r#"{"x": [1]}"#), ToolInput::Valid { value: json!({"x": [1]}) });
+    }
+
+    #[test]
+    fn invalid_arguments_name_every_problem_with_its_place() {
+        let input = check_arguments(Some(&add_schema()), r#"{"a": "one", "b": -1, "c": true}"#);
+        let ToolInput::Invalid { value, error } = input else {
+            panic!("expected invalid, got {input:?}");
+        };
+        assert_eq!(value, json!({"a": "one", "b": -1, "c": true}));
+        assert!(error.contains(r#"at /a: "one" is not of type "integer" (schema /properties/a/type)"#), "{error}");
+        assert!(error.contains("at /b: -1 is less than the minimum of 0"), "{error}");
+        assert!(error.contains("at the top level: Additional properties are not allowed ('c'"), "{error}");
+        assert_eq!(error.matches("; ").count(), 2, "{error}");
+    }
+
+    #[test]
+    fn long_problem_lists_are_capped() {
+        let schema = json!({"type": "array", "items": {"type": "string"}});
+        let result = json!((0..20).collect::<Vec<_>>());
+        let error = check_result(Some(&schema), &result).unwrap_err();
+        assert_eq!(error.matches("is not of type").count(), MAX_REPORTED);
+        assert!(error.ends_with(&format!("and {} more", 20 - MAX_REPORTED)), "{error}");
+    }
+
+    #[test]
+    fn large_values_are_cut_in_messages() {
+        let schema = json!({"type": "object", "properties": {"s": {"maxLength": 3}}});
+        let long = "é".repeat(5000);
+        let ToolInput::Invalid { error, .. } = check_arguments(Some(&schema), &json!({ "s": long }).to_string()) else {
+            panic!("expected invalid");
+        };
+        assert!(error.chars().count() <= MAX_PROBLEM_CHARS + 1, "{} chars", error.chars().count());
+        assert!(error.ends_with('…'));
+    }
+
+    #[test]
+    fn results_are_checked_against_the_output_schema() {
+        let schema = json!({"type": "object", "required": ["sum"]});
+        assert_eq!(check_result(Some(&schema), &json!({"sum": 3})), Ok(()));
+        assert_eq!(check_result(None, &json!("anything")), Ok(()));
+        let error = check_result(Some(&schema), &json!({"total": 3})).unwrap_err();
+        assert!(error.starts_with(r#"at the top level: "sum" is a required property"#), "{error}");
+    }
+
+    #[test]
+    fn schemas_are_checked_against_their_meta_schema() {
+        assert_eq!(check_schema(&add_schema()), Ok(()));
+        assert_eq!(check_schema(&json!(true)), Ok(()));
+        assert_eq!(check_schema(&json!({})), Ok(()));
+        let error = check_schema(&json!({"type": "integr"})).unwrap_err();
+        assert!(error.contains("integr"), "{error}");
+        let error = check_schema(&json!({"properties": {"a": {"minimum": "five"}}})).unwrap_err();
+        assert!(error.contains("/properties/a/minimum"), "{error}");
+        assert!(check_schema(&json!(42)).is_err());
+    }
+
+    #[test]
+    fn unresolvable_references_are_schema_errors_not_panics() {
+        for schema in [
+            json!({"$ref": "#/$defs/missing"}),
+            json!({"$ref": "https://example.com/schema.json"}),
+            json!({"$ref": "file:///etc/passwd"}),
+            json!({"type": "string", "pattern": "(unclosed"}),
+        ] {
+            assert!(check_schema(&schema).is_err(), "{schema} should not compile");
+            let input = check_arguments(Some(&schema), "{}");
+            let ToolInput::Invalid { error, .. } = input else {
+                panic!("expected invalid for {schema}, got {input:?}");
+            };
+            assert!(error.starts_with("the tool's input schema is not usable: "), "{error}");
+            let error = check_result(Some(&schema), &json!({})).unwrap_err();
+            assert!(error.starts_with("the tool's output schema is not usable: "), "{error}");
+        }
+    }
+
+    #[test]
+    fn local_references_resolve() {
+        let schema = json!({
+            "$defs": {"n": {"type": "integer"}},
+            "type": "object",
+            "properties": {"n": {"$ref": "#/$defs/n"}}
+        });
+        assert_eq!(check_schema(&schema), Ok(()));
+        assert!(matches!(check_arguments(Some(&schema), r#"{"n": 1}"#), ToolInput::Valid { .. }));
+        assert!(matches!(check_arguments(Some(&schema), r#"{"n": "1"}"#), ToolInput::Invalid { .. }));
+    }
+
+    #[test]
+    fn the_cache_stays_bounded() {
+        for i in 0..CACHE_CAPACITY + 10 {
+            let schema = json!({"type": "object", "properties": {format!("p{i}"): {"type": "integer"}}});
+            assert!(matches!(check_arguments(Some(&schema), "{}"), ToolInput::Valid { .. }));
+        }
+        assert!(CACHE.lock().unwrap().len() <= CACHE_CAPACITY);
+    }
+}

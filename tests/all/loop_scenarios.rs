@@ -1,0 +1,279 @@
+//! The durable loop, end to end: real components deciding, the offline
+//! model answering, a real redb file underneath.
+
+use serde_json::json;
+use subs_engine::store::{SessionStatus, TurnStatus};
+use subs_engine::{Engine, InputError};
+use subs_protocol::client::{ClientMessage, ClientMessages, InterruptResume, ToolResult};
+use subs_protocol::{AgentTool, ClientContext, ClientInput, DraftMessage, Role, ToolHandler};
+use subs_tests::{TENANT, TestEngine};
+
+/// Collects the names of the stored events of a session.
+fn event_names(engine: &Engine, session: &str) -> Vec<String> {
+    engine.events(TENANT, session, None, 1000).unwrap().into_iter().map(|e| e.name).collect()
+}
+
+#[tokio::test]
+async fn a_chat_turn() {
+    let t = TestEngine::start();
+    let turn = t.chat("chat", "helper", "hello there").await;
+    assert_eq!(turn.status, TurnStatus::Done);
+    assert_eq!(t.transcript("chat"), ["user: hello there", "assistant: You said: hello there"]);
+    assert_eq!(event_names(&t.engine, "chat"), ["turn.started", "message", "message", "turn.done"]);
+    let snapshot = t.snapshot("chat");
+    assert_eq!(snapshot.record.status, SessionStatus::Idle);
+    assert_eq!(snapshot.record.agent.unwrap().model, "subs/offline", "passthrough keeps the proposed config");
+}
+
+#[tokio::test]
+async fn a_tool_loop_with_two_parallel_calls() {
+    let t = TestEngine::start();
+    let turn =
+        t.chat("tools", "tools", r#"use tool add with {"a": 1, "b": 2} and use tool add with {"a": 3, "b": 4}"#).await;
+    assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
+    let messages = t.snapshot("tools").messages;
+    let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
+    assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool, Role::Tool, Role::Assistant]);
+    let calls = messages[1].tool_calls.clone().expect("the model called tools");
+    assert_eq!(calls.len(), 2);
+    assert_eq!(messages[2].tool_call_id.as_deref(), Some(calls[0].id.as_str()));
+    assert_eq!(messages[3].tool_call_id.as_deref(), Some(calls[1].id.as_str()));
+    let sums: Vec<f64> = messages[2..4]
+        .iter()
+        .map(|m| serde_json::from_str::<serde_json::Value>(&m.text()).unwrap()["sum"].as_f64().unwrap())
+        .collect();
+    assert_eq!(sums, [3.0, 7.0]);
+    let answer = messages[4].text();
+    assert!(answer.contains("3") && answer.contains("7"), "{answer}");
+}
+
+#[tokio::test]
+async fn a_client_tool() {
+    let t = TestEngine::start();
+    let mut events = t.engine.subscribe(TENANT, "client");
+    let confirm = AgentTool::new("confirm")
+        .description("Asks the user to confirm.")
+        .input(json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}))
+        .handler(ToolHandler::Client);
+    let input = ClientInput::ClientMessages(ClientMessages {
+        agent_id: "helper".to_owned(),
+        turn_id: Some("turn-1".to_owned()),
+        messages: vec![DraftMessage::user(r#"use tool confirm with {"ok": true}"#)],
+        stream: None,
+        client: Some(ClientContext { tools: Some(vec![confirm]), ..ClientContext::default() }),
+    });
+    t.engine.input(TENANT, "client", input, Default::default()).await.unwrap();
+
+    // The call goes to clients as an event, and the session waits.
+    let call = loop {
+        let event = events.recv().await.unwrap();
+        if event.name == "tool.call" {
+            break event.data;
+        }
+    };
+    assert_eq!(call["name"], "confirm");
+    assert_eq!(call["arguments"], r#"{"ok":true}"#);
+    let id = call["id"].as_str().unwrap().to_owned();
+    let snapshot = t.snapshot("client");
+    assert_eq!(snapshot.record.status, SessionStatus::Waiting);
+
+    // A result for another id is refused; the real one settles the call.
+    let wrong = ClientInput::ToolResult(ToolResult { id: "nobody".to_owned(), attempt: None, result: None });
+    let err = t.engine.input(TENANT, "client", wrong, Default::default()).await.unwrap_err();
+    assert!(matches!(err, InputError::Conflict(_)), "{err}");
+    let result = ClientInput::ToolResult(ToolResult { id, attempt: None, result: Some(json!({"confirmed": true})) });
+    t.engine.input(TENANT, "client", result, Default::default()).await.unwrap();
+    let turn = t.wait("client", "turn-1").await;
+    assert_eq!(turn.status, TurnStatus::Done);
+    let transcript = t.transcript("client");
+    assert_eq!(transcript.len(), 4, "{transcript:?}");
+    assert!(transcript[2].starts_with(r#"tool: {"confirmed":true}"#), "{transcript:?}");
+    assert_eq!(transcript[3], r#"assistant: confirm returned {"confirmed":true}."#);
+}
+
+#[tokio::test]
+async fn an_interrupt_and_its_resume() {
+    let t = TestEngine::start();
+    let turn = t.send("approve", "scenario", "interrupt before you go on").await;
+    // Wait for the interrupt to be stored.
+    let mut events = t.engine.subscribe(TENANT, "approve");
+    while !event_names(&t.engine, "approve").contains(&"interrupt".to_owned()) {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv()).await;
+    }
+    let snapshot = t.snapshot("approve");
+    assert_eq!(snapshot.record.status, SessionStatus::Waiting);
+    assert_eq!(snapshot.record.interrupts[0].interrupt_id, "approval");
+
+    let resume = |id: &str| {
+        ClientInput::InterruptResume(InterruptResume {
+            interrupt_id: id.to_owned(),
+            payload: Some(json!({"approved": true})),
+        })
+    };
+    let err = t.engine.input(TENANT, "approve", resume("other"), Default::default()).await.unwrap_err();
+    assert!(matches!(err, InputError::Conflict(_)), "{err}");
+    t.engine.input(TENANT, "approve", resume("approval"), Default::default()).await.unwrap();
+    assert_eq!(t.wait("approve", &turn).await.status, TurnStatus::Done);
+    assert_eq!(
+        t.transcript("approve"),
+        ["user: interrupt before you go on", r#"assistant: resumed with {"approved":true}"#]
+    );
+}
+
+#[tokio::test]
+async fn a_sub_agent() {
+    let t = TestEngine::start();
+    let turn = t.chat("parent", "scenario", r#"use tool helper with {"prompt": "say hi"}"#).await;
+    assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
+    let parent = t.snapshot("parent");
+    let call_id = parent.messages[1].tool_calls.as_ref().unwrap()[0].id.clone();
+    let child_id = format!("parent.{call_id}");
+
+    let child = t.snapshot(&child_id);
+    assert_eq!(child.record.ancestry, ["parent"]);
+    assert_eq!(child.record.agent_id, "helper");
+    assert_eq!(child.record.status, SessionStatus::Idle);
+    assert_eq!(
+        t.transcript(&child_id),
+        [r#"user: {"prompt":"say hi"}"#, r#"assistant: You said: {"prompt":"say hi"}"#]
+    );
+    let transcript = t.transcript("parent");
+    assert_eq!(transcript[2], format!(r#"tool: You said: {{"prompt":"say hi"}} (answers {call_id})"#));
+    assert_eq!(transcript.len(), 4, "{transcript:?}");
+}
+
+#[tokio::test]
+async fn an_edit_forks_a_branch() {
+    let t = TestEngine::start();
+    t.chat("edit", "helper", "first").await;
+    t.chat("edit", "helper", "second").await;
+    let before = t.snapshot("edit").messages;
+    assert_eq!(before.len(), 4);
+
+    // The client edits its second message: it sends the first exchange with
+    // ids and a new message in place of the second.
+    let mut view: Vec<DraftMessage> = before[..2].iter().cloned().map(DraftMessage::from).collect();
+    view.push(DraftMessage::user("second, edited"));
+    let input = ClientInput::ClientMessages(ClientMessages {
+        agent_id: "helper".to_owned(),
+        turn_id: None,
+        messages: view,
+        stream: None,
+        client: None,
+    });
+    let accepted = t.engine.input(TENANT, "edit", input, Default::default()).await.unwrap();
+    t.wait("edit", accepted.turn_id.as_deref().unwrap()).await;
+
+    let after = t.snapshot("edit");
+    assert_eq!(
+        after.messages.iter().map(subs_tests::describe).collect::<Vec<_>>(),
+        ["user: first", "assistant: You said: first", "user: second, edited", "assistant: You said: second, edited"]
+    );
+    assert_eq!(after.messages[..2], before[..2], "the shared prefix is the same messages");
+    // The old branch is still there, readable through the tree.
+    let tree = &after.message_tree;
+    assert_eq!(tree.nodes.len(), 6);
+    let parent_of = |id: &str| tree.nodes.iter().find(|n| n.message.id == id).unwrap().parent_id.clone();
+    assert_eq!(parent_of(&before[3].id).as_deref(), Some(before[2].id.as_str()));
+    assert_eq!(parent_of(&before[2].id).as_deref(), Some(before[1].id.as_str()));
+    assert_eq!(tree.head_id.as_deref(), Some(after.messages[3].id.as_str()));
+
+    // A truncated view moves the head back and answers from there.
+    let input = ClientInput::ClientMessages(ClientMessages {
+        agent_id: "helper".to_owned(),
+        turn_id: None,
+        messages: vec![DraftMessage::from(before[0].clone())],
+        stream: None,
+        client: None,
+    });
+    let accepted = t.engine.input(TENANT, "edit", input, Default::default()).await.unwrap();
+    t.wait("edit", accepted.turn_id.as_deref().unwrap()).await;
+    assert_eq!(t.transcript("edit"), ["user: first", "assistant: You said: first"]);
+    assert_eq!(t.snapshot("edit").message_tree.nodes.len(), 7);
+}
+
+#[tokio::test]
+async fn the_same_turn_id_twice_is_one_turn() {
+    let t = TestEngine::start();
+    let input = || {
+        ClientInput::ClientMessage(ClientMessage {
+            agent_id: "helper".to_owned(),
+            turn_id: Some("once".to_owned()),
+            message: DraftMessage::user("only once"),
+            stream: None,
+        })
+    };
+    let first = t.engine.input(TENANT, "idem", input(), Default::default()).await.unwrap();
+    assert!(!first.existing);
+    t.wait("idem", "once").await;
+    let second = t.engine.input(TENANT, "idem", input(), Default::default()).await.unwrap();
+    assert!(second.existing);
+    assert_eq!(second.turn_id.as_deref(), Some("once"));
+    assert_eq!(t.transcript("idem").len(), 2);
+    let started = event_names(&t.engine, "idem").iter().filter(|n| *n == "turn.started").count();
+    assert_eq!(started, 1);
+}
+
+#[tokio::test]
+async fn an_invalid_decision_is_rejected_retried_then_fails_the_turn() {
+    let t = TestEngine::start();
+    t.chat("bad", "scenario", "count once").await;
+    let before = t.snapshot("bad");
+
+    let turn = t.chat("bad", "scenario", "invalid please").await;
+    assert_eq!(turn.status, TurnStatus::Failed);
+    let data = turn.data.unwrap();
+    let error = data["error"].as_str().unwrap();
+    assert!(error.contains("call `nope` is not in flight"), "the rule is named: {error}");
+    assert!(error.contains("after 3 deliveries"), "retried per policy: {error}");
+    let failed = t.engine.events(TENANT, "bad", None, 100).unwrap().pop().unwrap();
+    assert_eq!(failed.name, "turn.failed");
+    assert_eq!(failed.data["code"], "decision_failed");
+
+    // The session keeps everything it had and stays usable.
+    let after = t.snapshot("bad");
+    assert_eq!(after.record.status, SessionStatus::Idle);
+    assert_eq!(after.record.state, before.record.state);
+    assert_eq!(after.messages, before.messages, "the rejected decision recorded nothing");
+    assert_eq!(t.chat("bad", "scenario", "count again").await.status, TurnStatus::Done);
+    assert_eq!(t.snapshot("bad").record.state, json!({"turns": 2}));
+}
+
+#[tokio::test]
+async fn cancel_stops_a_turn_and_keeps_the_session() {
+    let t = TestEngine::start();
+    let turn = t.send("stop", "scenario", "interrupt and wait").await;
+    let mut events = t.engine.subscribe(TENANT, "stop");
+    while t.snapshot("stop").record.status != SessionStatus::Waiting {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv()).await;
+    }
+    assert!(t.engine.cancel(TENANT, "stop").await.unwrap(), "a turn was open");
+    let ended = t.wait("stop", &turn).await;
+    assert_eq!(ended.status, TurnStatus::Failed);
+    assert_eq!(ended.data.unwrap()["code"], "cancelled");
+    let snapshot = t.snapshot("stop");
+    assert_eq!(snapshot.record.status, SessionStatus::Idle);
+    assert!(snapshot.record.interrupts.is_empty());
+    assert_eq!(t.transcript("stop"), ["user: interrupt and wait"], "nothing recorded is lost");
+    assert!(!t.engine.cancel(TENANT, "stop").await.unwrap(), "no turn is open any more");
+    assert_eq!(t.chat("stop", "scenario", "count after cancel").await.status, TurnStatus::Done);
+}
+
+#[tokio::test]
+async fn inputs_for_unknown_sessions_and_bad_ids_are_refused() {
+    let t = TestEngine::start();
+    let resume = ClientInput::InterruptResume(InterruptResume { interrupt_id: "x".to_owned(), payload: None });
+    let err = t.engine.input(TENANT, "nobody", resume, Default::default()).await.unwrap_err();
+    assert!(matches!(err, InputError::NoSession(_)), "{err}");
+    let err = t
+        .engine
+        .input(
+            TENANT,
+            "../etc",
+            ClientInput::InterruptResume(InterruptResume { interrupt_id: "x".to_owned(), payload: None }),
+            Default::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, InputError::Invalid { .. }), "{err}");
+}

@@ -1,0 +1,144 @@
+//! Recovery: the engine stopped between every pair of steps of a tool-loop
+//! turn (aborted without shutdown, as a crash would; the store refusing
+//! every write after the k-th commit), then restarted on the same redb
+//! file, finishes the turn with the same history as a run that never
+//! stopped, and runs each tool once per committed result.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use subs_engine::store::TurnStatus;
+use subs_engine::store::fault::FaultyStore;
+use subs_engine::store::redb::RedbStore;
+use subs_engine::worker::{BoxFuture, Delivery, Worker, WorkerError};
+use subs_protocol::{DecisionResponse, Message, Trigger};
+use subs_tests::{TENANT, TestEngine, agent, guests, start_engine};
+
+const PROMPT: &str = r#"use tool add with {"a": 1, "b": 2} and use tool add with {"a": 3, "b": 4}"#;
+
+/// The `tools` component, counting the tool executions it answers.
+struct Counting {
+    inner: subs_engine::worker::component::ComponentAgent,
+    executions: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+impl Worker for Counting {
+    fn decide(&self, delivery: Delivery) -> BoxFuture<'_, Result<DecisionResponse, WorkerError>> {
+        let call = match &delivery.request.trigger {
+            Trigger::ToolExecute(t) => Some(t.id.clone()),
+            _ => None,
+        };
+        Box::pin(async move {
+            let decision = self.inner.decide(delivery).await;
+            if let (Some(call), Ok(_)) = (call, &decision) {
+                *self.executions.lock().unwrap().entry(call).or_default() += 1;
+            }
+            decision
+        })
+    }
+}
+
+fn counting_engine(
+    store: Arc<dyn subs_engine::Store>,
+    executions: &Arc<Mutex<HashMap<String, u32>>>,
+) -> subs_engine::Engine {
+    let engine = start_engine(store);
+    let worker = Counting { inner: agent(guests::TOOLS), executions: executions.clone() };
+    engine.register_agent(TENANT, "tools", Arc::new(worker));
+    engine
+}
+
+async fn run_turn(engine: &subs_engine::Engine) -> String {
+    let input = subs_protocol::ClientInput::ClientMessage(subs_protocol::client::ClientMessage {
+        agent_id: "tools".to_owned(),
+        turn_id: Some("the-turn".to_owned()),
+        message: subs_protocol::DraftMessage::user(PROMPT),
+        stream: None,
+    });
+    engine.input(TENANT, "s", input, Default::default()).await.expect("input accepted").turn_id.unwrap()
+}
+
+async fn wait_done(engine: &subs_engine::Engine) -> subs_engine::store::TurnRecord {
+    tokio::time::timeout(std::time::Duration::from_secs(30), engine.wait_turn(TENANT, "s", "the-turn"))
+        .await
+        .expect("the turn ends")
+        .unwrap()
+}
+
+fn history(engine: &subs_engine::Engine) -> Vec<Message> {
+    engine.snapshot(TENANT, "s").unwrap().unwrap().messages
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_turn_survives_a_crash_between_any_two_steps() {
+    // The reference: one run that never stops, counting its commits.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(FaultyStore::new(RedbStore::open(dir.path().join("subs.redb")).unwrap()));
+    let executions = Arc::new(Mutex::new(HashMap::new()));
+    let engine = counting_engine(store.clone(), &executions);
+    run_turn(&engine).await;
+    assert_eq!(wait_done(&engine).await.status, TurnStatus::Done);
+    let reference = history(&engine);
+    let steps = store.commits();
+    engine.kill().await;
+    assert_eq!(reference.len(), 5, "user, tool calls, two results, answer");
+    assert!(executions.lock().unwrap().values().all(|n| *n == 1));
+    assert!(steps >= 8, "a tool turn takes several steps, got {steps}");
+    eprintln!("the reference turn took {steps} commits");
+
+    // Crash after each commit k (the input's own commit is the first).
+    for k in 1..steps {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("subs.redb");
+        let store = Arc::new(FaultyStore::new(RedbStore::open(&path).unwrap()));
+        store.crash_after(k);
+        let executions = Arc::new(Mutex::new(HashMap::new()));
+        let engine = counting_engine(store.clone(), &executions);
+        run_turn(&engine).await;
+        tokio::time::timeout(std::time::Duration::from_secs(30), store.wait_crashed()).await.expect("the crash comes");
+        engine.kill().await;
+        store.inner().close().await.unwrap();
+        drop(store);
+
+        // Restart on the same file: the turn resumes and finishes.
+        let store = Arc::new(RedbStore::open(&path).unwrap());
+        let key = subs_engine::store::SessionKey::new(TENANT, "s");
+        use subs_engine::Store as _;
+        let stored = store.turn(&key, "the-turn").unwrap().expect("the input was committed");
+        assert_eq!(stored.status, TurnStatus::Running, "crash after commit {k}: the turn was still open");
+        let engine = counting_engine(store.clone(), &executions);
+        let turn = wait_done(&engine).await;
+        assert_eq!(turn.status, TurnStatus::Done, "crash after commit {k}: {turn:?}");
+        assert_eq!(history(&engine), reference, "crash after commit {k}: the history differs");
+
+        // Each tool ran once per committed result: twice at most for the
+        // one call whose result commit was the one refused, once otherwise.
+        let executions = executions.lock().unwrap().clone();
+        assert_eq!(executions.len(), 2, "crash after commit {k}: {executions:?}");
+        let extra: u32 = executions.values().map(|n| n - 1).sum();
+        assert!(extra <= 1, "crash after commit {k}: a tool ran again after its result was stored: {executions:?}");
+        engine.kill().await;
+        store.close().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_restarted_engine_resumes_a_waiting_session() {
+    // A session waiting on an interrupt survives a restart and can be
+    // resumed by the new engine.
+    let t = TestEngine::start();
+    let turn = t.send("wait", "scenario", "interrupt me").await;
+    let mut events = t.engine.subscribe(TENANT, "wait");
+    while t.snapshot("wait").record.status != subs_engine::store::SessionStatus::Waiting {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv()).await;
+    }
+    let dir = t.crash().await;
+    let t = TestEngine::start_in(dir);
+    let resume = subs_protocol::ClientInput::InterruptResume(subs_protocol::client::InterruptResume {
+        interrupt_id: "approval".to_owned(),
+        payload: Some(serde_json::json!("ok")),
+    });
+    t.engine.input(TENANT, "wait", resume, Default::default()).await.unwrap();
+    assert_eq!(t.wait("wait", &turn).await.status, TurnStatus::Done);
+    assert_eq!(t.transcript("wait"), ["user: interrupt me", r#"assistant: resumed with "ok""#]);
+}

@@ -1,0 +1,105 @@
+//! Test component for the loop's scenarios. It declares the tool `add`, the
+//! sub-agent `helper`, a fast retry policy, and reacts to the last user
+//! message of a turn:
+//!
+//! - `interrupt …`: records the message and raises an interrupt instead of
+//!   calling the model; `interrupt.resumed` then answers with the payload
+//!   and ends the turn;
+//! - `invalid …`: answers with a decision that settles a call that is not
+//!   in flight, which the engine must reject every time;
+//! - `count …`: counts the turn in its state (`{"turns": n}`);
+//!
+//! and otherwise passes `proposed` through (so `use tool add with {…}` and
+//! `use tool helper with {…}` run the ordinary loop).
+
+use serde::{Deserialize, Serialize};
+use subs_sdk::prelude::*;
+use subs_sdk::{RetryPolicy, SubAgent};
+
+struct Scenario {
+    router: ToolRouter,
+}
+
+#[derive(Deserialize)]
+struct AddArgs {
+    a: f64,
+    b: f64,
+}
+
+#[derive(Default, Serialize, Deserialize)]
+struct Counter {
+    turns: u64,
+}
+
+impl Scenario {
+    fn new() -> Self {
+        let router = ToolRouter::new().tool(
+            AgentTool::new("add").description("Adds two numbers.").input(json!({
+                "type": "object",
+                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                "required": ["a", "b"]
+            })),
+            |args: AddArgs| Ok::<_, String>(json!({"sum": args.a + args.b})),
+        );
+        Self { router }
+    }
+}
+
+impl Agent for Scenario {
+    fn decide(&self, request: DecisionRequest, _cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
+        match &request.trigger {
+            Trigger::SessionStart => {
+                let model = request.proposed.agent.as_ref().map_or("subs/offline", |a| a.model.as_str()).to_owned();
+                let mut config = AgentConfig::new(model)
+                    .with_system("You are the scenario agent.")
+                    .with_tools(self.router.tools())
+                    .with_sub_agent(SubAgent {
+                        id: "helper".to_owned(),
+                        description: Some("Answers anything.".to_owned()),
+                    });
+                config.retry = Some(RetryPolicy {
+                    timeout_secs: Some(10.0),
+                    max_retries: 2,
+                    backoff_base_secs: 0.01,
+                    backoff_max_secs: 0.05,
+                });
+                Ok(request.proposed.with_agent(config))
+            }
+            Trigger::ToolExecute(call) => Ok(DecisionResponse::new().with_action(self.router.execute(call))),
+            Trigger::ClientMessages(t) => {
+                let text = t.messages.last().map(DraftMessage::text).unwrap_or_default();
+                if text.starts_with("interrupt") {
+                    let mut decision = request.proposed;
+                    decision.actions = None;
+                    let interrupt = subs_sdk::action::Interrupt {
+                        interrupt_id: Some("approval".to_owned()),
+                        reason: "needs approval".to_owned(),
+                        payload: Some(json!({"question": text})),
+                    };
+                    Ok(decision.with_action(interrupt))
+                } else if text.starts_with("invalid") {
+                    Ok(DecisionResponse::new().with_action(subs_sdk::action::ToolResult {
+                        id: Some("nope".to_owned()),
+                        attempt: None,
+                        result: json!(1),
+                    }))
+                } else if text.starts_with("count") {
+                    let counter: Counter = request.state_as()?.unwrap_or_default();
+                    let next = Counter { turns: counter.turns + 1 };
+                    Ok(request.proposed.with_typed_state(&next)?)
+                } else {
+                    Ok(request.proposed)
+                }
+            }
+            Trigger::InterruptResumed(resumed) => {
+                let payload = resumed.payload.clone().unwrap_or(Value::Null);
+                Ok(DecisionResponse::new()
+                    .with_message(DraftMessage::assistant(format!("resumed with {payload}")))
+                    .with_action(Action::done()))
+            }
+            _ => Ok(request.proposed),
+        }
+    }
+}
+
+subs_sdk::export!(Scenario::new());
