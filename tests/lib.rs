@@ -87,7 +87,8 @@ pub fn canonical(value: &Value) -> String {
 /// A real engine on a real redb file in a temporary directory, with the
 /// example and test components registered as agents of tenant `t`:
 /// `tools`, `scenario` (the `test-scenario` component), `helper` and
-/// `passthrough` (both the passthrough example).
+/// `passthrough` (both the passthrough example), `streamer` (the
+/// `test-stream` component, which runs its own LLM calls).
 pub struct TestEngine {
     /// The engine.
     pub engine: subs_engine::Engine,
@@ -181,6 +182,7 @@ pub fn start_engine(store: std::sync::Arc<dyn subs_engine::Store>) -> subs_engin
         ("scenario", guests::TEST_SCENARIO),
         ("helper", guests::PASSTHROUGH),
         ("passthrough", guests::PASSTHROUGH),
+        ("streamer", guests::TEST_STREAM),
     ] {
         engine.register_agent(TENANT, id, std::sync::Arc::new(agent(path)));
     }

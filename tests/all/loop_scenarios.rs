@@ -277,3 +277,50 @@ async fn inputs_for_unknown_sessions_and_bad_ids_are_refused() {
         .unwrap_err();
     assert!(matches!(err, InputError::Invalid { .. }), "{err}");
 }
+
+#[tokio::test]
+async fn a_client_action_and_a_decision_that_leaves_nothing_to_wait_for() {
+    let t = TestEngine::start();
+    let action = |name: &str| {
+        ClientInput::ClientAction(subs_protocol::client::ClientAction {
+            agent_id: "scenario".to_owned(),
+            turn_id: None,
+            name: name.to_owned(),
+            args: Some(json!({"x": 1})),
+        })
+    };
+    let accepted = t.engine.input(TENANT, "act", action("ping"), Default::default()).await.unwrap();
+    let turn = t.wait("act", accepted.turn_id.as_deref().unwrap()).await;
+    assert_eq!(turn.status, TurnStatus::Done);
+    assert_eq!(t.transcript("act"), ["assistant: pong"]);
+
+    // An action the agent ignores (`proposed` is `{}`) leaves the turn with
+    // nothing in flight: it ends as if by `done`.
+    let accepted = t.engine.input(TENANT, "act", action("unknown"), Default::default()).await.unwrap();
+    let turn = t.wait("act", accepted.turn_id.as_deref().unwrap()).await;
+    assert_eq!(turn.status, TurnStatus::Done);
+    assert_eq!(turn.data, None);
+}
+
+#[tokio::test]
+async fn message_send_writes_into_the_session() {
+    let t = TestEngine::start();
+    assert_eq!(t.chat("note", "scenario", "note this").await.status, TurnStatus::Done);
+    assert_eq!(t.transcript("note"), ["user: note this", "assistant: noted"]);
+}
+
+#[tokio::test]
+async fn tool_arguments_and_results_are_checked_against_their_schemas() {
+    let t = TestEngine::start();
+    // Arguments that break the input schema reach the tool as `invalid`;
+    // the agent's router answers with an error naming the problem.
+    t.chat("schemas", "scenario", r#"use tool add with {"a": "one", "b": 2}"#).await;
+    let transcript = t.transcript("schemas");
+    assert!(transcript[2].starts_with("tool: ") && transcript[2].contains("/a"), "{transcript:?}");
+
+    // A result that breaks the output schema settles as an error.
+    t.chat("schemas", "scenario", "use tool bad_output").await;
+    let transcript = t.transcript("schemas");
+    let tool = &transcript[transcript.len() - 2];
+    assert!(tool.contains("does not match the tool's output schema"), "{transcript:?}");
+}

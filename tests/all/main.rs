@@ -3,6 +3,7 @@
 
 mod bad_guests;
 mod examples;
+mod llm_retries;
 mod loop_scenarios;
 mod recovery;
 mod storage_growth;

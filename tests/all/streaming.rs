@@ -46,3 +46,35 @@ async fn deltas_are_refused_when_nothing_streams() {
         other => panic!("expected a declined decision, got {other}"),
     }
 }
+
+#[tokio::test]
+async fn a_worker_run_llm_call_streams_to_clients_through_the_loop() {
+    let t = subs_tests::TestEngine::start();
+    let mut events = t.engine.subscribe(subs_tests::TENANT, "stream");
+    let turn = t.send("stream", "streamer", "hi").await;
+    let mut seen = Vec::new();
+    loop {
+        let event = events.recv().await.unwrap();
+        let last = event.name == "turn.done";
+        seen.push(event);
+        if last {
+            break;
+        }
+    }
+    assert_eq!(t.wait("stream", &turn).await.status, subs_engine::store::TurnStatus::Done);
+    let deltas: Vec<_> = seen.iter().filter(|e| e.name == "llm.token.delta").collect();
+    assert_eq!(deltas.len(), 2, "{seen:?}");
+    assert!(deltas.iter().all(|d| d.seq.is_none()), "token deltas are live only");
+    assert_eq!(deltas[0].data["text"], "hel");
+    assert_eq!(deltas[1].data["text"], "lo");
+    let call_id = deltas[0].data["call_id"].as_str().unwrap();
+    assert!(call_id.starts_with("llm_"), "{call_id}");
+    // The deltas came before the reply was recorded.
+    let first_delta = seen.iter().position(|e| e.name == "llm.token.delta").unwrap();
+    let reply = seen.iter().rposition(|e| e.name == "message").unwrap();
+    assert!(first_delta < reply);
+    assert_eq!(t.transcript("stream"), ["user: hi", "assistant: hello"]);
+    // None of them was stored.
+    let stored = t.engine.events(subs_tests::TENANT, "stream", None, 100).unwrap();
+    assert!(stored.iter().all(|e| e.name != "llm.token.delta"));
+}

@@ -8,7 +8,11 @@
 //! - `invalid …`: answers with a decision that settles a call that is not
 //!   in flight, which the engine must reject every time;
 //! - `count …`: counts the turn in its state (`{"turns": n}`);
+//! - `note …`: writes an assistant message into its own session with
+//!   `message.send` and ends the turn;
 //!
+//! answers the `client.action` `ping` with a `pong` message, and declares
+//! a second tool, `bad_output`, whose results break its output schema;
 //! and otherwise passes `proposed` through (so `use tool add with {…}` and
 //! `use tool helper with {…}` run the ordinary loop).
 
@@ -33,14 +37,21 @@ struct Counter {
 
 impl Scenario {
     fn new() -> Self {
-        let router = ToolRouter::new().tool(
-            AgentTool::new("add").description("Adds two numbers.").input(json!({
-                "type": "object",
-                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
-                "required": ["a", "b"]
-            })),
-            |args: AddArgs| Ok::<_, String>(json!({"sum": args.a + args.b})),
-        );
+        let router = ToolRouter::new()
+            .tool(
+                AgentTool::new("add").description("Adds two numbers.").input(json!({
+                    "type": "object",
+                    "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                    "required": ["a", "b"]
+                })),
+                |args: AddArgs| Ok::<_, String>(json!({"sum": args.a + args.b})),
+            )
+            .tool(
+                AgentTool::new("bad_output")
+                    .description("Returns something its output schema forbids.")
+                    .output(json!({"type": "object", "required": ["ok"]})),
+                |_: Value| Ok::<_, String>(json!({"nope": 1})),
+            );
         Self { router }
     }
 }
@@ -83,6 +94,14 @@ impl Agent for Scenario {
                         attempt: None,
                         result: json!(1),
                     }))
+                } else if text.starts_with("note") {
+                    let mut decision = request.proposed;
+                    decision.actions = None;
+                    let send = subs_sdk::action::MessageSend {
+                        session_id: request.session_id.clone(),
+                        message: DraftMessage::assistant("noted"),
+                    };
+                    Ok(decision.with_action(send).with_action(Action::done()))
                 } else if text.starts_with("count") {
                     let counter: Counter = request.state_as()?.unwrap_or_default();
                     let next = Counter { turns: counter.turns + 1 };
@@ -90,6 +109,9 @@ impl Agent for Scenario {
                 } else {
                     Ok(request.proposed)
                 }
+            }
+            Trigger::ClientAction(action) if action.name == "ping" => {
+                Ok(DecisionResponse::new().with_message(DraftMessage::assistant("pong")).with_action(Action::done()))
             }
             Trigger::InterruptResumed(resumed) => {
                 let payload = resumed.payload.clone().unwrap_or(Value::Null);
