@@ -71,7 +71,9 @@ pub fn check_arguments(schema: Option<&Value>, raw: &str) -> ToolInput {
         }
     };
     if !value.is_object() {
-        return ToolInput::Malformed { error: format!("the arguments must be a JSON object, not {}", kind_of(&value)) };
+        return ToolInput::Malformed {
+            error: format!("the arguments must be a JSON object, not {}", subs_protocol::value_kind(&value)),
+        };
     }
     let Some(schema) = schema else {
         return ToolInput::Valid { value };
@@ -147,17 +149,6 @@ fn shorten(mut text: String, max_chars: usize) -> String {
         text.push('…');
     }
     text
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// A compiled schema, or why it does not compile; failures are cached too,

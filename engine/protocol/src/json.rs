@@ -102,7 +102,7 @@ pub(crate) fn tagged<'de, D: Deserializer<'de>>(
     let Value::Object(map) = &value else {
         return Err(D::Error::custom(format_args!(
             "invalid type: {}, expected an object with a `{tag_field}` field",
-            kind_of(&value)
+            value_kind(&value)
         )));
     };
     let tag = match map.get(tag_field) {
@@ -110,7 +110,7 @@ pub(crate) fn tagged<'de, D: Deserializer<'de>>(
         Some(other) => {
             return Err(D::Error::custom(format_args!(
                 "{tag_field}: invalid type: {}, expected a string",
-                kind_of(other)
+                value_kind(other)
             )));
         }
         None => return Err(D::Error::custom(format_args!("missing field `{tag_field}`"))),
@@ -133,7 +133,9 @@ pub(crate) fn variant<'de, T: DeserializeOwned, D: Deserializer<'de>>(value: Val
     })
 }
 
-fn kind_of(value: &Value) -> &'static str {
+/// What kind of JSON value this is, as an error message puts it
+/// (`an object`, `a string`, `null`).
+pub fn value_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -45,7 +45,7 @@ pub use client::ClientInput;
 pub use config::{AgentConfig, AgentTool, Handler, LlmFormat, LlmHandler, RetryPolicy, SubAgent, ToolHandler};
 pub use decision::{Call, CallKind, CallStatus, DecisionRequest, DecisionResponse, WorkerIdentity};
 pub use error::ProtocolError;
-pub use json::{from_json, from_json_slice, from_value, to_json, to_value};
+pub use json::{from_json, from_json_slice, from_value, to_json, to_value, value_kind};
 pub use llm::{
     ErrorCode, LlmRequest, LlmResponse, LlmTool, ReasoningConfig, ReasoningEffort, StreamDelta, ToolCallDelta,
 };

@@ -13,7 +13,7 @@ use subs_protocol::{
 };
 
 use super::proposal::last_assistant_text;
-use super::{Change, Session, new_call};
+use super::{Change, Session};
 use crate::clock;
 use crate::store::{
     CallSpec, InboxItem, Op, OpenInterrupt, ParentLink, QueuedInput, SessionKey, SessionRecord, SessionStatus,
@@ -532,12 +532,10 @@ impl Session {
             handler: Some(handler),
             ..call
         };
-        let mut record = new_call(
+        let mut record = self.new_call(
             id.clone(),
             CallKind::LlmCall,
-            handler.into(),
-            self.record.head_id.clone(),
-            self.record.turn.as_ref().map(|t| t.turn_id.clone()),
+            Some(handler.into()),
             Some(retry),
             CallSpec::Llm { action: resolved, system, format: config.as_ref().and_then(|c| c.format) },
         );
@@ -559,12 +557,10 @@ impl Session {
         let tool = self.tool(&call.name).cloned();
         let input = tools::check_arguments(tool.as_ref().and_then(|t| t.input.as_ref()), &raw);
         let handler = call.handler.or(tool.as_ref().and_then(|t| t.handler)).unwrap_or(ToolHandler::Worker);
-        let mut record = new_call(
+        let mut record = self.new_call(
             id.clone(),
             CallKind::ToolCall,
-            handler.into(),
-            self.record.head_id.clone(),
-            self.record.turn.as_ref().map(|t| t.turn_id.clone()),
+            Some(handler.into()),
             call.retry.clone(),
             CallSpec::Tool { arguments: raw.clone(), input: input.clone(), output: tool.and_then(|t| t.output) },
         );
@@ -608,16 +604,13 @@ impl Session {
             .flat_map(|m| m.tool_calls.iter().flatten())
             .find(|c| c.id == spawn.tool_call_id)
             .map_or_else(|| "{}".to_owned(), |c| c.function.arguments.clone());
-        let mut record = new_call(
+        let mut record = self.new_call(
             spawn.tool_call_id.clone(),
             CallKind::SubAgent,
-            Handler::Worker,
-            self.record.head_id.clone(),
-            self.record.turn.as_ref().map(|t| t.turn_id.clone()),
+            None,
             spawn.retry.clone(),
             CallSpec::SubAgent { tool_call_id: spawn.tool_call_id.clone() },
         );
-        record.call.handler = None;
         record.call.agent_id = Some(spawn.agent_id.clone());
         record.call.session_id = Some(spawn.session_id.clone());
         self.put_call(record, change);

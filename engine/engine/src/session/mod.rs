@@ -236,18 +236,11 @@ impl Session {
     pub fn push_step(&mut self, trigger: StoredTrigger, change: &mut Change) -> u64 {
         let seq = self.record.next.step;
         self.record.next.step += 1;
-        let step = StepRecord {
-            turn_id: self.record.turn.as_ref().map(|t| t.turn_id.clone()),
-            decision_id: format!("{}:{seq}", self.record.key.session),
+        let step = StepRecord::pending(
+            self.record.turn.as_ref().map(|t| t.turn_id.clone()),
+            format!("{}:{seq}", self.record.key.session),
             trigger,
-            status: StepStatus::Pending,
-            attempts: 0,
-            retry_at_ms: None,
-            error: None,
-            decision: None,
-            recorded: Vec::new(),
-            agent_version: None,
-        };
+        );
         change.batch.push(Op::PutStep { session: self.key().clone(), seq, record: step.clone() });
         self.steps.push_back((seq, step));
         seq
@@ -373,34 +366,36 @@ impl Session {
     }
 }
 
-/// A new call record.
-pub(crate) fn new_call(
-    id: String,
-    kind: CallKind,
-    handler: Handler,
-    anchor: Option<String>,
-    turn_id: Option<String>,
-    retry: Option<RetryPolicy>,
-    spec: CallSpec,
-) -> CallRecord {
-    CallRecord {
-        call: Call {
-            id,
-            kind,
-            status: CallStatus::Pending,
-            attempt: 1,
-            deadline: None,
-            anchor,
-            name: None,
-            arguments: None,
-            handler: Some(handler),
-            stream: None,
-            agent_id: None,
-            session_id: None,
-        },
-        turn_id,
-        retry,
-        retry_at_ms: None,
-        spec,
+impl Session {
+    /// A new call, pending on its first try, anchored at the head of the
+    /// active path and belonging to the open turn.
+    pub fn new_call(
+        &self,
+        id: String,
+        kind: CallKind,
+        handler: Option<Handler>,
+        retry: Option<RetryPolicy>,
+        spec: CallSpec,
+    ) -> CallRecord {
+        CallRecord {
+            call: Call {
+                id,
+                kind,
+                status: CallStatus::Pending,
+                attempt: 1,
+                deadline: None,
+                anchor: self.record.head_id.clone(),
+                name: None,
+                arguments: None,
+                handler,
+                stream: None,
+                agent_id: None,
+                session_id: None,
+            },
+            turn_id: self.record.turn.as_ref().map(|t| t.turn_id.clone()),
+            retry,
+            retry_at_ms: None,
+            spec,
+        }
     }
 }

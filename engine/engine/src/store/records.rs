@@ -270,6 +270,24 @@ pub struct StepRecord {
     pub agent_version: Option<String>,
 }
 
+impl StepRecord {
+    /// A step whose trigger waits to be delivered for the first time.
+    pub fn pending(turn_id: Option<String>, decision_id: String, trigger: StoredTrigger) -> Self {
+        Self {
+            turn_id,
+            decision_id,
+            trigger,
+            status: StepStatus::Pending,
+            attempts: 0,
+            retry_at_ms: None,
+            error: None,
+            decision: None,
+            recorded: Vec::new(),
+            agent_version: None,
+        }
+    }
+}
+
 /// An in-flight call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallRecord {

@@ -870,7 +870,7 @@ mod tests {
     use tempfile::TempDir;
 
     use super::*;
-    use crate::store::{CallSpec, StepStatus, StoredTrigger, TurnStatus};
+    use crate::store::{CallSpec, StoredTrigger, TurnStatus};
 
     /// Writes to sessions of this tenant fail once written (test builds
     /// only), so tests can watch a transaction fail after it has written
@@ -925,22 +925,12 @@ mod tests {
     }
 
     fn step(decision_id: &str) -> StepRecord {
-        StepRecord {
-            turn_id: Some("turn-1".to_owned()),
-            decision_id: decision_id.to_owned(),
-            trigger: StoredTrigger::ClientMessages {
-                fork_id: None,
-                new: vec![DraftMessage::user("hi")],
-                client: ClientContext::default(),
-            },
-            status: StepStatus::Pending,
-            attempts: 0,
-            retry_at_ms: None,
-            error: None,
-            decision: None,
-            recorded: Vec::new(),
-            agent_version: None,
-        }
+        let trigger = StoredTrigger::ClientMessages {
+            fork_id: None,
+            new: vec![DraftMessage::user("hi")],
+            client: ClientContext::default(),
+        };
+        StepRecord::pending(None, decision_id.to_owned(), trigger)
     }
 
     fn call(id: &str) -> CallRecord {
