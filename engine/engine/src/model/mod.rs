@@ -14,9 +14,30 @@
 //!   [`ErrorCode`](subs_protocol::ErrorCode) and whether to retry.
 //! - [`offline`]: the built-in deterministic model ([`OFFLINE_MODEL`]) for
 //!   demos and tests.
+//! - [`config`]: [`ProvidersConfig`] (the config file's providers and
+//!   prices) plus the environment → a [`Models`] registry
+//!   ([`models_from_config`]).
+//! - `provider.rs`: [`HttpProvider`], one POST per call, read whole or as
+//!   an event stream.
+//! - `openai.rs`, `anthropic.rs`: the two wire formats — request bodies,
+//!   responses, stream events; `reply.rs` assembles a reply from either's
+//!   pieces; `sse.rs` reads event streams; `http.rs` maps HTTP failures to
+//!   [`ModelError`]s.
+//! - [`native`]: the formats as pure translations ([`to_native`],
+//!   [`from_native`]) for worker-handled calls.
+//! - [`price`]: [`Money`] (exact decimal dollars) and the [`PriceTable`].
 
+mod anthropic;
+pub mod config;
 mod error;
+mod http;
+pub mod native;
 pub mod offline;
+mod openai;
+pub mod price;
+mod provider;
+mod reply;
+pub mod sse;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,8 +45,15 @@ use std::sync::Arc;
 
 use subs_protocol::{LlmRequest, LlmResponse};
 
+pub use self::anthropic::{ANTHROPIC_VERSION, DEFAULT_MAX_TOKENS};
+pub use self::config::{
+    ApiKey, ConfigError, ProviderConfig, ProviderSettings, ProvidersConfig, models_from_config, models_from_env,
+};
 pub use self::error::ModelError;
+pub use self::native::{from_native, to_native};
 pub use self::offline::OfflineProvider;
+pub use self::price::{Money, MoneyError, Price, PriceTable, TokenUsage, add_cost};
+pub use self::provider::HttpProvider;
 use crate::worker::{BoxFuture, DeltaSink};
 
 /// The built-in offline model's full name: the default model for demos and
