@@ -2,11 +2,12 @@
 //!
 //! One trait, [`Worker`], with one implementation per way of running agent
 //! code: [`component`] (a WebAssembly component called in-process, the
-//! default) and, later, HTTP workers. The loop does not know which it talks
-//! to; both receive the same [`DecisionRequest`] and must yield the same
-//! decision.
+//! default) and [`http`] (a URL the engine POSTs the request to, the
+//! fallback). The loop does not know which it talks to; both receive the
+//! same [`DecisionRequest`] and must yield the same decision.
 
 pub mod component;
+pub mod http;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -77,6 +78,29 @@ pub enum WorkerError {
     /// No worker is registered for the session's agent.
     #[error("no agent `{0}` is registered")]
     NoAgent(String),
+    /// An HTTP worker answered with an error status; `message` is its
+    /// `{error}`, or the start of its body.
+    #[error("the worker answered HTTP {status}: {message}")]
+    Http {
+        /// The HTTP status.
+        status: u16,
+        /// What the worker said.
+        message: String,
+    },
+    /// An HTTP worker could not be reached, or the exchange failed before
+    /// a reply came (refused, reset, DNS, TLS).
+    #[error("the worker could not be reached: {0}")]
+    Transport(String),
+    /// An HTTP worker answered 2xx without a usable decision: not JSON, not
+    /// a decision (the field is named), or a stream that broke off before
+    /// its `decision.result`.
+    #[error("the worker's reply (HTTP {status}) {problem}")]
+    BadReply {
+        /// The HTTP status.
+        status: u16,
+        /// What was wrong with the reply.
+        problem: http::ReplyProblem,
+    },
 }
 
 impl WorkerError {
@@ -90,6 +114,15 @@ impl WorkerError {
             // An agent may be registered (uploaded) between tries.
             WorkerError::NoAgent(_) => true,
             WorkerError::Instantiation(_) => false,
+            // Overload, rate limits and request timeouts pass; any other
+            // refusal (a bad signature, a missing route, a request the
+            // worker cannot read) would be refused again.
+            WorkerError::Http { status, .. } => *status >= 500 || *status == 408 || *status == 429,
+            // A worker restarting, a dropped connection: worth another try.
+            WorkerError::Transport(_) => true,
+            // As a malformed decision from a component: a proxy's error
+            // page or a stream cut mid-way may not recur.
+            WorkerError::BadReply { .. } => true,
         }
     }
 }

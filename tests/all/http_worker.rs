@@ -1,0 +1,533 @@
+//! HTTP workers, end to end: the engine's `HttpWorker` driving real HTTP
+//! servers on `127.0.0.1:0` (agents served by `subs-http-worker`, a Python
+//! worker written from the protocol reference, and misbehaving servers)
+//! through the real loop.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use subs_engine::store::{SessionKey, TurnStatus};
+use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions, ReplyProblem};
+use subs_engine::worker::{Delivery, Worker, WorkerError};
+use subs_engine::{Snapshot, Store};
+use subs_http_worker::WorkerOptions;
+use subs_protocol::{DecisionRequest, DecisionResponse, StreamDelta, Trigger};
+use subs_sdk::prelude::{Action, AgentConfig, Context, DecideError};
+use subs_tests::{TENANT, TestEngine};
+
+/// Serves `app` on a free loopback port; returns its URL.
+async fn serve(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/")
+}
+
+fn http_worker(url: &str, options: HttpWorkerOptions) -> Arc<HttpWorker> {
+    Arc::new(HttpWorker::new(url, options).expect("a valid worker URL"))
+}
+
+fn unix_ms() -> u64 {
+    u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap()
+}
+
+// ---- equivalence -----------------------------------------------------------
+
+const TWO_ADDS: &str = r#"use tool add with {"a": 1, "b": 2} and use tool add with {"a": 3, "b": 4}"#;
+
+/// Session start, a plain chat turn, a turn with two parallel tool calls,
+/// and a `get_time` call.
+async fn scenario(t: &TestEngine, session: &str, agent: &str) {
+    for text in ["hello there", TWO_ADDS, "use tool get_time"] {
+        let turn = t.chat(session, agent, text).await;
+        assert_eq!(turn.status, TurnStatus::Done, "{agent}: {text}: {turn:?}");
+    }
+}
+
+/// What a session recorded, as JSON: the snapshot (messages, tree, state,
+/// config, calls), every step (trigger, decision, attempts) and every
+/// stored event, with ids replaced by their order of appearance and the
+/// times `get_time` returned replaced by a placeholder (after checking
+/// they lie in `window`).
+fn recorded(t: &TestEngine, session: &str, window: (u64, u64)) -> Value {
+    let Snapshot { record, messages, message_tree, calls } = t.snapshot(session);
+    let key = SessionKey::new(TENANT, session);
+    let steps: Vec<Value> = t
+        .store
+        .steps(&key, 0)
+        .unwrap()
+        .into_iter()
+        .map(|(seq, step)| {
+            json!({
+                "seq": seq,
+                "turn_id": step.turn_id,
+                "trigger": step.trigger,
+                "status": step.status,
+                "attempts": step.attempts,
+                "error": step.error,
+                "decision": step.decision,
+                "recorded": step.recorded,
+            })
+        })
+        .collect();
+    let events: Vec<Value> =
+        t.engine.events(TENANT, session, None, 1000).unwrap().into_iter().map(|e| json!([e.name, e.data])).collect();
+    let mut value = json!({
+        "status": record.status,
+        "state": record.state,
+        "agent": record.agent,
+        "messages": messages,
+        "message_tree": message_tree,
+        "calls": calls,
+        "steps": steps,
+        "events": events,
+    });
+    let mut ids = HashMap::new();
+    normalize(&mut value, &mut ids, window);
+    value
+}
+
+/// Whether `s` is an id the engine or the offline model mints.
+fn is_id(s: &str) -> bool {
+    ["msg_", "call_", "llm_", "turn_", "int_"]
+        .iter()
+        .any(|p| s.strip_prefix(p).is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c.is_ascii_hexdigit())))
+}
+
+fn normalize(value: &mut Value, ids: &mut HashMap<String, String>, window: (u64, u64)) {
+    match value {
+        Value::String(s) if is_id(s) => {
+            let next = format!("<id{}>", ids.len());
+            *s = ids.entry(s.clone()).or_insert(next).clone();
+        }
+        Value::String(s) => *s = mask_times(s, window),
+        Value::Array(items) => items.iter_mut().for_each(|v| normalize(v, ids, window)),
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                if key == "unix_ms"
+                    && let Some(ms) = v.as_u64()
+                {
+                    assert!((window.0..=window.1).contains(&ms), "get_time returned {ms}, outside {window:?}");
+                    *v = json!("<ms>");
+                } else {
+                    normalize(v, ids, window);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `…"unix_ms":1732…` → `…"unix_ms":<ms>` in texts (tool messages, the
+/// model's summary of them).
+fn mask_times(text: &str, window: (u64, u64)) -> String {
+    const KEY: &str = "\"unix_ms\":";
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(KEY) {
+        let (head, tail) = rest.split_at(at + KEY.len());
+        out.push_str(head);
+        let digits = tail.len() - tail.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let ms: u64 = tail[..digits].parse().expect("unix_ms is a number");
+        assert!((window.0..=window.1).contains(&ms), "get_time returned {ms}, outside {window:?}");
+        out.push_str("<ms>");
+        rest = &tail[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[tokio::test]
+async fn the_tools_agent_records_the_same_session_as_a_component_and_over_http() {
+    let t = TestEngine::start();
+    let app = subs_http_worker::router_with(tools::Tools::new(), WorkerOptions::new().require_signature("s3cret"));
+    let url = serve(app).await;
+    t.engine.register_agent(TENANT, "tools-http", http_worker(&url, HttpWorkerOptions::new().secret("s3cret")));
+
+    let start = unix_ms();
+    scenario(&t, "as-component", "tools").await;
+    scenario(&t, "over-http", "tools-http").await;
+    let window = (start, unix_ms());
+
+    let component = recorded(&t, "as-component", window);
+    let http = recorded(&t, "over-http", window);
+    assert_eq!(
+        subs_tests::canonical(&component),
+        subs_tests::canonical(&http),
+        "component:\n{component:#}\nhttp:\n{http:#}"
+    );
+
+    // The scenario did what it says: three turns, two parallel adds whose
+    // results were both recorded, a get_time call.
+    let transcript = t.transcript("over-http");
+    assert_eq!(transcript.len(), 2 + 5 + 4, "{transcript:#?}");
+    assert_eq!(transcript[1], "assistant: You said: hello there");
+    assert!(transcript[3].contains("[add {\"a\":1,\"b\":2}] [add {\"a\":3,\"b\":4}]"), "{}", transcript[3]);
+    assert!(transcript[4].starts_with("tool: {\"sum\":3}"), "{}", transcript[4]);
+    assert!(transcript[5].starts_with("tool: {\"sum\":7}"), "{}", transcript[5]);
+    assert!(transcript[8].contains("[get_time {}]"), "{}", transcript[8]);
+    assert!(transcript[9].starts_with("tool: {\"unix_ms\":"), "{}", transcript[9]);
+    assert_eq!(component["steps"].as_array().unwrap().len(), http["steps"].as_array().unwrap().len());
+    let config = t.snapshot("over-http").record.agent.unwrap();
+    assert_eq!(config.system.as_deref(), Some(tools::SYSTEM_PROMPT));
+}
+
+// ---- streaming over SSE ----------------------------------------------------
+
+/// Runs its own LLM calls and streams them, like the `test-stream`
+/// component, but served over HTTP.
+struct Streamer;
+
+impl subs_sdk::Agent for Streamer {
+    fn decide(&self, request: DecisionRequest, cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
+        match &request.trigger {
+            Trigger::SessionStart => {
+                let mut config = request.proposed.agent.clone().unwrap_or_else(|| AgentConfig::new("subs/offline"));
+                config.handler = Some(subs_protocol::LlmHandler::Worker);
+                config.stream = Some(true);
+                Ok(request.proposed.with_agent(config))
+            }
+            Trigger::LlmExecute(_) => {
+                for piece in ["hel", "lo"] {
+                    cx.emit_text(piece)?;
+                }
+                let response = json!({"model": "test/stream", "content": "hello", "finish_reason": "stop"});
+                Ok(DecisionResponse::new().with_action(Action::llm_result(response)))
+            }
+            _ => Ok(request.proposed),
+        }
+    }
+}
+
+#[tokio::test]
+async fn deltas_streamed_over_sse_reach_clients_before_the_reply_is_recorded() {
+    let t = TestEngine::start();
+    let url = serve(subs_http_worker::router(Streamer)).await;
+    t.engine.register_agent(TENANT, "streamer-http", http_worker(&url, HttpWorkerOptions::new()));
+    let mut events = t.engine.subscribe(TENANT, "sse");
+    let turn = t.send("sse", "streamer-http", "hi").await;
+    let mut seen = Vec::new();
+    while seen.last().is_none_or(|e: &subs_engine::events::Event| e.name != "turn.done") {
+        seen.push(events.recv().await.unwrap());
+    }
+    assert_eq!(t.wait("sse", &turn).await.status, TurnStatus::Done);
+    let deltas: Vec<_> = seen.iter().filter(|e| e.name == "llm.token.delta").collect();
+    assert_eq!(deltas.iter().map(|d| d.data["text"].as_str().unwrap()).collect::<Vec<_>>(), ["hel", "lo"]);
+    let first_delta = seen.iter().position(|e| e.name == "llm.token.delta").unwrap();
+    let reply = seen.iter().rposition(|e| e.name == "message").unwrap();
+    assert!(first_delta < reply, "{seen:?}");
+    assert_eq!(t.transcript("sse"), ["user: hi", "assistant: hello"]);
+}
+
+// ---- a worker in another language ------------------------------------------
+
+#[tokio::test]
+async fn a_python_worker_written_from_the_protocol_reference_runs_a_tool_loop() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("workers/python_worker.py");
+    let spawned = tokio::process::Command::new("python3")
+        .arg(&script)
+        .env("SUBS_WORKER_SECRET", "py-secret")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("skipped: python3 is not installed");
+            return;
+        }
+        Err(e) => panic!("starting {}: {e}", script.display()),
+    };
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let port = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("the worker prints its port")
+        .unwrap()
+        .expect("a line");
+    let url = format!("http://127.0.0.1:{}/", port.trim());
+
+    let t = TestEngine::start();
+    t.engine.register_agent(TENANT, "python", http_worker(&url, HttpWorkerOptions::new().secret("py-secret")));
+    let turn = t.chat("py", "python", r#"use tool multiply with {"a": 6, "b": 7}"#).await;
+    assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
+    assert_eq!(
+        t.transcript("py"),
+        [
+            r#"user: use tool multiply with {"a": 6, "b": 7}"#.to_owned(),
+            r#"assistant:  [multiply {"a":6,"b":7}]"#.to_owned(),
+            format!(
+                "tool: {{\"product\":42}} (answers {})",
+                t.snapshot("py").messages[1].tool_calls.as_ref().unwrap()[0].id
+            ),
+            r#"assistant: multiply returned {"product":42}."#.to_owned(),
+        ]
+    );
+    let config = t.snapshot("py").record.agent.unwrap();
+    assert_eq!(config.tool("multiply").unwrap().description.as_deref(), Some("Multiplies two numbers."));
+    assert_eq!(config.system.as_deref(), Some("You multiply numbers with the multiply tool."));
+
+    // The worker checks signatures: unsigned or wrongly signed requests
+    // are refused, and the engine does not retry a 401.
+    for options in [HttpWorkerOptions::new(), HttpWorkerOptions::new().secret("not-it")] {
+        let err = HttpWorker::new(&url, options)
+            .unwrap()
+            .decide(Delivery::new(DecisionRequest::for_trigger(Trigger::SessionStart)))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, WorkerError::Http { status: 401, .. }), "{err}");
+        assert!(!err.is_retryable());
+    }
+    child.kill().await.unwrap();
+}
+
+// ---- faults ----------------------------------------------------------------
+
+/// How a misbehaving worker answers the turn's `client.messages` trigger,
+/// given the delivery's `attempts` and the request; `None` never answers.
+type Misbehaviour = Arc<dyn Fn(u32, &Value) -> Option<Response> + Send + Sync>;
+
+/// A worker that answers `session.start` with a config whose retry policy
+/// is short (`timeout_secs` 0.3, one retry, 10 ms backoff), passes every
+/// other trigger through, and answers `client.messages` as `turn` says.
+/// Returns its URL and the `attempts` of each `client.messages` delivery.
+async fn misbehaving(turn: Misbehaviour) -> (String, Arc<Mutex<Vec<u32>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let handler = move |body: Bytes| {
+        let (turn, log) = (turn.clone(), log.clone());
+        async move {
+            let request: Value = serde_json::from_slice(&body).unwrap();
+            match request["trigger"]["type"].as_str().unwrap() {
+                "session.start" => axum::Json(json!({"agent": {
+                    "model": "subs/offline",
+                    "retry": {"timeout_secs": 0.3, "max_retries": 1, "backoff_base_secs": 0.01, "backoff_max_secs": 0.01}
+                }}))
+                .into_response(),
+                "client.messages" => {
+                    let attempts = u32::try_from(request["attempts"].as_u64().unwrap()).unwrap();
+                    log.lock().unwrap().push(attempts);
+                    match turn(attempts, &request) {
+                        Some(response) => response,
+                        None => std::future::pending().await,
+                    }
+                }
+                _ => axum::Json(request["proposed"].clone()).into_response(),
+            }
+        }
+    };
+    (serve(Router::new().route("/", axum::routing::post(handler))).await, seen)
+}
+
+/// A misbehaviour that always answers.
+fn answer(f: impl Fn(u32, &Value) -> Response + Send + Sync + 'static) -> Misbehaviour {
+    Arc::new(move |attempts, request| Some(f(attempts, request)))
+}
+
+fn sse(body: String) -> Response {
+    ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
+}
+
+/// Runs one turn against `url` and returns the turn's failure text, or
+/// `None` when it succeeded.
+async fn turn_error(t: &TestEngine, session: &str, url: &str) -> Option<String> {
+    t.engine.register_agent(TENANT, session, http_worker(url, HttpWorkerOptions::new()));
+    let turn = t.chat(session, session, "hi").await;
+    match turn.status {
+        TurnStatus::Done => None,
+        _ => Some(turn.data.unwrap()["error"].as_str().unwrap().to_owned()),
+    }
+}
+
+#[tokio::test]
+async fn a_slow_worker_times_out_is_retried_and_fails_the_turn_naming_the_timeout() {
+    let t = TestEngine::start();
+    let (url, seen) = misbehaving(Arc::new(|_, _| None)).await;
+    let error = turn_error(&t, "slow", &url).await.expect("the turn fails");
+    assert_eq!(error, "no decision after 2 deliveries: the agent did not decide within 300ms");
+    assert_eq!(*seen.lock().unwrap(), [1, 2]);
+    let snapshot = t.snapshot("slow");
+    assert_eq!(snapshot.record.status, subs_engine::store::SessionStatus::Idle, "the session stays usable");
+    assert!(snapshot.messages.is_empty(), "nothing of the failed turn was recorded");
+}
+
+#[tokio::test]
+async fn a_500_is_retried_and_the_retry_succeeds() {
+    let t = TestEngine::start();
+    let (url, seen) = misbehaving(answer(|attempts, request| {
+        if attempts == 1 {
+            (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(json!({"error": "overloaded"}))).into_response()
+        } else {
+            axum::Json(request["proposed"].clone()).into_response()
+        }
+    }))
+    .await;
+    assert_eq!(turn_error(&t, "flaky", &url).await, None);
+    assert_eq!(*seen.lock().unwrap(), [1, 2], "delivered again, with attempts counting up");
+    assert_eq!(t.transcript("flaky"), ["user: hi", "assistant: You said: hi"]);
+}
+
+#[tokio::test]
+async fn garbage_replies_fail_the_turn_saying_what_is_wrong() {
+    let t = TestEngine::start();
+    let (url, seen) =
+        misbehaving(answer(|_, _| axum::Json(json!({"actions": [{"type": "tool.call", "name": 5}]})).into_response()))
+            .await;
+    let error = turn_error(&t, "not-a-decision", &url).await.expect("the turn fails");
+    assert!(
+        error.starts_with(
+            "no decision after 2 deliveries: the worker's reply (HTTP 200) is not a decision: actions[0].name: invalid type"
+        ),
+        "{error}"
+    );
+    assert_eq!(*seen.lock().unwrap(), [1, 2]);
+
+    let (url, _) =
+        misbehaving(answer(|_, _| ([(header::CONTENT_TYPE, "application/json")], "oops").into_response())).await;
+    let error = turn_error(&t, "not-json", &url).await.expect("the turn fails");
+    assert!(error.contains("the worker's reply (HTTP 200) is not JSON: expected value"), "{error}");
+
+    let (url, _) =
+        misbehaving(answer(|_, _| ([(header::CONTENT_TYPE, "text/html")], "<h1>hi</h1>").into_response())).await;
+    let error = turn_error(&t, "html", &url).await.expect("the turn fails");
+    assert!(error.contains("(HTTP 200) has content type `text/html`"), "{error}");
+
+    let (url, _) = misbehaving(answer(|_, _| (StatusCode::NOT_FOUND, "no such agent").into_response())).await;
+    let error = turn_error(&t, "missing", &url).await.expect("the turn fails");
+    assert_eq!(error, "no decision after 1 deliveries: the worker answered HTTP 404: no such agent", "not retried");
+}
+
+#[tokio::test]
+async fn a_stream_cut_before_the_decision_is_retried() {
+    let t = TestEngine::start();
+    let (url, seen) = misbehaving(answer(|attempts, request| {
+        let delta = "event: llm.token.delta\ndata: {\"text\":\"hel\"}\n\n";
+        if attempts == 1 {
+            sse(delta.to_owned())
+        } else {
+            sse(format!("{delta}event: decision.result\ndata: {}\n\n", request["proposed"]))
+        }
+    }))
+    .await;
+    assert_eq!(turn_error(&t, "cut", &url).await, None);
+    assert_eq!(*seen.lock().unwrap(), [1, 2]);
+    assert_eq!(t.transcript("cut"), ["user: hi", "assistant: You said: hi"]);
+
+    // Cut every time: the error says so.
+    let (url, _) =
+        misbehaving(answer(|_, _| sse("event: llm.token.delta\ndata: {}\n\nevent: decision.re".to_owned()))).await;
+    let error = turn_error(&t, "always-cut", &url).await.expect("the turn fails");
+    assert_eq!(
+        error,
+        "no decision after 2 deliveries: the worker's reply (HTTP 200) broke off: the event stream ended before \
+         `decision.result` (after 1 deltas); its last event was not ended by a blank line"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_signature_is_refused_by_the_sdk_and_not_retried() {
+    let t = TestEngine::start();
+    let app = subs_http_worker::router_with(tools::Tools::new(), WorkerOptions::new().require_signature("right"));
+    let url = serve(app).await;
+    t.engine.register_agent(TENANT, "wrong-secret", http_worker(&url, HttpWorkerOptions::new().secret("wrong")));
+    let turn = t.chat("signed", "wrong-secret", "hi").await;
+    assert_eq!(turn.status, TurnStatus::Failed);
+    let error = turn.data.unwrap()["error"].as_str().unwrap().to_owned();
+    assert_eq!(
+        error,
+        "no decision after 1 deliveries: the worker answered HTTP 401: signature refused: the signature does not \
+         match the request (is the secret the same on both sides?)"
+    );
+
+    let unsigned = HttpWorker::new(&url, HttpWorkerOptions::new()).unwrap();
+    let err = unsigned.decide(Delivery::new(DecisionRequest::for_trigger(Trigger::SessionStart))).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the worker answered HTTP 401: signature refused: the request has no Subs-Signature header"
+    );
+}
+
+// ---- the worker alone ------------------------------------------------------
+
+#[tokio::test]
+async fn unreachable_workers_are_transport_errors_worth_retrying() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let worker = HttpWorker::new(&format!("http://{addr}/"), HttpWorkerOptions::new()).unwrap();
+    let err = worker.decide(Delivery::new(DecisionRequest::for_trigger(Trigger::SessionStart))).await.unwrap_err();
+    assert!(matches!(err, WorkerError::Transport(_)), "{err}");
+    assert!(
+        err.to_string().starts_with(&format!("the worker could not be reached: could not connect to {addr}")),
+        "{err}"
+    );
+    assert!(err.is_retryable());
+}
+
+#[tokio::test]
+async fn the_request_timeout_of_the_options_is_a_timeout() {
+    let (url, _) = misbehaving(Arc::new(|_, _| None)).await;
+    let worker = HttpWorker::new(&url, HttpWorkerOptions::new().timeout(Duration::from_millis(100))).unwrap();
+    let mut request = DecisionRequest::for_trigger(Trigger::SessionStart);
+    request.trigger =
+        subs_protocol::from_value(json!({"type": "client.messages", "messages": [], "new_from": 0, "client": {}}))
+            .unwrap();
+    let err = worker.decide(Delivery::new(request)).await.unwrap_err();
+    assert!(matches!(err, WorkerError::Timeout(d) if d == Duration::from_millis(100)), "{err}");
+    assert!(err.is_retryable());
+}
+
+#[tokio::test]
+async fn stream_replies_hand_deltas_to_the_sink_and_honour_error_events() {
+    let body = Arc::new(Mutex::new(String::new()));
+    let reply = body.clone();
+    let app = Router::new().route(
+        "/",
+        axum::routing::post(move || {
+            let reply = reply.clone();
+            async move { sse(reply.lock().unwrap().clone()) }
+        }),
+    );
+    let worker = HttpWorker::new(&serve(app).await, HttpWorkerOptions::new()).unwrap();
+    let decide = |text: &str| {
+        *body.lock().unwrap() = text.to_owned();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = {
+            let seen = seen.clone();
+            Arc::new(move |delta: StreamDelta| seen.lock().unwrap().push(delta))
+        };
+        let delivery = Delivery { request: DecisionRequest::for_trigger(Trigger::SessionStart), deltas: Some(sink) };
+        let worker = worker.clone();
+        async move { (worker.decide(delivery).await, seen.lock().unwrap().clone()) }
+    };
+
+    let (decision, deltas) = decide(
+        ": hello\r\nevent: llm.token.delta\r\ndata: {\"text\":\"a\"}\r\n\r\nevent: custom\ndata: 1\n\n\
+         event: llm.token.delta\ndata: {\"reasoning\":\"b\"}\n\nevent: decision.result\ndata: {\"actions\":\ndata: [{\"type\":\"done\"}]}\n\n",
+    )
+    .await;
+    assert_eq!(decision.unwrap().actions(), [Action::done()]);
+    assert_eq!(deltas, [StreamDelta::text("a"), StreamDelta { reasoning: Some("b".into()), ..StreamDelta::default() }]);
+
+    let (decision, _) = decide("event: error\ndata: {\"error\":\"lost the model\",\"retryable\":true}\n\n").await;
+    let err = decision.unwrap_err();
+    assert!(
+        matches!(err, WorkerError::Declined { ref message, retryable: true } if message == "lost the model"),
+        "{err}"
+    );
+
+    let (decision, _) = decide("event: llm.token.delta\ndata: {\"text\":5}\n\n").await;
+    let err = decision.unwrap_err();
+    assert!(matches!(err, WorkerError::BadReply { status: 200, problem: ReplyProblem::BadEvent { .. } }), "{err}");
+    assert!(err.to_string().contains("unreadable `llm.token.delta` event: text: invalid type"), "{err}");
+
+    let (decision, _) = decide("event: decision.result\ndata: {\"actions\": 1}\n\n").await;
+    let err = decision.unwrap_err();
+    assert!(err.to_string().contains("is not a decision: decision.result.actions: invalid type"), "{err}");
+}

@@ -1,0 +1,164 @@
+//! One decision, two transports: the `tools` agent as a component
+//! (`ComponentAgent::decide`, in-process) and served over loopback HTTP by
+//! `subs-http-worker` (`HttpWorker::decide`), on the same request.
+//!
+//! ```text
+//! cargo bench -p subs-tests --bench workers            # 2000 decisions per case
+//! BENCH_DECISIONS=10000 cargo bench -p subs-tests --bench workers
+//! ```
+//!
+//! The request is a `tool.execute` of `add` carrying a 20-message
+//! conversation (and its tree) and the agent's config, so both workers
+//! parse a realistic request and run the same tool. Each case runs
+//! sequentially (one caller) and with 16 concurrent callers; the output is
+//! per-decision latency (p50, p99) and throughput, and the HTTP/component
+//! ratio. The HTTP server runs in the same process and runtime as the
+//! client, so on a small machine the two compete for cores, as an engine
+//! and a co-located worker would.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
+use subs_engine::worker::{Delivery, Worker};
+use subs_protocol::trigger::ToolExecute;
+use subs_protocol::{DecisionRequest, DecisionResponse, Message, MessageTree, Role, ToolInput, TreeNode, Trigger};
+
+const CONCURRENCY: usize = 16;
+
+fn main() {
+    let decisions: usize = std::env::var("BENCH_DECISIONS").ok().and_then(|n| n.parse().ok()).unwrap_or(2000);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
+    runtime.block_on(run(decisions));
+}
+
+async fn run(decisions: usize) {
+    let request = request();
+    let component: Arc<dyn Worker> = Arc::new(subs_tests::agent(subs_tests::guests::TOOLS));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move { subs_http_worker::serve(listener, tools::Tools::new()).await });
+    let http: Arc<dyn Worker> = Arc::new(HttpWorker::new(&url, HttpWorkerOptions::new()).expect("a worker URL"));
+
+    // The same decision both ways, or the comparison means nothing.
+    let a = component.decide(Delivery::new(request.clone())).await.expect("the component decides");
+    let b = http.decide(Delivery::new(request.clone())).await.expect("the HTTP worker decides");
+    assert_eq!(a, b, "the two workers disagree");
+    assert_eq!(a, expected(), "unexpected decision");
+
+    println!("one tool.execute decision, {} messages, {decisions} decisions per case", request.messages.len());
+    println!();
+    println!("| worker | callers | p50 | p99 | decisions/s |");
+    println!("| --- | --- | --- | --- | --- |");
+    let mut results = Vec::new();
+    for callers in [1, CONCURRENCY] {
+        for (name, worker) in [("component", &component), ("http", &http)] {
+            measure(worker, &request, decisions.min(500), callers).await; // warm-up
+            let stats = measure(worker, &request, decisions, callers).await;
+            println!(
+                "| {name} | {callers} | {} | {} | {:.0} |",
+                micros(stats.p50),
+                micros(stats.p99),
+                stats.throughput
+            );
+            results.push((name, callers, stats));
+        }
+    }
+    println!();
+    for callers in [1, CONCURRENCY] {
+        let find = |name| &results.iter().find(|(n, c, _)| *n == name && *c == callers).unwrap().2;
+        let (c, h) = (find("component"), find("http"));
+        println!(
+            "{callers} caller(s): http/component p50 {:.2}x, p99 {:.2}x, throughput {:.2}x",
+            ratio(h.p50, c.p50),
+            ratio(h.p99, c.p99),
+            h.throughput / c.throughput
+        );
+    }
+}
+
+struct Stats {
+    p50: Duration,
+    p99: Duration,
+    throughput: f64,
+}
+
+/// `decisions` decisions split over `callers` concurrent tasks.
+async fn measure(worker: &Arc<dyn Worker>, request: &DecisionRequest, decisions: usize, callers: usize) -> Stats {
+    let per_caller = decisions.div_ceil(callers);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..callers)
+        .map(|_| {
+            let (worker, request) = (worker.clone(), request.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(per_caller);
+                for _ in 0..per_caller {
+                    let delivery = Delivery::new(request.clone());
+                    let t = Instant::now();
+                    worker.decide(delivery).await.expect("a decision");
+                    latencies.push(t.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(per_caller * callers);
+    for task in tasks {
+        latencies.extend(task.await.expect("the caller finishes"));
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    let at = |q: f64| {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+        let i = ((latencies.len() as f64 * q).ceil() as usize).saturating_sub(1);
+        latencies[i.min(latencies.len() - 1)]
+    };
+    #[allow(clippy::cast_precision_loss)]
+    let throughput = latencies.len() as f64 / elapsed.as_secs_f64();
+    Stats { p50: at(0.50), p99: at(0.99), throughput }
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
+}
+
+/// A `tool.execute` of `add` after a 20-message conversation.
+fn request() -> DecisionRequest {
+    let messages: Vec<Message> = (0..20)
+        .map(|i| {
+            let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
+            let text =
+                format!("message {i}: {}", "lorem ipsum dolor sit amet, consectetur adipiscing elit. ".repeat(4));
+            subs_protocol::from_value::<Message>(json!({"id": format!("msg_{i}"), "role": role, "content": text}))
+                .expect("a message")
+        })
+        .collect();
+    let nodes = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| TreeNode { message: m.clone(), parent_id: i.checked_sub(1).map(|p| format!("msg_{p}")) })
+        .collect();
+    let arguments = json!({"a": 1.5, "b": 2.25});
+    let mut request = DecisionRequest::for_trigger(Trigger::ToolExecute(ToolExecute {
+        id: "call_1".to_owned(),
+        name: "add".to_owned(),
+        arguments: arguments.to_string(),
+        input: ToolInput::Valid { value: arguments },
+        attempt: 1,
+        deadline: None,
+    }));
+    request.agent = Some(tools::Tools::new().config("subs/offline"));
+    request.message_tree = MessageTree { nodes, head_id: Some("msg_19".to_owned()) };
+    request.messages = messages;
+    request.state = json!({"turns": 10});
+    request
+}
+
+fn expected() -> DecisionResponse {
+    DecisionResponse::new().with_action(subs_protocol::Action::tool_result(json!({"sum": 3.75})))
+}
