@@ -1,10 +1,13 @@
 //! The integration tests: one binary, one module per area. Guest
 //! components are built once by `build.rs`; see `subs_tests::guests`.
 
+mod api;
 mod bad_guests;
 mod examples;
+mod http_worker;
 mod llm_retries;
 mod loop_scenarios;
+mod providers;
 mod recovery;
 mod storage_growth;
 mod streaming;

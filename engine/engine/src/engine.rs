@@ -10,7 +10,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::events::Event;
-use crate::model::{Models, OFFLINE_MODEL};
+use crate::model::{Models, Money, OFFLINE_MODEL};
 use crate::session::Tree;
 use crate::session::actor::{Actor, Msg};
 use crate::session::apply::Outcome;
@@ -30,6 +30,10 @@ pub struct EngineConfig {
     /// How long one delivery may take when the retry policy sets no
     /// `timeout_secs`.
     pub decision_timeout: Duration,
+    /// Whether LLM calls stream token deltas when neither the call nor the
+    /// agent's config says (`subs run` turns it on to show tokens as they
+    /// come).
+    pub default_stream: bool,
 }
 
 impl Default for EngineConfig {
@@ -43,6 +47,7 @@ impl Default for EngineConfig {
                 backoff_max_secs: 10.0,
             },
             decision_timeout: Duration::from_secs(60),
+            default_stream: false,
         }
     }
 }
@@ -80,6 +85,11 @@ pub(crate) struct Shared {
     agents: RwLock<HashMap<(String, String), Arc<dyn Worker>>>,
     actors: Mutex<ActorMap>,
     closed: std::sync::atomic::AtomicBool,
+    /// Budgets by tenant.
+    budgets: RwLock<HashMap<String, Money>>,
+    /// What each tenant's sessions have cost, summed from the store on
+    /// first use and kept current as calls settle.
+    spend: Mutex<HashMap<String, Money>>,
 }
 
 impl Shared {
@@ -139,6 +149,34 @@ impl Shared {
     pub fn worker(&self, tenant: &str, agent_id: &str) -> Option<Arc<dyn Worker>> {
         let agents = self.agents.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         agents.get(&(tenant.to_owned(), agent_id.to_owned())).cloned()
+    }
+
+    /// The tenant's budget.
+    pub fn tenant_budget(&self, tenant: &str) -> Option<Money> {
+        self.budgets.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(tenant).copied()
+    }
+
+    /// What the tenant's sessions have cost so far.
+    pub fn tenant_spent(&self, tenant: &str) -> Result<Money, StoreError> {
+        if let Some(spent) = self.spend.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(tenant) {
+            return Ok(*spent);
+        }
+        let sum: Money = self
+            .store
+            .sessions(Some(tenant))?
+            .iter()
+            .filter_map(|s| s.cost.as_deref().and_then(|c| c.parse::<Money>().ok()))
+            .sum();
+        let mut spend = self.spend.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(*spend.entry(tenant.to_owned()).or_insert(sum))
+    }
+
+    /// Counts a settled call's cost for its tenant.
+    pub fn add_spend(&self, tenant: &str, cost: Money) {
+        let mut spend = self.spend.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(spent) = spend.get_mut(tenant) {
+            *spent = *spent + cost;
+        }
     }
 
     /// Runs one try of an engine-run LLM call.
@@ -204,6 +242,8 @@ impl Engine {
             agents: RwLock::default(),
             actors: Mutex::default(),
             closed: std::sync::atomic::AtomicBool::new(false),
+            budgets: RwLock::default(),
+            spend: Mutex::default(),
         });
         let engine = Engine { shared };
         for key in engine.shared.store.unfinished()? {
@@ -218,6 +258,50 @@ impl Engine {
     pub fn register_agent(&self, tenant: &str, agent_id: &str, worker: Arc<dyn Worker>) {
         let mut agents = self.shared.agents.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         agents.insert((tenant.to_owned(), agent_id.to_owned()), worker);
+    }
+
+    /// Removes the agent `agent_id` of `tenant`; its sessions' deliveries
+    /// fail (and are retried per policy) until it is registered again.
+    pub fn unregister_agent(&self, tenant: &str, agent_id: &str) {
+        let mut agents = self.shared.agents.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        agents.remove(&(tenant.to_owned(), agent_id.to_owned()));
+    }
+
+    /// Sets (or, with `None`, removes) the most `tenant`'s sessions may
+    /// spend on engine-run LLM calls in all. Once spent, further calls fail
+    /// with `budget_exceeded` before they are sent.
+    pub fn set_tenant_budget(&self, tenant: &str, budget: Option<Money>) {
+        let mut budgets = self.shared.budgets.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match budget {
+            Some(budget) => budgets.insert(tenant.to_owned(), budget),
+            None => budgets.remove(tenant),
+        };
+    }
+
+    /// What `tenant`'s sessions have spent on LLM calls.
+    pub fn tenant_spent(&self, tenant: &str) -> Result<Money, StoreError> {
+        self.shared.tenant_spent(tenant)
+    }
+
+    /// Sets (or removes) a session's budget. Raising a spent budget makes
+    /// the session usable again: its next turn's calls are sent.
+    pub async fn set_session_budget(
+        &self,
+        tenant: &str,
+        session: &str,
+        budget: Option<Money>,
+    ) -> Result<(), InputError> {
+        let key = checked_key(tenant, session)?;
+        let (reply, answer) = oneshot::channel();
+        if !self.shared.send(&key, Msg::SetBudget { budget, reply }) {
+            return Err(InputError::ShuttingDown);
+        }
+        answer.await.unwrap_or(Err(InputError::ShuttingDown))
+    }
+
+    /// Sessions with an actor in memory (work in flight, or just touched).
+    pub fn active_sessions(&self) -> usize {
+        self.shared.actors().len()
     }
 
     /// Takes a client input for session `session` of `tenant`; the input

@@ -23,6 +23,7 @@ use super::{Change, Session, proposal, validate};
 use crate::clock;
 use crate::engine::Shared;
 use crate::events::{Event, token_delta};
+use crate::model::Money;
 use crate::store::{CallSpec, SessionKey, StepStatus, StoreError};
 use crate::worker::{Delivery, DeltaSink, WorkerError};
 
@@ -38,6 +39,8 @@ pub(crate) enum Msg {
     CallDone { call_id: String, attempt: u32, outcome: Outcome },
     /// Something may have changed: the inbox, or a timer came due.
     Wake,
+    /// Sets (or removes) the session's budget.
+    SetBudget { budget: Option<Money>, reply: oneshot::Sender<Result<(), InputError>> },
 }
 
 struct InFlight {
@@ -146,6 +149,9 @@ impl Actor {
         for key in change.cancel {
             self.shared.cancel_detached(&key);
         }
+        if !change.spent.is_zero() {
+            self.shared.add_spend(&self.key.tenant, change.spent);
+        }
         Ok(())
     }
 
@@ -192,10 +198,59 @@ impl Actor {
             self.commit(change).await?;
         }
 
+        self.refuse_over_budget().await?;
         self.start_engine_calls();
         self.start_delivery();
         self.arm_timer();
         Ok(())
+    }
+
+    /// Fails, without sending them, the engine-run LLM calls that would
+    /// exceed the session's or the tenant's budget.
+    async fn refuse_over_budget(&mut self) -> Result<(), StoreError> {
+        let session = self.session();
+        let waiting: Vec<String> = session
+            .calls
+            .values()
+            .filter(|c| {
+                c.call.kind == CallKind::LlmCall
+                    && c.call.handler == Some(Handler::Server)
+                    && c.call.status == CallStatus::Pending
+                    && !self.running.contains_key(&c.call.id)
+            })
+            .map(|c| c.call.id.clone())
+            .collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let spent = session.spent();
+        let over = match session.budget() {
+            Some(budget) if spent >= budget => {
+                Some(format!("the session's budget of ${budget} is spent (${spent} used)"))
+            }
+            _ => match self.shared.tenant_budget(&self.key.tenant) {
+                Some(budget) => {
+                    let used = self.shared.tenant_spent(&self.key.tenant)?;
+                    (used >= budget).then(|| format!("the tenant's budget of ${budget} is spent (${used} used)"))
+                }
+                None => None,
+            },
+        };
+        let Some(error) = over else { return Ok(()) };
+        let ctx = ctx(&self.shared);
+        let mut change = Change::default();
+        let session = self.session.as_mut().expect("loaded");
+        for id in waiting {
+            let outcome = Outcome::Failed {
+                error: error.clone(),
+                retryable: false,
+                code: Some(subs_protocol::ErrorCode::BudgetExceeded),
+                detail: None,
+                retry_after_ms: None,
+            };
+            session.settle(&id, outcome, &ctx, &mut change);
+        }
+        self.commit(change).await
     }
 
     fn session(&self) -> &Session {
@@ -383,6 +438,23 @@ impl Actor {
                 self.session.as_mut().expect("loaded").settle(&call_id, outcome, &ctx, &mut change);
                 self.commit(change).await
             }
+            Msg::SetBudget { budget, reply } => {
+                let Some(session) = self.session.as_mut() else {
+                    let _ = reply.send(Err(InputError::NoSession(self.key.session.clone())));
+                    return Ok(());
+                };
+                session.record.budget = budget.map(|b| b.to_string());
+                match self.commit(Change::default()).await {
+                    Ok(()) => {
+                        let _ = reply.send(Ok(()));
+                        Ok(())
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(InputError::Store(e.to_string())));
+                        Err(e)
+                    }
+                }
+            }
             Msg::Wake => {
                 self.check_inbox = true;
                 if let Some((due, _)) = &self.timer
@@ -503,6 +575,7 @@ fn ctx(shared: &Shared) -> Ctx<'_> {
         store: shared.store.as_ref(),
         default_model: &shared.config.default_model,
         default_retry: &shared.config.default_retry,
+        default_stream: shared.config.default_stream,
         now_ms: clock::now_ms(),
     }
 }

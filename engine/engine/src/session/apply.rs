@@ -29,6 +29,8 @@ pub(crate) struct Ctx<'a> {
     pub default_model: &'a str,
     /// The retry policy of LLM calls when neither call nor config sets one.
     pub default_retry: &'a RetryPolicy,
+    /// Whether LLM calls stream when neither call nor config says.
+    pub default_stream: bool,
     /// Now (Unix ms).
     pub now_ms: u64,
 }
@@ -127,6 +129,9 @@ impl Session {
             turn: None,
             queued: Vec::new(),
             interrupts: Vec::new(),
+            usage: Value::Object(serde_json::Map::new()),
+            cost: None,
+            budget: None,
             created_ms: now_ms,
             updated_ms: now_ms,
         })
@@ -510,7 +515,7 @@ impl Session {
         let config = self.record.agent.clone();
         let id = call.id.clone().unwrap_or_else(|| self.mint("llm"));
         let handler = call.handler.or(config.as_ref().and_then(|c| c.handler)).unwrap_or(LlmHandler::Server);
-        let stream = call.stream.or(config.as_ref().and_then(|c| c.stream)).unwrap_or(false);
+        let stream = call.stream.or(config.as_ref().and_then(|c| c.stream)).unwrap_or(ctx.default_stream);
         let retry = call
             .retry
             .clone()
@@ -665,6 +670,9 @@ impl Session {
             return;
         }
         self.remove_call(call_id, change);
+        if let Outcome::LlmOk(response) = &outcome {
+            self.account(response.usage.as_ref(), response.cost.as_deref(), change);
+        }
         let name = call.call.name.clone().unwrap_or_default();
         let trigger = match (call.call.kind, outcome) {
             (CallKind::SubAgent, Outcome::SubAgent { ok, result, error }) => {

@@ -29,6 +29,7 @@ use subs_protocol::{
 };
 
 use crate::clock;
+use crate::model::Money;
 use crate::store::Store;
 use crate::store::{
     Batch, CallRecord, CallSpec, EventRecord, MessageRecord, Op, SessionKey, SessionRecord, SessionStatus, StepRecord,
@@ -63,6 +64,9 @@ pub(crate) struct Change {
     pub wake: Vec<SessionKey>,
     /// Sessions to cancel after the commit (children of a cancelled turn).
     pub cancel: Vec<SessionKey>,
+    /// What the change's LLM calls cost, added to the tenant's spend after
+    /// the commit.
+    pub spent: Money,
 }
 
 impl Session {
@@ -168,6 +172,36 @@ impl Session {
                     )
             })
             .count()
+    }
+
+    /// Adds an LLM call's usage and cost to the session's totals. Usage is
+    /// summed field by field (nested objects too), whatever the provider
+    /// reports; a cost that is not a decimal amount is left out (and
+    /// logged) rather than poisoning the sum.
+    pub fn account(&mut self, usage: Option<&Value>, cost: Option<&str>, change: &mut Change) {
+        if let Some(usage) = usage {
+            add_usage(&mut self.record.usage, usage);
+        }
+        let Some(cost) = cost else { return };
+        match cost.parse::<Money>() {
+            Ok(cost) => {
+                let total =
+                    self.record.cost.as_deref().and_then(|c| c.parse::<Money>().ok()).unwrap_or_default() + cost;
+                self.record.cost = Some(total.to_string());
+                change.spent = change.spent + cost;
+            }
+            Err(e) => tracing::warn!(%e, "an LLM call's cost is not a decimal amount; not counted"),
+        }
+    }
+
+    /// What the session's LLM calls have cost so far.
+    pub fn spent(&self) -> Money {
+        self.record.cost.as_deref().and_then(|c| c.parse().ok()).unwrap_or_default()
+    }
+
+    /// The session's budget, when it has one.
+    pub fn budget(&self) -> Option<Money> {
+        self.record.budget.as_deref().and_then(|b| b.parse().ok())
     }
 
     /// Recomputes the status from what is open and in flight.
@@ -397,5 +431,46 @@ impl Session {
             retry_at_ms: None,
             spec,
         }
+    }
+}
+
+/// Adds the numbers of `add` into `total`, field by field.
+fn add_usage(total: &mut Value, add: &Value) {
+    match (total, add) {
+        (Value::Object(total), Value::Object(add)) => {
+            for (key, value) in add {
+                match total.get_mut(key) {
+                    Some(existing) => add_usage(existing, value),
+                    None => {
+                        total.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+        }
+        (total @ Value::Number(_), Value::Number(add)) => {
+            let sum = match (total.as_u64(), add.as_u64()) {
+                (Some(a), Some(b)) => Value::from(a.saturating_add(b)),
+                _ => serde_json::Number::from_f64(total.as_f64().unwrap_or(0.0) + add.as_f64().unwrap_or(0.0))
+                    .map_or(Value::Null, Value::Number),
+            };
+            *total = sum;
+        }
+        // Text and other values are not summed: the latest wins.
+        (total, add) => *total = add.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::add_usage;
+
+    #[test]
+    fn usage_adds_up_field_by_field() {
+        let mut total = json!({});
+        add_usage(&mut total, &json!({"prompt_tokens": 10, "details": {"cached": 2}}));
+        add_usage(&mut total, &json!({"prompt_tokens": 5, "completion_tokens": 3, "details": {"cached": 1}}));
+        assert_eq!(total, json!({"prompt_tokens": 15, "details": {"cached": 3}, "completion_tokens": 3}));
     }
 }

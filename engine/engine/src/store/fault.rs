@@ -29,8 +29,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{
-    Batch, BoxFuture, CallRecord, EventRecord, InboxItem, MessageRecord, SessionKey, SessionRecord, StepRecord, Store,
-    StoreError, StoreStats, TurnRecord,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, MessageRecord, SessionKey,
+    SessionRecord, StepRecord, Store, StoreError, StoreStats, TurnRecord,
 };
 
 /// A [`Store`] that passes everything to `inner` until it is told to
@@ -192,6 +192,18 @@ impl<S: Store> Store for FaultyStore<S> {
 
     fn calls(&self, key: &SessionKey) -> Result<Vec<CallRecord>, StoreError> {
         self.inner.calls(key)
+    }
+
+    fn agents(&self, tenant: Option<&str>) -> Result<Vec<AgentRecord>, StoreError> {
+        self.inner.agents(tenant)
+    }
+
+    fn agent(&self, tenant: &str, agent_id: &str) -> Result<Option<AgentRecord>, StoreError> {
+        self.inner.agent(tenant, agent_id)
+    }
+
+    fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        self.inner.keys()
     }
 
     fn events(

@@ -23,6 +23,9 @@
 //! - an inbox ([`InboxItem`]) through which other sessions reach this one
 //!   (a child's result, a `message.send`), written in the sender's commit.
 //!
+//! Per tenant, the store also keeps the agents ([`AgentRecord`]: which
+//! worker, which version) and the API keys ([`KeyRecord`], hashed).
+//!
 //! A session is driven by one owner at a time (the engine's session actor),
 //! so ops are unconditional writes; a store shared by several engine nodes
 //! would add leases on top of this trait, not change it.
@@ -111,6 +114,24 @@ pub enum Op {
         session: SessionKey,
         /// The item's sequence number.
         seq: u64,
+    },
+    /// Creates or replaces an agent.
+    PutAgent(AgentRecord),
+    /// Removes an agent (its sessions stay).
+    DeleteAgent {
+        /// The tenant.
+        tenant: String,
+        /// The agent.
+        agent_id: String,
+    },
+    /// Stores an API key (its hash).
+    PutKey(KeyRecord),
+    /// Revokes an API key.
+    DeleteKey {
+        /// The tenant it belongs to.
+        tenant: String,
+        /// The key's hash.
+        hash: String,
     },
 }
 
@@ -204,6 +225,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// The session's in-flight calls.
     fn calls(&self, key: &SessionKey) -> Result<Vec<CallRecord>, StoreError>;
+
+    /// The agents of `tenant` (all tenants when `None`), by id.
+    fn agents(&self, tenant: Option<&str>) -> Result<Vec<AgentRecord>, StoreError>;
+
+    /// One agent.
+    fn agent(&self, tenant: &str, agent_id: &str) -> Result<Option<AgentRecord>, StoreError>;
+
+    /// Every stored API key (hashes, never the keys).
+    fn keys(&self) -> Result<Vec<KeyRecord>, StoreError>;
 
     /// The session's events with sequence number greater than `after` (all
     /// when `None`), in order, at most `limit`.

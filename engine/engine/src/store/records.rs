@@ -71,6 +71,10 @@ pub enum SessionStatus {
     Waiting,
 }
 
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
 /// A session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
@@ -103,6 +107,19 @@ pub struct SessionRecord {
     pub queued: Vec<QueuedInput>,
     /// Interrupts waiting for `interrupt.resume`.
     pub interrupts: Vec<OpenInterrupt>,
+    /// Token usage of the session's LLM calls, summed field by field (an
+    /// object; `{}` before the first call).
+    #[serde(default = "empty_object")]
+    pub usage: Value,
+    /// What the session's LLM calls cost, in dollars (decimal string);
+    /// `None` while no call had a known price.
+    #[serde(default)]
+    pub cost: Option<String>,
+    /// The most the session's engine-run LLM calls may cost, in dollars
+    /// (decimal string); once spent, further calls fail with
+    /// `budget_exceeded` before they are sent. `None`: no limit.
+    #[serde(default)]
+    pub budget: Option<String>,
     /// Creation time (Unix ms).
     pub created_ms: u64,
     /// Last change (Unix ms).
@@ -402,4 +419,66 @@ pub enum InboxItem {
         /// What starts it.
         start: TurnStart,
     },
+}
+
+/// An agent: the worker that decides for its sessions, and its history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    /// The tenant owning it.
+    pub tenant: String,
+    /// Its id, as sessions name it.
+    pub agent_id: String,
+    /// The version decisions use now.
+    pub current: AgentVersion,
+    /// Earlier versions, oldest first.
+    pub history: Vec<AgentVersion>,
+    /// When it was first uploaded (Unix ms).
+    pub created_ms: u64,
+}
+
+/// One version of an agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentVersion {
+    /// Content digest (`sha256:<hex>`): of the component bytes, or of the
+    /// HTTP worker's URL and secret.
+    pub digest: String,
+    /// What runs it.
+    pub worker: AgentWorker,
+    /// When it was uploaded (Unix ms).
+    pub created_ms: u64,
+}
+
+/// What runs an agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AgentWorker {
+    /// A component; its bytes are kept by digest beside the store.
+    Component {
+        /// Its size in bytes.
+        bytes: u64,
+    },
+    /// An HTTP worker.
+    Http {
+        /// Where decisions are posted.
+        url: String,
+        /// The signing secret, when requests are signed. Kept because
+        /// every request is signed with it.
+        secret: Option<String>,
+    },
+}
+
+/// An API key, as stored: its SHA-256 and whose it is. The key itself is
+/// shown once, when created, and never stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRecord {
+    /// The tenant the key acts for.
+    pub tenant: String,
+    /// Hex SHA-256 of the key.
+    pub hash: String,
+    /// The key's first characters, to tell keys apart in listings.
+    pub prefix: String,
+    /// A label for people.
+    pub name: Option<String>,
+    /// When it was created (Unix ms).
+    pub created_ms: u64,
 }

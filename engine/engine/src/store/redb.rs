@@ -66,8 +66,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
 use super::{
-    Batch, BoxFuture, CallRecord, EventRecord, InboxItem, MessageRecord, Op, SessionKey, SessionRecord, SessionStatus,
-    StepRecord, Store, StoreError, StoreStats, TurnRecord,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, MessageRecord, Op, SessionKey,
+    SessionRecord, SessionStatus, StepRecord, Store, StoreError, StoreStats, TurnRecord,
 };
 
 /// The most batches one write transaction takes. Bounds how long the first
@@ -84,6 +84,8 @@ mod name {
     pub const INBOX: &str = "inbox";
     pub const CALLS: &str = "calls";
     pub const TURNS: &str = "turns";
+    pub const AGENTS: &str = "agents";
+    pub const KEYS: &str = "keys";
     pub const META: &str = "meta";
     /// Not a table: errors of the database as a whole.
     pub const DATABASE: &str = "database";
@@ -97,6 +99,10 @@ const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new(name::E
 const INBOX: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new(name::INBOX);
 const CALLS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::CALLS);
 const TURNS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::TURNS);
+/// Agents, keyed by (tenant, agent id).
+const AGENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::AGENTS);
+/// API keys, keyed by (tenant, key hash).
+const KEYS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::KEYS);
 const META: TableDefinition<&str, u64> = TableDefinition::new(name::META);
 
 /// `meta` key: the layout version of the file, so a later engine can tell
@@ -198,6 +204,8 @@ enum SeqTable {
 enum NamedTable {
     Calls,
     Turns,
+    Agents,
+    Keys,
 }
 
 impl RedbStore {
@@ -411,20 +419,23 @@ impl Store for RedbStore {
     }
 
     fn calls(&self, key: &SessionKey) -> Result<Vec<CallRecord>, StoreError> {
+        self.read(|txn| scan_named(txn, CALLS, name::CALLS, Some(&key.storage_key())))
+    }
+
+    fn agents(&self, tenant: Option<&str>) -> Result<Vec<AgentRecord>, StoreError> {
+        self.read(|txn| scan_named(txn, AGENTS, name::AGENTS, tenant))
+    }
+
+    fn agent(&self, tenant: &str, agent_id: &str) -> Result<Option<AgentRecord>, StoreError> {
         self.read(|txn| {
-            let table = open_read(txn, CALLS, name::CALLS)?;
-            let key = key.storage_key();
-            let entries = table.range((key.as_str(), "")..).map_err(|err| redb_error(name::CALLS, err))?;
-            let mut calls = Vec::new();
-            for entry in entries {
-                let (k, value) = entry.map_err(|err| redb_error(name::CALLS, err))?;
-                if k.value().0 != key {
-                    break;
-                }
-                calls.push(decode(name::CALLS, value.value())?);
-            }
-            Ok(calls)
+            let table = open_read(txn, AGENTS, name::AGENTS)?;
+            let value = table.get((tenant, agent_id)).map_err(|err| redb_error(name::AGENTS, err))?;
+            value.map(|value| decode(name::AGENTS, value.value())).transpose()
         })
+    }
+
+    fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        self.read(|txn| scan_named(txn, KEYS, name::KEYS, None))
     }
 
     fn events(
@@ -633,6 +644,8 @@ struct Tables<'txn> {
     inbox: SeqTableOf<'txn>,
     calls: NamedTableOf<'txn>,
     turns: NamedTableOf<'txn>,
+    agents: NamedTableOf<'txn>,
+    keys: NamedTableOf<'txn>,
     meta: Table<'txn, &'static str, u64>,
 }
 
@@ -647,6 +660,8 @@ impl<'txn> Tables<'txn> {
             inbox: open_write(txn, INBOX, name::INBOX)?,
             calls: open_write(txn, CALLS, name::CALLS)?,
             turns: open_write(txn, TURNS, name::TURNS)?,
+            agents: open_write(txn, AGENTS, name::AGENTS)?,
+            keys: open_write(txn, KEYS, name::KEYS)?,
             meta: open_write(txn, META, name::META)?,
         })
     }
@@ -664,6 +679,8 @@ impl<'txn> Tables<'txn> {
         match table {
             NamedTable::Calls => (&mut self.calls, name::CALLS),
             NamedTable::Turns => (&mut self.turns, name::TURNS),
+            NamedTable::Agents => (&mut self.agents, name::AGENTS),
+            NamedTable::Keys => (&mut self.keys, name::KEYS),
         }
     }
 
@@ -763,6 +780,22 @@ fn encode(batch: Batch) -> Result<Vec<Write>, StoreError> {
                 Op::DeleteInbox { session, seq } => {
                     Write::DeleteSeq { table: SeqTable::Inbox, key: storage_key(&session), seq }
                 }
+                Op::PutAgent(record) => Write::PutNamed {
+                    table: NamedTable::Agents,
+                    key: record.tenant.clone(),
+                    id: record.agent_id.clone(),
+                    value: encode_value(name::AGENTS, &record)?,
+                },
+                Op::DeleteAgent { tenant, agent_id } => {
+                    Write::DeleteNamed { table: NamedTable::Agents, key: tenant, id: agent_id }
+                }
+                Op::PutKey(record) => Write::PutNamed {
+                    table: NamedTable::Keys,
+                    key: record.tenant.clone(),
+                    id: record.hash.clone(),
+                    value: encode_value(name::KEYS, &record)?,
+                },
+                Op::DeleteKey { tenant, hash } => Write::DeleteNamed { table: NamedTable::Keys, key: tenant, id: hash },
             })
         })
         .collect()
@@ -829,6 +862,31 @@ fn scan_seq<T: DeserializeOwned>(
 
 /// Maps a redb error into ours. Damage is [`StoreError::Corrupt`] (so is a
 /// table of the wrong type: the file is not one we wrote); the rest is I/O.
+/// Every record of a (key, id) table whose key is `key` (all keys when
+/// `None`), in id order.
+fn scan_named<T: DeserializeOwned>(
+    txn: &ReadTransaction,
+    table: TableDefinition<(&'static str, &'static str), &'static [u8]>,
+    name: &'static str,
+    key: Option<&str>,
+) -> Result<Vec<T>, StoreError> {
+    let table = open_read(txn, table, name)?;
+    let entries = match key {
+        Some(key) => table.range((key, "")..),
+        None => table.range::<(&str, &str)>(..),
+    }
+    .map_err(|err| redb_error(name, err))?;
+    let mut records = Vec::new();
+    for entry in entries {
+        let (k, value) = entry.map_err(|err| redb_error(name, err))?;
+        if key.is_some_and(|key| k.value().0 != key) {
+            break;
+        }
+        records.push(decode(name, value.value())?);
+    }
+    Ok(records)
+}
+
 fn redb_error(table: &'static str, err: impl Into<::redb::Error>) -> StoreError {
     use ::redb::Error;
     match err.into() {
@@ -911,6 +969,9 @@ mod tests {
             turn: None,
             queued: Vec::new(),
             interrupts: Vec::new(),
+            usage: serde_json::json!({}),
+            cost: None,
+            budget: None,
             created_ms: 1,
             updated_ms: 2,
         }
@@ -1067,6 +1128,58 @@ mod tests {
         assert_nothing_of(&store, &SessionKey::new(POISON_TENANT, "p"));
         let stats = store.stats().unwrap();
         assert_eq!(stats.batches, 3);
+        store.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn agents_and_keys_are_kept_per_tenant() {
+        use crate::store::{AgentRecord, AgentVersion, AgentWorker, KeyRecord};
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        let agent = |tenant: &str, id: &str| AgentRecord {
+            tenant: tenant.to_owned(),
+            agent_id: id.to_owned(),
+            current: AgentVersion {
+                digest: format!("sha256:{id}"),
+                worker: AgentWorker::Http { url: "http://127.0.0.1:1/".to_owned(), secret: None },
+                created_ms: 1,
+            },
+            history: Vec::new(),
+            created_ms: 1,
+        };
+        let key = |tenant: &str, hash: &str| KeyRecord {
+            tenant: tenant.to_owned(),
+            hash: hash.to_owned(),
+            prefix: "subs_ab".to_owned(),
+            name: None,
+            created_ms: 1,
+        };
+        store
+            .commit(batch([
+                Op::PutAgent(agent("a", "x")),
+                Op::PutAgent(agent("a", "y")),
+                Op::PutAgent(agent("a-b", "x")),
+                Op::PutKey(key("a", "h1")),
+                Op::PutKey(key("b", "h2")),
+            ]))
+            .await
+            .unwrap();
+        let ids = |tenant| store.agents(tenant).unwrap().into_iter().map(|a| a.agent_id).collect::<Vec<_>>();
+        assert_eq!(ids(Some("a")), ["x", "y"]);
+        assert_eq!(ids(Some("a-b")), ["x"]);
+        assert_eq!(ids(None).len(), 3);
+        assert_eq!(store.agent("a", "y").unwrap(), Some(agent("a", "y")));
+        assert_eq!(store.agent("b", "y").unwrap(), None);
+        assert_eq!(store.keys().unwrap().len(), 2);
+        store
+            .commit(batch([
+                Op::DeleteAgent { tenant: "a".to_owned(), agent_id: "x".to_owned() },
+                Op::DeleteKey { tenant: "a".to_owned(), hash: "h1".to_owned() },
+            ]))
+            .await
+            .unwrap();
+        assert_eq!(ids(Some("a")), ["y"]);
+        assert_eq!(store.keys().unwrap(), [key("b", "h2")]);
         store.close().await.unwrap();
     }
 

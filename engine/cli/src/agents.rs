@@ -1,0 +1,176 @@
+//! `subs agents …`: upload, list and remove the agents of a running
+//! server (`PUT`/`GET`/`DELETE /v1/agents`).
+
+use std::path::PathBuf;
+
+use anyhow::anyhow;
+use reqwest::Method;
+use reqwest::header::CONTENT_TYPE;
+use serde_json::{Value, json};
+
+use crate::client::{Client, ClientArgs, checked_id};
+use crate::error::{CliError, CliResult};
+use crate::progress::Spinner;
+
+/// `subs agents …`.
+#[derive(Debug, clap::Subcommand)]
+pub enum AgentsCommand {
+    /// Upload a component (`subs agents put ID FILE.wasm`) or register an
+    /// HTTP worker (`subs agents put ID --url URL`) as the agent's new
+    /// version.
+    Put(PutArgs),
+    /// List the agents.
+    List(ListArgs),
+    /// Remove an agent (its sessions stay, and go on once an agent of that
+    /// id is put again).
+    Rm(RmArgs),
+}
+
+/// `subs agents put`.
+#[derive(Debug, clap::Args)]
+pub struct PutArgs {
+    /// The agent's id.
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// The component file (`.wasm`).
+    #[arg(value_name = "FILE", required_unless_present = "url", conflicts_with = "url")]
+    pub file: Option<PathBuf>,
+    /// Register the HTTP worker at this URL instead of a component.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Sign requests to the HTTP worker with this secret.
+    #[arg(long, value_name = "SECRET", requires = "url")]
+    pub secret: Option<String>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub client: ClientArgs,
+}
+
+/// `subs agents list`.
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub client: ClientArgs,
+}
+
+/// `subs agents rm`.
+#[derive(Debug, clap::Args)]
+pub struct RmArgs {
+    /// The agent's id.
+    #[arg(value_name = "ID")]
+    pub id: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub client: ClientArgs,
+}
+
+/// Runs an agents command.
+pub async fn exec(command: AgentsCommand) -> CliResult {
+    match command {
+        AgentsCommand::Put(args) => put(args).await,
+        AgentsCommand::List(args) => list(args).await,
+        AgentsCommand::Rm(args) => rm(args).await,
+    }
+}
+
+async fn put(args: PutArgs) -> CliResult {
+    let client = Client::new(&args.client)?;
+    let id = checked_id("agent", &args.id)?;
+    let path = format!("/v1/agents/{id}");
+    let (request, spinner) = match (&args.file, &args.url) {
+        (Some(file), _) => {
+            let bytes = std::fs::read(file).map_err(|e| CliError::usage(anyhow!("reading {}: {e}", file.display())))?;
+            let spinner =
+                Spinner::start(format!("uploading {} ({}); the server compiles it", file.display(), size(bytes.len())));
+            let request = client.request(Method::PUT, &path).header(CONTENT_TYPE, "application/wasm").body(bytes);
+            (request, Some(spinner))
+        }
+        (None, Some(url)) => {
+            let mut body = json!({ "url": url });
+            if let Some(secret) = &args.secret {
+                body["secret"] = json!(secret);
+            }
+            (client.request(Method::PUT, &path).header(CONTENT_TYPE, "application/json").body(body.to_string()), None)
+        }
+        (None, None) => return Err(CliError::usage(anyhow!("give a component FILE or --url"))),
+    };
+    let response = client.send(request).await?;
+    let created = response.status() == reqwest::StatusCode::CREATED;
+    let bytes = response.bytes().await.map_err(|e| client.transport(&e))?;
+    drop(spinner);
+    let agent: Value =
+        serde_json::from_slice(&bytes).map_err(|e| CliError::failed(anyhow!("the server's answer: {e}")))?;
+    if args.client.json {
+        println!("{agent}");
+    } else {
+        let what = if created { "a new version" } else { "unchanged: that version is already current" };
+        println!("agent {}: {} ({}), {what}", str_at(&agent, "agent_id"), str_at(&agent, "version"), detail(&agent));
+    }
+    Ok(())
+}
+
+async fn list(args: ListArgs) -> CliResult {
+    let client = Client::new(&args.client)?;
+    let agents = client.json(client.request(Method::GET, "/v1/agents")).await?;
+    if args.client.json {
+        println!("{agents}");
+        return Ok(());
+    }
+    let agents = agents.as_array().cloned().unwrap_or_default();
+    if agents.is_empty() {
+        println!("no agents");
+        return Ok(());
+    }
+    let rows: Vec<[String; 4]> = agents
+        .iter()
+        .map(|a| {
+            let versions = a.get("versions").and_then(Value::as_array).map_or(0, Vec::len);
+            [str_at(a, "agent_id").to_owned(), short_version(str_at(a, "version")), detail(a), versions.to_string()]
+        })
+        .collect();
+    print!("{}", crate::table(["AGENT", "VERSION", "WHAT", "VERSIONS"], &rows));
+    Ok(())
+}
+
+async fn rm(args: RmArgs) -> CliResult {
+    let client = Client::new(&args.client)?;
+    let id = checked_id("agent", &args.id)?;
+    client.send(client.request(Method::DELETE, &format!("/v1/agents/{id}"))).await?;
+    if args.client.json {
+        println!("{}", json!({ "agent_id": id, "removed": true }));
+    } else {
+        println!("removed agent {id}");
+    }
+    Ok(())
+}
+
+fn str_at<'a>(value: &'a Value, key: &str) -> &'a str {
+    value.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// `sha256:0123456789ab…` → `sha256:0123456789ab`.
+fn short_version(version: &str) -> String {
+    version.chars().take("sha256:".len() + 12).collect()
+}
+
+/// `component, 1.2 MB` or `http, https://… (signed)`.
+fn detail(agent: &Value) -> String {
+    match str_at(agent, "kind") {
+        "component" => format!("component, {}", size(agent.get("bytes").and_then(Value::as_u64).unwrap_or(0) as usize)),
+        "http" => {
+            let signed = if agent.get("signed").and_then(Value::as_bool) == Some(true) { " (signed)" } else { "" };
+            format!("http, {}{signed}", str_at(agent, "url"))
+        }
+        other => other.to_owned(),
+    }
+}
+
+/// A byte count for people.
+fn size(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / f64::from(1 << 20)),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / f64::from(1 << 10)),
+        b => format!("{b} bytes"),
+    }
+}

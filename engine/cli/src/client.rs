@@ -1,0 +1,152 @@
+//! The HTTP client of a running server (`subs agents …`, `subs sessions
+//! …`): where the server is, the API key, and the API's errors turned into
+//! messages and exit codes.
+
+use std::time::Duration;
+
+use anyhow::anyhow;
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use serde_json::Value;
+
+use crate::error::{CliError, CliResult};
+
+/// Where the server is when nothing says otherwise (`subs serve`'s
+/// default address).
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7878";
+
+/// Flags of every command that talks to a server.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientArgs {
+    /// The server's base URL.
+    #[arg(long, value_name = "URL", env = "SUBS_SERVER", default_value = DEFAULT_SERVER)]
+    pub server: String,
+    /// The API key (a server with keys configured requires one).
+    #[arg(long, value_name = "KEY", env = "SUBS_API_KEY", hide_env_values = true)]
+    pub key: Option<String>,
+    /// Print JSON (the server's answer, or one object per event and line)
+    /// instead of text for people.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A client of one server.
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: Option<String>,
+}
+
+impl Client {
+    /// A client for `args.server`.
+    pub fn new(args: &ClientArgs) -> CliResult<Self> {
+        let base = args.server.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(CliError::usage(anyhow!("--server `{}` is not an http(s) URL", args.server)));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .user_agent(concat!("subs-cli/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| CliError::failed(anyhow!("the HTTP client could not be built: {e}")))?;
+        Ok(Self { http, base, key: args.key.clone() })
+    }
+
+    /// The server's base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// A request to `path` (which starts with `/`), with the key.
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
+        match &self.key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    }
+
+    /// Sends `request`; a connection failure or an error status is an
+    /// error naming the server.
+    pub async fn send(&self, request: RequestBuilder) -> CliResult<Response> {
+        let response = request.send().await.map_err(|e| self.transport(&e))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        Err(self.refused(response).await)
+    }
+
+    /// Sends `request` and reads the JSON answer (`null` for an empty one).
+    pub async fn json(&self, request: RequestBuilder) -> CliResult<Value> {
+        let response = self.send(request).await?;
+        let bytes = response.bytes().await.map_err(|e| self.transport(&e))?;
+        if bytes.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&bytes).map_err(|e| {
+            CliError::failed(anyhow!("the server at {} answered something that is not JSON: {e}", self.base))
+        })
+    }
+
+    /// A connection that failed: the server is unreachable (exit code 3).
+    pub fn transport(&self, error: &reqwest::Error) -> CliError {
+        CliError::unavailable(anyhow!("cannot reach the server at {}: {}", self.base, chain(error)))
+    }
+
+    /// The error of a non-2xx answer: the API's `{error, code}` when it
+    /// has one.
+    pub async fn refused(&self, response: Response) -> CliError {
+        let status = response.status();
+        let body = response.bytes().await.unwrap_or_default();
+        let message = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().chars().take(300).collect());
+        let hint = match status {
+            StatusCode::UNAUTHORIZED => " (pass --key or set SUBS_API_KEY)",
+            _ => "",
+        };
+        CliError::failed(anyhow!("the server answered {status}: {message}{hint}"))
+    }
+}
+
+/// An error with its causes (reqwest's own message is often just "error
+/// sending request").
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// `id` checked to be a session or agent id (`A-Z a-z 0-9 _ - . :`, not
+/// starting with `.`), so it is one path segment as is: a mistyped id
+/// must not turn into another path.
+pub fn checked_id<'a>(what: &str, id: &'a str) -> CliResult<&'a str> {
+    if subs_engine::store::valid_id(id) {
+        Ok(id)
+    } else {
+        Err(CliError::usage(anyhow!(
+            "`{id}` is not a valid {what} id (1-128 of A-Z a-z 0-9 _ - . :, not starting with .)"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_checked() {
+        assert_eq!(checked_id("session", "demo.1:a_b-c").unwrap(), "demo.1:a_b-c");
+        for bad in ["../x", "..", "a b", "a/b", ""] {
+            assert!(checked_id("session", bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! The `subs` command-line tool: a thin layer of clap-derived commands
+//! over the engine (`subs-engine`) and its HTTP API (`subs-server`).
+//!
+//! Each subcommand has its args struct and one `exec`; every `exec`
+//! returns a [`CliError`](error::CliError) carrying its exit code, which
+//! [`main`] prints and exits with. The work itself is the libraries'.
+//!
+//! # Layout
+//!
+//! - [`serve`]: `subs serve`, the engine with the HTTP API.
+//! - [`run`]: `subs run`, one turn of an agent in this process.
+//! - [`agents`], [`sessions`]: clients of a running server (`sessions
+//!   tail` follows events across dropped connections).
+//! - [`keys`]: API keys in a data directory's store.
+//! - [`settings`]: flags, environment, the TOML config file, defaults.
+//! - [`data`]: the data directory and its store.
+//! - [`client`]: the HTTP client of the API; [`sse`]: its event-stream
+//!   reader.
+//! - [`render`]: events for people and for machines; [`progress`]: a
+//!   spinner while something slow happens.
+//! - [`error`]: failures and their exit codes.
+
+pub mod agents;
+pub mod client;
+pub mod data;
+pub mod error;
+pub mod keys;
+pub mod progress;
+pub mod render;
+pub mod run;
+pub mod serve;
+pub mod sessions;
+pub mod settings;
+pub mod sse;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::error::CliResult;
+
+/// `subs`: the command line.
+#[derive(Debug, Parser)]
+#[command(name = "subs", version, about = "The subs agent engine", long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    #[allow(missing_docs)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Run the engine with its HTTP API.
+    Serve(serve::ServeArgs),
+    /// Run one turn of an agent (a .wasm component or an HTTP worker's URL)
+    /// in this process, offline, streaming the reply.
+    Run(run::RunArgs),
+    /// Upload, list and remove the agents of a running server.
+    #[command(subcommand)]
+    Agents(agents::AgentsCommand),
+    /// List, show and tail the sessions of a running server.
+    #[command(subcommand)]
+    Sessions(sessions::SessionsCommand),
+    /// Create, list and revoke API keys in a data directory (with the
+    /// server stopped).
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
+}
+
+/// Parses the command line, runs the command, and returns the exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(matches!(cli.command, Command::Serve(_)));
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: the async runtime could not start: {e}");
+            return ExitCode::from(error::FAILED);
+        }
+    };
+    let result = runtime.block_on(exec(cli.command));
+    // Tasks still running (a server's open streams) end here rather than
+    // hold the process.
+    runtime.shutdown_background();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+async fn exec(command: Command) -> CliResult {
+    match command {
+        Command::Serve(args) => serve::exec(args).await,
+        Command::Run(args) => run::exec(args).await,
+        Command::Agents(command) => agents::exec(command).await,
+        Command::Sessions(command) => sessions::exec(command).await,
+        Command::Keys(command) => keys::exec(command).await,
+    }
+}
+
+/// Logs go to stderr, filtered by `RUST_LOG`. The server logs what it
+/// does; other commands only errors, so their output stays readable.
+fn init_logging(server: bool) {
+    let default = if server { "warn,subs_engine=info,subs_server=info,subs_cli=info" } else { "error" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// Rows under a header, in columns padded to their widest cell.
+pub fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
+    let mut widths = header.map(|h| h.chars().count());
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells.iter().zip(widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
+        out.push_str(padded.join("  ").trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn tables_are_aligned() {
+        let rows = [["tools".to_owned(), "component".to_owned()], ["a".to_owned(), "http".to_owned()]];
+        assert_eq!(table(["AGENT", "KIND"], &rows), "AGENT  KIND\ntools  component\na      http\n");
+    }
+}

@@ -1,0 +1,352 @@
+//! Session events on a terminal: for people (streamed text inline, tool
+//! calls as arrows) or for machines (one JSON object per line). `subs run`
+//! and `subs sessions tail` print the same way.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use serde_json::{Value, json};
+
+/// One event as `--json` prints it: `{"id":…,"event":…,"data":…}`, `id`
+/// being the event's sequence number (`null` for live-only token deltas).
+pub fn json_line(id: Option<u64>, event: &str, data: &Value) -> String {
+    json!({ "id": id, "event": event, "data": data }).to_string()
+}
+
+/// What the reader already knows, and so is not printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// The person who ran `subs run`: they typed the message and watch one
+    /// turn, so user messages and turn boundaries are left out.
+    Runner,
+    /// Someone watching a session (`subs sessions tail`): everything.
+    Watcher,
+}
+
+/// Prints events for people.
+///
+/// Token deltas are printed as they come; when the assistant message they
+/// add up to is recorded, only what was not streamed is printed, so no
+/// text appears twice. A tool call is printed when the message asking for
+/// it is recorded (`→ add {"a":1}`), its result when the tool message is
+/// (`← add: {"sum":3}`).
+pub struct Human<W: Write> {
+    out: W,
+    audience: Audience,
+    /// Text streamed since the last assistant message was recorded.
+    streamed: String,
+    /// Whether the cursor is at the start of a line.
+    at_line_start: bool,
+    /// Tool names by call id, to name the tool a result answers.
+    tools: HashMap<String, String>,
+}
+
+impl<W: Write> Human<W> {
+    /// A printer writing to `out`.
+    pub fn new(out: W, audience: Audience) -> Self {
+        Self { out, audience, streamed: String::new(), at_line_start: true, tools: HashMap::new() }
+    }
+
+    /// Prints one event.
+    pub fn event(&mut self, name: &str, data: &Value) -> io::Result<()> {
+        let watcher = self.audience == Audience::Watcher;
+        match name {
+            "llm.token.delta" => {
+                if let Some(text) = data.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                    self.write(text)?;
+                    self.streamed.push_str(text);
+                }
+            }
+            "message" => self.message(data.get("message").unwrap_or(&Value::Null))?,
+            "turn.started" if watcher => self.line(&format!("── {} ──", str_at(data, "turn_id")))?,
+            "turn.done" => {
+                if let Some(done) = data.get("data").filter(|d| !d.is_null()) {
+                    self.line(&format!("done: {done}"))?;
+                }
+                if watcher {
+                    self.line(&format!("── {} done ──", str_at(data, "turn_id")))?;
+                }
+            }
+            "turn.failed" if watcher => self.line(&format!(
+                "── {} failed ({}): {} ──",
+                str_at(data, "turn_id"),
+                str_at(data, "code"),
+                str_at(data, "error")
+            ))?,
+            // `subs run` reports a failed turn itself, on stderr.
+            "turn.failed" | "turn.started" => {}
+            "tool.call" => self.line(&format!(
+                "→ {} {} (a client tool: waiting for its result)",
+                str_at(data, "name"),
+                arguments(data.get("arguments"))
+            ))?,
+            "interrupt" => {
+                let reason = data.get("reason").and_then(Value::as_str).unwrap_or("");
+                self.line(&format!("‖ interrupt {}: {reason}", str_at(data, "interrupt_id")))?;
+            }
+            other if watcher => self.line(&format!("{other} {data}"))?,
+            _ => {}
+        }
+        self.out.flush()
+    }
+
+    /// Ends the output with a newline if it does not end with one.
+    pub fn finish(&mut self) -> io::Result<()> {
+        self.end_line()?;
+        self.out.flush()
+    }
+
+    fn message(&mut self, message: &Value) -> io::Result<()> {
+        let role = str_at(message, "role");
+        let text = content_text(message.get("content"));
+        match role {
+            "assistant" => {
+                let streamed = std::mem::take(&mut self.streamed);
+                // What the deltas did not show: all of it when nothing was
+                // streamed, the rest when some deltas were missed.
+                let rest = if streamed.is_empty() {
+                    text
+                } else if let Some(rest) = text.strip_prefix(streamed.as_str()) {
+                    rest.to_owned()
+                } else {
+                    self.end_line()?;
+                    text
+                };
+                self.write(&rest)?;
+                self.end_line()?;
+                for call in message.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+                    let id = str_at(call, "id");
+                    let function = call.get("function").unwrap_or(&Value::Null);
+                    let name = str_at(function, "name");
+                    self.tools.insert(id.to_owned(), name.to_owned());
+                    self.line(&format!("→ {name} {}", arguments(function.get("arguments"))))?;
+                }
+            }
+            "tool" => {
+                let call = str_at(message, "tool_call_id");
+                let name = self.tools.get(call).cloned().unwrap_or_else(|| call.to_owned());
+                self.line(&format!("← {name}: {text}"))?;
+            }
+            _ if self.audience == Audience::Watcher => self.line(&format!("{role}: {text}"))?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, text: &str) -> io::Result<()> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        self.out.write_all(text.as_bytes())?;
+        self.at_line_start = text.ends_with('\n');
+        Ok(())
+    }
+
+    fn end_line(&mut self) -> io::Result<()> {
+        if !self.at_line_start {
+            self.write("\n")?;
+        }
+        Ok(())
+    }
+
+    fn line(&mut self, text: &str) -> io::Result<()> {
+        self.end_line()?;
+        self.write(text)?;
+        self.write("\n")
+    }
+}
+
+/// How a turn that a command follows ended, as far as it can follow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnEnd {
+    /// `turn.done`.
+    Done,
+    /// `turn.failed`, with its code and error.
+    Failed {
+        /// The error code (`provider_error`, `cancelled`, …).
+        code: String,
+        /// What went wrong.
+        error: String,
+    },
+    /// The turn waits for someone outside (an interrupt to resume, a
+    /// client tool's result), which the command cannot give.
+    Waiting(&'static str),
+}
+
+impl TurnEnd {
+    /// The command's result: `Ok` for a done turn.
+    pub fn result(self) -> crate::error::CliResult {
+        use anyhow::anyhow;
+        match self {
+            TurnEnd::Done => Ok(()),
+            TurnEnd::Failed { code, error } => {
+                Err(crate::error::CliError::failed(anyhow!("the turn failed ({code}): {error}")))
+            }
+            TurnEnd::Waiting(what) => Err(crate::error::CliError::failed(anyhow!(
+                "the turn waits for {what}, which this command cannot give: answer through the API"
+            ))),
+        }
+    }
+}
+
+/// Prints the events of one turn (`subs run`, `subs sessions send`) as
+/// they come, as JSON lines or for the person who sent the message, and
+/// says when the turn has ended.
+pub struct TurnView {
+    json: bool,
+    human: Human<io::Stdout>,
+    turn_id: Option<String>,
+    in_turn: bool,
+}
+
+impl TurnView {
+    /// A view of the turn `turn_id`; `None` when the stream holds only
+    /// that turn's events and the first `turn.started` is its start.
+    pub fn new(json: bool, turn_id: Option<String>) -> Self {
+        Self { json, human: Human::new(io::stdout(), Audience::Runner), turn_id, in_turn: false }
+    }
+
+    /// Prints an event of the session; returns how the turn ended when it
+    /// has.
+    pub fn event(&mut self, id: Option<u64>, name: &str, data: &Value) -> io::Result<Option<TurnEnd>> {
+        let turn_of_event = data.get("turn_id").and_then(Value::as_str);
+        if name == "turn.started" && !self.in_turn {
+            match &self.turn_id {
+                Some(turn) if turn_of_event != Some(turn.as_str()) => {}
+                _ => {
+                    self.turn_id = turn_of_event.map(str::to_owned);
+                    self.in_turn = true;
+                }
+            }
+        }
+        // Events of a turn queued before this one are not this command's.
+        if !self.in_turn {
+            return Ok(None);
+        }
+        if self.json {
+            let mut out = io::stdout().lock();
+            writeln!(out, "{}", json_line(id, name, data))?;
+            out.flush()?;
+        } else {
+            self.human.event(name, data)?;
+        }
+        let ours = turn_of_event.is_some() && turn_of_event == self.turn_id.as_deref();
+        let end = match name {
+            "turn.done" if ours => TurnEnd::Done,
+            "turn.failed" if ours => {
+                TurnEnd::Failed { code: str_at(data, "code").to_owned(), error: str_at(data, "error").to_owned() }
+            }
+            "interrupt" => TurnEnd::Waiting("an interrupt to be resumed"),
+            "tool.call" => TurnEnd::Waiting("a client tool's result"),
+            _ => return Ok(None),
+        };
+        self.human.finish()?;
+        Ok(Some(end))
+    }
+
+    /// Ends the output's last line.
+    pub fn finish(&mut self) -> io::Result<()> {
+        self.human.finish()
+    }
+}
+
+fn str_at<'a>(value: &'a Value, key: &str) -> &'a str {
+    value.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Tool arguments as the model wrote them: JSON text, shown as is (a
+/// client tool call's arguments may be a JSON value instead).
+fn arguments(value: Option<&Value>) -> String {
+    match value {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Null) | None => "{}".to_owned(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// A message's text: a string content, or its text parts joined.
+fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(audience: Audience, events: &[(&str, Value)]) -> String {
+        let mut out = Vec::new();
+        let mut human = Human::new(&mut out, audience);
+        for (name, data) in events {
+            human.event(name, data).unwrap();
+        }
+        human.finish().unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    fn tool_turn(streamed: &[&str]) -> Vec<(&'static str, Value)> {
+        let mut events = vec![
+            ("turn.started", json!({"turn_id": "turn_1"})),
+            ("message", json!({"message": {"id": "msg_1", "role": "user", "content": "use tool add"}})),
+            (
+                "message",
+                json!({"message": {"id": "msg_2", "role": "assistant", "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{\"a\":1,\"b\":2}"}}
+                ]}}),
+            ),
+            (
+                "message",
+                json!({"message": {"id": "msg_3", "role": "tool", "tool_call_id": "call_1", "content": "{\"sum\":3}"}}),
+            ),
+        ];
+        for piece in streamed {
+            events.push(("llm.token.delta", json!({"call_id": "llm_2", "text": piece})));
+        }
+        events.push((
+            "message",
+            json!({"message": {"id": "msg_4", "role": "assistant", "content": "add returned {\"sum\":3}."}}),
+        ));
+        events.push(("turn.done", json!({"turn_id": "turn_1", "data": null})));
+        events
+    }
+
+    #[test]
+    fn a_streamed_answer_is_printed_once() {
+        let expected = "→ add {\"a\":1,\"b\":2}\n← add: {\"sum\":3}\nadd returned {\"sum\":3}.\n";
+        assert_eq!(render(Audience::Runner, &tool_turn(&["add ", "returned ", "{\"sum\":3}."])), expected);
+        assert_eq!(render(Audience::Runner, &tool_turn(&[])), expected, "not streamed: printed whole");
+        assert_eq!(render(Audience::Runner, &tool_turn(&["add "])), expected, "deltas missed: the rest printed");
+    }
+
+    #[test]
+    fn watchers_see_users_and_turns() {
+        let text = render(Audience::Watcher, &tool_turn(&["add ", "returned ", "{\"sum\":3}."]));
+        assert_eq!(
+            text,
+            "── turn_1 ──\nuser: use tool add\n→ add {\"a\":1,\"b\":2}\n← add: {\"sum\":3}\nadd returned {\"sum\":3}.\n── turn_1 done ──\n"
+        );
+        let failed = render(
+            Audience::Watcher,
+            &[("turn.failed", json!({"turn_id": "turn_2", "error": "boom", "code": "decision_failed"}))],
+        );
+        assert_eq!(failed, "── turn_2 failed (decision_failed): boom ──\n");
+    }
+
+    #[test]
+    fn json_lines_carry_id_event_and_data() {
+        let line = json_line(Some(4), "message", &json!({"a": 1}));
+        assert_eq!(line, r#"{"id":4,"event":"message","data":{"a":1}}"#);
+        assert_eq!(
+            json_line(None, "llm.token.delta", &json!({})),
+            r#"{"id":null,"event":"llm.token.delta","data":{}}"#
+        );
+    }
+}

@@ -1,0 +1,203 @@
+//! `subs run`: one turn of an agent, in this process, no server.
+//!
+//! The agent (a component file or an HTTP worker's URL) is registered as
+//! agent `agent` of the local tenant on an engine over a temporary store
+//! (or the one in `--data`), the message is sent, and the turn's events
+//! are printed as they happen. LLM calls stream by default here, so the
+//! answer appears token by token even when the agent does not ask for
+//! streaming.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context as _, anyhow};
+use subs_engine::events::Event;
+use subs_engine::model::OFFLINE_MODEL;
+use subs_engine::store::StoreError;
+use subs_engine::worker::Worker;
+use subs_engine::worker::component::ComponentHost;
+use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
+use subs_engine::{Engine, EngineConfig, InputError};
+use subs_protocol::client::ClientMessage;
+use subs_protocol::{ClientInput, DraftMessage, WorkerIdentity};
+use subs_server::LOCAL_TENANT;
+use tokio::sync::broadcast;
+
+use crate::error::{CliError, CliResult};
+use crate::progress::Spinner;
+use crate::render::TurnView;
+use crate::{data, settings};
+
+/// The id the agent is registered under.
+pub const AGENT_ID: &str = "agent";
+
+/// `subs run <agent.wasm|url> "message"`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The agent: a WebAssembly component file (`.wasm`), or the URL of an
+    /// HTTP worker (`http://…`, `https://…`).
+    #[arg(value_name = "AGENT")]
+    pub agent: String,
+    /// The user message to send.
+    #[arg(value_name = "MESSAGE")]
+    pub message: String,
+    /// Print every event as one JSON object per line
+    /// (`{"id":…,"event":…,"data":…}`) and nothing else.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep the session in this data directory (run again with the same
+    /// `--session` to continue the conversation). Default: a temporary
+    /// directory, deleted afterwards.
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// The session id.
+    #[arg(long, value_name = "ID", default_value = "run")]
+    pub session: String,
+    /// The model used when the agent names none.
+    #[arg(long, value_name = "MODEL", env = "SUBS_DEFAULT_MODEL", default_value = OFFLINE_MODEL)]
+    pub default_model: String,
+    /// Sign requests to an HTTP worker with this secret.
+    #[arg(long, value_name = "SECRET", env = "SUBS_WORKER_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+}
+
+/// Runs the turn; `Ok` when it is done, an error when it failed.
+pub async fn exec(args: RunArgs) -> CliResult {
+    let worker = load_worker(&args).await?;
+    let models = crate::serve::models(None)?;
+    models.resolve(&args.default_model).map_err(|e| CliError::usage(anyhow!("--default-model: {}", e.message)))?;
+
+    let temp;
+    let dir = match &args.data {
+        Some(dir) => dir.clone(),
+        None => {
+            temp = tempfile::tempdir().context("creating a temporary data directory")?;
+            temp.path().to_path_buf()
+        }
+    };
+    data::prepare(&dir)?;
+    let store = Arc::new(data::open_store(
+        &dir.join(settings::STORE_FILE),
+        "is a `subs serve` using this data directory? Run without --data, or send the message to the server",
+    )?);
+    let config =
+        EngineConfig { default_model: args.default_model.clone(), default_stream: true, ..EngineConfig::default() };
+    let engine = Engine::start(store.clone(), models, config).map_err(CliError::unavailable)?;
+    engine.register_agent(LOCAL_TENANT, AGENT_ID, worker);
+
+    let outcome = tokio::select! {
+        outcome = turn(&engine, &args) => outcome,
+        _ = tokio::signal::ctrl_c() => Err(CliError { code: 130, error: anyhow!("interrupted") }),
+    };
+    // Whatever happened is committed; stopping now loses nothing (a
+    // session in --data resumes on the next run).
+    engine.kill().await;
+    store.close().await.context("closing the store")?;
+    outcome
+}
+
+/// The agent's worker: an HTTP worker for a URL, else a compiled component.
+async fn load_worker(args: &RunArgs) -> CliResult<Arc<dyn Worker>> {
+    let agent = args.agent.as_str();
+    if agent.starts_with("http://") || agent.starts_with("https://") {
+        let mut options = HttpWorkerOptions::new();
+        if let Some(secret) = &args.secret {
+            options = options.secret(secret);
+        }
+        let worker = HttpWorker::new(agent, options).map_err(|e| CliError::usage(anyhow!("{agent}: {e}")))?;
+        return Ok(Arc::new(worker));
+    }
+    let bytes = tokio::fs::read(agent).await.map_err(|e| CliError::usage(anyhow!("reading {agent}: {e}")))?;
+    let _spinner = Spinner::start(format!("compiling {agent}"));
+    let compiled = tokio::task::spawn_blocking(move || {
+        let host = ComponentHost::new().map_err(|e| CliError::failed(anyhow!(e)))?;
+        host.load(&bytes).map_err(|e| CliError::usage(anyhow!("{e}")))
+    })
+    .await
+    .map_err(|e| CliError::failed(anyhow!("compiling panicked: {e}")))?
+    .map_err(|e| CliError { error: e.error.context(format!("{agent} is not a usable agent")), ..e })?;
+    Ok(Arc::new(compiled))
+}
+
+/// Sends the message and prints the turn's events until it ends.
+async fn turn(engine: &Engine, args: &RunArgs) -> CliResult {
+    // Subscribed before the input is sent, so no event of the turn is
+    // missed.
+    let mut events = Follower::new(engine.clone(), &args.session);
+    let input = ClientInput::ClientMessage(ClientMessage {
+        agent_id: AGENT_ID.to_owned(),
+        turn_id: None,
+        message: DraftMessage::user(args.message.as_str()),
+        stream: None,
+    });
+    let accepted =
+        engine.input(LOCAL_TENANT, &args.session, input, WorkerIdentity::default()).await.map_err(|e| match e {
+            InputError::Invalid { .. } | InputError::Conflict(_) => CliError::usage(anyhow!(e)),
+            other => CliError::failed(anyhow!(other)),
+        })?;
+    let turn_id = accepted.turn_id.ok_or_else(|| CliError::failed(anyhow!("the message started no turn")))?;
+
+    let mut view = TurnView::new(args.json, Some(turn_id));
+    loop {
+        let event = events.next().await.map_err(|e| CliError::failed(anyhow!(e)))?;
+        if let Some(end) = view.event(event.seq, &event.name, &event.data)? {
+            return end.result();
+        }
+    }
+}
+
+/// A session's events in order, live, with gaps (a slow reader that fell
+/// behind the live channel) filled from the store.
+struct Follower {
+    engine: Engine,
+    session: String,
+    live: broadcast::Receiver<Event>,
+    /// The last stored event passed on.
+    last: Option<u64>,
+    /// Stored events read to fill a gap, not yet passed on.
+    backlog: VecDeque<Event>,
+}
+
+impl Follower {
+    fn new(engine: Engine, session: &str) -> Self {
+        let live = engine.subscribe(LOCAL_TENANT, session);
+        Self { engine, session: session.to_owned(), live, last: None, backlog: VecDeque::new() }
+    }
+
+    async fn next(&mut self) -> Result<Event, StoreError> {
+        loop {
+            if let Some(event) = self.backlog.pop_front() {
+                return Ok(event);
+            }
+            match self.live.recv().await {
+                Ok(event) => match (event.seq, self.last) {
+                    (None, _) => return Ok(event),
+                    (Some(seq), Some(last)) if seq <= last => {}
+                    (Some(seq), Some(last)) if seq > last + 1 => self.fill()?,
+                    (Some(seq), _) => {
+                        self.last = Some(seq);
+                        return Ok(event);
+                    }
+                },
+                Err(broadcast::error::RecvError::Lagged(_)) => self.fill()?,
+                Err(broadcast::error::RecvError::Closed) => return Err(StoreError::Closed),
+            }
+        }
+    }
+
+    /// Reads the stored events after the last one passed on.
+    fn fill(&mut self) -> Result<(), StoreError> {
+        loop {
+            let page = self.engine.events(LOCAL_TENANT, &self.session, self.last, 256)?;
+            let full = page.len() == 256;
+            for event in page {
+                self.last = event.seq.or(self.last);
+                self.backlog.push_back(event);
+            }
+            if !full {
+                return Ok(());
+            }
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! `subs serve`: the engine with its HTTP API.
+//!
+//! Order matters for the errors people see: the settings are checked
+//! first (a bad config file, a bad address, a default model nobody
+//! serves), then the data directory and the store (unwritable, locked),
+//! then the address is bound (taken) — all before the engine resumes a
+//! single session. Then the stored agents are loaded, the address is
+//! printed, and requests are served until Ctrl-C or SIGTERM; the store
+//! is closed on the way out.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow};
+use subs_engine::model::Models;
+use subs_engine::store::{KeyRecord, Store};
+use subs_engine::worker::component::ComponentHost;
+use subs_engine::{Engine, EngineConfig};
+use subs_server::{AgentRegistry, AppState, Keys};
+use tokio::net::TcpListener;
+
+use crate::data;
+use crate::error::{CliError, CliResult};
+use crate::settings::{self, ConfigFile};
+
+/// How long in-flight requests may take to finish after a shutdown signal
+/// before the server stops regardless. Open event streams never finish by
+/// themselves, so this bounds how long Ctrl-C takes while someone tails.
+const GRACE: Duration = Duration::from_secs(2);
+
+/// `subs serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The address to listen on (`127.0.0.1:0` picks a free port). A
+    /// non-loopback address needs API keys. [default: 127.0.0.1:7878]
+    #[arg(long, value_name = "ADDR", env = "SUBS_LISTEN")]
+    pub listen: Option<String>,
+    /// The data directory: the store (`subs.redb`) and uploaded components
+    /// (`components/`). [default: a per-user data directory, e.g.
+    /// ~/.local/share/subs]
+    #[arg(long, value_name = "DIR", env = "SUBS_DATA")]
+    pub data: Option<PathBuf>,
+    /// The model for agents that name none. [default: subs/offline]
+    #[arg(long, value_name = "MODEL", env = "SUBS_DEFAULT_MODEL")]
+    pub default_model: Option<String>,
+    /// A TOML config file (see docs/configuration.md); flags and
+    /// environment variables override it.
+    #[arg(long, value_name = "FILE", env = "SUBS_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// Serves until a shutdown signal.
+pub async fn exec(args: ServeArgs) -> CliResult {
+    let file = settings::load(args.config.as_deref())?;
+    let listen = settings::listen(args.listen.as_deref(), &file);
+    let dir = settings::data_dir(args.data.as_deref(), &file)?;
+    let default_model = settings::default_model(args.default_model.as_deref(), &file);
+    let addr = resolve(&listen).await?;
+    let models = models(file.providers.as_ref())?;
+    models.resolve(&default_model).map_err(|e| CliError::usage(anyhow!("the default model: {}", e.message)))?;
+    let config_keys = file.key_records()?;
+
+    data::prepare(&dir)?;
+    let store = Arc::new(data::open_store(
+        &dir.join(settings::STORE_FILE),
+        "is another `subs serve` running on this data directory? Stop it, or pass another --data",
+    )?);
+    let served = serve(Setup { store: store.clone(), dir, addr, models, default_model, config_keys, file }).await;
+    let closed = store.close().await.context("closing the store");
+    served?;
+    closed?;
+    Ok(())
+}
+
+/// What `serve` needs, checked.
+struct Setup {
+    store: Arc<subs_engine::store::redb::RedbStore>,
+    dir: PathBuf,
+    addr: SocketAddr,
+    models: Models,
+    default_model: String,
+    config_keys: Vec<KeyRecord>,
+    file: ConfigFile,
+}
+
+async fn serve(setup: Setup) -> CliResult {
+    let Setup { store, dir, addr, models, default_model, config_keys, file } = setup;
+    // Stored keys first: where the file names the same key, the file's
+    // tenant wins.
+    let keys: Vec<KeyRecord> = store.keys().map_err(CliError::unavailable)?.into_iter().chain(config_keys).collect();
+    if keys.is_empty() && !addr.ip().is_loopback() {
+        return Err(CliError::usage(anyhow!(
+            "refusing to listen on {addr} without API keys: anyone who can reach it could use the server. \
+             Listen on a loopback address (127.0.0.1, ::1), or add keys ([[keys]] in the config file, or `subs keys create`)"
+        )));
+    }
+    let listener = TcpListener::bind(addr).await.map_err(|e| {
+        let why = if e.kind() == std::io::ErrorKind::AddrInUse {
+            "the address is already in use (is another server running on that port?)".to_owned()
+        } else {
+            e.to_string()
+        };
+        CliError::unavailable(anyhow!("cannot listen on {addr}: {why}"))
+    })?;
+    let local = listener.local_addr()?;
+
+    let host = ComponentHost::new().map_err(|e| CliError::failed(anyhow!(e)))?;
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let config = EngineConfig { default_model, ..EngineConfig::default() };
+    let engine = Engine::start(dyn_store.clone(), models, config).map_err(CliError::unavailable)?;
+    let agents = AgentRegistry::new(engine.clone(), dyn_store.clone(), host, dir);
+    for (tenant, agent, error) in agents.load_all().await.map_err(CliError::unavailable)? {
+        eprintln!("warning: agent `{agent}` of tenant `{tenant}` was not loaded: {error}");
+    }
+    let open = keys.is_empty();
+    let state = Arc::new(AppState {
+        engine: engine.clone(),
+        store: dyn_store,
+        agents,
+        keys: Keys::new(keys),
+        config: file.server_config(),
+        metrics: Default::default(),
+    });
+
+    println!("subs listening on http://{local}");
+    if open {
+        eprintln!("no API keys are configured: serving the single tenant `local` without authentication");
+    }
+
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(subs_server::serve(listener, state, async move {
+        let _ = stopped.await;
+    }));
+    let result = tokio::select! {
+        result = &mut server => Some(result),
+        () = shutdown_signal() => None,
+    };
+    let result = match result {
+        Some(result) => result,
+        None => {
+            eprintln!("shutting down");
+            let _ = stop.send(());
+            match tokio::time::timeout(GRACE, &mut server).await {
+                Ok(result) => result,
+                Err(_) => {
+                    // Streams still open: they end with the process.
+                    server.abort();
+                    Ok(Ok(()))
+                }
+            }
+        }
+    };
+    // Committed work is safe; what runs now resumes at the next start.
+    engine.kill().await;
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(CliError::failed(anyhow!("the server failed: {e}"))),
+        Err(e) => Err(CliError::failed(anyhow!("the server panicked: {e}"))),
+    }
+}
+
+/// Resolves `host:port` (`127.0.0.1:7878`, `[::1]:7878`, `localhost:7878`).
+async fn resolve(listen: &str) -> CliResult<SocketAddr> {
+    if let Ok(addr) = listen.parse() {
+        return Ok(addr);
+    }
+    let bad = |why: String| CliError::usage(anyhow!("the listen address `{listen}` is not usable: {why}"));
+    let mut addrs = tokio::net::lookup_host(listen).await.map_err(|e| bad(e.to_string()))?;
+    addrs.next().ok_or_else(|| bad("it resolves to no address".to_owned()))
+}
+
+/// The LLM providers: the offline model, plus those of the config file.
+///
+/// The engine's provider configuration is not there yet; until it is, a
+/// `[providers]` table is refused rather than silently ignored.
+pub fn models(providers: Option<&toml::Table>) -> CliResult<Models> {
+    if let Some(table) = providers
+        && !table.is_empty()
+    {
+        return Err(CliError::usage(anyhow!(
+            "[providers] is not supported by this build yet: only the built-in offline model (subs/offline) is available"
+        )));
+    }
+    Ok(Models::with_offline())
+}
+
+/// Resolves on Ctrl-C or (on Unix) SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,272 @@
+//! Settings of `subs serve` (and of `subs keys`, which needs the data
+//! directory): flags, then environment variables (both parsed by clap),
+//! then the TOML config file, then defaults. docs/configuration.md
+//! documents every setting; keep the two in step.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, anyhow, bail};
+use serde::Deserialize;
+use subs_engine::model::OFFLINE_MODEL;
+use subs_engine::store::KeyRecord;
+use subs_server::{Limits, ServerConfig};
+
+use crate::error::{CliError, CliResult};
+
+/// Where `serve` listens when nothing says otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+
+/// The store's file name inside the data directory.
+pub const STORE_FILE: &str = "subs.redb";
+
+/// The config file, as written. Unknown keys are errors: a misspelt
+/// setting silently ignored is worse than a refusal to start.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConfigFile {
+    /// `listen = "127.0.0.1:7878"`.
+    pub listen: Option<String>,
+    /// `data = "/var/lib/subs"`; relative to the file's directory.
+    pub data: Option<PathBuf>,
+    /// `default_model = "subs/offline"`.
+    pub default_model: Option<String>,
+    /// Origins browsers may call the API from.
+    pub cors_origins: Vec<String>,
+    /// `[[keys]]`: API keys and their tenants.
+    pub keys: Vec<KeyEntry>,
+    /// `[limits]`: every tenant's limits, unless it has its own.
+    pub limits: LimitsEntry,
+    /// `[tenants.<name>]`: one tenant's limits; what it leaves out comes
+    /// from `[limits]`.
+    pub tenants: BTreeMap<String, LimitsEntry>,
+    /// `[providers]`: LLM providers. Kept as written until the engine's
+    /// provider config lands (see [`crate::serve::models`]).
+    pub providers: Option<toml::Table>,
+}
+
+/// One `[[keys]]` entry: a tenant and its key, hashed or not.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyEntry {
+    /// The tenant the key acts for.
+    pub tenant: String,
+    /// Hex SHA-256 of the key (what `subs keys create` prints): the file
+    /// then holds nothing that grants access.
+    pub key_sha256: Option<String>,
+    /// The key itself, hashed on load (convenient; keep the file private).
+    pub key: Option<String>,
+    /// A label for people.
+    pub name: Option<String>,
+}
+
+/// Limits as written: each field optional, so a tenant's table can
+/// override one limit and inherit the rest.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsEntry {
+    /// Sessions a tenant may have.
+    pub max_sessions: Option<usize>,
+    /// Largest JSON request body, in bytes.
+    pub max_body_bytes: Option<usize>,
+    /// Largest component upload, in bytes.
+    pub max_component_bytes: Option<usize>,
+}
+
+impl LimitsEntry {
+    /// These limits over `base`.
+    fn over(&self, base: &Limits) -> Limits {
+        Limits {
+            max_sessions: self.max_sessions.or(base.max_sessions),
+            max_body_bytes: self.max_body_bytes.unwrap_or(base.max_body_bytes),
+            max_component_bytes: self.max_component_bytes.unwrap_or(base.max_component_bytes),
+        }
+    }
+}
+
+impl ConfigFile {
+    /// Reads and checks the file at `path`.
+    pub fn load(path: &Path) -> CliResult<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the config file {}", path.display()))
+            .map_err(CliError::usage)?;
+        let mut file: ConfigFile = toml::from_str(&text)
+            .map_err(|e| anyhow!("the config file {} is invalid: {}", path.display(), e.to_string().trim_end()))
+            .map_err(CliError::usage)?;
+        // A relative data dir means "next to the config file", not "where
+        // the server happened to be started".
+        if let Some(data) = &file.data
+            && data.is_relative()
+        {
+            let base = path.parent().unwrap_or(Path::new("."));
+            file.data = Some(base.join(data));
+        }
+        Ok(file)
+    }
+
+    /// The `[[keys]]` as the server keeps them (hashes only).
+    pub fn key_records(&self) -> CliResult<Vec<KeyRecord>> {
+        self.keys
+            .iter()
+            .enumerate()
+            .map(|(i, entry)| entry.record().with_context(|| format!("keys[{i}]")).map_err(CliError::usage))
+            .collect()
+    }
+
+    /// The server's limits and CORS origins.
+    pub fn server_config(&self) -> ServerConfig {
+        let default_limits = self.limits.over(&Limits::default());
+        let tenant_limits =
+            self.tenants.iter().map(|(tenant, limits)| (tenant.clone(), limits.over(&default_limits))).collect();
+        ServerConfig { default_limits, tenant_limits, cors_origins: self.cors_origins.clone() }
+    }
+}
+
+impl KeyEntry {
+    fn record(&self) -> anyhow::Result<KeyRecord> {
+        if self.tenant.is_empty() {
+            bail!("`tenant` is empty");
+        }
+        let (hash, prefix) = match (&self.key, &self.key_sha256) {
+            (Some(key), None) => {
+                if key.is_empty() {
+                    bail!("`key` is empty");
+                }
+                (subs_server::auth::hash_key(key), key_prefix(key))
+            }
+            (None, Some(hash)) => {
+                let hash = hash.trim().to_ascii_lowercase();
+                if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    bail!("`key_sha256` must be 64 hex digits (the SHA-256 of the key)");
+                }
+                (hash, String::new())
+            }
+            (Some(_), Some(_)) => bail!("give `key` or `key_sha256`, not both"),
+            (None, None) => bail!("give `key` (hashed on load) or `key_sha256`"),
+        };
+        Ok(KeyRecord { tenant: self.tenant.clone(), hash, prefix, name: self.name.clone(), created_ms: 0 })
+    }
+}
+
+/// The first characters of a key, to tell keys apart in listings without
+/// revealing enough to guess them.
+pub fn key_prefix(key: &str) -> String {
+    key.chars().take(12).collect()
+}
+
+/// The config file at `path`, or an empty one.
+pub fn load(path: Option<&Path>) -> CliResult<ConfigFile> {
+    path.map_or_else(|| Ok(ConfigFile::default()), ConfigFile::load)
+}
+
+/// The data directory: `flag` (flag or env), then the file's, then the
+/// per-user default.
+pub fn data_dir(flag: Option<&Path>, file: &ConfigFile) -> CliResult<PathBuf> {
+    flag.map(Path::to_path_buf).or_else(|| file.data.clone()).or_else(default_data_dir).ok_or_else(|| {
+        CliError::usage(anyhow!(
+            "there is no per-user data directory (HOME is not set): pass --data DIR or set SUBS_DATA"
+        ))
+    })
+}
+
+/// The per-user data directory: `$XDG_DATA_HOME/subs` or
+/// `~/.local/share/subs` (Linux and other Unixes),
+/// `~/Library/Application Support/subs` (macOS), `%LOCALAPPDATA%\subs`
+/// (Windows).
+pub fn default_data_dir() -> Option<PathBuf> {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let base = if cfg!(windows) {
+        var("LOCALAPPDATA")
+    } else if cfg!(target_os = "macos") {
+        var("HOME").map(|home| home.join("Library").join("Application Support"))
+    } else {
+        // The XDG spec ignores a relative XDG_DATA_HOME.
+        var("XDG_DATA_HOME").filter(|p| p.is_absolute()).or_else(|| var("HOME").map(|h| h.join(".local").join("share")))
+    };
+    base.map(|b| b.join("subs"))
+}
+
+/// The listen address: flag (or env), then the file's, then the default.
+pub fn listen(flag: Option<&str>, file: &ConfigFile) -> String {
+    flag.or(file.listen.as_deref()).unwrap_or(DEFAULT_LISTEN).to_owned()
+}
+
+/// The default model: flag (or env), then the file's, then the offline
+/// model.
+pub fn default_model(flag: Option<&str>, file: &ConfigFile) -> String {
+    flag.or(file.default_model.as_deref()).unwrap_or(OFFLINE_MODEL).to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ConfigFile, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let text = include_str!("../../../docs/configuration.md");
+        let example = text.split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("an example");
+        let file = parse(example).unwrap();
+        assert_eq!(file.key_records().unwrap().len(), 2);
+        let config = file.server_config();
+        assert_eq!(config.default_limits.max_sessions, Some(1000));
+        let acme = config.limits("acme");
+        assert_eq!(acme.max_sessions, Some(50), "the tenant's own");
+        assert_eq!(acme.max_body_bytes, config.default_limits.max_body_bytes, "inherited from [limits]");
+    }
+
+    #[test]
+    fn keys_are_hashed_or_taken_as_hashes() {
+        let hash = subs_server::auth::hash_key("subs_abc");
+        let file = parse(&format!(
+            "[[keys]]\ntenant = \"a\"\nkey = \"subs_abc\"\n[[keys]]\ntenant = \"b\"\nkey_sha256 = \"{}\"\nname = \"ci\"\n",
+            hash.to_uppercase()
+        ))
+        .unwrap();
+        let keys = file.key_records().unwrap();
+        assert_eq!((keys[0].tenant.as_str(), keys[0].hash.as_str()), ("a", hash.as_str()));
+        assert_eq!((keys[1].tenant.as_str(), keys[1].hash.as_str()), ("b", hash.as_str()));
+        assert_eq!(keys[1].name.as_deref(), Some("ci"));
+        for bad in [
+            "[[keys]]\ntenant = \"a\"\n",
+            "[[keys]]\ntenant = \"a\"\nkey_sha256 = \"abc\"\n",
+            "[[keys]]\ntenant = \"a\"\nkey = \"k\"\nkey_sha256 = \"abc\"\n",
+            "[[keys]]\ntenant = \"\"\nkey = \"k\"\n",
+        ] {
+            let err = parse(bad).unwrap().key_records().unwrap_err();
+            assert!(format!("{err}").starts_with("keys[0]"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn unknown_settings_are_refused() {
+        let err = parse("listen = \"127.0.0.1:1\"\nlisten_addr = \"x\"\n").unwrap_err();
+        assert!(err.contains("listen_addr"), "{err}");
+        let err = parse("[limits]\nmax_session = 3\n").unwrap_err();
+        assert!(err.contains("max_session"), "{err}");
+    }
+
+    #[test]
+    fn flags_win_over_the_file_which_wins_over_defaults() {
+        let file = parse("listen = \"0.0.0.0:1\"\ndefault_model = \"x/y\"\ndata = \"/srv/subs\"\n").unwrap();
+        assert_eq!(listen(Some("127.0.0.1:2"), &file), "127.0.0.1:2");
+        assert_eq!(listen(None, &file), "0.0.0.0:1");
+        assert_eq!(listen(None, &ConfigFile::default()), DEFAULT_LISTEN);
+        assert_eq!(default_model(None, &file), "x/y");
+        assert_eq!(default_model(None, &ConfigFile::default()), OFFLINE_MODEL);
+        assert_eq!(data_dir(Some(Path::new("/d")), &file).unwrap(), Path::new("/d"));
+        assert_eq!(data_dir(None, &file).unwrap(), Path::new("/srv/subs"));
+    }
+
+    #[test]
+    fn a_relative_data_dir_is_next_to_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("subs.toml");
+        std::fs::write(&path, "data = \"state\"\n").unwrap();
+        let file = ConfigFile::load(&path).unwrap();
+        assert_eq!(file.data.unwrap(), dir.path().join("state"));
+    }
+}

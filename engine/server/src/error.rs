@@ -1,0 +1,112 @@
+//! The API's one error shape, `{error, code, field?}`, and how every
+//! failure maps to a status. All handlers return [`ApiError`]; nothing else
+//! decides a status code.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use subs_engine::InputError;
+use subs_engine::store::StoreError;
+use subs_protocol::ProtocolError;
+
+/// An error answered to a client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// A stable, machine-readable code (`invalid_json`, `not_found`, …).
+    pub code: &'static str,
+    /// What is wrong, for people.
+    pub message: String,
+    /// The offending field of the request body, when there is one.
+    pub field: Option<String>,
+}
+
+/// The body of an error response.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What is wrong.
+    pub error: String,
+    /// A stable code: `invalid_json`, `invalid_input`, `unauthorized`,
+    /// `not_found`, `unknown_agent`, `conflict`, `payload_too_large`,
+    /// `invalid_component`, `limit_exceeded`, `unavailable`, `internal`.
+    pub code: String,
+    /// The offending field, as a path (`messages[0].role`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl ApiError {
+    /// An error with `status` and `code`.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into(), field: None }
+    }
+
+    /// 400: a body that is not the JSON it should be.
+    pub fn body(error: &ProtocolError) -> Self {
+        let code = if error.field().is_none() { "invalid_json" } else { "invalid_input" };
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            code,
+            message: error.message().to_owned(),
+            field: error.field().map(str::to_owned),
+        }
+    }
+
+    /// 404 for a session, agent or route that does not exist (or belongs
+    /// to another tenant: the two are indistinguishable on purpose).
+    pub fn not_found(what: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", what)
+    }
+
+    /// 401.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    /// 413.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", format!("the body is larger than {limit} bytes"))
+    }
+
+    /// 500, logged: the details stay in the server's logs.
+    pub fn internal(error: &dyn std::fmt::Display) -> Self {
+        tracing::error!(%error, "request failed");
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the server failed; see its logs")
+    }
+}
+
+impl From<InputError> for ApiError {
+    fn from(error: InputError) -> Self {
+        let message = error.to_string();
+        match error {
+            InputError::Invalid { field, .. } => {
+                Self { status: StatusCode::BAD_REQUEST, code: "invalid_input", message, field }
+            }
+            InputError::NoSession(_) => Self::new(StatusCode::NOT_FOUND, "not_found", message),
+            InputError::Conflict(_) => Self::new(StatusCode::CONFLICT, "conflict", message),
+            InputError::Store(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message),
+            _ => Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Closed => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the server is shutting down")
+            }
+            other => Self::internal(&other),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody { error: self.message, code: self.code.to_owned(), field: self.field };
+        (self.status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,129 @@
+//! The subs HTTP API (engine.md §8) on axum.
+//!
+//! [`app`] builds the router over an [`AppState`]; [`serve`] runs it on a
+//! listener until a shutdown future resolves. Tests drive the real server
+//! on `127.0.0.1:0`.
+//!
+//! # Layout
+//!
+//! - [`error`]: the one error shape and the status of every failure.
+//! - [`auth`]: API keys, tenants, event-stream tokens.
+//! - [`sessions`]: input, snapshot, list, cancel.
+//! - [`stream`]: server-sent events: a session's events (replay, then
+//!   live) and a single turn's.
+//! - [`agents`]: uploading components and registering HTTP workers.
+//! - [`metrics`]: `/healthz` and Prometheus `/metrics`.
+//! - [`openapi`]: the OpenAPI document, generated from the handlers.
+
+pub mod agents;
+pub mod auth;
+pub mod error;
+pub mod metrics;
+pub mod openapi;
+pub mod sessions;
+pub mod stream;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::{HeaderValue, Method, header};
+use serde::Deserialize;
+use subs_engine::Engine;
+use subs_engine::store::Store;
+use tokio::net::TcpListener;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+pub use self::agents::AgentRegistry;
+pub use self::auth::{Keys, LOCAL_TENANT};
+pub use self::error::ApiError;
+
+/// Limits a tenant's use of the server.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Sessions the tenant may have; `None`: no limit.
+    pub max_sessions: Option<usize>,
+    /// Largest JSON request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Largest component upload, in bytes.
+    pub max_component_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { max_sessions: None, max_body_bytes: 4 << 20, max_component_bytes: 64 << 20 }
+    }
+}
+
+/// How the server behaves.
+#[derive(Debug, Clone, Default)]
+pub struct ServerConfig {
+    /// Limits of tenants without their own.
+    pub default_limits: Limits,
+    /// Limits by tenant.
+    pub tenant_limits: HashMap<String, Limits>,
+    /// Origins browsers may call from (CORS); none by default.
+    pub cors_origins: Vec<String>,
+}
+
+impl ServerConfig {
+    /// The limits of `tenant`.
+    pub fn limits(&self, tenant: &str) -> &Limits {
+        self.tenant_limits.get(tenant).unwrap_or(&self.default_limits)
+    }
+}
+
+/// What every handler shares.
+pub struct AppState {
+    /// The engine.
+    pub engine: Engine,
+    /// Its store (for agents and keys, and snapshots).
+    pub store: Arc<dyn Store>,
+    /// The agents of every tenant.
+    pub agents: AgentRegistry,
+    /// The accepted API keys.
+    pub keys: Keys,
+    /// Limits and CORS.
+    pub config: ServerConfig,
+    /// Request counters.
+    pub metrics: metrics::Metrics,
+}
+
+/// The API's router.
+pub fn app(state: Arc<AppState>) -> Router {
+    let (router, _) = openapi::router().split_for_parts();
+    let cors = cors(&state.config.cors_origins);
+    router
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+            ApiError::internal(&"a handler panicked").into_response_()
+        }))
+        .layer(cors)
+        .with_state(state)
+}
+
+fn cors(origins: &[String]) -> CorsLayer {
+    let origins: Vec<HeaderValue> = origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect();
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::list(origins))
+        .allow_methods([Method::GET, Method::POST, Method::PUT, Method::DELETE])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, header::HeaderName::from_static("last-event-id")])
+}
+
+impl ApiError {
+    fn into_response_(self) -> axum::response::Response {
+        axum::response::IntoResponse::into_response(self)
+    }
+}
+
+/// Serves the API on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await
+}

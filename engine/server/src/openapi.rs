@@ -1,0 +1,60 @@
+//! The OpenAPI 3.1 document, generated from the handlers: each route is
+//! registered together with its description, so the document cannot list a
+//! route the server does not serve, nor miss one it does.
+
+use std::sync::Arc;
+
+use axum::Json;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::{AppState, agents, auth, metrics, sessions, stream};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "subs",
+        description = "The subs agent engine's HTTP API. Protocol types (ClientInput, Message, AgentConfig, Call, …) are described in docs/protocol.md.",
+        license(name = "Apache-2.0")
+    ),
+    components(schemas(crate::error::ErrorBody)),
+    security(("bearer" = [])),
+    modifiers(&Bearer)
+)]
+struct Doc;
+
+struct Bearer;
+
+impl utoipa::Modify for Bearer {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// Every route of the API, with the document describing them.
+pub fn router() -> OpenApiRouter<Arc<AppState>> {
+    let router = OpenApiRouter::with_openapi(Doc::openapi())
+        .routes(routes!(sessions::list))
+        .routes(routes!(sessions::snapshot))
+        .routes(routes!(sessions::input))
+        .routes(routes!(sessions::cancel))
+        .routes(routes!(stream::events))
+        .routes(routes!(agents::list))
+        .routes(routes!(agents::put, agents::get, agents::delete))
+        .routes(routes!(auth::mint_token))
+        .routes(routes!(metrics::healthz))
+        .routes(routes!(metrics::metrics));
+    let document = router.get_openapi().clone();
+    router.route("/v1/openapi.json", axum::routing::get(move || async move { Json(document) }))
+}
+
+/// The OpenAPI document.
+pub fn document() -> utoipa::openapi::OpenApi {
+    router().into_openapi()
+}

@@ -1,0 +1,261 @@
+//! Sessions: posting input, reading snapshots, listing, cancelling.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::Value;
+use subs_engine::store::{OpenInterrupt, SessionKey, SessionRecord, SessionStatus};
+use subs_protocol::{AgentConfig, Call, ClientInput, Message, MessageTree, WorkerIdentity};
+use utoipa::ToSchema;
+
+use crate::auth::Tenant;
+use crate::error::{ApiError, ErrorBody};
+use crate::{AppState, stream};
+
+/// What `POST …/input` answers when it does not stream.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InputAccepted {
+    /// The session.
+    pub session_id: String,
+    /// The turn the input started, joined or queued (absent for inputs that
+    /// settle something: `interrupt.resume`, `tool.result`, `tool.error`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+    /// True when the `turn_id` was already known: nothing new was done.
+    pub existing: bool,
+}
+
+/// A session as clients see it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionView {
+    /// The session.
+    pub session_id: String,
+    /// The agent it runs.
+    pub agent_id: String,
+    /// `idle`, `running` or `waiting`.
+    #[schema(value_type = String)]
+    pub status: SessionStatus,
+    /// The open turn.
+    pub turn_id: Option<String>,
+    /// The agent's config (`AgentConfig`), `null` until set.
+    #[schema(value_type = Option<Object>)]
+    pub agent: Option<AgentConfig>,
+    /// The agent's state.
+    #[schema(value_type = Object)]
+    pub state: Value,
+    /// The active path (`Message[]`).
+    #[schema(value_type = Vec<Object>)]
+    pub messages: Vec<Message>,
+    /// Every message (`MessageTree`).
+    #[schema(value_type = Object)]
+    pub message_tree: MessageTree,
+    /// Calls in flight (`Call[]`).
+    #[schema(value_type = Vec<Object>)]
+    pub calls: Vec<Call>,
+    /// Interrupts waiting for `interrupt.resume`.
+    #[schema(value_type = Vec<Object>)]
+    pub interrupts: Vec<OpenInterrupt>,
+    /// Token usage of the session's LLM calls, summed field by field.
+    #[schema(value_type = Object)]
+    pub usage: Value,
+    /// What the session's LLM calls cost, in dollars (decimal string);
+    /// `null` when no call had a known price.
+    pub cost: Option<String>,
+    /// Ancestor session ids, nearest last.
+    pub ancestry: Vec<String>,
+    /// The session's owner as workers see it.
+    #[schema(value_type = Object)]
+    pub identity: WorkerIdentity,
+}
+
+/// A session in a listing.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionSummary {
+    /// The session.
+    pub session_id: String,
+    /// The agent it runs.
+    pub agent_id: String,
+    /// `idle`, `running` or `waiting`.
+    #[schema(value_type = String)]
+    pub status: SessionStatus,
+    /// Ancestor session ids (non-empty for sub-agent sessions).
+    pub ancestry: Vec<String>,
+    /// Creation time (Unix ms).
+    pub created_ms: u64,
+    /// Last change (Unix ms).
+    pub updated_ms: u64,
+}
+
+impl From<&SessionRecord> for SessionSummary {
+    fn from(r: &SessionRecord) -> Self {
+        Self {
+            session_id: r.key.session.clone(),
+            agent_id: r.agent_id.clone(),
+            status: r.status,
+            ancestry: r.ancestry.clone(),
+            created_ms: r.created_ms,
+            updated_ms: r.updated_ms,
+        }
+    }
+}
+
+/// The answer to a cancel.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Cancelled {
+    /// Whether a turn was open (and is now ended).
+    pub cancelled: bool,
+}
+
+/// Sends input to a session: a `ClientInput` (see docs/protocol.md).
+/// `client.message`, `client.messages` and `client.action` create the
+/// session on first use; with `"stream": true` the answer is the turn's
+/// event stream instead of `202`.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session_id}/input",
+    params(("session_id" = String, Path, description = "The session (1-128 of A-Z a-z 0-9 _ - . :)")),
+    request_body(content = Object, description = "A ClientInput", content_type = "application/json"),
+    responses(
+        (status = 202, description = "Stored; the turn runs", body = InputAccepted),
+        (status = 200, description = "The turn's events (with \"stream\": true)", content_type = "text/event-stream"),
+        (status = 400, description = "Malformed input", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "Unknown session or agent", body = ErrorBody),
+        (status = 409, description = "Nothing waits with that id; another agent's session", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+        (status = 429, description = "The tenant's session limit", body = ErrorBody),
+    ),
+    tag = "sessions"
+)]
+pub async fn input(
+    State(state): State<Arc<AppState>>,
+    Tenant(tenant): Tenant,
+    Path(session_id): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let limits = state.config.limits(&tenant).clone();
+    let bytes = axum::body::to_bytes(body, limits.max_body_bytes)
+        .await
+        .map_err(|_| ApiError::too_large(limits.max_body_bytes))?;
+    let input: ClientInput = subs_protocol::from_json_slice(&bytes).map_err(|e| ApiError::body(&e))?;
+    let key = SessionKey::new(&tenant, &session_id);
+    let existing = state.store.session(&key)?;
+
+    let (agent_id, wants_stream) = match &input {
+        ClientInput::ClientMessage(m) => (Some(&m.agent_id), m.stream == Some(true)),
+        ClientInput::ClientMessages(m) => (Some(&m.agent_id), m.stream == Some(true)),
+        ClientInput::ClientAction(a) => (Some(&a.agent_id), false),
+        _ => (None, false),
+    };
+    if let (Some(agent_id), None) = (agent_id, &existing) {
+        if !state.agents.exists(&tenant, agent_id)? {
+            return Err(ApiError {
+                status: StatusCode::NOT_FOUND,
+                code: "unknown_agent",
+                message: format!("no agent `{agent_id}` is registered"),
+                field: Some("agent_id".to_owned()),
+            });
+        }
+        if let Some(max) = limits.max_sessions
+            && state.store.sessions(Some(&tenant))?.len() >= max
+        {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "limit_exceeded",
+                format!("the tenant has its maximum of {max} sessions"),
+            ));
+        }
+    }
+
+    // Events after this one belong to what the input starts.
+    let after = existing.as_ref().and_then(|r| r.next.event.checked_sub(1));
+    let accepted = state.engine.input(&tenant, &session_id, input, WorkerIdentity::default()).await?;
+    match (&accepted.turn_id, wants_stream) {
+        (Some(turn_id), true) => {
+            let from = if accepted.existing { None } else { after };
+            Ok(stream::turn(state.clone(), tenant, session_id, turn_id.clone(), from).into_response())
+        }
+        _ => Ok((
+            StatusCode::ACCEPTED,
+            Json(InputAccepted { session_id, turn_id: accepted.turn_id, existing: accepted.existing }),
+        )
+            .into_response()),
+    }
+}
+
+/// A session's snapshot.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session_id}",
+    params(("session_id" = String, Path)),
+    responses((status = 200, body = SessionView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    tag = "sessions"
+)]
+pub async fn snapshot(
+    State(state): State<Arc<AppState>>,
+    Tenant(tenant): Tenant,
+    Path(session_id): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    let snapshot = state
+        .engine
+        .snapshot(&tenant, &session_id)?
+        .ok_or_else(|| ApiError::not_found(format!("session `{session_id}` does not exist")))?;
+    let r = snapshot.record;
+    Ok(Json(SessionView {
+        session_id: r.key.session,
+        agent_id: r.agent_id,
+        status: r.status,
+        turn_id: r.turn.map(|t| t.turn_id),
+        agent: r.agent,
+        state: r.state,
+        messages: snapshot.messages,
+        message_tree: snapshot.message_tree,
+        calls: snapshot.calls.into_iter().map(|c| c.call).collect(),
+        interrupts: r.interrupts,
+        usage: r.usage,
+        cost: r.cost,
+        ancestry: r.ancestry,
+        identity: r.identity,
+    }))
+}
+
+/// The tenant's sessions, ordered by id.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions",
+    responses((status = 200, body = Vec<SessionSummary>), (status = 401, body = ErrorBody)),
+    tag = "sessions"
+)]
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    Tenant(tenant): Tenant,
+) -> Result<Json<Vec<SessionSummary>>, ApiError> {
+    Ok(Json(state.engine.sessions(&tenant)?.iter().map(SessionSummary::from).collect()))
+}
+
+/// Stops the session's open turn: calls in flight are cancelled and the
+/// turn ends with `turn.failed` (code `cancelled`). Nothing recorded is
+/// lost.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session_id}/cancel",
+    params(("session_id" = String, Path)),
+    responses((status = 200, body = Cancelled), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    tag = "sessions"
+)]
+pub async fn cancel(
+    State(state): State<Arc<AppState>>,
+    Tenant(tenant): Tenant,
+    Path(session_id): Path<String>,
+) -> Result<Json<Cancelled>, ApiError> {
+    if state.store.session(&SessionKey::new(&tenant, &session_id))?.is_none() {
+        return Err(ApiError::not_found(format!("session `{session_id}` does not exist")));
+    }
+    let cancelled = state.engine.cancel(&tenant, &session_id).await?;
+    Ok(Json(Cancelled { cancelled }))
+}

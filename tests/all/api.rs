@@ -1,0 +1,486 @@
+//! The HTTP API over real HTTP: a server on `127.0.0.1:0`, a real redb file,
+//! real components uploaded through the API.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use subs_tests::guests;
+
+/// A running server and a client for it.
+struct Server {
+    base: String,
+    http: reqwest::Client,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// A server with the given API keys (`(tenant, key)`); none: the local
+    /// tenant without authentication.
+    async fn start(keys: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn subs_engine::Store> =
+            Arc::new(subs_engine::store::redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
+        let engine = subs_engine::Engine::start(
+            store.clone(),
+            subs_engine::model::Models::with_offline(),
+            subs_engine::EngineConfig::default(),
+        )
+        .unwrap();
+        let host = subs_tests::host().clone();
+        let agents = subs_server::AgentRegistry::new(engine.clone(), store.clone(), host, dir.path().to_path_buf());
+        let records = keys.iter().map(|(tenant, key)| subs_engine::store::KeyRecord {
+            tenant: (*tenant).to_owned(),
+            hash: subs_server::auth::hash_key(key),
+            prefix: key[..8].to_owned(),
+            name: None,
+            created_ms: 0,
+        });
+        let config = subs_server::ServerConfig {
+            default_limits: subs_server::Limits {
+                max_sessions: None,
+                max_body_bytes: 64 << 10,
+                max_component_bytes: 16 << 20,
+            },
+            ..subs_server::ServerConfig::default()
+        };
+        let state = Arc::new(subs_server::AppState {
+            engine,
+            store,
+            agents,
+            keys: subs_server::Keys::new(records),
+            config,
+            metrics: subs_server::metrics::Metrics::default(),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (shutdown, stop) = tokio::sync::oneshot::channel();
+        tokio::spawn(subs_server::serve(listener, state, async {
+            let _ = stop.await;
+        }));
+        Self { base, http: reqwest::Client::new(), shutdown: Some(shutdown), _dir: dir }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str, key: Option<&str>) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, self.url(path));
+        match key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut request = self.request(method, path, key);
+        if let Some(body) = body {
+            request = request.header("content-type", "application/json").body(body.to_string());
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    async fn upload(&self, agent: &str, wasm: &str, key: Option<&str>) -> (StatusCode, Value) {
+        let bytes = std::fs::read(wasm).unwrap();
+        let response = self
+            .request(reqwest::Method::PUT, &format!("/v1/agents/{agent}"), key)
+            .header("content-type", "application/wasm")
+            .body(bytes)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        (status, serde_json::from_str(&response.text().await.unwrap()).unwrap())
+    }
+
+    async fn say(&self, session: &str, agent: &str, text: &str, key: Option<&str>) -> (StatusCode, Value) {
+        let body = json!({"type": "client.message", "agent_id": agent, "message": {"role": "user", "content": text}});
+        self.call(reqwest::Method::POST, &format!("/v1/sessions/{session}/input"), key, Some(body)).await
+    }
+
+    /// Reads a session's SSE stream until `until` says stop.
+    async fn events(
+        &self,
+        session: &str,
+        key: Option<&str>,
+        last_event_id: Option<u64>,
+        mut until: impl FnMut(&SseEvent) -> bool,
+    ) -> Vec<SseEvent> {
+        let mut request = self.request(reqwest::Method::GET, &format!("/v1/sessions/{session}/events"), key);
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id.to_string());
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        read_sse(response, &mut until).await
+    }
+
+    async fn wait_turn(&self, session: &str, turn: &str, key: Option<&str>) -> Vec<SseEvent> {
+        let done = |e: &SseEvent| matches!(e.event.as_str(), "turn.done" | "turn.failed") && e.data["turn_id"] == turn;
+        tokio::time::timeout(Duration::from_secs(30), self.events(session, key, None, done))
+            .await
+            .expect("the turn ends")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+/// One server-sent event.
+#[derive(Debug, Clone, PartialEq)]
+struct SseEvent {
+    id: Option<u64>,
+    event: String,
+    data: Value,
+}
+
+/// Reads events from a streaming response until `until` returns true for
+/// one (included) or the stream ends.
+async fn read_sse(mut response: reqwest::Response, until: &mut impl FnMut(&SseEvent) -> bool) -> Vec<SseEvent> {
+    let mut buffer = String::new();
+    let mut events = Vec::new();
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let mut event = SseEvent { id: None, event: "message".to_owned(), data: Value::Null };
+            let mut data = String::new();
+            let mut comment_only = true;
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    event.id = v.trim().parse().ok();
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    event.event = v.trim().to_owned();
+                    comment_only = false;
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                    comment_only = false;
+                }
+            }
+            if comment_only {
+                continue;
+            }
+            event.data = serde_json::from_str(&data).unwrap_or(Value::String(data));
+            let stop = until(&event);
+            events.push(event);
+            if stop {
+                return events;
+            }
+        }
+    }
+    events
+}
+
+const GET: reqwest::Method = reqwest::Method::GET;
+const POST: reqwest::Method = reqwest::Method::POST;
+const DELETE: reqwest::Method = reqwest::Method::DELETE;
+
+#[tokio::test]
+async fn every_endpoint_works() {
+    let s = Server::start(&[]).await;
+    assert_eq!(s.call(GET, "/healthz", None, None).await, (StatusCode::OK, json!({"status": "ok"})));
+
+    // Agents: upload, read, list, re-upload the same version, replace.
+    let (status, agent) = s.upload("tools", guests::TOOLS, None).await;
+    assert_eq!(status, StatusCode::CREATED, "{agent}");
+    assert_eq!(agent["kind"], "component");
+    let version = agent["version"].as_str().unwrap().to_owned();
+    assert!(version.starts_with("sha256:"));
+    assert_eq!(s.upload("tools", guests::TOOLS, None).await.0, StatusCode::OK, "the same bytes are the same version");
+    let (status, got) = s.call(GET, "/v1/agents/tools", None, None).await;
+    assert_eq!((status, got["version"].as_str()), (StatusCode::OK, Some(version.as_str())));
+    assert_eq!(s.upload("helper", guests::PASSTHROUGH, None).await.0, StatusCode::CREATED);
+    let (_, list) = s.call(GET, "/v1/agents", None, None).await;
+    assert_eq!(list.as_array().unwrap().len(), 2);
+
+    // A turn, then its snapshot and the session list.
+    let (status, accepted) = s.say("s1", "tools", r#"use tool add with {"a": 2, "b": 3}"#, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let turn = accepted["turn_id"].as_str().unwrap().to_owned();
+    let events = s.wait_turn("s1", &turn, None).await;
+    assert_eq!(events.last().unwrap().event, "turn.done");
+    let (status, snapshot) = s.call(GET, "/v1/sessions/s1", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(snapshot["status"], "idle");
+    assert_eq!(snapshot["messages"].as_array().unwrap().len(), 4, "{snapshot}");
+    assert_eq!(snapshot["agent"]["tools"].as_array().unwrap().len(), 2);
+    for field in ["message_tree", "calls", "usage", "ancestry", "identity", "state", "agent_id", "session_id"] {
+        assert!(snapshot.get(field).is_some(), "snapshot has {field}: {snapshot}");
+    }
+    let (_, sessions) = s.call(GET, "/v1/sessions", None, None).await;
+    assert_eq!(sessions[0]["session_id"], "s1");
+
+    // A streamed turn answers with its own events, ending at turn.done.
+    let body = json!({"type": "client.message", "agent_id": "helper", "message": {"role": "user", "content": "hi"}, "stream": true});
+    let response = s
+        .request(POST, "/v1/sessions/s2/input", None)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let streamed = read_sse(response, &mut |_| false).await;
+    let names: Vec<&str> = streamed.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(names.first(), Some(&"turn.started"));
+    assert_eq!(names.last(), Some(&"turn.done"));
+    assert!(streamed.iter().any(|e| e.data["message"]["content"] == "You said: hi"));
+
+    // Cancel: nothing open now.
+    assert_eq!(s.call(POST, "/v1/sessions/s2/cancel", None, None).await, (StatusCode::OK, json!({"cancelled": false})));
+
+    // A token for EventSource clients works on the events endpoint.
+    let (status, token) = s.call(POST, "/v1/tokens", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(token["token"].as_str().is_some());
+
+    // Metrics count what happened.
+    let metrics = s.http.get(s.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.contains("subs_http_requests_total{method=\"PUT\",route=\"/v1/agents/{agent_id}\",status=\"201\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("subs_store_commits_total"));
+
+    // Deleting an agent.
+    let response = s.request(DELETE, "/v1/agents/helper", None).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    assert_eq!(s.call(GET, "/v1/agents/helper", None, None).await.0, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_json_error_naming_what_is_wrong() {
+    let s = Server::start(&[]).await;
+    s.upload("tools", guests::TOOLS, None).await;
+    let input = |body: &str| {
+        s.request(POST, "/v1/sessions/s/input", None).header("content-type", "application/json").body(body.to_owned())
+    };
+    let check = |status: StatusCode, body: Value, want: StatusCode, code: &str| {
+        assert_eq!(status, want, "{body}");
+        assert_eq!(body["code"], code, "{body}");
+        assert!(body["error"].as_str().is_some_and(|e| !e.is_empty()), "{body}");
+    };
+    let send = |r: reqwest::RequestBuilder| async move {
+        let response = r.send().await.unwrap();
+        let status = response.status();
+        (status, serde_json::from_str::<Value>(&response.text().await.unwrap()).unwrap())
+    };
+
+    let (status, body) = send(input("{not json")).await;
+    check(status, body, StatusCode::BAD_REQUEST, "invalid_json");
+    let (status, body) =
+        send(input(r#"{"type": "client.message", "agent_id": "tools", "message": {"role": "robot"}}"#)).await;
+    check(status, body.clone(), StatusCode::BAD_REQUEST, "invalid_input");
+    assert_eq!(body["field"], "message.role");
+    let (status, body) = send(input(r#"{"type": "client.mesage"}"#)).await;
+    check(status, body.clone(), StatusCode::BAD_REQUEST, "invalid_input");
+    assert_eq!(body["field"], "type");
+
+    let (status, body) = s.say("s", "nobody", "hi", None).await;
+    check(status, body.clone(), StatusCode::NOT_FOUND, "unknown_agent");
+    assert_eq!(body["field"], "agent_id");
+    let (status, body) = s.call(GET, "/v1/sessions/nope", None, None).await;
+    check(status, body, StatusCode::NOT_FOUND, "not_found");
+    let resume = json!({"type": "interrupt.resume", "interrupt_id": "x"});
+    let (status, body) = s.call(POST, "/v1/sessions/nope/input", None, Some(resume.clone())).await;
+    check(status, body, StatusCode::NOT_FOUND, "not_found");
+    let (status, body) = s.say("../../etc", "tools", "hi", None).await;
+    assert!(status == StatusCode::BAD_REQUEST || status == StatusCode::NOT_FOUND, "{status} {body}");
+
+    let big = format!(
+        r#"{{"type": "client.message", "agent_id": "tools", "message": {{"role": "user", "content": "{}"}}}}"#,
+        "x".repeat(70 << 10)
+    );
+    let (status, body) = send(input(&big)).await;
+    check(status, body, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
+
+    let response = s
+        .request(reqwest::Method::PUT, "/v1/agents/junk", None)
+        .header("content-type", "application/wasm")
+        .body(b"\0asm but not really".to_vec())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let body: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    check(status, body, StatusCode::UNPROCESSABLE_ENTITY, "invalid_component");
+    let response = s
+        .request(reqwest::Method::PUT, "/v1/agents/junk", None)
+        .header("content-type", "text/plain")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+
+    // Settling what nothing waits for is a conflict.
+    let (status, _) = s.say("s", "tools", "hello", None).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (status, body) = s.call(POST, "/v1/sessions/s/input", None, Some(resume)).await;
+    check(status, body, StatusCode::CONFLICT, "conflict");
+    let settle = json!({"type": "tool.result", "id": "call_404", "result": 1});
+    let (status, body) = s.call(POST, "/v1/sessions/s/input", None, Some(settle)).await;
+    check(status, body, StatusCode::CONFLICT, "conflict");
+
+    let (status, body) = s.call(GET, "/v1/nowhere", None, None).await;
+    check(status, body, StatusCode::NOT_FOUND, "not_found");
+    // The server is still fine.
+    assert_eq!(s.call(GET, "/healthz", None, None).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn tenants_see_only_their_own_agents_and_sessions() {
+    let (a, b) = ("subs_tenant_a_key_0000000000000000", "subs_tenant_b_key_0000000000000000");
+    let s = Server::start(&[("acme", a), ("bravo", b)]).await;
+    assert_eq!(s.call(GET, "/v1/sessions", None, None).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(s.call(GET, "/v1/sessions", Some("subs_wrong"), None).await.0, StatusCode::UNAUTHORIZED);
+
+    assert_eq!(s.upload("tools", guests::TOOLS, Some(a)).await.0, StatusCode::CREATED);
+    let (_, accepted) = s.say("shared-name", "tools", "hello", Some(a)).await;
+    s.wait_turn("shared-name", accepted["turn_id"].as_str().unwrap(), Some(a)).await;
+
+    // Bravo sees nothing of acme's: 404, never 403.
+    assert_eq!(s.call(GET, "/v1/agents/tools", Some(b), None).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(s.call(GET, "/v1/agents", Some(b), None).await.1, json!([]));
+    assert_eq!(s.call(GET, "/v1/sessions/shared-name", Some(b), None).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(s.call(GET, "/v1/sessions", Some(b), None).await.1, json!([]));
+    assert_eq!(s.call(POST, "/v1/sessions/shared-name/cancel", Some(b), None).await.0, StatusCode::NOT_FOUND);
+    let response = s.request(GET, "/v1/sessions/shared-name/events", Some(b)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert_eq!(s.request(DELETE, "/v1/agents/tools", Some(b)).send().await.unwrap().status(), StatusCode::NOT_FOUND);
+    // Bravo cannot use acme's agent, and its own session of the same name
+    // is its own.
+    assert_eq!(s.say("shared-name", "tools", "hello", Some(b)).await.1["code"], "unknown_agent");
+    s.upload("tools", guests::PASSTHROUGH, Some(b)).await;
+    let (_, accepted) = s.say("shared-name", "tools", "mine", Some(b)).await;
+    s.wait_turn("shared-name", accepted["turn_id"].as_str().unwrap(), Some(b)).await;
+    let (_, theirs) = s.call(GET, "/v1/sessions/shared-name", Some(a), None).await;
+    let (_, mine) = s.call(GET, "/v1/sessions/shared-name", Some(b), None).await;
+    assert_eq!(theirs["messages"][0]["content"], "hello");
+    assert_eq!(mine["messages"][0]["content"], "mine");
+
+    // Tokens for event streams are per tenant too.
+    let (_, token) = s.call(POST, "/v1/tokens", Some(b), None).await;
+    let token = token["token"].as_str().unwrap();
+    let url = format!("/v1/sessions/shared-name/events?token={token}");
+    let response = s.request(GET, &url, None).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let events = read_sse(response, &mut |e| e.event == "turn.done").await;
+    assert!(events.iter().any(|e| e.data["message"]["content"] == "mine"));
+    let bad = s.request(GET, "/v1/sessions/shared-name/events?token=bravo.99999999999.00", None).send().await.unwrap();
+    assert_eq!(bad.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn replay_from_every_event_id_of_a_finished_turn() {
+    let s = Server::start(&[]).await;
+    s.upload("tools", guests::TOOLS, None).await;
+    let (_, accepted) =
+        s.say("r", "tools", r#"use tool add with {"a": 1, "b": 2} and use tool add with {"a": 3, "b": 4}"#, None).await;
+    let all = s.wait_turn("r", accepted["turn_id"].as_str().unwrap(), None).await;
+    let stored: Vec<&SseEvent> = all.iter().filter(|e| e.id.is_some()).collect();
+    let last = stored.last().unwrap().id.unwrap();
+    assert!(stored.len() >= 7, "a tool turn has many events: {}", stored.len());
+    assert_eq!(stored.iter().map(|e| e.id.unwrap()).collect::<Vec<_>>(), (0..=last).collect::<Vec<_>>());
+    for from in 0..=last {
+        let expected: Vec<SseEvent> = stored.iter().filter(|e| e.id.unwrap() > from).map(|e| (*e).clone()).collect();
+        if expected.is_empty() {
+            continue;
+        }
+        let replayed = s.events("r", None, Some(from), |e| e.id == Some(last)).await;
+        assert_eq!(replayed, expected, "replay after {from}");
+    }
+    // `?after=` does the same as the header.
+    let response = s.request(GET, &format!("/v1/sessions/r/events?after={}", last - 1), None).send().await.unwrap();
+    let replayed = read_sse(response, &mut |e| e.id == Some(last)).await;
+    assert_eq!(replayed.len(), 1);
+    let (status, body) = s.call(GET, "/v1/sessions/r/events?after=minus-one", None, None).await;
+    assert_eq!((status, body["field"].as_str()), (StatusCode::BAD_REQUEST, Some("after")));
+}
+
+#[tokio::test]
+async fn a_client_that_reconnects_mid_turn_sees_what_one_that_stayed_saw() {
+    let s = Server::start(&[]).await;
+    s.upload("scenario", guests::TEST_SCENARIO, None).await;
+    // The turn waits on an interrupt in the middle, so the reconnecting
+    // client surely drops out while it runs.
+    let (_, accepted) = s.say("d", "scenario", "interrupt here", None).await;
+    let turn = accepted["turn_id"].as_str().unwrap().to_owned();
+    let stayer = {
+        let s_url = s.url("/v1/sessions/d/events");
+        let http = s.http.clone();
+        let turn = turn.clone();
+        tokio::spawn(async move {
+            let response = http.get(s_url).send().await.unwrap();
+            read_sse(response, &mut |e| e.event == "turn.done" && e.data["turn_id"] == turn.as_str()).await
+        })
+    };
+    // The leaver reads up to the interrupt, then disconnects.
+    let first = s.events("d", None, None, |e| e.event == "interrupt").await;
+    let resume = json!({"type": "interrupt.resume", "interrupt_id": "approval", "payload": "go"});
+    assert_eq!(s.call(POST, "/v1/sessions/d/input", None, Some(resume)).await.0, StatusCode::ACCEPTED);
+    let rest = s.events("d", None, first.last().unwrap().id, |e| e.event == "turn.done").await;
+    let leaver: Vec<SseEvent> = first.into_iter().chain(rest).collect();
+    let stayer = tokio::time::timeout(Duration::from_secs(30), stayer).await.unwrap().unwrap();
+    assert_eq!(leaver, stayer);
+    assert_eq!(stayer.last().unwrap().event, "turn.done");
+}
+
+#[tokio::test]
+async fn the_openapi_document_matches_the_routes() {
+    let s = Server::start(&[]).await;
+    let (status, doc) = s.call(GET, "/v1/openapi.json", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"), "{}", doc["openapi"]);
+    let paths = doc["paths"].as_object().unwrap();
+    let mut served = Vec::new();
+    for (path, item) in paths {
+        for method in item.as_object().unwrap().keys() {
+            let concrete = path.replace("{session_id}", "nobody").replace("{agent_id}", "nobody");
+            let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let response = s.request(method.clone(), &concrete, None).send().await.unwrap();
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path} is documented but not served");
+            assert!(!body.contains("no such route"), "{method} {path} is documented but not served");
+            served.push(format!("{method} {path}"));
+        }
+    }
+    served.sort();
+    assert_eq!(
+        served,
+        [
+            "DELETE /v1/agents/{agent_id}",
+            "GET /healthz",
+            "GET /metrics",
+            "GET /v1/agents",
+            "GET /v1/agents/{agent_id}",
+            "GET /v1/sessions",
+            "GET /v1/sessions/{session_id}",
+            "GET /v1/sessions/{session_id}/events",
+            "POST /v1/sessions/{session_id}/cancel",
+            "POST /v1/sessions/{session_id}/input",
+            "POST /v1/tokens",
+            "PUT /v1/agents/{agent_id}",
+        ],
+        "every route is documented"
+    );
+}
