@@ -43,6 +43,7 @@ impl Server {
                 max_sessions: None,
                 max_body_bytes: 64 << 10,
                 max_component_bytes: 16 << 20,
+                budget: None,
             },
             ..subs_server::ServerConfig::default()
         };
@@ -191,6 +192,7 @@ async fn read_sse(mut response: reqwest::Response, until: &mut impl FnMut(&SseEv
 const GET: reqwest::Method = reqwest::Method::GET;
 const POST: reqwest::Method = reqwest::Method::POST;
 const DELETE: reqwest::Method = reqwest::Method::DELETE;
+const PUT: reqwest::Method = reqwest::Method::PUT;
 
 #[tokio::test]
 async fn every_endpoint_works() {
@@ -247,6 +249,23 @@ async fn every_endpoint_works() {
     // Cancel: nothing open now.
     assert_eq!(s.call(POST, "/v1/sessions/s2/cancel", None, None).await, (StatusCode::OK, json!({"cancelled": false})));
 
+    // Budgets: a spent one (the offline model costs nothing, so a zero
+    // budget is spent) fails the next turn before its call is sent; lifting
+    // it makes the session usable again.
+    let (status, budget) = s.call(PUT, "/v1/sessions/s2/budget", None, Some(json!({"budget": "0"}))).await;
+    assert_eq!((status, budget), (StatusCode::OK, json!({"session_id": "s2", "budget": "0", "cost": "0"})));
+    assert_eq!(s.call(GET, "/v1/sessions/s2", None, None).await.1["budget"], "0");
+    let (_, accepted) = s.say("s2", "helper", "again", None).await;
+    let events = s.wait_turn("s2", accepted["turn_id"].as_str().unwrap(), None).await;
+    let failed = events.last().unwrap();
+    assert_eq!((failed.event.as_str(), &failed.data["code"]), ("turn.failed", &json!("budget_exceeded")), "{failed:?}");
+    let (status, budget) = s.call(PUT, "/v1/sessions/s2/budget", None, Some(json!({"budget": null}))).await;
+    assert_eq!((status, &budget["budget"]), (StatusCode::OK, &Value::Null));
+    let (_, accepted) = s.say("s2", "helper", "once more", None).await;
+    let events = s.wait_turn("s2", accepted["turn_id"].as_str().unwrap(), None).await;
+    assert_eq!(events.last().unwrap().event, "turn.done");
+    assert_eq!(s.call(GET, "/v1/usage", None, None).await, (StatusCode::OK, json!({"cost": "0", "budget": null})));
+
     // A token for EventSource clients works on the events endpoint.
     let (status, token) = s.call(POST, "/v1/tokens", None, None).await;
     assert_eq!(status, StatusCode::OK);
@@ -293,6 +312,17 @@ async fn bad_input_gets_a_json_error_naming_what_is_wrong() {
     let (status, body) = send(input(r#"{"type": "client.mesage"}"#)).await;
     check(status, body.clone(), StatusCode::BAD_REQUEST, "invalid_input");
     assert_eq!(body["field"], "type");
+
+    let budget = |session: &str, body: &str| {
+        s.request(PUT, &format!("/v1/sessions/{session}/budget"), None)
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+    };
+    let (status, body) = send(budget("nope", r#"{"budget": "1"}"#)).await;
+    check(status, body, StatusCode::NOT_FOUND, "not_found");
+    let (status, body) = send(budget("nope", r#"{"budget": "a dollar"}"#)).await;
+    check(status, body.clone(), StatusCode::BAD_REQUEST, "invalid_input");
+    assert_eq!(body["field"], "budget");
 
     let (status, body) = s.say("s", "nobody", "hi", None).await;
     check(status, body.clone(), StatusCode::NOT_FOUND, "unknown_agent");
@@ -476,10 +506,12 @@ async fn the_openapi_document_matches_the_routes() {
             "GET /v1/sessions",
             "GET /v1/sessions/{session_id}",
             "GET /v1/sessions/{session_id}/events",
+            "GET /v1/usage",
             "POST /v1/sessions/{session_id}/cancel",
             "POST /v1/sessions/{session_id}/input",
             "POST /v1/tokens",
             "PUT /v1/agents/{agent_id}",
+            "PUT /v1/sessions/{session_id}/budget",
         ],
         "every route is documented"
     );

@@ -531,3 +531,105 @@ async fn stream_replies_hand_deltas_to_the_sink_and_honour_error_events() {
     let err = decision.unwrap_err();
     assert!(err.to_string().contains("is not a decision: decision.result.actions: invalid type"), "{err}");
 }
+
+// ---- LLM calls in a provider's own format ----------------------------------
+
+/// Handles its own LLM calls in `format`: checks that `llm.execute` carries
+/// the provider's request body, and answers with `reply(format)`.
+struct NativeLlm {
+    format: subs_protocol::LlmFormat,
+    reply: fn(subs_protocol::LlmFormat) -> Value,
+    seen: Arc<Mutex<Vec<Value>>>,
+}
+
+impl subs_sdk::Agent for NativeLlm {
+    fn decide(&self, request: DecisionRequest, _cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
+        match &request.trigger {
+            Trigger::SessionStart => {
+                let mut config = AgentConfig::new("anthropic/claude-test");
+                config.system = Some("be brief".to_owned());
+                config.handler = Some(subs_protocol::LlmHandler::Worker);
+                config.format = Some(self.format);
+                Ok(request.proposed.with_agent(config))
+            }
+            Trigger::LlmExecute(execute) => {
+                assert_eq!(execute.format, Some(self.format));
+                self.seen.lock().unwrap().push(execute.request.clone());
+                Ok(DecisionResponse::new().with_action(Action::llm_result((self.reply)(self.format))))
+            }
+            _ => Ok(request.proposed),
+        }
+    }
+}
+
+fn native_reply(format: subs_protocol::LlmFormat) -> Value {
+    match format {
+        subs_protocol::LlmFormat::Openai => json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "model": "claude-test",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "native hello"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+        }),
+        subs_protocol::LlmFormat::Anthropic => json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+            "content": [{"type": "text", "text": "native hello"}],
+            "stop_reason": "end_turn", "usage": {"input_tokens": 5, "output_tokens": 2}
+        }),
+    }
+}
+
+async fn native_turn(
+    format: subs_protocol::LlmFormat,
+    reply: fn(subs_protocol::LlmFormat) -> Value,
+) -> (TestEngine, TurnStatus, Vec<Value>) {
+    let t = TestEngine::start();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let url = serve(subs_http_worker::router(NativeLlm { format, reply, seen: seen.clone() })).await;
+    t.engine.register_agent(TENANT, "native", http_worker(&url, HttpWorkerOptions::new()));
+    let status = t.chat("n", "native", "hi").await.status;
+    let seen = seen.lock().unwrap().clone();
+    (t, status, seen)
+}
+
+#[tokio::test]
+async fn llm_execute_carries_the_provider_request_and_takes_its_response() {
+    use subs_protocol::LlmFormat::{Anthropic, Openai};
+    for format in [Openai, Anthropic] {
+        let (t, status, seen) = native_turn(format, native_reply).await;
+        assert_eq!(status, TurnStatus::Done, "{format:?}");
+        assert_eq!(t.transcript("n"), ["user: hi", "assistant: native hello"], "{format:?}");
+        let request = &seen[0];
+        // The provider's own model name and message shapes.
+        assert_eq!(request["model"], "claude-test", "{request}");
+        match format {
+            Openai => {
+                assert_eq!(request["messages"][0], json!({"role": "system", "content": "be brief"}), "{request}");
+                assert_eq!(request["messages"][1]["role"], "user", "{request}");
+            }
+            Anthropic => {
+                assert_eq!(request["system"], "be brief", "{request}");
+                assert_eq!(request["messages"][0]["role"], "user", "{request}");
+                assert!(request["max_tokens"].is_u64(), "Anthropic requires max_tokens: {request}");
+            }
+        }
+    }
+    // An `LlmResponse` is accepted too.
+    let (t, status, _) = native_turn(Anthropic, |_| json!({"model": "x", "content": "plain"})).await;
+    assert_eq!(status, TurnStatus::Done);
+    assert_eq!(t.transcript("n"), ["user: hi", "assistant: plain"]);
+}
+
+#[tokio::test]
+async fn an_unreadable_native_response_fails_the_turn_saying_why() {
+    let (t, status, _) = native_turn(subs_protocol::LlmFormat::Openai, |_| json!({"choices": "many"})).await;
+    assert_eq!(status, TurnStatus::Failed);
+    let step = t
+        .store
+        .steps(&SessionKey::new(TENANT, "n"), 0)
+        .unwrap()
+        .into_iter()
+        .map(|(_, s)| s)
+        .find(|s| s.error.is_some());
+    let error = step.and_then(|s| s.error).expect("the rejected decision is recorded");
+    assert!(error.contains("is neither an OpenAI Chat Completions response"), "{error}");
+    assert_eq!(t.transcript("n"), ["user: hi"], "nothing recorded is lost");
+}

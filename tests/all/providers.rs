@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
-use subs_engine::model::{ModelError, Models, Price, ProviderConfig, ProvidersConfig, models_from_config};
+use subs_engine::model::{ModelError, Models, Money, Price, ProviderConfig, ProvidersConfig, models_from_config};
 use subs_engine::store::TurnStatus;
 use subs_engine::worker::DeltaSink;
 use subs_fake_provider::{FakeProvider, Fault, Recorded, Reply, ScriptedCall};
@@ -539,14 +539,62 @@ fn engine(models: Models) -> (subs_engine::Engine, tempfile::TempDir) {
 }
 
 async fn turn(engine: &subs_engine::Engine, text: &str) -> subs_engine::store::TurnRecord {
+    numbered_turn(engine, "t1", text).await
+}
+
+/// Runs one turn of session `s` to its end.
+async fn numbered_turn(engine: &subs_engine::Engine, turn_id: &str, text: &str) -> subs_engine::store::TurnRecord {
     let input = subs_protocol::ClientInput::ClientMessage(subs_protocol::client::ClientMessage {
         agent_id: "tools".to_owned(),
-        turn_id: Some("t1".to_owned()),
+        turn_id: Some(turn_id.to_owned()),
         message: DraftMessage::user(text),
         stream: None,
     });
     engine.input(TENANT, "s", input, Default::default()).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(30), engine.wait_turn(TENANT, "s", "t1")).await.unwrap().unwrap()
+    tokio::time::timeout(Duration::from_secs(30), engine.wait_turn(TENANT, "s", turn_id)).await.unwrap().unwrap()
+}
+
+fn dollars(text: &str) -> Money {
+    Money::parse(text).unwrap()
+}
+
+/// A spent budget fails the next LLM call with `budget_exceeded` before it
+/// is sent; raising the budget makes the session usable again. The
+/// tenant's budget does the same over all its sessions.
+#[tokio::test]
+async fn a_spent_budget_stops_calls_before_they_are_sent() {
+    let fake = FakeProvider::start().await;
+    // `fake/model` costs $1 per million input tokens: 1,000 cost $0.001.
+    fake.push(Reply::text("first").with_usage(1000, 0));
+    fake.push(Reply::text("third").with_usage(10, 0));
+    let (engine, _dir) = engine(models(&fake, LlmFormat::Openai));
+
+    assert_eq!(numbered_turn(&engine, "t1", "one").await.status, TurnStatus::Done);
+    let snapshot = engine.snapshot(TENANT, "s").unwrap().unwrap();
+    assert_eq!(snapshot.record.cost.as_deref(), Some("0.001"));
+    assert_eq!(snapshot.record.usage["prompt_tokens"], 1000, "{}", snapshot.record.usage);
+
+    engine.set_session_budget(TENANT, "s", Some(dollars("0.001"))).await.unwrap();
+    let refused = numbered_turn(&engine, "t2", "two").await;
+    assert_eq!(refused.status, TurnStatus::Failed);
+    let failure = refused.data.unwrap();
+    assert_eq!(failure["code"], "budget_exceeded", "{failure}");
+    assert!(failure["error"].as_str().unwrap().contains("session's budget of $0.001 is spent"), "{failure}");
+    assert_eq!(fake.requests().len(), 1, "the refused call was never sent");
+
+    engine.set_session_budget(TENANT, "s", Some(dollars("0.01"))).await.unwrap();
+    assert_eq!(numbered_turn(&engine, "t3", "three").await.status, TurnStatus::Done);
+    let snapshot = engine.snapshot(TENANT, "s").unwrap().unwrap();
+    assert_eq!(subs_tests::describe(snapshot.messages.last().unwrap()), "assistant: third");
+    assert_eq!(snapshot.record.cost.as_deref(), Some("0.00101"));
+    assert_eq!(engine.tenant_spent(TENANT).unwrap(), dollars("0.00101"));
+
+    engine.set_tenant_budget(TENANT, Some(dollars("0.001")));
+    let refused = numbered_turn(&engine, "t4", "four").await;
+    let failure = refused.data.unwrap();
+    assert_eq!(failure["code"], "budget_exceeded", "{failure}");
+    assert!(failure["error"].as_str().unwrap().contains("tenant's budget"), "{failure}");
+    assert_eq!(fake.requests().len(), 2);
 }
 
 async fn engine_turn_with_a_tool(format: LlmFormat) {

@@ -71,6 +71,8 @@ pub struct LimitsEntry {
     pub max_body_bytes: Option<usize>,
     /// Largest component upload, in bytes.
     pub max_component_bytes: Option<usize>,
+    /// Dollars the tenant's sessions may spend on LLM calls, in all.
+    pub budget: Option<subs_engine::model::Money>,
 }
 
 impl LimitsEntry {
@@ -80,6 +82,7 @@ impl LimitsEntry {
             max_sessions: self.max_sessions.or(base.max_sessions),
             max_body_bytes: self.max_body_bytes.unwrap_or(base.max_body_bytes),
             max_component_bytes: self.max_component_bytes.unwrap_or(base.max_component_bytes),
+            budget: self.budget.or(base.budget),
         }
     }
 }

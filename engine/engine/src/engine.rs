@@ -87,6 +87,8 @@ pub(crate) struct Shared {
     closed: std::sync::atomic::AtomicBool,
     /// Budgets by tenant.
     budgets: RwLock<HashMap<String, Money>>,
+    /// The budget of tenants without their own.
+    default_budget: RwLock<Option<Money>>,
     /// What each tenant's sessions have cost, summed from the store on
     /// first use and kept current as calls settle.
     spend: Mutex<HashMap<String, Money>>,
@@ -151,9 +153,10 @@ impl Shared {
         agents.get(&(tenant.to_owned(), agent_id.to_owned())).cloned()
     }
 
-    /// The tenant's budget.
+    /// The tenant's budget: its own, else the default.
     pub fn tenant_budget(&self, tenant: &str) -> Option<Money> {
-        self.budgets.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(tenant).copied()
+        let own = self.budgets.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(tenant).copied();
+        own.or(*self.default_budget.read().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// What the tenant's sessions have cost so far.
@@ -243,6 +246,7 @@ impl Engine {
             actors: Mutex::default(),
             closed: std::sync::atomic::AtomicBool::new(false),
             budgets: RwLock::default(),
+            default_budget: RwLock::default(),
             spend: Mutex::default(),
         });
         let engine = Engine { shared };
@@ -276,6 +280,17 @@ impl Engine {
             Some(budget) => budgets.insert(tenant.to_owned(), budget),
             None => budgets.remove(tenant),
         };
+    }
+
+    /// Sets (or removes) the budget of every tenant that has none of its
+    /// own (see [`set_tenant_budget`](Self::set_tenant_budget)).
+    pub fn set_default_tenant_budget(&self, budget: Option<Money>) {
+        *self.shared.default_budget.write().unwrap_or_else(std::sync::PoisonError::into_inner) = budget;
+    }
+
+    /// The budget that applies to `tenant`, if any.
+    pub fn tenant_budget(&self, tenant: &str) -> Option<Money> {
+        self.shared.tenant_budget(tenant)
     }
 
     /// What `tenant`'s sessions have spent on LLM calls.

@@ -12,11 +12,13 @@
 //! - [`stream`]: server-sent events: a session's events (replay, then
 //!   live) and a single turn's.
 //! - [`agents`]: uploading components and registering HTTP workers.
+//! - [`budgets`]: what sessions and tenants spent, and their budgets.
 //! - [`metrics`]: `/healthz` and Prometheus `/metrics`.
 //! - [`openapi`]: the OpenAPI document, generated from the handlers.
 
 pub mod agents;
 pub mod auth;
+pub mod budgets;
 pub mod error;
 pub mod metrics;
 pub mod openapi;
@@ -31,6 +33,7 @@ use axum::Router;
 use axum::http::{HeaderValue, Method, header};
 use serde::Deserialize;
 use subs_engine::Engine;
+use subs_engine::model::Money;
 use subs_engine::store::Store;
 use tokio::net::TcpListener;
 use tower_http::cors::{AllowOrigin, CorsLayer};
@@ -49,11 +52,14 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// Largest component upload, in bytes.
     pub max_component_bytes: usize,
+    /// The most the tenant's sessions may spend on LLM calls, in all;
+    /// `None`: no limit. Calls past it fail with `budget_exceeded`.
+    pub budget: Option<Money>,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_sessions: None, max_body_bytes: 4 << 20, max_component_bytes: 64 << 20 }
+        Self { max_sessions: None, max_body_bytes: 4 << 20, max_component_bytes: 64 << 20, budget: None }
     }
 }
 
@@ -93,6 +99,12 @@ pub struct AppState {
 
 /// The API's router.
 pub fn app(state: Arc<AppState>) -> Router {
+    // Budgets are enforced by the engine, before a call is sent; the
+    // configured ones take effect with the router that serves them.
+    state.engine.set_default_tenant_budget(state.config.default_limits.budget);
+    for (tenant, limits) in &state.config.tenant_limits {
+        state.engine.set_tenant_budget(tenant, limits.budget);
+    }
     let (router, _) = openapi::router().split_for_parts();
     let cors = cors(&state.config.cors_origins);
     router

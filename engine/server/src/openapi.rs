@@ -9,7 +9,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::{AppState, agents, auth, metrics, sessions, stream};
+use crate::{AppState, agents, auth, budgets, metrics, sessions, stream};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -44,6 +44,8 @@ pub fn router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(sessions::snapshot))
         .routes(routes!(sessions::input))
         .routes(routes!(sessions::cancel))
+        .routes(routes!(budgets::session_budget))
+        .routes(routes!(budgets::usage))
         .routes(routes!(stream::events))
         .routes(routes!(agents::list))
         .routes(routes!(agents::put, agents::get, agents::delete))

@@ -66,6 +66,9 @@ pub struct SessionView {
     /// What the session's LLM calls cost, in dollars (decimal string);
     /// `null` when no call had a known price.
     pub cost: Option<String>,
+    /// The most the session's LLM calls may cost, in dollars; `null`: no
+    /// limit of its own (the tenant's budget still applies).
+    pub budget: Option<String>,
     /// Ancestor session ids, nearest last.
     pub ancestry: Vec<String>,
     /// The session's owner as workers see it.
@@ -219,6 +222,7 @@ pub async fn snapshot(
         interrupts: r.interrupts,
         usage: r.usage,
         cost: r.cost,
+        budget: r.budget,
         ancestry: r.ancestry,
         identity: r.identity,
     }))

@@ -477,8 +477,8 @@ impl Session {
             }
             Action::LlmResult(r) => {
                 if let Some(id) = r.id.or_else(|| execute_id(CallKind::LlmCall)) {
-                    // Validation checked that the response parses.
-                    if let Ok(response) = subs_protocol::from_value::<LlmResponse>(r.response) {
+                    // Validation checked that the response reads.
+                    if let Ok(response) = self.read_llm_response(&id, &r.response) {
                         self.settle(&id, Outcome::LlmOk(response), ctx, change);
                     }
                 }

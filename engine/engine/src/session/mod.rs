@@ -331,20 +331,52 @@ impl Session {
             }
             StoredTrigger::LlmExecute { call_id, attempt } => {
                 let call = self.calls.get(call_id);
-                let request = call.and_then(|c| self.llm_request(c)).map(|r| subs_protocol::to_value(&r));
+                let request = call.and_then(|c| self.llm_request(c));
                 let format = match call.map(|c| &c.spec) {
                     Some(CallSpec::Llm { format, .. }) => *format,
                     _ => None,
                 };
+                let (request, format) = match (request, format) {
+                    (Some(request), Some(format)) => native_request(request, format),
+                    (request, _) => (request.map(|r| subs_protocol::to_value(&r)).unwrap_or(Value::Null), None),
+                };
                 Trigger::LlmExecute(LlmExecute {
                     id: call_id.clone(),
-                    request: request.unwrap_or(Value::Null),
+                    request,
                     format,
                     stream: call.and_then(|c| c.call.stream).unwrap_or(false),
                     attempt: *attempt,
                     deadline: call.and_then(|c| c.call.deadline.clone()),
                 })
             }
+        }
+    }
+
+    /// Reads a worker's answer to `llm.execute` for call `id`: an
+    /// `LlmResponse`, or, when the call carried a provider format, that
+    /// provider's own response body. The error says why neither reads.
+    pub fn read_llm_response(&self, id: &str, response: &Value) -> Result<subs_protocol::LlmResponse, String> {
+        let format = match self.calls.get(id).map(|c| &c.spec) {
+            Some(CallSpec::Llm { format, .. }) => *format,
+            _ => None,
+        };
+        // The native reading goes first: a provider's response, having
+        // only optional fields in common with an `LlmResponse`, could
+        // otherwise read as an empty one.
+        let native = format.map(|f| (f, crate::model::from_native(f, response)));
+        if let Some((_, Ok(read))) = native {
+            return Ok(read);
+        }
+        match (subs_protocol::from_value::<subs_protocol::LlmResponse>(response.clone()), native) {
+            (Ok(read), _) => Ok(read),
+            (Err(e), None) => Err(format!("is not an LlmResponse: {}", e.in_field("response"))),
+            (Err(e), Some((format, Err(native)))) => Err(format!(
+                "is neither an {} response ({}) nor an LlmResponse ({})",
+                format_name(format),
+                native.message,
+                e.in_field("response")
+            )),
+            (Err(_), Some((_, Ok(_)))) => unreachable!("returned above"),
         }
     }
 
@@ -457,6 +489,35 @@ fn add_usage(total: &mut Value, add: &Value) {
         }
         // Text and other values are not summed: the latest wins.
         (total, add) => *total = add.clone(),
+    }
+}
+
+/// The provider's name for a wire format, for messages.
+fn format_name(format: subs_protocol::LlmFormat) -> &'static str {
+    match format {
+        subs_protocol::LlmFormat::Openai => "OpenAI Chat Completions",
+        subs_protocol::LlmFormat::Anthropic => "Anthropic Messages",
+    }
+}
+
+/// An `llm.execute` request in the provider's own format, with the model
+/// named as that provider knows it (without the `provider/` prefix). A
+/// request the format cannot carry (audio for Anthropic, say) goes as the
+/// `LlmRequest` with no `format`, so the worker can tell.
+fn native_request(
+    mut request: LlmRequest,
+    format: subs_protocol::LlmFormat,
+) -> (Value, Option<subs_protocol::LlmFormat>) {
+    let as_given = subs_protocol::to_value(&request);
+    if let Some((_, model)) = request.model.split_once('/') {
+        request.model = model.to_owned();
+    }
+    match crate::model::to_native(format, &request) {
+        Ok(native) => (native, Some(format)),
+        Err(e) => {
+            tracing::warn!(error = %e, "the LLM request cannot be expressed in the provider format; sending it as an LlmRequest");
+            (as_given, None)
+        }
     }
 }
 

@@ -65,9 +65,8 @@ pub(crate) fn validate(
             Action::LlmResult(r) => {
                 let id = check_settle(session, trigger, r.id.as_deref(), r.attempt, CallKind::LlmCall, &mut settled)
                     .map_err(at)?;
-                if let Err(e) = subs_protocol::from_value::<subs_protocol::LlmResponse>(r.response.clone()) {
-                    let e = e.in_field("response");
-                    return Err(at(format!("the response of call `{id}` is not an LlmResponse: {e}")));
+                if let Err(e) = session.read_llm_response(&id, &r.response) {
+                    return Err(at(format!("the response of call `{id}` {e}")));
                 }
             }
             Action::LlmError(e) => {
