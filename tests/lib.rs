@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use serde_json::Value;
-use subs_engine::worker::component::{ComponentAgent, ComponentHost};
+use subs_engine::worker::component::{ComponentAgent, ComponentHost, HostConfig};
 use subs_protocol::DecisionRequest;
 
 /// Paths of the guest components, built by `build.rs`.
@@ -14,10 +14,16 @@ pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/guests.rs"));
 }
 
-/// The component host every test shares (one wasmtime engine).
+/// The component host every test shares (one wasmtime engine). Its
+/// compile cache lives in the target directory, so test runs after the
+/// first load the guests compiled instead of compiling them again.
 pub fn host() -> &'static ComponentHost {
     static HOST: OnceLock<ComponentHost> = OnceLock::new();
-    HOST.get_or_init(|| ComponentHost::new().expect("the component host starts"))
+    HOST.get_or_init(|| {
+        let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/compiled-components");
+        let config = HostConfig { compile_cache: Some(cache), ..HostConfig::default() };
+        ComponentHost::with_config(config).expect("the component host starts")
+    })
 }
 
 /// The guest component at `path`, compiled once per test binary.

@@ -9,6 +9,7 @@ mod llm_retries;
 mod loop_scenarios;
 mod providers;
 mod recovery;
+mod sandbox;
 mod storage_growth;
 mod streaming;
 mod wit_boundary;

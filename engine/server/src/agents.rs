@@ -4,7 +4,8 @@
 //! bytes are kept in the data directory by digest (`components/<hex>.wasm`)
 //! and checked before they are accepted: it must compile and fit the
 //! `subs:agent` world. The store keeps which version is current; decisions
-//! use the current version.
+//! use the current version. Compiled components are cached by digest under
+//! `compiled/`, so a restart loads them without compiling.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use sha2::{Digest, Sha256};
 use subs_engine::Engine;
 use subs_engine::store::{AgentRecord, AgentVersion, AgentWorker, Batch, Op, Store, StoreError, valid_id};
 use subs_engine::worker::Worker;
-use subs_engine::worker::component::ComponentHost;
+use subs_engine::worker::component::{AgentPolicy, ComponentHost};
 use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
 use utoipa::ToSchema;
 
@@ -116,8 +117,10 @@ impl From<&AgentRecord> for AgentView {
 }
 
 impl AgentRegistry {
-    /// A registry keeping component bytes under `dir/components`.
+    /// A registry keeping component bytes under `dir/components` and
+    /// their compiled code under `dir/compiled`.
     pub fn new(engine: Engine, store: Arc<dyn Store>, host: ComponentHost, dir: PathBuf) -> Self {
+        let host = host.with_compile_cache(dir.join("compiled"));
         Self { engine, store, host, dir: dir.join("components"), writing: tokio::sync::Mutex::new(()) }
     }
 
@@ -128,7 +131,7 @@ impl AgentRegistry {
     pub async fn load_all(&self) -> Result<Vec<(String, String, String)>, StoreError> {
         let mut failures = Vec::new();
         for record in self.store.agents(None)? {
-            match self.worker(&record.current).await {
+            match self.worker(&record.tenant, &record.agent_id, &record.current).await {
                 Ok(worker) => self.engine.register_agent(&record.tenant, &record.agent_id, worker),
                 Err(e) => {
                     tracing::error!(tenant = %record.tenant, agent = %record.agent_id, error = %e.message, "agent not loaded");
@@ -148,15 +151,15 @@ impl AgentRegistry {
         self.dir.join(format!("{}.wasm", digest.trim_start_matches("sha256:")))
     }
 
-    /// The worker of a version.
-    async fn worker(&self, version: &AgentVersion) -> Result<Arc<dyn Worker>, ApiError> {
+    /// The worker of a version of `tenant`'s agent `agent_id`.
+    async fn worker(&self, tenant: &str, agent_id: &str, version: &AgentVersion) -> Result<Arc<dyn Worker>, ApiError> {
         match &version.worker {
             AgentWorker::Component { .. } => {
                 let path = self.component_path(&version.digest);
                 let bytes = tokio::fs::read(&path)
                     .await
                     .map_err(|e| ApiError::internal(&format!("reading {}: {e}", path.display())))?;
-                self.compile(bytes).await
+                self.compile(tenant, agent_id, bytes).await
             }
             AgentWorker::Http { url, secret } => {
                 let mut options = HttpWorkerOptions::new();
@@ -174,12 +177,15 @@ impl AgentRegistry {
 
     /// Compiles a component off the async threads; a component that does
     /// not compile or fit the world is the uploader's error.
-    async fn compile(&self, bytes: Vec<u8>) -> Result<Arc<dyn Worker>, ApiError> {
+    async fn compile(&self, tenant: &str, agent_id: &str, bytes: Vec<u8>) -> Result<Arc<dyn Worker>, ApiError> {
         let host = self.host.clone();
-        let agent = tokio::task::spawn_blocking(move || host.load(&bytes))
-            .await
-            .map_err(|e| ApiError::internal(&e))?
-            .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_component", e.to_string()))?;
+        let (tenant, agent_id) = (tenant.to_owned(), agent_id.to_owned());
+        let agent = tokio::task::spawn_blocking(move || {
+            host.load(&bytes)?.for_agent(&tenant, &agent_id, &AgentPolicy::default())
+        })
+        .await
+        .map_err(|e| ApiError::internal(&e))?
+        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_component", e.to_string()))?;
         Ok(Arc::new(agent))
     }
 
@@ -227,7 +233,7 @@ impl AgentRegistry {
         let size = bytes.len() as u64;
         let path = self.component_path(&digest);
         // Compiling checks the bytes before anything is kept.
-        let worker = self.compile(bytes.clone()).await?;
+        let worker = self.compile(tenant, agent_id, bytes.clone()).await?;
         if !path.exists() {
             tokio::fs::create_dir_all(&self.dir).await.map_err(|e| ApiError::internal(&e))?;
             // Write then rename, so a crash never leaves a torn file under
@@ -260,7 +266,7 @@ impl AgentRegistry {
             worker: AgentWorker::Http { url: agent.url, secret: agent.secret },
             created_ms: subs_engine::clock::now_ms(),
         };
-        let worker = self.worker(&version).await?;
+        let worker = self.worker(tenant, agent_id, &version).await?;
         self.put(tenant, agent_id, version, worker).await
     }
 

@@ -72,6 +72,10 @@ pub enum WorkerError {
     /// import, a start function that trapped).
     #[error("the agent could not be started: {0}")]
     Instantiation(String),
+    /// The agent ran into one of its per-decision limits (memory, CPU,
+    /// tables, decision size); the message names the limit.
+    #[error("the agent exceeded {0}")]
+    LimitExceeded(String),
     /// The agent did not decide before the delivery's deadline.
     #[error("the agent did not decide within {0:?}")]
     Timeout(std::time::Duration),
@@ -114,6 +118,8 @@ impl WorkerError {
             // An agent may be registered (uploaded) between tries.
             WorkerError::NoAgent(_) => true,
             WorkerError::Instantiation(_) => false,
+            // The same request would run into the same limit.
+            WorkerError::LimitExceeded(_) => false,
             // Overload, rate limits and request timeouts pass; any other
             // refusal (a bad signature, a missing route, a request the
             // worker cannot read) would be refused again.

@@ -1,25 +1,63 @@
 //! Component workers: agents compiled to WebAssembly components, called
-//! in-process.
+//! in-process, in a sandbox a stranger's upload can run in.
 //!
-//! A [`ComponentHost`] owns the wasmtime engine and the linker holding what
-//! the engine grants guests. [`ComponentHost::load`] compiles a component
-//! once and pre-links it ([`ComponentAgent`]); every decision then gets a
-//! fresh store and instance, so nothing a guest keeps in memory survives
-//! into another decision, session or tenant. Agent state lives in `state`,
-//! which the engine stores.
+//! A [`ComponentHost`] owns the wasmtime engine (pooling allocator, epoch
+//! interruption), the linker holding what the engine grants guests, and
+//! the compile cache. [`ComponentHost::load`] validates a component,
+//! compiles it once (or loads it compiled from disk) and pre-links it
+//! ([`ComponentAgent`]). Every decision then gets a fresh store and
+//! instance, with its own limits, so nothing a guest keeps in memory
+//! survives into another decision, session or tenant. Agent state lives in
+//! `state`, which the engine stores.
+//!
+//! `docs/sandbox.md` describes the limits, capabilities and cache for
+//! operators.
+//!
+//! # Layout
+//!
+//! - this file: the host, its configuration, and one decision's run;
+//! - `limits`: [`Limits`], their overrides, and the resource limiter;
+//! - `validate`: what a component may import and must export;
+//! - `cache`: compiled components on disk;
+//! - `state`: one store's state, WASI and the `subs:agent/host` interface;
+//! - `output`: guest stdout/stderr into the logs;
+//! - `http`: outgoing `wasi:http` behind the allow-list;
+//! - `bindings`: the generated host bindings.
+//!
+//! # Backtraces
+//!
+//! wasmtime captures a Rust backtrace in errors it creates while tearing a
+//! store down; with `RUST_BACKTRACE=1` in the environment that adds
+//! 15–20 µs to every decision. Run the engine with `RUST_LIB_BACKTRACE=0`
+//! (panics still print backtraces); the host warns at start when it is not.
 
 mod bindings;
+mod cache;
+mod http;
+mod limits;
+mod output;
 mod state;
+mod validate;
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use subs_protocol::DecisionResponse;
 use subs_protocol::wit::FromWit;
 use tracing::Instrument;
-use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Engine, Store};
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline};
+
+pub use self::limits::{LimitHit, LimitOverrides, Limits};
 
 use self::bindings::{AgentPre, wit};
+use self::cache::CompileCache;
+use self::http::{AllowedHost, HttpGate};
+use self::limits::Limiter;
+use self::output::{GuestOutput, Labels, Stream};
 use self::state::StoreState;
 use super::{BoxFuture, Delivery, Worker, WorkerError};
 
@@ -37,88 +75,465 @@ pub enum LoadError {
     /// The engine could not be configured.
     #[error("the WebAssembly engine could not be set up: {0}")]
     Engine(String),
+    /// The compile cache could not be written or read back.
+    #[error("the compile cache failed: {0}")]
+    Cache(String),
+    /// An agent or tenant policy is invalid (an allow-list entry that is
+    /// not a host).
+    #[error("invalid agent policy: {0}")]
+    Policy(String),
 }
 
-/// The wasmtime engine and what guests are granted.
+/// What an operator grants one agent, or every agent of a tenant, beyond
+/// the defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentPolicy {
+    /// Changes to the default limits.
+    pub limits: LimitOverrides,
+    /// Hosts the agent may send HTTP requests to (`host` or `host:port`);
+    /// `None` keeps the list beneath (the tenant's, else none).
+    pub http_hosts: Option<Vec<String>>,
+}
+
+/// How a [`ComponentHost`] is set up.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// The limits of every decision unless a tenant or agent policy says
+    /// otherwise.
+    pub limits: Limits,
+    /// Policies by tenant, applied before the agent's own.
+    pub tenants: HashMap<String, AgentPolicy>,
+    /// Whether limits are enforced at all. Off only to measure what they
+    /// cost: without them a guest can run forever and use any memory the
+    /// pool allows.
+    pub enforce_limits: bool,
+    /// The most linear memory any decision may be granted; the pool
+    /// reserves slots of this size, and larger overrides are cut to it.
+    pub max_memory_bytes: usize,
+    /// Decisions running at once; more wait for a slot. The pool holds
+    /// this many instances, preallocated.
+    pub max_concurrent: u32,
+    /// How often the epoch advances: the resolution of the wall-clock and
+    /// CPU limits, and how often a long-running guest yields its thread.
+    pub epoch_tick: Duration,
+    /// The guest's native call stack; deeper recursion traps as a stack
+    /// overflow.
+    pub max_stack_bytes: usize,
+    /// Where compiled components are kept across restarts; `None` compiles
+    /// on every load.
+    pub compile_cache: Option<PathBuf>,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            tenants: HashMap::new(),
+            enforce_limits: true,
+            max_memory_bytes: 1 << 30,
+            max_concurrent: 128,
+            epoch_tick: Duration::from_millis(10),
+            max_stack_bytes: 512 << 10,
+            compile_cache: None,
+        }
+    }
+}
+
+/// The wasmtime engine, what guests are granted, and the compile cache.
+/// Cheap to clone.
 #[derive(Clone)]
 pub struct ComponentHost {
+    inner: Arc<Inner>,
+    cache: Arc<CompileCache>,
+}
+
+struct Inner {
     engine: Engine,
-    linker: Arc<Linker<StoreState>>,
+    linker: Linker<StoreState>,
+    config: HostConfig,
+    /// One permit per pooled instance, so a burst of decisions waits
+    /// rather than failing to allocate.
+    slots: tokio::sync::Semaphore,
+    /// Sends the guests' allowed HTTP requests.
+    client: reqwest::Client,
+    /// Advances the epoch while the host lives.
+    _ticker: Option<Ticker>,
+}
+
+/// A thread advancing the engine's epoch every tick; stops when dropped.
+struct Ticker {
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Ticker {
+    fn start(engine: Engine, tick: Duration) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        std::thread::Builder::new().name("subs-epoch".to_owned()).spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                std::thread::sleep(tick);
+                engine.increment_epoch();
+            }
+        })?;
+        Ok(Self { stop })
+    }
 }
 
 impl ComponentHost {
-    /// A host with the engine's default configuration.
+    /// A host with the default configuration and no compile cache.
     pub fn new() -> Result<Self, LoadError> {
-        let engine = Engine::new(&wasmtime::Config::new()).map_err(|e| LoadError::Engine(format!("{e:#}")))?;
-        let mut linker = Linker::new(&engine);
-        let link = |linker: &mut Linker<StoreState>| -> wasmtime::Result<()> {
-            wasmtime_wasi::p2::add_to_linker_async(linker)?;
-            bindings::host::add_to_linker::<StoreState, HasSelf<StoreState>>(linker, |s| s)?;
-            Ok(())
-        };
-        link(&mut linker).map_err(|e| LoadError::Engine(format!("{e:#}")))?;
-        Ok(Self { engine, linker: Arc::new(linker) })
+        Self::with_config(HostConfig::default())
     }
 
-    /// Compiles a component and checks that it fits the `subs:agent`
-    /// world.
+    /// A host configured by `config`.
+    pub fn with_config(config: HostConfig) -> Result<Self, LoadError> {
+        let engine_error = |e: wasmtime::Error| LoadError::Engine(format!("{e:#}"));
+        if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0")
+            && std::env::var_os("RUST_LIB_BACKTRACE").is_none()
+        {
+            tracing::warn!(
+                "RUST_BACKTRACE is set without RUST_LIB_BACKTRACE=0: every component decision pays for a backtrace"
+            );
+        }
+        let engine = Engine::new(&engine_config(&config)).map_err(engine_error)?;
+        let mut linker = Linker::new(&engine);
+        link(&mut linker).map_err(engine_error)?;
+        let ticker = if config.enforce_limits {
+            let ticker = Ticker::start(engine.clone(), config.epoch_tick)
+                .map_err(|e| LoadError::Engine(format!("starting the epoch thread: {e}")))?;
+            Some(ticker)
+        } else {
+            None
+        };
+        let client = http::client().map_err(|e| LoadError::Engine(format!("the HTTP client: {e}")))?;
+        let cache = Arc::new(CompileCache::new(&engine, config.compile_cache.clone()));
+        let slots = tokio::sync::Semaphore::new(config.max_concurrent as usize);
+        let inner = Inner { engine, linker, config, slots, client, _ticker: ticker };
+        Ok(Self { inner: Arc::new(inner), cache })
+    }
+
+    /// This host, keeping compiled components in `dir` (created when
+    /// needed) instead of where its configuration said.
+    pub fn with_compile_cache(&self, dir: impl Into<PathBuf>) -> Self {
+        Self { inner: self.inner.clone(), cache: Arc::new(CompileCache::new(&self.inner.engine, Some(dir.into()))) }
+    }
+
+    /// How many components this host compiled rather than loaded compiled
+    /// from its cache.
+    pub fn compilations(&self) -> u64 {
+        self.cache.compilations.load(Ordering::Relaxed)
+    }
+
+    /// Validates a component, compiles it (or loads it compiled from the
+    /// cache) and pre-links it. The agent runs with the default policy
+    /// until [`ComponentAgent::for_agent`] binds it to a tenant and agent.
     pub fn load(&self, bytes: &[u8]) -> Result<ComponentAgent, LoadError> {
-        let component = Component::new(&self.engine, bytes).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
-        let pre = self.linker.instantiate_pre(&component).map_err(|e| LoadError::World(format!("{e:#}")))?;
+        let engine = &self.inner.engine;
+        let component = self.cache.load(engine, bytes)?;
+        validate::check(engine, &component)?;
+        let pre = self.inner.linker.instantiate_pre(&component).map_err(|e| LoadError::World(format!("{e:#}")))?;
         let pre = AgentPre::new(pre).map_err(|e| LoadError::World(format!("{e:#}")))?;
-        Ok(ComponentAgent { pre })
+        let bound = bind(&self.inner.config, "", "", &AgentPolicy::default())?;
+        Ok(ComponentAgent { pre, host: self.inner.clone(), bound: Arc::new(bound) })
     }
 }
 
+/// What an agent of `tenant` runs with under `policy`.
+fn bind(config: &HostConfig, tenant: &str, agent: &str, policy: &AgentPolicy) -> Result<Bound, LoadError> {
+    {
+        let tenant_policy = config.tenants.get(tenant);
+        let mut limits = config.limits.clone();
+        if let Some(t) = tenant_policy {
+            limits = limits.with(&t.limits);
+        }
+        limits = limits.with(&policy.limits);
+        limits.memory_bytes = limits.memory_bytes.min(config.max_memory_bytes);
+        let hosts = policy.http_hosts.as_ref().or_else(|| tenant_policy.and_then(|t| t.http_hosts.as_ref()));
+        let allowed = hosts
+            .into_iter()
+            .flatten()
+            .map(|h| {
+                AllowedHost::parse(h).ok_or_else(|| LoadError::Policy(format!("`{h}` is not a host or host:port")))
+            })
+            .collect::<Result<Arc<[_]>, _>>()?;
+        let tick = config.epoch_tick.max(Duration::from_millis(1));
+        let cpu_ticks = u64::try_from(limits.cpu.as_nanos().div_ceil(tick.as_nanos())).unwrap_or(u64::MAX);
+        Ok(Bound { tenant: tenant.into(), agent: agent.into(), limits, cpu_ticks, allowed })
+    }
+}
+
+/// The engine configuration of a host: pooled, pre-faulted instances and,
+/// when limits are enforced, epoch interruption.
+fn engine_config(config: &HostConfig) -> wasmtime::Config {
+    let n = config.max_concurrent.max(1);
+    let mut pool = PoolingAllocationConfig::new();
+    // A component instantiates a few core modules (the guest, its shims);
+    // the totals leave room for that per concurrent decision.
+    pool.total_component_instances(n)
+        .total_core_instances(n.saturating_mul(8))
+        .total_memories(n.saturating_mul(2))
+        .total_tables(n.saturating_mul(8))
+        .total_stacks(n)
+        .max_memory_size(config.max_memory_bytes)
+        .table_elements(config.limits.table_elements.max(20_000))
+        // Keeping the first pages of each slot mapped and clean (reset in
+        // place, found with pagemap scanning) means a fresh instance does
+        // not fault its memory, tables and stack in on every decision.
+        .linear_memory_keep_resident(1 << 20)
+        .table_keep_resident(64 << 10)
+        .async_stack_keep_resident(128 << 10)
+        .pagemap_scan(Enabled::Auto);
+    let mut wasm = wasmtime::Config::new();
+    wasm.wasm_component_model(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+        .epoch_interruption(config.enforce_limits)
+        .max_wasm_stack(config.max_stack_bytes)
+        .async_stack_size(config.max_stack_bytes + (512 << 10));
+    wasm
+}
+
+/// Links what guests are granted: the `subs:agent/host` interface, WASI's
+/// clocks, randomness, stdio and the inert CLI interfaces a standard
+/// library imports, and `wasi:http`. Nothing of the filesystem or sockets
+/// is linked, so a component importing them does not instantiate.
+fn link(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
+    use wasmtime_wasi::cli::{WasiCli, WasiCliView};
+    use wasmtime_wasi::p2::bindings::{cli, random};
+    use wasmtime_wasi::random::{WasiRandom, WasiRandomView};
+
+    type S = StoreState;
+    // I/O, both clocks, `random`, stdin/stdout/stderr.
+    wasmtime_wasi::p2::add_to_linker_proxy_interfaces_async(linker)?;
+    random::insecure::add_to_linker::<S, WasiRandom>(linker, <S as WasiRandomView>::random)?;
+    random::insecure_seed::add_to_linker::<S, WasiRandom>(linker, <S as WasiRandomView>::random)?;
+    cli::environment::add_to_linker::<S, WasiCli>(linker, <S as WasiCliView>::cli)?;
+    cli::exit::add_to_linker::<S, WasiCli>(linker, <S as WasiCliView>::cli)?;
+    cli::terminal_input::add_to_linker::<S, WasiCli>(linker, <S as WasiCliView>::cli)?;
+    cli::terminal_output::add_to_linker::<S, WasiCli>(linker, <S as WasiCliView>::cli)?;
+    cli::terminal_stdin::add_to_linker::<S, WasiCli>(linker, <S as WasiCliView>::cli)?;
+    cli::terminal_stdout::add_to_linker::<S, WasiCli>(linker, <S as WasiCliView>::cli)?;
+    cli::terminal_stderr::add_to_linker::<S, WasiCli>(linker, <S as WasiCliView>::cli)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
+    bindings::host::add_to_linker::<S, HasSelf<S>>(linker, |s| s)?;
+    Ok(())
+}
+
+/// What one agent of one tenant runs with.
+struct Bound {
+    tenant: Arc<str>,
+    agent: Arc<str>,
+    limits: Limits,
+    /// [`Limits::cpu`] in epoch ticks.
+    cpu_ticks: u64,
+    allowed: Arc<[AllowedHost]>,
+}
+
 /// A compiled, pre-linked agent component: ready to instantiate once per
-/// decision.
+/// decision. Cheap to clone.
 #[derive(Clone)]
 pub struct ComponentAgent {
     pre: AgentPre<StoreState>,
+    host: Arc<Inner>,
+    bound: Arc<Bound>,
 }
 
 impl std::fmt::Debug for ComponentAgent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ComponentAgent").finish_non_exhaustive()
+        f.debug_struct("ComponentAgent")
+            .field("tenant", &self.bound.tenant)
+            .field("agent", &self.bound.agent)
+            .field("limits", &self.bound.limits)
+            .finish_non_exhaustive()
     }
 }
 
 impl std::fmt::Debug for ComponentHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ComponentHost").finish_non_exhaustive()
+        f.debug_struct("ComponentHost").field("config", &self.inner.config).finish_non_exhaustive()
     }
 }
+
+/// A decision stopped at its wall-clock limit from inside the guest (the
+/// epoch callback); reported as [`WorkerError::Timeout`].
+#[derive(Debug, thiserror::Error)]
+#[error("the decision ran past its deadline")]
+struct DeadlinePassed;
 
 impl ComponentAgent {
+    /// The same component as `agent_id` of `tenant`: the tenant's policy
+    /// from the host's configuration, then `policy`, over the defaults;
+    /// logs are tagged with both names.
+    pub fn for_agent(&self, tenant: &str, agent_id: &str, policy: &AgentPolicy) -> Result<Self, LoadError> {
+        let bound = bind(&self.host.config, tenant, agent_id, policy)?;
+        Ok(Self { pre: self.pre.clone(), host: self.host.clone(), bound: Arc::new(bound) })
+    }
+
+    /// The limits each decision of this agent runs with.
+    pub fn limits(&self) -> &Limits {
+        &self.bound.limits
+    }
+
     async fn decide_once(&self, delivery: Delivery) -> Result<DecisionResponse, WorkerError> {
-        let mut store = Store::new(self.pre.engine(), StoreState::new(delivery.deltas));
-        let agent =
-            self.pre.instantiate_async(&mut store).await.map_err(|e| WorkerError::Instantiation(format!("{e:#}")))?;
-        let request = wit::DecisionRequest::from(delivery.request);
-        let answer =
-            agent.call_decide(&mut store, &request).await.map_err(|e| WorkerError::Trapped(describe_trap(&e)))?;
-        match answer {
-            Ok(decision) => DecisionResponse::from_wit(decision).map_err(WorkerError::MalformedDecision),
-            Err(e) => Err(WorkerError::Declined { message: e.message, retryable: e.retryable }),
+        let limits = &self.bound.limits;
+        let enforce = self.host.config.enforce_limits;
+        let wall = match delivery.request.deadline.as_deref().and_then(until) {
+            Some(left) => left.min(limits.wall_clock),
+            None => limits.wall_clock,
+        };
+        // The permit is declared before the store so it is released after
+        // the store (and its pooled instance) is gone.
+        let _slot = self.host.slots.acquire().await.map_err(|e| WorkerError::Instantiation(e.to_string()))?;
+        let labels = Labels {
+            tenant: self.bound.tenant.clone(),
+            agent: self.bound.agent.clone(),
+            session: delivery.request.session_id.clone(),
+        };
+        let stdout = GuestOutput::new(Stream::Stdout, labels.clone(), limits.log_bytes);
+        let stderr = GuestOutput::new(Stream::Stderr, labels, limits.log_bytes);
+        let gate =
+            HttpGate { allowed: self.bound.allowed.clone(), client: self.host.client.clone(), denied: Vec::new() };
+        let state = StoreState::new(delivery.deltas, gate, Limiter::new(limits), stdout, stderr);
+        let mut store = Store::new(self.pre.engine(), state);
+        if enforce {
+            store.limiter(|s| &mut s.limiter);
+            let deadline = Instant::now() + wall;
+            let (cpu, cpu_ticks) = (limits.cpu, self.bound.cpu_ticks);
+            let mut ticks = 0u64;
+            store.set_epoch_deadline(1);
+            store.epoch_deadline_callback(move |_| {
+                ticks += 1;
+                if Instant::now() >= deadline {
+                    return Err(wasmtime::Error::new(DeadlinePassed));
+                }
+                if ticks > cpu_ticks {
+                    return Err(wasmtime::Error::new(LimitHit::Cpu(cpu)));
+                }
+                // Yielding lets other tasks on this thread run while a
+                // guest computes, and lets the wall-clock timer fire.
+                Ok(UpdateDeadline::Yield(1))
+            });
         }
+        let request = wit::DecisionRequest::from(delivery.request);
+        let run = async {
+            let agent = self.pre.instantiate_async(&mut store).await.map_err(Failure::Start)?;
+            agent.call_decide(&mut store, &request).await.map_err(Failure::Call)
+        };
+        let outcome = if enforce {
+            tokio::time::timeout(wall, run).await.map_err(|_| WorkerError::Timeout(wall))?
+        } else {
+            run.await
+        };
+        match outcome {
+            Ok(Ok(decision)) => {
+                let decision = DecisionResponse::from_wit(decision).map_err(WorkerError::MalformedDecision)?;
+                if enforce && !fits(&decision, limits.decision_bytes) {
+                    let hit = LimitHit::DecisionSize { limit: limits.decision_bytes };
+                    return Err(WorkerError::LimitExceeded(hit.to_string()));
+                }
+                Ok(decision)
+            }
+            Ok(Err(e)) => {
+                // A guest declining after a refused request usually
+                // declines because of it; say so in the engine's words.
+                let mut message = e.message;
+                if let Some(note) = refused_http(store.data()) {
+                    message.push_str(&format!(" ({note})"));
+                }
+                Err(WorkerError::Declined { message, retryable: e.retryable })
+            }
+            Err(failure) => Err(self.explain(failure, store.data(), wall)),
+        }
+    }
+
+    /// Turns a failed start or call into the error the delivery fails
+    /// with: the limit the guest hit if it hit one, else what trapped, with
+    /// the guest's last stderr line (a Rust panic message) and any refused
+    /// capability, which usually say why.
+    fn explain(&self, failure: Failure, state: &StoreState, wall: Duration) -> WorkerError {
+        let (error, starting) = match failure {
+            Failure::Start(e) => (e, true),
+            Failure::Call(e) => (e, false),
+        };
+        tracing::debug!(error = ?error, "guest failed");
+        if error.downcast_ref::<DeadlinePassed>().is_some() {
+            return WorkerError::Timeout(wall);
+        }
+        if let Some(hit) = error.downcast_ref::<LimitHit>() {
+            return WorkerError::LimitExceeded(hit.to_string());
+        }
+        if let Some(hit) = &state.limiter.hit {
+            return WorkerError::LimitExceeded(hit.to_string());
+        }
+        let mut message = match error.downcast_ref::<wasmtime::Trap>() {
+            Some(wasmtime::Trap::StackOverflow) => {
+                format!("stack overflow (the call stack is limited to {} KiB)", self.host.config.max_stack_bytes >> 10)
+            }
+            Some(trap) => trap.to_string(),
+            None => error.root_cause().to_string(),
+        };
+        if let Some(note) = refused_http(state) {
+            message.push_str(&format!("; {note}"));
+        }
+        if let Some(tail) = state.stderr.tail() {
+            let tail: String = tail.chars().take(500).collect();
+            message.push_str(&format!("; its stderr ends: {tail}"));
+        }
+        if starting { WorkerError::Instantiation(message) } else { WorkerError::Trapped(message) }
     }
 }
 
-/// The cause of a trap in one line (`wasm \`unreachable\` instruction
-/// executed`); the wasm backtrace goes to the debug log, where an operator
-/// can find it without it flooding the error every client sees.
-fn describe_trap(error: &wasmtime::Error) -> String {
-    tracing::debug!(error = ?error, "guest trapped");
-    match error.downcast_ref::<wasmtime::Trap>() {
-        Some(trap) => trap.to_string(),
-        None => error.root_cause().to_string(),
+/// The outgoing requests the engine refused during a decision, if any.
+fn refused_http(state: &StoreState) -> Option<String> {
+    let denied = &state.gate.denied;
+    (!denied.is_empty())
+        .then(|| format!("the engine refused outgoing HTTP to {}: not on the agent's allow-list", denied.join(", ")))
+}
+
+/// Why a run failed before the guest answered.
+enum Failure {
+    /// Instantiation failed (a start function trapped, a limit at start).
+    Start(wasmtime::Error),
+    /// `decide` trapped or was stopped.
+    Call(wasmtime::Error),
+}
+
+/// The time left until an RFC 3339 deadline; `None` when it cannot be
+/// read or has already passed, and the wall-clock limit applies alone. A
+/// deadline in the past at delivery means clocks disagree or the request
+/// is a replay (the engine's own wait, which set it, ends on its own
+/// clock), so it is not taken to mean "no time at all".
+fn until(deadline: &str) -> Option<Duration> {
+    let at = humantime::parse_rfc3339_weak(deadline).ok()?;
+    at.duration_since(std::time::SystemTime::now()).ok().filter(|left| !left.is_zero())
+}
+
+/// Whether the decision's JSON fits in `limit` bytes; stops counting at
+/// the limit.
+fn fits(decision: &DecisionResponse, limit: usize) -> bool {
+    struct Budget(usize);
+    impl std::io::Write for Budget {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.checked_sub(buf.len()).ok_or_else(|| std::io::Error::other("over the limit"))?;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
+    serde_json::to_writer(Budget(limit), decision).is_ok()
 }
 
 impl Worker for ComponentAgent {
     fn decide(&self, delivery: Delivery) -> BoxFuture<'_, Result<DecisionResponse, WorkerError>> {
         let span = tracing::info_span!(
             "decide",
+            tenant = %self.bound.tenant,
             session = %delivery.request.session_id,
             agent = %delivery.request.agent_id,
             trigger = delivery.request.trigger.kind(),

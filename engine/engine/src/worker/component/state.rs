@@ -5,32 +5,64 @@ use subs_protocol::StreamDelta;
 use subs_protocol::wit::FromWit;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::{host, wit};
+use super::http::HttpGate;
+use super::limits::Limiter;
+use super::output::GuestOutput;
 use crate::worker::DeltaSink;
 
 /// The state of one store, which lives exactly as long as one decision: a
 /// fresh store and instance per decision keeps sessions and tenants apart.
 pub(crate) struct StoreState {
     /// WASI as the engine grants it: no preopened directories, no
-    /// environment, no arguments, no network; clocks and randomness work.
+    /// environment, no arguments, no network; clocks and randomness work;
+    /// stdout and stderr go to the logs.
     wasi: WasiCtx,
-    /// WASI's resources (streams, pollables) for this instance.
+    /// WASI's resources (streams, pollables, HTTP requests) for this
+    /// instance.
     table: ResourceTable,
+    /// `wasi:http`'s settings (header size limits).
+    http: WasiHttpCtx,
+    /// Where outgoing HTTP is checked against the allow-list and sent.
+    pub(crate) gate: HttpGate,
+    /// Memory and table limits; remembers the limit the guest hit.
+    pub(crate) limiter: Limiter,
+    /// The guest's stderr, whose last line a trap's error quotes.
+    pub(crate) stderr: GuestOutput,
     /// Where `emit-delta` sends deltas; `None` refuses them.
     deltas: Option<DeltaSink>,
 }
 
 impl StoreState {
-    pub(crate) fn new(deltas: Option<DeltaSink>) -> Self {
-        let wasi = WasiCtxBuilder::new().allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false).build();
-        Self { wasi, table: ResourceTable::new(), deltas }
+    pub(crate) fn new(
+        deltas: Option<DeltaSink>,
+        gate: HttpGate,
+        limiter: Limiter,
+        stdout: GuestOutput,
+        stderr: GuestOutput,
+    ) -> Self {
+        let wasi = WasiCtxBuilder::new()
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .stdout(stdout)
+            .stderr(stderr.clone())
+            .build();
+        Self { wasi, table: ResourceTable::new(), http: WasiHttpCtx::new(), gate, limiter, stderr, deltas }
     }
 }
 
 impl WasiView for StoreState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl WasiHttpView for StoreState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.gate }
     }
 }
 

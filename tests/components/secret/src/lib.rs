@@ -1,0 +1,95 @@
+//! Test component: a guest that tries to carry a secret from one decision
+//! to the next. `client.action` names:
+//!
+//! - `store` `{"xored": [..]}`: keeps the secret (each byte XOR 0x5A, so
+//!   the request never holds the secret itself) in a global and on the
+//!   heap, and answers `stored`;
+//! - `store-and-read`: stores, then reads the global back in the same
+//!   decision (proving the global works);
+//! - `read`: answers with the global's value, or `(none)`;
+//! - `scan` `{"xored": [..]}`: searches the whole linear memory for the
+//!   secret's bytes and answers `found` or `not found`;
+//! - `store-and-scan`: stores, then scans in the same decision (proving
+//!   the scan finds what is there).
+
+use std::sync::Mutex;
+
+use subs_sdk::prelude::*;
+
+struct Secret;
+
+/// What a decision may leave behind, if instances were reused.
+static SECRET: Mutex<Option<String>> = Mutex::new(None);
+
+const KEY: u8 = 0x5A;
+
+fn xored(args: &Value) -> Vec<u8> {
+    args["xored"].as_array().into_iter().flatten().filter_map(Value::as_u64).map(|b| b as u8).collect()
+}
+
+fn store(args: &Value) {
+    let secret: Vec<u8> = xored(args).into_iter().map(|b| b ^ KEY).collect();
+    let secret = String::from_utf8_lossy(&secret).into_owned();
+    // A heap copy that outlives the decision's own data, as a leak would.
+    std::mem::forget(secret.clone().into_bytes());
+    *SECRET.lock().unwrap() = Some(secret);
+}
+
+fn read() -> String {
+    SECRET.lock().unwrap().clone().unwrap_or_else(|| "(none)".to_owned())
+}
+
+/// Looks for the secret anywhere in linear memory, comparing through the
+/// XOR so the needle itself is never written out.
+#[cfg(target_arch = "wasm32")]
+#[allow(unsafe_code)]
+fn scan(args: &Value) -> bool {
+    let needle = xored(args);
+    if needle.is_empty() {
+        return false;
+    }
+    let size = core::arch::wasm32::memory_size(0) * 65536;
+    // Address 0 is left out: reading it is undefined behaviour in Rust.
+    (8..size.saturating_sub(needle.len())).any(|at| {
+        needle.iter().enumerate().all(|(i, &x)| {
+            // SAFETY: `at + i` lies inside linear memory, which is plain
+            // bytes; reading it volatile keeps the optimizer out of it.
+            let byte = unsafe { core::ptr::read_volatile((at + i) as *const u8) };
+            byte == x ^ KEY
+        })
+    })
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn scan(_args: &Value) -> bool {
+    false
+}
+
+impl Agent for Secret {
+    fn decide(&self, request: DecisionRequest, _cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
+        let Trigger::ClientAction(action) = &request.trigger else {
+            return Ok(DecisionResponse::new());
+        };
+        let args = action.args.clone().unwrap_or_default();
+        let answer = match action.name.as_str() {
+            "store" => {
+                store(&args);
+                "stored".to_owned()
+            }
+            "store-and-read" => {
+                store(&args);
+                read()
+            }
+            "read" => read(),
+            "scan" => if scan(&args) { "found" } else { "not found" }.to_owned(),
+            "store-and-scan" => {
+                store(&args);
+                if scan(&args) { "found" } else { "not found" }.to_owned()
+            }
+            other => return Err(DecideError::terminal(format!("unknown action {other}"))),
+        };
+        Ok(DecisionResponse::new().with_message(DraftMessage::assistant(answer)))
+    }
+}
+
+subs_sdk::export!(Secret);
