@@ -1,0 +1,195 @@
+//! The component host: a fresh instance per decision of the passthrough
+//! agent, with limits on and off, against the same agent served as an HTTP
+//! worker on loopback, in one run on the same request.
+//!
+//! ```text
+//! cargo bench -p subs-tests --bench component            # 5000 decisions per case
+//! BENCH_DECISIONS=20000 cargo bench -p subs-tests --bench component
+//! ```
+//!
+//! The request is a `session.start` carrying a 20-message conversation
+//! (and its tree) and a proposed decision, which the passthrough agent
+//! returns; each decision instantiates the component afresh and calls
+//! `decide`. Each case runs with one caller and with 16 concurrent
+//! callers; the output is per-decision latency (p50, p99) and throughput.
+//! The HTTP worker runs in the same process and runtime as its client, so
+//! on a small machine the two compete for cores, as an engine and a
+//! co-located worker would.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use subs_engine::worker::component::{ComponentHost, HostConfig};
+use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
+use subs_engine::worker::{Delivery, Worker};
+use subs_protocol::{
+    AgentConfig, DecisionRequest, DecisionResponse, DraftMessage, Message, MessageTree, Role, TreeNode, Trigger,
+};
+
+const CONCURRENCY: usize = 16;
+
+/// The passthrough example agent, natively, for the HTTP worker.
+struct Passthrough;
+
+impl subs_sdk::Agent for Passthrough {}
+
+#[allow(unsafe_code)]
+fn main() {
+    // wasmtime captures a backtrace while tearing a store down when
+    // RUST_BACKTRACE asks for them, adding 15–20 µs to every decision;
+    // the engine should run with RUST_LIB_BACKTRACE=0 (docs/sandbox.md).
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // SAFETY: no other thread exists yet; the runtime starts below.
+        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
+    }
+    let decisions: usize = std::env::var("BENCH_DECISIONS").ok().and_then(|n| n.parse().ok()).unwrap_or(5000);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
+    runtime.block_on(run(decisions));
+}
+
+fn load(enforce_limits: bool) -> Arc<dyn Worker> {
+    let cache = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/compiled-components");
+    let config = HostConfig { enforce_limits, compile_cache: Some(cache), ..HostConfig::default() };
+    let host = ComponentHost::with_config(config).expect("the component host starts");
+    let bytes = std::fs::read(subs_tests::guests::PASSTHROUGH).expect("the passthrough component");
+    let agent = host.load(&bytes).expect("the passthrough component loads");
+    Arc::new(agent.for_agent("bench", "passthrough", &Default::default()).expect("the default policy"))
+}
+
+async fn run(decisions: usize) {
+    let request = request();
+    let limited = load(true);
+    let unlimited = load(false);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move { subs_http_worker::serve(listener, Passthrough).await });
+    let http: Arc<dyn Worker> = Arc::new(HttpWorker::new(&url, HttpWorkerOptions::new()).expect("a worker URL"));
+
+    // The same decision every way, or the comparison means nothing.
+    for worker in [&limited, &unlimited, &http] {
+        let decision = worker.decide(Delivery::new(request.clone())).await.expect("a decision");
+        assert_eq!(decision, request.proposed, "passthrough returns the proposal");
+    }
+
+    println!(
+        "passthrough, fresh instance per decision; session.start with {} messages ({} bytes as JSON); {decisions} decisions per case",
+        request.messages.len(),
+        serde_json::to_vec(&request).unwrap().len()
+    );
+    println!();
+    println!("| worker | callers | p50 | p99 | decisions/s |");
+    println!("| --- | --- | --- | --- | --- |");
+    let cases = [("component, limits on", &limited), ("component, limits off", &unlimited), ("http (loopback)", &http)];
+    let mut results = Vec::new();
+    for callers in [1, CONCURRENCY] {
+        for (name, worker) in cases {
+            measure(worker, &request, decisions.min(1000), callers).await; // warm-up
+            let stats = measure(worker, &request, decisions, callers).await;
+            println!(
+                "| {name} | {callers} | {} | {} | {:.0} |",
+                micros(stats.p50),
+                micros(stats.p99),
+                stats.throughput
+            );
+            results.push((name, callers, stats));
+        }
+    }
+    // The fixed cost: instantiate, call and tear down with next to nothing
+    // to carry across the boundary.
+    let empty = DecisionRequest::for_trigger(Trigger::SessionStart);
+    measure(&limited, &empty, decisions.min(1000), 1).await;
+    let stats = measure(&limited, &empty, decisions, 1).await;
+    println!(
+        "| component, limits on, empty request | 1 | {} | {} | {:.0} |",
+        micros(stats.p50),
+        micros(stats.p99),
+        stats.throughput
+    );
+    println!();
+    for callers in [1, CONCURRENCY] {
+        let find = |name| &results.iter().find(|(n, c, _)| *n == name && *c == callers).unwrap().2;
+        let (on, off, h) = (find(cases[0].0), find(cases[1].0), find(cases[2].0));
+        println!(
+            "{callers} caller(s): http/component p50 {:.2}x, component/http throughput {:.2}x; limits cost {:+.1} µs at p50",
+            ratio(h.p50, on.p50),
+            on.throughput / h.throughput,
+            (on.p50.as_secs_f64() - off.p50.as_secs_f64()) * 1e6,
+        );
+    }
+}
+
+struct Stats {
+    p50: Duration,
+    p99: Duration,
+    throughput: f64,
+}
+
+/// `decisions` decisions split over `callers` concurrent tasks.
+async fn measure(worker: &Arc<dyn Worker>, request: &DecisionRequest, decisions: usize, callers: usize) -> Stats {
+    let per_caller = decisions.div_ceil(callers);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..callers)
+        .map(|_| {
+            let (worker, request) = (worker.clone(), request.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(per_caller);
+                for _ in 0..per_caller {
+                    let delivery = Delivery::new(request.clone());
+                    let t = Instant::now();
+                    worker.decide(delivery).await.expect("a decision");
+                    latencies.push(t.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(per_caller * callers);
+    for task in tasks {
+        latencies.extend(task.await.expect("the caller finishes"));
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    let at = |q: f64| {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+        let i = ((latencies.len() as f64 * q).ceil() as usize).saturating_sub(1);
+        latencies[i.min(latencies.len() - 1)]
+    };
+    #[allow(clippy::cast_precision_loss)]
+    let throughput = latencies.len() as f64 / elapsed.as_secs_f64();
+    Stats { p50: at(0.50), p99: at(0.99), throughput }
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
+}
+
+/// A `session.start` after a 20-message conversation, proposing a reply.
+fn request() -> DecisionRequest {
+    let messages: Vec<Message> = (0..20)
+        .map(|i| {
+            let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
+            let text =
+                format!("message {i}: {}", "lorem ipsum dolor sit amet, consectetur adipiscing elit. ".repeat(4));
+            subs_protocol::from_value::<Message>(json!({"id": format!("msg_{i}"), "role": role, "content": text}))
+                .expect("a message")
+        })
+        .collect();
+    let nodes = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| TreeNode { message: m.clone(), parent_id: i.checked_sub(1).map(|p| format!("msg_{p}")) })
+        .collect();
+    let mut request = DecisionRequest::for_trigger(Trigger::SessionStart);
+    request.proposed = DecisionResponse::new()
+        .with_agent(AgentConfig::new("subs/offline"))
+        .with_message(DraftMessage::assistant("hello again"));
+    request.message_tree = MessageTree { nodes, head_id: Some("msg_19".to_owned()) };
+    request.messages = messages;
+    request.state = json!({"turns": 10});
+    request
+}
