@@ -361,6 +361,21 @@ async fn bad_input_gets_a_json_error_naming_what_is_wrong() {
         .unwrap();
     assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
 
+    // Agent ids that try to leave the components directory are refused
+    // (or never reach a handler), and nothing is written outside it.
+    for id in ["..", ".hidden", "..%2F..%2Fetc%2Fpasswd", "a%2Fb", "%00", &"x".repeat(129)] {
+        let response = s
+            .request(reqwest::Method::PUT, &format!("/v1/agents/{id}"), None)
+            .header("content-type", "application/json")
+            .body(r#"{"url": "http://127.0.0.1:9/"}"#)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        assert!(matches!(status, StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND), "{id}: {status}");
+    }
+    assert_eq!(s.call(GET, "/v1/agents", None, None).await.1.as_array().unwrap().len(), 1, "only `tools`");
+
     // Settling what nothing waits for is a conflict.
     let (status, _) = s.say("s", "tools", "hello", None).await;
     assert_eq!(status, StatusCode::ACCEPTED);
@@ -396,6 +411,11 @@ async fn tenants_see_only_their_own_agents_and_sessions() {
     let response = s.request(GET, "/v1/sessions/shared-name/events", Some(b)).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     assert_eq!(s.request(DELETE, "/v1/agents/tools", Some(b)).send().await.unwrap().status(), StatusCode::NOT_FOUND);
+    let budget = Some(json!({"budget": "1"}));
+    assert_eq!(s.call(PUT, "/v1/sessions/shared-name/budget", Some(b), budget).await.0, StatusCode::NOT_FOUND);
+    let settle = json!({"type": "tool.result", "id": "call_1", "result": {}});
+    let (status, _) = s.call(POST, "/v1/sessions/shared-name/input", Some(b), Some(settle)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "bravo cannot settle calls of acme's session");
     // Bravo cannot use acme's agent, and its own session of the same name
     // is its own.
     assert_eq!(s.say("shared-name", "tools", "hello", Some(b)).await.1["code"], "unknown_agent");
