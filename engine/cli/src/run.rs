@@ -65,7 +65,7 @@ pub struct RunArgs {
 /// Runs the turn; `Ok` when it is done, an error when it failed.
 pub async fn exec(args: RunArgs) -> CliResult {
     let worker = load_worker(&args).await?;
-    let models = crate::serve::models(None)?;
+    let models = crate::serve::models(&subs_engine::model::ProvidersConfig::default())?;
     models.resolve(&args.default_model).map_err(|e| CliError::usage(anyhow!("--default-model: {}", e.message)))?;
 
     let temp;
@@ -83,8 +83,9 @@ pub async fn exec(args: RunArgs) -> CliResult {
     )?);
     let config =
         EngineConfig { default_model: args.default_model.clone(), default_stream: true, ..EngineConfig::default() };
-    let engine = Engine::start(store.clone(), models, config).map_err(CliError::unavailable)?;
+    let engine = Engine::open(store.clone(), models, config);
     engine.register_agent(LOCAL_TENANT, AGENT_ID, worker);
+    engine.resume().map_err(CliError::unavailable)?;
 
     let outcome = tokio::select! {
         outcome = turn(&engine, &args) => outcome,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
-use subs_engine::model::Models;
+use subs_engine::model::{Models, ProvidersConfig, models_from_env};
 use subs_engine::store::{KeyRecord, Store};
 use subs_engine::worker::component::ComponentHost;
 use subs_engine::{Engine, EngineConfig};
@@ -58,7 +58,7 @@ pub async fn exec(args: ServeArgs) -> CliResult {
     let dir = settings::data_dir(args.data.as_deref(), &file)?;
     let default_model = settings::default_model(args.default_model.as_deref(), &file);
     let addr = resolve(&listen).await?;
-    let models = models(file.providers.as_ref())?;
+    let models = models(&file.providers_config())?;
     models.resolve(&default_model).map_err(|e| CliError::usage(anyhow!("the default model: {}", e.message)))?;
     let config_keys = file.key_records()?;
 
@@ -109,18 +109,28 @@ async fn serve(setup: Setup) -> CliResult {
     let host = ComponentHost::new().map_err(|e| CliError::failed(anyhow!(e)))?;
     let dyn_store: Arc<dyn Store> = store.clone();
     let config = EngineConfig { default_model, ..EngineConfig::default() };
-    let engine = Engine::start(dyn_store.clone(), models, config).map_err(CliError::unavailable)?;
+    // Agents and budgets are in place before any session resumes: a
+    // resumed session's first delivery must find its agent, and its first
+    // LLM call its budget. (The router sets the budgets again; that is
+    // harmless.)
+    let engine = Engine::open(dyn_store.clone(), models, config);
     let agents = AgentRegistry::new(engine.clone(), dyn_store.clone(), host, dir);
     for (tenant, agent, error) in agents.load_all().await.map_err(CliError::unavailable)? {
         eprintln!("warning: agent `{agent}` of tenant `{tenant}` was not loaded: {error}");
     }
+    let server_config = file.server_config();
+    engine.set_default_tenant_budget(server_config.default_limits.budget);
+    for (tenant, limits) in &server_config.tenant_limits {
+        engine.set_tenant_budget(tenant, limits.budget);
+    }
+    engine.resume().map_err(CliError::unavailable)?;
     let open = keys.is_empty();
     let state = Arc::new(AppState {
         engine: engine.clone(),
         store: dyn_store,
         agents,
         keys: Keys::new(keys),
-        config: file.server_config(),
+        config: server_config,
         metrics: Default::default(),
     });
 
@@ -171,19 +181,10 @@ async fn resolve(listen: &str) -> CliResult<SocketAddr> {
     addrs.next().ok_or_else(|| bad("it resolves to no address".to_owned()))
 }
 
-/// The LLM providers: the offline model, plus those of the config file.
-///
-/// The engine's provider configuration is not there yet; until it is, a
-/// `[providers]` table is refused rather than silently ignored.
-pub fn models(providers: Option<&toml::Table>) -> CliResult<Models> {
-    if let Some(table) = providers
-        && !table.is_empty()
-    {
-        return Err(CliError::usage(anyhow!(
-            "[providers] is not supported by this build yet: only the built-in offline model (subs/offline) is available"
-        )));
-    }
-    Ok(Models::with_offline())
+/// The LLM providers: the offline model, the built-in providers (their
+/// base URLs and keys from the environment) and those of the config file.
+pub fn models(config: &ProvidersConfig) -> CliResult<Models> {
+    models_from_env(config).map_err(|e| CliError::usage(anyhow!("the providers: {e}")))
 }
 
 /// Resolves on Ctrl-C or (on Unix) SIGTERM.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow, bail};
 use serde::Deserialize;
-use subs_engine::model::OFFLINE_MODEL;
+use subs_engine::model::{OFFLINE_MODEL, Price, ProviderConfig, ProvidersConfig};
 use subs_engine::store::KeyRecord;
 use subs_server::{Limits, ServerConfig};
 
@@ -40,9 +40,18 @@ pub struct ConfigFile {
     /// `[tenants.<name>]`: one tenant's limits; what it leaves out comes
     /// from `[limits]`.
     pub tenants: BTreeMap<String, LimitsEntry>,
-    /// `[providers]`: LLM providers. Kept as written until the engine's
-    /// provider config lands (see [`crate::serve::models`]).
-    pub providers: Option<toml::Table>,
+    /// `[[providers]]`: LLM providers to add, or built-ins to adjust
+    /// (docs/models.md).
+    pub providers: Vec<ProviderConfig>,
+    /// `[prices."provider/model"]`: dollars per million tokens, over the
+    /// built-in price table.
+    pub prices: BTreeMap<String, Price>,
+    /// Anthropic's `max_tokens` when a call sets none.
+    pub max_tokens: Option<u32>,
+    /// How long to wait for a provider's connection.
+    pub connect_timeout_secs: Option<f64>,
+    /// The longest a provider may stay silent.
+    pub read_timeout_secs: Option<f64>,
 }
 
 /// One `[[keys]]` entry: a tenant and its key, hashed or not.
@@ -114,6 +123,18 @@ impl ConfigFile {
             .enumerate()
             .map(|(i, entry)| entry.record().with_context(|| format!("keys[{i}]")).map_err(CliError::usage))
             .collect()
+    }
+
+    /// The LLM providers section: what the file sets over the defaults.
+    pub fn providers_config(&self) -> ProvidersConfig {
+        let defaults = ProvidersConfig::default();
+        ProvidersConfig {
+            providers: self.providers.clone(),
+            prices: self.prices.clone(),
+            max_tokens: self.max_tokens.unwrap_or(defaults.max_tokens),
+            connect_timeout_secs: self.connect_timeout_secs.unwrap_or(defaults.connect_timeout_secs),
+            read_timeout_secs: self.read_timeout_secs.unwrap_or(defaults.read_timeout_secs),
+        }
     }
 
     /// The server's limits and CORS origins.
@@ -262,6 +283,20 @@ mod tests {
         assert_eq!(default_model(None, &ConfigFile::default()), OFFLINE_MODEL);
         assert_eq!(data_dir(Some(Path::new("/d")), &file).unwrap(), Path::new("/d"));
         assert_eq!(data_dir(None, &file).unwrap(), Path::new("/srv/subs"));
+    }
+
+    #[test]
+    fn providers_sit_at_the_top_level_as_in_the_models_doc() {
+        let text = include_str!("../../../docs/models.md");
+        let section = text.split("### The config file").nth(1).expect("the section");
+        let example = section.split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("an example");
+        let config = parse(example).unwrap().providers_config();
+        let names: Vec<&str> = config.providers.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["openai", "local"]);
+        assert_eq!((config.max_tokens, config.read_timeout_secs), (4096, 300.0));
+        assert!(config.prices.contains_key("local/qwen3-8b"));
+        let defaults = ConfigFile::default().providers_config();
+        assert_eq!(defaults, subs_engine::model::ProvidersConfig::default());
     }
 
     #[test]

@@ -236,7 +236,20 @@ pub struct Engine {
 impl Engine {
     /// Starts an engine on `store` and resumes every session that was not
     /// idle when the store was last written.
+    ///
+    /// Resumed sessions deliver at once, so an agent registered after this
+    /// can miss their first delivery (a failed try, counted against the
+    /// retry policy). Where agents are known at start, [`Engine::open`],
+    /// register them, then [`Engine::resume`].
     pub fn start(store: Arc<dyn Store>, models: Models, config: EngineConfig) -> Result<Self, StartError> {
+        let engine = Self::open(store, models, config);
+        engine.resume()?;
+        Ok(engine)
+    }
+
+    /// An engine on `store` that runs nothing until [`Engine::resume`] (or
+    /// an input) wakes a session.
+    pub fn open(store: Arc<dyn Store>, models: Models, config: EngineConfig) -> Self {
         let shared = Arc::new(Shared {
             store,
             models,
@@ -249,12 +262,17 @@ impl Engine {
             default_budget: RwLock::default(),
             spend: Mutex::default(),
         });
-        let engine = Engine { shared };
-        for key in engine.shared.store.unfinished()? {
+        Engine { shared }
+    }
+
+    /// Resumes every session with work left: not idle, or with items in
+    /// its inbox.
+    pub fn resume(&self) -> Result<(), StartError> {
+        for key in self.shared.store.unfinished()? {
             tracing::info!(session = %key, "resuming");
-            engine.shared.wake(&key);
+            self.shared.wake(&key);
         }
-        Ok(engine)
+        Ok(())
     }
 
     /// Makes `worker` the agent `agent_id` of `tenant`. Sessions waiting for

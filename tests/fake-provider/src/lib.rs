@@ -9,6 +9,13 @@
 //! It records every request (path, headers, JSON body) so tests can check
 //! what a provider sent — keys included; the fake itself logs nothing.
 //!
+//! Scripted replies are used in arrival order, which suits one
+//! conversation at a time. For many concurrent conversations,
+//! [`FakeProvider::respond_with`] sets a responder that answers each
+//! request by looking at it (say, a tool call when the last message is the
+//! user's, text after tool results); it is used whenever the queue is
+//! empty.
+//!
 //! ```no_run
 //! # async fn demo() {
 //! use subs_fake_provider::{FakeProvider, Reply, ScriptedCall};
@@ -64,10 +71,15 @@ impl Recorded {
     }
 }
 
+/// Answers a request from its JSON body and format, when no scripted reply
+/// is queued; see [`FakeProvider::respond_with`].
+pub type Responder = dyn Fn(&Value, Format) -> Reply + Send + Sync;
+
 /// What the server and the test share.
 #[derive(Default)]
 struct Shared {
     replies: Mutex<VecDeque<Reply>>,
+    responder: Mutex<Option<Arc<Responder>>>,
     requests: Mutex<Vec<Recorded>>,
     /// Opened by [`FakeProvider::release`] for streams held by
     /// [`Reply::hold_after`].
@@ -119,6 +131,13 @@ impl FakeProvider {
         lock(&self.shared.replies).push_back(reply);
     }
 
+    /// Answers every request that finds the queue empty with
+    /// `responder(body, format)`, instead of a 400. The responder must be
+    /// deterministic if tests compare runs.
+    pub fn respond_with(&self, responder: impl Fn(&Value, Format) -> Reply + Send + Sync + 'static) {
+        *lock(&self.shared.responder) = Some(Arc::new(responder));
+    }
+
     /// Replies not yet used.
     pub fn remaining(&self) -> usize {
         lock(&self.shared.replies).len()
@@ -166,7 +185,9 @@ async fn handle(
     } else {
         return json_response(404, &json!({"error": {"message": format!("no route {path}"), "type": "not_found"}}));
     };
-    let Some(reply) = lock(&shared.replies).pop_front() else {
+    let scripted = lock(&shared.replies).pop_front();
+    let responder = lock(&shared.responder).clone();
+    let Some(reply) = scripted.or_else(|| responder.map(|respond| respond(&body, format))) else {
         let error = json!({"error": {"message": "the fake provider has no scripted reply left", "type": "invalid_request_error"}});
         return json_response(400, &error);
     };

@@ -1,6 +1,7 @@
 //! Black-box tests of the `subs` binary: one test binary of modules, each
 //! running the built `subs` as a subprocess with piped output.
 
+mod crash;
 mod run;
 mod serve;
 mod tail;
@@ -34,6 +35,11 @@ pub fn subs() -> Command {
         "SUBS_API_KEY",
         "SUBS_WORKER_SECRET",
         "RUST_LOG",
+        "OPENAI_BASE_URL",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_API_KEY",
+        "OLLAMA_BASE_URL",
     ] {
         command.env_remove(var);
     }
