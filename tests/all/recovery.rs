@@ -142,3 +142,78 @@ async fn a_restarted_engine_resumes_a_waiting_session() {
     assert_eq!(t.wait("wait", &turn).await.status, TurnStatus::Done);
     assert_eq!(t.transcript("wait"), ["user: interrupt me", r#"assistant: resumed with "ok""#]);
 }
+
+/// Records each delivery's `attempts`; answers `proposed`, or never (a
+/// delivery the coming crash cuts short) when `hang` is set.
+struct Attempts {
+    seen: Arc<Mutex<Vec<u32>>>,
+    delivered: Arc<tokio::sync::Notify>,
+    hang: bool,
+}
+
+impl Worker for Attempts {
+    fn decide(&self, delivery: Delivery) -> BoxFuture<'_, Result<DecisionResponse, WorkerError>> {
+        Box::pin(async move {
+            self.seen.lock().unwrap().push(delivery.request.attempts);
+            self.delivered.notify_one();
+            if self.hang {
+                std::future::pending::<()>().await;
+            }
+            Ok(delivery.request.proposed)
+        })
+    }
+}
+
+/// Opens an engine on the store in `dir` with the `attempts` agent, and
+/// only then resumes what the store holds.
+fn reopen(dir: &tempfile::TempDir, worker: Attempts) -> (subs_engine::Engine, Arc<RedbStore>) {
+    let store = Arc::new(RedbStore::open(dir.path().join("subs.redb")).unwrap());
+    let engine = subs_engine::Engine::open(
+        store.clone(),
+        subs_engine::model::Models::with_offline(),
+        subs_engine::EngineConfig::default(),
+    );
+    engine.register_agent(TENANT, "attempts", Arc::new(worker));
+    engine.resume().unwrap();
+    (engine, store)
+}
+
+async fn crash(engine: subs_engine::Engine, store: Arc<RedbStore>) {
+    engine.kill().await;
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_redelivery_after_a_crash_carries_a_higher_attempts() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let delivered = Arc::new(tokio::sync::Notify::new());
+    let worker = |hang| Attempts { seen: seen.clone(), delivered: delivered.clone(), hang };
+    let dir = tempfile::tempdir().unwrap();
+
+    // Two crashes, each in the middle of a delivery of the same step.
+    let (engine, store) = reopen(&dir, worker(true));
+    let input = subs_protocol::ClientInput::ClientMessage(subs_protocol::client::ClientMessage {
+        agent_id: "attempts".to_owned(),
+        turn_id: Some("t".to_owned()),
+        message: subs_protocol::DraftMessage::user("hello"),
+        stream: None,
+    });
+    engine.input(TENANT, "s", input, Default::default()).await.unwrap();
+    delivered.notified().await;
+    crash(engine, store).await;
+    let (engine, store) = reopen(&dir, worker(true));
+    delivered.notified().await;
+    crash(engine, store).await;
+
+    let (engine, _store) = reopen(&dir, worker(false));
+    let turn = tokio::time::timeout(std::time::Duration::from_secs(30), engine.wait_turn(TENANT, "s", "t"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(turn.status, TurnStatus::Done, "crashes are not the agent's failures: {turn:?}");
+    // The first step three times (each redelivery one higher), then each
+    // of the turn's later steps once.
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen[..3], [1, 2, 3], "{seen:?}");
+    assert!(seen.len() > 3 && seen[3..].iter().all(|&a| a == 1), "{seen:?}");
+}

@@ -89,6 +89,9 @@ pub(crate) struct Shared {
     budgets: RwLock<HashMap<String, Money>>,
     /// The budget of tenants without their own.
     default_budget: RwLock<Option<Money>>,
+    /// Sessions found unfinished at start and not loaded since: the first
+    /// load counts a possibly cut-short delivery of their front step.
+    recovering: Mutex<std::collections::HashSet<SessionKey>>,
     /// What each tenant's sessions have cost, summed from the store on
     /// first use and kept current as calls settle.
     spend: Mutex<HashMap<String, Money>>,
@@ -134,6 +137,16 @@ impl Shared {
     /// Forgets a stopped actor.
     pub fn forget(&self, key: &SessionKey) {
         self.actors().remove(key);
+    }
+
+    fn recovering(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<SessionKey>> {
+        self.recovering.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the session was unfinished when the engine started and is
+    /// loaded for the first time since (true once).
+    pub fn take_recovering(&self, key: &SessionKey) -> bool {
+        self.recovering().remove(key)
     }
 
     /// Wakes a session (its inbox has an item, or it was created).
@@ -260,6 +273,7 @@ impl Engine {
             closed: std::sync::atomic::AtomicBool::new(false),
             budgets: RwLock::default(),
             default_budget: RwLock::default(),
+            recovering: Mutex::default(),
             spend: Mutex::default(),
         });
         Engine { shared }
@@ -270,6 +284,7 @@ impl Engine {
     pub fn resume(&self) -> Result<(), StartError> {
         for key in self.shared.store.unfinished()? {
             tracing::info!(session = %key, "resuming");
+            self.shared.recovering().insert(key.clone());
             self.shared.wake(&key);
         }
         Ok(())

@@ -162,6 +162,9 @@ impl Actor {
         if !self.loaded {
             self.session = Session::load(self.shared.store.as_ref(), &self.key)?;
             self.loaded = true;
+            if self.session.is_some() && self.shared.take_recovering(&self.key) {
+                self.mark_interrupted().await?;
+            }
         }
         if self.session.is_none() {
             self.check_inbox = false;
@@ -203,6 +206,19 @@ impl Actor {
         self.start_delivery();
         self.arm_timer();
         Ok(())
+    }
+
+    /// Counts a possibly cut-short delivery of the front step, durably, so
+    /// that its redelivery (and one after a further crash) carries a higher
+    /// `attempts` than any delivery before.
+    async fn mark_interrupted(&mut self) -> Result<(), StoreError> {
+        let session = self.session.as_mut().expect("loaded");
+        let Some((seq, front)) = session.steps.front_mut() else { return Ok(()) };
+        front.interrupted += 1;
+        let seq = *seq;
+        let mut change = Change::default();
+        session.store_step(seq, &mut change);
+        self.commit(change).await
     }
 
     /// Fails, without sending them, the engine-run LLM calls that would
@@ -542,7 +558,7 @@ impl Actor {
         match outcome {
             Ok(decision) => {
                 let mut step = step;
-                step.attempts = attempt;
+                step.attempts = attempt.saturating_sub(step.interrupted);
                 step.error = None;
                 step.retry_at_ms = None;
                 session.apply_decision(seq, step, decision, &trigger, &ctx, &mut change);
@@ -551,15 +567,16 @@ impl Actor {
                 tracing::warn!(step = seq, attempt, %error, "decision failed");
                 let policy = session.retry_policy(ctx.default_retry);
                 let (_, front) = session.steps.front_mut().expect("checked above");
-                front.attempts = attempt;
+                let deliveries = attempt.saturating_sub(front.interrupted);
+                front.attempts = deliveries;
                 front.error = Some(error.clone());
-                if retryable && attempt <= policy.max_retries {
-                    front.retry_at_ms = Some(ctx.now_ms + clock::secs_to_ms(policy.backoff_secs(attempt)));
+                if retryable && deliveries <= policy.max_retries {
+                    front.retry_at_ms = Some(ctx.now_ms + clock::secs_to_ms(policy.backoff_secs(deliveries)));
                     session.store_step(seq, &mut change);
                 } else {
                     let failed = front.clone();
                     session.finish_step(failed, seq, StepStatus::Failed, &mut change);
-                    let message = format!("no decision after {attempt} deliveries: {error}");
+                    let message = format!("no decision after {deliveries} deliveries: {error}");
                     session.fail_turn(&message, "decision_failed", &ctx, &mut change);
                 }
             }

@@ -425,7 +425,7 @@ impl Session {
             messages: self.path().into_iter().cloned().collect(),
             message_tree: self.tree.to_protocol(self.record.head_id.as_deref()),
             ancestry: self.record.ancestry.clone(),
-            attempts: step.attempts + 1,
+            attempts: step.attempts + step.interrupted + 1,
             deadline: Some(clock::rfc3339(deadline_ms)),
             turn_id: step.turn_id.clone(),
         }

@@ -274,6 +274,13 @@ pub struct StepRecord {
     pub status: StepStatus,
     /// Deliveries so far.
     pub attempts: u32,
+    /// Deliveries an engine crash may have cut short: the step was still
+    /// pending when the engine restarted. Workers see them in `attempts`
+    /// (a redelivery after a crash carries a higher number than the
+    /// delivery it repeats); the retry policy does not count them, since
+    /// the agent did not fail.
+    #[serde(default)]
+    pub interrupted: u32,
     /// Not to be delivered again before this instant (Unix ms), after a
     /// failed delivery.
     pub retry_at_ms: Option<u64>,
@@ -296,6 +303,7 @@ impl StepRecord {
             trigger,
             status: StepStatus::Pending,
             attempts: 0,
+            interrupted: 0,
             retry_at_ms: None,
             error: None,
             decision: None,
