@@ -1,0 +1,270 @@
+//! End-to-end turns through the durable loop: the `passthrough` component
+//! decides every step in-process (a fresh instance per decision), the
+//! built-in offline model answers, and redb commits every step before it is
+//! acted on. Measures turns and steps per second, turn latency, and fsyncs
+//! per step at several numbers of concurrent sessions, and resident memory
+//! with many idle sessions stored.
+//!
+//! ```text
+//! cargo bench -p subs-tests --bench turns
+//! BENCH_LEVELS=1,16,256,1024 BENCH_SECONDS=5 BENCH_IDLE=10000 cargo bench -p subs-tests --bench turns
+//! ```
+//!
+//! Each concurrency level runs on a fresh store: N concurrent clients, each
+//! sending one user message after another for `BENCH_SECONDS` (default 3),
+//! in conversations of 10 turns (then a new session); a turn
+//! is `client.message` → decision → the offline model's call → `llm.finished`
+//! → decision → done. A *step* is one stored decision point (what the
+//! engine's `steps` table holds); steps per turn are counted from the
+//! store, not assumed. Output: a table on stdout and the same as JSON in
+//! `target/bench-turns.json`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use subs_engine::store::redb::RedbStore;
+use subs_engine::store::{SessionKey, Store, TurnStatus};
+use subs_engine::{Engine, EngineConfig};
+use subs_protocol::ClientInput;
+use subs_protocol::client::ClientMessage;
+
+const TENANT: &str = "bench";
+/// Turns per conversation before a client moves on to a new session.
+const TURNS_PER_SESSION: usize = 10;
+
+fn main() {
+    // A backtrace captured at every wasmtime store drop costs more than the
+    // decision itself; the engine never needs one.
+    // SAFETY: nothing else runs yet; the variable is read by std later.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    }
+    let levels: Vec<usize> = std::env::var("BENCH_LEVELS")
+        .ok()
+        .map(|l| l.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 16, 256, 1024]);
+    let seconds: f64 = std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    let idle: usize = std::env::var("BENCH_IDLE").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
+    runtime.block_on(run(levels, Duration::from_secs_f64(seconds), idle));
+}
+
+struct Bench {
+    engine: Engine,
+    store: Arc<RedbStore>,
+    _dir: tempfile::TempDir,
+}
+
+fn start() -> Bench {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = Arc::new(RedbStore::open(dir.path().join("subs.redb")).expect("the store opens"));
+    let engine = Engine::start(store.clone(), subs_engine::model::Models::with_offline(), EngineConfig::default())
+        .expect("the engine starts");
+    engine.register_agent(TENANT, "passthrough", Arc::new(subs_tests::agent(subs_tests::guests::PASSTHROUGH)));
+    Bench { engine, store, _dir: dir }
+}
+
+async fn turn(engine: &Engine, session: &str, n: usize) {
+    let input = ClientInput::ClientMessage(ClientMessage {
+        agent_id: "passthrough".to_owned(),
+        turn_id: Some(format!("turn-{n}")),
+        message: subs_protocol::DraftMessage::user(format!("message {n}")),
+        stream: None,
+    });
+    let accepted = engine.input(TENANT, session, input, Default::default()).await.expect("input accepted");
+    let turn_id = accepted.turn_id.expect("a turn");
+    let record = engine.wait_turn(TENANT, session, &turn_id).await.expect("the store answers");
+    assert_eq!(record.status, TurnStatus::Done, "{record:?}");
+}
+
+struct Level {
+    sessions: usize,
+    turns: usize,
+    steps: u64,
+    commits: u64,
+    batches: u64,
+    elapsed: Duration,
+    latencies: Vec<Duration>,
+}
+
+async fn level(sessions: usize, length: Duration) -> Level {
+    let bench = start();
+    let engine = bench.engine.clone();
+    // One warm-up turn per session, so every session exists (and the
+    // component is warm) before the clock starts.
+    let warm: Vec<_> = (0..sessions)
+        .map(|s| {
+            let engine = engine.clone();
+            tokio::spawn(async move { turn(&engine, &format!("s{s}-0"), 0).await })
+        })
+        .collect();
+    for task in warm {
+        task.await.expect("warm-up");
+    }
+    let before = bench.store.stats().expect("stats");
+    let steps_before = count_steps(&bench.store, sessions, 1);
+
+    let start = Instant::now();
+    let until = start + length;
+    let tasks: Vec<_> = (0..sessions)
+        .map(|s| {
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut n = 1;
+                while Instant::now() < until {
+                    // Conversations of TURNS_PER_SESSION turns, then a new
+                    // one: every decision carries its whole conversation,
+                    // so unbounded sessions would measure history length.
+                    let session = format!("s{s}-{}", n / TURNS_PER_SESSION);
+                    let t = Instant::now();
+                    turn(&engine, &session, n).await;
+                    latencies.push(t.elapsed());
+                    n += 1;
+                }
+                (n, latencies)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    let mut conversations = 0;
+    for task in tasks {
+        let (n, done) = task.await.expect("a session's turns");
+        conversations = conversations.max(n / TURNS_PER_SESSION + 1);
+        latencies.extend(done);
+    }
+    let elapsed = start.elapsed();
+    let after = bench.store.stats().expect("stats");
+    let steps = count_steps(&bench.store, sessions, conversations) - steps_before;
+    latencies.sort();
+    Level {
+        sessions,
+        turns: latencies.len(),
+        steps,
+        commits: after.commits - before.commits,
+        batches: after.batches - before.batches,
+        elapsed,
+        latencies,
+    }
+}
+
+/// Steps stored by the first `conversations` conversations of each client.
+fn count_steps(store: &RedbStore, sessions: usize, conversations: usize) -> u64 {
+    let mut steps = 0;
+    for s in 0..sessions {
+        for c in 0..conversations {
+            steps += store.steps(&SessionKey::new(TENANT, format!("s{s}-{c}")), 0).expect("steps").len() as u64;
+        }
+    }
+    steps
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[index]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Resident and peak-resident memory of this process, in KiB (Linux).
+fn memory_kib() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field =
+        |name: &str| status.lines().find(|l| l.starts_with(name))?.split_whitespace().nth(1)?.parse::<u64>().ok();
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+async fn idle_sessions(count: usize) -> serde_json::Value {
+    let before = memory_kib().map(|m| m.0).unwrap_or(0);
+    let bench = start();
+    let started = memory_kib().map(|m| m.0).unwrap_or(0);
+    // Sessions are created in waves so the machine is not asked for
+    // `count` decisions at once; each ends idle, its actor gone.
+    for wave in (0..count).collect::<Vec<_>>().chunks(256) {
+        let tasks: Vec<_> = wave
+            .iter()
+            .map(|&s| {
+                let engine = bench.engine.clone();
+                tokio::spawn(async move { turn(&engine, &format!("idle{s}"), 0).await })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("an idle session's turn");
+        }
+    }
+    // Actors of idle sessions exit on their own; give them a moment to.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while bench.engine.active_sessions() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stored = memory_kib().map(|m| m.0).unwrap_or(0);
+    let per_session = (stored.saturating_sub(started) as f64 * 1024.0) / count as f64;
+    println!(
+        "\nidle sessions: {count} stored; resident {before} KiB before the engine, {started} KiB started, {stored} KiB with them: {per_session:.0} B per idle session ({} still active)",
+        bench.engine.active_sessions()
+    );
+    json!({"idle_sessions": count, "rss_kib_engine_started": started, "rss_kib_with_sessions": stored, "bytes_per_idle_session": per_session})
+}
+
+async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
+    println!("turns through the durable loop: passthrough component + offline model + redb, {length:?} per level\n");
+    println!(
+        "{:>9} {:>8} {:>9} {:>10} {:>10} {:>11} {:>11} {:>12} {:>13}",
+        "sessions", "turns", "turns/s", "steps/s", "steps/turn", "turn p50", "turn p99", "step p50*", "fsyncs/step"
+    );
+    let mut rows = Vec::new();
+    for sessions in levels {
+        let (rss_before, _) = memory_kib().unwrap_or_default();
+        let l = level(sessions, length).await;
+        let (rss_after, _) = memory_kib().unwrap_or_default();
+        let secs = l.elapsed.as_secs_f64();
+        let steps_per_turn = l.steps as f64 / l.turns.max(1) as f64;
+        let p50 = percentile(&l.latencies, 0.50);
+        let p99 = percentile(&l.latencies, 0.99);
+        let step_p50 = p50.div_f64(steps_per_turn.max(1.0));
+        println!(
+            "{:>9} {:>8} {:>9.0} {:>10.0} {:>10.1} {:>9.2}ms {:>9.2}ms {:>10.3}ms {:>13.3}",
+            l.sessions,
+            l.turns,
+            l.turns as f64 / secs,
+            l.steps as f64 / secs,
+            steps_per_turn,
+            ms(p50),
+            ms(p99),
+            ms(step_p50),
+            l.commits as f64 / l.steps.max(1) as f64,
+        );
+        rows.push(json!({
+            "sessions": l.sessions,
+            "turns": l.turns,
+            "seconds": secs,
+            "turns_per_sec": l.turns as f64 / secs,
+            "steps_per_sec": l.steps as f64 / secs,
+            "steps_per_turn": steps_per_turn,
+            "turn_p50_ms": ms(p50),
+            "turn_p99_ms": ms(p99),
+            "step_p50_ms": ms(step_p50),
+            "commits": l.commits,
+            "batches": l.batches,
+            "fsyncs_per_step": l.commits as f64 / l.steps.max(1) as f64,
+            "rss_kib_before": rss_before,
+            "rss_kib_after": rss_after,
+        }));
+    }
+    println!("\n* step p50 = turn p50 / steps per turn: the loop's cost per stored step, model and component included");
+    let idle = if idle > 0 { idle_sessions(idle).await } else { serde_json::Value::Null };
+    let out = json!({"bench": "turns", "levels": rows, "idle": idle});
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-turns.json");
+    if let Err(e) = std::fs::write(&path, serde_json::to_vec_pretty(&out).expect("JSON")) {
+        eprintln!("could not write {}: {e}", path.display());
+    } else {
+        println!("wrote {}", path.display());
+    }
+}
