@@ -20,6 +20,14 @@ impl Server {
     /// A server with the given API keys (`(tenant, key)`); none: the local
     /// tenant without authentication.
     async fn start(keys: &[(&str, &str)]) -> Self {
+        Self::start_with(keys, std::collections::HashMap::new()).await
+    }
+
+    /// A server whose agents get the operator's sandbox `policies`.
+    async fn start_with(
+        keys: &[(&str, &str)],
+        policies: std::collections::HashMap<(String, String), subs_engine::worker::component::AgentPolicy>,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn subs_engine::Store> =
             Arc::new(subs_engine::store::redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
@@ -30,7 +38,8 @@ impl Server {
         )
         .unwrap();
         let host = subs_tests::host().clone();
-        let agents = subs_server::AgentRegistry::new(engine.clone(), store.clone(), host, dir.path().to_path_buf());
+        let agents = subs_server::AgentRegistry::new(engine.clone(), store.clone(), host, dir.path().to_path_buf())
+            .with_policies(policies);
         let records = keys.iter().map(|(tenant, key)| subs_engine::store::KeyRecord {
             tenant: (*tenant).to_owned(),
             hash: subs_server::auth::hash_key(key),
@@ -535,4 +544,26 @@ async fn the_openapi_document_matches_the_routes() {
         ],
         "every route is documented"
     );
+}
+
+#[tokio::test]
+async fn an_agents_sandbox_policy_applies_to_its_decisions_only() {
+    let mut tight = subs_engine::worker::component::AgentPolicy::default();
+    // Less linear memory than any Rust guest starts with: every decision
+    // of this agent fails, naming the limit.
+    tight.limits.memory_bytes = Some(64 << 10);
+    let policies = [(("local".to_owned(), "tight".to_owned()), tight)].into_iter().collect();
+    let s = Server::start_with(&[], policies).await;
+    s.upload("tight", guests::PASSTHROUGH, None).await;
+    s.upload("roomy", guests::PASSTHROUGH, None).await;
+
+    let (_, accepted) = s.say("a", "tight", "hi", None).await;
+    let events = s.wait_turn("a", accepted["turn_id"].as_str().unwrap(), None).await;
+    let failed = events.last().unwrap();
+    assert_eq!(failed.event, "turn.failed", "{failed:?}");
+    assert!(failed.data["error"].as_str().unwrap().contains("memory limit"), "{failed:?}");
+
+    let (_, accepted) = s.say("b", "roomy", "hi", None).await;
+    let events = s.wait_turn("b", accepted["turn_id"].as_str().unwrap(), None).await;
+    assert_eq!(events.last().unwrap().event, "turn.done");
 }

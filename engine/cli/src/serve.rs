@@ -106,7 +106,7 @@ async fn serve(setup: Setup) -> CliResult {
     })?;
     let local = listener.local_addr()?;
 
-    let host = ComponentHost::new().map_err(|e| CliError::failed(anyhow!(e)))?;
+    let host = ComponentHost::with_config(file.host_config()?).map_err(|e| CliError::failed(anyhow!(e)))?;
     let dyn_store: Arc<dyn Store> = store.clone();
     let config = EngineConfig { default_model, ..EngineConfig::default() };
     // Agents and budgets are in place before any session resumes: a
@@ -114,7 +114,7 @@ async fn serve(setup: Setup) -> CliResult {
     // LLM call its budget. (The router sets the budgets again; that is
     // harmless.)
     let engine = Engine::open(dyn_store.clone(), models, config);
-    let agents = AgentRegistry::new(engine.clone(), dyn_store.clone(), host, dir);
+    let agents = AgentRegistry::new(engine.clone(), dyn_store.clone(), host, dir).with_policies(file.agent_policies());
     for (tenant, agent, error) in agents.load_all().await.map_err(CliError::unavailable)? {
         eprintln!("warning: agent `{agent}` of tenant `{tenant}` was not loaded: {error}");
     }

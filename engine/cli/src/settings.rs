@@ -10,6 +10,7 @@ use anyhow::{Context as _, anyhow, bail};
 use serde::Deserialize;
 use subs_engine::model::{OFFLINE_MODEL, Price, ProviderConfig, ProvidersConfig};
 use subs_engine::store::KeyRecord;
+use subs_engine::worker::component::{AgentPolicy, HostConfig, LimitOverrides, Limits as SandboxLimits};
 use subs_server::{Limits, ServerConfig};
 
 use crate::error::{CliError, CliResult};
@@ -40,6 +41,9 @@ pub struct ConfigFile {
     /// `[tenants.<name>]`: one tenant's limits; what it leaves out comes
     /// from `[limits]`.
     pub tenants: BTreeMap<String, LimitsEntry>,
+    /// `[agents.<tenant>.<agent>]`: one component agent's sandbox, over
+    /// its tenant's.
+    pub agents: BTreeMap<String, BTreeMap<String, SandboxEntry>>,
     /// `[[providers]]`: LLM providers to add, or built-ins to adjust
     /// (docs/models.md).
     pub providers: Vec<ProviderConfig>,
@@ -82,6 +86,58 @@ pub struct LimitsEntry {
     pub max_component_bytes: Option<usize>,
     /// Dollars the tenant's sessions may spend on LLM calls, in all.
     pub budget: Option<subs_engine::model::Money>,
+    /// `[limits.sandbox]` / `[tenants.<name>.sandbox]`: what each decision
+    /// of a component agent may use.
+    pub sandbox: SandboxEntry,
+}
+
+/// A component sandbox's limits as written (docs/sandbox.md): each field
+/// optional, changing only what it names.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxEntry {
+    /// Linear memory, in bytes.
+    pub memory_bytes: Option<usize>,
+    /// Wall-clock time of one decision, in milliseconds.
+    pub wall_clock_ms: Option<u64>,
+    /// Guest CPU time of one decision, in milliseconds.
+    pub cpu_ms: Option<u64>,
+    /// Elements of any one table.
+    pub table_elements: Option<usize>,
+    /// Core instances.
+    pub instances: Option<usize>,
+    /// Tables.
+    pub tables: Option<usize>,
+    /// Linear memories.
+    pub memories: Option<usize>,
+    /// Largest decision, in bytes of JSON.
+    pub decision_bytes: Option<usize>,
+    /// Guest stdout and stderr kept in the logs, in bytes.
+    pub log_bytes: Option<usize>,
+    /// Hosts (`host` or `host:port`) the agent may send HTTP requests to;
+    /// only per tenant or per agent, never for everyone.
+    pub http_hosts: Option<Vec<String>>,
+}
+
+impl SandboxEntry {
+    fn overrides(&self) -> LimitOverrides {
+        LimitOverrides {
+            memory_bytes: self.memory_bytes,
+            wall_clock: self.wall_clock_ms.map(std::time::Duration::from_millis),
+            cpu: self.cpu_ms.map(std::time::Duration::from_millis),
+            table_elements: self.table_elements,
+            instances: self.instances,
+            tables: self.tables,
+            memories: self.memories,
+            decision_bytes: self.decision_bytes,
+            log_bytes: self.log_bytes,
+        }
+    }
+
+    /// The policy this entry grants.
+    pub fn policy(&self) -> AgentPolicy {
+        AgentPolicy { limits: self.overrides(), http_hosts: self.http_hosts.clone() }
+    }
 }
 
 impl LimitsEntry {
@@ -135,6 +191,35 @@ impl ConfigFile {
             connect_timeout_secs: self.connect_timeout_secs.unwrap_or(defaults.connect_timeout_secs),
             read_timeout_secs: self.read_timeout_secs.unwrap_or(defaults.read_timeout_secs),
         }
+    }
+
+    /// The component host's defaults and tenant policies.
+    ///
+    /// # Errors
+    /// `http_hosts` under `[limits.sandbox]`: outgoing HTTP is granted per
+    /// tenant or per agent, so that no upload gets it by default.
+    pub fn host_config(&self) -> CliResult<HostConfig> {
+        if self.limits.sandbox.http_hosts.is_some() {
+            return Err(CliError::usage(anyhow!(
+                "`http_hosts` cannot be set in [limits.sandbox]: grant outgoing HTTP per tenant \
+                 ([tenants.<name>.sandbox]) or per agent ([agents.<tenant>.<agent>])"
+            )));
+        }
+        let defaults = HostConfig::default();
+        let limits = SandboxLimits::default().with(&self.limits.sandbox.overrides());
+        let tenants = self.tenants.iter().map(|(tenant, entry)| (tenant.clone(), entry.sandbox.policy())).collect();
+        Ok(HostConfig { limits, tenants, ..defaults })
+    }
+
+    /// Each configured agent's sandbox policy, by `(tenant, agent)`.
+    pub fn agent_policies(&self) -> std::collections::HashMap<(String, String), AgentPolicy> {
+        let mut policies = std::collections::HashMap::new();
+        for (tenant, agents) in &self.agents {
+            for (agent, entry) in agents {
+                policies.insert((tenant.clone(), agent.clone()), entry.policy());
+            }
+        }
+        policies
     }
 
     /// The server's limits and CORS origins.
@@ -240,6 +325,29 @@ mod tests {
         let acme = config.limits("acme");
         assert_eq!(acme.max_sessions, Some(50), "the tenant's own");
         assert_eq!(acme.max_body_bytes, config.default_limits.max_body_bytes, "inherited from [limits]");
+    }
+
+    #[test]
+    fn sandbox_limits_come_from_limits_tenants_and_agents() {
+        let file = parse(
+            "[limits.sandbox]\nmemory_bytes = 1048576\ncpu_ms = 250\n\
+             [tenants.acme.sandbox]\nwall_clock_ms = 500\nhttp_hosts = [\"api.example.com\"]\n\
+             [agents.acme.scraper]\nmemory_bytes = 2097152\nhttp_hosts = [\"example.com:8443\"]\n",
+        )
+        .unwrap();
+        let host = file.host_config().unwrap();
+        assert_eq!(host.limits.memory_bytes, 1 << 20);
+        assert_eq!(host.limits.cpu, std::time::Duration::from_millis(250));
+        assert_eq!(host.limits.wall_clock, SandboxLimits::default().wall_clock, "untouched");
+        let acme = &host.tenants["acme"];
+        assert_eq!(acme.limits.wall_clock, Some(std::time::Duration::from_millis(500)));
+        assert_eq!(acme.http_hosts.as_deref(), Some(&["api.example.com".to_owned()][..]));
+        let scraper = &file.agent_policies()[&("acme".to_owned(), "scraper".to_owned())];
+        assert_eq!(scraper.limits.memory_bytes, Some(2 << 20));
+
+        let everyone = parse("[limits.sandbox]\nhttp_hosts = [\"example.com\"]\n").unwrap();
+        assert!(everyone.host_config().unwrap_err().to_string().contains("per tenant"));
+        assert!(parse("[limits.sandbox]\nmemory = 3\n").is_err(), "unknown keys are refused");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! use the current version. Compiled components are cached by digest under
 //! `compiled/`, so a restart loads them without compiling.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -38,6 +39,8 @@ pub struct AgentRegistry {
     dir: PathBuf,
     /// One upload at a time: an upload reads, then replaces, the record.
     writing: tokio::sync::Mutex<()>,
+    /// Sandbox policies of particular agents.
+    policies: HashMap<(String, String), AgentPolicy>,
 }
 
 /// An agent as clients see it.
@@ -121,7 +124,21 @@ impl AgentRegistry {
     /// their compiled code under `dir/compiled`.
     pub fn new(engine: Engine, store: Arc<dyn Store>, host: ComponentHost, dir: PathBuf) -> Self {
         let host = host.with_compile_cache(dir.join("compiled"));
-        Self { engine, store, host, dir: dir.join("components"), writing: tokio::sync::Mutex::new(()) }
+        Self {
+            engine,
+            store,
+            host,
+            dir: dir.join("components"),
+            writing: tokio::sync::Mutex::new(()),
+            policies: HashMap::new(),
+        }
+    }
+
+    /// Sandbox policies of particular agents, by `(tenant, agent)`, over
+    /// their tenant's (the operator's config; uploads cannot set them).
+    pub fn with_policies(mut self, policies: HashMap<(String, String), AgentPolicy>) -> Self {
+        self.policies = policies;
+        self
     }
 
     /// Registers every stored agent with the engine. An agent that cannot
@@ -179,13 +196,12 @@ impl AgentRegistry {
     /// not compile or fit the world is the uploader's error.
     async fn compile(&self, tenant: &str, agent_id: &str, bytes: Vec<u8>) -> Result<Arc<dyn Worker>, ApiError> {
         let host = self.host.clone();
+        let policy = self.policies.get(&(tenant.to_owned(), agent_id.to_owned())).cloned().unwrap_or_default();
         let (tenant, agent_id) = (tenant.to_owned(), agent_id.to_owned());
-        let agent = tokio::task::spawn_blocking(move || {
-            host.load(&bytes)?.for_agent(&tenant, &agent_id, &AgentPolicy::default())
-        })
-        .await
-        .map_err(|e| ApiError::internal(&e))?
-        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_component", e.to_string()))?;
+        let agent = tokio::task::spawn_blocking(move || host.load(&bytes)?.for_agent(&tenant, &agent_id, &policy))
+            .await
+            .map_err(|e| ApiError::internal(&e))?
+            .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_component", e.to_string()))?;
         Ok(Arc::new(agent))
     }
 
