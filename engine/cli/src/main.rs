@@ -1,5 +1,17 @@
 //! The `subs` binary; the commands live in the `subs_cli` library.
 
 fn main() -> std::process::ExitCode {
+    // Wasmtime captures a std backtrace whenever a store is dropped if
+    // `RUST_BACKTRACE` is set; that costs more than a whole decision. Panics
+    // still get their backtrace (`RUST_BACKTRACE` governs those); library
+    // backtraces are turned off unless the user asked for them.
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // SAFETY: this is the first thing the process does, before any
+        // thread exists that could read the environment concurrently.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::env::set_var("RUST_LIB_BACKTRACE", "0");
+        }
+    }
     subs_cli::main()
 }
