@@ -10,6 +10,7 @@ mod loop_scenarios;
 mod providers;
 mod recovery;
 mod sandbox;
+mod security;
 mod storage_growth;
 mod streaming;
 mod wit_boundary;

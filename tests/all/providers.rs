@@ -443,20 +443,28 @@ struct Captured(Arc<Mutex<Vec<u8>>>);
 /// A global subscriber rather than a thread-local `set_default`: tracing
 /// caches each call site's interest process-wide, and a test on another
 /// thread registering a call site under no subscriber could silence it for
-/// a thread-local one. The filter keeps the rest of the engine quiet.
+/// a thread-local one. The filter keeps the rest of the engine quiet, but
+/// for the sandbox's refusals (`subs::guest` warnings), which
+/// `security.rs` checks are logged.
 fn model_logs() -> &'static Captured {
     static LOGS: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
     LOGS.get_or_init(|| {
         let captured = Captured::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("subs_engine::model=trace"))
+            .with_env_filter(tracing_subscriber::EnvFilter::new("subs_engine::model=trace,subs::guest=warn"))
             .with_writer(move || writer.clone())
             .with_ansi(false)
             .finish();
         tracing::subscriber::set_global_default(subscriber).expect("no other test installs a global subscriber");
         captured
     })
+}
+
+/// Everything logged so far (see [`model_logs`]); the first call starts
+/// capturing.
+pub(crate) fn captured_logs() -> String {
+    String::from_utf8_lossy(&model_logs().0.lock().unwrap()).into_owned()
 }
 
 impl std::io::Write for Captured {

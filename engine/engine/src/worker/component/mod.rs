@@ -395,9 +395,13 @@ impl ComponentAgent {
             session: delivery.request.session_id.clone(),
         };
         let stdout = GuestOutput::new(Stream::Stdout, labels.clone(), limits.log_bytes);
-        let stderr = GuestOutput::new(Stream::Stderr, labels, limits.log_bytes);
-        let gate =
-            HttpGate { allowed: self.bound.allowed.clone(), client: self.host.client.clone(), denied: Vec::new() };
+        let stderr = GuestOutput::new(Stream::Stderr, labels.clone(), limits.log_bytes);
+        let gate = HttpGate {
+            allowed: self.bound.allowed.clone(),
+            client: self.host.client.clone(),
+            labels,
+            denied: Vec::new(),
+        };
         let state = StoreState::new(delivery.deltas, gate, Limiter::new(limits), stdout, stderr);
         let mut store = Store::new(self.pre.engine(), state);
         if enforce {
