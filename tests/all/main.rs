@@ -6,6 +6,7 @@ mod bad_guests;
 mod examples;
 mod http_worker;
 mod llm_retries;
+mod load;
 mod loop_scenarios;
 mod providers;
 mod recovery;
