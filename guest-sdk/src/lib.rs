@@ -49,6 +49,8 @@
 //!   `tool.execute` and declares them in its config.
 //! - `component`: the [`export!`] macro and the [`Host`] that calls the
 //!   engine's imports.
+//! - `arena`: the component's allocator, a bump arena that lives as long
+//!   as the instance (one decision).
 //! - `bindings` / `convert`: the wit-bindgen bindings of the `subs:agent`
 //!   world and their one mapping to the protocol types (hidden: agent
 //!   authors never touch WIT types).
@@ -65,6 +67,8 @@
 extern crate self as subs_sdk;
 
 pub mod agent;
+#[cfg_attr(not(all(target_arch = "wasm32", feature = "arena")), allow(dead_code))]
+mod arena;
 #[doc(hidden)]
 pub mod bindings;
 mod component;
@@ -73,6 +77,13 @@ mod convert;
 pub mod error;
 pub mod testing;
 pub mod tools;
+
+/// The component's allocator (see `arena`): a bump arena for the one
+/// decision an instance lives for. Off with `default-features = false`,
+/// for agents that set their own `#[global_allocator]`.
+#[cfg(all(target_arch = "wasm32", feature = "arena"))]
+#[global_allocator]
+static ALLOCATOR: arena::Arena = arena::Arena::new();
 
 pub use agent::Agent;
 pub use context::{Context, Host, Level};

@@ -5,7 +5,12 @@
 //! ```text
 //! cargo bench -p subs-tests --bench component            # 5000 decisions per case
 //! BENCH_DECISIONS=20000 cargo bench -p subs-tests --bench component
+//! BENCH_QUICK=1 cargo bench -p subs-tests --bench component   # components only, 5 rounds
 //! ```
+//!
+//! `BENCH_QUICK` runs only the sequential component cases (limits on, off,
+//! empty request), five times over, for A/B comparisons of host or guest
+//! changes on a noisy machine: compare the lowest of the rounds.
 //!
 //! The request is a `session.start` carrying a 20-message conversation
 //! (and its tree) and a proposed decision, which the passthrough agent
@@ -82,6 +87,19 @@ async fn run(decisions: usize) {
     println!("| --- | --- | --- | --- | --- |");
     let cases = [("component, limits on", &limited), ("component, limits off", &unlimited), ("http (loopback)", &http)];
     let mut results = Vec::new();
+    if std::env::var_os("BENCH_QUICK").is_some() {
+        for _ in 0..5 {
+            for (name, worker) in &cases[..2] {
+                measure(worker, &request, decisions.min(1000), 1).await;
+                let stats = measure(worker, &request, decisions, 1).await;
+                println!("| {name} | 1 | {} | {} | {:.0} |", micros(stats.p50), micros(stats.p99), stats.throughput);
+            }
+            let empty = DecisionRequest::for_trigger(Trigger::SessionStart);
+            let stats = measure(&limited, &empty, decisions, 1).await;
+            println!("| empty | 1 | {} | {} | {:.0} |", micros(stats.p50), micros(stats.p99), stats.throughput);
+        }
+        return;
+    }
     for callers in [1, CONCURRENCY] {
         for (name, worker) in cases {
             measure(worker, &request, decisions.min(1000), callers).await; // warm-up

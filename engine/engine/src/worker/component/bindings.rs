@@ -21,3 +21,35 @@ pub use subs::agent::host;
 pub use subs::agent::types as wit;
 
 subs_protocol::wit_conversions!(wit);
+
+impl<T: Send + 'static> AgentPre<T> {
+    /// Instantiates the component into `store`, like
+    /// [`AgentPre::instantiate_async`], and type-checks the `decide` export
+    /// only while `checked` is false (then sets it).
+    ///
+    /// The generated `instantiate_async` type-checks `decide`'s whole
+    /// signature against the instance on every call, a few microseconds for
+    /// the protocol's nested records. The signature belongs to the
+    /// component, not to an instance: every instance of this pre-linked
+    /// component has the same one, so once one instance passed the check,
+    /// later ones are looked up by index alone. `call_decide` then calls the
+    /// function as the typed signature it was checked against.
+    pub async fn instantiate_checked_once(
+        &self,
+        mut store: impl wasmtime::AsContextMut<Data = T>,
+        checked: &std::sync::atomic::AtomicBool,
+    ) -> wasmtime::Result<Agent> {
+        use std::sync::atomic::Ordering;
+        let mut store = store.as_context_mut();
+        let instance = self.instance_pre.instantiate_async(&mut store).await?;
+        if checked.load(Ordering::Acquire) {
+            let decide = instance
+                .get_func(&mut store, &self.indices.decide)
+                .ok_or_else(|| wasmtime::format_err!("the component has no `decide` export"))?;
+            return Ok(Agent { decide });
+        }
+        let agent = self.indices.load(&mut store, &instance)?;
+        checked.store(true, Ordering::Release);
+        Ok(agent)
+    }
+}

@@ -240,7 +240,12 @@ impl ComponentHost {
         let pre = self.inner.linker.instantiate_pre(&component).map_err(|e| LoadError::World(format!("{e:#}")))?;
         let pre = AgentPre::new(pre).map_err(|e| LoadError::World(format!("{e:#}")))?;
         let bound = bind(&self.inner.config, "", "", &AgentPolicy::default())?;
-        Ok(ComponentAgent { pre, host: self.inner.clone(), bound: Arc::new(bound) })
+        Ok(ComponentAgent {
+            pre,
+            checked: Arc::new(AtomicBool::new(false)),
+            host: self.inner.clone(),
+            bound: Arc::new(bound),
+        })
     }
 }
 
@@ -339,6 +344,9 @@ struct Bound {
 #[derive(Clone)]
 pub struct ComponentAgent {
     pre: AgentPre<StoreState>,
+    /// Whether an instance of `pre` passed the type check of `decide`
+    /// (shared by every binding of the same component).
+    checked: Arc<AtomicBool>,
     host: Arc<Inner>,
     bound: Arc<Bound>,
 }
@@ -371,7 +379,12 @@ impl ComponentAgent {
     /// logs are tagged with both names.
     pub fn for_agent(&self, tenant: &str, agent_id: &str, policy: &AgentPolicy) -> Result<Self, LoadError> {
         let bound = bind(&self.host.config, tenant, agent_id, policy)?;
-        Ok(Self { pre: self.pre.clone(), host: self.host.clone(), bound: Arc::new(bound) })
+        Ok(Self {
+            pre: self.pre.clone(),
+            checked: self.checked.clone(),
+            host: self.host.clone(),
+            bound: Arc::new(bound),
+        })
     }
 
     /// The limits each decision of this agent runs with.
@@ -425,7 +438,7 @@ impl ComponentAgent {
         }
         let request = wit::DecisionRequest::from(delivery.request);
         let run = async {
-            let agent = self.pre.instantiate_async(&mut store).await.map_err(Failure::Start)?;
+            let agent = self.pre.instantiate_checked_once(&mut store, &self.checked).await.map_err(Failure::Start)?;
             agent.call_decide(&mut store, &request).await.map_err(Failure::Call)
         };
         let outcome = if enforce {
