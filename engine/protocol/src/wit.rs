@@ -41,7 +41,11 @@ pub fn opt_json(text: Option<String>, field: &str) -> Result<Option<Value>, Prot
 /// [`json`] for a list field.
 #[doc(hidden)]
 pub fn json_list(texts: Vec<String>, field: &str) -> Result<Vec<Value>, ProtocolError> {
-    texts.iter().enumerate().map(|(i, t)| json(t, "").map_err(|e| e.in_index(i).in_field(field))).collect()
+    let mut values = Vec::with_capacity(texts.len());
+    for (i, t) in texts.iter().enumerate() {
+        values.push(json(t, "").map_err(|e| e.in_index(i).in_field(field))?);
+    }
+    Ok(values)
 }
 
 /// Writes an `unknown` value as JSON text.
@@ -59,7 +63,13 @@ pub fn opt<W, P: FromWit<W>>(wit: Option<W>, field: &str) -> Result<Option<P>, P
 /// Converts a WIT list field.
 #[doc(hidden)]
 pub fn list<W, P: FromWit<W>>(wit: Vec<W>, field: &str) -> Result<Vec<P>, ProtocolError> {
-    wit.into_iter().enumerate().map(|(i, w)| P::from_wit(w).map_err(|e| e.in_index(i).in_field(field))).collect()
+    // Collecting into a `Result` loses the length; allocating it up front
+    // spares the growing copies (a guest converts 20-message requests).
+    let mut items = Vec::with_capacity(wit.len());
+    for (i, w) in wit.into_iter().enumerate() {
+        items.push(P::from_wit(w).map_err(|e| e.in_index(i).in_field(field))?);
+    }
+    Ok(items)
 }
 
 /// Converts an optional WIT list field.
