@@ -434,9 +434,15 @@ impl Engine {
             {
                 return Ok(turn);
             }
-            match events.recv().await {
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => return Err(StoreError::Closed),
+            // Only the end of a turn (or missed events) can change the
+            // answer; the turn's other events need no look at the store.
+            loop {
+                match events.recv().await {
+                    Ok(event) if event.name == "turn.done" || event.name == "turn.failed" => break,
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(broadcast::error::RecvError::Closed) => return Err(StoreError::Closed),
+                }
             }
         }
     }

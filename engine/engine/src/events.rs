@@ -41,9 +41,24 @@ pub fn token_delta(call_id: &str, delta: &StreamDelta) -> Value {
 
 /// Fans events out to the subscribers of each session. Publishing to a
 /// session nobody watches costs a map lookup.
+///
+/// A session's channel exists only while someone subscribes to it: a
+/// channel whose receivers are all gone is dropped when an event finds it
+/// so, and the map is swept of such channels whenever it has doubled since
+/// the last sweep. So sessions nobody watches any more (an idle session
+/// whose last client left) cost nothing here; a channel holds room for
+/// [`CAPACITY`] events, about 100 KB, which idle sessions would otherwise
+/// keep forever.
 #[derive(Default)]
 pub(crate) struct Hub {
-    channels: Mutex<HashMap<SessionKey, broadcast::Sender<Event>>>,
+    channels: Mutex<Channels>,
+}
+
+#[derive(Default)]
+struct Channels {
+    by_session: HashMap<SessionKey, broadcast::Sender<Event>>,
+    /// Channels in the map after the last sweep.
+    swept: usize,
 }
 
 /// How many events a slow subscriber may fall behind before it misses
@@ -51,20 +66,96 @@ pub(crate) struct Hub {
 const CAPACITY: usize = 1024;
 
 impl Hub {
+    fn channels(&self) -> std::sync::MutexGuard<'_, Channels> {
+        self.channels.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Sends `event` to the session's current subscribers.
     pub fn publish(&self, key: &SessionKey, event: Event) {
-        let mut channels = self.channels.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(sender) = channels.get(key)
+        let mut channels = self.channels();
+        if let Some(sender) = channels.by_session.get(key)
             && sender.send(event).is_err()
         {
             // Everyone unsubscribed.
-            channels.remove(key);
+            channels.by_session.remove(key);
+        }
+    }
+
+    /// Sends the events of one commit, in order, taking the lock once.
+    pub fn publish_all(&self, events: impl IntoIterator<Item = (SessionKey, Event)>) {
+        let mut events = events.into_iter().peekable();
+        if events.peek().is_none() {
+            return;
+        }
+        let mut channels = self.channels();
+        if channels.by_session.is_empty() {
+            return;
+        }
+        for (key, event) in events {
+            if let Some(sender) = channels.by_session.get(&key)
+                && sender.send(event).is_err()
+            {
+                channels.by_session.remove(&key);
+            }
         }
     }
 
     /// Subscribes to the session's events from now on.
     pub fn subscribe(&self, key: &SessionKey) -> broadcast::Receiver<Event> {
-        let mut channels = self.channels.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        channels.entry(key.clone()).or_insert_with(|| broadcast::channel(CAPACITY).0).subscribe()
+        let mut channels = self.channels();
+        if let Some(sender) = channels.by_session.get(key) {
+            return sender.subscribe();
+        }
+        // A new channel: first drop those nobody listens to any more, once
+        // the map has doubled since the last sweep (amortized O(1)).
+        if channels.by_session.len() >= 2 * channels.swept.max(32) {
+            channels.by_session.retain(|_, sender| sender.receiver_count() > 0);
+            channels.swept = channels.by_session.len();
+        }
+        let (sender, receiver) = broadcast::channel(CAPACITY);
+        channels.by_session.insert(key.clone(), sender);
+        receiver
+    }
+
+    /// Channels held (some may have no receiver left until the next sweep).
+    #[cfg(test)]
+    pub fn channels_held(&self) -> usize {
+        self.channels().by_session.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(n: u64) -> Event {
+        Event { seq: Some(n), name: "x".to_owned(), data: Value::Null }
+    }
+
+    #[test]
+    fn channels_nobody_listens_to_are_dropped() {
+        let hub = Hub::default();
+        for i in 0..1000 {
+            let key = SessionKey::new("t", format!("s{i}"));
+            let mut rx = hub.subscribe(&key);
+            hub.publish(&key, event(1));
+            assert_eq!(rx.try_recv().unwrap(), event(1));
+        }
+        // Every receiver is gone; the sweeps keep the map from growing with
+        // the sessions ever watched.
+        assert!(hub.channels_held() <= 64, "{} channels held", hub.channels_held());
+    }
+
+    #[test]
+    fn live_channels_survive_sweeps() {
+        let hub = Hub::default();
+        let kept = SessionKey::new("t", "kept");
+        let mut rx = hub.subscribe(&kept);
+        for i in 0..1000 {
+            drop(hub.subscribe(&SessionKey::new("t", format!("s{i}"))));
+        }
+        hub.publish_all([(kept.clone(), event(1)), (kept.clone(), event(2))]);
+        assert_eq!(rx.try_recv().unwrap(), event(1));
+        assert_eq!(rx.try_recv().unwrap(), event(2));
     }
 }

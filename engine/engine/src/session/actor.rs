@@ -43,6 +43,10 @@ pub(crate) enum Msg {
     SetBudget { budget: Option<Money>, reply: oneshot::Sender<Result<(), InputError>> },
 }
 
+/// How long an actor whose session has gone quiet waits for another
+/// message before it leaves (and frees the session's memory).
+const LINGER: Duration = Duration::from_secs(1);
+
 struct InFlight {
     seq: u64,
     attempt: u32,
@@ -95,10 +99,21 @@ impl Actor {
                 self.halt(&e);
                 return;
             }
-            if self.is_quiet() && self.shared.retire(&self.key, &self.rx) {
-                return;
-            }
-            let Some(msg) = self.rx.recv().await else { return };
+            let msg = if self.is_quiet() {
+                // A session that has just gone quiet is often touched again
+                // soon (the client's next message); waiting a little before
+                // leaving spares reloading it from the store then. A
+                // session that does not exist has nothing worth keeping.
+                let linger = if self.session.is_some() { LINGER } else { Duration::ZERO };
+                match tokio::time::timeout(linger, self.rx.recv()).await {
+                    Ok(msg) => msg,
+                    Err(_) if self.shared.retire(&self.key, &self.rx) => return,
+                    Err(_) => continue,
+                }
+            } else {
+                self.rx.recv().await
+            };
+            let Some(msg) = msg else { return };
             if let Err(e) = self.handle(msg).await {
                 self.halt(&e);
                 return;
@@ -140,9 +155,9 @@ impl Actor {
         let Some(session) = self.session.as_mut() else { return Ok(()) };
         session.seal(&mut change);
         self.shared.store.commit(change.batch).await?;
-        for (key, seq, record) in change.events {
-            self.shared.hub.publish(&key, Event::stored(seq, record));
-        }
+        self.shared
+            .hub
+            .publish_all(change.events.into_iter().map(|(key, seq, record)| (key, Event::stored(seq, record))));
         for key in change.wake {
             self.shared.wake(&key);
         }
@@ -506,15 +521,19 @@ impl Actor {
             };
             self.session = Some(Session::fresh(self.key.clone(), agent_id, identity, clock::now_ms()));
         }
-        let backup = self.session.clone();
         let ctx = ctx(&self.shared);
         let mut change = Change::default();
         let result = self.session.as_mut().expect("created above").accept_input(input, &ctx, &mut change);
         match result {
             Err(e) => {
-                // Nothing of a refused input may linger in memory.
-                self.session = backup.filter(|s| s.record.next.step > 0 || s.record.turn.is_some());
+                // Nothing of a refused input may linger in memory: the
+                // session is as stored (what is in memory always is, after
+                // each commit), so it is read again. Refusals are rare;
+                // copying the whole session before every input, to restore
+                // it, cost more than this.
+                let reloaded = Session::load(self.shared.store.as_ref(), &self.key);
                 let _ = reply.send(Err(e));
+                self.session = reloaded?;
                 Ok(())
             }
             Ok(accepted) if change.batch.is_empty() => {

@@ -74,6 +74,13 @@ use super::{
 /// waiter of a group waits behind the others, and the transaction's size.
 pub const MAX_GROUP: usize = 256;
 
+/// The most memory redb may use to cache pages of the file (reads and
+/// writes not yet flushed). redb's default is 1 GiB, which a busy store
+/// fills with pages of sessions long idle: resident memory would then grow
+/// with the number of sessions stored. The sessions being worked on fit in
+/// far less.
+pub const CACHE_BYTES: usize = 32 * 1024 * 1024;
+
 /// Table names, also used in [`StoreError::Corrupt`].
 mod name {
     pub const SESSIONS: &str = "sessions";
@@ -221,7 +228,7 @@ impl RedbStore {
     /// to its size. Call it at startup, or through `spawn_blocking`.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
-        let db = match Database::create(&path) {
+        let db = match Database::builder().set_cache_size(CACHE_BYTES).create(&path) {
             Ok(db) => db,
             // LockProtocolMismatch: another process holds it with a redb
             // that locks differently; to the user it is just as locked.
