@@ -86,6 +86,9 @@ struct Level {
     commits: u64,
     batches: u64,
     elapsed: Duration,
+    /// CPU time the whole process used meanwhile (engine, component,
+    /// store writer and the clients).
+    cpu: Duration,
     latencies: Vec<Duration>,
 }
 
@@ -106,6 +109,7 @@ async fn level(sessions: usize, length: Duration) -> Level {
     let before = bench.store.stats().expect("stats");
     let steps_before = count_steps(&bench.store, sessions, 1);
 
+    let cpu_before = cpu_time();
     let start = Instant::now();
     let until = start + length;
     let tasks: Vec<_> = (0..sessions)
@@ -136,6 +140,7 @@ async fn level(sessions: usize, length: Duration) -> Level {
         latencies.extend(done);
     }
     let elapsed = start.elapsed();
+    let cpu = cpu_time().saturating_sub(cpu_before);
     let after = bench.store.stats().expect("stats");
     let steps = count_steps(&bench.store, sessions, conversations) - steps_before;
     latencies.sort();
@@ -146,6 +151,7 @@ async fn level(sessions: usize, length: Duration) -> Level {
         commits: after.commits - before.commits,
         batches: after.batches - before.batches,
         elapsed,
+        cpu,
         latencies,
     }
 }
@@ -171,6 +177,18 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+/// CPU time this process has used (user + system), from
+/// `/proc/self/stat` (Linux; clock ticks of 10 ms).
+fn cpu_time() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return Duration::ZERO };
+    // Fields after the command name (which is in parentheses): state is
+    // the 3rd field, utime the 14th, stime the 15th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<u64> = rest.split_whitespace().skip(11).take(2).filter_map(|f| f.parse().ok()).collect();
+    let ticks = fields.iter().sum::<u64>();
+    Duration::from_millis(ticks * 10)
 }
 
 /// Resident and peak-resident memory of this process, in KiB (Linux).
@@ -216,8 +234,17 @@ async fn idle_sessions(count: usize) -> serde_json::Value {
 async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
     println!("turns through the durable loop: passthrough component + offline model + redb, {length:?} per level\n");
     println!(
-        "{:>9} {:>8} {:>9} {:>10} {:>10} {:>11} {:>11} {:>12} {:>13}",
-        "sessions", "turns", "turns/s", "steps/s", "steps/turn", "turn p50", "turn p99", "step p50*", "fsyncs/step"
+        "{:>9} {:>8} {:>9} {:>10} {:>10} {:>11} {:>11} {:>12} {:>13} {:>14}",
+        "sessions",
+        "turns",
+        "turns/s",
+        "steps/s",
+        "steps/turn",
+        "turn p50",
+        "turn p99",
+        "step p50*",
+        "fsyncs/step",
+        "CPU µs/step**"
     );
     let mut rows = Vec::new();
     for sessions in levels {
@@ -229,8 +256,9 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
         let p50 = percentile(&l.latencies, 0.50);
         let p99 = percentile(&l.latencies, 0.99);
         let step_p50 = p50.div_f64(steps_per_turn.max(1.0));
+        let cpu_per_step = l.cpu.as_secs_f64() * 1e6 / l.steps.max(1) as f64;
         println!(
-            "{:>9} {:>8} {:>9.0} {:>10.0} {:>10.1} {:>9.2}ms {:>9.2}ms {:>10.3}ms {:>13.3}",
+            "{:>9} {:>8} {:>9.0} {:>10.0} {:>10.1} {:>9.2}ms {:>9.2}ms {:>10.3}ms {:>13.3} {:>14.0}",
             l.sessions,
             l.turns,
             l.turns as f64 / secs,
@@ -240,6 +268,7 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
             ms(p99),
             ms(step_p50),
             l.commits as f64 / l.steps.max(1) as f64,
+            cpu_per_step,
         );
         rows.push(json!({
             "sessions": l.sessions,
@@ -254,11 +283,15 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
             "commits": l.commits,
             "batches": l.batches,
             "fsyncs_per_step": l.commits as f64 / l.steps.max(1) as f64,
+            "cpu_us_per_step": cpu_per_step,
             "rss_kib_before": rss_before,
             "rss_kib_after": rss_after,
         }));
     }
     println!("\n* step p50 = turn p50 / steps per turn: the loop's cost per stored step, model and component included");
+    println!(
+        "** CPU time of the whole process (engine, component, store writer, clients) per step; unlike the rates, little affected by other load on the machine"
+    );
     let idle = if idle > 0 { idle_sessions(idle).await } else { serde_json::Value::Null };
     let out = json!({"bench": "turns", "levels": rows, "idle": idle});
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-turns.json");

@@ -427,23 +427,17 @@ impl Engine {
 
     /// Waits until the turn has ended and returns it.
     pub async fn wait_turn(&self, tenant: &str, session: &str, turn_id: &str) -> Result<TurnRecord, StoreError> {
-        let mut events = self.subscribe(tenant, session);
+        let key = SessionKey::new(tenant, session);
         loop {
-            if let Some(turn) = self.turn(tenant, session, turn_id)?
+            // Listening starts before the store is read, so an end
+            // committed in between is not missed.
+            let ended = self.shared.hub.turn_end(&key);
+            if let Some(turn) = self.shared.store.turn(&key, turn_id)?
                 && matches!(turn.status, TurnStatus::Done | TurnStatus::Failed)
             {
                 return Ok(turn);
             }
-            // Only the end of a turn (or missed events) can change the
-            // answer; the turn's other events need no look at the store.
-            loop {
-                match events.recv().await {
-                    Ok(event) if event.name == "turn.done" || event.name == "turn.failed" => break,
-                    Ok(_) => {}
-                    Err(broadcast::error::RecvError::Lagged(_)) => break,
-                    Err(broadcast::error::RecvError::Closed) => return Err(StoreError::Closed),
-                }
-            }
+            ended.await.map_err(|_| StoreError::Closed)?;
         }
     }
 

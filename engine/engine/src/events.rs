@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use serde_json::{Value, json};
 use subs_protocol::StreamDelta;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, oneshot};
 
 use crate::store::{EventRecord, SessionKey};
 
@@ -59,6 +59,17 @@ struct Channels {
     by_session: HashMap<SessionKey, broadcast::Sender<Event>>,
     /// Channels in the map after the last sweep.
     swept: usize,
+    /// Who waits for the end of one of the session's turns: told (once)
+    /// when a `turn.done` or `turn.failed` is published. Far cheaper than
+    /// a broadcast channel for a caller that needs nothing else.
+    turn_waiters: HashMap<SessionKey, Vec<oneshot::Sender<()>>>,
+    /// Waiter lists in the map after their last sweep.
+    waiters_swept: usize,
+}
+
+/// Whether an event ends a turn.
+fn ends_turn(event: &Event) -> bool {
+    event.name == "turn.done" || event.name == "turn.failed"
 }
 
 /// How many events a slow subscriber may fall behind before it misses
@@ -73,6 +84,9 @@ impl Hub {
     /// Sends `event` to the session's current subscribers.
     pub fn publish(&self, key: &SessionKey, event: Event) {
         let mut channels = self.channels();
+        if ends_turn(&event) {
+            channels.wake_turn_waiters(key);
+        }
         if let Some(sender) = channels.by_session.get(key)
             && sender.send(event).is_err()
         {
@@ -88,10 +102,13 @@ impl Hub {
             return;
         }
         let mut channels = self.channels();
-        if channels.by_session.is_empty() {
+        if channels.by_session.is_empty() && channels.turn_waiters.is_empty() {
             return;
         }
         for (key, event) in events {
+            if ends_turn(&event) {
+                channels.wake_turn_waiters(&key);
+            }
             if let Some(sender) = channels.by_session.get(&key)
                 && sender.send(event).is_err()
             {
@@ -117,10 +134,38 @@ impl Hub {
         receiver
     }
 
+    /// Resolves at the next `turn.done` or `turn.failed` of the session
+    /// published after this call (an error only if the hub is dropped).
+    pub fn turn_end(&self, key: &SessionKey) -> oneshot::Receiver<()> {
+        let mut channels = self.channels();
+        // Waiters given up on (their receiver dropped) are swept once the
+        // map has doubled since the last sweep.
+        if channels.turn_waiters.len() >= 2 * channels.waiters_swept.max(32) {
+            channels.turn_waiters.retain(|_, waiters| {
+                waiters.retain(|w| !w.is_closed());
+                !waiters.is_empty()
+            });
+            channels.waiters_swept = channels.turn_waiters.len();
+        }
+        let (tx, rx) = oneshot::channel();
+        channels.turn_waiters.entry(key.clone()).or_default().push(tx);
+        rx
+    }
+
     /// Channels held (some may have no receiver left until the next sweep).
     #[cfg(test)]
     pub fn channels_held(&self) -> usize {
         self.channels().by_session.len()
+    }
+}
+
+impl Channels {
+    fn wake_turn_waiters(&mut self, key: &SessionKey) {
+        if let Some(waiters) = self.turn_waiters.remove(key) {
+            for waiter in waiters {
+                let _ = waiter.send(());
+            }
+        }
     }
 }
 
@@ -144,6 +189,22 @@ mod tests {
         // Every receiver is gone; the sweeps keep the map from growing with
         // the sessions ever watched.
         assert!(hub.channels_held() <= 64, "{} channels held", hub.channels_held());
+    }
+
+    #[test]
+    fn turn_waiters_hear_the_end_of_a_turn_only() {
+        let hub = Hub::default();
+        let key = SessionKey::new("t", "s");
+        let mut ended = hub.turn_end(&key);
+        hub.publish_all([(key.clone(), Event { seq: Some(1), name: "message".to_owned(), data: Value::Null })]);
+        assert!(ended.try_recv().is_err());
+        hub.publish_all([(key.clone(), Event { seq: Some(2), name: "turn.done".to_owned(), data: Value::Null })]);
+        assert_eq!(ended.try_recv(), Ok(()));
+        // Abandoned waiters do not pile up.
+        for i in 0..1000 {
+            drop(hub.turn_end(&SessionKey::new("t", format!("s{i}"))));
+        }
+        assert!(hub.channels().turn_waiters.len() <= 64);
     }
 
     #[test]
