@@ -11,4 +11,5 @@ cd "$(dirname "$0")/.."
 
 rustup target add wasm32-wasip2
 cargo build --release --target wasm32-wasip2 -p passthrough -p tools
-cargo run -p subs-cli -- run target/wasm32-wasip2/release/tools.wasm 'use tool add with {"a": 1, "b": 2}'
+target="${CARGO_TARGET_DIR:-target}"
+cargo run -p subs-cli -- run "$target/wasm32-wasip2/release/tools.wasm" 'use tool add with {"a": 1, "b": 2}'
