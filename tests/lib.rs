@@ -9,6 +9,8 @@ use serde_json::Value;
 use subs_engine::worker::component::{ComponentAgent, ComponentHost, HostConfig};
 use subs_protocol::DecisionRequest;
 
+pub mod bench;
+
 /// Paths of the guest components, built by `build.rs`.
 pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/guests.rs"));

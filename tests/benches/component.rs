@@ -22,15 +22,14 @@
 //! co-located worker would.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use subs_engine::worker::component::{ComponentHost, HostConfig};
 use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
 use subs_engine::worker::{Delivery, Worker};
-use subs_protocol::{
-    AgentConfig, DecisionRequest, DecisionResponse, DraftMessage, Message, MessageTree, Role, TreeNode, Trigger,
-};
+use subs_protocol::{AgentConfig, DecisionRequest, DecisionResponse, DraftMessage, Trigger};
+use subs_tests::bench::{measure, ratio};
 
 const CONCURRENCY: usize = 16;
 
@@ -137,76 +136,18 @@ async fn run(decisions: usize) {
     }
 }
 
-struct Stats {
-    p50: Duration,
-    p99: Duration,
-    throughput: f64,
-}
-
-/// `decisions` decisions split over `callers` concurrent tasks.
-async fn measure(worker: &Arc<dyn Worker>, request: &DecisionRequest, decisions: usize, callers: usize) -> Stats {
-    let per_caller = decisions.div_ceil(callers);
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..callers)
-        .map(|_| {
-            let (worker, request) = (worker.clone(), request.clone());
-            tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(per_caller);
-                for _ in 0..per_caller {
-                    let delivery = Delivery::new(request.clone());
-                    let t = Instant::now();
-                    worker.decide(delivery).await.expect("a decision");
-                    latencies.push(t.elapsed());
-                }
-                latencies
-            })
-        })
-        .collect();
-    let mut latencies = Vec::with_capacity(per_caller * callers);
-    for task in tasks {
-        latencies.extend(task.await.expect("the caller finishes"));
-    }
-    let elapsed = started.elapsed();
-    latencies.sort();
-    let at = |q: f64| {
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
-        let i = ((latencies.len() as f64 * q).ceil() as usize).saturating_sub(1);
-        latencies[i.min(latencies.len() - 1)]
-    };
-    #[allow(clippy::cast_precision_loss)]
-    let throughput = latencies.len() as f64 / elapsed.as_secs_f64();
-    Stats { p50: at(0.50), p99: at(0.99), throughput }
-}
-
 fn micros(d: Duration) -> String {
     format!("{:.1} µs", d.as_secs_f64() * 1e6)
 }
 
-fn ratio(a: Duration, b: Duration) -> f64 {
-    a.as_secs_f64() / b.as_secs_f64()
-}
-
 /// A `session.start` after a 20-message conversation, proposing a reply.
 fn request() -> DecisionRequest {
-    let messages: Vec<Message> = (0..20)
-        .map(|i| {
-            let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
-            let text =
-                format!("message {i}: {}", "lorem ipsum dolor sit amet, consectetur adipiscing elit. ".repeat(4));
-            subs_protocol::from_value::<Message>(json!({"id": format!("msg_{i}"), "role": role, "content": text}))
-                .expect("a message")
-        })
-        .collect();
-    let nodes = messages
-        .iter()
-        .enumerate()
-        .map(|(i, m)| TreeNode { message: m.clone(), parent_id: i.checked_sub(1).map(|p| format!("msg_{p}")) })
-        .collect();
+    let (messages, message_tree) = subs_tests::bench::conversation();
     let mut request = DecisionRequest::for_trigger(Trigger::SessionStart);
     request.proposed = DecisionResponse::new()
         .with_agent(AgentConfig::new("subs/offline"))
         .with_message(DraftMessage::assistant("hello again"));
-    request.message_tree = MessageTree { nodes, head_id: Some("msg_19".to_owned()) };
+    request.message_tree = message_tree;
     request.messages = messages;
     request.state = json!({"turns": 10});
     request

@@ -167,14 +167,6 @@ fn count_steps(store: &RedbStore, sessions: usize, conversations: usize) -> u64 
     steps
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[index]
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -253,8 +245,8 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
         let (rss_after, _) = memory_kib().unwrap_or_default();
         let secs = l.elapsed.as_secs_f64();
         let steps_per_turn = l.steps as f64 / l.turns.max(1) as f64;
-        let p50 = percentile(&l.latencies, 0.50);
-        let p99 = percentile(&l.latencies, 0.99);
+        let p50 = subs_tests::bench::percentile(&l.latencies, 0.50);
+        let p99 = subs_tests::bench::percentile(&l.latencies, 0.99);
         let step_p50 = p50.div_f64(steps_per_turn.max(1.0));
         let cpu_per_step = l.cpu.as_secs_f64() * 1e6 / l.steps.max(1) as f64;
         println!(

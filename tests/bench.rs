@@ -1,0 +1,85 @@
+//! What the bench binaries (`tests/benches/`) share: the 20-message
+//! conversation their requests carry, and timing a worker under callers.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use subs_engine::worker::{Delivery, Worker};
+use subs_protocol::{DecisionRequest, Message, MessageTree, Role, TreeNode};
+
+/// A worker's latencies and throughput over one run.
+pub struct Stats {
+    /// Median decision latency.
+    pub p50: Duration,
+    /// 99th-percentile decision latency.
+    pub p99: Duration,
+    /// Decisions per second over the whole run.
+    pub throughput: f64,
+}
+
+/// `decisions` decisions of `request` by `worker`, split over `callers`
+/// concurrent tasks.
+pub async fn measure(worker: &Arc<dyn Worker>, request: &DecisionRequest, decisions: usize, callers: usize) -> Stats {
+    let per_caller = decisions.div_ceil(callers);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..callers)
+        .map(|_| {
+            let (worker, request) = (worker.clone(), request.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(per_caller);
+                for _ in 0..per_caller {
+                    let delivery = Delivery::new(request.clone());
+                    let t = Instant::now();
+                    worker.decide(delivery).await.expect("a decision");
+                    latencies.push(t.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(per_caller * callers);
+    for task in tasks {
+        latencies.extend(task.await.expect("the caller finishes"));
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    #[allow(clippy::cast_precision_loss)]
+    let throughput = latencies.len() as f64 / elapsed.as_secs_f64();
+    Stats { p50: percentile(&latencies, 0.50), p99: percentile(&latencies, 0.99), throughput }
+}
+
+/// The `p` quantile (0–1) of `sorted` latencies; zero when there are none.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+    let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[index]
+}
+
+/// `a / b`.
+pub fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
+}
+
+/// A 20-message conversation (user and assistant in turn, about 250
+/// characters each) and its tree, the path ending at its last message.
+pub fn conversation() -> (Vec<Message>, MessageTree) {
+    let messages: Vec<Message> = (0..20)
+        .map(|i| {
+            let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
+            let text =
+                format!("message {i}: {}", "lorem ipsum dolor sit amet, consectetur adipiscing elit. ".repeat(4));
+            subs_protocol::from_value::<Message>(json!({"id": format!("msg_{i}"), "role": role, "content": text}))
+                .expect("a message")
+        })
+        .collect();
+    let nodes = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| TreeNode { message: m.clone(), parent_id: i.checked_sub(1).map(|p| format!("msg_{p}")) })
+        .collect();
+    (messages, MessageTree { nodes, head_id: Some("msg_19".to_owned()) })
+}
