@@ -112,16 +112,7 @@ async fn put(args: PutArgs) -> CliResult {
 
 async fn list(args: ListArgs) -> CliResult {
     let client = Client::new(&args.client)?;
-    let agents = client.json(client.request(Method::GET, "/v1/agents")).await?;
-    if args.client.json {
-        println!("{agents}");
-        return Ok(());
-    }
-    let agents = agents.as_array().cloned().unwrap_or_default();
-    if agents.is_empty() {
-        println!("no agents");
-        return Ok(());
-    }
+    let Some(agents) = client.list("/v1/agents", args.client.json, "agents").await? else { return Ok(()) };
     let rows: Vec<[String; 4]> = agents
         .iter()
         .map(|a| {

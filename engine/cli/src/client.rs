@@ -87,6 +87,24 @@ impl Client {
         })
     }
 
+    /// GETs the list at `path` for a `list` command. With `--json` it
+    /// prints the answer as it came and returns `None`; an empty list
+    /// prints `no <what>` and returns `None`; otherwise the items, for a
+    /// table.
+    pub async fn list(&self, path: &str, json: bool, what: &str) -> CliResult<Option<Vec<Value>>> {
+        let answer = self.json(self.request(Method::GET, path)).await?;
+        if json {
+            println!("{answer}");
+            return Ok(None);
+        }
+        let items = answer.as_array().cloned().unwrap_or_default();
+        if items.is_empty() {
+            println!("no {what}");
+            return Ok(None);
+        }
+        Ok(Some(items))
+    }
+
     /// A connection that failed: the server is unreachable (exit code 3).
     pub fn transport(&self, error: &reqwest::Error) -> CliError {
         CliError::unavailable(anyhow!("cannot reach the server at {}: {}", self.base, chain(error)))

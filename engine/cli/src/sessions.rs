@@ -99,16 +99,7 @@ pub async fn exec(command: SessionsCommand) -> CliResult {
 
 async fn list(args: ListArgs) -> CliResult {
     let client = Client::new(&args.client)?;
-    let sessions = client.json(client.request(Method::GET, "/v1/sessions")).await?;
-    if args.client.json {
-        println!("{sessions}");
-        return Ok(());
-    }
-    let sessions = sessions.as_array().cloned().unwrap_or_default();
-    if sessions.is_empty() {
-        println!("no sessions");
-        return Ok(());
-    }
+    let Some(sessions) = client.list("/v1/sessions", args.client.json, "sessions").await? else { return Ok(()) };
     let rows: Vec<[String; 4]> = sessions
         .iter()
         .map(|s| {
