@@ -392,10 +392,7 @@ pub async fn get(
     Tenant(tenant): Tenant,
     Path(agent_id): Path<String>,
 ) -> Result<Json<AgentView>, ApiError> {
-    let record = state
-        .store
-        .agent(&tenant, &agent_id)?
-        .ok_or_else(|| ApiError::not_found(format!("agent `{agent_id}` does not exist")))?;
+    let record = state.store.agent(&tenant, &agent_id)?.ok_or_else(|| ApiError::no_agent(&agent_id))?;
     Ok(Json(AgentView::from(&record)))
 }
 
@@ -430,6 +427,6 @@ pub async fn delete(
     if state.agents.delete(&tenant, &agent_id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(ApiError::not_found(format!("agent `{agent_id}` does not exist")))
+        Err(ApiError::no_agent(&agent_id))
     }
 }

@@ -80,7 +80,7 @@ pub async fn session_budget(
         });
     }
     let key = SessionKey::new(&tenant, &session_id);
-    let not_found = || ApiError::not_found(format!("session `{session_id}` does not exist"));
+    let not_found = || ApiError::no_session(&session_id);
     if state.store.session(&key)?.is_none() {
         return Err(not_found());
     }

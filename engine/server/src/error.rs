@@ -61,6 +61,16 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", what)
     }
 
+    /// 404 for a session the tenant does not have.
+    pub fn no_session(session_id: &str) -> Self {
+        Self::not_found(format!("session `{session_id}` does not exist"))
+    }
+
+    /// 404 for an agent the tenant does not have.
+    pub fn no_agent(agent_id: &str) -> Self {
+        Self::not_found(format!("agent `{agent_id}` does not exist"))
+    }
+
     /// 401.
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)

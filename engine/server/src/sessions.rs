@@ -204,10 +204,7 @@ pub async fn snapshot(
     Tenant(tenant): Tenant,
     Path(session_id): Path<String>,
 ) -> Result<Json<SessionView>, ApiError> {
-    let snapshot = state
-        .engine
-        .snapshot(&tenant, &session_id)?
-        .ok_or_else(|| ApiError::not_found(format!("session `{session_id}` does not exist")))?;
+    let snapshot = state.engine.snapshot(&tenant, &session_id)?.ok_or_else(|| ApiError::no_session(&session_id))?;
     let r = snapshot.record;
     Ok(Json(SessionView {
         session_id: r.key.session,
@@ -258,7 +255,7 @@ pub async fn cancel(
     Path(session_id): Path<String>,
 ) -> Result<Json<Cancelled>, ApiError> {
     if state.store.session(&SessionKey::new(&tenant, &session_id))?.is_none() {
-        return Err(ApiError::not_found(format!("session `{session_id}` does not exist")));
+        return Err(ApiError::no_session(&session_id));
     }
     let cancelled = state.engine.cancel(&tenant, &session_id).await?;
     Ok(Json(Cancelled { cancelled }))

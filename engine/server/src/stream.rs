@@ -63,7 +63,7 @@ pub async fn events(
     headers: HeaderMap,
 ) -> Result<EventStream, ApiError> {
     if state.store.session(&SessionKey::new(&tenant, &session_id))?.is_none() {
-        return Err(ApiError::not_found(format!("session `{session_id}` does not exist")));
+        return Err(ApiError::no_session(&session_id));
     }
     let header = headers.get("last-event-id").map(|v| v.to_str().unwrap_or("not text"));
     let after = match header.or(query.get("after").map(String::as_str)) {
