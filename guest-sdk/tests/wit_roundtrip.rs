@@ -58,3 +58,73 @@ fn unparsable_json_text_names_the_field() {
     let err = subs_protocol::DecisionRequest::from_wit(request).unwrap_err();
     assert_eq!(err.field(), Some("proposed.state"));
 }
+
+/// A request whose tree holds its active path, as the engine sends it.
+fn request_with_tree() -> subs_protocol::DecisionRequest {
+    use subs_protocol::{Content, Message, MessageTree, Role, TreeNode};
+    let message = |id: &str, role, text: &str| Message {
+        id: id.into(),
+        role,
+        content: Some(Content::Text(text.into())),
+        tool_calls: None,
+        tool_call_id: None,
+        name: None,
+    };
+    let first = message("m1", Role::User, "hi");
+    let reply = message("m2", Role::Assistant, "hello");
+    let branch = message("m3", Role::Assistant, "hello, again");
+    let mut request = subs_protocol::DecisionRequest::for_trigger(subs_protocol::Trigger::SessionStart);
+    request.messages = vec![first.clone(), reply.clone()];
+    request.message_tree = MessageTree {
+        nodes: vec![
+            TreeNode { message: first, parent_id: None },
+            TreeNode { message: branch, parent_id: Some("m1".into()) },
+            TreeNode { message: reply, parent_id: Some("m1".into()) },
+        ],
+        head_id: Some("m2".into()),
+    };
+    request
+}
+
+/// The active path crosses once: the tree's nodes on it name their index
+/// in `messages`, and parents name their node, so a tree adds indices, not
+/// a second copy of the conversation, to what a guest must receive.
+#[test]
+fn the_active_path_crosses_once() {
+    let request = request_with_tree();
+    let lowered: wit::DecisionRequest = request.clone().into();
+    let shapes: Vec<String> = lowered
+        .message_tree
+        .nodes
+        .iter()
+        .map(|n| {
+            let message = match &n.message {
+                wit::TreeMessage::Active(i) => format!("active {i}"),
+                wit::TreeMessage::Other(m) => format!("other {}", m.id),
+            };
+            let parent = match &n.parent {
+                wit::TreeParent::Root => "root".to_owned(),
+                wit::TreeParent::Node(j) => format!("node {j}"),
+                wit::TreeParent::Id(id) => format!("id {id}"),
+            };
+            format!("{message}, {parent}")
+        })
+        .collect();
+    assert_eq!(shapes, ["active 0, root", "other m3, node 0", "active 1, node 0"]);
+    assert_eq!(subs_protocol::DecisionRequest::from_wit(lowered).unwrap(), request);
+}
+
+/// Indices that point nowhere are refused with the node that holds them.
+#[test]
+fn tree_indices_that_point_nowhere_name_the_node() {
+    let mut lowered: wit::DecisionRequest = request_with_tree().into();
+    lowered.message_tree.nodes[2].message = wit::TreeMessage::Active(7);
+    let err = subs_protocol::DecisionRequest::from_wit(lowered).unwrap_err();
+    assert_eq!(err.field(), Some("message_tree.nodes[2].message"));
+    assert!(err.to_string().contains("message 7, which does not exist"), "{err}");
+
+    let mut lowered: wit::DecisionRequest = request_with_tree().into();
+    lowered.message_tree.nodes[1].parent = wit::TreeParent::Node(3);
+    let err = subs_protocol::DecisionRequest::from_wit(lowered).unwrap_err();
+    assert_eq!(err.field(), Some("message_tree.nodes[1].parent"));
+}

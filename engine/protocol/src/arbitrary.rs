@@ -770,32 +770,55 @@ pub fn decision_request() -> BoxedStrategy<DecisionRequest> {
             small_u32(),
             option::of(timestamp()),
             option::of(id()),
+            any::<bool>(),
         ),
     )
         .prop_map(
             |(
                 (session_id, decision_id, agent_id, identity, trigger, proposed, state, agent),
-                (calls, pending_calls, messages, message_tree, ancestry, attempts, deadline, turn_id),
-            )| DecisionRequest {
-                session_id,
-                decision_id,
-                agent_id,
-                identity,
-                trigger,
-                proposed,
-                state,
-                agent,
-                calls,
-                pending_calls,
-                messages,
-                message_tree,
-                ancestry,
-                attempts,
-                deadline,
-                turn_id,
+                (calls, pending_calls, messages, message_tree, ancestry, attempts, deadline, turn_id, from_tree),
+            )| {
+                // An engine's `messages` are the tree's active path, which the
+                // WIT form sends once; half the requests have that shape.
+                let messages = if from_tree { active_path(&message_tree) } else { messages };
+                DecisionRequest {
+                    session_id,
+                    decision_id,
+                    agent_id,
+                    identity,
+                    trigger,
+                    proposed,
+                    state,
+                    agent,
+                    calls,
+                    pending_calls,
+                    messages,
+                    message_tree,
+                    ancestry,
+                    attempts,
+                    deadline,
+                    turn_id,
+                }
             },
         )
         .boxed()
+}
+
+/// The messages from a root to `tree`'s head, as an engine sends them
+/// (a dangling or cyclic parent ends the walk).
+fn active_path(tree: &MessageTree) -> Vec<Message> {
+    let mut path: Vec<Message> = Vec::new();
+    let mut cursor = tree.head_id.as_deref();
+    while let Some(id) = cursor {
+        let Some(node) = tree.nodes.iter().find(|n| n.message.id == id) else { break };
+        if path.iter().any(|m| m.id == id) {
+            break;
+        }
+        path.push(node.message.clone());
+        cursor = node.parent_id.as_deref();
+    }
+    path.reverse();
+    path
 }
 
 // ---- client inputs -----------------------------------------------------

@@ -93,6 +93,55 @@ pub fn exact_typed<T: DeserializeOwned + Serialize>(value: &Value) -> Option<T> 
     (crate::to_value(&typed) == *value).then_some(typed)
 }
 
+/// How far back among the earlier nodes a tree node's parent is looked
+/// for before it crosses by id instead: far enough for any branch a
+/// conversation makes, short enough that a huge tree stays linear.
+const PARENT_SCAN: usize = 64;
+
+/// How each node of `tree` crosses the boundary (the WIT `tree-node`):
+/// the index in `path` of a message equal to the node's (the request's
+/// `messages`, the active path), and the index of an earlier node whose
+/// message id is the node's parent id.
+///
+/// Lowering every string of a request into a guest costs a call into the
+/// guest's allocator, and the active path is most of a tree, so sending it
+/// once roughly halves the work of a typical request. Matching is exact
+/// (whole-message equality, in order), so any tree crosses unchanged; an
+/// engine's tree records messages in order, so its active path matches
+/// in one forward pass.
+#[doc(hidden)]
+pub fn tree_plan(tree: &crate::MessageTree, path: &[crate::Message]) -> Vec<(Option<u32>, Option<u32>)> {
+    let mut next = 0;
+    let nodes = &tree.nodes;
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(k, node)| {
+            let active = match path.get(next) {
+                Some(message) if *message == node.message => {
+                    next += 1;
+                    u32::try_from(next - 1).ok()
+                }
+                _ => None,
+            };
+            let parent = node
+                .parent_id
+                .as_deref()
+                .and_then(|id| (k.saturating_sub(PARENT_SCAN)..k).rev().find(|&j| nodes[j].message.id == id));
+            (active, parent.and_then(|j| u32::try_from(j).ok()))
+        })
+        .collect()
+}
+
+/// The error for an index in a WIT `message-tree` that points nowhere.
+#[doc(hidden)]
+pub fn bad_tree_index(node: usize, field: &str, what: &str, index: u32) -> ProtocolError {
+    ProtocolError::new(format!("refers to {what} {index}, which does not exist"))
+        .in_field(field)
+        .in_index(node)
+        .in_field("nodes")
+}
+
 /// Maps a C-like protocol enum to its WIT enum and back; the variant names
 /// are the same on both sides.
 #[doc(hidden)]
@@ -293,26 +342,56 @@ macro_rules! wit_conversions {
                 }
             }
 
-            impl From<p::TreeNode> for w::TreeNode {
-                fn from(v: p::TreeNode) -> Self {
-                    Self { message: v.message.into(), parent_id: v.parent_id }
-                }
+            // A tree crosses next to the active path (`messages`), and its
+            // nodes refer to it (see `tree_plan`).
+            fn tree_to_wit(tree: p::MessageTree, path: &[p::Message]) -> w::MessageTree {
+                let plan = $crate::wit::tree_plan(&tree, path);
+                let nodes = tree
+                    .nodes
+                    .into_iter()
+                    .zip(plan)
+                    .map(|(node, (active, parent))| w::TreeNode {
+                        message: match active {
+                            Some(i) => w::TreeMessage::Active(i),
+                            None => w::TreeMessage::Other(node.message.into()),
+                        },
+                        parent: match (node.parent_id, parent) {
+                            (None, _) => w::TreeParent::Root,
+                            (Some(_), Some(j)) => w::TreeParent::Node(j),
+                            (Some(id), None) => w::TreeParent::Id(id),
+                        },
+                    })
+                    .collect();
+                w::MessageTree { nodes, head_id: tree.head_id }
             }
-            impl FromWit<w::TreeNode> for p::TreeNode {
-                fn from_wit(v: w::TreeNode) -> R<Self> {
-                    Ok(Self { message: field(v.message, "message")?, parent_id: v.parent_id })
+            fn tree_from_wit(tree: w::MessageTree, path: &[p::Message]) -> R<p::MessageTree> {
+                use $crate::wit::bad_tree_index;
+                let mut nodes = Vec::with_capacity(tree.nodes.len());
+                let mut parents = Vec::with_capacity(tree.nodes.len());
+                for (k, node) in tree.nodes.into_iter().enumerate() {
+                    let message = match node.message {
+                        w::TreeMessage::Active(i) => match path.get(i as usize) {
+                            Some(m) => m.clone(),
+                            None => return Err(bad_tree_index(k, "message", "message", i)),
+                        },
+                        w::TreeMessage::Other(m) => {
+                            p::Message::from_wit(m).map_err(|e| e.in_field("message").in_index(k).in_field("nodes"))?
+                        }
+                    };
+                    nodes.push(p::TreeNode { message, parent_id: None });
+                    parents.push(node.parent);
                 }
-            }
-
-            impl From<p::MessageTree> for w::MessageTree {
-                fn from(v: p::MessageTree) -> Self {
-                    Self { nodes: v.nodes.into_iter().map(Into::into).collect(), head_id: v.head_id }
+                for (k, parent) in parents.into_iter().enumerate() {
+                    nodes[k].parent_id = match parent {
+                        w::TreeParent::Root => None,
+                        w::TreeParent::Id(id) => Some(id),
+                        w::TreeParent::Node(j) => match nodes.get(j as usize) {
+                            Some(node) => Some(node.message.id.clone()),
+                            None => return Err(bad_tree_index(k, "parent", "node", j)),
+                        },
+                    };
                 }
-            }
-            impl FromWit<w::MessageTree> for p::MessageTree {
-                fn from_wit(v: w::MessageTree) -> R<Self> {
-                    Ok(Self { nodes: list(v.nodes, "nodes")?, head_id: v.head_id })
-                }
+                Ok(p::MessageTree { nodes, head_id: tree.head_id })
             }
 
             // ---- agent config ------------------------------------------
@@ -936,6 +1015,7 @@ macro_rules! wit_conversions {
 
             impl From<p::DecisionRequest> for w::DecisionRequest {
                 fn from(v: p::DecisionRequest) -> Self {
+                    let message_tree = tree_to_wit(v.message_tree, &v.messages);
                     Self {
                         session_id: v.session_id,
                         decision_id: v.decision_id,
@@ -948,7 +1028,7 @@ macro_rules! wit_conversions {
                         calls: v.calls.into_iter().map(Into::into).collect(),
                         pending_calls: v.pending_calls,
                         messages: v.messages.into_iter().map(Into::into).collect(),
-                        message_tree: v.message_tree.into(),
+                        message_tree,
                         ancestry: v.ancestry,
                         attempts: v.attempts,
                         deadline: v.deadline,
@@ -958,6 +1038,9 @@ macro_rules! wit_conversions {
             }
             impl FromWit<w::DecisionRequest> for p::DecisionRequest {
                 fn from_wit(v: w::DecisionRequest) -> R<Self> {
+                    let messages: Vec<p::Message> = list(v.messages, "messages")?;
+                    let message_tree =
+                        tree_from_wit(v.message_tree, &messages).map_err(|e| e.in_field("message_tree"))?;
                     Ok(Self {
                         session_id: v.session_id,
                         decision_id: v.decision_id,
@@ -969,8 +1052,8 @@ macro_rules! wit_conversions {
                         agent: opt(v.agent, "agent")?,
                         calls: list(v.calls, "calls")?,
                         pending_calls: v.pending_calls,
-                        messages: list(v.messages, "messages")?,
-                        message_tree: field(v.message_tree, "message_tree")?,
+                        messages,
+                        message_tree,
                         ancestry: v.ancestry,
                         attempts: v.attempts,
                         deadline: v.deadline,

@@ -18,8 +18,13 @@ use crate::worker::DeltaSink;
 pub(crate) struct StoreState {
     /// WASI as the engine grants it: no preopened directories, no
     /// environment, no arguments, no network; clocks and randomness work;
-    /// stdout and stderr go to the logs.
-    wasi: WasiCtx,
+    /// stdout and stderr go to the logs. Built on the guest's first WASI
+    /// call: most decisions make none, and building it (seeding two random
+    /// generators, boxing clocks and streams) is a fifth of an empty
+    /// decision's cost.
+    wasi: Option<WasiCtx>,
+    /// The guest's stdout, for the WASI context when it is built.
+    stdout: GuestOutput,
     /// WASI's resources (streams, pollables, HTTP requests) for this
     /// instance.
     table: ResourceTable,
@@ -43,20 +48,31 @@ impl StoreState {
         stdout: GuestOutput,
         stderr: GuestOutput,
     ) -> Self {
-        let wasi = WasiCtxBuilder::new()
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .stdout(stdout)
-            .stderr(stderr.clone())
-            .build();
-        Self { wasi, table: ResourceTable::new(), http: WasiHttpCtx::new(), gate, limiter, stderr, deltas }
+        Self {
+            wasi: None,
+            stdout,
+            table: ResourceTable::new(),
+            http: WasiHttpCtx::new(),
+            gate,
+            limiter,
+            stderr,
+            deltas,
+        }
     }
 }
 
 impl WasiView for StoreState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        let wasi = self.wasi.get_or_insert_with(|| {
+            WasiCtxBuilder::new()
+                .allow_tcp(false)
+                .allow_udp(false)
+                .allow_ip_name_lookup(false)
+                .stdout(self.stdout.clone())
+                .stderr(self.stderr.clone())
+                .build()
+        });
+        WasiCtxView { ctx: wasi, table: &mut self.table }
     }
 }
 
