@@ -195,9 +195,35 @@ async fn idle_sessions(count: usize) -> serde_json::Value {
     let before = memory_kib().map(|m| m.0).unwrap_or(0);
     let bench = start();
     let started = memory_kib().map(|m| m.0).unwrap_or(0);
-    // Sessions are created in waves so the machine is not asked for
-    // `count` decisions at once; each ends idle, its actor gone.
-    for wave in (0..count).collect::<Vec<_>>().chunks(256) {
+    let half = count / 2;
+    let at_half = create_idle(&bench, 0..half).await;
+    let stored = create_idle(&bench, half..count).await;
+    // The total includes what does not grow with sessions: the store's
+    // page cache (capped), the instance pool's resident pages and what the
+    // allocator kept from running the turns. The second half's growth is
+    // what one more idle session costs.
+    let per_session = (stored.saturating_sub(started) as f64 * 1024.0) / count as f64;
+    let marginal = (stored.saturating_sub(at_half) as f64 * 1024.0) / (count - half).max(1) as f64;
+    println!(
+        "\nidle sessions: {count} stored; resident {before} KiB before the engine, {started} KiB started, {at_half} KiB with {half}, {stored} KiB with {count}: {per_session:.0} B per idle session in all, {marginal:.0} B for each of the second {} ({} still active)",
+        count - half,
+        bench.engine.active_sessions()
+    );
+    json!({
+        "idle_sessions": count,
+        "rss_kib_engine_started": started,
+        "rss_kib_with_half": at_half,
+        "rss_kib_with_sessions": stored,
+        "bytes_per_idle_session": per_session,
+        "bytes_per_additional_idle_session": marginal,
+    })
+}
+
+/// Runs one turn in each of the sessions `ids` (in waves, so the machine is
+/// not asked for thousands of decisions at once), waits until every actor
+/// has left, and returns the resident memory then.
+async fn create_idle(bench: &Bench, ids: std::ops::Range<usize>) -> u64 {
+    for wave in ids.collect::<Vec<_>>().chunks(256) {
         let tasks: Vec<_> = wave
             .iter()
             .map(|&s| {
@@ -214,13 +240,7 @@ async fn idle_sessions(count: usize) -> serde_json::Value {
     while bench.engine.active_sessions() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let stored = memory_kib().map(|m| m.0).unwrap_or(0);
-    let per_session = (stored.saturating_sub(started) as f64 * 1024.0) / count as f64;
-    println!(
-        "\nidle sessions: {count} stored; resident {before} KiB before the engine, {started} KiB started, {stored} KiB with them: {per_session:.0} B per idle session ({} still active)",
-        bench.engine.active_sessions()
-    );
-    json!({"idle_sessions": count, "rss_kib_engine_started": started, "rss_kib_with_sessions": stored, "bytes_per_idle_session": per_session})
+    memory_kib().map(|m| m.0).unwrap_or(0)
 }
 
 async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
