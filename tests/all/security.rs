@@ -33,6 +33,15 @@ struct Api {
 
 impl Api {
     async fn start(keys: &[(&str, &str)], tenants: HashMap<String, AgentPolicy>) -> Self {
+        Self::start_with_hosts(keys, tenants, HashMap::new()).await
+    }
+
+    /// [`Api::start`] with fixed answers for the names guests fetch.
+    async fn start_with_hosts(
+        keys: &[(&str, &str)],
+        tenants: HashMap<String, AgentPolicy>,
+        hosts: HashMap<String, Vec<std::net::IpAddr>>,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         // Components the test binary compiled already are loaded, not
         // compiled again (the host's other settings are the defaults, so
@@ -42,8 +51,9 @@ impl Api {
         for entry in std::fs::read_dir(compiled).into_iter().flatten().flatten() {
             let _ = std::fs::copy(entry.path(), dir.path().join("compiled").join(entry.file_name()));
         }
-        let host = ComponentHost::with_config(HostConfig { tenants, max_concurrent: 32, ..HostConfig::default() })
-            .expect("the component host starts");
+        let host =
+            ComponentHost::with_config(HostConfig { tenants, hosts, max_concurrent: 32, ..HostConfig::default() })
+                .expect("the component host starts");
         let store: Arc<dyn subs_engine::Store> =
             Arc::new(subs_engine::store::redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
         let config = subs_engine::EngineConfig {
@@ -457,4 +467,46 @@ async fn guests_cannot_leave_the_allow_list_by_redirects_ip_literals_or_names() 
         assert!(line.contains(&format!("tenant={}", tenant.0)) && line.contains("agent=fetch"), "{line}");
     }
     assert_eq!(hits.load(Ordering::SeqCst), 2, "no refused request reached the target");
+}
+
+/// DNS rebinding: a name on the allow-list is trusted for its name, not
+/// for wherever it resolves. One that resolves to loopback or to the cloud
+/// metadata address is refused when the engine connects, with the reason,
+/// and logged; the listed address itself, and `localhost`, still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listed_names_that_resolve_to_private_addresses_are_refused() {
+    let (hello, hits) = target().await;
+    let port = hello.port();
+    let tenant = ("rebind", "subs_rebind_key_00000000000000000000");
+    let listed = vec!["rebind.example".to_owned(), "metadata.example".to_owned(), hello.to_string()];
+    let hosts = HashMap::from([
+        ("rebind.example".to_owned(), vec![hello.ip()]),
+        ("metadata.example".to_owned(), vec!["169.254.169.254".parse().unwrap()]),
+    ]);
+    let s = Api::start_with_hosts(&[tenant], HashMap::from([(tenant.0.to_owned(), policy(Some(listed)))]), hosts).await;
+    assert_eq!(s.upload("fetch", guests::TEST_FETCH, tenant.1).await.0, StatusCode::CREATED);
+    crate::providers::captured_logs();
+
+    for (session, name, address) in
+        [("loopback", "rebind.example", "127.0.0.1"), ("metadata", "metadata.example", "169.254.169.254")]
+    {
+        let (event, data) = fetch(&s, tenant, session, &format!("{name}:{port}")).await;
+        assert_eq!(event, "turn.failed", "{name}: {data}");
+        let error = data["error"].as_str().unwrap_or_default();
+        for part in ["HttpRequestDenied", "refused outgoing HTTP to", address, "may only lead to public addresses"] {
+            assert!(error.contains(part), "{name}: {part} missing from {error}");
+        }
+        let logged = refusals();
+        let line = logged
+            .iter()
+            .find(|l| l.contains(&format!("session={session}")))
+            .unwrap_or_else(|| panic!("{name}: no refusal logged in {logged:#?}"));
+        assert!(line.contains("tenant=rebind") && line.contains("agent=fetch") && line.contains(name), "{line}");
+    }
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "no refused request reached the target");
+
+    // The address itself is on the list, so it is reachable.
+    let (event, data) = fetch(&s, tenant, "by-address", &hello.to_string()).await;
+    assert_eq!(event, "turn.done", "{data}");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
 }

@@ -122,6 +122,11 @@ pub struct HostConfig {
     /// Where compiled components are kept across restarts; `None` compiles
     /// on every load.
     pub compile_cache: Option<PathBuf>,
+    /// Fixed answers for names guests' outgoing requests go to, consulted
+    /// before the system's resolver (as `/etc/hosts` is). They are held to
+    /// the same rule as DNS answers: a name leads only to public
+    /// addresses (`localhost` only to loopback).
+    pub hosts: HashMap<String, Vec<std::net::IpAddr>>,
 }
 
 impl Default for HostConfig {
@@ -135,6 +140,7 @@ impl Default for HostConfig {
             epoch_tick: Duration::from_millis(10),
             max_stack_bytes: 512 << 10,
             compile_cache: None,
+            hosts: HashMap::new(),
         }
     }
 }
@@ -211,7 +217,7 @@ impl ComponentHost {
         } else {
             None
         };
-        let client = http::client().map_err(|e| LoadError::Engine(format!("the HTTP client: {e}")))?;
+        let client = http::client(&config.hosts).map_err(|e| LoadError::Engine(format!("the HTTP client: {e}")))?;
         let cache = Arc::new(CompileCache::new(&engine, config.compile_cache.clone()));
         let slots = tokio::sync::Semaphore::new(config.max_concurrent as usize);
         let inner = Inner { engine, linker, config, slots, client, _ticker: ticker };
@@ -413,7 +419,7 @@ impl ComponentAgent {
             allowed: self.bound.allowed.clone(),
             client: self.host.client.clone(),
             labels,
-            denied: Vec::new(),
+            denied: http::Refusals::default(),
         };
         let state = StoreState::new(delivery.deltas, gate, Limiter::new(limits), stdout, stderr);
         let mut store = Store::new(self.pre.engine(), state);
@@ -507,9 +513,7 @@ impl ComponentAgent {
 
 /// The outgoing requests the engine refused during a decision, if any.
 fn refused_http(state: &StoreState) -> Option<String> {
-    let denied = &state.gate.denied;
-    (!denied.is_empty())
-        .then(|| format!("the engine refused outgoing HTTP to {}: not on the agent's allow-list", denied.join(", ")))
+    state.gate.denied.describe().map(|refused| format!("the engine refused outgoing HTTP to {refused}"))
 }
 
 /// Why a run failed before the guest answered.
