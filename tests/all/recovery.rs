@@ -217,3 +217,63 @@ async fn a_redelivery_after_a_crash_carries_a_higher_attempts() {
     assert_eq!(seen[..3], [1, 2, 3], "{seen:?}");
     assert!(seen.len() > 3 && seen[3..].iter().all(|&a| a == 1), "{seen:?}");
 }
+
+/// A slow disk: every commit's fsync takes 40 ms more. Eight tool turns
+/// run at once; each finishes as it does on a fast disk (same transcript,
+/// each tool run once), nothing is lost, and the commits group: fewer
+/// commits than batches, which is what keeps a slow disk from multiplying
+/// into every session's latency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_disk_delays_turns_but_changes_nothing() {
+    // The reference, on a normal disk.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(RedbStore::open(dir.path().join("subs.redb")).unwrap());
+    let executions = Arc::new(Mutex::new(HashMap::new()));
+    let engine = counting_engine(store.clone(), &executions);
+    run_turn(&engine).await;
+    assert_eq!(wait_done(&engine).await.status, TurnStatus::Done);
+    let reference: Vec<String> = history(&engine).iter().map(subs_tests::describe).collect();
+    engine.kill().await;
+    store.close().await.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(RedbStore::open(dir.path().join("subs.redb")).unwrap());
+    store.inject_fsync_delay(std::time::Duration::from_millis(40));
+    let executions = Arc::new(Mutex::new(HashMap::new()));
+    let engine = counting_engine(store.clone(), &executions);
+    let sessions: Vec<String> = (0..8).map(|i| format!("slow-{i}")).collect();
+    let started = std::time::Instant::now();
+    for session in &sessions {
+        let input = subs_protocol::ClientInput::ClientMessage(subs_protocol::client::ClientMessage {
+            agent_id: "tools".to_owned(),
+            turn_id: Some("the-turn".to_owned()),
+            message: subs_protocol::DraftMessage::user(PROMPT),
+            stream: None,
+        });
+        engine.input(TENANT, session, input, Default::default()).await.expect("input accepted");
+    }
+    for session in &sessions {
+        let turn =
+            tokio::time::timeout(std::time::Duration::from_secs(60), engine.wait_turn(TENANT, session, "the-turn"))
+                .await
+                .expect("the turn ends on a slow disk")
+                .unwrap();
+        assert_eq!(turn.status, TurnStatus::Done, "{session}: {turn:?}");
+        let transcript: Vec<String> =
+            engine.snapshot(TENANT, session).unwrap().unwrap().messages.iter().map(subs_tests::describe).collect();
+        assert_eq!(transcript, reference, "{session} differs from the fast disk's");
+    }
+    let executions = executions.lock().unwrap().clone();
+    // Call ids are derived per session, so the eight sessions share two.
+    assert_eq!(executions.len(), 2, "two tool calls per session: {executions:?}");
+    assert!(executions.values().all(|n| *n == 8), "each tool ran once per session: {executions:?}");
+    use subs_engine::Store as _;
+    let stats = store.stats().unwrap();
+    assert!(stats.commits < stats.batches, "commits grouped on a slow disk: {stats:?}");
+    // The delay was real: the writer spent it on every commit, one after
+    // another (a lower bound, so no flakiness on a busy machine).
+    let spent = std::time::Duration::from_millis(40) * u32::try_from(stats.commits).unwrap();
+    assert!(started.elapsed() >= spent, "{} commits took {:?}", stats.commits, started.elapsed());
+    engine.kill().await;
+    store.close().await.unwrap();
+}

@@ -152,6 +152,9 @@ struct Tally {
     batches: AtomicU64,
     /// Write transactions committed (one fsync each).
     commits: AtomicU64,
+    /// Fault injection: microseconds every commit takes on top of its own
+    /// work, spent on the writer thread as a slow fsync would be.
+    slow_disk_micros: AtomicU64,
 }
 
 /// A message to the writer thread.
@@ -256,6 +259,15 @@ impl RedbStore {
             writer: Mutex::new(Some(writer)),
             counters,
         })
+    }
+
+    /// Fault injection for tests: from now on every commit takes `delay`
+    /// longer, spent on the writer thread before the transaction commits,
+    /// as on a disk whose fsync is slow. Commits queue behind it and group
+    /// as they would; zero turns it off.
+    pub fn inject_fsync_delay(&self, delay: std::time::Duration) {
+        let micros = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.counters.slow_disk_micros.store(micros, Ordering::Relaxed);
     }
 
     /// The database file.
@@ -568,6 +580,10 @@ fn run_writer(db: Arc<Database>, requests: mpsc::Receiver<Request>, counters: &T
 
 /// Commits `group` and answers each of its waiters.
 fn commit_group(db: &Database, group: Vec<Pending>, counters: &Tally) {
+    let slow = counters.slow_disk_micros.load(Ordering::Relaxed);
+    if slow > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(slow));
+    }
     let outcome = write_transaction(db, group.iter().map(|pending| pending.writes.as_slice()));
     match outcome {
         Ok(()) => {
