@@ -30,6 +30,8 @@
 mod anthropic;
 pub mod config;
 mod error;
+#[cfg(test)]
+mod fuzz;
 mod http;
 pub mod native;
 pub mod offline;

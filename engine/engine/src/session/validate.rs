@@ -233,3 +233,69 @@ pub(crate) fn check_config(agent: &AgentConfig) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Fuzzing of the rules: whatever a worker decides, answering whatever
+/// trigger, validation accepts it or refuses it with a reason, and never
+/// panics. Random decisions and triggers (the protocol's proptest
+/// strategies: every action and field shape, ids valid and not, JSON of
+/// any kind) against a session that has a conversation, an agent config
+/// with tools and a sub-agent, and a store to look sub-agents up in.
+#[cfg(test)]
+mod fuzz {
+    use proptest::test_runner::{Config, TestRunner};
+    use subs_protocol::{AgentConfig, AgentTool, Message, Role, SubAgent, arbitrary};
+
+    use super::*;
+    use crate::store::MessageRecord;
+    use crate::store::redb::RedbStore;
+
+    fn session() -> Session {
+        let key = SessionKey::new("t", "s");
+        let mut session = Session::fresh(key, "agent".to_owned(), Default::default(), 1);
+        let mut agent = AgentConfig::new("subs/offline");
+        agent.tools = Some(vec![AgentTool::new("add")]);
+        agent.sub_agents = Some(vec![SubAgent { id: "helper".to_owned(), description: None }]);
+        session.record.agent = Some(agent);
+        let mut parent = None;
+        for (id, role) in [("m1", Role::User), ("m2", Role::Assistant)] {
+            let message = Message {
+                id: id.to_owned(),
+                role,
+                content: Some(subs_protocol::Content::Text(format!("{id} text"))),
+                tool_calls: None,
+                tool_call_id: None,
+                name: None,
+            };
+            session.tree.insert(MessageRecord { message, parent_id: parent.replace(id.to_owned()) });
+        }
+        session.record.head_id = parent;
+        session
+    }
+
+    #[test]
+    fn any_decision_to_any_trigger_is_accepted_or_refused_with_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(dir.path().join("subs.redb")).unwrap();
+        let session = session();
+        let cases = std::env::var("FUZZ_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(3000);
+        let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+        let (accepted, refused) = (std::cell::Cell::new(0u32), std::cell::Cell::new(0u32));
+        runner
+            .run(&(arbitrary::trigger(), arbitrary::decision_response()), |(trigger, decision)| {
+                match validate(&session, &trigger, &decision, &store) {
+                    Ok(()) => accepted.set(accepted.get() + 1),
+                    Err(reason) => {
+                        assert!(!reason.trim().is_empty(), "a refusal without a reason for {decision:?}");
+                        refused.set(refused.get() + 1);
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
+        // Both outcomes are reached, or the generator is not exercising
+        // the rules.
+        let (accepted, refused) = (accepted.get(), refused.get());
+        eprintln!("{cases} decisions: {accepted} accepted, {refused} refused");
+        assert!(accepted > 0 && refused > 0, "accepted {accepted}, refused {refused}");
+    }
+}
