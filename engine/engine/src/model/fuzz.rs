@@ -150,37 +150,47 @@ fn check(outcome: Result<subs_protocol::LlmResponse, ModelError>, input: &[u8]) 
     }
 }
 
-/// Runs one stream through both readers, event by event as the model
-/// client does (stopping at the end or the first error), and each event's
-/// JSON through both non-streaming readers.
+/// A provider's stream reader, so both formats run the same way.
+trait Reader {
+    fn event(&mut self, event: &SseEvent) -> Result<bool, ModelError>;
+    fn finish(self, provider: &str) -> Result<subs_protocol::LlmResponse, ModelError>;
+}
+
+macro_rules! reader {
+    ($($format:ident),+) => {$(
+        impl Reader for $format::StreamReader {
+            fn event(&mut self, event: &SseEvent) -> Result<bool, ModelError> {
+                $format::StreamReader::event(self, event)
+            }
+            fn finish(self, provider: &str) -> Result<subs_protocol::LlmResponse, ModelError> {
+                $format::StreamReader::finish(self, provider)
+            }
+        }
+    )+};
+}
+reader!(openai, anthropic);
+
+/// Feeds `events` as the model client does (stopping at the end or the
+/// first error) and finishes the reply.
+fn read(
+    mut reader: impl Reader,
+    events: &[SseEvent],
+    provider: &str,
+) -> Result<subs_protocol::LlmResponse, ModelError> {
+    for event in events {
+        if reader.event(event)? {
+            break;
+        }
+    }
+    reader.finish(provider)
+}
+
+/// Runs one stream through both readers, and each event's JSON through
+/// both non-streaming readers.
 fn run(stream: &[u8]) {
     let events = events(stream);
-    let mut open = openai::StreamReader::new(ReplyBuilder::new(None, true));
-    let mut outcome = Ok(());
-    for event in &events {
-        match open.event(event) {
-            Ok(true) => break,
-            Ok(false) => {}
-            Err(e) => {
-                outcome = Err(e);
-                break;
-            }
-        }
-    }
-    check(outcome.and_then(|()| open.finish("openai")), stream);
-    let mut claude = anthropic::StreamReader::new(ReplyBuilder::new(None, true));
-    let mut outcome = Ok(());
-    for event in &events {
-        match claude.event(event) {
-            Ok(true) => break,
-            Ok(false) => {}
-            Err(e) => {
-                outcome = Err(e);
-                break;
-            }
-        }
-    }
-    check(outcome.and_then(|()| claude.finish("anthropic")), stream);
+    check(read(openai::StreamReader::new(ReplyBuilder::new(None, true)), &events, "openai"), stream);
+    check(read(anthropic::StreamReader::new(ReplyBuilder::new(None, true)), &events, "anthropic"), stream);
     for event in &events {
         if let Ok(body) = serde_json::from_str::<Value>(&event.data) {
             check(openai::read_response(&body, ReplyBuilder::new(None, true)), event.data.as_bytes());
@@ -191,18 +201,11 @@ fn run(stream: &[u8]) {
 
 #[test]
 fn the_seeds_read_as_replies() {
-    let mut reader = openai::StreamReader::new(ReplyBuilder::new(None, true));
-    for event in events(OPENAI.as_bytes()) {
-        reader.event(&event).unwrap();
-    }
-    let reply = reader.finish("openai").unwrap();
-    assert_eq!(reply.tool_calls.map(|c| c.len()), Some(2), "the OpenAI seed reaches the tool-call paths");
-    let mut reader = anthropic::StreamReader::new(ReplyBuilder::new(None, true));
-    for event in events(ANTHROPIC.as_bytes()) {
-        reader.event(&event).unwrap();
-    }
-    let reply = reader.finish("anthropic").unwrap();
-    assert_eq!(reply.tool_calls.map(|c| c.len()), Some(1), "the Anthropic seed reaches the tool-use paths");
+    let reply = read(openai::StreamReader::new(ReplyBuilder::new(None, true)), &events(OPENAI.as_bytes()), "openai");
+    assert_eq!(reply.unwrap().tool_calls.map(|c| c.len()), Some(2), "the OpenAI seed reaches the tool-call paths");
+    let reply =
+        read(anthropic::StreamReader::new(ReplyBuilder::new(None, true)), &events(ANTHROPIC.as_bytes()), "anthropic");
+    assert_eq!(reply.unwrap().tool_calls.map(|c| c.len()), Some(1), "the Anthropic seed reaches the tool-use paths");
 }
 
 #[test]
