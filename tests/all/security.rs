@@ -33,15 +33,16 @@ struct Api {
 
 impl Api {
     async fn start(keys: &[(&str, &str)], tenants: HashMap<String, AgentPolicy>) -> Self {
-        Self::start_with_hosts(keys, tenants, HashMap::new()).await
+        Self::start_with_hosts(keys, tenants, (HashMap::new(), Vec::new())).await
     }
 
     /// [`Api::start`] with fixed answers for the names guests fetch.
     async fn start_with_hosts(
         keys: &[(&str, &str)],
         tenants: HashMap<String, AgentPolicy>,
-        hosts: HashMap<String, Vec<std::net::IpAddr>>,
+        hosts: (HashMap<String, Vec<std::net::IpAddr>>, Vec<String>),
     ) -> Self {
+        let (hosts, private_hosts) = hosts;
         let dir = tempfile::tempdir().unwrap();
         // Components the test binary compiled already are loaded, not
         // compiled again (the host's other settings are the defaults, so
@@ -51,9 +52,14 @@ impl Api {
         for entry in std::fs::read_dir(compiled).into_iter().flatten().flatten() {
             let _ = std::fs::copy(entry.path(), dir.path().join("compiled").join(entry.file_name()));
         }
-        let host =
-            ComponentHost::with_config(HostConfig { tenants, hosts, max_concurrent: 32, ..HostConfig::default() })
-                .expect("the component host starts");
+        let host = ComponentHost::with_config(HostConfig {
+            tenants,
+            hosts,
+            private_hosts,
+            max_concurrent: 32,
+            ..HostConfig::default()
+        })
+        .expect("the component host starts");
         let store: Arc<dyn subs_engine::Store> =
             Arc::new(subs_engine::store::redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
         let config = subs_engine::EngineConfig {
@@ -472,18 +478,22 @@ async fn guests_cannot_leave_the_allow_list_by_redirects_ip_literals_or_names() 
 /// DNS rebinding: a name on the allow-list is trusted for its name, not
 /// for wherever it resolves. One that resolves to loopback or to the cloud
 /// metadata address is refused when the engine connects, with the reason,
-/// and logged; the listed address itself, and `localhost`, still work.
+/// and logged; the listed address itself still works, and so does a name
+/// the operator made a private host (an internal service).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listed_names_that_resolve_to_private_addresses_are_refused() {
     let (hello, hits) = target().await;
     let port = hello.port();
     let tenant = ("rebind", "subs_rebind_key_00000000000000000000");
-    let listed = vec!["rebind.example".to_owned(), "metadata.example".to_owned(), hello.to_string()];
+    let listed = ["rebind.example", "metadata.example", "internal.example", &hello.to_string()].map(str::to_owned);
     let hosts = HashMap::from([
         ("rebind.example".to_owned(), vec![hello.ip()]),
         ("metadata.example".to_owned(), vec!["169.254.169.254".parse().unwrap()]),
+        ("internal.example".to_owned(), vec![hello.ip()]),
     ]);
-    let s = Api::start_with_hosts(&[tenant], HashMap::from([(tenant.0.to_owned(), policy(Some(listed)))]), hosts).await;
+    let private = vec!["internal.example".to_owned()];
+    let tenants = HashMap::from([(tenant.0.to_owned(), policy(Some(listed.to_vec())))]);
+    let s = Api::start_with_hosts(&[tenant], tenants, (hosts, private)).await;
     assert_eq!(s.upload("fetch", guests::TEST_FETCH, tenant.1).await.0, StatusCode::CREATED);
     crate::providers::captured_logs();
 
@@ -505,8 +515,12 @@ async fn listed_names_that_resolve_to_private_addresses_are_refused() {
     }
     assert_eq!(hits.load(Ordering::SeqCst), 0, "no refused request reached the target");
 
-    // The address itself is on the list, so it is reachable.
+    // The address itself is on the list, so it is reachable; and so is
+    // the name the operator declared a private host.
     let (event, data) = fetch(&s, tenant, "by-address", &hello.to_string()).await;
     assert_eq!(event, "turn.done", "{data}");
     assert_eq!(hits.load(Ordering::SeqCst), 1);
+    let (event, data) = fetch(&s, tenant, "internal", &format!("internal.example:{port}")).await;
+    assert_eq!(event, "turn.done", "a private host reaches its private address: {data}");
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
 }

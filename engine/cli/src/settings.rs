@@ -56,6 +56,10 @@ pub struct ConfigFile {
     pub connect_timeout_secs: Option<f64>,
     /// The longest a provider may stay silent.
     pub read_timeout_secs: Option<f64>,
+    /// Names on agents' allow-lists that may resolve to private and
+    /// loopback addresses: the operator's internal services
+    /// (docs/sandbox.md). Every other name may lead only to public ones.
+    pub private_hosts: Vec<String>,
 }
 
 /// One `[[keys]]` entry: a tenant and its key, hashed or not.
@@ -208,7 +212,7 @@ impl ConfigFile {
         let defaults = HostConfig::default();
         let limits = SandboxLimits::default().with(&self.limits.sandbox.overrides());
         let tenants = self.tenants.iter().map(|(tenant, entry)| (tenant.clone(), entry.sandbox.policy())).collect();
-        Ok(HostConfig { limits, tenants, ..defaults })
+        Ok(HostConfig { limits, tenants, private_hosts: self.private_hosts.clone(), ..defaults })
     }
 
     /// Each configured agent's sandbox policy, by `(tenant, agent)`.
@@ -330,12 +334,14 @@ mod tests {
     #[test]
     fn sandbox_limits_come_from_limits_tenants_and_agents() {
         let file = parse(
-            "[limits.sandbox]\nmemory_bytes = 1048576\ncpu_ms = 250\n\
+            "private_hosts = [\"billing.internal\"]\n\
+             [limits.sandbox]\nmemory_bytes = 1048576\ncpu_ms = 250\n\
              [tenants.acme.sandbox]\nwall_clock_ms = 500\nhttp_hosts = [\"api.example.com\"]\n\
              [agents.acme.scraper]\nmemory_bytes = 2097152\nhttp_hosts = [\"example.com:8443\"]\n",
         )
         .unwrap();
         let host = file.host_config().unwrap();
+        assert_eq!(host.private_hosts, ["billing.internal"]);
         assert_eq!(host.limits.memory_bytes, 1 << 20);
         assert_eq!(host.limits.cpu, std::time::Duration::from_millis(250));
         assert_eq!(host.limits.wall_clock, SandboxLimits::default().wall_clock, "untouched");

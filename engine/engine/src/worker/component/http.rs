@@ -17,7 +17,9 @@
 //! a listed name that resolves — or is rebound between two lookups — to
 //! loopback, a private network or a cloud metadata address is refused at
 //! connection time. `localhost` (and `*.localhost`) may only lead to
-//! loopback. To let agents reach a private service, list its address.
+//! loopback. To let agents reach a private service, list its address, or
+//! — to reach it by name, as HTTPS needs — have the operator name it in
+//! `HostConfig::private_hosts`.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -211,9 +213,13 @@ impl WasiHttpHooks for HttpGate {
 /// The client guests' requests go out through: no redirects (a redirect
 /// could leave the allow-list), no proxy from the environment, and names
 /// resolved by a [`GuardedResolver`] over `hosts`.
-pub(crate) fn client(hosts: &HashMap<String, Vec<IpAddr>>) -> Result<reqwest::Client, reqwest::Error> {
+pub(crate) fn client(
+    hosts: &HashMap<String, Vec<IpAddr>>,
+    private_hosts: &[String],
+) -> Result<reqwest::Client, reqwest::Error> {
     let resolver = GuardedResolver {
         hosts: Arc::new(hosts.iter().map(|(name, addrs)| (normal_name(name), addrs.clone())).collect()),
+        private: Arc::new(private_hosts.iter().map(|name| normal_name(name)).collect()),
     };
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -231,18 +237,21 @@ struct GuardedResolver {
     /// Fixed answers, consulted before the system's resolver (as
     /// `/etc/hosts` would be), and vetted the same way.
     hosts: Arc<HashMap<String, Vec<IpAddr>>>,
+    /// Names the operator lets lead anywhere (internal services).
+    private: Arc<std::collections::HashSet<String>>,
 }
 
 impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let name = normal_name(name.as_str());
         let fixed = self.hosts.get(&name).cloned();
+        let anywhere = self.private.contains(&name);
         Box::pin(async move {
             let addresses = match fixed {
                 Some(addresses) => addresses,
                 None => tokio::net::lookup_host((name.as_str(), 0)).await?.map(|a| a.ip()).collect(),
             };
-            let kept = vet(&name, &addresses)?;
+            let kept = if anywhere { addresses } else { vet(&name, &addresses)? };
             let addrs: reqwest::dns::Addrs = Box::new(kept.into_iter().map(|ip| SocketAddr::new(ip, 0)));
             Ok(addrs)
         })

@@ -127,6 +127,10 @@ pub struct HostConfig {
     /// the same rule as DNS answers: a name leads only to public
     /// addresses (`localhost` only to loopback).
     pub hosts: HashMap<String, Vec<std::net::IpAddr>>,
+    /// Names that may lead to any address, private and loopback ones
+    /// included: the operator's internal services, which agents reach by
+    /// name (HTTPS needs the name) once it is also on their allow-list.
+    pub private_hosts: Vec<String>,
 }
 
 impl Default for HostConfig {
@@ -141,6 +145,7 @@ impl Default for HostConfig {
             max_stack_bytes: 512 << 10,
             compile_cache: None,
             hosts: HashMap::new(),
+            private_hosts: Vec::new(),
         }
     }
 }
@@ -217,7 +222,8 @@ impl ComponentHost {
         } else {
             None
         };
-        let client = http::client(&config.hosts).map_err(|e| LoadError::Engine(format!("the HTTP client: {e}")))?;
+        let client = http::client(&config.hosts, &config.private_hosts)
+            .map_err(|e| LoadError::Engine(format!("the HTTP client: {e}")))?;
         let cache = Arc::new(CompileCache::new(&engine, config.compile_cache.clone()));
         let slots = tokio::sync::Semaphore::new(config.max_concurrent as usize);
         let inner = Inner { engine, linker, config, slots, client, _ticker: ticker };
