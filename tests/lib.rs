@@ -134,13 +134,11 @@ impl TestEngine {
 
     /// Sends `text` as a user message; returns the turn id.
     pub async fn send(&self, session: &str, agent: &str, text: &str) -> String {
-        let input = subs_protocol::ClientInput::ClientMessage(subs_protocol::client::ClientMessage {
-            agent_id: agent.to_owned(),
-            turn_id: None,
-            message: subs_protocol::DraftMessage::user(text),
-            stream: None,
-        });
-        let accepted = self.engine.input(TENANT, session, input, Default::default()).await.expect("input accepted");
+        let accepted = self
+            .engine
+            .input(TENANT, session, user_input(agent, None, text), Default::default())
+            .await
+            .expect("input accepted");
         accepted.turn_id.expect("a turn")
     }
 
@@ -170,6 +168,17 @@ impl TestEngine {
         drop(self.store);
         self.dir
     }
+}
+
+/// A `client.message` input: the user says `text` to `agent`, in the turn
+/// `turn_id` (the engine mints one when it is `None`).
+pub fn user_input(agent: &str, turn_id: Option<&str>, text: impl Into<String>) -> subs_protocol::ClientInput {
+    subs_protocol::ClientInput::ClientMessage(subs_protocol::client::ClientMessage {
+        agent_id: agent.to_owned(),
+        turn_id: turn_id.map(str::to_owned),
+        message: subs_protocol::DraftMessage::user(text),
+        stream: None,
+    })
 }
 
 /// A test engine on `store`, with the test agents registered.

@@ -9,7 +9,7 @@ use subs_engine::model::{ModelError, Models, OfflineProvider, Provider};
 use subs_engine::store::TurnStatus;
 use subs_engine::worker::{BoxFuture, DeltaSink};
 use subs_protocol::{LlmRequest, LlmResponse};
-use subs_tests::{TENANT, agent, guests};
+use subs_tests::{TENANT, agent, guests, user_input};
 
 /// Fails its first `failures` calls with a retryable rate limit, then
 /// answers like the offline model.
@@ -53,13 +53,7 @@ async fn run(failures: u32) -> (subs_engine::store::TurnRecord, u32) {
     };
     let engine = subs_engine::Engine::start(store, models, config).unwrap();
     engine.register_agent(TENANT, "helper", Arc::new(agent(guests::PASSTHROUGH)));
-    let input = subs_protocol::ClientInput::ClientMessage(subs_protocol::client::ClientMessage {
-        agent_id: "helper".to_owned(),
-        turn_id: Some("t1".to_owned()),
-        message: subs_protocol::DraftMessage::user("hi"),
-        stream: None,
-    });
-    engine.input(TENANT, "s", input, Default::default()).await.unwrap();
+    engine.input(TENANT, "s", user_input("helper", Some("t1"), "hi"), Default::default()).await.unwrap();
     let turn = tokio::time::timeout(std::time::Duration::from_secs(20), engine.wait_turn(TENANT, "s", "t1"))
         .await
         .unwrap()

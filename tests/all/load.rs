@@ -79,12 +79,7 @@ async fn many_sessions_run_tool_turns_at_once_and_none_is_lost() {
             let engine = engine.clone();
             tokio::spawn(async move {
                 let session = format!("load-{i}");
-                let input = subs_protocol::ClientInput::ClientMessage(subs_protocol::client::ClientMessage {
-                    agent_id: "tools".to_owned(),
-                    turn_id: None,
-                    message: subs_protocol::DraftMessage::user(format!("add {i} and {}", i * 7 + 1)),
-                    stream: None,
-                });
+                let input = subs_tests::user_input("tools", None, format!("add {i} and {}", i * 7 + 1));
                 let accepted = engine.input("load", &session, input, Default::default()).await.expect("accepted");
                 let turn = accepted.turn_id.expect("a turn");
                 let record = engine.wait_turn("load", &session, &turn).await.expect("the store answers");

@@ -4,7 +4,7 @@
 use serde_json::json;
 use subs_engine::store::{SessionStatus, TurnStatus};
 use subs_engine::{Engine, InputError};
-use subs_protocol::client::{ClientMessage, ClientMessages, InterruptResume, ToolResult};
+use subs_protocol::client::{ClientMessages, InterruptResume, ToolResult};
 use subs_protocol::{AgentTool, ClientContext, ClientInput, DraftMessage, Role, ToolHandler};
 use subs_tests::{TENANT, TestEngine};
 
@@ -195,14 +195,7 @@ async fn an_edit_forks_a_branch() {
 #[tokio::test]
 async fn the_same_turn_id_twice_is_one_turn() {
     let t = TestEngine::start();
-    let input = || {
-        ClientInput::ClientMessage(ClientMessage {
-            agent_id: "helper".to_owned(),
-            turn_id: Some("once".to_owned()),
-            message: DraftMessage::user("only once"),
-            stream: None,
-        })
-    };
+    let input = || subs_tests::user_input("helper", Some("once"), "only once");
     let first = t.engine.input(TENANT, "idem", input(), Default::default()).await.unwrap();
     assert!(!first.existing);
     t.wait("idem", "once").await;

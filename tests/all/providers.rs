@@ -552,13 +552,7 @@ async fn turn(engine: &subs_engine::Engine, text: &str) -> subs_engine::store::T
 
 /// Runs one turn of session `s` to its end.
 async fn numbered_turn(engine: &subs_engine::Engine, turn_id: &str, text: &str) -> subs_engine::store::TurnRecord {
-    let input = subs_protocol::ClientInput::ClientMessage(subs_protocol::client::ClientMessage {
-        agent_id: "tools".to_owned(),
-        turn_id: Some(turn_id.to_owned()),
-        message: DraftMessage::user(text),
-        stream: None,
-    });
-    engine.input(TENANT, "s", input, Default::default()).await.unwrap();
+    engine.input(TENANT, "s", subs_tests::user_input("tools", Some(turn_id), text), Default::default()).await.unwrap();
     tokio::time::timeout(Duration::from_secs(30), engine.wait_turn(TENANT, "s", turn_id)).await.unwrap().unwrap()
 }
 

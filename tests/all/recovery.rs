@@ -12,7 +12,7 @@ use subs_engine::store::fault::FaultyStore;
 use subs_engine::store::redb::RedbStore;
 use subs_engine::worker::{BoxFuture, Delivery, Worker, WorkerError};
 use subs_protocol::{DecisionResponse, Message, Trigger};
-use subs_tests::{TENANT, TestEngine, agent, guests, start_engine};
+use subs_tests::{TENANT, TestEngine, agent, guests, start_engine, user_input};
 
 const PROMPT: &str = r#"use tool add with {"a": 1, "b": 2} and use tool add with {"a": 3, "b": 4}"#;
 
@@ -48,25 +48,22 @@ fn counting_engine(
     engine
 }
 
-async fn run_turn(engine: &subs_engine::Engine) -> String {
-    let input = subs_protocol::ClientInput::ClientMessage(subs_protocol::client::ClientMessage {
-        agent_id: "tools".to_owned(),
-        turn_id: Some("the-turn".to_owned()),
-        message: subs_protocol::DraftMessage::user(PROMPT),
-        stream: None,
-    });
-    engine.input(TENANT, "s", input, Default::default()).await.expect("input accepted").turn_id.unwrap()
+/// Starts the tool turn `the-turn` in `session`.
+async fn run_turn(engine: &subs_engine::Engine, session: &str) -> String {
+    let input = user_input("tools", Some("the-turn"), PROMPT);
+    engine.input(TENANT, session, input, Default::default()).await.expect("input accepted").turn_id.unwrap()
 }
 
-async fn wait_done(engine: &subs_engine::Engine) -> subs_engine::store::TurnRecord {
-    tokio::time::timeout(std::time::Duration::from_secs(30), engine.wait_turn(TENANT, "s", "the-turn"))
+/// Waits (at most `within`) for `the-turn` of `session` to end.
+async fn wait_done(engine: &subs_engine::Engine, session: &str, within: u64) -> subs_engine::store::TurnRecord {
+    tokio::time::timeout(std::time::Duration::from_secs(within), engine.wait_turn(TENANT, session, "the-turn"))
         .await
         .expect("the turn ends")
         .unwrap()
 }
 
-fn history(engine: &subs_engine::Engine) -> Vec<Message> {
-    engine.snapshot(TENANT, "s").unwrap().unwrap().messages
+fn history(engine: &subs_engine::Engine, session: &str) -> Vec<Message> {
+    engine.snapshot(TENANT, session).unwrap().unwrap().messages
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,9 +73,9 @@ async fn a_tool_turn_survives_a_crash_between_any_two_steps() {
     let store = Arc::new(FaultyStore::new(RedbStore::open(dir.path().join("subs.redb")).unwrap()));
     let executions = Arc::new(Mutex::new(HashMap::new()));
     let engine = counting_engine(store.clone(), &executions);
-    run_turn(&engine).await;
-    assert_eq!(wait_done(&engine).await.status, TurnStatus::Done);
-    let reference = history(&engine);
+    run_turn(&engine, "s").await;
+    assert_eq!(wait_done(&engine, "s", 30).await.status, TurnStatus::Done);
+    let reference = history(&engine, "s");
     let steps = store.commits();
     engine.kill().await;
     assert_eq!(reference.len(), 5, "user, tool calls, two results, answer");
@@ -94,7 +91,7 @@ async fn a_tool_turn_survives_a_crash_between_any_two_steps() {
         store.crash_after(k);
         let executions = Arc::new(Mutex::new(HashMap::new()));
         let engine = counting_engine(store.clone(), &executions);
-        run_turn(&engine).await;
+        run_turn(&engine, "s").await;
         tokio::time::timeout(std::time::Duration::from_secs(30), store.wait_crashed()).await.expect("the crash comes");
         engine.kill().await;
         store.inner().close().await.unwrap();
@@ -107,9 +104,9 @@ async fn a_tool_turn_survives_a_crash_between_any_two_steps() {
         let stored = store.turn(&key, "the-turn").unwrap().expect("the input was committed");
         assert_eq!(stored.status, TurnStatus::Running, "crash after commit {k}: the turn was still open");
         let engine = counting_engine(store.clone(), &executions);
-        let turn = wait_done(&engine).await;
+        let turn = wait_done(&engine, "s", 30).await;
         assert_eq!(turn.status, TurnStatus::Done, "crash after commit {k}: {turn:?}");
-        assert_eq!(history(&engine), reference, "crash after commit {k}: the history differs");
+        assert_eq!(history(&engine, "s"), reference, "crash after commit {k}: the history differs");
 
         // Each tool ran once per committed result: twice at most for the
         // one call whose result commit was the one refused, once otherwise.
@@ -192,13 +189,7 @@ async fn a_redelivery_after_a_crash_carries_a_higher_attempts() {
 
     // Two crashes, each in the middle of a delivery of the same step.
     let (engine, store) = reopen(&dir, worker(true));
-    let input = subs_protocol::ClientInput::ClientMessage(subs_protocol::client::ClientMessage {
-        agent_id: "attempts".to_owned(),
-        turn_id: Some("t".to_owned()),
-        message: subs_protocol::DraftMessage::user("hello"),
-        stream: None,
-    });
-    engine.input(TENANT, "s", input, Default::default()).await.unwrap();
+    engine.input(TENANT, "s", user_input("attempts", Some("t"), "hello"), Default::default()).await.unwrap();
     delivered.notified().await;
     crash(engine, store).await;
     let (engine, store) = reopen(&dir, worker(true));
@@ -230,9 +221,9 @@ async fn a_slow_disk_delays_turns_but_changes_nothing() {
     let store = Arc::new(RedbStore::open(dir.path().join("subs.redb")).unwrap());
     let executions = Arc::new(Mutex::new(HashMap::new()));
     let engine = counting_engine(store.clone(), &executions);
-    run_turn(&engine).await;
-    assert_eq!(wait_done(&engine).await.status, TurnStatus::Done);
-    let reference: Vec<String> = history(&engine).iter().map(subs_tests::describe).collect();
+    run_turn(&engine, "s").await;
+    assert_eq!(wait_done(&engine, "s", 30).await.status, TurnStatus::Done);
+    let reference: Vec<String> = history(&engine, "s").iter().map(subs_tests::describe).collect();
     engine.kill().await;
     store.close().await.unwrap();
 
@@ -244,23 +235,12 @@ async fn a_slow_disk_delays_turns_but_changes_nothing() {
     let sessions: Vec<String> = (0..8).map(|i| format!("slow-{i}")).collect();
     let started = std::time::Instant::now();
     for session in &sessions {
-        let input = subs_protocol::ClientInput::ClientMessage(subs_protocol::client::ClientMessage {
-            agent_id: "tools".to_owned(),
-            turn_id: Some("the-turn".to_owned()),
-            message: subs_protocol::DraftMessage::user(PROMPT),
-            stream: None,
-        });
-        engine.input(TENANT, session, input, Default::default()).await.expect("input accepted");
+        run_turn(&engine, session).await;
     }
     for session in &sessions {
-        let turn =
-            tokio::time::timeout(std::time::Duration::from_secs(60), engine.wait_turn(TENANT, session, "the-turn"))
-                .await
-                .expect("the turn ends on a slow disk")
-                .unwrap();
+        let turn = wait_done(&engine, session, 60).await;
         assert_eq!(turn.status, TurnStatus::Done, "{session}: {turn:?}");
-        let transcript: Vec<String> =
-            engine.snapshot(TENANT, session).unwrap().unwrap().messages.iter().map(subs_tests::describe).collect();
+        let transcript: Vec<String> = history(&engine, session).iter().map(subs_tests::describe).collect();
         assert_eq!(transcript, reference, "{session} differs from the fast disk's");
     }
     let executions = executions.lock().unwrap().clone();

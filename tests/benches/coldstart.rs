@@ -25,8 +25,6 @@ use subs_engine::store::TurnStatus;
 use subs_engine::store::redb::RedbStore;
 use subs_engine::worker::component::{AgentPolicy, ComponentHost, HostConfig};
 use subs_engine::{Engine, EngineConfig};
-use subs_protocol::ClientInput;
-use subs_protocol::client::ClientMessage;
 
 const TENANT: &str = "bench";
 
@@ -96,12 +94,7 @@ async fn cold_start(components: &[Vec<u8>], cache: &std::path::Path) -> Run {
     engine.resume().expect("the engine resumes");
     let ready = start.elapsed();
 
-    let input = ClientInput::ClientMessage(ClientMessage {
-        agent_id: "agent0".to_owned(),
-        turn_id: Some("first".to_owned()),
-        message: subs_protocol::DraftMessage::user("hello"),
-        stream: None,
-    });
+    let input = subs_tests::user_input("agent0", Some("first"), "hello");
     engine.input(TENANT, "s", input, Default::default()).await.expect("input accepted");
     let turn = engine.wait_turn(TENANT, "s", "first").await.expect("the store answers");
     assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");

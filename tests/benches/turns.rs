@@ -26,8 +26,6 @@ use serde_json::json;
 use subs_engine::store::redb::RedbStore;
 use subs_engine::store::{SessionKey, Store, TurnStatus};
 use subs_engine::{Engine, EngineConfig};
-use subs_protocol::ClientInput;
-use subs_protocol::client::ClientMessage;
 
 const TENANT: &str = "bench";
 /// Turns per conversation before a client moves on to a new session.
@@ -67,12 +65,7 @@ fn start() -> Bench {
 }
 
 async fn turn(engine: &Engine, session: &str, n: usize) {
-    let input = ClientInput::ClientMessage(ClientMessage {
-        agent_id: "passthrough".to_owned(),
-        turn_id: Some(format!("turn-{n}")),
-        message: subs_protocol::DraftMessage::user(format!("message {n}")),
-        stream: None,
-    });
+    let input = subs_tests::user_input("passthrough", Some(&format!("turn-{n}")), format!("message {n}"));
     let accepted = engine.input(TENANT, session, input, Default::default()).await.expect("input accepted");
     let turn_id = accepted.turn_id.expect("a turn");
     let record = engine.wait_turn(TENANT, session, &turn_id).await.expect("the store answers");
