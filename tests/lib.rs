@@ -170,6 +170,53 @@ impl TestEngine {
     }
 }
 
+/// Serves `app` on a free loopback port for the rest of the test; returns
+/// its address.
+pub async fn serve_loopback(app: axum::Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
+    let addr = listener.local_addr().expect("a bound address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+/// A loopback HTTP server whose `/` answers `hello`; counts those requests.
+pub async fn hello_server() -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let hits = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { "hello" }
+        }),
+    );
+    (serve_loopback(app).await, hits)
+}
+
+/// The server's API keys for `(tenant, key)` pairs.
+pub fn api_keys(keys: &[(&str, &str)]) -> subs_server::Keys {
+    subs_server::Keys::new(keys.iter().map(|(tenant, key)| subs_engine::store::KeyRecord {
+        tenant: (*tenant).to_owned(),
+        hash: subs_server::auth::hash_key(key),
+        prefix: key[..8].to_owned(),
+        name: None,
+        created_ms: 0,
+    }))
+}
+
+/// Serves the API over `state` on a free loopback port: its base URL, and
+/// a sender that stops the server (as does dropping it).
+pub async fn serve_api(state: std::sync::Arc<subs_server::AppState>) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
+    let base = format!("http://{}", listener.local_addr().expect("a bound address"));
+    let (shutdown, stop) = tokio::sync::oneshot::channel();
+    tokio::spawn(subs_server::serve(listener, state, async {
+        let _ = stop.await;
+    }));
+    (base, shutdown)
+}
+
 /// A `client.message` input: the user says `text` to `agent`, in the turn
 /// `turn_id` (the engine mints one when it is `None`).
 pub fn user_input(agent: &str, turn_id: Option<&str>, text: impl Into<String>) -> subs_protocol::ClientInput {

@@ -40,13 +40,6 @@ impl Server {
         let host = subs_tests::host().clone();
         let agents = subs_server::AgentRegistry::new(engine.clone(), store.clone(), host, dir.path().to_path_buf())
             .with_policies(policies);
-        let records = keys.iter().map(|(tenant, key)| subs_engine::store::KeyRecord {
-            tenant: (*tenant).to_owned(),
-            hash: subs_server::auth::hash_key(key),
-            prefix: key[..8].to_owned(),
-            name: None,
-            created_ms: 0,
-        });
         let config = subs_server::ServerConfig {
             default_limits: subs_server::Limits {
                 max_sessions: None,
@@ -60,16 +53,11 @@ impl Server {
             engine,
             store,
             agents,
-            keys: subs_server::Keys::new(records),
+            keys: subs_tests::api_keys(keys),
             config,
             metrics: subs_server::metrics::Metrics::default(),
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let (shutdown, stop) = tokio::sync::oneshot::channel();
-        tokio::spawn(subs_server::serve(listener, state, async {
-            let _ = stop.await;
-        }));
+        let (base, shutdown) = subs_tests::serve_api(state).await;
         Self { base, http: reqwest::Client::new(), shutdown: Some(shutdown), _dir: dir }
     }
 

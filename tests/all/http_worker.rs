@@ -23,10 +23,7 @@ use subs_tests::{TENANT, TestEngine};
 
 /// Serves `app` on a free loopback port; returns its URL.
 async fn serve(app: Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/")
+    format!("http://{}/", subs_tests::serve_loopback(app).await)
 }
 
 fn http_worker(url: &str, options: HttpWorkerOptions) -> Arc<HttpWorker> {

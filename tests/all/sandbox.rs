@@ -161,21 +161,11 @@ async fn the_environment_is_empty() {
     }
 }
 
-/// A loopback HTTP server answering `hello`, counting its requests.
+/// A loopback HTTP server answering `hello`, counting its requests; its
+/// authority.
 async fn hello_server() -> (String, Arc<AtomicUsize>) {
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    let app = axum::Router::new().route(
-        "/",
-        axum::routing::get(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-            async { "hello" }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let authority = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (authority, hits)
+    let (addr, hits) = subs_tests::hello_server().await;
+    (addr.to_string(), hits)
 }
 
 fn fetcher(hosts: &[&str]) -> ComponentAgent {

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
@@ -33,16 +33,12 @@ struct Api {
 
 impl Api {
     async fn start(keys: &[(&str, &str)], tenants: HashMap<String, AgentPolicy>) -> Self {
-        Self::start_with_hosts(keys, tenants, (HashMap::new(), Vec::new())).await
+        Self::start_with(keys, HostConfig { tenants, ..HostConfig::default() }).await
     }
 
-    /// [`Api::start`] with fixed answers for the names guests fetch.
-    async fn start_with_hosts(
-        keys: &[(&str, &str)],
-        tenants: HashMap<String, AgentPolicy>,
-        hosts: (HashMap<String, Vec<std::net::IpAddr>>, Vec<String>),
-    ) -> Self {
-        let (hosts, private_hosts) = hosts;
+    /// [`Api::start`] with a component host of `host`'s settings (at most
+    /// 32 decisions at once).
+    async fn start_with(keys: &[(&str, &str)], host: HostConfig) -> Self {
         let dir = tempfile::tempdir().unwrap();
         // Components the test binary compiled already are loaded, not
         // compiled again (the host's other settings are the defaults, so
@@ -52,14 +48,8 @@ impl Api {
         for entry in std::fs::read_dir(compiled).into_iter().flatten().flatten() {
             let _ = std::fs::copy(entry.path(), dir.path().join("compiled").join(entry.file_name()));
         }
-        let host = ComponentHost::with_config(HostConfig {
-            tenants,
-            hosts,
-            private_hosts,
-            max_concurrent: 32,
-            ..HostConfig::default()
-        })
-        .expect("the component host starts");
+        let host =
+            ComponentHost::with_config(HostConfig { max_concurrent: 32, ..host }).expect("the component host starts");
         let store: Arc<dyn subs_engine::Store> =
             Arc::new(subs_engine::store::redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
         let config = subs_engine::EngineConfig {
@@ -74,27 +64,15 @@ impl Api {
         let engine =
             subs_engine::Engine::start(store.clone(), subs_engine::model::Models::with_offline(), config).unwrap();
         let agents = subs_server::AgentRegistry::new(engine.clone(), store.clone(), host, dir.path().to_path_buf());
-        let records = keys.iter().map(|(tenant, key)| subs_engine::store::KeyRecord {
-            tenant: (*tenant).to_owned(),
-            hash: subs_server::auth::hash_key(key),
-            prefix: key[..8].to_owned(),
-            name: None,
-            created_ms: 0,
-        });
         let state = Arc::new(subs_server::AppState {
             engine,
             store,
             agents,
-            keys: subs_server::Keys::new(records),
+            keys: subs_tests::api_keys(keys),
             config: subs_server::ServerConfig::default(),
             metrics: subs_server::metrics::Metrics::default(),
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let (shutdown, stop) = tokio::sync::oneshot::channel();
-        tokio::spawn(subs_server::serve(listener, state, async {
-            let _ = stop.await;
-        }));
+        let (base, shutdown) = subs_tests::serve_api(state).await;
         Self { base, http: reqwest::Client::new(), shutdown: Some(shutdown), _dir: dir }
     }
 
@@ -199,34 +177,13 @@ fn policy(hosts: Option<Vec<String>>) -> AgentPolicy {
     AgentPolicy { limits: small(), http_hosts: hosts }
 }
 
-/// A loopback HTTP server: `/` answers `hello`, `/away?to=<url>` answers
-/// `302 Found` to `<url>`; `hits` counts requests to `/`.
-async fn target() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    let app = axum::Router::new().route(
-        "/",
-        axum::routing::get(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-            async { "hello" }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr, hits)
-}
-
 /// A loopback server that answers everything with a redirect to `to`.
 async fn redirector(to: String) -> std::net::SocketAddr {
     let app = axum::Router::new().fallback(move || {
         let to = to.clone();
         async move { (StatusCode::FOUND, [("location", to)], "") }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    addr
+    subs_tests::serve_loopback(app).await
 }
 
 /// Every hostile component, uploaded by tenant acme through the API: the
@@ -235,7 +192,7 @@ async fn redirector(to: String) -> std::net::SocketAddr {
 /// naming what the guest did, while tenant bravo's tool turn completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_uploads_fail_alone_while_another_tenants_session_completes() {
-    let (hello, hits) = target().await;
+    let (hello, hits) = subs_tests::hello_server().await;
     let tenants = HashMap::from([(ACME.0.to_owned(), policy(None))]);
     let s = Api::start(&[ACME, BRAVO], tenants).await;
     let acme = ACME.1;
@@ -404,7 +361,7 @@ fn refusals() -> Vec<String> {
 /// each is logged with the tenant and agent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guests_cannot_leave_the_allow_list_by_redirects_ip_literals_or_names() {
-    let (hello, hits) = target().await;
+    let (hello, hits) = subs_tests::hello_server().await;
     let port = hello.port();
     let away = redirector(format!("http://{hello}/")).await;
     // Three tenants, three allow-lists.
@@ -482,7 +439,7 @@ async fn guests_cannot_leave_the_allow_list_by_redirects_ip_literals_or_names() 
 /// the operator made a private host (an internal service).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listed_names_that_resolve_to_private_addresses_are_refused() {
-    let (hello, hits) = target().await;
+    let (hello, hits) = subs_tests::hello_server().await;
     let port = hello.port();
     let tenant = ("rebind", "subs_rebind_key_00000000000000000000");
     let listed = ["rebind.example", "metadata.example", "internal.example", &hello.to_string()].map(str::to_owned);
@@ -491,9 +448,13 @@ async fn listed_names_that_resolve_to_private_addresses_are_refused() {
         ("metadata.example".to_owned(), vec!["169.254.169.254".parse().unwrap()]),
         ("internal.example".to_owned(), vec![hello.ip()]),
     ]);
-    let private = vec!["internal.example".to_owned()];
-    let tenants = HashMap::from([(tenant.0.to_owned(), policy(Some(listed.to_vec())))]);
-    let s = Api::start_with_hosts(&[tenant], tenants, (hosts, private)).await;
+    let host = HostConfig {
+        tenants: HashMap::from([(tenant.0.to_owned(), policy(Some(listed.to_vec())))]),
+        hosts,
+        private_hosts: vec!["internal.example".to_owned()],
+        ..HostConfig::default()
+    };
+    let s = Api::start_with(&[tenant], host).await;
     assert_eq!(s.upload("fetch", guests::TEST_FETCH, tenant.1).await.0, StatusCode::CREATED);
     crate::providers::captured_logs();
 
