@@ -217,6 +217,18 @@ pub async fn serve_api(state: std::sync::Arc<subs_server::AppState>) -> (String,
     (base, shutdown)
 }
 
+/// Sends `request` with `body` as JSON, if any; returns the status and the
+/// answer as JSON (as a string when it is not JSON).
+pub async fn send_json(mut request: reqwest::RequestBuilder, body: Option<Value>) -> (reqwest::StatusCode, Value) {
+    if let Some(body) = body {
+        request = request.header("content-type", "application/json").body(body.to_string());
+    }
+    let response = request.send().await.expect("the server answers");
+    let status = response.status();
+    let text = response.text().await.expect("the answer's body");
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
 /// A `client.message` input: the user says `text` to `agent`, in the turn
 /// `turn_id` (the engine mints one when it is `None`).
 pub fn user_input(agent: &str, turn_id: Option<&str>, text: impl Into<String>) -> subs_protocol::ClientInput {

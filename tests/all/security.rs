@@ -81,14 +81,7 @@ impl Api {
     }
 
     async fn call(&self, method: Method, path: &str, key: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let mut request = self.request(method, path, key);
-        if let Some(body) = body {
-            request = request.header("content-type", "application/json").body(body.to_string());
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        let text = response.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        subs_tests::send_json(self.request(method, path, key), body).await
     }
 
     async fn upload(&self, agent: &str, wasm: &str, key: &str) -> (StatusCode, Value) {
