@@ -97,6 +97,10 @@ pub struct LimitsEntry {
 
 /// A component sandbox's limits as written (docs/sandbox.md): each field
 /// optional, changing only what it names.
+///
+/// It mirrors [`LimitOverrides`] in the file's units (milliseconds) plus
+/// `http_hosts`, rather than embedding it: serde cannot flatten one struct
+/// into another and still refuse unknown keys, which this file promises.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxEntry {
