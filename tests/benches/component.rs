@@ -82,14 +82,14 @@ async fn run(decisions: usize) {
         serde_json::to_vec(&request).unwrap().len()
     );
     println!();
-    println!("| worker | callers | p50 | p99 | decisions/s |");
-    println!("| --- | --- | --- | --- | --- |");
-    let cases = [("component, limits on", &limited), ("component, limits off", &unlimited), ("http (loopback)", &http)];
-    let mut results = Vec::new();
     if std::env::var_os("BENCH_QUICK").is_some() {
         quick(&request, &limited, &unlimited).await;
         return;
     }
+    println!("| worker | callers | p50 | p99 | decisions/s |");
+    println!("| --- | --- | --- | --- | --- |");
+    let cases = [("component, limits on", &limited), ("component, limits off", &unlimited), ("http (loopback)", &http)];
+    let mut results = Vec::new();
     for callers in [1, CONCURRENCY] {
         for (name, worker) in cases {
             measure(worker, &request, decisions.min(1000), callers).await; // warm-up
