@@ -82,6 +82,9 @@ struct Level {
     /// CPU time the whole process used meanwhile (engine, component,
     /// store writer and the clients).
     cpu: Duration,
+    /// CPU time of the store's writer thread alone: the one resource no
+    /// number of cores adds to.
+    writer_cpu: Duration,
     latencies: Vec<Duration>,
 }
 
@@ -103,6 +106,7 @@ async fn level(sessions: usize, length: Duration) -> Level {
     let steps_before = count_steps(&bench.store, sessions, 1);
 
     let cpu_before = cpu_time();
+    let writer_before = writer_cpu_times();
     let start = Instant::now();
     let until = start + length;
     let tasks: Vec<_> = (0..sessions)
@@ -134,6 +138,7 @@ async fn level(sessions: usize, length: Duration) -> Level {
     }
     let elapsed = start.elapsed();
     let cpu = cpu_time().saturating_sub(cpu_before);
+    let writer_cpu = writer_cpu_since(&writer_before);
     let after = bench.store.stats().expect("stats");
     let steps = count_steps(&bench.store, sessions, conversations) - steps_before;
     latencies.sort();
@@ -145,6 +150,7 @@ async fn level(sessions: usize, length: Duration) -> Level {
         batches: after.batches - before.batches,
         elapsed,
         cpu,
+        writer_cpu,
         latencies,
     }
 }
@@ -167,7 +173,35 @@ fn ms(d: Duration) -> f64 {
 /// CPU time this process has used (user + system), from
 /// `/proc/self/stat` (Linux; clock ticks of 10 ms).
 fn cpu_time() -> Duration {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return Duration::ZERO };
+    std::fs::read_to_string("/proc/self/stat").map_or(Duration::ZERO, |stat| stat_cpu(&stat))
+}
+
+/// CPU time each of the store's writer threads has used, by thread id
+/// (Linux; threads are found by name, `subs-store-writer`, which the
+/// kernel cuts to 15 bytes). By thread, because the previous level's
+/// store may still be shutting down while the next one starts.
+fn writer_cpu_times() -> std::collections::HashMap<std::ffi::OsString, Duration> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Default::default() };
+    tasks
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|name| "subs-store-writer".starts_with(name.trim()))
+        })
+        .filter_map(|task| Some((task.file_name(), stat_cpu(&std::fs::read_to_string(task.path().join("stat")).ok()?))))
+        .collect()
+}
+
+/// CPU time the writer threads used since `before`.
+fn writer_cpu_since(before: &std::collections::HashMap<std::ffi::OsString, Duration>) -> Duration {
+    writer_cpu_times()
+        .into_iter()
+        .map(|(tid, now)| now.saturating_sub(before.get(&tid).copied().unwrap_or_default()))
+        .sum()
+}
+
+/// User + system time from a `stat` line of procfs.
+fn stat_cpu(stat: &str) -> Duration {
     // Fields after the command name (which is in parentheses): state is
     // the 3rd field, utime the 14th, stime the 15th.
     let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
@@ -239,7 +273,7 @@ async fn create_idle(bench: &Bench, ids: std::ops::Range<usize>) -> u64 {
 async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
     println!("turns through the durable loop: passthrough component + offline model + redb, {length:?} per level\n");
     println!(
-        "{:>9} {:>8} {:>9} {:>10} {:>10} {:>11} {:>11} {:>12} {:>13} {:>14}",
+        "{:>9} {:>8} {:>9} {:>10} {:>10} {:>11} {:>11} {:>12} {:>13} {:>14} {:>16}",
         "sessions",
         "turns",
         "turns/s",
@@ -249,7 +283,8 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
         "turn p99",
         "step p50*",
         "fsyncs/step",
-        "CPU µs/step**"
+        "CPU µs/step**",
+        "writer µs/step***"
     );
     let mut rows = Vec::new();
     for sessions in levels {
@@ -262,8 +297,9 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
         let p99 = subs_tests::bench::percentile(&l.latencies, 0.99);
         let step_p50 = p50.div_f64(steps_per_turn.max(1.0));
         let cpu_per_step = l.cpu.as_secs_f64() * 1e6 / l.steps.max(1) as f64;
+        let writer_per_step = l.writer_cpu.as_secs_f64() * 1e6 / l.steps.max(1) as f64;
         println!(
-            "{:>9} {:>8} {:>9.0} {:>10.0} {:>10.1} {:>9.2}ms {:>9.2}ms {:>10.3}ms {:>13.3} {:>14.0}",
+            "{:>9} {:>8} {:>9.0} {:>10.0} {:>10.1} {:>9.2}ms {:>9.2}ms {:>10.3}ms {:>13.3} {:>14.0} {:>16.0}",
             l.sessions,
             l.turns,
             l.turns as f64 / secs,
@@ -274,6 +310,7 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
             ms(step_p50),
             l.commits as f64 / l.steps.max(1) as f64,
             cpu_per_step,
+            writer_per_step,
         );
         rows.push(json!({
             "sessions": l.sessions,
@@ -289,6 +326,7 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
             "batches": l.batches,
             "fsyncs_per_step": l.commits as f64 / l.steps.max(1) as f64,
             "cpu_us_per_step": cpu_per_step,
+            "writer_cpu_us_per_step": writer_per_step,
             "rss_kib_before": rss_before,
             "rss_kib_after": rss_after,
         }));
@@ -296,6 +334,9 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
     println!("\n* step p50 = turn p50 / steps per turn: the loop's cost per stored step, model and component included");
     println!(
         "** CPU time of the whole process (engine, component, store writer, clients) per step; unlike the rates, little affected by other load on the machine"
+    );
+    println!(
+        "*** CPU time of the store's single writer thread per step: 1 s / this is the most steps per second the writer allows"
     );
     let idle = if idle > 0 { idle_sessions(idle).await } else { serde_json::Value::Null };
     let out = json!({"bench": "turns", "levels": rows, "idle": idle});
