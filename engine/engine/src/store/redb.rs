@@ -2,24 +2,31 @@
 //!
 //! # What is in the file
 //!
-//! One table per record kind, every record a JSON value (`serde_json`):
+//! Every record is a JSON value (`serde_json`). Format 2:
 //!
 //! | table | key | value |
 //! | --- | --- | --- |
 //! | `sessions` | storage key (`tenant/session`) | [`SessionRecord`] |
 //! | `active` | storage key | nothing: the session's status is not idle |
-//! | `messages` | (storage key, seq) | [`MessageRecord`] |
-//! | `steps` | (storage key, seq) | [`StepRecord`] |
-//! | `events` | (storage key, seq) | [`EventRecord`] |
+//! | `log` | (storage key, log number) | one commit's [`MessageRecord`]s, [`StepRecord`]s, [`EventRecord`]s and [`CallRecord`] changes for the session, framed ([`history`]) |
 //! | `inbox` | (storage key, seq) | [`InboxItem`] |
-//! | `calls` | (storage key, call id) | [`CallRecord`] |
 //! | `turns` | (storage key, turn id) | [`TurnRecord`] |
-//! | `meta` | name | `u64`: the file format and the next inbox sequence number |
+//! | `meta` | name | `u64`: the file format, the next inbox and log numbers |
 //!
 //! Tuple keys sort by session first, so every read of one session is a
-//! single range scan. `active` is kept in step with each `PutSession`, so
-//! [`Store::unfinished`] reads a small index (plus the inbox, which only
-//! holds items not yet taken in) instead of every session.
+//! single range scan. A session's history (messages, steps, events, calls)
+//! is a log: each commit appends one value per session it touches, so one
+//! step costs the B-trees one insert there instead of one in each of four
+//! tables — the pages a commit dirties, not the bytes, are what bound the
+//! writer (see [`history`]). Reads fold the log: the last frame of a step
+//! or call wins. `active` is kept in step with each `PutSession` (written
+//! only when it changes), so [`Store::unfinished`] reads a small index
+//! (plus the inbox, which only holds items not yet taken in) instead of
+//! every session.
+//!
+//! Format 1 (a table per record kind: `messages`, `steps`, `events`,
+//! `calls`) is migrated to format 2 when such a file is opened, in one
+//! transaction.
 //!
 //! # Writes: group commit
 //!
@@ -50,8 +57,11 @@
 //! store does the same (and waits for the writer), without reporting
 //! errors.
 
-use std::collections::BTreeSet;
+mod history;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, mpsc};
@@ -85,26 +95,31 @@ pub const CACHE_BYTES: usize = 32 * 1024 * 1024;
 mod name {
     pub const SESSIONS: &str = "sessions";
     pub const ACTIVE: &str = "active";
-    pub const MESSAGES: &str = "messages";
-    pub const STEPS: &str = "steps";
-    pub const EVENTS: &str = "events";
+    pub const LOG: &str = "log";
     pub const INBOX: &str = "inbox";
-    pub const CALLS: &str = "calls";
     pub const TURNS: &str = "turns";
     pub const AGENTS: &str = "agents";
     pub const KEYS: &str = "keys";
     pub const META: &str = "meta";
+    /// Not tables since format 2: the kinds of record the log holds, named
+    /// in errors about them.
+    pub const MESSAGES: &str = "messages";
+    pub const STEPS: &str = "steps";
+    pub const EVENTS: &str = "events";
+    pub const CALLS: &str = "calls";
     /// Not a table: errors of the database as a whole.
     pub const DATABASE: &str = "database";
 }
 
-const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new(name::SESSIONS);
 const ACTIVE: TableDefinition<&str, ()> = TableDefinition::new(name::ACTIVE);
-const MESSAGES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new(name::MESSAGES);
-const STEPS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new(name::STEPS);
-const EVENTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new(name::EVENTS);
+/// Sessions and their histories, keyed by (session, log number); see
+/// [`history`]. The session's record is at [`SESSION_SLOT`].
+const LOG: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new(name::LOG);
+/// Where in its range of `log` a session's record is: after every log
+/// number, so the record and the newest history share a leaf page and one
+/// commit of a session dirties one page, not two.
+const SESSION_SLOT: u64 = u64::MAX;
 const INBOX: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new(name::INBOX);
-const CALLS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::CALLS);
 const TURNS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::TURNS);
 /// Agents, keyed by (tenant, agent id).
 const AGENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::AGENTS);
@@ -119,8 +134,13 @@ const META_FORMAT: &str = "format";
 /// derived from the inbox, which empties) so numbers never repeat, across
 /// sessions and restarts.
 const META_NEXT_INBOX: &str = "next_inbox_seq";
+/// `meta` key: the next log number. Numbers increase across the whole
+/// file, so each session's log values sort in the order they were written.
+const META_NEXT_LOG: &str = "next_log";
 /// The layout this code writes.
-const FORMAT_VERSION: u64 = 1;
+const FORMAT_VERSION: u64 = 2;
+/// The older layout this code migrates on open.
+const FORMAT_TABLE_PER_KIND: u64 = 1;
 
 /// The [`Store`] on a redb file. See the [module docs](self) for the layout
 /// and the commit path.
@@ -177,12 +197,35 @@ enum Request {
 /// committing task so the writer thread only touches the disk.
 #[derive(Debug)]
 enum Write {
-    Session { key: String, active: bool, value: Vec<u8> },
-    PutSeq { table: SeqTable, key: String, seq: u64, value: Vec<u8> },
-    DeleteSeq { table: SeqTable, key: String, seq: u64 },
-    PutNamed { table: NamedTable, key: String, id: String, value: Vec<u8> },
-    DeleteNamed { table: NamedTable, key: String, id: String },
-    PushInbox { key: String, value: Vec<u8> },
+    Session {
+        key: String,
+        active: bool,
+        value: Vec<u8>,
+    },
+    /// A session's history writes of one batch, framed ([`history`]).
+    Log {
+        key: String,
+        value: Vec<u8>,
+    },
+    PutNamed {
+        table: NamedTable,
+        key: String,
+        id: String,
+        value: Vec<u8>,
+    },
+    DeleteNamed {
+        table: NamedTable,
+        key: String,
+        id: String,
+    },
+    PushInbox {
+        key: String,
+        value: Vec<u8>,
+    },
+    DeleteInbox {
+        key: String,
+        seq: u64,
+    },
 }
 
 impl Write {
@@ -191,28 +234,18 @@ impl Write {
     fn key(&self) -> &str {
         match self {
             Write::Session { key, .. }
-            | Write::PutSeq { key, .. }
-            | Write::DeleteSeq { key, .. }
+            | Write::Log { key, .. }
             | Write::PutNamed { key, .. }
             | Write::DeleteNamed { key, .. }
-            | Write::PushInbox { key, .. } => key,
+            | Write::PushInbox { key, .. }
+            | Write::DeleteInbox { key, .. } => key,
         }
     }
 }
 
-/// Tables keyed by (session, sequence number).
-#[derive(Debug, Clone, Copy)]
-enum SeqTable {
-    Messages,
-    Steps,
-    Events,
-    Inbox,
-}
-
-/// Tables keyed by (session, id).
+/// Tables keyed by (session or tenant, id).
 #[derive(Debug, Clone, Copy)]
 enum NamedTable {
-    Calls,
     Turns,
     Agents,
     Keys,
@@ -379,29 +412,37 @@ impl Store for RedbStore {
 
     fn session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
         self.read(|txn| {
-            let table = open_read(txn, SESSIONS, name::SESSIONS)?;
-            let value = table.get(key.storage_key().as_str()).map_err(|err| redb_error(name::SESSIONS, err))?;
+            let table = open_read(txn, LOG, name::LOG)?;
+            let value =
+                table.get((key.storage_key().as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
             value.map(|value| decode(name::SESSIONS, value.value())).transpose()
         })
     }
 
     fn sessions(&self, tenant: Option<&str>) -> Result<Vec<SessionRecord>, StoreError> {
         self.read(|txn| {
-            let table = open_read(txn, SESSIONS, name::SESSIONS)?;
-            let entries = match tenant {
-                // Ids hold no `/`, so `tenant/` prefixes exactly this
-                // tenant's keys, and `0` is the character after `/`.
-                Some(tenant) => {
-                    let (from, to) = (format!("{tenant}/"), format!("{tenant}0"));
-                    table.range::<&str>(from.as_str()..to.as_str())
-                }
-                None => table.range::<&str>(..),
-            }
-            .map_err(|err| redb_error(name::SESSIONS, err))?;
+            let table = open_read(txn, LOG, name::LOG)?;
+            // Ids hold no `/`, so `tenant/` prefixes exactly this tenant's
+            // keys. From each session's first entry, its record is one
+            // lookup away and the next session one seek past it: no
+            // history is read.
+            let prefix = tenant.map(|tenant| format!("{tenant}/"));
             let mut sessions = Vec::new();
-            for entry in entries {
-                let (_, value) = entry.map_err(|err| redb_error(name::SESSIONS, err))?;
-                sessions.push(decode::<SessionRecord>(name::SESSIONS, value.value())?);
+            let mut from = prefix.clone().unwrap_or_default();
+            loop {
+                let next = table.range((from.as_str(), 0)..).map_err(|err| redb_error(name::LOG, err))?.next();
+                let Some(entry) = next else { break };
+                let (key, _) = entry.map_err(|err| redb_error(name::LOG, err))?;
+                let session = key.value().0.to_owned();
+                if prefix.as_ref().is_some_and(|prefix| !session.starts_with(prefix.as_str())) {
+                    break;
+                }
+                let record = table.get((session.as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
+                if let Some(record) = record {
+                    sessions.push(decode::<SessionRecord>(name::SESSIONS, record.value())?);
+                }
+                // The smallest key after every key of this session.
+                from = session + "\0";
             }
             // Storage keys order `a-b/x` before `a/x`; callers expect the
             // order of `SessionKey` (tenant, then session).
@@ -430,15 +471,50 @@ impl Store for RedbStore {
     }
 
     fn messages(&self, key: &SessionKey) -> Result<Vec<(u64, MessageRecord)>, StoreError> {
-        self.read(|txn| scan_seq(txn, MESSAGES, name::MESSAGES, key, 0, usize::MAX))
+        self.read(|txn| {
+            let mut messages = Vec::new();
+            scan_log(txn, key, |frame| {
+                if frame.kind == history::Kind::Message {
+                    messages.push((frame.seq, decode(name::MESSAGES, frame.payload)?));
+                }
+                Ok(ControlFlow::Continue(()))
+            })?;
+            Ok(messages)
+        })
     }
 
     fn steps(&self, key: &SessionKey, from: u64) -> Result<Vec<(u64, StepRecord)>, StoreError> {
-        self.read(|txn| scan_seq(txn, STEPS, name::STEPS, key, from, usize::MAX))
+        self.read(|txn| {
+            // A step is stored again as it changes; only its last version
+            // is decoded.
+            let mut steps = BTreeMap::new();
+            scan_log(txn, key, |frame| {
+                if frame.kind == history::Kind::Step && frame.seq >= from {
+                    steps.insert(frame.seq, frame.payload.to_vec());
+                }
+                Ok(ControlFlow::Continue(()))
+            })?;
+            steps.into_iter().map(|(seq, value)| Ok((seq, decode(name::STEPS, &value)?))).collect()
+        })
     }
 
     fn calls(&self, key: &SessionKey) -> Result<Vec<CallRecord>, StoreError> {
-        self.read(|txn| scan_named(txn, CALLS, name::CALLS, Some(&key.storage_key())))
+        self.read(|txn| {
+            let mut calls = BTreeMap::new();
+            scan_log(txn, key, |frame| {
+                match frame.kind {
+                    history::Kind::Call => {
+                        calls.insert(frame.id.to_owned(), frame.payload.to_vec());
+                    }
+                    history::Kind::CallGone => {
+                        calls.remove(frame.id);
+                    }
+                    _ => {}
+                }
+                Ok(ControlFlow::Continue(()))
+            })?;
+            calls.values().map(|value| decode(name::CALLS, value)).collect()
+        })
     }
 
     fn agents(&self, tenant: Option<&str>) -> Result<Vec<AgentRecord>, StoreError> {
@@ -470,7 +546,24 @@ impl Store for RedbStore {
                 None => return Ok(Vec::new()),
             },
         };
-        self.read(|txn| scan_seq(txn, EVENTS, name::EVENTS, key, from, limit))
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // Events are appended in sequence order, so the first `limit` from
+        // `from` on end the scan.
+        self.read(|txn| {
+            let mut events = Vec::new();
+            scan_log(txn, key, |frame| {
+                if frame.kind == history::Kind::Event && frame.seq >= from {
+                    events.push((frame.seq, decode(name::EVENTS, frame.payload)?));
+                    if events.len() == limit {
+                        return Ok(ControlFlow::Break(()));
+                    }
+                }
+                Ok(ControlFlow::Continue(()))
+            })?;
+            Ok(events)
+        })
     }
 
     fn turn(&self, key: &SessionKey, turn_id: &str) -> Result<Option<TurnRecord>, StoreError> {
@@ -482,7 +575,7 @@ impl Store for RedbStore {
     }
 
     fn inbox(&self, key: &SessionKey) -> Result<Vec<(u64, InboxItem)>, StoreError> {
-        self.read(|txn| scan_seq(txn, INBOX, name::INBOX, key, 0, usize::MAX))
+        self.read(|txn| scan_inbox(txn, key))
     }
 
     /// `stored_bytes` is redb's `DatabaseStats::stored_bytes`: the bytes of
@@ -510,17 +603,28 @@ impl Store for RedbStore {
 }
 
 /// Creates the tables (so reads never meet a missing one) and checks or
-/// records the format version.
+/// records the format version, migrating a format-1 file.
 fn prepare(db: &Database) -> Result<(), StoreError> {
     let txn = db.begin_write().map_err(|err| redb_error(name::DATABASE, err))?;
     {
-        let tables = Tables::open(&txn)?;
-        let mut meta = tables.meta;
-        let format = meta.get(META_FORMAT).map_err(|err| redb_error(name::META, err))?.map(|format| format.value());
+        let mut tables = Tables::open(&txn)?;
+        let format =
+            tables.meta.get(META_FORMAT).map_err(|err| redb_error(name::META, err))?.map(|format| format.value());
         match format {
             Some(FORMAT_VERSION) => {}
             None => {
-                meta.insert(META_FORMAT, FORMAT_VERSION).map_err(|err| redb_error(name::META, err))?;
+                tables.meta.insert(META_FORMAT, FORMAT_VERSION).map_err(|err| redb_error(name::META, err))?;
+            }
+            Some(FORMAT_TABLE_PER_KIND) => {
+                let first = tables.take_lsn()?;
+                let next = history::migrate_v1(&txn, &mut tables.log, first)?;
+                tables.next_log = Some(next);
+                tables.finish()?;
+                tables.meta.insert(META_FORMAT, FORMAT_VERSION).map_err(|err| redb_error(name::META, err))?;
+                tracing::info!(
+                    log_values = next - first,
+                    "migrated the store from format {FORMAT_TABLE_PER_KIND} to {FORMAT_VERSION}"
+                );
             }
             Some(other) => {
                 return Err(StoreError::Corrupt {
@@ -651,7 +755,7 @@ fn write_all<'a>(txn: &WriteTransaction, batches: impl Iterator<Item = &'a [Writ
             tests::inject_failure(write.key())?;
         }
     }
-    Ok(())
+    tables.finish()
 }
 
 type SeqTableOf<'txn> = Table<'txn, (&'static str, u64), &'static [u8]>;
@@ -659,48 +763,56 @@ type NamedTableOf<'txn> = Table<'txn, (&'static str, &'static str), &'static [u8
 
 /// Every table, open in one write transaction.
 struct Tables<'txn> {
-    sessions: Table<'txn, &'static str, &'static [u8]>,
     active: Table<'txn, &'static str, ()>,
-    messages: SeqTableOf<'txn>,
-    steps: SeqTableOf<'txn>,
-    events: SeqTableOf<'txn>,
+    log: SeqTableOf<'txn>,
     inbox: SeqTableOf<'txn>,
-    calls: NamedTableOf<'txn>,
     turns: NamedTableOf<'txn>,
     agents: NamedTableOf<'txn>,
     keys: NamedTableOf<'txn>,
     meta: Table<'txn, &'static str, u64>,
+    /// The next log number, once read from `meta` in this transaction;
+    /// written back by [`finish`](Self::finish).
+    next_log: Option<u64>,
 }
 
 impl<'txn> Tables<'txn> {
     fn open(txn: &'txn WriteTransaction) -> Result<Self, StoreError> {
         Ok(Self {
-            sessions: open_write(txn, SESSIONS, name::SESSIONS)?,
             active: open_write(txn, ACTIVE, name::ACTIVE)?,
-            messages: open_write(txn, MESSAGES, name::MESSAGES)?,
-            steps: open_write(txn, STEPS, name::STEPS)?,
-            events: open_write(txn, EVENTS, name::EVENTS)?,
+            log: open_write(txn, LOG, name::LOG)?,
             inbox: open_write(txn, INBOX, name::INBOX)?,
-            calls: open_write(txn, CALLS, name::CALLS)?,
             turns: open_write(txn, TURNS, name::TURNS)?,
             agents: open_write(txn, AGENTS, name::AGENTS)?,
             keys: open_write(txn, KEYS, name::KEYS)?,
             meta: open_write(txn, META, name::META)?,
+            next_log: None,
         })
     }
 
-    fn seq(&mut self, table: SeqTable) -> (&mut SeqTableOf<'txn>, &'static str) {
-        match table {
-            SeqTable::Messages => (&mut self.messages, name::MESSAGES),
-            SeqTable::Steps => (&mut self.steps, name::STEPS),
-            SeqTable::Events => (&mut self.events, name::EVENTS),
-            SeqTable::Inbox => (&mut self.inbox, name::INBOX),
+    /// Hands out the next log number.
+    fn take_lsn(&mut self) -> Result<u64, StoreError> {
+        let next = match self.next_log {
+            Some(next) => next,
+            None => self.meta.get(META_NEXT_LOG).map_err(|err| redb_error(name::META, err))?.map_or(1, |n| n.value()),
+        };
+        if next == SESSION_SLOT {
+            return Err(StoreError::Corrupt { table: name::META, message: "the log numbers are exhausted".to_owned() });
         }
+        self.next_log = Some(next + 1);
+        Ok(next)
+    }
+
+    /// Stores what the transaction's writes advanced: one `meta` write per
+    /// transaction, not one per log value.
+    fn finish(&mut self) -> Result<(), StoreError> {
+        if let Some(next) = self.next_log {
+            self.meta.insert(META_NEXT_LOG, next).map_err(|err| redb_error(name::META, err))?;
+        }
+        Ok(())
     }
 
     fn named(&mut self, table: NamedTable) -> (&mut NamedTableOf<'txn>, &'static str) {
         match table {
-            NamedTable::Calls => (&mut self.calls, name::CALLS),
             NamedTable::Turns => (&mut self.turns, name::TURNS),
             NamedTable::Agents => (&mut self.agents, name::AGENTS),
             NamedTable::Keys => (&mut self.keys, name::KEYS),
@@ -711,20 +823,22 @@ impl<'txn> Tables<'txn> {
         match write {
             Write::Session { key, active, value } => {
                 let key = key.as_str();
-                self.sessions.insert(key, value.as_slice()).map_err(|err| redb_error(name::SESSIONS, err))?;
-                if *active {
+                self.log.insert((key, SESSION_SLOT), value.as_slice()).map_err(|err| redb_error(name::LOG, err))?;
+                // A read costs no page; a write, even of what is there,
+                // dirties one. Most commits do not change the status.
+                let listed = self.active.get(key).map_err(|err| redb_error(name::ACTIVE, err))?.is_some();
+                if *active && !listed {
                     self.active.insert(key, ()).map_err(|err| redb_error(name::ACTIVE, err))?;
-                } else {
+                } else if !*active && listed {
                     self.active.remove(key).map_err(|err| redb_error(name::ACTIVE, err))?;
                 }
             }
-            Write::PutSeq { table, key, seq, value } => {
-                let (table, name) = self.seq(*table);
-                table.insert((key.as_str(), *seq), value.as_slice()).map_err(|err| redb_error(name, err))?;
+            Write::Log { key, value } => {
+                let lsn = self.take_lsn()?;
+                self.log.insert((key.as_str(), lsn), value.as_slice()).map_err(|err| redb_error(name::LOG, err))?;
             }
-            Write::DeleteSeq { table, key, seq } => {
-                let (table, name) = self.seq(*table);
-                table.remove((key.as_str(), *seq)).map_err(|err| redb_error(name, err))?;
+            Write::DeleteInbox { key, seq } => {
+                self.inbox.remove((key.as_str(), *seq)).map_err(|err| redb_error(name::INBOX, err))?;
             }
             Write::PutNamed { table, key, id, value } => {
                 let (table, name) = self.named(*table);
@@ -752,76 +866,88 @@ impl<'txn> Tables<'txn> {
     }
 }
 
-/// Encodes a batch's ops for the writer.
+/// Encodes a batch's ops for the writer. A session's messages, steps,
+/// events and call changes are framed into one log value, written after
+/// the batch's other writes (they touch other tables, so the order between
+/// them does not matter).
 fn encode(batch: Batch) -> Result<Vec<Write>, StoreError> {
-    batch
-        .ops
-        .into_iter()
-        .map(|op| {
-            Ok(match op {
-                Op::PutSession(record) => Write::Session {
-                    key: storage_key(&record.key),
-                    active: record.status != SessionStatus::Idle,
-                    value: encode_value(name::SESSIONS, &record)?,
-                },
-                Op::PutMessage { session, seq, record } => Write::PutSeq {
-                    table: SeqTable::Messages,
-                    key: storage_key(&session),
-                    seq,
-                    value: encode_value(name::MESSAGES, &record)?,
-                },
-                Op::PutStep { session, seq, record } => Write::PutSeq {
-                    table: SeqTable::Steps,
-                    key: storage_key(&session),
-                    seq,
-                    value: encode_value(name::STEPS, &record)?,
-                },
-                Op::PutCall { session, record } => Write::PutNamed {
-                    table: NamedTable::Calls,
-                    key: storage_key(&session),
-                    id: record.call.id.clone(),
-                    value: encode_value(name::CALLS, &record)?,
-                },
-                Op::DeleteCall { session, call_id } => {
-                    Write::DeleteNamed { table: NamedTable::Calls, key: storage_key(&session), id: call_id }
-                }
-                Op::PutEvent { session, seq, record } => Write::PutSeq {
-                    table: SeqTable::Events,
-                    key: storage_key(&session),
-                    seq,
-                    value: encode_value(name::EVENTS, &record)?,
-                },
-                Op::PutTurn { session, turn_id, record } => Write::PutNamed {
-                    table: NamedTable::Turns,
-                    key: storage_key(&session),
-                    id: turn_id,
-                    value: encode_value(name::TURNS, &record)?,
-                },
-                Op::PushInbox { session, item } => {
-                    Write::PushInbox { key: storage_key(&session), value: encode_value(name::INBOX, &item)? }
-                }
-                Op::DeleteInbox { session, seq } => {
-                    Write::DeleteSeq { table: SeqTable::Inbox, key: storage_key(&session), seq }
-                }
-                Op::PutAgent(record) => Write::PutNamed {
-                    table: NamedTable::Agents,
-                    key: record.tenant.clone(),
-                    id: record.agent_id.clone(),
-                    value: encode_value(name::AGENTS, &record)?,
-                },
-                Op::DeleteAgent { tenant, agent_id } => {
-                    Write::DeleteNamed { table: NamedTable::Agents, key: tenant, id: agent_id }
-                }
-                Op::PutKey(record) => Write::PutNamed {
-                    table: NamedTable::Keys,
-                    key: record.tenant.clone(),
-                    id: record.hash.clone(),
-                    value: encode_value(name::KEYS, &record)?,
-                },
-                Op::DeleteKey { tenant, hash } => Write::DeleteNamed { table: NamedTable::Keys, key: tenant, id: hash },
-            })
-        })
-        .collect()
+    let mut writes = Vec::with_capacity(batch.ops.len());
+    let mut logs: Vec<(SessionKey, Vec<u8>)> = Vec::new();
+    for op in batch.ops {
+        let write = match op {
+            Op::PutSession(record) => Write::Session {
+                key: storage_key(&record.key),
+                active: record.status != SessionStatus::Idle,
+                value: encode_value(name::SESSIONS, &record)?,
+            },
+            Op::PutMessage { session, seq, record } => {
+                let log = log_of(&mut logs, session);
+                history::push_json(log, history::Kind::Message, seq, "", &record, name::MESSAGES)?;
+                continue;
+            }
+            Op::PutStep { session, seq, record } => {
+                let log = log_of(&mut logs, session);
+                history::push_json(log, history::Kind::Step, seq, "", &record, name::STEPS)?;
+                continue;
+            }
+            Op::PutEvent { session, seq, record } => {
+                let log = log_of(&mut logs, session);
+                history::push_json(log, history::Kind::Event, seq, "", &record, name::EVENTS)?;
+                continue;
+            }
+            Op::PutCall { session, record } => {
+                let log = log_of(&mut logs, session);
+                history::push_json(log, history::Kind::Call, 0, &record.call.id, &record, name::CALLS)?;
+                continue;
+            }
+            Op::DeleteCall { session, call_id } => {
+                history::push(log_of(&mut logs, session), history::Kind::CallGone, 0, &call_id, &[])?;
+                continue;
+            }
+            Op::PutTurn { session, turn_id, record } => Write::PutNamed {
+                table: NamedTable::Turns,
+                key: storage_key(&session),
+                id: turn_id,
+                value: encode_value(name::TURNS, &record)?,
+            },
+            Op::PushInbox { session, item } => {
+                Write::PushInbox { key: storage_key(&session), value: encode_value(name::INBOX, &item)? }
+            }
+            Op::DeleteInbox { session, seq } => Write::DeleteInbox { key: storage_key(&session), seq },
+            Op::PutAgent(record) => Write::PutNamed {
+                table: NamedTable::Agents,
+                key: record.tenant.clone(),
+                id: record.agent_id.clone(),
+                value: encode_value(name::AGENTS, &record)?,
+            },
+            Op::DeleteAgent { tenant, agent_id } => {
+                Write::DeleteNamed { table: NamedTable::Agents, key: tenant, id: agent_id }
+            }
+            Op::PutKey(record) => Write::PutNamed {
+                table: NamedTable::Keys,
+                key: record.tenant.clone(),
+                id: record.hash.clone(),
+                value: encode_value(name::KEYS, &record)?,
+            },
+            Op::DeleteKey { tenant, hash } => Write::DeleteNamed { table: NamedTable::Keys, key: tenant, id: hash },
+        };
+        writes.push(write);
+    }
+    writes.extend(logs.into_iter().map(|(session, value)| Write::Log { key: storage_key(&session), value }));
+    Ok(writes)
+}
+
+/// The log value being built for `session` (a batch nearly always touches
+/// one session, so a list is the cheapest map).
+fn log_of(logs: &mut Vec<(SessionKey, Vec<u8>)>, session: SessionKey) -> &mut Vec<u8> {
+    let at = match logs.iter().position(|(key, _)| *key == session) {
+        Some(at) => at,
+        None => {
+            logs.push((session, Vec::new()));
+            logs.len() - 1
+        }
+    };
+    &mut logs[at].1
 }
 
 /// The session's storage key. Ids are validated where they enter the
@@ -863,28 +989,42 @@ fn open_write<'txn, K: ::redb::Key + 'static, V: ::redb::Value + 'static>(
     txn.open_table(table).map_err(|err| redb_error(name, err))
 }
 
-/// Up to `limit` records of `key` with sequence numbers from `from` on.
-fn scan_seq<T: DeserializeOwned>(
-    txn: &ReadTransaction,
-    table: TableDefinition<(&'static str, u64), &'static [u8]>,
-    name: &'static str,
-    key: &SessionKey,
-    from: u64,
-    limit: usize,
-) -> Result<Vec<(u64, T)>, StoreError> {
-    let table = open_read(txn, table, name)?;
+/// The session's inbox items, in sequence order.
+fn scan_inbox(txn: &ReadTransaction, key: &SessionKey) -> Result<Vec<(u64, InboxItem)>, StoreError> {
+    let table = open_read(txn, INBOX, name::INBOX)?;
     let key = key.storage_key();
-    let entries = table.range((key.as_str(), from)..=(key.as_str(), u64::MAX)).map_err(|err| redb_error(name, err))?;
+    let entries =
+        table.range((key.as_str(), 0)..=(key.as_str(), u64::MAX)).map_err(|err| redb_error(name::INBOX, err))?;
     let mut records = Vec::new();
-    for entry in entries.take(limit) {
-        let (k, value) = entry.map_err(|err| redb_error(name, err))?;
-        records.push((k.value().1, decode(name, value.value())?));
+    for entry in entries {
+        let (k, value) = entry.map_err(|err| redb_error(name::INBOX, err))?;
+        records.push((k.value().1, decode(name::INBOX, value.value())?));
     }
     Ok(records)
 }
 
-/// Maps a redb error into ours. Damage is [`StoreError::Corrupt`] (so is a
-/// table of the wrong type: the file is not one we wrote); the rest is I/O.
+/// Shows `visit` every frame of the session's log, oldest first, until it
+/// breaks.
+fn scan_log(
+    txn: &ReadTransaction,
+    key: &SessionKey,
+    mut visit: impl FnMut(history::Frame<'_>) -> Result<ControlFlow<()>, StoreError>,
+) -> Result<(), StoreError> {
+    let table = open_read(txn, LOG, name::LOG)?;
+    let key = key.storage_key();
+    let entries =
+        table.range((key.as_str(), 0)..(key.as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
+    for entry in entries {
+        let (_, value) = entry.map_err(|err| redb_error(name::LOG, err))?;
+        for frame in history::frames(value.value()) {
+            if visit(frame?)?.is_break() {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Every record of a (key, id) table whose key is `key` (all keys when
 /// `None`), in id order.
 fn scan_named<T: DeserializeOwned>(
@@ -910,6 +1050,8 @@ fn scan_named<T: DeserializeOwned>(
     Ok(records)
 }
 
+/// Maps a redb error into ours. Damage is [`StoreError::Corrupt`] (so is a
+/// table of the wrong type: the file is not one we wrote); the rest is I/O.
 fn redb_error(table: &'static str, err: impl Into<::redb::Error>) -> StoreError {
     use ::redb::Error;
     match err.into() {
@@ -1085,6 +1227,99 @@ mod tests {
     /// The store's database, for tests that reach under the `Store` API.
     fn database(store: &RedbStore) -> Arc<Database> {
         Arc::clone(store.db.read().unwrap().as_ref().expect("open"))
+    }
+
+    /// Everything the store holds, as JSON, for comparing two stores.
+    fn dump(store: &RedbStore, turns: &[(&str, &str)]) -> serde_json::Value {
+        let sessions = store.sessions(None).unwrap();
+        let per_session: Vec<_> = sessions
+            .iter()
+            .map(|record| {
+                let key = &record.key;
+                let turns: Vec<_> = turns
+                    .iter()
+                    .filter(|(s, _)| *s == key.session)
+                    .map(|(_, id)| json!([id, store.turn(key, id).unwrap()]))
+                    .collect();
+                json!({
+                    "session": record,
+                    "messages": store.messages(key).unwrap(),
+                    "steps": store.steps(key, 0).unwrap(),
+                    "open_steps": store.steps(key, record.first_open_step).unwrap(),
+                    "calls": store.calls(key).unwrap(),
+                    "events": store.events(key, None, usize::MAX).unwrap(),
+                    "events_after_1": store.events(key, Some(1), 2).unwrap(),
+                    "turns": turns,
+                    "inbox": store.inbox(key).unwrap(),
+                })
+            })
+            .collect();
+        let mut unfinished = store.unfinished().unwrap();
+        unfinished.sort();
+        json!({
+            "sessions": per_session,
+            "unfinished": unfinished,
+            "agents": store.agents(None).unwrap(),
+            "keys": store.keys().unwrap(),
+        })
+    }
+
+    /// The turns the format-1 fixture holds, by session.
+    const FIXTURE_TURNS: &[(&str, &str)] = &[("s1", "turn-1"), ("s1", "turn-2"), ("s2", "turn-1"), ("s3", "turn-9")];
+
+    /// A file written by the format-1 layout (a table per record kind),
+    /// with what its reads returned then: open it with this code, and every
+    /// read still returns the same; then it takes new commits and reopens.
+    #[tokio::test]
+    async fn a_format_1_file_is_migrated_and_reads_the_same() {
+        let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let expected: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixtures.join("store-format-1.json")).unwrap()).unwrap();
+        let (_dir, path) = temp_file();
+        std::fs::copy(fixtures.join("store-format-1.redb"), &path).unwrap();
+        {
+            let db = Database::open(&path).unwrap();
+            let txn = db.begin_read().unwrap();
+            let format = txn.open_table(META).unwrap().get(META_FORMAT).unwrap().map(|f| f.value());
+            assert_eq!(format, Some(FORMAT_TABLE_PER_KIND), "the fixture is a format-1 file");
+        }
+
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(dump(&store, FIXTURE_TURNS), expected);
+        // The old tables are gone and the file says format 2.
+        {
+            let db = database(&store);
+            let txn = db.begin_read().unwrap();
+            let tables: Vec<String> =
+                txn.list_tables().unwrap().map(|t| ::redb::TableHandle::name(&t).to_owned()).collect();
+            for old in ["sessions", "messages", "steps", "events", "calls"] {
+                assert!(!tables.iter().any(|t| t == old), "{old} is still a table: {tables:?}");
+            }
+            let format = txn.open_table(META).unwrap().get(META_FORMAT).unwrap().map(|f| f.value());
+            assert_eq!(format, Some(FORMAT_VERSION));
+        }
+        // Migrated sessions take new history after the old.
+        let s1 = key("s1");
+        store
+            .commit(batch([
+                Op::PutMessage { session: s1.clone(), seq: 3, record: message("m3") },
+                Op::PutEvent { session: s1.clone(), seq: 4, record: event(4) },
+                Op::DeleteCall { session: s1.clone(), call_id: "c2".to_owned() },
+            ]))
+            .await
+            .unwrap();
+        let ids = |store: &RedbStore| -> Vec<String> {
+            store.messages(&s1).unwrap().into_iter().map(|(_, m)| m.message.id).collect()
+        };
+        assert_eq!(ids(&store), ["m0", "m1", "m2", "m3"]);
+        assert_eq!(store.events(&s1, Some(2), 10).unwrap(), [(3, event(3)), (4, event(4))]);
+        assert_eq!(store.calls(&s1).unwrap(), [call("c3")]);
+        store.close().await.unwrap();
+
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(ids(&store), ["m0", "m1", "m2", "m3"]);
+        assert_eq!(store.calls(&s1).unwrap(), [call("c3")]);
+        store.close().await.unwrap();
     }
 
     #[tokio::test]
@@ -1449,12 +1684,15 @@ mod tests {
         let txn = db.begin_write().unwrap();
         {
             let storage_key = key("s1").storage_key();
-            txn.open_table(SESSIONS).unwrap().insert(storage_key.as_str(), b"{not json".as_slice()).unwrap();
+            txn.open_table(LOG).unwrap().insert((storage_key.as_str(), SESSION_SLOT), b"{not json".as_slice()).unwrap();
             txn.open_table(ACTIVE).unwrap().insert("no-slash", ()).unwrap();
-            txn.open_table(STEPS)
-                .unwrap()
-                .insert((storage_key.as_str(), 0), br#"{"status":"weird"}"#.as_slice())
-                .unwrap();
+            let mut log = txn.open_table(LOG).unwrap();
+            let mut value = Vec::new();
+            history::push(&mut value, history::Kind::Step, 0, "", br#"{"status":"weird"}"#).unwrap();
+            log.insert((storage_key.as_str(), 1), value.as_slice()).unwrap();
+            // A value cut inside its second frame's header.
+            history::push(&mut value, history::Kind::Event, 0, "", b"{}").unwrap();
+            log.insert((key("s2").storage_key().as_str(), 1), &value[..value.len() - 5]).unwrap();
         }
         txn.commit().unwrap();
         drop(db);
@@ -1462,6 +1700,7 @@ mod tests {
         assert!(matches!(store.sessions(None), Err(StoreError::Corrupt { table: "sessions", .. })));
         assert!(matches!(store.unfinished(), Err(StoreError::Corrupt { table: "active", .. })));
         assert!(matches!(store.steps(&key("s1"), 0), Err(StoreError::Corrupt { table: "steps", .. })));
+        assert!(matches!(store.events(&key("s2"), None, 10), Err(StoreError::Corrupt { table: "log", .. })));
         store.close().await.unwrap();
     }
 
