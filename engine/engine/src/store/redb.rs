@@ -119,6 +119,9 @@ const LOG: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new(name::LOG)
 /// number, so the record and the newest history share a leaf page and one
 /// commit of a session dirties one page, not two.
 const SESSION_SLOT: u64 = u64::MAX;
+/// How many of a session's newest log entries an event read walks back
+/// through before it reads from the oldest instead.
+const BACKWARD_ENTRIES: usize = 64;
 const INBOX: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new(name::INBOX);
 const TURNS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::TURNS);
 /// Agents, keyed by (tenant, agent id).
@@ -549,20 +552,64 @@ impl Store for RedbStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        // Events are appended in sequence order, so the first `limit` from
-        // `from` on end the scan.
         self.read(|txn| {
-            let mut events = Vec::new();
-            scan_log(txn, key, |frame| {
-                if frame.kind == history::Kind::Event && frame.seq >= from {
-                    events.push((frame.seq, decode(name::EVENTS, frame.payload)?));
-                    if events.len() == limit {
-                        return Ok(ControlFlow::Break(()));
+            let table = open_read(txn, LOG, name::LOG)?;
+            let storage = key.storage_key();
+            let range = (storage.as_str(), 0)..(storage.as_str(), SESSION_SLOT);
+            // Events are appended in sequence order. A client resuming near
+            // the end of the stream (a reconnect, nearly always) is served
+            // walking back from the newest entry; if that does not reach
+            // `from` within a few entries, the page is read forward from
+            // the oldest, stopping at `limit`.
+            let mut found = Vec::new();
+            // Every entry with events from `from` on has been read.
+            let mut complete = false;
+            let mut newest = table.range(range.clone()).map_err(|err| redb_error(name::LOG, err))?.rev();
+            for _ in 0..BACKWARD_ENTRIES {
+                let Some(entry) = newest.next() else {
+                    complete = true;
+                    break;
+                };
+                let (_, value) = entry.map_err(|err| redb_error(name::LOG, err))?;
+                let mut reached = false;
+                let first_of_entry = found.len();
+                for frame in history::frames(value.value()) {
+                    let frame = frame?;
+                    if frame.kind == history::Kind::Event {
+                        if frame.seq >= from {
+                            found.push((frame.seq, frame.payload.to_vec()));
+                        } else {
+                            reached = true;
+                        }
                     }
                 }
-                Ok(ControlFlow::Continue(()))
-            })?;
-            Ok(events)
+                // `found` runs newest first: this entry's events go in
+                // reversed.
+                found[first_of_entry..].reverse();
+                if reached {
+                    complete = true;
+                    break;
+                }
+            }
+            if complete {
+                found.reverse();
+                found.truncate(limit);
+            } else {
+                found.clear();
+                'entries: for entry in table.range(range).map_err(|err| redb_error(name::LOG, err))? {
+                    let (_, value) = entry.map_err(|err| redb_error(name::LOG, err))?;
+                    for frame in history::frames(value.value()) {
+                        let frame = frame?;
+                        if frame.kind == history::Kind::Event && frame.seq >= from {
+                            found.push((frame.seq, frame.payload.to_vec()));
+                            if found.len() == limit {
+                                break 'entries;
+                            }
+                        }
+                    }
+                }
+            }
+            found.into_iter().map(|(seq, value)| Ok((seq, decode(name::EVENTS, &value)?))).collect()
         })
     }
 
@@ -1319,6 +1366,39 @@ mod tests {
         let store = RedbStore::open(&path).unwrap();
         assert_eq!(ids(&store), ["m0", "m1", "m2", "m3"]);
         assert_eq!(store.calls(&s1).unwrap(), [call("c3")]);
+        store.close().await.unwrap();
+    }
+
+    /// Event pages read the same whichever way the store walks the log
+    /// (back from the newest entry for a late resume, forward from the
+    /// oldest for an early one: 200 entries, more than the walk back
+    /// takes), at every resume point and page size, with entries that hold
+    /// several events, none, or other records.
+    #[tokio::test]
+    async fn event_pages_are_the_same_from_either_end() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        let s1 = key("s1");
+        let mut next_event = 0;
+        for commit in 0..200u64 {
+            let mut ops = vec![Op::PutMessage { session: s1.clone(), seq: commit, record: message("m") }];
+            // 0, 1, 2 or 3 events per commit.
+            for _ in 0..commit % 4 {
+                ops.push(Op::PutEvent { session: s1.clone(), seq: next_event, record: event(next_event) });
+                next_event += 1;
+            }
+            ops.push(Op::PutSession(session(&s1, SessionStatus::Running)));
+            store.commit(batch(ops)).await.unwrap();
+        }
+        let all: Vec<_> = (0..next_event).map(|n| (n, event(n))).collect();
+        assert_eq!(store.events(&s1, None, usize::MAX).unwrap(), all);
+        for after in 0..next_event + 2 {
+            for limit in [1, 3, 1000] {
+                let expected: Vec<_> = all.iter().filter(|(n, _)| *n > after).take(limit).cloned().collect();
+                assert_eq!(store.events(&s1, Some(after), limit).unwrap(), expected, "after {after}, limit {limit}");
+            }
+        }
+        assert!(store.events(&key("nobody"), None, 10).unwrap().is_empty());
         store.close().await.unwrap();
     }
 
