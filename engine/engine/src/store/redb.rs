@@ -8,10 +8,10 @@
 //! | --- | --- | --- |
 //! | `sessions` | storage key (`tenant/session`) | [`SessionRecord`] |
 //! | `active` | storage key | nothing: the session's status is not idle |
-//! | `log` | (storage key, log number) | one commit's [`MessageRecord`]s, [`StepRecord`]s, [`EventRecord`]s and [`CallRecord`] changes for the session, framed ([`history`]) |
+//! | `log` | (storage key, the session's log number) | one commit's [`MessageRecord`]s, [`StepRecord`]s, [`EventRecord`]s and [`CallRecord`] changes for the session, framed ([`history`]) |
 //! | `inbox` | (storage key, seq) | [`InboxItem`] |
 //! | `turns` | (storage key, turn id) | [`TurnRecord`] |
-//! | `meta` | name | `u64`: the file format, the next inbox and log numbers |
+//! | `meta` | name | `u64`: the file format and the next inbox number |
 //!
 //! Tuple keys sort by session first, so every read of one session is a
 //! single range scan. A session's history (messages, steps, events, calls)
@@ -137,9 +137,6 @@ const META_FORMAT: &str = "format";
 /// derived from the inbox, which empties) so numbers never repeat, across
 /// sessions and restarts.
 const META_NEXT_INBOX: &str = "next_inbox_seq";
-/// `meta` key: the next log number. Numbers increase across the whole
-/// file, so each session's log values sort in the order they were written.
-const META_NEXT_LOG: &str = "next_log";
 /// The layout this code writes.
 const FORMAT_VERSION: u64 = 2;
 /// The older layout this code migrates on open.
@@ -654,22 +651,20 @@ impl Store for RedbStore {
 fn prepare(db: &Database) -> Result<(), StoreError> {
     let txn = db.begin_write().map_err(|err| redb_error(name::DATABASE, err))?;
     {
-        let mut tables = Tables::open(&txn)?;
-        let format =
-            tables.meta.get(META_FORMAT).map_err(|err| redb_error(name::META, err))?.map(|format| format.value());
+        Tables::create_all(&txn)?;
+        let mut meta = open_write(&txn, META, name::META)?;
+        let format = meta.get(META_FORMAT).map_err(|err| redb_error(name::META, err))?.map(|format| format.value());
         match format {
             Some(FORMAT_VERSION) => {}
             None => {
-                tables.meta.insert(META_FORMAT, FORMAT_VERSION).map_err(|err| redb_error(name::META, err))?;
+                meta.insert(META_FORMAT, FORMAT_VERSION).map_err(|err| redb_error(name::META, err))?;
             }
             Some(FORMAT_TABLE_PER_KIND) => {
-                let first = tables.take_lsn()?;
-                let next = history::migrate_v1(&txn, &mut tables.log, first)?;
-                tables.next_log = Some(next);
-                tables.finish()?;
-                tables.meta.insert(META_FORMAT, FORMAT_VERSION).map_err(|err| redb_error(name::META, err))?;
+                let mut log = open_write(&txn, LOG, name::LOG)?;
+                let entries = history::migrate_v1(&txn, &mut log)?;
+                meta.insert(META_FORMAT, FORMAT_VERSION).map_err(|err| redb_error(name::META, err))?;
                 tracing::info!(
-                    log_values = next - first,
+                    log_entries = entries,
                     "migrated the store from format {FORMAT_TABLE_PER_KIND} to {FORMAT_VERSION}"
                 );
             }
@@ -794,7 +789,7 @@ fn write_transaction<'a>(db: &Database, batches: impl Iterator<Item = &'a [Write
 }
 
 fn write_all<'a>(txn: &WriteTransaction, batches: impl Iterator<Item = &'a [Write]>) -> Result<(), StoreError> {
-    let mut tables = Tables::open(txn)?;
+    let mut tables = Tables::new(txn);
     for writes in batches {
         for write in writes {
             tables.apply(write)?;
@@ -802,67 +797,100 @@ fn write_all<'a>(txn: &WriteTransaction, batches: impl Iterator<Item = &'a [Writ
             tests::inject_failure(write.key())?;
         }
     }
-    tables.finish()
+    Ok(())
 }
 
 type SeqTableOf<'txn> = Table<'txn, (&'static str, u64), &'static [u8]>;
 type NamedTableOf<'txn> = Table<'txn, (&'static str, &'static str), &'static [u8]>;
 
-/// Every table, open in one write transaction.
+/// The tables of one write transaction, each opened when first written:
+/// a table opened in a transaction is flushed at its commit even if
+/// nothing changed in it, and most commits write only `log`.
 struct Tables<'txn> {
-    active: Table<'txn, &'static str, ()>,
-    log: SeqTableOf<'txn>,
-    inbox: SeqTableOf<'txn>,
-    turns: NamedTableOf<'txn>,
-    agents: NamedTableOf<'txn>,
-    keys: NamedTableOf<'txn>,
-    meta: Table<'txn, &'static str, u64>,
-    /// The next log number, once read from `meta` in this transaction;
-    /// written back by [`finish`](Self::finish).
-    next_log: Option<u64>,
+    txn: &'txn WriteTransaction,
+    active: Option<Table<'txn, &'static str, ()>>,
+    log: Option<SeqTableOf<'txn>>,
+    inbox: Option<SeqTableOf<'txn>>,
+    turns: Option<NamedTableOf<'txn>>,
+    agents: Option<NamedTableOf<'txn>>,
+    keys: Option<NamedTableOf<'txn>>,
+    meta: Option<Table<'txn, &'static str, u64>>,
+}
+
+/// `slot`'s table, opening it in `txn` the first time.
+fn opened<'a, 'txn, K: ::redb::Key + 'static, V: ::redb::Value + 'static>(
+    slot: &'a mut Option<Table<'txn, K, V>>,
+    txn: &'txn WriteTransaction,
+    definition: TableDefinition<K, V>,
+    name: &'static str,
+) -> Result<&'a mut Table<'txn, K, V>, StoreError> {
+    let table = match slot.take() {
+        Some(table) => table,
+        None => open_write(txn, definition, name)?,
+    };
+    Ok(slot.insert(table))
 }
 
 impl<'txn> Tables<'txn> {
-    fn open(txn: &'txn WriteTransaction) -> Result<Self, StoreError> {
-        Ok(Self {
-            active: open_write(txn, ACTIVE, name::ACTIVE)?,
-            log: open_write(txn, LOG, name::LOG)?,
-            inbox: open_write(txn, INBOX, name::INBOX)?,
-            turns: open_write(txn, TURNS, name::TURNS)?,
-            agents: open_write(txn, AGENTS, name::AGENTS)?,
-            keys: open_write(txn, KEYS, name::KEYS)?,
-            meta: open_write(txn, META, name::META)?,
-            next_log: None,
-        })
+    fn new(txn: &'txn WriteTransaction) -> Self {
+        Self { txn, active: None, log: None, inbox: None, turns: None, agents: None, keys: None, meta: None }
     }
 
-    /// Hands out the next log number.
-    fn take_lsn(&mut self) -> Result<u64, StoreError> {
-        let next = match self.next_log {
-            Some(next) => next,
-            None => self.meta.get(META_NEXT_LOG).map_err(|err| redb_error(name::META, err))?.map_or(1, |n| n.value()),
-        };
-        if next == SESSION_SLOT {
-            return Err(StoreError::Corrupt { table: name::META, message: "the log numbers are exhausted".to_owned() });
+    /// Creates every table that does not exist yet, so reads never meet a
+    /// missing one.
+    fn create_all(txn: &'txn WriteTransaction) -> Result<(), StoreError> {
+        let mut tables = Self::new(txn);
+        tables.active()?;
+        tables.log()?;
+        tables.inbox()?;
+        for table in [NamedTable::Turns, NamedTable::Agents, NamedTable::Keys] {
+            tables.named(table)?;
         }
-        self.next_log = Some(next + 1);
-        Ok(next)
-    }
-
-    /// Stores what the transaction's writes advanced: one `meta` write per
-    /// transaction, not one per log value.
-    fn finish(&mut self) -> Result<(), StoreError> {
-        if let Some(next) = self.next_log {
-            self.meta.insert(META_NEXT_LOG, next).map_err(|err| redb_error(name::META, err))?;
-        }
+        tables.meta()?;
         Ok(())
     }
 
-    fn named(&mut self, table: NamedTable) -> (&mut NamedTableOf<'txn>, &'static str) {
-        match table {
-            NamedTable::Turns => (&mut self.turns, name::TURNS),
-            NamedTable::Agents => (&mut self.agents, name::AGENTS),
-            NamedTable::Keys => (&mut self.keys, name::KEYS),
+    fn active(&mut self) -> Result<&mut Table<'txn, &'static str, ()>, StoreError> {
+        opened(&mut self.active, self.txn, ACTIVE, name::ACTIVE)
+    }
+
+    fn log(&mut self) -> Result<&mut SeqTableOf<'txn>, StoreError> {
+        opened(&mut self.log, self.txn, LOG, name::LOG)
+    }
+
+    fn inbox(&mut self) -> Result<&mut SeqTableOf<'txn>, StoreError> {
+        opened(&mut self.inbox, self.txn, INBOX, name::INBOX)
+    }
+
+    fn meta(&mut self) -> Result<&mut Table<'txn, &'static str, u64>, StoreError> {
+        opened(&mut self.meta, self.txn, META, name::META)
+    }
+
+    fn named(&mut self, table: NamedTable) -> Result<(&mut NamedTableOf<'txn>, &'static str), StoreError> {
+        let (slot, definition, name) = match table {
+            NamedTable::Turns => (&mut self.turns, TURNS, name::TURNS),
+            NamedTable::Agents => (&mut self.agents, AGENTS, name::AGENTS),
+            NamedTable::Keys => (&mut self.keys, KEYS, name::KEYS),
+        };
+        Ok((opened(slot, self.txn, definition, name)?, name))
+    }
+
+    /// The next log number of session `key`: one past its newest entry.
+    /// Read from the log itself rather than kept in `meta`, so a commit
+    /// writes no page outside the log for it.
+    fn next_lsn(&mut self, key: &str) -> Result<u64, StoreError> {
+        let log = self.log()?;
+        let newest = log.range((key, 0)..(key, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?.next_back();
+        let last = match newest {
+            Some(entry) => entry.map_err(|err| redb_error(name::LOG, err))?.0.value().1,
+            None => 0,
+        };
+        match last.checked_add(1) {
+            Some(next) if next != SESSION_SLOT => Ok(next),
+            _ => Err(StoreError::Corrupt {
+                table: name::LOG,
+                message: format!("the log numbers of {key} are exhausted"),
+            }),
         }
     }
 
@@ -870,34 +898,35 @@ impl<'txn> Tables<'txn> {
         match write {
             Write::Session { key, active, value } => {
                 let key = key.as_str();
-                self.log.insert((key, SESSION_SLOT), value.as_slice()).map_err(|err| redb_error(name::LOG, err))?;
+                self.log()?.insert((key, SESSION_SLOT), value.as_slice()).map_err(|err| redb_error(name::LOG, err))?;
                 // A read costs no page; a write, even of what is there,
                 // dirties one. Most commits do not change the status.
-                let listed = self.active.get(key).map_err(|err| redb_error(name::ACTIVE, err))?.is_some();
+                let table = self.active()?;
+                let listed = table.get(key).map_err(|err| redb_error(name::ACTIVE, err))?.is_some();
                 if *active && !listed {
-                    self.active.insert(key, ()).map_err(|err| redb_error(name::ACTIVE, err))?;
+                    table.insert(key, ()).map_err(|err| redb_error(name::ACTIVE, err))?;
                 } else if !*active && listed {
-                    self.active.remove(key).map_err(|err| redb_error(name::ACTIVE, err))?;
+                    table.remove(key).map_err(|err| redb_error(name::ACTIVE, err))?;
                 }
             }
             Write::Log { key, value } => {
-                let lsn = self.take_lsn()?;
-                self.log.insert((key.as_str(), lsn), value.as_slice()).map_err(|err| redb_error(name::LOG, err))?;
+                let lsn = self.next_lsn(key)?;
+                self.log()?.insert((key.as_str(), lsn), value.as_slice()).map_err(|err| redb_error(name::LOG, err))?;
             }
             Write::DeleteInbox { key, seq } => {
-                self.inbox.remove((key.as_str(), *seq)).map_err(|err| redb_error(name::INBOX, err))?;
+                self.inbox()?.remove((key.as_str(), *seq)).map_err(|err| redb_error(name::INBOX, err))?;
             }
             Write::PutNamed { table, key, id, value } => {
-                let (table, name) = self.named(*table);
+                let (table, name) = self.named(*table)?;
                 table.insert((key.as_str(), id.as_str()), value.as_slice()).map_err(|err| redb_error(name, err))?;
             }
             Write::DeleteNamed { table, key, id } => {
-                let (table, name) = self.named(*table);
+                let (table, name) = self.named(*table)?;
                 table.remove((key.as_str(), id.as_str())).map_err(|err| redb_error(name, err))?;
             }
             Write::PushInbox { key, value } => {
-                let seq = self
-                    .meta
+                let meta = self.meta()?;
+                let seq = meta
                     .get(META_NEXT_INBOX)
                     .map_err(|err| redb_error(name::META, err))?
                     .map_or(1, |next| next.value());
@@ -905,8 +934,10 @@ impl<'txn> Tables<'txn> {
                     table: name::META,
                     message: "the inbox sequence number is exhausted".to_owned(),
                 })?;
-                self.inbox.insert((key.as_str(), seq), value.as_slice()).map_err(|err| redb_error(name::INBOX, err))?;
-                self.meta.insert(META_NEXT_INBOX, next).map_err(|err| redb_error(name::META, err))?;
+                meta.insert(META_NEXT_INBOX, next).map_err(|err| redb_error(name::META, err))?;
+                self.inbox()?
+                    .insert((key.as_str(), seq), value.as_slice())
+                    .map_err(|err| redb_error(name::INBOX, err))?;
             }
         }
         Ok(())

@@ -172,13 +172,12 @@ mod v1 {
 /// Moves the records of format 1's `sessions`, `messages`, `steps`,
 /// `events` and `calls` tables into `log` and deletes those tables, inside
 /// `txn` (so a crash during the move leaves the file as it was). Each
-/// session gets its record at [`SESSION_SLOT`] and at most one log value
-/// per old table, numbered from `next_lsn` on; returns the next free
-/// number. Records are moved as stored, never re-encoded.
+/// session gets its record at [`SESSION_SLOT`] and at most one log entry
+/// per old table, numbered 1, 2, … in that order; returns how many log
+/// entries were written. Records are moved as stored, never re-encoded.
 pub(super) fn migrate_v1(
     txn: &WriteTransaction,
     log: &mut Table<'_, (&'static str, u64), &'static [u8]>,
-    mut next_lsn: u64,
 ) -> Result<u64, StoreError> {
     let old = open_write(txn, v1::SESSIONS, name::SESSIONS)?;
     for entry in old.iter().map_err(|err| redb_error(name::SESSIONS, err))? {
@@ -187,33 +186,32 @@ pub(super) fn migrate_v1(
     }
     drop(old);
     txn.delete_table(v1::SESSIONS).map_err(|err| redb_error(name::SESSIONS, err))?;
+    let mut pending = Pending::default();
     for (table, kind, label) in [
         (v1::MESSAGES, Kind::Message, name::MESSAGES),
         (v1::STEPS, Kind::Step, name::STEPS),
         (v1::EVENTS, Kind::Event, name::EVENTS),
     ] {
         let old = open_write(txn, table, label)?;
-        let mut pending = Pending::default();
         for entry in old.iter().map_err(|err| redb_error(label, err))? {
             let (key, value) = entry.map_err(|err| redb_error(label, err))?;
             let (session, seq) = key.value();
-            pending.add(log, &mut next_lsn, session, kind, seq, "", value.value())?;
+            pending.add(log, session, kind, seq, "", value.value())?;
         }
-        pending.flush(log, &mut next_lsn)?;
+        pending.flush(log)?;
         drop(old);
         txn.delete_table(table).map_err(|err| redb_error(label, err))?;
     }
     let old = open_write(txn, v1::CALLS, name::CALLS)?;
-    let mut pending = Pending::default();
     for entry in old.iter().map_err(|err| redb_error(name::CALLS, err))? {
         let (key, value) = entry.map_err(|err| redb_error(name::CALLS, err))?;
         let (session, id) = key.value();
-        pending.add(log, &mut next_lsn, session, Kind::Call, 0, id, value.value())?;
+        pending.add(log, session, Kind::Call, 0, id, value.value())?;
     }
-    pending.flush(log, &mut next_lsn)?;
+    pending.flush(log)?;
     drop(old);
     txn.delete_table(v1::CALLS).map_err(|err| redb_error(name::CALLS, err))?;
-    Ok(next_lsn)
+    Ok(pending.written)
 }
 
 /// One session's frames being gathered during the migration.
@@ -221,14 +219,19 @@ pub(super) fn migrate_v1(
 struct Pending {
     session: String,
     value: Vec<u8>,
+    /// The log number each session is at (old tables are read one after
+    /// another, so a session comes back once per table).
+    numbers: std::collections::HashMap<String, u64>,
+    /// Log entries written so far.
+    written: u64,
 }
 
+type LogTable<'txn> = Table<'txn, (&'static str, u64), &'static [u8]>;
+
 impl Pending {
-    #[allow(clippy::too_many_arguments)]
     fn add(
         &mut self,
-        log: &mut Table<'_, (&'static str, u64), &'static [u8]>,
-        next_lsn: &mut u64,
+        log: &mut LogTable<'_>,
         session: &str,
         kind: Kind,
         seq: u64,
@@ -236,23 +239,21 @@ impl Pending {
         payload: &[u8],
     ) -> Result<(), StoreError> {
         if session != self.session {
-            self.flush(log, next_lsn)?;
+            self.flush(log)?;
             session.clone_into(&mut self.session);
         }
         push(&mut self.value, kind, seq, id, payload)
     }
 
-    fn flush(
-        &mut self,
-        log: &mut Table<'_, (&'static str, u64), &'static [u8]>,
-        next_lsn: &mut u64,
-    ) -> Result<(), StoreError> {
+    fn flush(&mut self, log: &mut LogTable<'_>) -> Result<(), StoreError> {
         if self.value.is_empty() {
             return Ok(());
         }
-        log.insert((self.session.as_str(), *next_lsn), self.value.as_slice())
+        let number = self.numbers.entry(self.session.clone()).or_insert(0);
+        *number += 1;
+        log.insert((self.session.as_str(), *number), self.value.as_slice())
             .map_err(|err| redb_error(name::LOG, err))?;
-        *next_lsn += 1;
+        self.written += 1;
         self.value.clear();
         Ok(())
     }
