@@ -385,14 +385,16 @@ impl Engine {
     pub fn snapshot(&self, tenant: &str, session: &str) -> Result<Option<Snapshot>, StoreError> {
         let key = SessionKey::new(tenant, session);
         let store = self.shared.store.as_ref();
-        let Some(record) = store.session(&key)? else { return Ok(None) };
-        let tree = Tree::from_records(store.messages(&key)?.into_iter().map(|(_, r)| r));
-        let head = record.head_id.as_deref();
+        // One read: the record, messages and calls of one state, even
+        // while the session's actor commits.
+        let Some(loaded) = store.load(&key)? else { return Ok(None) };
+        let tree = Tree::from_records(loaded.messages.into_iter().map(|(_, r)| r));
+        let head = loaded.record.head_id.as_deref();
         Ok(Some(Snapshot {
             messages: tree.path(head).into_iter().cloned().collect(),
             message_tree: tree.to_protocol(head),
-            calls: store.calls(&key)?,
-            record,
+            calls: loaded.calls,
+            record: loaded.record,
         }))
     }
 

@@ -72,15 +72,11 @@ pub(crate) struct Change {
 impl Session {
     /// Loads a session from the store; `None` if it does not exist.
     pub fn load(store: &dyn Store, key: &SessionKey) -> Result<Option<Self>, StoreError> {
-        let Some(record) = store.session(key)? else { return Ok(None) };
-        let tree = Tree::from_records(store.messages(key)?.into_iter().map(|(_, r)| r));
-        let calls = store.calls(key)?.into_iter().map(|c| (c.call.id.clone(), c)).collect();
-        let steps = store
-            .steps(key, record.first_open_step)?
-            .into_iter()
-            .filter(|(_, s)| s.status == StepStatus::Pending)
-            .collect();
-        Ok(Some(Self { record, tree, calls, steps }))
+        let Some(loaded) = store.load(key)? else { return Ok(None) };
+        let tree = Tree::from_records(loaded.messages.into_iter().map(|(_, r)| r));
+        let calls = loaded.calls.into_iter().map(|c| (c.call.id.clone(), c)).collect();
+        let steps = loaded.steps.into_iter().filter(|(_, s)| s.status == StepStatus::Pending).collect();
+        Ok(Some(Self { record: loaded.record, tree, calls, steps }))
     }
 
     /// A new, empty session.

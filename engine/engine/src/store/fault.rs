@@ -29,8 +29,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{
-    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, MessageRecord, SessionKey,
-    SessionRecord, StepRecord, Store, StoreError, StoreStats, TurnRecord,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, MessageRecord,
+    SessionKey, SessionRecord, StepRecord, Store, StoreError, StoreStats, TurnRecord,
 };
 
 /// A [`Store`] that passes everything to `inner` until it is told to
@@ -180,6 +180,10 @@ impl<S: Store> Store for FaultyStore<S> {
 
     fn unfinished(&self) -> Result<Vec<SessionKey>, StoreError> {
         self.inner.unfinished()
+    }
+
+    fn load(&self, key: &SessionKey) -> Result<Option<LoadedSession>, StoreError> {
+        self.inner.load(key)
     }
 
     fn messages(&self, key: &SessionKey) -> Result<Vec<(u64, MessageRecord)>, StoreError> {

@@ -159,6 +159,19 @@ impl Batch {
     }
 }
 
+/// A session as [`Store::load`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedSession {
+    /// The session's record.
+    pub record: SessionRecord,
+    /// Every message, in sequence order.
+    pub messages: Vec<(u64, MessageRecord)>,
+    /// The calls in flight.
+    pub calls: Vec<CallRecord>,
+    /// The steps from `record.first_open_step` on, in order.
+    pub steps: Vec<(u64, StepRecord)>,
+}
+
 /// Counters of what the store has done, for metrics and benchmarks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStats {
@@ -216,6 +229,23 @@ pub trait Store: Send + Sync + 'static {
     /// Sessions that may have work to resume: status not idle, or an item
     /// in the inbox.
     fn unfinished(&self) -> Result<Vec<SessionKey>, StoreError>;
+
+    /// What loading a session into memory needs, read as one consistent
+    /// snapshot: its record, its messages, its calls in flight and its
+    /// steps from the record's `first_open_step` on. `None` if there is no
+    /// such session.
+    ///
+    /// The default reads each part on its own; a store that can read them
+    /// together (and see one state for all four) should.
+    fn load(&self, key: &SessionKey) -> Result<Option<LoadedSession>, StoreError> {
+        let Some(record) = self.session(key)? else { return Ok(None) };
+        Ok(Some(LoadedSession {
+            messages: self.messages(key)?,
+            calls: self.calls(key)?,
+            steps: self.steps(key, record.first_open_step)?,
+            record,
+        }))
+    }
 
     /// The session's messages in sequence order.
     fn messages(&self, key: &SessionKey) -> Result<Vec<(u64, MessageRecord)>, StoreError>;

@@ -76,8 +76,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
 use super::{
-    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, MessageRecord, Op, SessionKey,
-    SessionRecord, SessionStatus, StepRecord, Store, StoreError, StoreStats, TurnRecord,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, MessageRecord, Op,
+    SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreError, StoreStats, TurnRecord,
 };
 
 /// The most batches one write transaction takes. Bounds how long the first
@@ -471,49 +471,28 @@ impl Store for RedbStore {
     }
 
     fn messages(&self, key: &SessionKey) -> Result<Vec<(u64, MessageRecord)>, StoreError> {
-        self.read(|txn| {
-            let mut messages = Vec::new();
-            scan_log(txn, key, |frame| {
-                if frame.kind == history::Kind::Message {
-                    messages.push((frame.seq, decode(name::MESSAGES, frame.payload)?));
-                }
-                Ok(ControlFlow::Continue(()))
-            })?;
-            Ok(messages)
-        })
+        self.read(|txn| Ok(read_history(txn, key, Wanted { messages: true, ..Wanted::default() })?.messages))
     }
 
     fn steps(&self, key: &SessionKey, from: u64) -> Result<Vec<(u64, StepRecord)>, StoreError> {
-        self.read(|txn| {
-            // A step is stored again as it changes; only its last version
-            // is decoded.
-            let mut steps = BTreeMap::new();
-            scan_log(txn, key, |frame| {
-                if frame.kind == history::Kind::Step && frame.seq >= from {
-                    steps.insert(frame.seq, frame.payload.to_vec());
-                }
-                Ok(ControlFlow::Continue(()))
-            })?;
-            steps.into_iter().map(|(seq, value)| Ok((seq, decode(name::STEPS, &value)?))).collect()
-        })
+        self.read(|txn| Ok(read_history(txn, key, Wanted { steps_from: Some(from), ..Wanted::default() })?.steps))
     }
 
     fn calls(&self, key: &SessionKey) -> Result<Vec<CallRecord>, StoreError> {
+        self.read(|txn| Ok(read_history(txn, key, Wanted { calls: true, ..Wanted::default() })?.calls))
+    }
+
+    /// One read transaction and one pass over the session's log.
+    fn load(&self, key: &SessionKey) -> Result<Option<LoadedSession>, StoreError> {
         self.read(|txn| {
-            let mut calls = BTreeMap::new();
-            scan_log(txn, key, |frame| {
-                match frame.kind {
-                    history::Kind::Call => {
-                        calls.insert(frame.id.to_owned(), frame.payload.to_vec());
-                    }
-                    history::Kind::CallGone => {
-                        calls.remove(frame.id);
-                    }
-                    _ => {}
-                }
-                Ok(ControlFlow::Continue(()))
-            })?;
-            calls.values().map(|value| decode(name::CALLS, value)).collect()
+            let table = open_read(txn, LOG, name::LOG)?;
+            let record =
+                table.get((key.storage_key().as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
+            let Some(record) = record else { return Ok(None) };
+            let record: SessionRecord = decode(name::SESSIONS, record.value())?;
+            let wanted = Wanted { messages: true, steps_from: Some(record.first_open_step), calls: true };
+            let History { messages, steps, calls } = read_history(txn, key, wanted)?;
+            Ok(Some(LoadedSession { record, messages, steps, calls }))
         })
     }
 
@@ -1081,6 +1060,57 @@ fn scan_inbox(txn: &ReadTransaction, key: &SessionKey) -> Result<Vec<(u64, Inbox
     Ok(records)
 }
 
+/// Which parts of a session's history [`read_history`] decodes.
+#[derive(Default)]
+struct Wanted {
+    messages: bool,
+    /// Steps from this sequence number on.
+    steps_from: Option<u64>,
+    calls: bool,
+}
+
+/// A session's history as its log adds up to.
+struct History {
+    messages: Vec<(u64, MessageRecord)>,
+    steps: Vec<(u64, StepRecord)>,
+    calls: Vec<CallRecord>,
+}
+
+/// Folds the session's log in one pass: every message, the last version
+/// of each step, the calls not yet gone. Only what is `wanted` is decoded,
+/// and a step or call only once, in its last version.
+fn read_history(txn: &ReadTransaction, key: &SessionKey, wanted: Wanted) -> Result<History, StoreError> {
+    let mut messages = Vec::new();
+    let mut steps = BTreeMap::new();
+    let mut calls = BTreeMap::new();
+    scan_log(txn, key, |frame| {
+        match frame.kind {
+            history::Kind::Message if wanted.messages => {
+                messages.push((frame.seq, decode(name::MESSAGES, frame.payload)?));
+            }
+            history::Kind::Step if wanted.steps_from.is_some_and(|from| frame.seq >= from) => {
+                steps.insert(frame.seq, frame.payload.to_vec());
+            }
+            history::Kind::Call if wanted.calls => {
+                calls.insert(frame.id.to_owned(), frame.payload.to_vec());
+            }
+            history::Kind::CallGone if wanted.calls => {
+                calls.remove(frame.id);
+            }
+            _ => {}
+        }
+        Ok(ControlFlow::Continue(()))
+    })?;
+    Ok(History {
+        messages,
+        steps: steps
+            .into_iter()
+            .map(|(seq, value)| Ok((seq, decode(name::STEPS, &value)?)))
+            .collect::<Result<_, _>>()?,
+        calls: calls.values().map(|value| decode(name::CALLS, value)).collect::<Result<_, _>>()?,
+    })
+}
+
 /// Shows `visit` every frame of the session's log, oldest first, until it
 /// breaks.
 fn scan_log(
@@ -1364,6 +1394,18 @@ mod tests {
 
         let store = RedbStore::open(&path).unwrap();
         assert_eq!(dump(&store, FIXTURE_TURNS), expected);
+        // `load` reads in one pass what the separate reads return.
+        for record in store.sessions(None).unwrap() {
+            let key = &record.key;
+            let separately = LoadedSession {
+                messages: store.messages(key).unwrap(),
+                calls: store.calls(key).unwrap(),
+                steps: store.steps(key, record.first_open_step).unwrap(),
+                record: record.clone(),
+            };
+            assert_eq!(store.load(key).unwrap(), Some(separately), "{key}");
+        }
+        assert_eq!(store.load(&key("nobody")).unwrap(), None);
         // The old tables are gone and the file says format 2.
         {
             let db = database(&store);
