@@ -261,6 +261,8 @@ impl Pending {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     #[test]
@@ -278,6 +280,68 @@ mod tests {
                 (Kind::CallGone, 0, "call_7", b"".as_slice()),
             ]
         );
+    }
+
+    fn kind() -> impl Strategy<Value = Kind> {
+        prop_oneof![Just(Kind::Message), Just(Kind::Step), Just(Kind::Event), Just(Kind::Call), Just(Kind::CallGone)]
+    }
+
+    proptest! {
+        /// Any frames read back as written, in order.
+        #[test]
+        fn any_frames_read_back(
+            written in proptest::collection::vec(
+                (kind(), any::<u64>(), "[a-z0-9_:.-]{0,40}", proptest::collection::vec(any::<u8>(), 0..300)),
+                0..12,
+            )
+        ) {
+            let mut value = Vec::new();
+            for (kind, seq, id, payload) in &written {
+                push(&mut value, *kind, *seq, id, payload).unwrap();
+            }
+            let read: Vec<_> = frames(&value)
+                .map(|f| f.map(|f| (f.kind, f.seq, f.id.to_owned(), f.payload.to_vec())))
+                .collect::<Result<_, _>>()
+                .unwrap();
+            prop_assert_eq!(read, written);
+        }
+
+        /// Damaged or foreign bytes never panic the reader: every frame is
+        /// either read or reported as corruption, and the reader stops at
+        /// the first damage.
+        #[test]
+        fn any_bytes_read_or_report_corruption(
+            payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..60), 0..6),
+            cut in any::<prop::sample::Index>(),
+            flip in any::<prop::sample::Index>(),
+            mask in any::<u8>(),
+            noise in proptest::collection::vec(any::<u8>(), 0..100),
+        ) {
+            // Valid frames, then damaged: cut short, one byte changed, or
+            // followed by noise.
+            let mut bytes = Vec::new();
+            for (n, payload) in payloads.iter().enumerate() {
+                push(&mut bytes, Kind::Call, n as u64, "call_1", payload).unwrap();
+            }
+            if !bytes.is_empty() {
+                let at = flip.index(bytes.len());
+                bytes[at] ^= mask;
+                bytes.truncate(cut.index(bytes.len() + 1));
+            }
+            bytes.extend_from_slice(&noise);
+            let mut damaged = false;
+            for frame in frames(&bytes) {
+                prop_assert!(!damaged, "a frame was read after the damage");
+                match frame {
+                    Ok(frame) => prop_assert!(frame.payload.len() + frame.id.len() <= bytes.len()),
+                    Err(StoreError::Corrupt { table: "log", message }) => {
+                        prop_assert!(!message.is_empty());
+                        damaged = true;
+                    }
+                    Err(other) => prop_assert!(false, "unexpected error {other:?}"),
+                }
+            }
+        }
     }
 
     #[test]
