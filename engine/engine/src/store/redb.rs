@@ -1378,6 +1378,13 @@ mod tests {
     /// A file written by the format-1 layout (a table per record kind),
     /// with what its reads returned then: open it with this code, and every
     /// read still returns the same; then it takes new commits and reopens.
+    ///
+    /// The fixture was written by the store at 91a0f80 (the last format-1
+    /// code) from batches built with this module's helpers: session `s1`
+    /// with two turns, a step decided and one pending, a call settled and
+    /// two in flight, events, an inbox item taken in; `s2` idle with an
+    /// inbox item waiting; `s3` of another tenant; an agent and a key. The
+    /// JSON beside it is [`dump`] of that store before it closed.
     #[tokio::test]
     async fn a_format_1_file_is_migrated_and_reads_the_same() {
         let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
