@@ -46,6 +46,15 @@ impl CliError {
     }
 }
 
+impl CliError {
+    /// Whether the command failed only because whoever read its output
+    /// went away (`subs run … | head`): a closed pipe on stdout. Not a
+    /// failure to report; the process ends quietly, as `head` asked.
+    pub fn is_closed_output(&self) -> bool {
+        self.error.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+}
+
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // `{:#}` joins the causes on one line: `reading x: No such file`.

@@ -17,6 +17,33 @@ fn a_tool_turn_prints_the_calls_and_the_streamed_answer_once() {
     assert_eq!(out.stderr, "");
 }
 
+/// `subs run … | head -1`: the reader leaves early; `subs` ends quietly
+/// with success instead of reporting a broken pipe.
+#[test]
+fn a_reader_that_leaves_early_is_not_an_error() {
+    for args in [&["run", TOOLS, ADD][..], &["run", TOOLS, ADD, "--json"][..]] {
+        let mut child = crate::subs()
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("subs starts");
+        // Closed before the turn prints anything.
+        drop(child.stdout.take());
+        let pid = child.id().to_string();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done.send(child.wait_with_output()));
+        let Ok(out) = finished.recv_timeout(crate::PATIENCE) else {
+            let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+            panic!("{args:?}: subs did not end");
+        };
+        let out = out.expect("subs ran");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: stderr: {stderr}");
+        assert_eq!(stderr, "", "{args:?}");
+    }
+}
+
 #[test]
 fn json_is_one_event_per_line_with_the_answer_streamed() {
     let out = output(&["run", TOOLS, ADD, "--json"]);
