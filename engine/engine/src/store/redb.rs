@@ -540,7 +540,7 @@ impl Store for RedbStore {
             let mut found = Vec::new();
             // Every entry with events from `from` on has been read.
             let mut complete = false;
-            let mut newest = table.range(range.clone()).map_err(|err| redb_error(name::LOG, err))?.rev();
+            let mut newest = table.range(range).map_err(|err| redb_error(name::LOG, err))?.rev();
             for _ in 0..BACKWARD_ENTRIES {
                 let Some(entry) = newest.next() else {
                     complete = true;
@@ -572,18 +572,15 @@ impl Store for RedbStore {
                 found.truncate(limit);
             } else {
                 found.clear();
-                'entries: for entry in table.range(range).map_err(|err| redb_error(name::LOG, err))? {
-                    let (_, value) = entry.map_err(|err| redb_error(name::LOG, err))?;
-                    for frame in history::frames(value.value()) {
-                        let frame = frame?;
-                        if frame.kind == history::Kind::Event && frame.seq >= from {
-                            found.push((frame.seq, frame.payload.to_vec()));
-                            if found.len() == limit {
-                                break 'entries;
-                            }
+                scan_log(txn, key, |frame| {
+                    if frame.kind == history::Kind::Event && frame.seq >= from {
+                        found.push((frame.seq, frame.payload.to_vec()));
+                        if found.len() == limit {
+                            return Ok(ControlFlow::Break(()));
                         }
                     }
-                }
+                    Ok(ControlFlow::Continue(()))
+                })?;
             }
             found.into_iter().map(|(seq, value)| Ok((seq, decode(name::EVENTS, &value)?))).collect()
         })
