@@ -75,8 +75,19 @@ pub(crate) struct HttpGate {
 pub(crate) struct Refusals(Arc<Mutex<Vec<(String, String)>>>);
 
 impl Refusals {
-    fn push(&self, destination: String, why: &str) {
+    /// Records and logs (with whose decision it was) a refused
+    /// destination; the guest gets `HTTP-request-denied`.
+    fn refuse(&self, labels: &Labels, destination: String, why: &str) -> wasmtime_wasi_http::Error {
+        tracing::warn!(
+            target: "subs::guest",
+            tenant = %labels.tenant,
+            agent = %labels.agent,
+            session = %labels.session,
+            destination = %destination,
+            "outgoing HTTP refused: {why}"
+        );
         self.0.lock().unwrap_or_else(PoisonError::into_inner).push((destination, why.to_owned()));
+        wasmtime_wasi_http::Error::HttpRequestDenied
     }
 
     /// "`destination`: why" for each refusal, or `None` when there was none.
@@ -85,18 +96,6 @@ impl Refusals {
         (!refused.is_empty())
             .then(|| refused.iter().map(|(d, why)| format!("{d}: {why}")).collect::<Vec<_>>().join("; "))
     }
-}
-
-/// Logs a refused destination with whose decision it was.
-fn log_refusal(labels: &Labels, destination: &str, why: &str) {
-    tracing::warn!(
-        target: "subs::guest",
-        tenant = %labels.tenant,
-        agent = %labels.agent,
-        session = %labels.session,
-        destination = %destination,
-        "outgoing HTTP refused: {why}"
-    );
 }
 
 /// The host and port a request goes to: its URI's authority, with the
@@ -118,12 +117,8 @@ impl HttpGate {
         destination.is_some_and(|(host, port)| self.allowed.iter().any(|a| a.allows(&host, port)))
     }
 
-    /// Records and logs a refused destination; the guest gets
-    /// `HTTP-request-denied`.
-    fn refuse(&mut self, destination: String, why: &str) -> wasmtime_wasi_http::Error {
-        log_refusal(&self.labels, &destination, why);
-        self.denied.push(destination, why);
-        wasmtime_wasi_http::Error::HttpRequestDenied
+    fn refuse(&self, destination: String, why: &str) -> wasmtime_wasi_http::Error {
+        self.denied.refuse(&self.labels, destination, why)
     }
 }
 
@@ -166,17 +161,14 @@ impl WasiHttpHooks for HttpGate {
                 .to_bytes();
             let mut request = reqwest::Request::try_from(http::Request::from_parts(parts, body))
                 .map_err(|_| wasmtime_wasi_http::Error::HttpRequestUriInvalid)?;
-            *request.url_mut() = url.clone();
+            let destination = url.to_string();
+            *request.url_mut() = url;
             if let Some(timeout) = options.and_then(|o| o.first_byte_timeout.or(o.connect_timeout)) {
                 *request.timeout_mut() = Some(timeout);
             }
-            let destination = url.to_string();
             let response = client.execute(request).await.map_err(|e| {
                 if let Some(refused) = not_public(&e) {
-                    let why = refused.to_string();
-                    log_refusal(&labels, &destination, &why);
-                    denied.push(destination, &why);
-                    wasmtime_wasi_http::Error::HttpRequestDenied
+                    denied.refuse(&labels, destination, &refused.to_string())
                 } else if e.is_timeout() {
                     wasmtime_wasi_http::Error::ConnectionTimeout
                 } else if e.is_connect() {
@@ -218,8 +210,8 @@ pub(crate) fn client(
     private_hosts: &[String],
 ) -> Result<reqwest::Client, reqwest::Error> {
     let resolver = GuardedResolver {
-        hosts: Arc::new(hosts.iter().map(|(name, addrs)| (normal_name(name), addrs.clone())).collect()),
-        private: Arc::new(private_hosts.iter().map(|name| normal_name(name)).collect()),
+        hosts: hosts.iter().map(|(name, addrs)| (normal_name(name), addrs.clone())).collect(),
+        private: private_hosts.iter().map(|name| normal_name(name)).collect(),
     };
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -236,9 +228,9 @@ pub(crate) fn client(
 struct GuardedResolver {
     /// Fixed answers, consulted before the system's resolver (as
     /// `/etc/hosts` would be), and vetted the same way.
-    hosts: Arc<HashMap<String, Vec<IpAddr>>>,
+    hosts: HashMap<String, Vec<IpAddr>>,
     /// Names the operator lets lead anywhere (internal services).
-    private: Arc<std::collections::HashSet<String>>,
+    private: std::collections::HashSet<String>,
 }
 
 impl reqwest::dns::Resolve for GuardedResolver {
