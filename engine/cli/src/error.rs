@@ -44,9 +44,7 @@ impl CliError {
     pub fn unavailable(error: impl Into<anyhow::Error>) -> Self {
         Self { code: UNAVAILABLE, error: error.into() }
     }
-}
 
-impl CliError {
     /// Whether the command failed only because whoever read its output
     /// went away (`subs run … | head`): a closed pipe on stdout. Not a
     /// failure to report; the process ends quietly, as `head` asked.
