@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use subs_engine::worker::{Delivery, Worker};
-use subs_protocol::{DecisionRequest, Message, MessageTree, Role, TreeNode};
+use subs_protocol::{DecisionRequest, Message, MessageTree, RequestTree, Role, TreeNode};
 
 /// A worker's latencies and throughput over one run.
 pub struct Stats {
@@ -66,7 +66,7 @@ pub fn ratio(a: Duration, b: Duration) -> f64 {
 
 /// A 20-message conversation (user and assistant in turn, about 250
 /// characters each) and its tree, the path ending at its last message.
-pub fn conversation() -> (Vec<Message>, MessageTree) {
+pub fn conversation() -> (Vec<Message>, RequestTree) {
     let messages: Vec<Message> = (0..20)
         .map(|i| {
             let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
@@ -81,5 +81,6 @@ pub fn conversation() -> (Vec<Message>, MessageTree) {
         .enumerate()
         .map(|(i, m)| TreeNode { message: m.clone(), parent_id: i.checked_sub(1).map(|p| format!("msg_{p}")) })
         .collect();
-    (messages, MessageTree { nodes, head_id: Some("msg_19".to_owned()) })
+    let tree = RequestTree::new(MessageTree { nodes, head_id: Some("msg_19".to_owned()) }, &messages);
+    (messages, tree)
 }

@@ -61,7 +61,7 @@ fn unparsable_json_text_names_the_field() {
 
 /// A request whose tree holds its active path, as the engine sends it.
 fn request_with_tree() -> subs_protocol::DecisionRequest {
-    use subs_protocol::{Content, Message, MessageTree, Role, TreeNode};
+    use subs_protocol::{Content, Message, MessageTree, RequestTree, Role, TreeNode};
     let message = |id: &str, role, text: &str| Message {
         id: id.into(),
         role,
@@ -75,7 +75,7 @@ fn request_with_tree() -> subs_protocol::DecisionRequest {
     let branch = message("m3", Role::Assistant, "hello, again");
     let mut request = subs_protocol::DecisionRequest::for_trigger(subs_protocol::Trigger::SessionStart);
     request.messages = vec![first.clone(), reply.clone()];
-    request.message_tree = MessageTree {
+    let tree = MessageTree {
         nodes: vec![
             TreeNode { message: first, parent_id: None },
             TreeNode { message: branch, parent_id: Some("m1".into()) },
@@ -83,6 +83,7 @@ fn request_with_tree() -> subs_protocol::DecisionRequest {
         ],
         head_id: Some("m2".into()),
     };
+    request.message_tree = RequestTree::new(tree, &request.messages);
     request
 }
 

@@ -40,8 +40,8 @@ use crate::trigger::{self, InterruptResumed, LlmExecute, LlmFinished, SubAgentFi
 use crate::{
     Action, AgentConfig, AgentTool, AudioData, Call, ClientContext, ClientInput, Content, ContentPart, DecisionRequest,
     DecisionResponse, DraftMessage, ErrorCode, FileData, FunctionCall, Handler, LlmFormat, LlmHandler, LlmRequest,
-    LlmResponse, LlmTool, Message, MessageTree, ReasoningConfig, ReasoningEffort, RetryPolicy, Role, StreamDelta,
-    SubAgent, ToolCall, ToolHandler, ToolInput, TreeNode, Trigger, UrlRef, WorkerIdentity,
+    LlmResponse, LlmTool, Message, MessageTree, ReasoningConfig, ReasoningEffort, RequestTree, RetryPolicy, Role,
+    StreamDelta, SubAgent, ToolCall, ToolHandler, ToolInput, TreeNode, Trigger, UrlRef, WorkerIdentity,
 };
 
 // ---- building blocks ---------------------------------------------------
@@ -781,6 +781,8 @@ pub fn decision_request() -> BoxedStrategy<DecisionRequest> {
                 // An engine's `messages` are the tree's active path, which the
                 // WIT form sends once; half the requests have that shape.
                 let messages = if from_tree { active_path(&message_tree) } else { messages };
+                // Held as reading its JSON would hold it.
+                let message_tree = RequestTree::new(message_tree, &messages);
                 DecisionRequest {
                     session_id,
                     decision_id,
@@ -801,6 +803,17 @@ pub fn decision_request() -> BoxedStrategy<DecisionRequest> {
                 }
             },
         )
+        .boxed()
+}
+
+/// Any [`MessageTree`] with a path to hold it against: its active path
+/// (as an engine sends a request), or unrelated messages.
+pub fn tree_and_path() -> BoxedStrategy<(MessageTree, Vec<Message>)> {
+    (message_tree(), vec(message(), 0..=3), any::<bool>())
+        .prop_map(|(tree, other, active)| {
+            let path = if active { active_path(&tree) } else { other };
+            (tree, path)
+        })
         .boxed()
 }
 

@@ -7,11 +7,16 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{Action, AgentConfig, DraftMessage, Handler, Message, MessageTree, ProtocolError, Trigger};
+use crate::{Action, AgentConfig, DraftMessage, Handler, Message, MessageTree, ProtocolError, RequestTree, Trigger};
 
 /// What the engine sends a worker whenever it needs to know what happens
 /// next.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// In JSON its `message_tree` is the full [`MessageTree`]; in memory it is
+/// a [`RequestTree`] whose active-path nodes refer to `messages` instead of
+/// holding a second copy of them.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(from = "WireRequest")]
 pub struct DecisionRequest {
     /// The session.
     pub session_id: String,
@@ -36,8 +41,9 @@ pub struct DecisionRequest {
     pub pending_calls: u32,
     /// The active conversation path.
     pub messages: Vec<Message>,
-    /// Every message of the session.
-    pub message_tree: MessageTree,
+    /// Every message of the session; nodes on the active path refer to
+    /// `messages` (see [`DecisionRequest::tree_nodes`]).
+    pub message_tree: RequestTree,
     /// Ancestor session ids, nearest last, for sub-agents.
     pub ancestry: Vec<String>,
     /// Delivery attempts of this decision (1 on the first).
@@ -46,6 +52,105 @@ pub struct DecisionRequest {
     pub deadline: Option<String>,
     /// The turn's idempotency id.
     pub turn_id: Option<String>,
+}
+
+/// A [`DecisionRequest`] as JSON has it: the tree in full.
+#[derive(Deserialize)]
+struct WireRequest {
+    session_id: String,
+    decision_id: String,
+    agent_id: String,
+    identity: WorkerIdentity,
+    trigger: Trigger,
+    proposed: DecisionResponse,
+    state: Value,
+    agent: Option<AgentConfig>,
+    calls: Vec<Call>,
+    pending_calls: u32,
+    messages: Vec<Message>,
+    message_tree: MessageTree,
+    ancestry: Vec<String>,
+    attempts: u32,
+    deadline: Option<String>,
+    turn_id: Option<String>,
+}
+
+impl From<WireRequest> for DecisionRequest {
+    fn from(w: WireRequest) -> Self {
+        Self {
+            message_tree: RequestTree::new(w.message_tree, &w.messages),
+            session_id: w.session_id,
+            decision_id: w.decision_id,
+            agent_id: w.agent_id,
+            identity: w.identity,
+            trigger: w.trigger,
+            proposed: w.proposed,
+            state: w.state,
+            agent: w.agent,
+            calls: w.calls,
+            pending_calls: w.pending_calls,
+            messages: w.messages,
+            ancestry: w.ancestry,
+            attempts: w.attempts,
+            deadline: w.deadline,
+            turn_id: w.turn_id,
+        }
+    }
+}
+
+impl Serialize for DecisionRequest {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut s = serializer.serialize_struct("DecisionRequest", 16)?;
+        s.serialize_field("session_id", &self.session_id)?;
+        s.serialize_field("decision_id", &self.decision_id)?;
+        s.serialize_field("agent_id", &self.agent_id)?;
+        s.serialize_field("identity", &self.identity)?;
+        s.serialize_field("trigger", &self.trigger)?;
+        s.serialize_field("proposed", &self.proposed)?;
+        s.serialize_field("state", &self.state)?;
+        s.serialize_field("agent", &self.agent)?;
+        s.serialize_field("calls", &self.calls)?;
+        s.serialize_field("pending_calls", &self.pending_calls)?;
+        s.serialize_field("messages", &self.messages)?;
+        s.serialize_field("message_tree", &FullTree { tree: &self.message_tree, path: &self.messages })?;
+        s.serialize_field("ancestry", &self.ancestry)?;
+        s.serialize_field("attempts", &self.attempts)?;
+        s.serialize_field("deadline", &self.deadline)?;
+        s.serialize_field("turn_id", &self.turn_id)?;
+        s.end()
+    }
+}
+
+/// A [`RequestTree`] written out as the [`MessageTree`] it stands for,
+/// without copying it first.
+struct FullTree<'a> {
+    tree: &'a RequestTree,
+    path: &'a [Message],
+}
+
+impl Serialize for FullTree<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeMap, SerializeSeq};
+        /// The nodes, each as `{ message, parent_id? }`.
+        struct Nodes<'a>(&'a FullTree<'a>);
+        impl Serialize for Nodes<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut seq = serializer.serialize_seq(Some(self.0.tree.nodes.len()))?;
+                for node in self.0.tree.nodes_with(self.0.path) {
+                    let (message, parent_id) = node.map_err(|e| S::Error::custom(e.in_field("message_tree")))?;
+                    seq.serialize_element(&crate::message::TreeNodeRef { message, parent_id })?;
+                }
+                seq.end()
+            }
+        }
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("nodes", &Nodes(self))?;
+        if let Some(head) = &self.tree.head_id {
+            map.serialize_entry("head_id", head)?;
+        }
+        map.end()
+    }
 }
 
 impl DecisionRequest {
@@ -66,7 +171,7 @@ impl DecisionRequest {
             calls: Vec::new(),
             pending_calls: 0,
             messages: Vec::new(),
-            message_tree: MessageTree::default(),
+            message_tree: RequestTree::default(),
             ancestry: Vec::new(),
             attempts: 1,
             deadline: None,
@@ -92,6 +197,33 @@ impl DecisionRequest {
             return Ok(None);
         }
         crate::from_value(self.state.clone()).map(Some).map_err(|e| e.in_field("state"))
+    }
+
+    /// Every message of the session's tree, each with its parent's id, in
+    /// recording order: `message_tree` read against `messages`.
+    ///
+    /// ```
+    /// # use subs_protocol::*;
+    /// let hi: Message = from_value(serde_json::json!({"id": "m1", "role": "user", "content": "hi"})).unwrap();
+    /// let mut request = DecisionRequest::for_trigger(Trigger::SessionStart);
+    /// request.message_tree = RequestTree::new(
+    ///     MessageTree { nodes: vec![TreeNode { message: hi.clone(), parent_id: None }], head_id: Some("m1".into()) },
+    ///     std::slice::from_ref(&hi),
+    /// );
+    /// request.messages = vec![hi];
+    /// let (message, parent) = request.tree_nodes().next().unwrap().unwrap();
+    /// assert_eq!((message.id.as_str(), parent), ("m1", None));
+    /// ```
+    pub fn tree_nodes(&self) -> impl Iterator<Item = Result<(&Message, Option<&str>), ProtocolError>> + '_ {
+        self.message_tree.nodes_with(&self.messages)
+    }
+
+    /// The session's whole tree, every message copied.
+    ///
+    /// # Errors
+    /// A `message_tree` index that points nowhere.
+    pub fn full_tree(&self) -> Result<MessageTree, ProtocolError> {
+        self.message_tree.to_tree(&self.messages).map_err(|e| e.in_field("message_tree"))
     }
 
     /// The in-flight call with this id.

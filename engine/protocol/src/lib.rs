@@ -50,8 +50,8 @@ pub use llm::{
     ErrorCode, LlmRequest, LlmResponse, LlmTool, ReasoningConfig, ReasoningEffort, StreamDelta, ToolCallDelta,
 };
 pub use message::{
-    AudioData, Content, ContentPart, DraftMessage, FileData, FunctionCall, Message, MessageTree, Role, ToolCall,
-    TreeNode, UrlRef,
+    AudioData, Content, ContentPart, DraftMessage, FileData, FunctionCall, Message, MessageTree, NodeMessage,
+    NodeParent, RequestNode, RequestTree, Role, ToolCall, TreeNode, UrlRef,
 };
 pub use trigger::{ClientContext, ToolInput, Trigger};
 

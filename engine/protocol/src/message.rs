@@ -385,3 +385,149 @@ pub struct TreeNode {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<String>,
 }
+
+/// A [`TreeNode`] by reference, written out as the node itself.
+#[derive(Serialize)]
+pub(crate) struct TreeNodeRef<'a> {
+    pub message: &'a Message,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<&'a str>,
+}
+
+/// A decision request's [`MessageTree`], held without a second copy of the
+/// active path.
+///
+/// Most of a session's tree is its active path, which the request already
+/// carries in `messages`; a node on that path names its message by index
+/// there ([`NodeMessage::Active`]) and a node's parent is named by the
+/// index of an earlier node ([`NodeParent::Node`]). So building a request,
+/// carrying it into a component and dropping it copies each message once,
+/// not twice. On the wire (JSON) the tree is the full [`MessageTree`]:
+/// [`DecisionRequest`](crate::DecisionRequest) writes every node out and,
+/// reading, folds the active path back in.
+///
+/// Read it with [`RequestTree::nodes_with`] or
+/// [`DecisionRequest::tree_nodes`](crate::DecisionRequest::tree_nodes), or
+/// materialize a [`MessageTree`] with [`RequestTree::to_tree`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestTree {
+    /// Every message, in recording order, each with its parent.
+    pub nodes: Vec<RequestNode>,
+    /// The last message of the active path; absent while the tree is empty.
+    pub head_id: Option<String>,
+}
+
+/// One node of a [`RequestTree`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestNode {
+    /// Its message.
+    pub message: NodeMessage,
+    /// The message before it.
+    pub parent: NodeParent,
+}
+
+/// Where a [`RequestNode`]'s message is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeMessage {
+    /// `messages[i]` of the request: the node is on the active path.
+    Active(usize),
+    /// Off the active path: the message itself.
+    Other(Message),
+}
+
+/// A [`RequestNode`]'s parent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeParent {
+    /// None: the node is a root.
+    Root,
+    /// The message of the earlier node at this index in `nodes`.
+    Node(usize),
+    /// A message by id that no earlier node has.
+    Id(String),
+}
+
+impl RequestTree {
+    /// `tree` without the copies of `path` it holds: each node whose
+    /// message equals the next message of `path` (in order) refers to it,
+    /// and each parent id that an earlier node has refers to that node. The
+    /// matching is exact, so [`RequestTree::to_tree`] gives `tree` back for
+    /// any tree and path.
+    pub fn new(tree: MessageTree, path: &[Message]) -> Self {
+        let parents: Vec<NodeParent> = {
+            // A repeated id keeps naming its first node.
+            let mut seen = std::collections::HashMap::with_capacity(tree.nodes.len());
+            tree.nodes
+                .iter()
+                .enumerate()
+                .map(|(k, node)| {
+                    let parent = match node.parent_id.as_deref() {
+                        None => NodeParent::Root,
+                        Some(id) => {
+                            seen.get(id).map_or_else(|| NodeParent::Id(id.to_owned()), |&j| NodeParent::Node(j))
+                        }
+                    };
+                    seen.entry(node.message.id.as_str()).or_insert(k);
+                    parent
+                })
+                .collect()
+        };
+        let mut next = 0;
+        let nodes = tree
+            .nodes
+            .into_iter()
+            .zip(parents)
+            .map(|(node, parent)| {
+                let message = match path.get(next) {
+                    Some(m) if *m == node.message => {
+                        next += 1;
+                        NodeMessage::Active(next - 1)
+                    }
+                    _ => NodeMessage::Other(node.message),
+                };
+                RequestNode { message, parent }
+            })
+            .collect();
+        Self { nodes, head_id: tree.head_id }
+    }
+
+    /// Each node's message and parent id, resolved against `path` (the
+    /// request's `messages`); an error names the first index that points
+    /// nowhere.
+    pub fn nodes_with<'a>(
+        &'a self,
+        path: &'a [Message],
+    ) -> impl Iterator<Item = Result<(&'a Message, Option<&'a str>), crate::ProtocolError>> + 'a {
+        self.nodes.iter().enumerate().map(move |(k, node)| {
+            let message = self.message_at(k, path)?;
+            let parent = match &node.parent {
+                NodeParent::Root => None,
+                NodeParent::Id(id) => Some(id.as_str()),
+                NodeParent::Node(j) if *j < k => Some(self.message_at(*j, path)?.id.as_str()),
+                NodeParent::Node(j) => return Err(crate::wit::bad_tree_index(k, "parent", "an earlier node", *j)),
+            };
+            Ok((message, parent))
+        })
+    }
+
+    /// The message of node `k`.
+    fn message_at<'a>(&'a self, k: usize, path: &'a [Message]) -> Result<&'a Message, crate::ProtocolError> {
+        match &self.nodes[k].message {
+            NodeMessage::Other(m) => Ok(m),
+            NodeMessage::Active(i) => {
+                path.get(*i).ok_or_else(|| crate::wit::bad_tree_index(k, "message", "message", *i))
+            }
+        }
+    }
+
+    /// The full tree, every message copied out of `path` or the node.
+    ///
+    /// # Errors
+    /// An index that points nowhere.
+    pub fn to_tree(&self, path: &[Message]) -> Result<MessageTree, crate::ProtocolError> {
+        let nodes = self
+            .nodes_with(path)
+            .map(|node| node.map(|(m, p)| TreeNode { message: m.clone(), parent_id: p.map(str::to_owned) }))
+            .collect::<Result<_, _>>()?;
+        Ok(MessageTree { nodes, head_id: self.head_id.clone() })
+    }
+}

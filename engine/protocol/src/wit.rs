@@ -93,50 +93,10 @@ pub fn exact_typed<T: DeserializeOwned + Serialize>(value: &Value) -> Option<T> 
     (crate::to_value(&typed) == *value).then_some(typed)
 }
 
-/// How far back among the earlier nodes a tree node's parent is looked
-/// for before it crosses by id instead: far enough for any branch a
-/// conversation makes, short enough that a huge tree stays linear.
-const PARENT_SCAN: usize = 64;
-
-/// How each node of `tree` crosses the boundary (the WIT `tree-node`):
-/// the index in `path` of a message equal to the node's (the request's
-/// `messages`, the active path), and the index of an earlier node whose
-/// message id is the node's parent id.
-///
-/// Every message carried into a guest costs allocations, copies and value
-/// writes on both sides, and the active path is most of a tree, so sending
-/// it once halves the strings a typical request carries (a 20-message
-/// request is decided about 4 µs sooner). Matching is exact
-/// (whole-message equality, in order), so any tree crosses unchanged; an
-/// engine's tree records messages in order, so its active path matches
-/// in one forward pass.
+/// The error for an index of a request's message tree (WIT or
+/// [`RequestTree`](crate::RequestTree)) that points nowhere.
 #[doc(hidden)]
-pub fn tree_plan(tree: &crate::MessageTree, path: &[crate::Message]) -> Vec<(Option<u32>, Option<u32>)> {
-    let mut next = 0;
-    let nodes = &tree.nodes;
-    nodes
-        .iter()
-        .enumerate()
-        .map(|(k, node)| {
-            let active = match path.get(next) {
-                Some(message) if *message == node.message => {
-                    next += 1;
-                    u32::try_from(next - 1).ok()
-                }
-                _ => None,
-            };
-            let parent = node
-                .parent_id
-                .as_deref()
-                .and_then(|id| (k.saturating_sub(PARENT_SCAN)..k).rev().find(|&j| nodes[j].message.id == id));
-            (active, parent.and_then(|j| u32::try_from(j).ok()))
-        })
-        .collect()
-}
-
-/// The error for an index in a WIT `message-tree` that points nowhere.
-#[doc(hidden)]
-pub fn bad_tree_index(node: usize, field: &str, what: &str, index: u32) -> ProtocolError {
+pub fn bad_tree_index(node: usize, field: &str, what: &str, index: impl std::fmt::Display) -> ProtocolError {
     ProtocolError::new(format!("refers to {what} {index}, which does not exist"))
         .in_field(field)
         .in_index(node)
@@ -343,56 +303,48 @@ macro_rules! wit_conversions {
                 }
             }
 
-            // A tree crosses next to the active path (`messages`), and its
-            // nodes refer to it (see `tree_plan`).
-            fn tree_to_wit(tree: p::MessageTree, path: &[p::Message]) -> w::MessageTree {
-                let plan = $crate::wit::tree_plan(&tree, path);
+            // A tree crosses as the request holds it (`p::RequestTree`):
+            // active-path nodes refer to `messages`, parents to earlier
+            // nodes, so no message crosses twice.
+            fn tree_to_wit(tree: p::RequestTree) -> w::MessageTree {
+                let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
                 let nodes = tree
                     .nodes
                     .into_iter()
-                    .zip(plan)
-                    .map(|(node, (active, parent))| w::TreeNode {
-                        message: match active {
-                            Some(i) => w::TreeMessage::Active(i),
-                            None => w::TreeMessage::Other(node.message.into()),
+                    .map(|node| w::TreeNode {
+                        message: match node.message {
+                            p::NodeMessage::Active(i) => w::TreeMessage::Active(index(i)),
+                            p::NodeMessage::Other(m) => w::TreeMessage::Other(m.into()),
                         },
-                        parent: match (node.parent_id, parent) {
-                            (None, _) => w::TreeParent::Root,
-                            (Some(_), Some(j)) => w::TreeParent::Node(j),
-                            (Some(id), None) => w::TreeParent::Id(id),
+                        parent: match node.parent {
+                            p::NodeParent::Root => w::TreeParent::Root,
+                            p::NodeParent::Node(j) => w::TreeParent::Node(index(j)),
+                            p::NodeParent::Id(id) => w::TreeParent::Id(id),
                         },
                     })
                     .collect();
                 w::MessageTree { nodes, head_id: tree.head_id }
             }
-            fn tree_from_wit(tree: w::MessageTree, path: &[p::Message]) -> R<p::MessageTree> {
+            fn tree_from_wit(tree: w::MessageTree, path: &[p::Message]) -> R<p::RequestTree> {
                 use $crate::wit::bad_tree_index;
                 let mut nodes = Vec::with_capacity(tree.nodes.len());
-                let mut parents = Vec::with_capacity(tree.nodes.len());
                 for (k, node) in tree.nodes.into_iter().enumerate() {
                     let message = match node.message {
-                        w::TreeMessage::Active(i) => match path.get(i as usize) {
-                            Some(m) => m.clone(),
-                            None => return Err(bad_tree_index(k, "message", "message", i)),
-                        },
-                        w::TreeMessage::Other(m) => {
-                            p::Message::from_wit(m).map_err(|e| e.in_field("message").in_index(k).in_field("nodes"))?
-                        }
+                        w::TreeMessage::Active(i) if (i as usize) < path.len() => p::NodeMessage::Active(i as usize),
+                        w::TreeMessage::Active(i) => return Err(bad_tree_index(k, "message", "message", i)),
+                        w::TreeMessage::Other(m) => p::NodeMessage::Other(
+                            p::Message::from_wit(m).map_err(|e| e.in_field("message").in_index(k).in_field("nodes"))?,
+                        ),
                     };
-                    nodes.push(p::TreeNode { message, parent_id: None });
-                    parents.push(node.parent);
-                }
-                for (k, parent) in parents.into_iter().enumerate() {
-                    nodes[k].parent_id = match parent {
-                        w::TreeParent::Root => None,
-                        w::TreeParent::Id(id) => Some(id),
-                        w::TreeParent::Node(j) => match nodes.get(j as usize) {
-                            Some(node) => Some(node.message.id.clone()),
-                            None => return Err(bad_tree_index(k, "parent", "node", j)),
-                        },
+                    let parent = match node.parent {
+                        w::TreeParent::Root => p::NodeParent::Root,
+                        w::TreeParent::Id(id) => p::NodeParent::Id(id),
+                        w::TreeParent::Node(j) if (j as usize) < k => p::NodeParent::Node(j as usize),
+                        w::TreeParent::Node(j) => return Err(bad_tree_index(k, "parent", "an earlier node", j)),
                     };
+                    nodes.push(p::RequestNode { message, parent });
                 }
-                Ok(p::MessageTree { nodes, head_id: tree.head_id })
+                Ok(p::RequestTree { nodes, head_id: tree.head_id })
             }
 
             // ---- agent config ------------------------------------------
@@ -1016,7 +968,7 @@ macro_rules! wit_conversions {
 
             impl From<p::DecisionRequest> for w::DecisionRequest {
                 fn from(v: p::DecisionRequest) -> Self {
-                    let message_tree = tree_to_wit(v.message_tree, &v.messages);
+                    let message_tree = tree_to_wit(v.message_tree);
                     Self {
                         session_id: v.session_id,
                         decision_id: v.decision_id,

@@ -312,9 +312,9 @@ fn decision_requests_cover_the_protocol() {
     assert!(
         all().any(|r| {
             let mut children: BTreeMap<&str, usize> = BTreeMap::new();
-            for node in &r.message_tree.nodes {
-                if let Some(parent) = &node.parent_id {
-                    *children.entry(parent.as_str()).or_default() += 1;
+            for node in r.tree_nodes() {
+                if let (_, Some(parent)) = node.expect("the tree's indices point somewhere") {
+                    *children.entry(parent).or_default() += 1;
                 }
             }
             children.values().any(|&n| n > 1)

@@ -10,7 +10,7 @@ use std::fmt::Debug;
 use proptest::prelude::*;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use subs_protocol::{arbitrary, from_json, from_value, to_json, to_value};
+use subs_protocol::{DecisionRequest, RequestTree, Trigger, arbitrary, from_json, from_value, to_json, to_value};
 
 /// Checks the text round trip, the `Value` round trip, and that a second
 /// write is byte-identical to the first (what a worker reads is what the
@@ -35,6 +35,18 @@ proptest! {
     #[test]
     fn decision_request(v in arbitrary::decision_request()) {
         round_trip(&v)?;
+    }
+
+    /// A request's compact tree stands for exactly the tree it was made
+    /// from, whatever the path, in memory and in the request's JSON.
+    #[test]
+    fn request_tree_gives_the_tree_back((tree, path) in arbitrary::tree_and_path()) {
+        let compact = RequestTree::new(tree.clone(), &path);
+        prop_assert_eq!(compact.to_tree(&path).unwrap(), tree.clone());
+        let mut request = DecisionRequest::for_trigger(Trigger::SessionStart);
+        request.messages = path;
+        request.message_tree = compact;
+        prop_assert_eq!(&to_value(&request)["message_tree"], &to_value(&tree));
     }
 
     #[test]

@@ -407,6 +407,7 @@ impl Session {
         proposed: subs_protocol::DecisionResponse,
         deadline_ms: u64,
     ) -> DecisionRequest {
+        let (messages, message_tree) = self.tree.for_request(self.record.head_id.as_deref());
         DecisionRequest {
             session_id: self.record.key.session.clone(),
             decision_id: step.decision_id.clone(),
@@ -418,8 +419,8 @@ impl Session {
             agent: self.record.agent.clone(),
             calls: self.calls.values().map(|c| c.call.clone()).collect(),
             pending_calls: u32::try_from(self.pending_calls()).unwrap_or(u32::MAX),
-            messages: self.path().into_iter().cloned().collect(),
-            message_tree: self.tree.to_protocol(self.record.head_id.as_deref()),
+            messages,
+            message_tree,
             ancestry: self.record.ancestry.clone(),
             attempts: step.attempts + step.interrupted + 1,
             deadline: Some(clock::rfc3339(deadline_ms)),

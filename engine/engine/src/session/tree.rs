@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use subs_protocol::{DraftMessage, Message, MessageTree, TreeNode};
+use subs_protocol::{DraftMessage, Message, MessageTree, NodeMessage, NodeParent, RequestNode, RequestTree, TreeNode};
 
 use crate::store::MessageRecord;
 
@@ -54,12 +54,17 @@ impl Tree {
 
     /// The path from a root to `head`, oldest first.
     pub fn path(&self, head: Option<&str>) -> Vec<&Message> {
+        self.path_nodes(head).into_iter().map(|k| &self.nodes[k].message).collect()
+    }
+
+    /// The indices in `nodes` of the path from a root to `head`, oldest
+    /// first (so increasing: a parent is recorded before its children).
+    fn path_nodes(&self, head: Option<&str>) -> Vec<usize> {
         let mut path = Vec::new();
         let mut cursor = head;
-        while let Some(id) = cursor {
-            let Some(record) = self.get(id) else { break };
-            path.push(&record.message);
-            cursor = record.parent_id.as_deref();
+        while let Some(&k) = cursor.and_then(|id| self.index.get(id)) {
+            path.push(k);
+            cursor = self.nodes[k].parent_id.as_deref();
         }
         path.reverse();
         path
@@ -75,6 +80,37 @@ impl Tree {
                 .collect(),
             head_id: head.map(str::to_owned),
         }
+    }
+
+    /// The active path to `head` and the tree as a decision request carries
+    /// them: the path's messages copied once, the tree's path nodes
+    /// referring to them. The same as [`RequestTree::new`] of
+    /// [`Tree::to_protocol`] and [`Tree::path`], without copying every
+    /// message twice and comparing them.
+    pub fn for_request(&self, head: Option<&str>) -> (Vec<Message>, RequestTree) {
+        let path = self.path_nodes(head);
+        let mut on_path = path.iter().copied().enumerate().peekable();
+        let nodes = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(k, record)| {
+                let message = match on_path.next_if(|&(_, node)| node == k) {
+                    Some((i, _)) => NodeMessage::Active(i),
+                    None => NodeMessage::Other(record.message.clone()),
+                };
+                let parent = match record.parent_id.as_deref() {
+                    None => NodeParent::Root,
+                    Some(id) => match self.index.get(id) {
+                        Some(&j) if j < k => NodeParent::Node(j),
+                        _ => NodeParent::Id(id.to_owned()),
+                    },
+                };
+                RequestNode { message, parent }
+            })
+            .collect();
+        let messages = path.iter().map(|&k| self.nodes[k].message.clone()).collect();
+        (messages, RequestTree { nodes, head_id: head.map(str::to_owned) })
     }
 
     /// Finds where a client's view of the conversation leaves the tree.
@@ -135,6 +171,30 @@ mod tests {
         // a ─ b ─ c
         //      └─ d
         Tree::from_records([record("a", None), record("b", Some("a")), record("c", Some("b")), record("d", Some("b"))])
+    }
+
+    #[test]
+    fn a_request_tree_is_the_tree_without_a_second_copy_of_the_path() {
+        let mut tree = tree();
+        // A parent recorded after its child (as a client may fork) and an
+        // unknown parent cross by id.
+        tree.insert(record("e", Some("f")));
+        tree.insert(record("f", Some("d")));
+        tree.insert(record("g", Some("nowhere")));
+        for head in [None, Some("a"), Some("c"), Some("d"), Some("e"), Some("f"), Some("g")] {
+            let (messages, compact) = tree.for_request(head);
+            let path: Vec<Message> = tree.path(head).into_iter().cloned().collect();
+            assert_eq!(messages, path);
+            let full = tree.to_protocol(head);
+            assert_eq!(compact.to_tree(&messages).unwrap(), full, "head {head:?}");
+            assert_eq!(compact, RequestTree::new(full, &path), "head {head:?}");
+            // Where the path runs in recording order (always, for messages
+            // the engine records), only messages off it are carried.
+            if matches!(head, Some("c" | "d")) {
+                let copies = compact.nodes.iter().filter(|n| matches!(n.message, NodeMessage::Other(_))).count();
+                assert_eq!(copies, tree.nodes.len() - path.len(), "head {head:?}");
+            }
+        }
     }
 
     #[test]
