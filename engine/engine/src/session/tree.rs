@@ -63,6 +63,11 @@ impl Tree {
         let mut path = Vec::new();
         let mut cursor = head;
         while let Some(&k) = cursor.and_then(|id| self.index.get(id)) {
+            // A cycle of parents (only a damaged store could hold one)
+            // ends the walk rather than looping for ever.
+            if path.len() == self.nodes.len() {
+                break;
+            }
             path.push(k);
             cursor = self.nodes[k].parent_id.as_deref();
         }
@@ -195,6 +200,15 @@ mod tests {
                 assert_eq!(copies, tree.nodes.len() - path.len(), "head {head:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_cycle_of_parents_ends_the_path() {
+        let tree = Tree::from_records([record("a", Some("b")), record("b", Some("a"))]);
+        assert_eq!(tree.path(Some("a")).len(), 2);
+        let (messages, compact) = tree.for_request(Some("b"));
+        assert_eq!(messages.len(), 2);
+        assert_eq!(compact.nodes.len(), 2);
     }
 
     #[test]
