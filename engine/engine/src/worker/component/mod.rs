@@ -55,10 +55,10 @@ pub use self::limits::{LimitHit, LimitOverrides, Limits};
 
 use self::bindings::{AgentPre, wit};
 use self::cache::CompileCache;
-use self::http::{AllowedHost, HttpGate};
+use self::http::AllowedHost;
 use self::limits::Limiter;
-use self::output::{GuestOutput, Labels, Stream};
-use self::state::StoreState;
+use self::output::Labels;
+use self::state::{Grant, StoreState};
 use super::{BoxFuture, Delivery, Worker, WorkerError};
 
 /// Why a component could not be loaded.
@@ -414,20 +414,17 @@ impl ComponentAgent {
         // The permit is declared before the store so it is released after
         // the store (and its pooled instance) is gone.
         let _slot = self.host.slots.acquire().await.map_err(|e| WorkerError::Instantiation(e.to_string()))?;
-        let labels = Labels {
-            tenant: self.bound.tenant.clone(),
-            agent: self.bound.agent.clone(),
-            session: delivery.request.session_id.clone(),
-        };
-        let stdout = GuestOutput::new(Stream::Stdout, labels.clone(), limits.log_bytes);
-        let stderr = GuestOutput::new(Stream::Stderr, labels.clone(), limits.log_bytes);
-        let gate = HttpGate {
+        let grant = Grant {
+            labels: Labels {
+                tenant: self.bound.tenant.clone(),
+                agent: self.bound.agent.clone(),
+                session: delivery.request.session_id.clone(),
+            },
+            log_bytes: limits.log_bytes,
             allowed: self.bound.allowed.clone(),
             client: self.host.client.clone(),
-            labels,
-            denied: http::Refusals::default(),
         };
-        let state = StoreState::new(delivery.deltas, gate, Limiter::new(limits), stdout, stderr);
+        let state = StoreState::new(delivery.deltas, grant, Limiter::new(limits));
         let mut store = Store::new(self.pre.engine(), state);
         if enforce {
             store.limiter(|s| &mut s.limiter);
@@ -509,7 +506,7 @@ impl ComponentAgent {
         if let Some(note) = refused_http(state) {
             message.push_str(&format!("; {note}"));
         }
-        if let Some(tail) = state.stderr.tail() {
+        if let Some(tail) = state.stderr_tail() {
             let tail: String = tail.chars().take(500).collect();
             message.push_str(&format!("; its stderr ends: {tail}"));
         }
@@ -519,7 +516,7 @@ impl ComponentAgent {
 
 /// The outgoing requests the engine refused during a decision, if any.
 fn refused_http(state: &StoreState) -> Option<String> {
-    state.gate.denied.describe().map(|refused| format!("the engine refused outgoing HTTP to {refused}"))
+    state.refused().map(|refused| format!("the engine refused outgoing HTTP to {refused}"))
 }
 
 /// Why a run failed before the guest answered.

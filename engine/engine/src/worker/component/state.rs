@@ -1,6 +1,8 @@
 //! What a component instance may touch: the per-decision store state, and
 //! the engine's `subs:agent/host` interface implemented on it.
 
+use std::sync::Arc;
+
 use subs_protocol::StreamDelta;
 use subs_protocol::wit::FromWit;
 use wasmtime::component::ResourceTable;
@@ -8,77 +10,102 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::{host, wit};
-use super::http::HttpGate;
+use super::http::{AllowedHost, HttpGate, Refusals};
 use super::limits::Limiter;
-use super::output::GuestOutput;
+use super::output::{GuestOutput, Labels, Stream};
 use crate::worker::DeltaSink;
 
 /// The state of one store, which lives exactly as long as one decision: a
 /// fresh store and instance per decision keeps sessions and tenants apart.
 pub(crate) struct StoreState {
+    /// Whose decision this is and what it may reach: what the WASI context
+    /// and the HTTP gate are built from.
+    grant: Grant,
     /// WASI as the engine grants it: no preopened directories, no
     /// environment, no arguments, no network; clocks and randomness work;
     /// stdout and stderr go to the logs. Built on the guest's first WASI
     /// call: most decisions make none, and building it (seeding two random
-    /// generators, boxing clocks and streams) cost about 1 µs, a tenth of
-    /// an empty decision.
-    wasi: Option<WasiCtx>,
-    /// The guest's stdout, for the WASI context when it is built.
-    stdout: GuestOutput,
+    /// generators, boxing clocks and streams, the two captured outputs) cost
+    /// about 1 µs, a tenth of an empty decision.
+    wasi: Option<Wasi>,
     /// WASI's resources (streams, pollables, HTTP requests) for this
     /// instance.
     table: ResourceTable,
-    /// `wasi:http`'s settings (header size limits).
-    http: WasiHttpCtx,
-    /// Where outgoing HTTP is checked against the allow-list and sent.
-    pub(crate) gate: HttpGate,
+    /// `wasi:http`'s settings and the allow-list gate; built on the guest's
+    /// first outgoing request.
+    http: Option<(WasiHttpCtx, HttpGate)>,
     /// Memory and table limits; remembers the limit the guest hit.
     pub(crate) limiter: Limiter,
-    /// The guest's stderr, whose last line a trap's error quotes.
-    pub(crate) stderr: GuestOutput,
     /// Where `emit-delta` sends deltas; `None` refuses them.
     deltas: Option<DeltaSink>,
 }
 
+/// What a decision's WASI context and HTTP gate are made from.
+pub(crate) struct Grant {
+    /// Whose decision it is, for every line logged.
+    pub labels: Labels,
+    /// Bytes of stdout and stderr captured into the logs.
+    pub log_bytes: usize,
+    /// The hosts the agent may reach.
+    pub allowed: Arc<[AllowedHost]>,
+    /// The engine's HTTP client.
+    pub client: reqwest::Client,
+}
+
+/// A built WASI context and the stderr it writes to.
+struct Wasi {
+    ctx: WasiCtx,
+    stderr: GuestOutput,
+}
+
 impl StoreState {
-    pub(crate) fn new(
-        deltas: Option<DeltaSink>,
-        gate: HttpGate,
-        limiter: Limiter,
-        stdout: GuestOutput,
-        stderr: GuestOutput,
-    ) -> Self {
-        Self {
-            wasi: None,
-            stdout,
-            table: ResourceTable::new(),
-            http: WasiHttpCtx::new(),
-            gate,
-            limiter,
-            stderr,
-            deltas,
-        }
+    pub(crate) fn new(deltas: Option<DeltaSink>, grant: Grant, limiter: Limiter) -> Self {
+        Self { grant, wasi: None, table: ResourceTable::new(), http: None, limiter, deltas }
+    }
+
+    /// The last lines the guest wrote to stderr, if it wrote any.
+    pub(crate) fn stderr_tail(&self) -> Option<String> {
+        self.wasi.as_ref()?.stderr.tail()
+    }
+
+    /// The outgoing requests the engine refused, if the guest made any.
+    pub(crate) fn refused(&self) -> Option<String> {
+        self.http.as_ref()?.1.denied.describe()
     }
 }
 
 impl WasiView for StoreState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
+        let grant = &self.grant;
         let wasi = self.wasi.get_or_insert_with(|| {
-            WasiCtxBuilder::new()
+            let output = |stream| GuestOutput::new(stream, grant.labels.clone(), grant.log_bytes);
+            let stderr = output(Stream::Stderr);
+            let ctx = WasiCtxBuilder::new()
                 .allow_tcp(false)
                 .allow_udp(false)
                 .allow_ip_name_lookup(false)
-                .stdout(self.stdout.clone())
-                .stderr(self.stderr.clone())
-                .build()
+                .stdout(output(Stream::Stdout))
+                .stderr(stderr.clone())
+                .build();
+            Wasi { ctx, stderr }
         });
-        WasiCtxView { ctx: wasi, table: &mut self.table }
+        WasiCtxView { ctx: &mut wasi.ctx, table: &mut self.table }
     }
 }
 
 impl WasiHttpView for StoreState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
-        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.gate }
+        let grant = &self.grant;
+        let (ctx, gate) = self.http.get_or_insert_with(|| {
+            let gate = HttpGate {
+                allowed: grant.allowed.clone(),
+                client: grant.client.clone(),
+                labels: grant.labels.clone(),
+                denied: Refusals::default(),
+            };
+            (WasiHttpCtx::new(), gate)
+        });
+        WasiHttpCtxView { ctx, table: &mut self.table, hooks: gate }
     }
 }
 
