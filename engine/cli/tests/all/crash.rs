@@ -107,8 +107,9 @@ struct Ledger {
     executions: Mutex<HashMap<String, Vec<u64>>>,
     /// Call id → the tick at which a client first saw its result recorded.
     committed: Mutex<HashMap<String, u64>>,
-    /// The ticks of the kills.
-    kills: Mutex<Vec<u64>>,
+    /// Each kill: the tick just before SIGKILL, and the tick at which the
+    /// restarted server was up again.
+    kills: Mutex<Vec<Kill>>,
 }
 
 impl Ledger {
@@ -119,6 +120,27 @@ impl Ledger {
     fn saw_result(&self, call: &str) {
         let tick = self.tick();
         lock(&self.committed).entry(call.to_owned()).or_insert(tick);
+    }
+}
+
+/// When a kill happened, on the ledger's clock.
+#[derive(Clone, Copy)]
+struct Kill {
+    /// Just before SIGKILL was sent.
+    at: u64,
+    /// When the next server was up. An execution between `at` and `ready`
+    /// was sent by the killed server (a request already on its way reaches
+    /// the worker after the sender died), never by the next one.
+    ready: u64,
+}
+
+impl Kill {
+    /// Whether this kill ended a server life that could have run a call
+    /// first executed at `first` and seen committed at `seen`: it came
+    /// after the first execution, or that execution came from the server
+    /// it killed; and before the result was committed.
+    fn interrupts(&self, first: u64, seen: u64) -> bool {
+        self.at < seen && (self.at > first || first < self.ready)
     }
 }
 
@@ -524,7 +546,7 @@ async fn check_session(
                 "{session}: call {call} ran at tick {late}, after its result was seen committed at tick {seen}"
             ));
         }
-        let kills_between = kills.iter().filter(|k| **k > first && **k < seen).count();
+        let kills_between = kills.iter().filter(|k| k.interrupts(first, seen)).count();
         if ran.len() > 1 + kills_between {
             problems.push(format!(
                 "{session}: call {call} ran {} times with {kills_between} kills while it was open",
@@ -611,11 +633,12 @@ async fn killed_at_random_instants_the_engine_loses_and_repeats_nothing() {
         if shared.finished.load(Ordering::SeqCst) < total {
             mid_turn += 1;
         }
+        let at = killed.ledger.tick();
         server.process.child.kill().expect("SIGKILL is sent");
         server.process.child.wait().expect("the killed server is reaped");
-        let tick = killed.ledger.tick();
-        lock(&killed.ledger.kills).push(tick);
         server = killed.restart(addr.clone()).await;
+        let ready = killed.ledger.tick();
+        lock(&killed.ledger.kills).push(Kill { at, ready });
         up_tx.send_replace(Up { generation: k, last: k == plan.kills });
     }
     let mut problems = clients.await.expect("the clients finish");
