@@ -215,7 +215,7 @@ impl DecisionRequest {
     /// assert_eq!((message.id.as_str(), parent), ("m1", None));
     /// ```
     pub fn tree_nodes(&self) -> impl Iterator<Item = Result<(&Message, Option<&str>), ProtocolError>> + '_ {
-        self.message_tree.nodes_with(&self.messages)
+        self.message_tree.nodes_with(&self.messages).map(|node| node.map_err(|e| e.in_field("message_tree")))
     }
 
     /// The session's whole tree, every message copied.

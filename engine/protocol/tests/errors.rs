@@ -626,6 +626,8 @@ fn a_request_tree_index_that_points_nowhere_is_an_error() {
     assert!(err.contains("message_tree.nodes[0].message") && err.contains("message 3, which does not exist"), "{err}");
     let err = request.full_tree().unwrap_err();
     assert_eq!(err.field(), Some("message_tree.nodes[0].message"));
+    let err = request.tree_nodes().next().unwrap().unwrap_err();
+    assert_eq!(err.field(), Some("message_tree.nodes[0].message"));
 
     request.message_tree.nodes[0] = RequestNode {
         message: NodeMessage::Other(subs_protocol::from_value(json!({"id": "m", "role": "user"})).unwrap()),
