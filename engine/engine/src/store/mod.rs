@@ -177,7 +177,8 @@ pub struct LoadedSession {
 pub struct StoreStats {
     /// Batches committed.
     pub batches: u64,
-    /// Durable commits (fsyncs); group commit makes this smaller than
+    /// Durable commits (one sync each: the journal's or a checkpoint's);
+    /// group commit makes this smaller than
     /// `batches` under concurrency.
     pub commits: u64,
     /// Bytes of user data stored (keys and values), as the database reports

@@ -11,7 +11,7 @@
 //! | `log` | (storage key, the session's log number) | one commit's [`MessageRecord`]s, [`StepRecord`]s, [`EventRecord`]s and [`CallRecord`] changes for the session, framed ([`history`]) |
 //! | `inbox` | (storage key, seq) | [`InboxItem`] |
 //! | `turns` | (storage key, turn id) | [`TurnRecord`] |
-//! | `meta` | name | `u64`: the file format and the next inbox number |
+//! | `meta` | name | `u64`: the file format, the next inbox number and the last journal record the file holds |
 //!
 //! Tuple keys sort by session first, so every read of one session is a
 //! single range scan. A session's history (messages, steps, events, calls)
@@ -34,9 +34,13 @@
 //! single writer thread and awaits a oneshot answer, so no tokio worker ever
 //! blocks on the disk. The writer takes every batch already queued (at most
 //! [`MAX_GROUP`]), applies them in arrival order in one redb write
-//! transaction, commits it with immediate durability (one fsync) and then
-//! answers every waiter. Under load many batches share one fsync; alone, a
-//! batch costs one.
+//! transaction, makes it durable with one sync and then answers every
+//! waiter. Under load many batches share one sync; alone, a batch costs
+//! one. The sync is usually the [`journal`]'s: the group is appended there
+//! and synced, and redb commits without syncing; every so often a group is
+//! committed with redb's immediate durability instead (a checkpoint), and
+//! opening the store after a crash applies the journal's records that the
+//! file lacks.
 //!
 //! If writing a group's ops fails (nothing is committed then), the writer
 //! retries each batch of the group in a transaction of its own, so one bad
@@ -58,6 +62,7 @@
 //! errors.
 
 mod history;
+mod journal;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -137,6 +142,10 @@ const META_FORMAT: &str = "format";
 /// derived from the inbox, which empties) so numbers never repeat, across
 /// sessions and restarts.
 const META_NEXT_INBOX: &str = "next_inbox_seq";
+/// `meta` key: the last [journal](journal) record this state of the file
+/// holds. Written by every journaled transaction, so recovery knows where
+/// to resume whichever commit redb opens at.
+const META_JOURNAL_SEQ: &str = "journal_seq";
 /// The layout this code writes.
 const FORMAT_VERSION: u64 = 2;
 /// The older layout this code migrates on open.
@@ -170,7 +179,8 @@ pub struct RedbStore {
 struct Tally {
     /// Batches committed.
     batches: AtomicU64,
-    /// Write transactions committed (one fsync each).
+    /// Groups committed, each made durable by one sync (the journal's or
+    /// redb's).
     commits: AtomicU64,
     /// Fault injection: microseconds every commit takes on top of its own
     /// work, spent on the writer thread as a slow fsync would be.
@@ -274,15 +284,16 @@ impl RedbStore {
             Err(err) => return Err(redb_error(name::DATABASE, err)),
         };
         prepare(&db)?;
+        let journal = recover(&db, journal::Journal::path_for(&path))?;
         let db = Arc::new(db);
         let counters = Arc::new(Tally::default());
         let (queue, requests) = mpsc::channel();
         let writer = {
-            let db = Arc::clone(&db);
+            let writer = Writer { db: Arc::clone(&db), journal, broken: None };
             let counters = Arc::clone(&counters);
             std::thread::Builder::new()
                 .name("subs-store-writer".to_owned())
-                .spawn(move || run_writer(db, requests, &counters))
+                .spawn(move || run_writer(writer, requests, &counters))
                 .map_err(|err| StoreError::Io(format!("cannot start the store's writer thread: {err}")))?
         };
         Ok(Self {
@@ -624,6 +635,30 @@ impl Store for RedbStore {
 
 /// Creates the tables (so reads never meet a missing one) and checks or
 /// records the format version, migrating a format-1 file.
+/// Opens the journal of the store and applies, in one durable
+/// transaction, the records the file does not hold yet (commits that were
+/// acknowledged after the last checkpoint before a crash).
+fn recover(db: &Database, path: PathBuf) -> Result<journal::Journal, StoreError> {
+    let applied = {
+        let txn = db.begin_read().map_err(|err| redb_error(name::DATABASE, err))?;
+        let meta = open_read(&txn, META, name::META)?;
+        meta.get(META_JOURNAL_SEQ).map_err(|err| redb_error(name::META, err))?.map_or(0, |seq| seq.value())
+    };
+    let (mut journal, records) = journal::Journal::open(path, applied)?;
+    tracing::debug!(path = %journal.path().display(), mode = ?journal.mode(), "the store's journal is open");
+    let Some(&(last, _)) = records.last() else { return Ok(journal) };
+    let txn = db.begin_write().map_err(|err| redb_error(name::DATABASE, err))?;
+    write_all(&txn, records.iter().map(|(_, writes)| writes.as_slice())).map_err(|err| StoreError::Corrupt {
+        table: "journal",
+        message: format!("records {} to {last} of {} cannot be applied: {err}", applied + 1, journal.path().display()),
+    })?;
+    open_write(&txn, META, name::META)?.insert(META_JOURNAL_SEQ, last).map_err(|err| redb_error(name::META, err))?;
+    txn.commit().map_err(|err| redb_error(name::DATABASE, err))?;
+    journal.checkpointed();
+    tracing::info!(records = records.len(), last, "applied the store's journal after an unclean shutdown");
+    Ok(journal)
+}
+
 fn prepare(db: &Database) -> Result<(), StoreError> {
     let txn = db.begin_write().map_err(|err| redb_error(name::DATABASE, err))?;
     {
@@ -664,7 +699,7 @@ struct Pending {
 /// The writer thread: takes groups of queued batches and commits each
 /// group in one transaction, until the store is shut; then closes the
 /// database (its handle is the last one by then).
-fn run_writer(db: Arc<Database>, requests: mpsc::Receiver<Request>, counters: &Tally) {
+fn run_writer(mut writer: Writer, requests: mpsc::Receiver<Request>, counters: &Tally) {
     let mut closing = None;
     while closing.is_none() {
         // Disconnected: the store was dropped and the queue is drained.
@@ -683,10 +718,17 @@ fn run_writer(db: Arc<Database>, requests: mpsc::Receiver<Request>, counters: &T
             }
         }
         if !group.is_empty() {
-            commit_group(&db, group, counters);
+            writer.commit_group(group, counters);
         }
     }
-    let closed = match Arc::try_unwrap(db) {
+    // The file alone then holds everything: nothing to replay at the next
+    // open, and a copy of the file taken while the engine is stopped is
+    // complete.
+    let checkpointed = writer.checkpoint();
+    if let Err(error) = &checkpointed {
+        tracing::error!(%error, "the store's last checkpoint failed; the journal will be applied at the next open");
+    }
+    let closed = match Arc::try_unwrap(writer.db) {
         Ok(db) => db.close().map_err(|err| redb_error(name::DATABASE, err)),
         // A reader still holds it (only if the store was leaked half-shut):
         // the last holder closes it.
@@ -696,43 +738,133 @@ fn run_writer(db: Arc<Database>, requests: mpsc::Receiver<Request>, counters: &T
         }
     };
     if let Some(answer) = closing {
-        let _ = answer.send(closed);
+        let _ = answer.send(checkpointed.and(closed));
     }
 }
 
-/// Commits `group` and answers each of its waiters.
-fn commit_group(db: &Database, group: Vec<Pending>, counters: &Tally) {
-    let slow = counters.slow_disk_micros.load(Ordering::Relaxed);
-    if slow > 0 {
-        std::thread::sleep(std::time::Duration::from_micros(slow));
-    }
-    let outcome = write_transaction(db, group.iter().map(|pending| pending.writes.as_slice()));
-    match outcome {
-        Ok(()) => {
-            counters.commits.fetch_add(1, Ordering::Relaxed);
-            counters.batches.fetch_add(group.len() as u64, Ordering::Relaxed);
-            for pending in group {
-                let _ = pending.answer.send(Ok(()));
-            }
+/// The writer thread's state.
+struct Writer {
+    db: Arc<Database>,
+    journal: journal::Journal,
+    /// Set when the journal may hold a group that redb did not commit and
+    /// taking it back failed: committing anything more could make that
+    /// group part of the store at the next open, though its waiters were
+    /// told it failed. Every later commit fails with this message.
+    broken: Option<String>,
+}
+
+impl Writer {
+    /// Commits `group` and answers each of its waiters.
+    fn commit_group(&mut self, group: Vec<Pending>, counters: &Tally) {
+        let slow = counters.slow_disk_micros.load(Ordering::Relaxed);
+        if slow > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(slow));
         }
-        // Some batch's writes failed and nothing was committed: find out
-        // which by committing each on its own.
-        Err(Failure::Write(_)) if group.len() > 1 => {
-            for pending in group {
-                let outcome = write_transaction(db, std::iter::once(pending.writes.as_slice()));
-                if outcome.is_ok() {
-                    counters.commits.fetch_add(1, Ordering::Relaxed);
-                    counters.batches.fetch_add(1, Ordering::Relaxed);
+        let outcome = self.transaction(&group.iter().map(|pending| pending.writes.as_slice()).collect::<Vec<_>>());
+        match outcome {
+            Ok(()) => {
+                counters.commits.fetch_add(1, Ordering::Relaxed);
+                counters.batches.fetch_add(group.len() as u64, Ordering::Relaxed);
+                for pending in group {
+                    let _ = pending.answer.send(Ok(()));
                 }
-                let _ = pending.answer.send(outcome.map_err(Failure::into_error));
+            }
+            // Some batch's writes failed and nothing was committed: find out
+            // which by committing each on its own.
+            Err(Failure::Write(_)) if group.len() > 1 => {
+                for pending in group {
+                    let outcome = self.transaction(&[pending.writes.as_slice()]);
+                    if outcome.is_ok() {
+                        counters.commits.fetch_add(1, Ordering::Relaxed);
+                        counters.batches.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let _ = pending.answer.send(outcome.map_err(Failure::into_error));
+                }
+            }
+            Err(failure) => {
+                let error = failure.into_error();
+                for pending in group {
+                    let _ = pending.answer.send(Err(duplicate(&error)));
+                }
             }
         }
-        Err(failure) => {
-            let error = failure.into_error();
-            for pending in group {
-                let _ = pending.answer.send(Err(duplicate(&error)));
-            }
+    }
+
+    /// Writes `batches` in order in one transaction and makes it durable:
+    /// through the journal (redb then commits without syncing), or, when a
+    /// checkpoint is due, by a durable redb commit.
+    fn transaction(&mut self, batches: &[&[Write]]) -> Result<(), Failure> {
+        if let Some(broken) = &self.broken {
+            return Err(Failure::Transaction(StoreError::Io(broken.clone())));
         }
+        let mut txn = self.db.begin_write().map_err(|err| Failure::Transaction(redb_error(name::DATABASE, err)))?;
+        if let Err(error) = write_all(&txn, batches.iter().copied()) {
+            let _ = txn.abort();
+            return Err(Failure::Write(error));
+        }
+        if self.journal.prepare(batches.iter().copied()) {
+            // Redb's default, set anyway: the whole store rests on it.
+            txn.set_durability(Durability::Immediate)
+                .map_err(|err| Failure::Transaction(redb_error(name::DATABASE, err)))?;
+            txn.commit().map_err(|err| Failure::Transaction(redb_error(name::DATABASE, err)))?;
+            self.journal.checkpointed();
+            return Ok(());
+        }
+        let journaled = (|| {
+            let mut meta = open_write(&txn, META, name::META)?;
+            meta.insert(META_JOURNAL_SEQ, self.journal.next_seq()).map_err(|err| redb_error(name::META, err))?;
+            Ok::<_, StoreError>(())
+        })();
+        if let Err(error) = journaled {
+            let _ = txn.abort();
+            return Err(Failure::Transaction(error));
+        }
+        txn.set_durability(Durability::None).map_err(|err| Failure::Transaction(redb_error(name::DATABASE, err)))?;
+        let appended = match self.journal.append() {
+            Ok(appended) => appended,
+            Err((appended, err)) => {
+                let _ = txn.abort();
+                let error =
+                    StoreError::Io(format!("cannot write the journal {}: {err}", self.journal.path().display()));
+                self.revoke(appended, &error);
+                return Err(Failure::Transaction(error));
+            }
+        };
+        txn.commit().map_err(|err| {
+            let error = redb_error(name::DATABASE, err);
+            self.revoke(appended, &error);
+            Failure::Transaction(error)
+        })
+    }
+
+    /// Takes back a journal record whose group was not committed, or, if
+    /// that fails, stops taking commits.
+    fn revoke(&mut self, appended: journal::Appended, cause: &StoreError) {
+        if let Err(err) = self.journal.revoke(appended) {
+            let message = format!(
+                "the store stopped taking commits: record {} of its journal {} could not be taken back after \
+                 `{cause}`: {err}; restart the engine",
+                appended.seq,
+                self.journal.path().display()
+            );
+            tracing::error!("{message}");
+            self.broken = Some(message);
+        }
+    }
+
+    /// A durable redb commit that makes every journaled group durable in
+    /// the file itself, so the journal can start over.
+    fn checkpoint(&mut self) -> Result<(), StoreError> {
+        if !self.journal.pending() || self.broken.is_some() {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(|err| redb_error(name::DATABASE, err))?;
+        open_write(&txn, META, name::META)?
+            .insert(META_JOURNAL_SEQ, self.journal.last_seq())
+            .map_err(|err| redb_error(name::META, err))?;
+        txn.commit().map_err(|err| redb_error(name::DATABASE, err))?;
+        self.journal.checkpointed();
+        Ok(())
     }
 }
 
@@ -750,18 +882,6 @@ impl Failure {
             Failure::Write(error) | Failure::Transaction(error) => error,
         }
     }
-}
-
-/// Writes `batches` in order in one transaction and commits it durably.
-fn write_transaction<'a>(db: &Database, batches: impl Iterator<Item = &'a [Write]>) -> Result<(), Failure> {
-    let mut txn = db.begin_write().map_err(|err| Failure::Transaction(redb_error(name::DATABASE, err)))?;
-    // Redb's default, set anyway: the whole store rests on it.
-    txn.set_durability(Durability::Immediate).map_err(|err| Failure::Transaction(redb_error(name::DATABASE, err)))?;
-    if let Err(error) = write_all(&txn, batches) {
-        let _ = txn.abort();
-        return Err(Failure::Write(error));
-    }
-    txn.commit().map_err(|err| Failure::Transaction(redb_error(name::DATABASE, err)))
 }
 
 fn write_all<'a>(txn: &WriteTransaction, batches: impl Iterator<Item = &'a [Write]>) -> Result<(), StoreError> {
@@ -1492,6 +1612,27 @@ mod tests {
         store.close().await.unwrap();
     }
 
+    /// Commits are made durable by the journal, and closing checkpoints
+    /// them into the file: the file alone then holds them, and the
+    /// journal has nothing left to apply at the next open.
+    #[tokio::test]
+    async fn closing_checkpoints_the_journal_into_the_file() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        for n in 0..3 {
+            store.commit(batch([Op::PushInbox { session: key("s"), item: item(&format!("i{n}")) }])).await.unwrap();
+        }
+        store.close().await.unwrap();
+        let db = Database::open(&path).unwrap();
+        let applied =
+            db.begin_read().unwrap().open_table(META).unwrap().get(META_JOURNAL_SEQ).unwrap().unwrap().value();
+        drop(db);
+        assert_eq!(applied, 3, "each commit went through the journal");
+        let journal = journal::Journal::path_for(&path);
+        assert!(journal::Journal::open(journal.clone(), applied).unwrap().1.is_empty());
+        assert_eq!(journal::Journal::open(journal, 0).unwrap().1.len(), 3);
+    }
+
     #[tokio::test]
     async fn a_failed_batch_leaves_nothing_behind() {
         let (_dir, path) = temp_file();
@@ -1927,6 +2068,7 @@ mod tests {
     async fn kill_9_loses_no_acknowledged_commit() {
         let (_dir, path) = temp_file();
         let exe = std::env::current_exe().unwrap();
+        let mut from_journal = 0;
         for round in 0..3u64 {
             let mut child = Command::new(&exe)
                 .args(["--exact", "store::redb::tests::crash_child", "--nocapture", "--test-threads=1"])
@@ -1956,6 +2098,15 @@ mod tests {
             }
             assert!(acked.len() >= kill_at, "the child stopped early after {} commits", acked.len());
 
+            // How many acknowledged groups the file itself lacks: the
+            // journal must bring them back.
+            let applied = {
+                let db = Database::create(&path).unwrap();
+                let txn = db.begin_read().unwrap();
+                txn.open_table(META).unwrap().get(META_JOURNAL_SEQ).unwrap().map_or(0, |seq| seq.value())
+            };
+            from_journal += journal::Journal::open(journal::Journal::path_for(&path), applied).unwrap().1.len();
+
             let store = RedbStore::open(&path).unwrap();
             for &(ack_round, task, n) in &acked {
                 assert_eq!(ack_round, round);
@@ -1969,6 +2120,8 @@ mod tests {
             }
             store.close().await.unwrap();
         }
+        // Otherwise this test would not be testing the journal at all.
+        assert!(from_journal > 0, "redb reopened with every acknowledged commit: the journal was never needed");
     }
 
     fn parse_ack(line: &str) -> Option<(u64, u64, u64)> {
