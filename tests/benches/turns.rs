@@ -86,6 +86,11 @@ struct Level {
     /// number of cores adds to.
     writer_cpu: Duration,
     latencies: Vec<Duration>,
+    /// Size of the database file at the end, and what redb says it holds:
+    /// the difference is free pages (redb frees replaced pages only at a
+    /// durable commit, so journaled commits between checkpoints grow it).
+    file_bytes: u64,
+    stored_bytes: u64,
 }
 
 async fn level(sessions: usize, length: Duration) -> Level {
@@ -152,6 +157,8 @@ async fn level(sessions: usize, length: Duration) -> Level {
         cpu,
         writer_cpu,
         latencies,
+        file_bytes: std::fs::metadata(bench.store.path()).map_or(0, |m| m.len()),
+        stored_bytes: after.stored_bytes,
     }
 }
 
@@ -165,6 +172,8 @@ fn count_steps(store: &RedbStore, sessions: usize, conversations: usize) -> u64 
     }
     steps
 }
+
+const MIB: f64 = 1024.0 * 1024.0;
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -273,7 +282,7 @@ async fn create_idle(bench: &Bench, ids: std::ops::Range<usize>) -> u64 {
 async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
     println!("turns through the durable loop: passthrough component + offline model + redb, {length:?} per level\n");
     println!(
-        "{:>9} {:>8} {:>9} {:>10} {:>10} {:>11} {:>11} {:>12} {:>13} {:>14} {:>16}",
+        "{:>9} {:>8} {:>9} {:>10} {:>10} {:>11} {:>11} {:>12} {:>13} {:>14} {:>16} {:>16}",
         "sessions",
         "turns",
         "turns/s",
@@ -284,7 +293,8 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
         "step p50*",
         "fsyncs/step",
         "CPU µs/step**",
-        "writer µs/step***"
+        "writer µs/step***",
+        "file/stored MiB"
     );
     let mut rows = Vec::new();
     for sessions in levels {
@@ -299,7 +309,7 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
         let cpu_per_step = l.cpu.as_secs_f64() * 1e6 / l.steps.max(1) as f64;
         let writer_per_step = l.writer_cpu.as_secs_f64() * 1e6 / l.steps.max(1) as f64;
         println!(
-            "{:>9} {:>8} {:>9.0} {:>10.0} {:>10.1} {:>9.2}ms {:>9.2}ms {:>10.3}ms {:>13.3} {:>14.0} {:>16.0}",
+            "{:>9} {:>8} {:>9.0} {:>10.0} {:>10.1} {:>9.2}ms {:>9.2}ms {:>10.3}ms {:>13.3} {:>14.0} {:>16.0} {:>7.1} / {:>6.1}",
             l.sessions,
             l.turns,
             l.turns as f64 / secs,
@@ -311,6 +321,8 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
             l.commits as f64 / l.steps.max(1) as f64,
             cpu_per_step,
             writer_per_step,
+            l.file_bytes as f64 / MIB,
+            l.stored_bytes as f64 / MIB,
         );
         rows.push(json!({
             "sessions": l.sessions,
@@ -327,6 +339,8 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
             "fsyncs_per_step": l.commits as f64 / l.steps.max(1) as f64,
             "cpu_us_per_step": cpu_per_step,
             "writer_cpu_us_per_step": writer_per_step,
+            "file_bytes": l.file_bytes,
+            "stored_bytes": l.stored_bytes,
             "rss_kib_before": rss_before,
             "rss_kib_after": rss_after,
         }));
