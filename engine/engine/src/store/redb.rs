@@ -11,7 +11,7 @@
 //! | `log` | (storage key, the session's log number) | one commit's [`MessageRecord`]s, [`StepRecord`]s, [`EventRecord`]s and [`CallRecord`] changes for the session, framed ([`history`]) |
 //! | `inbox` | (storage key, seq) | [`InboxItem`] |
 //! | `turns` | (storage key, turn id) | [`TurnRecord`] |
-//! | `meta` | name | `u64`: the file format, the next inbox number and the last journal record the file holds |
+//! | `meta` | name | `u64`: the file format, its id, the next inbox number and the last journal record the file holds |
 //!
 //! Tuple keys sort by session first, so every read of one session is a
 //! single range scan. A session's history (messages, steps, events, calls)
@@ -146,6 +146,10 @@ const META_NEXT_INBOX: &str = "next_inbox_seq";
 /// holds. Written by every journaled transaction, so recovery knows where
 /// to resume whichever commit redb opens at.
 const META_JOURNAL_SEQ: &str = "journal_seq";
+/// `meta` key: a random number given to the file when it is first opened,
+/// written into every journal record, so a journal left beside a deleted
+/// or replaced database file is never applied to the new one.
+const META_STORE_ID: &str = "store_id";
 /// The layout this code writes.
 const FORMAT_VERSION: u64 = 2;
 /// The older layout this code migrates on open.
@@ -639,12 +643,13 @@ impl Store for RedbStore {
 /// transaction, the records the file does not hold yet (commits that were
 /// acknowledged after the last checkpoint before a crash).
 fn recover(db: &Database, path: PathBuf) -> Result<journal::Journal, StoreError> {
-    let applied = {
+    let (store, applied) = {
         let txn = db.begin_read().map_err(|err| redb_error(name::DATABASE, err))?;
         let meta = open_read(&txn, META, name::META)?;
-        meta.get(META_JOURNAL_SEQ).map_err(|err| redb_error(name::META, err))?.map_or(0, |seq| seq.value())
+        let get = |key| meta.get(key).map_err(|err| redb_error(name::META, err)).map(|v| v.map(|v| v.value()));
+        (get(META_STORE_ID)?.unwrap_or_default(), get(META_JOURNAL_SEQ)?.unwrap_or_default())
     };
-    let (mut journal, records) = journal::Journal::open(path, applied)?;
+    let (mut journal, records) = journal::Journal::open(path, store, applied)?;
     tracing::debug!(path = %journal.path().display(), mode = ?journal.mode(), "the store's journal is open");
     let Some(&(last, _)) = records.last() else { return Ok(journal) };
     let txn = db.begin_write().map_err(|err| redb_error(name::DATABASE, err))?;
@@ -664,6 +669,9 @@ fn prepare(db: &Database) -> Result<(), StoreError> {
     {
         Tables::create_all(&txn)?;
         let mut meta = open_write(&txn, META, name::META)?;
+        if meta.get(META_STORE_ID).map_err(|err| redb_error(name::META, err))?.is_none() {
+            meta.insert(META_STORE_ID, random_id()).map_err(|err| redb_error(name::META, err))?;
+        }
         let format = meta.get(META_FORMAT).map_err(|err| redb_error(name::META, err))?.map(|format| format.value());
         match format {
             Some(FORMAT_VERSION) => {}
@@ -688,6 +696,18 @@ fn prepare(db: &Database) -> Result<(), StoreError> {
         }
     }
     txn.commit().map_err(|err| redb_error(name::DATABASE, err))
+}
+
+/// A number that differs between files: std's hasher keys are random per
+/// process, the clock and the process id tell processes and instants
+/// apart. An identity, not a secret.
+fn random_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher
+        .write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    hasher.write_u32(std::process::id());
+    hasher.finish()
 }
 
 /// A batch waiting in the writer's current group.
@@ -1623,14 +1643,19 @@ mod tests {
             store.commit(batch([Op::PushInbox { session: key("s"), item: item(&format!("i{n}")) }])).await.unwrap();
         }
         store.close().await.unwrap();
-        let db = Database::open(&path).unwrap();
-        let applied =
-            db.begin_read().unwrap().open_table(META).unwrap().get(META_JOURNAL_SEQ).unwrap().unwrap().value();
-        drop(db);
+        let (id, applied) = journal_position(&path);
         assert_eq!(applied, 3, "each commit went through the journal");
         let journal = journal::Journal::path_for(&path);
-        assert!(journal::Journal::open(journal.clone(), applied).unwrap().1.is_empty());
-        assert_eq!(journal::Journal::open(journal, 0).unwrap().1.len(), 3);
+        assert!(journal::Journal::open(journal.clone(), id, applied).unwrap().1.is_empty());
+        assert_eq!(journal::Journal::open(journal, id, 0).unwrap().1.len(), 3);
+
+        // The database file deleted, its journal left: a new file takes
+        // nothing from it.
+        std::fs::remove_file(&path).unwrap();
+        let store = RedbStore::open(&path).unwrap();
+        assert!(store.inbox(&key("s")).unwrap().is_empty());
+        store.close().await.unwrap();
+        assert_ne!(journal_position(&path).0, id, "a new file has a new id");
     }
 
     #[tokio::test]
@@ -2100,12 +2125,8 @@ mod tests {
 
             // How many acknowledged groups the file itself lacks: the
             // journal must bring them back.
-            let applied = {
-                let db = Database::create(&path).unwrap();
-                let txn = db.begin_read().unwrap();
-                txn.open_table(META).unwrap().get(META_JOURNAL_SEQ).unwrap().map_or(0, |seq| seq.value())
-            };
-            from_journal += journal::Journal::open(journal::Journal::path_for(&path), applied).unwrap().1.len();
+            let (id, applied) = journal_position(&path);
+            from_journal += journal::Journal::open(journal::Journal::path_for(&path), id, applied).unwrap().1.len();
 
             let store = RedbStore::open(&path).unwrap();
             for &(ack_round, task, n) in &acked {
@@ -2122,6 +2143,16 @@ mod tests {
         }
         // Otherwise this test would not be testing the journal at all.
         assert!(from_journal > 0, "redb reopened with every acknowledged commit: the journal was never needed");
+    }
+
+    /// The store id and the last journal record the database file at
+    /// `path` holds, read with redb alone.
+    fn journal_position(path: &Path) -> (u64, u64) {
+        let db = Database::create(path).unwrap();
+        let txn = db.begin_read().unwrap();
+        let meta = txn.open_table(META).unwrap();
+        let get = |key| meta.get(key).unwrap().map_or(0, |v| v.value());
+        (get(META_STORE_ID), get(META_JOURNAL_SEQ))
     }
 
     fn parse_ack(line: &str) -> Option<(u64, u64, u64)> {

@@ -27,7 +27,8 @@
 //! checkpoint, so reading stops at the first record that is not the next
 //! one: a torn tail (a group whose sync never returned, so nobody was told
 //! it committed) fails its checksum; records of an older round carry older
-//! numbers.
+//! numbers; records of another store (a journal left beside a database
+//! file that was deleted or replaced by a new one) carry another id.
 //!
 //! # Record layout
 //!
@@ -36,7 +37,8 @@
 //! | 4 | [`MAGIC`] |
 //! | 4 | payload length, little-endian |
 //! | 8 | sequence number, little-endian (the first is 1) |
-//! | 4 | CRC-32 of the sequence number, the length and the payload |
+//! | 8 | the store's id (`meta`'s `store_id`), little-endian |
+//! | 4 | CRC-32 of the sequence number, the length, the id and the payload |
 //! | 4 | zero (reserved) |
 //! | payload length | the writes: a count (4 bytes), then each [`Write`] |
 //! | to the next multiple of [`BLOCK`] | zeros |
@@ -68,7 +70,7 @@ pub const CHECKPOINT_GROUPS: u32 = 64;
 /// Marks the start of a record.
 pub const MAGIC: u32 = 0x4a42_5553; // "SUBJ" little-endian
 
-const HEADER: usize = 24;
+const HEADER: usize = 32;
 
 /// Records start and end on multiples of this: the alignment direct I/O
 /// asks of offsets, lengths and memory on every common device.
@@ -89,6 +91,8 @@ pub struct Journal {
     file: File,
     mode: Mode,
     path: PathBuf,
+    /// The id of the store this journal belongs to, in every record.
+    store: u64,
     /// Where the next record goes.
     head: u64,
     /// The number of the next record.
@@ -127,13 +131,13 @@ impl Journal {
     /// not exist, and returns the records after `applied`, the last record
     /// the store holds. Must be called while holding the store's lock (redb
     /// locks its file), so no other process writes the journal.
-    pub fn open(path: PathBuf, applied: u64) -> Result<(Journal, Found), StoreError> {
-        Self::open_with(path, applied, Mode::Direct)
+    pub fn open(path: PathBuf, store: u64, applied: u64) -> Result<(Journal, Found), StoreError> {
+        Self::open_with(path, store, applied, Mode::Direct)
     }
 
     /// [`open`](Self::open), asking for `mode`; direct I/O falls back to
     /// buffered writes where it is not available.
-    pub fn open_with(path: PathBuf, applied: u64, mode: Mode) -> Result<(Journal, Found), StoreError> {
+    pub fn open_with(path: PathBuf, store: u64, applied: u64, mode: Mode) -> Result<(Journal, Found), StoreError> {
         let io = |what: &str, err: io::Error| StoreError::Io(format!("{what} {}: {err}", path.display()));
         let mut file = OpenOptions::new()
             .read(true)
@@ -144,7 +148,7 @@ impl Journal {
             .map_err(|err| io("cannot open the store's journal", err))?;
         let mut contents = Vec::new();
         file.read_to_end(&mut contents).map_err(|err| io("cannot read the store's journal", err))?;
-        let records = scan(&contents, applied, &path)?;
+        let records = scan(&contents, store, applied, &path)?;
         if (contents.len() as u64) < JOURNAL_BYTES {
             // New (or cut short): fill it, so appends only overwrite.
             let zeros = vec![0; usize::try_from(JOURNAL_BYTES).unwrap_or(usize::MAX) - contents.len()];
@@ -164,8 +168,17 @@ impl Journal {
             Mode::Buffered => (file, Mode::Buffered),
         };
         let last = records.last().map_or(applied, |(seq, _)| *seq);
-        let journal =
-            Journal { file, mode, path, head: 0, next_seq: last + 1, groups: 0, buf: Vec::new(), aligned: Vec::new() };
+        let journal = Journal {
+            file,
+            mode,
+            path,
+            store,
+            head: 0,
+            next_seq: last + 1,
+            groups: 0,
+            buf: Vec::new(),
+            aligned: Vec::new(),
+        };
         Ok((journal, records))
     }
 
@@ -210,11 +223,13 @@ impl Journal {
         let mut crc = crc32fast::Hasher::new();
         crc.update(&appended.seq.to_le_bytes());
         crc.update(&payload_len.to_le_bytes());
+        crc.update(&self.store.to_le_bytes());
         crc.update(&self.buf[HEADER..]);
         self.buf[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         self.buf[4..8].copy_from_slice(&payload_len.to_le_bytes());
         self.buf[8..16].copy_from_slice(&appended.seq.to_le_bytes());
-        self.buf[16..20].copy_from_slice(&crc.finalize().to_le_bytes());
+        self.buf[16..24].copy_from_slice(&self.store.to_le_bytes());
+        self.buf[24..28].copy_from_slice(&crc.finalize().to_le_bytes());
         self.buf.resize(padded(self.buf.len()), 0);
         let mut written = self.write_at(appended.start);
         if self.mode == Mode::Direct && written.as_ref().is_err_and(|err| err.kind() == io::ErrorKind::InvalidInput) {
@@ -320,9 +335,9 @@ fn sync_parent(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// The records of `contents` after `applied`, reading from the start and
-/// stopping at the first that is not the next record.
-fn scan(contents: &[u8], applied: u64, path: &Path) -> Result<Vec<(u64, Vec<Write>)>, StoreError> {
+/// The records of `store` in `contents` after `applied`, reading from the
+/// start and stopping at the first that is not the next record.
+fn scan(contents: &[u8], store: u64, applied: u64, path: &Path) -> Result<Vec<(u64, Vec<Write>)>, StoreError> {
     let mut records = Vec::new();
     let mut at = 0usize;
     let mut previous: Option<u64> = None;
@@ -331,13 +346,16 @@ fn scan(contents: &[u8], applied: u64, path: &Path) -> Result<Vec<(u64, Vec<Writ
         let magic = u32::from_le_bytes(field(0..4).try_into().unwrap_or_default());
         let len = u32::from_le_bytes(field(4..8).try_into().unwrap_or_default());
         let seq = u64::from_le_bytes(field(8..16).try_into().unwrap_or_default());
-        let crc = u32::from_le_bytes(field(16..20).try_into().unwrap_or_default());
+        let owner = u64::from_le_bytes(field(16..24).try_into().unwrap_or_default());
+        let crc = u32::from_le_bytes(field(24..28).try_into().unwrap_or_default());
         let Some(payload) = contents.get(at + HEADER..at + HEADER + len as usize) else { break };
         let mut hasher = crc32fast::Hasher::new();
         hasher.update(&seq.to_le_bytes());
         hasher.update(&len.to_le_bytes());
+        hasher.update(&owner.to_le_bytes());
         hasher.update(payload);
-        if magic != MAGIC || hasher.finalize() != crc || previous.is_some_and(|previous| seq != previous + 1) {
+        let next = previous.is_none_or(|previous| seq == previous + 1);
+        if magic != MAGIC || hasher.finalize() != crc || owner != store || !next {
             break;
         }
         previous = Some(seq);
@@ -557,6 +575,8 @@ mod tests {
         assert!(decode(&extra).unwrap_err().contains("1 bytes follow"));
     }
 
+    const STORE: u64 = 0x5eed;
+
     /// Both ways of writing, on a file of their own each.
     const MODES: [Mode; 2] = [Mode::Direct, Mode::Buffered];
 
@@ -565,7 +585,7 @@ mod tests {
     }
 
     fn journal_with(dir: &tempfile::TempDir, applied: u64, mode: Mode) -> (Journal, Vec<u64>) {
-        let (journal, found) = Journal::open_with(dir.path().join("j"), applied, mode).unwrap();
+        let (journal, found) = Journal::open_with(dir.path().join("j"), STORE, applied, mode).unwrap();
         (journal, found.iter().map(|(seq, _)| *seq).collect())
     }
 
@@ -597,7 +617,7 @@ mod tests {
             let (j, found) = journal(&dir, 5);
             assert!(found.is_empty());
             assert_eq!(j.next_seq(), 6);
-            let (_, found) = Journal::open(dir.path().join("j"), 4).unwrap();
+            let (_, found) = Journal::open(dir.path().join("j"), STORE, 4).unwrap();
             let expected: Vec<Write> =
                 (0..500).map(|i| Write::Log { key: format!("s{i}"), value: vec![7; i] }).collect();
             assert_eq!(format!("{:?}", found[0].1), format!("{expected:?}"), "{mode:?}: the writes read back");
@@ -651,8 +671,21 @@ mod tests {
         assert!(journal(&dir, 5).1.is_empty());
         // Records missing between the store and the journal: an error,
         // not a silent gap.
-        let err = Journal::open(dir.path().join("j"), 2).err().unwrap();
+        let err = Journal::open(dir.path().join("j"), STORE, 2).err().unwrap();
         assert!(err.to_string().contains("resumes at record 5 but the store holds records up to 2"), "{err}");
+    }
+
+    #[test]
+    fn another_stores_records_are_not_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut j, _) = journal(&dir, 0);
+        append(&mut j, 1);
+        append(&mut j, 2);
+        drop(j);
+        // A new database file beside an old journal: its id differs.
+        let (j, found) = Journal::open(dir.path().join("j"), STORE + 1, 0).unwrap();
+        assert!(found.is_empty());
+        assert_eq!(j.next_seq(), 1);
     }
 
     #[test]
