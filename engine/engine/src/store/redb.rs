@@ -1710,6 +1710,16 @@ mod tests {
         let stats = store.stats().unwrap();
         assert_eq!(stats.batches, 3);
         store.close().await.unwrap();
+
+        // The batches committed one by one after the group failed are in
+        // the journal in order, numbered without a gap, and nothing of the
+        // failed one is.
+        let (id, _) = journal_position(&path);
+        let (_, records) = journal::Journal::open(journal::Journal::path_for(&path), id, 0).unwrap();
+        let sessions: Vec<(u64, BTreeSet<&str>)> =
+            records.iter().map(|(seq, writes)| (*seq, writes.iter().map(Write::key).collect())).collect();
+        let only = |session: &'static str| BTreeSet::from([session]);
+        assert_eq!(sessions, vec![(1, only("t1/a")), (2, only("t1/b")), (3, only("t1/c"))]);
     }
 
     #[tokio::test]
