@@ -271,7 +271,12 @@ impl Journal {
                 let skip = self.aligned.as_ptr().align_offset(BLOCK).min(BLOCK);
                 let block = &mut self.aligned[skip..skip + self.buf.len()];
                 block.copy_from_slice(&self.buf);
-                self.file.write_all(block)
+                let written = self.file.write_all(block);
+                if self.aligned.capacity() > 1024 * 1024 {
+                    // One huge group should not pin its copy for ever.
+                    self.aligned = Vec::new();
+                }
+                written
             }
             Mode::Buffered => {
                 self.file.write_all(&self.buf)?;
