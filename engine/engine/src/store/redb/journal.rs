@@ -146,14 +146,20 @@ impl Journal {
             .truncate(false)
             .open(&path)
             .map_err(|err| io("cannot open the store's journal", err))?;
-        let mut contents = Vec::new();
-        file.read_to_end(&mut contents).map_err(|err| io("cannot read the store's journal", err))?;
-        let records = scan(&contents, store, applied, &path)?;
-        if (contents.len() as u64) < JOURNAL_BYTES {
-            // New (or cut short): fill it, so appends only overwrite.
-            let zeros = vec![0; usize::try_from(JOURNAL_BYTES).unwrap_or(usize::MAX) - contents.len()];
+        let size = file.metadata().map_err(|err| io("cannot read the store's journal", err))?.len();
+        let records = scan(&mut file, size, store, applied, &path)?;
+        if size < JOURNAL_BYTES {
+            // New (or cut short): fill it, so appends only overwrite. In
+            // pieces: one 8 MiB buffer would stay in the allocator's heap.
+            let zeros = [0; 64 * 1024];
             file.seek(SeekFrom::End(0)).map_err(|err| io("cannot extend the store's journal", err))?;
-            file.write_all(&zeros).map_err(|err| io("cannot extend the store's journal", err))?;
+            let mut at = size;
+            while at < JOURNAL_BYTES {
+                let piece =
+                    &zeros[..usize::try_from(JOURNAL_BYTES - at).map_or(zeros.len(), |left| left.min(zeros.len()))];
+                file.write_all(piece).map_err(|err| io("cannot extend the store's journal", err))?;
+                at += piece.len() as u64;
+            }
             file.sync_all().map_err(|err| io("cannot sync the store's journal", err))?;
             sync_parent(&path).map_err(|err| io("cannot sync the directory of the store's journal", err))?;
         }
@@ -340,27 +346,39 @@ fn sync_parent(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// The records of `store` in `contents` after `applied`, reading from the
-/// start and stopping at the first that is not the next record.
-fn scan(contents: &[u8], store: u64, applied: u64, path: &Path) -> Result<Vec<(u64, Vec<Write>)>, StoreError> {
+/// The records of `store` in the journal `file` (`size` bytes) after
+/// `applied`, reading from the start and stopping at the first that is not
+/// the next record. Reads record by record: usually only the first block.
+fn scan(file: &mut File, size: u64, store: u64, applied: u64, path: &Path) -> Result<Found, StoreError> {
+    let unreadable =
+        |err: io::Error| StoreError::Io(format!("cannot read the store's journal {}: {err}", path.display()));
     let mut records = Vec::new();
-    let mut at = 0usize;
+    let mut at = 0u64;
     let mut previous: Option<u64> = None;
-    while let Some(header) = contents.get(at..at + HEADER) {
+    let mut payload = Vec::new();
+    while at + HEADER as u64 <= size {
+        let mut header = [0; HEADER];
+        file.seek(SeekFrom::Start(at)).and_then(|_| file.read_exact(&mut header)).map_err(unreadable)?;
         let field = |range: std::ops::Range<usize>| &header[range];
         let magic = u32::from_le_bytes(field(0..4).try_into().unwrap_or_default());
         let len = u32::from_le_bytes(field(4..8).try_into().unwrap_or_default());
         let seq = u64::from_le_bytes(field(8..16).try_into().unwrap_or_default());
         let owner = u64::from_le_bytes(field(16..24).try_into().unwrap_or_default());
         let crc = u32::from_le_bytes(field(24..28).try_into().unwrap_or_default());
-        let Some(payload) = contents.get(at + HEADER..at + HEADER + len as usize) else { break };
+        // Checked before the payload is read, so garbage never sizes an
+        // allocation.
+        if magic != MAGIC || owner != store || at + HEADER as u64 + u64::from(len) > size {
+            break;
+        }
+        payload.resize(len as usize, 0);
+        file.read_exact(&mut payload).map_err(unreadable)?;
         let mut hasher = crc32fast::Hasher::new();
         hasher.update(&seq.to_le_bytes());
         hasher.update(&len.to_le_bytes());
         hasher.update(&owner.to_le_bytes());
-        hasher.update(payload);
+        hasher.update(&payload);
         let next = previous.is_none_or(|previous| seq == previous + 1);
-        if magic != MAGIC || hasher.finalize() != crc || owner != store || !next {
+        if hasher.finalize() != crc || !next {
             break;
         }
         previous = Some(seq);
@@ -374,13 +392,13 @@ fn scan(contents: &[u8], store: u64, applied: u64, path: &Path) -> Result<Vec<(u
                     ),
                 });
             }
-            let writes = decode(payload).map_err(|message| StoreError::Corrupt {
+            let writes = decode(&payload).map_err(|message| StoreError::Corrupt {
                 table: "journal",
                 message: format!("record {seq} of {}: {message}", path.display()),
             })?;
             records.push((seq, writes));
         }
-        at += padded(HEADER + len as usize);
+        at += padded(HEADER + len as usize) as u64;
     }
     Ok(records)
 }
