@@ -178,8 +178,7 @@ pub struct StoreStats {
     /// Batches committed.
     pub batches: u64,
     /// Durable commits (one sync each: the journal's or a checkpoint's);
-    /// group commit makes this smaller than
-    /// `batches` under concurrency.
+    /// group commit makes this smaller than `batches` under concurrency.
     pub commits: u64,
     /// Bytes of user data stored (keys and values), as the database reports
     /// them; excludes free and fragmented pages.

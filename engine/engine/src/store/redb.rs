@@ -637,18 +637,11 @@ impl Store for RedbStore {
     }
 }
 
-/// Creates the tables (so reads never meet a missing one) and checks or
-/// records the format version, migrating a format-1 file.
 /// Opens the journal of the store and applies, in one durable
 /// transaction, the records the file does not hold yet (commits that were
 /// acknowledged after the last checkpoint before a crash).
 fn recover(db: &Database, path: PathBuf) -> Result<journal::Journal, StoreError> {
-    let (store, applied) = {
-        let txn = db.begin_read().map_err(|err| redb_error(name::DATABASE, err))?;
-        let meta = open_read(&txn, META, name::META)?;
-        let get = |key| meta.get(key).map_err(|err| redb_error(name::META, err)).map(|v| v.map(|v| v.value()));
-        (get(META_STORE_ID)?.unwrap_or_default(), get(META_JOURNAL_SEQ)?.unwrap_or_default())
-    };
+    let (store, applied) = journal_position(db)?;
     let (mut journal, records) = journal::Journal::open(path, store, applied)?;
     tracing::debug!(path = %journal.path().display(), mode = ?journal.mode(), "the store's journal is open");
     let Some(&(last, _)) = records.last() else { return Ok(journal) };
@@ -657,13 +650,29 @@ fn recover(db: &Database, path: PathBuf) -> Result<journal::Journal, StoreError>
         table: "journal",
         message: format!("records {} to {last} of {} cannot be applied: {err}", applied + 1, journal.path().display()),
     })?;
-    open_write(&txn, META, name::META)?.insert(META_JOURNAL_SEQ, last).map_err(|err| redb_error(name::META, err))?;
+    set_journal_seq(&txn, last)?;
     txn.commit().map_err(|err| redb_error(name::DATABASE, err))?;
     journal.checkpointed();
     tracing::info!(records = records.len(), last, "applied the store's journal after an unclean shutdown");
     Ok(journal)
 }
 
+/// The file's id and the last journal record it holds (0 for none).
+fn journal_position(db: &Database) -> Result<(u64, u64), StoreError> {
+    let txn = db.begin_read().map_err(|err| redb_error(name::DATABASE, err))?;
+    let meta = open_read(&txn, META, name::META)?;
+    let get = |key| meta.get(key).map_err(|err| redb_error(name::META, err)).map(|v| v.map_or(0, |v| v.value()));
+    Ok((get(META_STORE_ID)?, get(META_JOURNAL_SEQ)?))
+}
+
+/// Records in `txn` that the file holds every journal record up to `seq`.
+fn set_journal_seq(txn: &WriteTransaction, seq: u64) -> Result<(), StoreError> {
+    open_write(txn, META, name::META)?.insert(META_JOURNAL_SEQ, seq).map_err(|err| redb_error(name::META, err))?;
+    Ok(())
+}
+
+/// Creates the tables (so reads never meet a missing one) and checks or
+/// records the format version, migrating a format-1 file.
 fn prepare(db: &Database) -> Result<(), StoreError> {
     let txn = db.begin_write().map_err(|err| redb_error(name::DATABASE, err))?;
     {
@@ -830,12 +839,7 @@ impl Writer {
             self.journal.checkpointed();
             return Ok(());
         }
-        let journaled = (|| {
-            let mut meta = open_write(&txn, META, name::META)?;
-            meta.insert(META_JOURNAL_SEQ, self.journal.next_seq()).map_err(|err| redb_error(name::META, err))?;
-            Ok::<_, StoreError>(())
-        })();
-        if let Err(error) = journaled {
+        if let Err(error) = set_journal_seq(&txn, self.journal.next_seq()) {
             let _ = txn.abort();
             return Err(Failure::Transaction(error));
         }
@@ -879,9 +883,7 @@ impl Writer {
             return Ok(());
         }
         let txn = self.db.begin_write().map_err(|err| redb_error(name::DATABASE, err))?;
-        open_write(&txn, META, name::META)?
-            .insert(META_JOURNAL_SEQ, self.journal.last_seq())
-            .map_err(|err| redb_error(name::META, err))?;
+        set_journal_seq(&txn, self.journal.last_seq())?;
         txn.commit().map_err(|err| redb_error(name::DATABASE, err))?;
         self.journal.checkpointed();
         Ok(())
@@ -2158,11 +2160,7 @@ mod tests {
     /// The store id and the last journal record the database file at
     /// `path` holds, read with redb alone.
     fn journal_position(path: &Path) -> (u64, u64) {
-        let db = Database::create(path).unwrap();
-        let txn = db.begin_read().unwrap();
-        let meta = txn.open_table(META).unwrap();
-        let get = |key| meta.get(key).unwrap().map_or(0, |v| v.value());
-        (get(META_STORE_ID), get(META_JOURNAL_SEQ))
+        super::journal_position(&Database::create(path).unwrap()).unwrap()
     }
 
     fn parse_ack(line: &str) -> Option<(u64, u64, u64)> {

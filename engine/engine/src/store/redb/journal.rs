@@ -155,8 +155,8 @@ impl Journal {
             file.seek(SeekFrom::End(0)).map_err(|err| io("cannot extend the store's journal", err))?;
             let mut at = size;
             while at < JOURNAL_BYTES {
-                let piece =
-                    &zeros[..usize::try_from(JOURNAL_BYTES - at).map_or(zeros.len(), |left| left.min(zeros.len()))];
+                let left = usize::try_from(JOURNAL_BYTES - at).unwrap_or(usize::MAX);
+                let piece = &zeros[..left.min(zeros.len())];
                 file.write_all(piece).map_err(|err| io("cannot extend the store's journal", err))?;
                 at += piece.len() as u64;
             }
@@ -225,17 +225,8 @@ impl Journal {
     /// record may be partly or wholly on disk: [`revoke`](Self::revoke) it.
     pub fn append(&mut self) -> Result<Appended, (Appended, io::Error)> {
         let appended = Appended { start: self.head, seq: self.next_seq };
-        let payload_len = u32::try_from(self.buf.len() - HEADER).unwrap_or(u32::MAX);
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&appended.seq.to_le_bytes());
-        crc.update(&payload_len.to_le_bytes());
-        crc.update(&self.store.to_le_bytes());
-        crc.update(&self.buf[HEADER..]);
-        self.buf[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-        self.buf[4..8].copy_from_slice(&payload_len.to_le_bytes());
-        self.buf[8..16].copy_from_slice(&appended.seq.to_le_bytes());
-        self.buf[16..24].copy_from_slice(&self.store.to_le_bytes());
-        self.buf[24..28].copy_from_slice(&crc.finalize().to_le_bytes());
+        let (header, payload) = self.buf.split_at_mut(HEADER);
+        Header::new(appended.seq, self.store, payload).write(header);
         self.buf.resize(padded(self.buf.len()), 0);
         let mut written = self.write_at(appended.start);
         if self.mode == Mode::Direct && written.as_ref().is_err_and(|err| err.kind() == io::ErrorKind::InvalidInput) {
@@ -255,8 +246,8 @@ impl Journal {
         }
     }
 
-    /// Takes back a record whose group redb did not commit: its header is
-    /// zeroed and synced, so recovery stops before it, and the next record
+    /// Takes back a record whose group redb did not commit: its first
+    /// block is zeroed and synced, so recovery stops before it, and the next record
     /// takes its place and number.
     pub fn revoke(&mut self, appended: Appended) -> io::Result<()> {
         self.buf.clear();
@@ -316,6 +307,54 @@ impl Journal {
     }
 }
 
+/// A record's header; the layout is in the module docs.
+struct Header {
+    len: u32,
+    seq: u64,
+    store: u64,
+    crc: u32,
+}
+
+impl Header {
+    /// The header of record `seq` of `store` holding `payload`.
+    fn new(seq: u64, store: u64, payload: &[u8]) -> Header {
+        // A record is bounded well below 4 GiB by the journal's size.
+        let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        let mut header = Header { len, seq, store, crc: 0 };
+        header.crc = header.checksum(payload);
+        header
+    }
+
+    /// The CRC-32 of the header's fields and `payload`.
+    fn checksum(&self, payload: &[u8]) -> u32 {
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&self.seq.to_le_bytes());
+        crc.update(&self.len.to_le_bytes());
+        crc.update(&self.store.to_le_bytes());
+        crc.update(payload);
+        crc.finalize()
+    }
+
+    fn write(&self, into: &mut [u8]) {
+        into[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        into[4..8].copy_from_slice(&self.len.to_le_bytes());
+        into[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        into[16..24].copy_from_slice(&self.store.to_le_bytes());
+        into[24..28].copy_from_slice(&self.crc.to_le_bytes());
+        into[28..32].fill(0);
+    }
+
+    /// The header in `bytes`, or `None` where no record starts.
+    fn read(bytes: &[u8; HEADER]) -> Option<Header> {
+        let u32_at = |at: usize| bytes[at..at + 4].try_into().map(u32::from_le_bytes).ok();
+        let u64_at = |at: usize| bytes[at..at + 8].try_into().map(u64::from_le_bytes).ok();
+        if u32_at(0)? != MAGIC {
+            return None;
+        }
+        Some(Header { len: u32_at(4)?, seq: u64_at(8)?, store: u64_at(16)?, crc: u32_at(24)? })
+    }
+}
+
 /// `len` rounded up to a whole number of blocks.
 fn padded(len: usize) -> usize {
     len.div_ceil(BLOCK) * BLOCK
@@ -357,28 +396,20 @@ fn scan(file: &mut File, size: u64, store: u64, applied: u64, path: &Path) -> Re
     let mut previous: Option<u64> = None;
     let mut payload = Vec::new();
     while at + HEADER as u64 <= size {
-        let mut header = [0; HEADER];
-        file.seek(SeekFrom::Start(at)).and_then(|_| file.read_exact(&mut header)).map_err(unreadable)?;
-        let field = |range: std::ops::Range<usize>| &header[range];
-        let magic = u32::from_le_bytes(field(0..4).try_into().unwrap_or_default());
-        let len = u32::from_le_bytes(field(4..8).try_into().unwrap_or_default());
-        let seq = u64::from_le_bytes(field(8..16).try_into().unwrap_or_default());
-        let owner = u64::from_le_bytes(field(16..24).try_into().unwrap_or_default());
-        let crc = u32::from_le_bytes(field(24..28).try_into().unwrap_or_default());
+        let mut bytes = [0; HEADER];
+        file.seek(SeekFrom::Start(at)).and_then(|_| file.read_exact(&mut bytes)).map_err(unreadable)?;
         // Checked before the payload is read, so garbage never sizes an
         // allocation.
-        if magic != MAGIC || owner != store || at + HEADER as u64 + u64::from(len) > size {
+        let Some(header) = Header::read(&bytes) else { break };
+        let len = header.len;
+        if header.store != store || at + HEADER as u64 + u64::from(len) > size {
             break;
         }
         payload.resize(len as usize, 0);
         file.read_exact(&mut payload).map_err(unreadable)?;
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&seq.to_le_bytes());
-        hasher.update(&len.to_le_bytes());
-        hasher.update(&owner.to_le_bytes());
-        hasher.update(&payload);
+        let seq = header.seq;
         let next = previous.is_none_or(|previous| seq == previous + 1);
-        if hasher.finalize() != crc || !next {
+        if header.checksum(&payload) != header.crc || !next {
             break;
         }
         previous = Some(seq);
