@@ -11,6 +11,11 @@ use subs_protocol::DecisionRequest;
 
 pub mod bench;
 
+/// The allocator the `subs` binary uses, so that the benchmarks (and the
+/// tests) measure the engine as it ships.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Paths of the guest components, built by `build.rs`.
 pub mod guests {
     include!(concat!(env!("OUT_DIR"), "/guests.rs"));
