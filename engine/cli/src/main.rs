@@ -4,7 +4,10 @@
 /// one thread what another built (batches handed to the store's writer,
 /// requests handed to the component), which glibc serialises on its arena
 /// locks. Measured in `docs/benchmarks.md`: about a fifth less CPU per
-/// durable step, and no more resident memory per idle session.
+/// durable step, and no more resident memory per idle session. Built
+/// without transparent huge pages (the workspace's `no_thp` feature):
+/// mimalloc returns idle memory to the system after a second, and
+/// faulting a 2 MiB page back in costs a 2 MiB clear each time.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
