@@ -207,6 +207,25 @@ async fn the_same_turn_id_twice_is_one_turn() {
     assert_eq!(started, 1);
 }
 
+/// `wait_turn` answers with the turn it was asked for, as stored, even
+/// when a turn queued before it ends first (its end wakes the waiter too):
+/// the first turn here fails (after retried deliveries), the second is
+/// done.
+#[tokio::test]
+async fn waiting_for_a_queued_turn_returns_that_turn() {
+    let t = TestEngine::start();
+    let first = t.send("queue", "scenario", "invalid please").await;
+    let second = t.send("queue", "scenario", "count once").await;
+    let waited = tokio::time::timeout(std::time::Duration::from_secs(30), t.engine.wait_turn(TENANT, "queue", &second))
+        .await
+        .expect("the second turn ends")
+        .unwrap();
+    assert_eq!(waited.status, TurnStatus::Done, "{waited:?}");
+    assert_eq!(Some(&waited), t.engine.turn(TENANT, "queue", &second).unwrap().as_ref(), "the stored record");
+    let failed = t.engine.wait_turn(TENANT, "queue", &first).await.unwrap();
+    assert_eq!(failed.status, TurnStatus::Failed, "an ended turn, from the store: {failed:?}");
+}
+
 #[tokio::test]
 async fn an_invalid_decision_is_rejected_retried_then_fails_the_turn() {
     let t = TestEngine::start();

@@ -439,7 +439,12 @@ impl Engine {
             {
                 return Ok(turn);
             }
-            ended.await.map_err(|_| StoreError::Closed)?;
+            // The end of another of the session's turns (one queued before
+            // this) sends us back to listening and reading.
+            let (ended_id, record) = ended.await.map_err(|_| StoreError::Closed)?;
+            if ended_id == turn_id {
+                return Ok(record);
+            }
         }
     }
 

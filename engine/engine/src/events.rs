@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use subs_protocol::StreamDelta;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::store::{EventRecord, SessionKey};
+use crate::store::{EventRecord, SessionKey, TurnRecord};
 
 /// An event as subscribers receive it.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,18 +59,17 @@ struct Channels {
     by_session: HashMap<SessionKey, broadcast::Sender<Event>>,
     /// Channels in the map after the last sweep.
     swept: usize,
-    /// Who waits for the end of one of the session's turns: told (once)
-    /// when a `turn.done` or `turn.failed` is published. Far cheaper than
-    /// a broadcast channel for a caller that needs nothing else.
-    turn_waiters: HashMap<SessionKey, Vec<oneshot::Sender<()>>>,
+    /// Who waits for the end of one of the session's turns: told (once),
+    /// with the turn's id and stored record, when a commit ends one. Far
+    /// cheaper than a broadcast channel for a caller that needs nothing
+    /// else, and the record spares it reading the store again.
+    turn_waiters: HashMap<SessionKey, Vec<oneshot::Sender<EndedTurn>>>,
     /// Waiter lists in the map after their last sweep.
     waiters_swept: usize,
 }
 
-/// Whether an event ends a turn.
-fn ends_turn(event: &Event) -> bool {
-    event.name == "turn.done" || event.name == "turn.failed"
-}
+/// A turn that a commit ended: its id and its record as stored.
+pub(crate) type EndedTurn = (String, TurnRecord);
 
 /// How many events a slow subscriber may fall behind before it misses
 /// some (it then replays stored events from the store).
@@ -84,9 +83,6 @@ impl Hub {
     /// Sends `event` to the session's current subscribers.
     pub fn publish(&self, key: &SessionKey, event: Event) {
         let mut channels = self.channels();
-        if ends_turn(&event) {
-            channels.wake_turn_waiters(key);
-        }
         if let Some(sender) = channels.by_session.get(key)
             && sender.send(event).is_err()
         {
@@ -102,13 +98,10 @@ impl Hub {
             return;
         }
         let mut channels = self.channels();
-        if channels.by_session.is_empty() && channels.turn_waiters.is_empty() {
+        if channels.by_session.is_empty() {
             return;
         }
         for (key, event) in events {
-            if ends_turn(&event) {
-                channels.wake_turn_waiters(&key);
-            }
             if let Some(sender) = channels.by_session.get(&key)
                 && sender.send(event).is_err()
             {
@@ -134,9 +127,21 @@ impl Hub {
         receiver
     }
 
-    /// Resolves at the next `turn.done` or `turn.failed` of the session
-    /// published after this call (an error only if the hub is dropped).
-    pub fn turn_end(&self, key: &SessionKey) -> oneshot::Receiver<()> {
+    /// Tells those waiting for the end of one of the session's turns that
+    /// `ended` (committed) ended.
+    pub fn turn_ended(&self, key: &SessionKey, ended: EndedTurn) {
+        let mut channels = self.channels();
+        let Some(waiters) = channels.turn_waiters.remove(key) else { return };
+        drop(channels);
+        for waiter in waiters {
+            let _ = waiter.send(ended.clone());
+        }
+    }
+
+    /// Resolves at the next end of one of the session's turns committed
+    /// after this call, with that turn (an error only if the hub is
+    /// dropped).
+    pub fn turn_end(&self, key: &SessionKey) -> oneshot::Receiver<EndedTurn> {
         let mut channels = self.channels();
         // Waiters given up on (their receiver dropped) are swept once the
         // map has doubled since the last sweep.
@@ -156,16 +161,6 @@ impl Hub {
     #[cfg(test)]
     pub fn channels_held(&self) -> usize {
         self.channels().by_session.len()
-    }
-}
-
-impl Channels {
-    fn wake_turn_waiters(&mut self, key: &SessionKey) {
-        if let Some(waiters) = self.turn_waiters.remove(key) {
-            for waiter in waiters {
-                let _ = waiter.send(());
-            }
-        }
     }
 }
 
@@ -196,10 +191,18 @@ mod tests {
         let hub = Hub::default();
         let key = SessionKey::new("t", "s");
         let mut ended = hub.turn_end(&key);
+        let mut other = hub.turn_end(&SessionKey::new("t", "other"));
         hub.publish_all([(key.clone(), Event { seq: Some(1), name: "message".to_owned(), data: Value::Null })]);
         assert!(ended.try_recv().is_err());
-        hub.publish_all([(key.clone(), Event { seq: Some(2), name: "turn.done".to_owned(), data: Value::Null })]);
-        assert_eq!(ended.try_recv(), Ok(()));
+        let record = TurnRecord {
+            status: crate::store::TurnStatus::Done,
+            data: Some(json!({"ok": true})),
+            started_ms: 1,
+            ended_ms: Some(2),
+        };
+        hub.turn_ended(&key, ("turn_1".to_owned(), record.clone()));
+        assert_eq!(ended.try_recv(), Ok(("turn_1".to_owned(), record)));
+        assert!(other.try_recv().is_err(), "another session's waiter is not told");
         // Abandoned waiters do not pile up.
         for i in 0..1000 {
             drop(hub.turn_end(&SessionKey::new("t", format!("s{i}"))));

@@ -24,7 +24,7 @@ use crate::clock;
 use crate::engine::Shared;
 use crate::events::{Event, token_delta};
 use crate::model::Money;
-use crate::store::{CallSpec, SessionKey, StepStatus, StoreError};
+use crate::store::{CallSpec, Op, SessionKey, StepStatus, StoreError, TurnStatus};
 use crate::worker::{Delivery, DeltaSink, WorkerError};
 
 /// What an actor is told.
@@ -154,10 +154,28 @@ impl Actor {
     async fn commit(&mut self, mut change: Change) -> Result<(), StoreError> {
         let Some(session) = self.session.as_mut() else { return Ok(()) };
         session.seal(&mut change);
+        // Those waiting for a turn's end get its record from here rather
+        // than reading the store again.
+        let ended: Vec<_> = change
+            .batch
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::PutTurn { session, turn_id, record }
+                    if matches!(record.status, TurnStatus::Done | TurnStatus::Failed) =>
+                {
+                    Some((session.clone(), turn_id.clone(), record.clone()))
+                }
+                _ => None,
+            })
+            .collect();
         self.shared.store.commit(change.batch).await?;
         self.shared
             .hub
             .publish_all(change.events.into_iter().map(|(key, seq, record)| (key, Event::stored(seq, record))));
+        for (key, turn_id, record) in ended {
+            self.shared.hub.turn_ended(&key, (turn_id, record));
+        }
         for key in change.wake {
             self.shared.wake(&key);
         }
