@@ -14,6 +14,15 @@ pub(crate) struct Tree {
     nodes: Vec<MessageRecord>,
     /// Message id → index into `nodes`.
     index: HashMap<String, usize>,
+    /// Each node's parent as an index into `nodes`, when the parent was
+    /// recorded before it (always, for what the engine records): paths are
+    /// walked several times a step, and following an index costs nothing
+    /// where looking an id up costs a hash of it.
+    parents: Vec<Option<usize>>,
+    /// Whether some id was recorded twice (only a damaged store holds
+    /// such): the index then names the later message, which an index
+    /// resolved earlier would not follow, so walks look every id up.
+    duplicates: bool,
 }
 
 /// How a client's view of the conversation relates to the tree.
@@ -38,8 +47,22 @@ impl Tree {
 
     /// Records a message.
     pub fn insert(&mut self, record: MessageRecord) {
-        self.index.insert(record.message.id.clone(), self.nodes.len());
+        let parent = record.parent_id.as_deref().and_then(|id| self.index.get(id).copied());
+        if self.index.insert(record.message.id.clone(), self.nodes.len()).is_some() {
+            self.duplicates = true;
+        }
+        self.parents.push(parent);
         self.nodes.push(record);
+    }
+
+    /// The node the parent id of node `k` names now: the index resolved
+    /// when `k` was recorded, or else (a parent recorded later, or a
+    /// duplicated id somewhere) a lookup of the id.
+    fn parent_of(&self, k: usize) -> Option<usize> {
+        match self.parents[k] {
+            Some(parent) if !self.duplicates => Some(parent),
+            _ => self.index.get(self.nodes[k].parent_id.as_deref()?).copied(),
+        }
     }
 
     /// Whether a message with this id is recorded.
@@ -61,15 +84,15 @@ impl Tree {
     /// first (so increasing: a parent is recorded before its children).
     fn path_nodes(&self, head: Option<&str>) -> Vec<usize> {
         let mut path = Vec::new();
-        let mut cursor = head;
-        while let Some(&k) = cursor.and_then(|id| self.index.get(id)) {
+        let mut cursor = head.and_then(|id| self.index.get(id).copied());
+        while let Some(k) = cursor {
             // A cycle of parents (only a damaged store could hold one)
             // ends the walk rather than looping for ever.
             if path.len() == self.nodes.len() {
                 break;
             }
             path.push(k);
-            cursor = self.nodes[k].parent_id.as_deref();
+            cursor = self.parent_of(k);
         }
         path.reverse();
         path
@@ -106,8 +129,8 @@ impl Tree {
                 };
                 let parent = match record.parent_id.as_deref() {
                     None => NodeParent::Root,
-                    Some(id) => match self.index.get(id) {
-                        Some(&j) if j < k => NodeParent::Node(j),
+                    Some(id) => match self.parent_of(k) {
+                        Some(j) if j < k => NodeParent::Node(j),
                         _ => NodeParent::Id(id.to_owned()),
                     },
                 };
@@ -199,6 +222,22 @@ mod tests {
                 let copies = compact.nodes.iter().filter(|n| matches!(n.message, NodeMessage::Other(_))).count();
                 assert_eq!(copies, tree.nodes.len() - path.len(), "head {head:?}");
             }
+        }
+    }
+
+    #[test]
+    fn a_duplicated_id_names_its_later_message_as_before() {
+        // a ─ b ─ c, then a second `b` under a second root `x`: `c`'s
+        // parent id now names the later `b`, as a lookup by id would.
+        let mut tree = tree();
+        tree.insert(record("x", None));
+        tree.insert(record("b", Some("x")));
+        let ids = |head| tree.path(head).iter().map(|m| m.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(Some("c")), ["x", "b", "c"]);
+        for head in [Some("c"), Some("d"), Some("b")] {
+            let (messages, compact) = tree.for_request(head);
+            let full = tree.to_protocol(head);
+            assert_eq!(compact.to_tree(&messages).unwrap(), full, "head {head:?}");
         }
     }
 

@@ -1139,7 +1139,9 @@ fn log_of(logs: &mut Vec<(SessionKey, Vec<u8>)>, session: SessionKey) -> &mut Ve
     let at = match logs.iter().position(|(key, _)| *key == session) {
         Some(at) => at,
         None => {
-            logs.push((session, Vec::new()));
+            // A batch's frames (a step, a message, its event) usually come
+            // to 1–2 KiB: growing from nothing would copy them several times.
+            logs.push((session, Vec::with_capacity(2048)));
             logs.len() - 1
         }
     };
@@ -1157,7 +1159,11 @@ fn storage_key(key: &SessionKey) -> String {
 }
 
 fn encode_value(table: &'static str, value: &impl Serialize) -> Result<Vec<u8>, StoreError> {
-    serde_json::to_vec(value).map_err(|err| StoreError::Io(format!("cannot encode a record for {table}: {err}")))
+    // Room for a session record (about 450 bytes) without regrowing.
+    let mut out = Vec::with_capacity(512);
+    serde_json::to_writer(&mut out, value)
+        .map_err(|err| StoreError::Io(format!("cannot encode a record for {table}: {err}")))?;
+    Ok(out)
 }
 
 fn decode<T: DeserializeOwned>(table: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
