@@ -362,7 +362,7 @@ impl Actor {
             return;
         }
         let session = self.session();
-        let Some((seq, step)) = session.steps.front().cloned() else { return };
+        let Some(&(seq, ref step)) = session.steps.front() else { return };
         let now = clock::now_ms();
         if step.retry_at_ms.is_some_and(|t| t > now) {
             return;
@@ -378,7 +378,7 @@ impl Actor {
             _ => None,
         };
         let kind = trigger.kind();
-        let request = session.request(&step, trigger, proposed, deadline_ms);
+        let request = session.request(step, trigger, proposed, deadline_ms);
         let attempt = request.attempts;
         let worker = self.shared.worker(&self.key.tenant, &session.record.agent_id);
         let agent_id = session.record.agent_id.clone();
