@@ -3,7 +3,7 @@
 /// mimalloc instead of glibc's malloc: the engine allocates and frees on
 /// one thread what another built (batches handed to the store's writer,
 /// requests handed to the component), which glibc serialises on its arena
-/// locks. Measured in `docs/benchmarks.md`: about a fifth less CPU per
+/// locks. Measured in `docs/benchmarks.md`: about a quarter less CPU per
 /// durable step, and no more resident memory per idle session. Built
 /// without transparent huge pages (the workspace's `no_thp` feature):
 /// mimalloc returns idle memory to the system after a second, and
