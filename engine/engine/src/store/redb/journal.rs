@@ -189,13 +189,17 @@ impl Journal {
     }
 
     /// Encodes `batches` as the next record. Returns whether it should go
-    /// to redb durably instead (a checkpoint): the journal is full, or has
-    /// taken [`CHECKPOINT_GROUPS`] groups since the last one.
+    /// to redb durably instead (a checkpoint): the journal has taken
+    /// [`CHECKPOINT_GROUPS`] groups since the last one (then nothing is
+    /// encoded), or the record does not fit in what is left.
     pub fn prepare<'a>(&mut self, batches: impl Iterator<Item = &'a [Write]> + Clone) -> bool {
         self.buf.clear();
         if self.buf.capacity() > 1024 * 1024 {
             // One huge group should not pin its buffer for ever.
             self.buf.shrink_to(64 * 1024);
+        }
+        if self.groups >= CHECKPOINT_GROUPS {
+            return true;
         }
         let count: usize = batches.clone().map(<[Write]>::len).sum();
         self.buf.extend_from_slice(&[0; HEADER]);
@@ -203,7 +207,7 @@ impl Journal {
         for write in batches.flatten() {
             encode(&mut self.buf, write);
         }
-        self.groups >= CHECKPOINT_GROUPS || self.head + padded(self.buf.len()) as u64 > JOURNAL_BYTES
+        self.head + padded(self.buf.len()) as u64 > JOURNAL_BYTES
     }
 
     /// How this journal writes.
