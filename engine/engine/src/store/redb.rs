@@ -64,7 +64,7 @@
 mod history;
 mod journal;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -293,7 +293,7 @@ impl RedbStore {
         let counters = Arc::new(Tally::default());
         let (queue, requests) = mpsc::channel();
         let writer = {
-            let writer = Writer { db: Arc::clone(&db), journal, broken: None };
+            let writer = Writer { db: Arc::clone(&db), journal, broken: None, lsns: NextLsns::default() };
             let counters = Arc::clone(&counters);
             std::thread::Builder::new()
                 .name("subs-store-writer".to_owned())
@@ -646,9 +646,15 @@ fn recover(db: &Database, path: PathBuf) -> Result<journal::Journal, StoreError>
     tracing::debug!(path = %journal.path().display(), mode = ?journal.mode(), "the store's journal is open");
     let Some(&(last, _)) = records.last() else { return Ok(journal) };
     let txn = db.begin_write().map_err(|err| redb_error(name::DATABASE, err))?;
-    write_all(&txn, records.iter().map(|(_, writes)| writes.as_slice())).map_err(|err| StoreError::Corrupt {
-        table: "journal",
-        message: format!("records {} to {last} of {} cannot be applied: {err}", applied + 1, journal.path().display()),
+    write_all(&txn, records.iter().map(|(_, writes)| writes.as_slice()), &mut NextLsns::default()).map_err(|err| {
+        StoreError::Corrupt {
+            table: "journal",
+            message: format!(
+                "records {} to {last} of {} cannot be applied: {err}",
+                applied + 1,
+                journal.path().display()
+            ),
+        }
     })?;
     set_journal_seq(&txn, last)?;
     txn.commit().map_err(|err| redb_error(name::DATABASE, err))?;
@@ -780,6 +786,8 @@ struct Writer {
     /// group part of the store at the next open, though its waiters were
     /// told it failed. Every later commit fails with this message.
     broken: Option<String>,
+    /// Where the logs written lately end.
+    lsns: NextLsns,
 }
 
 impl Writer {
@@ -823,11 +831,20 @@ impl Writer {
     /// through the journal (redb then commits without syncing), or, when a
     /// checkpoint is due, by a durable redb commit.
     fn transaction(&mut self, batches: &[&[Write]]) -> Result<(), Failure> {
+        let outcome = self.try_transaction(batches);
+        if outcome.is_err() {
+            // Its appends are not in the log, but their numbers are known.
+            self.lsns.forget();
+        }
+        outcome
+    }
+
+    fn try_transaction(&mut self, batches: &[&[Write]]) -> Result<(), Failure> {
         if let Some(broken) = &self.broken {
             return Err(Failure::Transaction(StoreError::Io(broken.clone())));
         }
         let mut txn = self.db.begin_write().map_err(|err| Failure::Transaction(redb_error(name::DATABASE, err)))?;
-        if let Err(error) = write_all(&txn, batches.iter().copied()) {
+        if let Err(error) = write_all(&txn, batches.iter().copied(), &mut self.lsns) {
             let _ = txn.abort();
             return Err(Failure::Write(error));
         }
@@ -837,6 +854,7 @@ impl Writer {
                 .map_err(|err| Failure::Transaction(redb_error(name::DATABASE, err)))?;
             txn.commit().map_err(|err| Failure::Transaction(redb_error(name::DATABASE, err)))?;
             self.journal.checkpointed();
+            self.lsns.forget();
             return Ok(());
         }
         if let Err(error) = set_journal_seq(&txn, self.journal.next_seq()) {
@@ -886,6 +904,7 @@ impl Writer {
         set_journal_seq(&txn, self.journal.last_seq())?;
         txn.commit().map_err(|err| redb_error(name::DATABASE, err))?;
         self.journal.checkpointed();
+        self.lsns.forget();
         Ok(())
     }
 }
@@ -906,8 +925,37 @@ impl Failure {
     }
 }
 
-fn write_all<'a>(txn: &WriteTransaction, batches: impl Iterator<Item = &'a [Write]>) -> Result<(), StoreError> {
-    let mut tables = Tables::new(txn);
+/// The newest log number of each session the writer appended to since its
+/// last checkpoint, so an append does not read the log's newest entry
+/// back. It holds only what committed transactions wrote: a transaction
+/// that fails forgets every number (its appends were rolled back), and a
+/// checkpoint forgets them too, which bounds the map by the sessions
+/// written between two checkpoints.
+#[derive(Default)]
+struct NextLsns(HashMap<String, u64>);
+
+impl NextLsns {
+    /// Session `key`'s log now ends with entry `lsn`.
+    fn wrote(&mut self, key: &str, lsn: u64) {
+        match self.0.get_mut(key) {
+            Some(last) => *last = lsn,
+            None => {
+                self.0.insert(key.to_owned(), lsn);
+            }
+        }
+    }
+
+    fn forget(&mut self) {
+        self.0 = HashMap::new();
+    }
+}
+
+fn write_all<'a>(
+    txn: &WriteTransaction,
+    batches: impl Iterator<Item = &'a [Write]>,
+    lsns: &mut NextLsns,
+) -> Result<(), StoreError> {
+    let mut tables = Tables::new(txn, lsns);
     for writes in batches {
         for write in writes {
             tables.apply(write)?;
@@ -924,8 +972,9 @@ type NamedTableOf<'txn> = Table<'txn, (&'static str, &'static str), &'static [u8
 /// The tables of one write transaction, each opened when first written:
 /// a table opened in a transaction is flushed at its commit even if
 /// nothing changed in it, and most commits write only `log`.
-struct Tables<'txn> {
+struct Tables<'txn, 'l> {
     txn: &'txn WriteTransaction,
+    lsns: &'l mut NextLsns,
     active: Option<Table<'txn, &'static str, ()>>,
     log: Option<SeqTableOf<'txn>>,
     inbox: Option<SeqTableOf<'txn>>,
@@ -949,15 +998,16 @@ fn opened<'a, 'txn, K: ::redb::Key + 'static, V: ::redb::Value + 'static>(
     Ok(slot.insert(table))
 }
 
-impl<'txn> Tables<'txn> {
-    fn new(txn: &'txn WriteTransaction) -> Self {
-        Self { txn, active: None, log: None, inbox: None, turns: None, agents: None, keys: None, meta: None }
+impl<'txn, 'l> Tables<'txn, 'l> {
+    fn new(txn: &'txn WriteTransaction, lsns: &'l mut NextLsns) -> Self {
+        Self { txn, lsns, active: None, log: None, inbox: None, turns: None, agents: None, keys: None, meta: None }
     }
 
     /// Creates every table that does not exist yet, so reads never meet a
     /// missing one.
     fn create_all(txn: &'txn WriteTransaction) -> Result<(), StoreError> {
-        let mut tables = Self::new(txn);
+        let mut lsns = NextLsns::default();
+        let mut tables = Tables::new(txn, &mut lsns);
         tables.active()?;
         tables.log()?;
         tables.inbox()?;
@@ -995,13 +1045,20 @@ impl<'txn> Tables<'txn> {
 
     /// The next log number of session `key`: one past its newest entry.
     /// Read from the log itself rather than kept in `meta`, so a commit
-    /// writes no page outside the log for it.
+    /// writes no page outside the log for it, unless the writer still
+    /// knows it from an earlier write.
     fn next_lsn(&mut self, key: &str) -> Result<u64, StoreError> {
-        let log = self.log()?;
-        let newest = log.range((key, 0)..(key, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?.next_back();
-        let last = match newest {
-            Some(entry) => entry.map_err(|err| redb_error(name::LOG, err))?.0.value().1,
-            None => 0,
+        let last = match self.lsns.0.get(key) {
+            Some(&last) => last,
+            None => {
+                let log = self.log()?;
+                let newest =
+                    log.range((key, 0)..(key, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?.next_back();
+                match newest {
+                    Some(entry) => entry.map_err(|err| redb_error(name::LOG, err))?.0.value().1,
+                    None => 0,
+                }
+            }
         };
         match last.checked_add(1) {
             Some(next) if next != SESSION_SLOT => Ok(next),
@@ -1030,6 +1087,7 @@ impl<'txn> Tables<'txn> {
             Write::Log { key, value } => {
                 let lsn = self.next_lsn(key)?;
                 self.log()?.insert((key.as_str(), lsn), value.as_slice()).map_err(|err| redb_error(name::LOG, err))?;
+                self.lsns.wrote(key, lsn);
             }
             Write::DeleteInbox { key, seq } => {
                 self.inbox()?.remove((key.as_str(), *seq)).map_err(|err| redb_error(name::INBOX, err))?;
@@ -1728,6 +1786,36 @@ mod tests {
             records.iter().map(|(seq, writes)| (*seq, writes.iter().map(Write::key).collect())).collect();
         let only = |session: &'static str| BTreeSet::from([session]);
         assert_eq!(sessions, vec![(1, only("t1/a")), (2, only("t1/b")), (3, only("t1/c"))]);
+    }
+
+    #[tokio::test]
+    async fn a_log_continues_without_a_gap_after_a_failed_transaction() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        let s1 = key("s1");
+        let put_event = |seq| Op::PutEvent { session: s1.clone(), seq, record: event(seq) };
+        store.commit(batch([put_event(0)])).await.unwrap();
+        // The writer numbers s1's second append, then the transaction fails
+        // and the append is rolled back: its number must be free again.
+        let mut failing = batch([put_event(1)]);
+        failing.push(Op::PutEvent { session: SessionKey::new(POISON_TENANT, "p"), seq: 0, record: event(0) });
+        store.commit(failing).await.unwrap_err();
+        store.commit(batch([put_event(1)])).await.unwrap();
+        store.commit(batch([put_event(2)])).await.unwrap();
+
+        let db = database(&store);
+        let read = db.begin_read().unwrap();
+        let log = read.open_table(LOG).unwrap();
+        let storage = s1.storage_key();
+        let numbers: Vec<u64> = log
+            .range((storage.as_str(), 0)..(storage.as_str(), SESSION_SLOT))
+            .unwrap()
+            .map(|entry| entry.unwrap().0.value().1)
+            .collect();
+        assert_eq!(numbers, vec![1, 2, 3]);
+        drop((log, read, db));
+        assert_eq!(store.events(&s1, None, 10).unwrap(), (0..3).map(|seq| (seq, event(seq))).collect::<Vec<_>>());
+        store.close().await.unwrap();
     }
 
     #[tokio::test]
