@@ -2,7 +2,7 @@
 //! configuration and kept on disk as native code, so a restart loads it
 //! without compiling.
 //!
-//! A compiled artifact is named `<sha256 of the component>-<hash of the
+//! A compiled artifact is named `<sha256 of the upload>-<hash of the
 //! engine configuration>.cwasm`: a new component, a new wasmtime version
 //! or a changed setting (limits on or off, pool sizes, stack size) each get
 //! a new name, so a stale artifact is never loaded. wasmtime also checks
@@ -21,6 +21,7 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use super::LoadError;
+use super::componentize::componentize;
 
 /// Where compiled components are kept, and how many were compiled.
 #[derive(Debug)]
@@ -51,7 +52,7 @@ impl CompileCache {
     pub(crate) fn load(&self, engine: &Engine, bytes: &[u8]) -> Result<Component, LoadError> {
         let Some(dir) = &self.dir else {
             self.compilations.fetch_add(1, Ordering::Relaxed);
-            return Component::new(engine, bytes).map_err(|e| LoadError::Invalid(format!("{e:#}")));
+            return Component::new(engine, componentize(bytes)?).map_err(|e| LoadError::Invalid(format!("{e:#}")));
         };
         let digest = hex::encode(Sha256::digest(bytes));
         let path = dir.join(format!("{digest}-{:016x}.cwasm", self.engine_hash));
@@ -64,7 +65,8 @@ impl CompileCache {
             }
         }
         self.compilations.fetch_add(1, Ordering::Relaxed);
-        let compiled = engine.precompile_component(bytes).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        let compiled =
+            engine.precompile_component(&componentize(bytes)?).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
         write_atomically(dir, &path, &compiled).map_err(|e| LoadError::Cache(format!("{}: {e}", path.display())))?;
         deserialize(engine, &path).map_err(|e| LoadError::Cache(format!("{}: {e:#}", path.display())))
     }

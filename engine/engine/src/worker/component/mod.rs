@@ -19,6 +19,7 @@
 //! - `limits`: [`Limits`], their overrides, and the resource limiter;
 //! - `validate`: what a component may import and must export;
 //! - `cache`: compiled components on disk;
+//! - `componentize`: agents uploaded as core modules, made components;
 //! - `state`: one store's state, WASI and the `subs:agent/host` interface;
 //! - `output`: guest stdout/stderr into the logs;
 //! - `http`: outgoing `wasi:http` behind the allow-list;
@@ -33,6 +34,7 @@
 
 mod bindings;
 mod cache;
+mod componentize;
 mod http;
 mod limits;
 mod output;
@@ -479,8 +481,9 @@ impl ComponentAgent {
 
     /// Turns a failed start or call into the error the delivery fails
     /// with: the limit the guest hit if it hit one, else what trapped, with
-    /// the guest's last stderr line (a Rust panic message) and any refused
-    /// capability, which usually say why.
+    /// the guest's last stderr line (a Rust panic message; from a guest
+    /// without WASI, its last error log line, where the SDK sends panics)
+    /// and any refused capability, which usually say why.
     fn explain(&self, failure: Failure, state: &StoreState, wall: Duration) -> WorkerError {
         let (error, starting) = match failure {
             Failure::Start(e) => (e, true),
@@ -509,6 +512,8 @@ impl ComponentAgent {
         if let Some(tail) = state.stderr_tail() {
             let tail: String = tail.chars().take(500).collect();
             message.push_str(&format!("; its stderr ends: {tail}"));
+        } else if let Some(line) = state.last_error() {
+            message.push_str(&format!("; its last error log: {line}"));
         }
         if starting { WorkerError::Instantiation(message) } else { WorkerError::Trapped(message) }
     }

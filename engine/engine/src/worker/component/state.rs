@@ -38,7 +38,13 @@ pub(crate) struct StoreState {
     pub(crate) limiter: Limiter,
     /// Where `emit-delta` sends deltas; `None` refuses them.
     deltas: Option<DeltaSink>,
+    /// The guest's last line logged at error level (its start): how a
+    /// guest without WASI, which has no stderr, reports a panic.
+    last_error: Option<String>,
 }
+
+/// How much of a guest's error line a failed delivery's message quotes.
+const QUOTED_CHARS: usize = 500;
 
 /// What a decision's WASI context and HTTP gate are made from.
 pub(crate) struct Grant {
@@ -60,7 +66,12 @@ struct Wasi {
 
 impl StoreState {
     pub(crate) fn new(deltas: Option<DeltaSink>, grant: Grant, limiter: Limiter) -> Self {
-        Self { grant, wasi: None, table: ResourceTable::new(), http: None, limiter, deltas }
+        Self { grant, wasi: None, table: ResourceTable::new(), http: None, limiter, deltas, last_error: None }
+    }
+
+    /// The last line the guest logged at error level, if it logged one.
+    pub(crate) fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
     }
 
     /// The last lines the guest wrote to stderr, if it wrote any.
@@ -120,7 +131,10 @@ impl host::Host for StoreState {
             host::Level::Debug => tracing::debug!(target: "subs::guest", "{message}"),
             host::Level::Info => tracing::info!(target: "subs::guest", "{message}"),
             host::Level::Warn => tracing::warn!(target: "subs::guest", "{message}"),
-            host::Level::Error => tracing::error!(target: "subs::guest", "{message}"),
+            host::Level::Error => {
+                tracing::error!(target: "subs::guest", "{message}");
+                self.last_error = Some(message.chars().take(QUOTED_CHARS).collect());
+            }
         }
     }
 
