@@ -45,7 +45,7 @@ pub struct Arena {
     state: UnsafeCell<State>,
 }
 
-// SAFETY: `wasm32-wasip2` components are single-threaded; nothing else
+// SAFETY: `wasm32` agents (either target) are single-threaded; nothing else
 // shares the state.
 unsafe impl Sync for Arena {}
 

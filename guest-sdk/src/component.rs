@@ -47,6 +47,7 @@ macro_rules! export {
                 fn decide(
                     request: $crate::bindings::DecisionRequest,
                 ) -> ::core::result::Result<$crate::bindings::DecisionResponse, $crate::bindings::DecideError> {
+                    $crate::__report_panics();
                     $crate::__decide_wit(&$agent, request, &mut $crate::__ComponentHost)
                 }
             }
@@ -86,6 +87,19 @@ impl Host for ComponentHost {
     fn log(&mut self, level: Level, message: &str) {
         imports::log(level.into(), message);
     }
+}
+
+/// Makes a panic's message reach the engine before the instance traps.
+///
+/// An agent built for `wasm32-wasip2` prints it to stderr, which the
+/// engine captures. One built for `wasm32-unknown-unknown` has no stderr
+/// (and no WASI at all), so there the hook sends it to the engine's logs at
+/// error level; the engine quotes it in the failed delivery's error. The
+/// export glue calls this at the start of every decision (an instance makes
+/// only one); it does nothing on other targets.
+pub fn report_panics() {
+    #[cfg(all(target_arch = "wasm32", not(target_os = "wasi")))]
+    std::panic::set_hook(Box::new(|info| imports::log(imports::Level::Error, &info.to_string())));
 }
 
 /// The body of the `decide` export: WIT request in, WIT decision out.

@@ -28,7 +28,12 @@
 //! Build the agent crate (`crate-type = ["cdylib"]`, plus `"rlib"` to unit
 //! test it natively) with `cargo build --target wasm32-wasip2 --release`;
 //! the `.wasm` file in `target/wasm32-wasip2/release/` is the component to
-//! upload. Agent crates depend on this crate alone: it re-exports the
+//! upload. An agent that needs no WASI (no clock, randomness, stdio or
+//! outgoing HTTP) can be built for `wasm32-unknown-unknown` instead: the
+//! result is a core module, which the engine makes a component at upload,
+//! and every decision is a few microseconds cheaper; there the export glue
+//! sends a panic's message to the engine's logs, having no stderr.
+//! Agent crates depend on this crate alone: it re-exports the
 //! protocol types, `serde`, `serde_json`, and the generated WIT bindings the
 //! export glue needs.
 //!
@@ -111,6 +116,8 @@ pub use wit_bindgen;
 pub use component::ComponentHost as __ComponentHost;
 #[doc(hidden)]
 pub use component::decide_wit as __decide_wit;
+#[doc(hidden)]
+pub use component::report_panics as __report_panics;
 
 /// What most agents need: `use subs_sdk::prelude::*;`.
 pub mod prelude {
