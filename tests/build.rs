@@ -5,8 +5,12 @@
 //! under `tests/components/` (each a workspace member whose package name is
 //! `test-<dir>`). They are compiled for `wasm32-wasip2` by a nested cargo
 //! into their own target directory, so the nested build neither waits for
-//! nor invalidates the outer one. The paths end up as constants in
-//! `guests.rs` (see `lib.rs`), so no test builds anything by hand.
+//! nor invalidates the outer one. A few are also built for
+//! `wasm32-unknown-unknown` (`LEAN`): core modules without WASI, which the
+//! engine makes components at load. The paths end up as constants in
+//! `guests.rs` (see `lib.rs`), so no test builds anything by hand: a
+//! package's component as its upper-case name, its core module with
+//! `_LEAN` appended.
 
 use std::env;
 use std::fmt::Write as _;
@@ -16,6 +20,9 @@ use std::process::Command;
 
 /// The example agents, by package name.
 const EXAMPLES: &[&str] = &["passthrough", "tools"];
+
+/// The packages also built as core modules for `wasm32-unknown-unknown`.
+const LEAN: &[&str] = &["passthrough", "test-garbage"];
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -37,16 +44,23 @@ fn main() {
     }
 
     let target_dir = root.join("target").join("guests");
-    build(&root, &target_dir, &packages);
+    build(&root, &target_dir, "wasm32-wasip2", &packages);
+    let lean: Vec<String> = LEAN.iter().map(|s| (*s).to_owned()).collect();
+    build(&root, &target_dir, "wasm32-unknown-unknown", &lean);
 
-    let wasm_dir = target_dir.join("wasm32-wasip2").join("release");
     let mut consts = String::new();
-    for package in &packages {
-        let file = wasm_dir.join(format!("{}.wasm", package.replace('-', "_")));
-        assert!(file.exists(), "guest `{package}` built, but {} is missing", file.display());
-        let name = package.to_uppercase().replace('-', "_");
-        writeln!(consts, "/// The `{package}` component.").unwrap();
-        writeln!(consts, "pub const {name}: &str = {:?};", file.display().to_string()).unwrap();
+    for (target, packages, suffix, what) in [
+        ("wasm32-wasip2", &packages, "", "component"),
+        ("wasm32-unknown-unknown", &lean, "_LEAN", "core module (built without WASI)"),
+    ] {
+        let wasm_dir = target_dir.join(target).join("release");
+        for package in packages {
+            let file = wasm_dir.join(format!("{}.wasm", package.replace('-', "_")));
+            assert!(file.exists(), "guest `{package}` built, but {} is missing", file.display());
+            let name = package.to_uppercase().replace('-', "_");
+            writeln!(consts, "/// The `{package}` {what}.").unwrap();
+            writeln!(consts, "pub const {name}{suffix}: &str = {:?};", file.display().to_string()).unwrap();
+        }
     }
     writeln!(consts, "/// Every guest component, by package name.").unwrap();
     writeln!(consts, "pub const ALL: &[(&str, &str)] = &[").unwrap();
@@ -57,10 +71,10 @@ fn main() {
     fs::write(out_dir.join("guests.rs"), consts).expect("OUT_DIR is writable");
 }
 
-fn build(root: &Path, target_dir: &Path, packages: &[String]) {
+fn build(root: &Path, target_dir: &Path, target: &str, packages: &[String]) {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(root).args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"]).arg(target_dir);
+    cmd.current_dir(root).args(["build", "--release", "--target", target, "--target-dir"]).arg(target_dir);
     for package in packages {
         cmd.args(["-p", package]);
     }
@@ -81,6 +95,6 @@ fn build(root: &Path, target_dir: &Path, packages: &[String]) {
     let status = cmd.status().expect("cargo can be run from a build script");
     assert!(
         status.success(),
-        "building the guest components failed (is the target installed? `rustup target add wasm32-wasip2`)"
+        "building the guest components for {target} failed (is the target installed? `rustup target add {target}`)"
     );
 }

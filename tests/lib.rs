@@ -100,7 +100,8 @@ pub fn canonical(value: &Value) -> String {
 /// A real engine on a real redb file in a temporary directory, with the
 /// example and test components registered as agents of tenant `t`:
 /// `tools`, `scenario` (the `test-scenario` component), `helper` and
-/// `passthrough` (both the passthrough example), `streamer` (the
+/// `passthrough` (both the passthrough example, `passthrough` built
+/// without WASI, `helper` for wasm32-wasip2), `streamer` (the
 /// `test-stream` component, which runs its own LLM calls).
 pub struct TestEngine {
     /// The engine.
@@ -262,7 +263,7 @@ pub fn start_engine(store: std::sync::Arc<dyn subs_engine::Store>) -> subs_engin
         ("tools", guests::TOOLS),
         ("scenario", guests::TEST_SCENARIO),
         ("helper", guests::PASSTHROUGH),
-        ("passthrough", guests::PASSTHROUGH),
+        ("passthrough", guests::PASSTHROUGH_LEAN),
         ("streamer", guests::TEST_STREAM),
     ] {
         engine.register_agent(TENANT, id, std::sync::Arc::new(agent(path)));

@@ -67,3 +67,22 @@ fn bytes_that_are_not_a_component_are_refused_with_a_reason() {
     let err = subs_tests::host().load(b"definitely not wasm").unwrap_err();
     assert!(err.to_string().contains("not a valid WebAssembly component"), "{err}");
 }
+
+#[test]
+fn a_core_module_built_without_the_sdk_is_refused_with_a_reason() {
+    // A valid core module, but with no subs:agent world in it: made a
+    // component, it has no `decide`.
+    let err = subs_tests::host().load(b"\0asm\x01\0\0\0").unwrap_err();
+    assert!(err.to_string().contains("does not export `decide`"), "{err}");
+    // Bytes that only start like a core module are not one.
+    let err = subs_tests::host().load(b"\0asm\x01\0\0\0\x01\xff").unwrap_err();
+    assert!(err.to_string().contains("cannot make a component of"), "{err}");
+}
+
+#[tokio::test]
+async fn a_guest_built_without_wasi_decides_like_its_component() {
+    let request =
+        DecisionRequest::for_trigger(Trigger::ClientAction(ClientAction { name: "x".to_owned(), args: None }));
+    let lean = agent(guests::TEST_GARBAGE_LEAN).decide(Delivery::new(request.clone())).await.unwrap();
+    assert_eq!(lean, agent(guests::TEST_GARBAGE).decide(Delivery::new(request)).await.unwrap());
+}

@@ -233,6 +233,12 @@ async fn hostile_guests_fail_alone_while_a_good_guest_decides() {
         (bound(guests::TEST_MEMORY_BOMB, "t", "bomb", small()), action("go", Value::Null), "memory limit"),
         (bound(guests::TEST_STACK_OVERFLOW, "t", "deep", small()), action("go", Value::Null), "stack overflow"),
         (bound(guests::TEST_GARBAGE, "t", "garbage", small()), action("panic", Value::Null), "panics on purpose"),
+        // Built without WASI it has no stderr: the SDK logs the panic.
+        (
+            bound(guests::TEST_GARBAGE_LEAN, "t", "garbage-lean", small()),
+            action("panic", Value::Null),
+            "its last error log: panicked at",
+        ),
         (bound(guests::TEST_HUGE_RESPONSE, "t", "huge", small()), action("go", Value::Null), "memory limit"),
         (
             bound(
@@ -338,18 +344,25 @@ async fn a_restarted_host_compiles_nothing() {
     let config =
         || HostConfig { max_concurrent: 4, compile_cache: Some(dir.path().to_owned()), ..HostConfig::default() };
     let bytes = std::fs::read(guests::PASSTHROUGH).unwrap();
+    // A core module is made a component only when it is compiled.
+    let lean = std::fs::read(guests::PASSTHROUGH_LEAN).unwrap();
     let request = DecisionRequest::for_trigger(Trigger::SessionStart);
 
     let first = ComponentHost::with_config(config()).unwrap();
-    first.load(&bytes).unwrap();
-    first.load(&bytes).unwrap();
-    assert_eq!(first.compilations(), 1, "compiled once, then loaded from the cache");
+    for _ in 0..2 {
+        first.load(&bytes).unwrap();
+        first.load(&lean).unwrap();
+    }
+    assert_eq!(first.compilations(), 2, "each compiled once, then loaded from the cache");
     drop(first);
 
     let second = ComponentHost::with_config(config()).unwrap();
     let agent = second.load(&bytes).unwrap();
+    let lean_agent = second.load(&lean).unwrap();
     assert_eq!(second.compilations(), 0, "the restart compiled nothing");
     assert_eq!(agent.decide(Delivery::new(request.clone())).await.unwrap(), request.proposed);
+    assert_eq!(lean_agent.decide(Delivery::new(request.clone())).await.unwrap(), request.proposed);
+    drop(lean_agent);
 
     // An artifact that no longer loads is compiled again, not trusted.
     // (Replaced, not rewritten in place: artifacts are mapped into memory,

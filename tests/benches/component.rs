@@ -9,13 +9,17 @@
 //! ```
 //!
 //! `BENCH_QUICK` runs only the sequential component cases (limits on, off,
-//! empty request), in 25 short interleaved rounds, for A/B comparisons of
-//! host or guest changes on a noisy machine: compare the lowest p50s.
+//! empty request, the wasm32-wasip2 build), in 25 short interleaved
+//! rounds, for A/B comparisons of host or guest changes on a noisy
+//! machine: compare the lowest p50s.
 //!
 //! The request is a `session.start` carrying a 20-message conversation
 //! (and its tree) and a proposed decision, which the passthrough agent
 //! returns; each decision instantiates the component afresh and calls
-//! `decide`. Each case runs with one caller and with 16 concurrent
+//! `decide`. The agent is built as agents are best built when they need
+//! no WASI: for wasm32-unknown-unknown, made a component by the engine at
+//! load; the same agent built for wasm32-wasip2 (Rust's standard library
+//! then imports WASI) runs as a case of its own. Each case runs with one caller and with 16 concurrent
 //! callers; the output is per-decision latency (p50, p99) and throughput.
 //! The HTTP worker runs in the same process and runtime as its client, so
 //! on a small machine the two compete for cores, as an engine and a
@@ -52,26 +56,27 @@ fn main() {
     runtime.block_on(run(decisions));
 }
 
-fn load(enforce_limits: bool) -> Arc<dyn Worker> {
+fn load(enforce_limits: bool, path: &str) -> Arc<dyn Worker> {
     let cache = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/compiled-components");
     let config = HostConfig { enforce_limits, compile_cache: Some(cache), ..HostConfig::default() };
     let host = ComponentHost::with_config(config).expect("the component host starts");
-    let bytes = std::fs::read(subs_tests::guests::PASSTHROUGH).expect("the passthrough component");
+    let bytes = std::fs::read(path).expect("the passthrough component");
     let agent = host.load(&bytes).expect("the passthrough component loads");
     Arc::new(agent.for_agent("bench", "passthrough", &Default::default()).expect("the default policy"))
 }
 
 async fn run(decisions: usize) {
     let request = request();
-    let limited = load(true);
-    let unlimited = load(false);
+    let limited = load(true, subs_tests::guests::PASSTHROUGH_LEAN);
+    let unlimited = load(false, subs_tests::guests::PASSTHROUGH_LEAN);
+    let wasip2 = load(true, subs_tests::guests::PASSTHROUGH);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
     let url = format!("http://{}/", listener.local_addr().unwrap());
     tokio::spawn(async move { subs_http_worker::serve(listener, Passthrough).await });
     let http: Arc<dyn Worker> = Arc::new(HttpWorker::new(&url, HttpWorkerOptions::new()).expect("a worker URL"));
 
     // The same decision every way, or the comparison means nothing.
-    for worker in [&limited, &unlimited, &http] {
+    for worker in [&limited, &unlimited, &wasip2, &http] {
         let decision = worker.decide(Delivery::new(request.clone())).await.expect("a decision");
         assert_eq!(decision, request.proposed, "passthrough returns the proposal");
     }
@@ -83,12 +88,17 @@ async fn run(decisions: usize) {
     );
     println!();
     if std::env::var_os("BENCH_QUICK").is_some() {
-        quick(&request, &limited, &unlimited).await;
+        quick(&request, &limited, &unlimited, &wasip2).await;
         return;
     }
     println!("| worker | callers | p50 | p99 | decisions/s |");
     println!("| --- | --- | --- | --- | --- |");
-    let cases = [("component, limits on", &limited), ("component, limits off", &unlimited), ("http (loopback)", &http)];
+    let cases = [
+        ("component, limits on", &limited),
+        ("component, limits off", &unlimited),
+        ("component (wasip2 build), limits on", &wasip2),
+        ("http (loopback)", &http),
+    ];
     let mut results = Vec::new();
     for callers in [1, CONCURRENCY] {
         for (name, worker) in cases {
@@ -117,7 +127,7 @@ async fn run(decisions: usize) {
     println!();
     for callers in [1, CONCURRENCY] {
         let find = |name| &results.iter().find(|(n, c, _)| *n == name && *c == callers).unwrap().2;
-        let (on, off, h) = (find(cases[0].0), find(cases[1].0), find(cases[2].0));
+        let (on, off, h) = (find(cases[0].0), find(cases[1].0), find(cases[3].0));
         println!(
             "{callers} caller(s): http/component p50 {:.2}x, component/http throughput {:.2}x; limits cost {:+.1} µs at p50",
             ratio(h.p50, on.p50),
@@ -131,13 +141,19 @@ async fn run(decisions: usize) {
 /// the lowest and median p50 of each: on a shared machine whole rounds run
 /// slow when a neighbour is busy, and the lowest round is the one to
 /// compare between two builds.
-async fn quick(request: &DecisionRequest, limited: &Arc<dyn Worker>, unlimited: &Arc<dyn Worker>) {
+async fn quick(
+    request: &DecisionRequest,
+    limited: &Arc<dyn Worker>,
+    unlimited: &Arc<dyn Worker>,
+    wasip2: &Arc<dyn Worker>,
+) {
     const ROUNDS: usize = 25;
     let empty = DecisionRequest::for_trigger(Trigger::SessionStart);
     let cases = [
         ("component, limits on", limited, request),
         ("component, limits off", unlimited, request),
         ("empty request", limited, &empty),
+        ("wasip2 build, limits on", wasip2, request),
     ];
     let mut p50s = vec![Vec::new(); cases.len()];
     for (_, worker, request) in &cases {

@@ -60,7 +60,7 @@ fn start() -> Bench {
     let store = Arc::new(RedbStore::open(dir.path().join("subs.redb")).expect("the store opens"));
     let engine = Engine::start(store.clone(), subs_engine::model::Models::with_offline(), EngineConfig::default())
         .expect("the engine starts");
-    engine.register_agent(TENANT, "passthrough", Arc::new(subs_tests::agent(subs_tests::guests::PASSTHROUGH)));
+    engine.register_agent(TENANT, "passthrough", Arc::new(subs_tests::agent(subs_tests::guests::PASSTHROUGH_LEAN)));
     Bench { engine, store, _dir: dir }
 }
 

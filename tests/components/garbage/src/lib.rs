@@ -9,7 +9,9 @@
 //! - `bad-schema`: the config's second tool has an input schema that is not
 //!   JSON text;
 //! - `decline`: `decide` fails with a retryable error;
-//! - `panic`: the guest panics (a trap);
+//! - `panic`: the guest panics (a trap); its message reaches the engine
+//!   through stderr, or through the log import when it is built for
+//!   wasm32-unknown-unknown (the suite builds it both ways);
 //!
 //! any other trigger gets `{}`.
 
@@ -29,6 +31,9 @@ fn tool(name: &str, input: &str) -> wit::AgentTool {
 
 impl Guest for Garbage {
     fn decide(request: wit::DecisionRequest) -> Result<wit::DecisionResponse, wit::DecideError> {
+        // What the SDK's export glue does first: built without WASI, a
+        // panic's message reaches the engine through its log import.
+        subs_sdk::__report_panics();
         let mut decision = wit::DecisionResponse { messages: None, actions: None, state: None, agent: None };
         let wit::Trigger::ClientAction(action) = request.trigger else {
             return Ok(decision);
