@@ -6,9 +6,11 @@
 //! environment, exit, terminals, a random seed), and the component wraps
 //! the agent in two helper core instances that hand those imports the
 //! agent's memory. A fresh instance per decision pays for all of it every
-//! time: about 4 µs of a 24 µs decision (`docs/benchmarks.md`). Built for
+//! time: about 3 µs of a 24 µs decision (`docs/benchmarks.md`). Built for
 //! `wasm32-unknown-unknown`, the same agent imports only what it uses of
-//! `subs:agent`, and wit-bindgen leaves the world it was built against in a
+//! `subs:agent` (the SDK's panic hook uses `log`, which brings back a
+//! smaller pair of helpers), and wit-bindgen leaves the world it was built
+//! against in a
 //! custom section of the module; the engine builds the component from
 //! that, as `wasm-tools component new` would, so authors need no other
 //! tool. The component is then validated like any other.
