@@ -60,7 +60,7 @@ use self::cache::CompileCache;
 use self::http::AllowedHost;
 use self::limits::Limiter;
 use self::output::Labels;
-use self::state::{Grant, StoreState};
+use self::state::{Grant, QUOTED_CHARS, StoreState};
 use super::{BoxFuture, Delivery, Worker, WorkerError};
 
 /// Why a component could not be loaded.
@@ -510,7 +510,7 @@ impl ComponentAgent {
             message.push_str(&format!("; {note}"));
         }
         if let Some(tail) = state.stderr_tail() {
-            let tail: String = tail.chars().take(500).collect();
+            let tail: String = tail.chars().take(QUOTED_CHARS).collect();
             message.push_str(&format!("; its stderr ends: {tail}"));
         } else if let Some(line) = state.last_error() {
             message.push_str(&format!("; its last error log: {line}"));

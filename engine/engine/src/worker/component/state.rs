@@ -43,8 +43,9 @@ pub(crate) struct StoreState {
     last_error: Option<String>,
 }
 
-/// How much of a guest's error line a failed delivery's message quotes.
-const QUOTED_CHARS: usize = 500;
+/// How much of a guest's stderr or error line a failed delivery's message
+/// quotes.
+pub(crate) const QUOTED_CHARS: usize = 500;
 
 /// What a decision's WASI context and HTTP gate are made from.
 pub(crate) struct Grant {
