@@ -363,7 +363,7 @@ impl Engine {
     ) -> Result<Accepted, InputError> {
         let key = checked_key(tenant, session)?;
         let (reply, answer) = oneshot::channel();
-        if !self.shared.send(&key, Msg::Input { input, identity, reply }) {
+        if !self.shared.send(&key, Msg::Input { input: Box::new((input, identity)), reply }) {
             return Err(InputError::ShuttingDown);
         }
         answer.await.unwrap_or(Err(InputError::ShuttingDown))

@@ -28,15 +28,20 @@ use crate::store::{CallSpec, Op, SessionKey, StepStatus, StoreError, TurnStatus}
 use crate::worker::{Delivery, DeltaSink, WorkerError};
 
 /// What an actor is told.
+///
+/// Large payloads are boxed: an actor's channel allocates room for 32
+/// messages at once and keeps it while the actor lives, so the size of a
+/// message is memory every active session holds (336 bytes unboxed: an
+/// 11 KiB block per actor).
 pub(crate) enum Msg {
     /// A client input; the reply says whether it was accepted.
-    Input { input: ClientInput, identity: WorkerIdentity, reply: oneshot::Sender<Result<Accepted, InputError>> },
+    Input { input: Box<(ClientInput, WorkerIdentity)>, reply: oneshot::Sender<Result<Accepted, InputError>> },
     /// Stop the open turn; the reply says whether a turn was open.
     Cancel { reply: oneshot::Sender<Result<bool, InputError>> },
     /// A delivery ended.
-    Decided { seq: u64, attempt: u32, result: Result<DecisionResponse, WorkerError> },
+    Decided { seq: u64, attempt: u32, result: Box<Result<DecisionResponse, WorkerError>> },
     /// An engine-run call ended (or failed a try).
-    CallDone { call_id: String, attempt: u32, outcome: Outcome },
+    CallDone { call_id: String, attempt: u32, outcome: Box<Outcome> },
     /// Something may have changed: the inbox, or a timer came due.
     Wake,
     /// Sets (or removes) the session's budget.
@@ -333,7 +338,7 @@ impl Actor {
             let task = tokio::spawn(
                 async move {
                     let outcome = shared.run_llm(request, deltas, timeout).await;
-                    let _ = tx.send(Msg::CallDone { call_id, attempt, outcome });
+                    let _ = tx.send(Msg::CallDone { call_id, attempt, outcome: Box::new(outcome) });
                 }
                 .instrument(span),
             );
@@ -398,7 +403,7 @@ impl Actor {
                 if let Err(e) = &result {
                     tracing::warn!(error = %e, "delivery failed");
                 }
-                let _ = tx.send(Msg::Decided { seq, attempt, result });
+                let _ = tx.send(Msg::Decided { seq, attempt, result: Box::new(result) });
             }
             .instrument(span),
         );
@@ -442,7 +447,10 @@ impl Actor {
 
     async fn handle(&mut self, msg: Msg) -> Result<(), StoreError> {
         match msg {
-            Msg::Input { input, identity, reply } => self.on_input(input, identity, reply).await,
+            Msg::Input { input, reply } => {
+                let (input, identity) = *input;
+                self.on_input(input, identity, reply).await
+            }
             Msg::Cancel { reply } => {
                 let open = self.session.as_ref().is_some_and(|s| s.record.turn.is_some());
                 if open {
@@ -468,7 +476,7 @@ impl Actor {
                     return Ok(()); // A delivery the actor no longer waits for.
                 }
                 self.delivery = None;
-                self.on_decided(seq, attempt, result).await
+                self.on_decided(seq, attempt, *result).await
             }
             Msg::CallDone { call_id, attempt, outcome } => {
                 if self.running.get(&call_id).is_some_and(|(a, _)| *a == attempt) {
@@ -484,7 +492,7 @@ impl Actor {
                 }
                 let ctx = ctx(&self.shared);
                 let mut change = Change::default();
-                self.session.as_mut().expect("loaded").settle(&call_id, outcome, &ctx, &mut change);
+                self.session.as_mut().expect("loaded").settle(&call_id, *outcome, &ctx, &mut change);
                 self.commit(change).await
             }
             Msg::SetBudget { budget, reply } => {
