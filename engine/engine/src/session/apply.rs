@@ -242,20 +242,40 @@ impl Session {
         Ok(Accepted { turn_id: Some(turn_id), existing: false })
     }
 
+    /// The client's view a `client.message` stands for: the active path,
+    /// then `message`.
+    fn view_with(&self, message: &DraftMessage) -> Vec<DraftMessage> {
+        let mut view: Vec<DraftMessage> = self.path().into_iter().map(|m| m.clone().into()).collect();
+        view.push(message.clone());
+        view
+    }
+
     /// What a turn-starting input starts, against the tree as it is now.
     fn reconcile_input(&self, input: ClientInput) -> Result<TurnStart, InputError> {
-        let (view, client) = match input {
-            ClientInput::ClientMessage(m) => {
-                let mut view: Vec<DraftMessage> = self.path().into_iter().map(|m| m.clone().into()).collect();
-                view.push(m.message);
-                (view, ClientContext::default())
+        let head = self.record.head_id.as_deref();
+        let (reconciled, new, client) = match input {
+            ClientInput::ClientMessage(m) => match self.tree.reconcile_appended(head, &m.message) {
+                Some((reconciled, is_new)) => {
+                    debug_assert_eq!(reconciled, self.tree.reconcile(&self.view_with(&m.message)));
+                    let new = if is_new { vec![m.message] } else { Vec::new() };
+                    (reconciled, new, ClientContext::default())
+                }
+                None => {
+                    let mut view = self.view_with(&m.message);
+                    let reconciled = self.tree.reconcile(&view);
+                    let new = view.split_off(reconciled.new_from);
+                    (reconciled, new, ClientContext::default())
+                }
+            },
+            ClientInput::ClientMessages(m) => {
+                let mut view = m.messages;
+                let reconciled = self.tree.reconcile(&view);
+                let new = view.split_off(reconciled.new_from.min(view.len()));
+                (reconciled, new, m.client.unwrap_or_default())
             }
-            ClientInput::ClientMessages(m) => (m.messages, m.client.unwrap_or_default()),
             ClientInput::ClientAction(a) => return Ok(TurnStart::Action { name: a.name, args: a.args }),
             _ => unreachable!("only turn-starting inputs are reconciled"),
         };
-        let reconciled = self.tree.reconcile(&view);
-        let new: Vec<DraftMessage> = view.into_iter().skip(reconciled.new_from).collect();
         let mut seen = std::collections::HashSet::new();
         for (i, message) in new.iter().enumerate() {
             if let Some(id) = &message.id {

@@ -165,6 +165,28 @@ impl Tree {
         }
         Reconciled { fork_id: fork_id.map(str::to_owned), new_from: view.len() }
     }
+
+    /// [`reconcile`](Self::reconcile) of the active path to `head` followed
+    /// by `message` (a `client.message`), and whether `message` is new,
+    /// without copying the path into a view: the path matches the tree by
+    /// construction, so only `message` needs looking up. Returns `None`
+    /// (match the whole view instead) when ids repeat in the tree, where
+    /// that is not certain.
+    pub fn reconcile_appended(&self, head: Option<&str>, message: &DraftMessage) -> Option<(Reconciled, bool)> {
+        if self.duplicates {
+            return None;
+        }
+        let path = self.path_nodes(head);
+        let end = path.last().map(|&k| self.nodes[k].message.id.as_str());
+        let recorded = message.id.as_deref().and_then(|id| self.get(id));
+        Some(match recorded {
+            // Already the next message on the path: nothing is new.
+            Some(record) if record.parent_id.as_deref() == end => {
+                (Reconciled { fork_id: message.id.clone(), new_from: path.len() + 1 }, false)
+            }
+            _ => (Reconciled { fork_id: end.map(str::to_owned), new_from: path.len() }, true),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -199,6 +221,35 @@ mod tests {
         // a ─ b ─ c
         //      └─ d
         Tree::from_records([record("a", None), record("b", Some("a")), record("c", Some("b")), record("d", Some("b"))])
+    }
+
+    #[test]
+    fn an_appended_message_reconciles_as_the_whole_view_would() {
+        let tree = tree();
+        let heads = [None, Some("a"), Some("b"), Some("c"), Some("d"), Some("nowhere")];
+        let messages = [None, Some("new"), Some("a"), Some("b"), Some("c"), Some("d")];
+        for head in heads {
+            for id in messages {
+                let message = draft(id);
+                let mut view: Vec<DraftMessage> = tree.path(head).into_iter().map(|m| m.clone().into()).collect();
+                view.push(message.clone());
+                let reconciled = tree.reconcile(&view);
+                let is_new = reconciled.new_from < view.len();
+                assert_eq!(
+                    tree.reconcile_appended(head, &message),
+                    Some((reconciled, is_new)),
+                    "head {head:?}, message {id:?}"
+                );
+            }
+        }
+        // The next message on the path, sent again: nothing new.
+        assert_eq!(
+            tree.reconcile_appended(Some("b"), &draft(Some("c"))),
+            Some((Reconciled { fork_id: Some("c".to_owned()), new_from: 3 }, false))
+        );
+        let mut repeated = tree;
+        repeated.insert(record("c", Some("a")));
+        assert_eq!(repeated.reconcile_appended(Some("c"), &draft(None)), None);
     }
 
     #[test]
