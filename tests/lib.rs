@@ -12,9 +12,80 @@ use subs_protocol::DecisionRequest;
 pub mod bench;
 
 /// The allocator the `subs` binary uses, so that the benchmarks (and the
-/// tests) measure the engine as it ships.
+/// tests) measure the engine as it ships; it can count what is allocated
+/// while a bench asks it to ([`heap`]).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: heap::Counting = heap::Counting;
+
+/// Live heap bytes, counted on request: resident memory (what the kernel
+/// reports) mixes what the program holds with what the allocator keeps
+/// for later and the instance pool's warm slots, so it cannot tell what
+/// one session holds. Counting costs one relaxed load per allocation
+/// while off.
+pub mod heap {
+    use std::alloc::{GlobalAlloc, Layout};
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+    static ON: AtomicBool = AtomicBool::new(false);
+    static LIVE: AtomicI64 = AtomicI64::new(0);
+
+    /// mimalloc, with the count of bytes allocated minus bytes freed while
+    /// counting is on.
+    pub struct Counting;
+
+    fn add(bytes: usize, sign: i64) {
+        if ON.load(Ordering::Relaxed) {
+            LIVE.fetch_add(sign * bytes as i64, Ordering::Relaxed);
+        }
+    }
+
+    // SAFETY: every call is passed on unchanged to mimalloc; the count is
+    // bookkeeping beside it.
+    #[allow(unsafe_code)]
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            add(layout.size(), 1);
+            // SAFETY: the caller's contract, passed on.
+            unsafe { mimalloc::MiMalloc.alloc(layout) }
+        }
+
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            add(layout.size(), 1);
+            // SAFETY: the caller's contract, passed on.
+            unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) }
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            add(layout.size(), -1);
+            // SAFETY: the caller's contract, passed on.
+            unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            add(new_size, 1);
+            add(layout.size(), -1);
+            // SAFETY: the caller's contract, passed on.
+            unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    /// Starts counting from zero.
+    pub fn start() {
+        LIVE.store(0, Ordering::Relaxed);
+        ON.store(true, Ordering::SeqCst);
+    }
+
+    /// Bytes allocated and not freed since [`start`] (negative if more was
+    /// freed than allocated); counting goes on.
+    pub fn live() -> i64 {
+        LIVE.load(Ordering::SeqCst)
+    }
+
+    /// Stops counting.
+    pub fn stop() {
+        ON.store(false, Ordering::SeqCst);
+    }
+}
 
 /// Paths of the guest components, built by `build.rs`.
 pub mod guests {

@@ -2,8 +2,10 @@
 //! decides every step in-process (a fresh instance per decision), the
 //! built-in offline model answers, and redb commits every step before it is
 //! acted on. Measures turns and steps per second, turn latency, and fsyncs
-//! per step at several numbers of concurrent sessions, and resident memory
-//! with many idle sessions stored.
+//! per step at several numbers of concurrent sessions, and memory with
+//! many idle sessions stored: resident and on the heap in this process,
+//! per active session on the heap, and resident in a new process that
+//! starts an engine on their store.
 //!
 //! ```text
 //! cargo bench -p subs-tests --bench turns
@@ -46,6 +48,10 @@ fn main() {
     let seconds: f64 = std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3.0);
     let idle: usize = std::env::var("BENCH_IDLE").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
+    if let Some(path) = std::env::var_os(RESTART_ENV) {
+        runtime.block_on(restarted(std::path::PathBuf::from(path)));
+        return;
+    }
     runtime.block_on(run(levels, Duration::from_secs_f64(seconds), idle));
 }
 
@@ -57,11 +63,45 @@ struct Bench {
 
 fn start() -> Bench {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let store = Arc::new(RedbStore::open(dir.path().join("subs.redb")).expect("the store opens"));
+    let (engine, store) = start_on(&dir.path().join("subs.redb"));
+    Bench { engine, store, _dir: dir }
+}
+
+fn start_on(path: &std::path::Path) -> (Engine, Arc<RedbStore>) {
+    let store = Arc::new(RedbStore::open(path).expect("the store opens"));
     let engine = Engine::start(store.clone(), subs_engine::model::Models::with_offline(), EngineConfig::default())
         .expect("the engine starts");
     engine.register_agent(TENANT, "passthrough", Arc::new(subs_tests::agent(subs_tests::guests::PASSTHROUGH_LEAN)));
-    Bench { engine, store, _dir: dir }
+    (engine, store)
+}
+
+/// Set in a child process of this bench: the store file it opens, to
+/// report its resident memory as an engine restarted on that store.
+const RESTART_ENV: &str = "BENCH_RESTART_STORE";
+
+/// The child's part: starts an engine on the store at `path` as `subs
+/// serve` would, runs one turn of a new session (so the component, the
+/// instance pool and the store have each been used once), waits until the
+/// session's actor has left, and prints its resident memory.
+async fn restarted(path: std::path::PathBuf) {
+    let (engine, store) = start_on(&path);
+    turn(&engine, "probe", 0).await;
+    wait_for_actors(&engine).await;
+    let rss = memory_kib().map(|m| m.0).unwrap_or(0);
+    println!("rss_kib {rss}");
+    engine.kill().await;
+    store.close().await.expect("the store closes");
+}
+
+/// The resident memory (KiB) of a new process of this bench that starts an
+/// engine on the store at `path`: see [`restarted`].
+fn restarted_rss(path: &std::path::Path) -> u64 {
+    let exe = std::env::current_exe().expect("the bench's own path");
+    let out = std::process::Command::new(exe).env(RESTART_ENV, path).output().expect("the bench runs itself");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout.lines().find_map(|line| line.strip_prefix("rss_kib ")?.trim().parse().ok()).unwrap_or_else(|| {
+        panic!("the restarted engine reported no memory: {stdout} {}", String::from_utf8_lossy(&out.stderr))
+    })
 }
 
 async fn turn(engine: &Engine, session: &str, n: usize) {
@@ -147,6 +187,10 @@ async fn level(sessions: usize, length: Duration) -> Level {
     let after = bench.store.stats().expect("stats");
     let steps = count_steps(&bench.store, sessions, conversations) - steps_before;
     latencies.sort();
+    let file_bytes = std::fs::metadata(bench.store.path()).map_or(0, |m| m.len());
+    // Lingering actors would otherwise free this level's engine and store
+    // (its page cache) during the next measurement.
+    shut(&bench).await;
     Level {
         sessions,
         turns: latencies.len(),
@@ -157,9 +201,15 @@ async fn level(sessions: usize, length: Duration) -> Level {
         cpu,
         writer_cpu,
         latencies,
-        file_bytes: std::fs::metadata(bench.store.path()).map_or(0, |m| m.len()),
+        file_bytes,
         stored_bytes: after.stored_bytes,
     }
+}
+
+/// Stops the bench's engine (its actors at once) and closes its store.
+async fn shut(bench: &Bench) {
+    bench.engine.clone().kill().await;
+    bench.store.close().await.expect("the store closes");
 }
 
 /// Steps stored by the first `conversations` conversations of each client.
@@ -227,13 +277,19 @@ fn memory_kib() -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
+/// Sessions started at once to measure what an active session holds.
+const ACTIVE_WAVE: usize = 1024;
+
 async fn idle_sessions(count: usize) -> serde_json::Value {
     let before = memory_kib().map(|m| m.0).unwrap_or(0);
     let bench = start();
     let started = memory_kib().map(|m| m.0).unwrap_or(0);
+    subs_tests::heap::start();
     let half = count / 2;
     let at_half = create_idle(&bench, 0..half).await;
+    let heap_at_half = subs_tests::heap::live();
     let stored = create_idle(&bench, half..count).await;
+    let heap_stored = subs_tests::heap::live();
     // The total includes what does not grow with sessions: the store's
     // page cache (capped), the instance pool's resident pages and what the
     // allocator kept from running the turns. The second half's growth is
@@ -245,6 +301,48 @@ async fn idle_sessions(count: usize) -> serde_json::Value {
         count - half,
         bench.engine.active_sessions()
     );
+    // The heap alone, without the allocator's reserves or the instance
+    // pool's slots (mapped outside it).
+    let heap_per_session = heap_stored as f64 / count as f64;
+    let heap_marginal = (heap_stored - heap_at_half) as f64 / (count - half).max(1) as f64;
+    println!(
+        "idle sessions, heap: {} KiB live after {half}, {} KiB after {count}: {heap_per_session:.0} B per idle session in all, {heap_marginal:.0} B for each of the second {}",
+        heap_at_half / 1024,
+        heap_stored / 1024,
+        count - half
+    );
+
+    // Active: a wave of new sessions, counted on the heap as soon as each
+    // has run its turn, while their actors (and the sessions they hold in
+    // memory) linger, and again once they have left.
+    let wave = count..count + ACTIVE_WAVE;
+    let heap_before_wave = subs_tests::heap::live();
+    run_wave(&bench.engine, &wave.collect::<Vec<_>>()).await;
+    let heap_active = subs_tests::heap::live() - heap_before_wave;
+    let active = bench.engine.active_sessions();
+    wait_for_actors(&bench.engine).await;
+    let heap_left = subs_tests::heap::live() - heap_before_wave;
+    subs_tests::heap::stop();
+    let per_active = (heap_active - heap_left) as f64 / active.max(1) as f64;
+    println!(
+        "active sessions: {active} of {ACTIVE_WAVE} new ones in memory at once: heap +{} KiB, +{} KiB once they left: {per_active:.0} B per active session",
+        heap_active / 1024,
+        heap_left / 1024
+    );
+
+    // Restarted: what an engine holds once it has been started on the store
+    // of all these sessions, against one started on an empty store, each in
+    // a process of its own (so nothing of this process's history counts).
+    let total = count + ACTIVE_WAVE;
+    let file = bench.store.path().to_path_buf();
+    shut(&bench).await;
+    let on_stored = restarted_rss(&file);
+    let empty_dir = tempfile::tempdir().expect("a temporary directory");
+    let on_empty = restarted_rss(&empty_dir.path().join("subs.redb"));
+    let per_restarted = (on_stored.saturating_sub(on_empty) as f64 * 1024.0) / total as f64;
+    println!(
+        "restarted: an engine started on the store of these {total} sessions holds {on_stored} KiB, on an empty store {on_empty} KiB: {per_restarted:.0} B per stored idle session"
+    );
     json!({
         "idle_sessions": count,
         "rss_kib_engine_started": started,
@@ -252,6 +350,14 @@ async fn idle_sessions(count: usize) -> serde_json::Value {
         "rss_kib_with_sessions": stored,
         "bytes_per_idle_session": per_session,
         "bytes_per_additional_idle_session": marginal,
+        "heap_bytes_per_idle_session": heap_per_session,
+        "heap_bytes_per_additional_idle_session": heap_marginal,
+        "active_sessions": active,
+        "heap_bytes_per_active_session": per_active,
+        "stored_sessions_at_restart": total,
+        "rss_kib_restarted_on_store": on_stored,
+        "rss_kib_restarted_on_empty_store": on_empty,
+        "bytes_per_stored_idle_session_after_restart": per_restarted,
     })
 }
 
@@ -260,23 +366,33 @@ async fn idle_sessions(count: usize) -> serde_json::Value {
 /// has left, and returns the resident memory then.
 async fn create_idle(bench: &Bench, ids: std::ops::Range<usize>) -> u64 {
     for wave in ids.collect::<Vec<_>>().chunks(256) {
-        let tasks: Vec<_> = wave
-            .iter()
-            .map(|&s| {
-                let engine = bench.engine.clone();
-                tokio::spawn(async move { turn(&engine, &format!("idle{s}"), 0).await })
-            })
-            .collect();
-        for task in tasks {
-            task.await.expect("an idle session's turn");
-        }
+        run_wave(&bench.engine, wave).await;
     }
-    // Actors of idle sessions exit on their own; give them a moment to.
+    wait_for_actors(&bench.engine).await;
+    memory_kib().map(|m| m.0).unwrap_or(0)
+}
+
+/// One turn in each of the sessions `ids`, all at once.
+async fn run_wave(engine: &Engine, ids: &[usize]) {
+    let tasks: Vec<_> = ids
+        .iter()
+        .map(|&s| {
+            let engine = engine.clone();
+            tokio::spawn(async move { turn(&engine, &format!("idle{s}"), 0).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("an idle session's turn");
+    }
+}
+
+/// Waits (at most 10 s) until every session's actor has left: a quiet
+/// session's actor lingers a second, then exits on its own.
+async fn wait_for_actors(engine: &Engine) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while bench.engine.active_sessions() > 0 && Instant::now() < deadline {
+    while engine.active_sessions() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    memory_kib().map(|m| m.0).unwrap_or(0)
 }
 
 async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
