@@ -170,13 +170,17 @@ impl Tree {
     /// by `message` (a `client.message`), and whether `message` is new,
     /// without copying the path into a view: the path matches the tree by
     /// construction, so only `message` needs looking up. Returns `None`
-    /// (match the whole view instead) when ids repeat in the tree, where
-    /// that is not certain.
+    /// (match the whole view instead) where that is not certain: when ids
+    /// repeat in the tree, or the path does not start at a root (its first
+    /// message's parent is unknown, as only a damaged store could have it).
     pub fn reconcile_appended(&self, head: Option<&str>, message: &DraftMessage) -> Option<(Reconciled, bool)> {
         if self.duplicates {
             return None;
         }
         let path = self.path_nodes(head);
+        if path.first().is_some_and(|&k| self.nodes[k].parent_id.is_some()) {
+            return None;
+        }
         let end = path.last().map(|&k| self.nodes[k].message.id.as_str());
         let recorded = message.id.as_deref().and_then(|id| self.get(id));
         Some(match recorded {
@@ -247,6 +251,10 @@ mod tests {
             tree.reconcile_appended(Some("b"), &draft(Some("c"))),
             Some((Reconciled { fork_id: Some("c".to_owned()), new_from: 3 }, false))
         );
+        let mut orphaned = tree.clone();
+        orphaned.insert(record("g", Some("nowhere")));
+        assert_eq!(orphaned.reconcile_appended(Some("g"), &draft(None)), None);
+        assert!(orphaned.reconcile_appended(Some("c"), &draft(None)).is_some());
         let mut repeated = tree;
         repeated.insert(record("c", Some("a")));
         assert_eq!(repeated.reconcile_appended(Some("c"), &draft(None)), None);
