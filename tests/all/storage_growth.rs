@@ -7,7 +7,7 @@ use subs_tests::TestEngine;
 #[tokio::test]
 async fn storage_per_message_stays_constant_over_200_messages() {
     let t = TestEngine::start();
-    let stored = || t.engine.store_stats().unwrap().stored_bytes;
+    let stored = || t.engine.stored_bytes().unwrap();
     // Each turn records two messages (the user's and the reply). The
     // messages are all the same size, so a linear store adds the same
     // bytes per turn however long the conversation already is.

@@ -188,6 +188,7 @@ async fn level(sessions: usize, length: Duration) -> Level {
     let steps = count_steps(&bench.store, sessions, conversations) - steps_before;
     latencies.sort();
     let file_bytes = std::fs::metadata(bench.store.path()).map_or(0, |m| m.len());
+    let stored_bytes = bench.store.stored_bytes().expect("the store's size");
     // Lingering actors would otherwise free this level's engine and store
     // (its page cache) during the next measurement.
     shut(&bench).await;
@@ -202,7 +203,7 @@ async fn level(sessions: usize, length: Duration) -> Level {
         writer_cpu,
         latencies,
         file_bytes,
-        stored_bytes: after.stored_bytes,
+        stored_bytes,
     }
 }
 

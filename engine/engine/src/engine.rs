@@ -448,9 +448,15 @@ impl Engine {
         }
     }
 
-    /// What the store has done.
+    /// What the store has done: counters, cheap to read.
     pub fn store_stats(&self) -> Result<crate::store::StoreStats, StoreError> {
         self.shared.store.stats()
+    }
+
+    /// The bytes of data the store holds. May walk the whole store and
+    /// hold commits up meanwhile: see [`Store::stored_bytes`].
+    pub fn stored_bytes(&self) -> Result<u64, StoreError> {
+        self.shared.store.stored_bytes()
     }
 
     /// Stops the engine at once, as a crash would: every session actor is

@@ -230,6 +230,10 @@ impl<S: Store> Store for FaultyStore<S> {
     fn stats(&self) -> Result<StoreStats, StoreError> {
         self.inner.stats()
     }
+
+    fn stored_bytes(&self) -> Result<u64, StoreError> {
+        self.inner.stored_bytes()
+    }
 }
 
 #[cfg(test)]

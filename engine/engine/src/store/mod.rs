@@ -180,9 +180,6 @@ pub struct StoreStats {
     /// Durable commits (one sync each: the journal's or a checkpoint's);
     /// group commit makes this smaller than `batches` under concurrency.
     pub commits: u64,
-    /// Bytes of user data stored (keys and values), as the database reports
-    /// them; excludes free and fragmented pages.
-    pub stored_bytes: u64,
 }
 
 /// Why the store failed.
@@ -276,6 +273,13 @@ pub trait Store: Send + Sync + 'static {
     /// The session's inbox, oldest first.
     fn inbox(&self, key: &SessionKey) -> Result<Vec<(u64, InboxItem)>, StoreError>;
 
-    /// What the store has done so far.
+    /// What the store has done so far: counters kept in memory, cheap
+    /// enough for every metrics scrape.
     fn stats(&self) -> Result<StoreStats, StoreError>;
+
+    /// Bytes of user data stored (keys and values), as the database reports
+    /// them; excludes free and fragmented pages. May walk the whole store
+    /// and hold commits up meanwhile: for tests, benchmarks and tools,
+    /// never for a hot path or a scrape.
+    fn stored_bytes(&self) -> Result<u64, StoreError>;
 }

@@ -613,27 +613,30 @@ impl Store for RedbStore {
         self.read(|txn| scan_inbox(txn, key))
     }
 
-    /// `stored_bytes` is redb's `DatabaseStats::stored_bytes`: the bytes of
-    /// the keys and values in our tables, without b-tree overhead, free or
-    /// fragmented pages. redb computes it only inside a write transaction,
-    /// by walking every table, so this waits for a commit in progress and
-    /// holds the writer up while it walks: fine for metrics and tests, not
-    /// for a hot path.
+    /// The writer's counters; touches neither the file nor the writer.
     fn stats(&self) -> Result<StoreStats, StoreError> {
-        let stored_bytes = {
-            let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
-            let db = db.as_ref().ok_or(StoreError::Closed)?;
-            let txn = db.begin_write().map_err(|err| redb_error(name::DATABASE, err))?;
-            let stats = txn.stats().map_err(|err| redb_error(name::DATABASE, err));
-            // Nothing was written: aborting just gives the lock back.
-            let _ = txn.abort();
-            stats?.stored_bytes()
-        };
+        if self.db.read().unwrap_or_else(PoisonError::into_inner).is_none() {
+            return Err(StoreError::Closed);
+        }
         Ok(StoreStats {
             batches: self.counters.batches.load(Ordering::Relaxed),
             commits: self.counters.commits.load(Ordering::Relaxed),
-            stored_bytes,
         })
+    }
+
+    /// redb's `DatabaseStats::stored_bytes`: the bytes of the keys and
+    /// values in our tables, without B-tree overhead, free or fragmented
+    /// pages. redb computes it only inside a write transaction, by walking
+    /// every table, so this waits for a commit in progress and holds the
+    /// writer up while it walks.
+    fn stored_bytes(&self) -> Result<u64, StoreError> {
+        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+        let db = db.as_ref().ok_or(StoreError::Closed)?;
+        let txn = db.begin_write().map_err(|err| redb_error(name::DATABASE, err))?;
+        let stats = txn.stats().map_err(|err| redb_error(name::DATABASE, err));
+        // Nothing was written: aborting just gives the lock back.
+        let _ = txn.abort();
+        Ok(stats?.stored_bytes())
     }
 }
 
@@ -2024,7 +2027,7 @@ mod tests {
         let stats = store.stats().unwrap();
         assert_eq!(stats.batches, 200);
         assert!(stats.commits * 2 < stats.batches, "no group commit: {stats:?}");
-        assert!(stats.stored_bytes > 0);
+        assert!(store.stored_bytes().unwrap() > 0);
         for n in 0..200 {
             assert_eq!(store.messages(&key(&format!("s{n}"))).unwrap(), vec![(0, message(&format!("m{n}")))]);
         }
@@ -2088,6 +2091,7 @@ mod tests {
         assert!(matches!(store.session(&key("s1")), Err(StoreError::Closed)));
         assert!(matches!(store.unfinished(), Err(StoreError::Closed)));
         assert!(matches!(store.stats(), Err(StoreError::Closed)));
+        assert!(matches!(store.stored_bytes(), Err(StoreError::Closed)));
         store.close().await.unwrap();
     }
 
@@ -2095,13 +2099,36 @@ mod tests {
     async fn an_empty_batch_costs_no_commit_and_stats_count_bytes() {
         let (_dir, path) = temp_file();
         let store = RedbStore::open(&path).unwrap();
-        let before = store.stats().unwrap();
+        let before = store.stored_bytes().unwrap();
         store.commit(Batch::new()).await.unwrap();
-        assert_eq!(store.stats().unwrap(), StoreStats { batches: 0, commits: 0, ..before });
+        assert_eq!(store.stats().unwrap(), StoreStats { batches: 0, commits: 0 });
         store.commit(full_batch(&key("s1"))).await.unwrap();
-        let stats = store.stats().unwrap();
-        assert_eq!((stats.batches, stats.commits), (1, 1));
-        assert!(stats.stored_bytes > before.stored_bytes + 500, "{stats:?}");
+        assert_eq!(store.stats().unwrap(), StoreStats { batches: 1, commits: 1 });
+        let stored = store.stored_bytes().unwrap();
+        assert!(stored > before + 500, "{before} then {stored} bytes");
+        store.close().await.unwrap();
+    }
+
+    /// Metrics read the counters on every scrape: reading them must not
+    /// wait for the writer (nor walk the file, as `stored_bytes` does).
+    #[tokio::test]
+    async fn the_counters_do_not_wait_for_a_write_in_progress() {
+        let (_dir, path) = temp_file();
+        let store = Arc::new(RedbStore::open(&path).unwrap());
+        store.commit(full_batch(&key("s1"))).await.unwrap();
+        // A write transaction held open, as the writer holds one while it
+        // applies a group.
+        let db = database(&store);
+        let held = db.begin_write().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = Arc::clone(&store);
+        std::thread::spawn(move || {
+            let _ = tx.send(reader.stats());
+        });
+        let stats = rx.recv_timeout(Duration::from_secs(10)).expect("stats answered while a write was open");
+        assert_eq!(stats.unwrap(), StoreStats { batches: 1, commits: 1 });
+        held.abort().unwrap();
+        drop(db);
         store.close().await.unwrap();
     }
 
