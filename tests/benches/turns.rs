@@ -87,7 +87,7 @@ async fn restarted(path: std::path::PathBuf) {
     let (engine, store) = start_on(&path);
     turn(&engine, "probe", 0).await;
     wait_for_actors(&engine).await;
-    let rss = memory_kib().map(|m| m.0).unwrap_or(0);
+    let rss = rss_kib();
     println!("rss_kib {rss}");
     engine.kill().await;
     store.close().await.expect("the store closes");
@@ -270,21 +270,21 @@ fn stat_cpu(stat: &str) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-/// Resident and peak-resident memory of this process, in KiB (Linux).
-fn memory_kib() -> Option<(u64, u64)> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let field =
-        |name: &str| status.lines().find(|l| l.starts_with(name))?.split_whitespace().nth(1)?.parse::<u64>().ok();
-    Some((field("VmRSS:")?, field("VmHWM:")?))
+/// Resident memory of this process, in KiB (Linux; 0 where it cannot be
+/// read).
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let rss = status.lines().find_map(|l| l.strip_prefix("VmRSS:"));
+    rss.and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
 }
 
 /// Sessions started at once to measure what an active session holds.
 const ACTIVE_WAVE: usize = 1024;
 
 async fn idle_sessions(count: usize) -> serde_json::Value {
-    let before = memory_kib().map(|m| m.0).unwrap_or(0);
+    let before = rss_kib();
     let bench = start();
-    let started = memory_kib().map(|m| m.0).unwrap_or(0);
+    let started = rss_kib();
     subs_tests::heap::start();
     let half = count / 2;
     let at_half = create_idle(&bench, 0..half).await;
@@ -370,7 +370,7 @@ async fn create_idle(bench: &Bench, ids: std::ops::Range<usize>) -> u64 {
         run_wave(&bench.engine, wave).await;
     }
     wait_for_actors(&bench.engine).await;
-    memory_kib().map(|m| m.0).unwrap_or(0)
+    rss_kib()
 }
 
 /// One turn in each of the sessions `ids`, all at once.
@@ -415,9 +415,9 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
     );
     let mut rows = Vec::new();
     for sessions in levels {
-        let (rss_before, _) = memory_kib().unwrap_or_default();
+        let rss_before = rss_kib();
         let l = level(sessions, length).await;
-        let (rss_after, _) = memory_kib().unwrap_or_default();
+        let rss_after = rss_kib();
         let secs = l.elapsed.as_secs_f64();
         let steps_per_turn = l.steps as f64 / l.turns.max(1) as f64;
         let p50 = subs_tests::bench::percentile(&l.latencies, 0.50);
