@@ -270,7 +270,7 @@ impl Session {
             ClientInput::ClientMessages(m) => {
                 let mut view = m.messages;
                 let reconciled = self.tree.reconcile(&view);
-                let new = view.split_off(reconciled.new_from.min(view.len()));
+                let new = view.split_off(reconciled.new_from);
                 (reconciled, new, m.client.unwrap_or_default())
             }
             ClientInput::ClientAction(a) => return Ok(TurnStart::Action { name: a.name, args: a.args }),
