@@ -22,7 +22,7 @@ use std::process::Command;
 const EXAMPLES: &[&str] = &["passthrough", "tools"];
 
 /// The packages also built as core modules for `wasm32-unknown-unknown`.
-const LEAN: &[&str] = &["passthrough", "test-garbage"];
+const LEAN: &[&str] = &["passthrough", "test-garbage", "test-floor"];
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));

@@ -50,3 +50,34 @@ fn random_requests_cross_the_boundary_unchanged() {
         })
         .unwrap();
 }
+
+/// The benchmarks' probes measure the parts of a real decision: the
+/// conversions without a guest are the identity, an agent instantiates
+/// without deciding, and the floor component (no imports, one empty
+/// export) runs on the same host, which refuses it as an agent and
+/// refuses an agent as a floor, naming the missing export.
+#[tokio::test]
+async fn the_probes_take_a_decision_apart() {
+    use subs_engine::worker::component::probe::{decision_round_trip, request_round_trip};
+
+    for (name, request) in fixture_requests() {
+        let back = request_round_trip(request.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(to_value(&back), to_value(&request), "{name}: request changed in its WIT form");
+        let decision = request.proposed.clone();
+        assert_eq!(decision_round_trip(decision.clone()).unwrap(), decision, "{name}: decision changed");
+    }
+
+    agent(guests::PASSTHROUGH_LEAN).instantiate_only().await.expect("the agent instantiates");
+
+    let floor = std::fs::read(guests::TEST_FLOOR_LEAN).unwrap();
+    let host = subs_tests::host();
+    let probe = host.load_floor(&floor).expect("the floor component loads");
+    for _ in 0..3 {
+        probe.call().await.expect("noop returns");
+    }
+    let as_agent = host.load(&floor).expect_err("the floor is no agent").to_string();
+    assert!(as_agent.contains("does not export `decide`"), "{as_agent}");
+    let passthrough = std::fs::read(guests::PASSTHROUGH_LEAN).unwrap();
+    let as_floor = host.load_floor(&passthrough).expect_err("an agent is no floor").to_string();
+    assert!(as_floor.contains("`noop: func()`"), "{as_floor}");
+}

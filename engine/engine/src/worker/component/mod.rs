@@ -22,6 +22,7 @@
 //! - `componentize`: agents uploaded as core modules, made components;
 //! - `state`: one store's state, WASI and the `subs:agent/host` interface;
 //! - `output`: guest stdout/stderr into the logs;
+//! - `probe`: the parts of a decision, each alone, for the benchmarks;
 //! - `http`: outgoing `wasi:http` behind the allow-list;
 //! - `bindings`: the generated host bindings.
 //!
@@ -38,6 +39,7 @@ mod componentize;
 mod http;
 mod limits;
 mod output;
+pub mod probe;
 mod state;
 mod validate;
 
@@ -61,7 +63,7 @@ use self::http::AllowedHost;
 use self::limits::Limiter;
 use self::output::Labels;
 use self::state::{Grant, QUOTED_CHARS, StoreState};
-use super::{BoxFuture, Delivery, Worker, WorkerError};
+use super::{BoxFuture, Delivery, DeltaSink, Worker, WorkerError};
 
 /// Why a component could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -195,6 +197,44 @@ impl Ticker {
             }
         })?;
         Ok(Self { stop })
+    }
+}
+
+impl Inner {
+    /// A fresh store for one call into a component under `bound`: the
+    /// guest's grants and, when limits are enforced, the resource limiter
+    /// and the epoch callback that stops the guest at `wall` or at its CPU
+    /// limit (yielding to other tasks at every tick until then).
+    fn store(&self, bound: &Bound, session: String, deltas: Option<DeltaSink>, wall: Duration) -> Store<StoreState> {
+        let limits = &bound.limits;
+        let grant = Grant {
+            labels: Labels { tenant: bound.tenant.clone(), agent: bound.agent.clone(), session },
+            log_bytes: limits.log_bytes,
+            allowed: bound.allowed.clone(),
+            client: self.client.clone(),
+        };
+        let state = StoreState::new(deltas, grant, Limiter::new(limits));
+        let mut store = Store::new(&self.engine, state);
+        if self.config.enforce_limits {
+            store.limiter(|s| &mut s.limiter);
+            let deadline = Instant::now() + wall;
+            let (cpu, cpu_ticks) = (limits.cpu, bound.cpu_ticks);
+            let mut ticks = 0u64;
+            store.set_epoch_deadline(1);
+            store.epoch_deadline_callback(move |_| {
+                ticks += 1;
+                if Instant::now() >= deadline {
+                    return Err(wasmtime::Error::new(DeadlinePassed));
+                }
+                if ticks > cpu_ticks {
+                    return Err(wasmtime::Error::new(LimitHit::Cpu(cpu)));
+                }
+                // Yielding lets other tasks on this thread run while a
+                // guest computes, and lets the wall-clock timer fire.
+                Ok(UpdateDeadline::Yield(1))
+            });
+        }
+        store
     }
 }
 
@@ -416,37 +456,7 @@ impl ComponentAgent {
         // The permit is declared before the store so it is released after
         // the store (and its pooled instance) is gone.
         let _slot = self.host.slots.acquire().await.map_err(|e| WorkerError::Instantiation(e.to_string()))?;
-        let grant = Grant {
-            labels: Labels {
-                tenant: self.bound.tenant.clone(),
-                agent: self.bound.agent.clone(),
-                session: delivery.request.session_id.clone(),
-            },
-            log_bytes: limits.log_bytes,
-            allowed: self.bound.allowed.clone(),
-            client: self.host.client.clone(),
-        };
-        let state = StoreState::new(delivery.deltas, grant, Limiter::new(limits));
-        let mut store = Store::new(self.pre.engine(), state);
-        if enforce {
-            store.limiter(|s| &mut s.limiter);
-            let deadline = Instant::now() + wall;
-            let (cpu, cpu_ticks) = (limits.cpu, self.bound.cpu_ticks);
-            let mut ticks = 0u64;
-            store.set_epoch_deadline(1);
-            store.epoch_deadline_callback(move |_| {
-                ticks += 1;
-                if Instant::now() >= deadline {
-                    return Err(wasmtime::Error::new(DeadlinePassed));
-                }
-                if ticks > cpu_ticks {
-                    return Err(wasmtime::Error::new(LimitHit::Cpu(cpu)));
-                }
-                // Yielding lets other tasks on this thread run while a
-                // guest computes, and lets the wall-clock timer fire.
-                Ok(UpdateDeadline::Yield(1))
-            });
-        }
+        let mut store = self.host.store(&self.bound, delivery.request.session_id.clone(), delivery.deltas, wall);
         let request = wit::DecisionRequest::from(delivery.request);
         let run = async {
             let agent = self.pre.instantiate_checked_once(&mut store, &self.checked).await.map_err(Failure::Start)?;

@@ -54,20 +54,8 @@ fn why_not(name: &str) -> &'static str {
 
 /// Checks the component's imports and its `decide` export.
 pub(crate) fn check(engine: &Engine, component: &Component) -> Result<(), LoadError> {
+    check_imports(engine, component)?;
     let ty = component.component_type();
-    let mut refused: Vec<String> = ty
-        .imports(engine)
-        .map(|(name, _)| name)
-        .filter(|name| !GRANTED.contains(&name.split('@').next().unwrap_or(name)))
-        .map(|name| format!("`{name}` ({})", why_not(name)))
-        .collect();
-    if !refused.is_empty() {
-        refused.sort();
-        return Err(LoadError::World(format!(
-            "it imports {}; an agent may import only the subs:agent world's interfaces",
-            refused.join(", ")
-        )));
-    }
     match ty.get_export(engine, "decide") {
         Some(ComponentExtern { ty: ComponentItem::ComponentFunc(_), .. }) => Ok(()),
         Some(_) => Err(LoadError::World("its export `decide` is not a function".to_owned())),
@@ -81,4 +69,23 @@ pub(crate) fn check(engine: &Engine, component: &Component) -> Result<(), LoadEr
             )))
         }
     }
+}
+
+/// Checks that the component imports nothing the engine does not grant.
+pub(crate) fn check_imports(engine: &Engine, component: &Component) -> Result<(), LoadError> {
+    let mut refused: Vec<String> = component
+        .component_type()
+        .imports(engine)
+        .map(|(name, _)| name)
+        .filter(|name| !GRANTED.contains(&name.split('@').next().unwrap_or(name)))
+        .map(|name| format!("`{name}` ({})", why_not(name)))
+        .collect();
+    if refused.is_empty() {
+        return Ok(());
+    }
+    refused.sort();
+    Err(LoadError::World(format!(
+        "it imports {}; an agent may import only the subs:agent world's interfaces",
+        refused.join(", ")
+    )))
 }

@@ -1,0 +1,99 @@
+//! The parts of a decision, each alone, for the benchmarks
+//! (`tests/benches/component.rs`): instantiating an agent without calling
+//! it; the conversions of a request and a decision to their WIT form and
+//! back, without a guest; and the floor, a component of the
+//! `subs:agent/floor` world whose one export does nothing. Each runs on the
+//! host's own configuration (the instance pool, the limits, the epoch
+//! callback), so what they cost is what a decision pays for that part.
+
+use std::sync::Arc;
+
+use subs_protocol::wit::FromWit;
+use subs_protocol::{DecisionRequest, DecisionResponse, ProtocolError};
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{ComponentExportIndex, InstancePre};
+
+use super::bindings::wit;
+use super::state::StoreState;
+use super::{Bound, ComponentAgent, ComponentHost, Failure, Inner, LoadError, bind, validate};
+use crate::worker::WorkerError;
+
+impl ComponentAgent {
+    /// Instantiates the agent in a fresh store, as every decision does,
+    /// and tears it down without calling `decide`.
+    pub async fn instantiate_only(&self) -> Result<(), WorkerError> {
+        let wall = self.bound.limits.wall_clock;
+        let _slot = self.host.slots.acquire().await.map_err(|e| WorkerError::Instantiation(e.to_string()))?;
+        let mut store = self.host.store(&self.bound, String::new(), None, wall);
+        match self.pre.instantiate_checked_once(&mut store, &self.checked).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.explain(Failure::Start(e), store.data(), wall)),
+        }
+    }
+}
+
+/// `request` converted to its WIT form, as the host does before a call,
+/// and back, as the guest SDK does inside the guest: the marshalling of a
+/// decision's request without the copy into guest memory.
+pub fn request_round_trip(request: DecisionRequest) -> Result<DecisionRequest, ProtocolError> {
+    DecisionRequest::from_wit(wit::DecisionRequest::from(request))
+}
+
+/// `decision` converted to its WIT form, as the guest SDK returns it, and
+/// back, as the host reads it.
+pub fn decision_round_trip(decision: DecisionResponse) -> Result<DecisionResponse, ProtocolError> {
+    DecisionResponse::from_wit(wit::DecisionResponse::from(decision))
+}
+
+/// A component of the `subs:agent/floor` world on a host: instantiating it
+/// and calling its `noop` costs what any call into a component costs
+/// there, with nothing to carry across and no work inside. Cheap to clone.
+#[derive(Clone)]
+pub struct Floor {
+    pre: InstancePre<StoreState>,
+    noop: ComponentExportIndex,
+    host: Arc<Inner>,
+    bound: Arc<Bound>,
+}
+
+impl std::fmt::Debug for Floor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Floor").finish_non_exhaustive()
+    }
+}
+
+impl ComponentHost {
+    /// Loads a component of the `subs:agent/floor` world (a component, or
+    /// a core module carrying that world) under the default limits, as
+    /// [`load`](Self::load) loads an agent.
+    pub fn load_floor(&self, bytes: &[u8]) -> Result<Floor, LoadError> {
+        let engine = &self.inner.engine;
+        let component = self.cache.load(engine, bytes)?;
+        validate::check_imports(engine, &component)?;
+        let noop = match component.get_export(None, "noop") {
+            Some((ComponentItem::ComponentFunc(ty), index)) if ty.params().len() == 0 && ty.results().len() == 0 => {
+                index
+            }
+            _ => return Err(LoadError::World("it does not export `noop: func()` (subs:agent/floor)".to_owned())),
+        };
+        let pre = self.inner.linker.instantiate_pre(&component).map_err(|e| LoadError::World(format!("{e:#}")))?;
+        let bound = bind(&self.inner.config, "", "", &Default::default())?;
+        Ok(Floor { pre, noop, host: self.inner.clone(), bound: Arc::new(bound) })
+    }
+}
+
+impl Floor {
+    /// Instantiates the component in a fresh store, calls `noop` and tears
+    /// the store down.
+    pub async fn call(&self) -> Result<(), WorkerError> {
+        let wall = self.bound.limits.wall_clock;
+        let _slot = self.host.slots.acquire().await.map_err(|e| WorkerError::Instantiation(e.to_string()))?;
+        let mut store = self.host.store(&self.bound, String::new(), None, wall);
+        let instance =
+            self.pre.instantiate_async(&mut store).await.map_err(|e| WorkerError::Instantiation(format!("{e:#}")))?;
+        let noop = instance
+            .get_typed_func::<(), ()>(&mut store, &self.noop)
+            .map_err(|e| WorkerError::Instantiation(format!("{e:#}")))?;
+        noop.call_async(&mut store, ()).await.map_err(|e| WorkerError::Trapped(format!("{e:#}")))
+    }
+}
