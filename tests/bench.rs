@@ -1,10 +1,11 @@
 //! What the bench binaries (`tests/benches/`) share: the 20-message
-//! conversation their requests carry, and timing a worker under callers.
+//! conversation their requests carry, timing a worker under callers (or
+//! any one operation), and writing results as JSON.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 use subs_engine::worker::{Delivery, Worker};
 use subs_protocol::{DecisionRequest, Message, MessageTree, RequestTree, Role, TreeNode};
 
@@ -16,6 +17,52 @@ pub struct Stats {
     pub p99: Duration,
     /// Decisions per second over the whole run.
     pub throughput: f64,
+}
+
+impl Stats {
+    /// One row of a bench's JSON: the case, its callers, latencies in
+    /// microseconds and throughput per second.
+    pub fn row(&self, case: &str, callers: usize) -> Value {
+        json!({
+            "case": case,
+            "callers": callers,
+            "p50_us": self.p50.as_secs_f64() * 1e6,
+            "p99_us": self.p99.as_secs_f64() * 1e6,
+            "per_sec": self.throughput,
+        })
+    }
+
+    fn of(mut latencies: Vec<Duration>, elapsed: Duration) -> Self {
+        latencies.sort();
+        #[allow(clippy::cast_precision_loss)]
+        let throughput = latencies.len() as f64 / elapsed.as_secs_f64();
+        Stats { p50: percentile(&latencies, 0.50), p99: percentile(&latencies, 0.99), throughput }
+    }
+}
+
+/// `times` runs of `op`, one after another, each timed on its own.
+pub async fn time_each<F, Fut>(times: usize, mut op: F) -> Stats
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut latencies = Vec::with_capacity(times);
+    let started = Instant::now();
+    for _ in 0..times {
+        let t = Instant::now();
+        op().await;
+        latencies.push(t.elapsed());
+    }
+    Stats::of(latencies, started.elapsed())
+}
+
+/// Writes a bench's results to `target/bench-<name>.json` and says where.
+pub fn write_json(name: &str, results: &Value) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../target/bench-{name}.json"));
+    match std::fs::write(&path, serde_json::to_vec_pretty(results).expect("JSON")) {
+        Ok(()) => println!("wrote {}", path.display()),
+        Err(e) => eprintln!("could not write {}: {e}", path.display()),
+    }
 }
 
 /// `decisions` decisions of `request` by `worker`, split over `callers`
@@ -42,11 +89,7 @@ pub async fn measure(worker: &Arc<dyn Worker>, request: &DecisionRequest, decisi
     for task in tasks {
         latencies.extend(task.await.expect("the caller finishes"));
     }
-    let elapsed = started.elapsed();
-    latencies.sort();
-    #[allow(clippy::cast_precision_loss)]
-    let throughput = latencies.len() as f64 / elapsed.as_secs_f64();
-    Stats { p50: percentile(&latencies, 0.50), p99: percentile(&latencies, 0.99), throughput }
+    Stats::of(latencies, started.elapsed())
 }
 
 /// The `p` quantile (0–1) of `sorted` latencies; zero when there are none.

@@ -155,8 +155,5 @@ async fn run(count: usize, runs: usize) {
         "first_turn_ms_median": ms(first_median),
         "first_turn_ms_worst": ms(first_worst),
     });
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-coldstart.json");
-    if let Err(e) = std::fs::write(&path, serde_json::to_vec_pretty(&out).expect("JSON")) {
-        eprintln!("could not write {}: {e}", path.display());
-    }
+    subs_tests::bench::write_json("coldstart", &out);
 }

@@ -24,16 +24,24 @@
 //! The HTTP worker runs in the same process and runtime as its client, so
 //! on a small machine the two compete for cores, as an engine and a
 //! co-located worker would.
+//!
+//! Then the parts of a decision, each alone, sequentially: a decision of
+//! an empty request; the floor (a component of the `subs:agent/floor`
+//! world, no imports, whose `noop` export does nothing: instantiate, call,
+//! tear down); instantiating the passthrough and tearing it down without
+//! a call; and the host's conversions of the request and the decision to
+//! their WIT form and back, without a guest. The table goes to stdout and,
+//! as JSON, to `target/bench-component.json`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use subs_engine::worker::component::{ComponentHost, HostConfig};
+use subs_engine::worker::component::{ComponentAgent, ComponentHost, HostConfig, probe};
 use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
 use subs_engine::worker::{Delivery, Worker};
 use subs_protocol::{AgentConfig, DecisionRequest, DecisionResponse, DraftMessage, Trigger};
-use subs_tests::bench::{measure, ratio};
+use subs_tests::bench::{measure, ratio, time_each, write_json};
 
 const CONCURRENCY: usize = 16;
 
@@ -56,20 +64,25 @@ fn main() {
     runtime.block_on(run(decisions));
 }
 
-fn load(enforce_limits: bool, path: &str) -> Arc<dyn Worker> {
+fn host(enforce_limits: bool) -> ComponentHost {
     let cache = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/compiled-components");
     let config = HostConfig { enforce_limits, compile_cache: Some(cache), ..HostConfig::default() };
-    let host = ComponentHost::with_config(config).expect("the component host starts");
+    ComponentHost::with_config(config).expect("the component host starts")
+}
+
+fn load(host: &ComponentHost, path: &str) -> ComponentAgent {
     let bytes = std::fs::read(path).expect("the passthrough component");
     let agent = host.load(&bytes).expect("the passthrough component loads");
-    Arc::new(agent.for_agent("bench", "passthrough", &Default::default()).expect("the default policy"))
+    agent.for_agent("bench", "passthrough", &Default::default()).expect("the default policy")
 }
 
 async fn run(decisions: usize) {
     let request = request();
-    let limited = load(true, subs_tests::guests::PASSTHROUGH_LEAN);
-    let unlimited = load(false, subs_tests::guests::PASSTHROUGH_LEAN);
-    let wasip2 = load(true, subs_tests::guests::PASSTHROUGH);
+    let (limited_host, unlimited_host) = (host(true), host(false));
+    let lean = load(&limited_host, subs_tests::guests::PASSTHROUGH_LEAN);
+    let limited: Arc<dyn Worker> = Arc::new(lean.clone());
+    let unlimited: Arc<dyn Worker> = Arc::new(load(&unlimited_host, subs_tests::guests::PASSTHROUGH_LEAN));
+    let wasip2: Arc<dyn Worker> = Arc::new(load(&limited_host, subs_tests::guests::PASSTHROUGH));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
     let url = format!("http://{}/", listener.local_addr().unwrap());
     tokio::spawn(async move { subs_http_worker::serve(listener, Passthrough).await });
@@ -113,28 +126,68 @@ async fn run(decisions: usize) {
             results.push((name, callers, stats));
         }
     }
-    // The fixed cost: instantiate, call and tear down with next to nothing
-    // to carry across the boundary.
+    // The parts of a decision, each alone: what a call costs with nothing
+    // to carry across (an empty request; the floor world's `noop`, which
+    // has no imports and does nothing), instantiating and tearing down
+    // without a call, and the conversions to WIT and back without a guest.
     let empty = DecisionRequest::for_trigger(Trigger::SessionStart);
     measure(&limited, &empty, decisions.min(1000), 1).await;
     let stats = measure(&limited, &empty, decisions, 1).await;
-    println!(
-        "| component, limits on, empty request | 1 | {} | {} | {:.0} |",
-        micros(stats.p50),
-        micros(stats.p99),
-        stats.throughput
-    );
+    let mut parts = vec![("component, limits on, empty request", stats)];
+    let floor_bytes = std::fs::read(subs_tests::guests::TEST_FLOOR_LEAN).expect("the floor component");
+    let floor = limited_host.load_floor(&floor_bytes).expect("the floor component loads");
+    let call_floor = || async { floor.call().await.expect("noop returns") };
+    time_each(decisions.min(1000), call_floor).await;
+    parts.push(("floor: instantiate, call `noop`, tear down; limits on", time_each(decisions, call_floor).await));
+    let instantiate = || async { lean.instantiate_only().await.expect("the agent instantiates") };
+    time_each(decisions.min(1000), instantiate).await;
+    parts.push(("instantiate and tear down, no call; limits on", time_each(decisions, instantiate).await));
+    // The clones are made before the clock starts: a decision owns its
+    // request and moves it into the conversion.
+    let mut copies: Vec<_> = (0..decisions).map(|_| (request.clone(), request.proposed.clone())).collect();
+    let marshal = || {
+        let (request, decision) = copies.pop().expect("a copy per round");
+        async move {
+            let request = probe::request_round_trip(request).expect("the request converts");
+            let decision = probe::decision_round_trip(decision).expect("the decision converts");
+            std::hint::black_box((request, decision));
+        }
+    };
+    parts.push(("marshalling alone: request and decision to WIT and back", time_each(decisions, marshal).await));
+    for (name, stats) in &parts {
+        println!("| {name} | 1 | {} | {} | {:.0} |", micros(stats.p50), micros(stats.p99), stats.throughput);
+    }
     println!();
+    let mut ratios = Vec::new();
     for callers in [1, CONCURRENCY] {
         let find = |name| &results.iter().find(|(n, c, _)| *n == name && *c == callers).unwrap().2;
         let (on, off, h) = (find(cases[0].0), find(cases[1].0), find(cases[3].0));
+        let (latency, throughput) = (ratio(h.p50, on.p50), on.throughput / h.throughput);
+        let limits_us = (on.p50.as_secs_f64() - off.p50.as_secs_f64()) * 1e6;
         println!(
-            "{callers} caller(s): http/component p50 {:.2}x, component/http throughput {:.2}x; limits cost {:+.1} µs at p50",
-            ratio(h.p50, on.p50),
-            on.throughput / h.throughput,
-            (on.p50.as_secs_f64() - off.p50.as_secs_f64()) * 1e6,
+            "{callers} caller(s): http/component p50 {latency:.2}x, component/http throughput {throughput:.2}x; limits cost {limits_us:+.1} µs at p50",
         );
+        ratios.push(json!({
+            "callers": callers,
+            "http_over_component_p50": latency,
+            "component_over_http_throughput": throughput,
+            "limits_cost_us_p50": limits_us,
+        }));
     }
+    let rows: Vec<_> = results
+        .iter()
+        .map(|(name, callers, stats)| stats.row(name, *callers))
+        .chain(parts.iter().map(|(name, stats)| stats.row(name, 1)))
+        .collect();
+    let out = json!({
+        "bench": "component",
+        "request_messages": request.messages.len(),
+        "request_bytes": serde_json::to_vec(&request).unwrap().len(),
+        "decisions_per_case": decisions,
+        "cases": rows,
+        "ratios": ratios,
+    });
+    write_json("component", &out);
 }
 
 /// Many short rounds of the sequential component cases, interleaved, and

@@ -471,10 +471,5 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
     );
     let idle = if idle > 0 { idle_sessions(idle).await } else { serde_json::Value::Null };
     let out = json!({"bench": "turns", "levels": rows, "idle": idle});
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-turns.json");
-    if let Err(e) = std::fs::write(&path, serde_json::to_vec_pretty(&out).expect("JSON")) {
-        eprintln!("could not write {}: {e}", path.display());
-    } else {
-        println!("wrote {}", path.display());
-    }
+    subs_tests::bench::write_json("turns", &out);
 }

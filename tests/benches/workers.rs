@@ -12,9 +12,10 @@
 //! parse a realistic request and run the same tool. Each case runs
 //! sequentially (one caller) and with 16 concurrent callers; the output is
 //! per-decision latency (p50, p99) and throughput, and the HTTP/component
-//! ratio. The HTTP server runs in the same process and runtime as the
-//! client, so on a small machine the two compete for cores, as an engine
-//! and a co-located worker would.
+//! ratio, on stdout and as JSON in `target/bench-workers.json`. The HTTP
+//! server runs in the same process and runtime as the client, so on a
+//! small machine the two compete for cores, as an engine and a co-located
+//! worker would.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +25,7 @@ use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
 use subs_engine::worker::{Delivery, Worker};
 use subs_protocol::trigger::ToolExecute;
 use subs_protocol::{DecisionRequest, DecisionResponse, ToolInput, Trigger};
-use subs_tests::bench::{measure, ratio};
+use subs_tests::bench::{measure, ratio, write_json};
 
 const CONCURRENCY: usize = 16;
 
@@ -67,16 +68,27 @@ async fn run(decisions: usize) {
         }
     }
     println!();
+    let mut ratios = Vec::new();
     for callers in [1, CONCURRENCY] {
         let find = |name| &results.iter().find(|(n, c, _)| *n == name && *c == callers).unwrap().2;
         let (c, h) = (find("component"), find("http"));
-        println!(
-            "{callers} caller(s): http/component p50 {:.2}x, p99 {:.2}x, throughput {:.2}x",
-            ratio(h.p50, c.p50),
-            ratio(h.p99, c.p99),
-            h.throughput / c.throughput
-        );
+        let (p50, p99, throughput) = (ratio(h.p50, c.p50), ratio(h.p99, c.p99), h.throughput / c.throughput);
+        println!("{callers} caller(s): http/component p50 {p50:.2}x, p99 {p99:.2}x, throughput {throughput:.2}x");
+        ratios.push(json!({
+            "callers": callers,
+            "http_over_component_p50": p50,
+            "http_over_component_p99": p99,
+            "http_over_component_throughput": throughput,
+        }));
     }
+    let out = json!({
+        "bench": "workers",
+        "request_messages": request.messages.len(),
+        "decisions_per_case": decisions,
+        "cases": results.iter().map(|(name, callers, stats)| stats.row(name, *callers)).collect::<Vec<_>>(),
+        "ratios": ratios,
+    });
+    write_json("workers", &out);
 }
 
 fn micros(d: Duration) -> String {
