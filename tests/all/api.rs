@@ -20,13 +20,15 @@ impl Server {
     /// A server with the given API keys (`(tenant, key)`); none: the local
     /// tenant without authentication.
     async fn start(keys: &[(&str, &str)]) -> Self {
-        Self::start_with(keys, std::collections::HashMap::new()).await
+        Self::start_with(keys, std::collections::HashMap::new(), std::collections::HashMap::new()).await
     }
 
-    /// A server whose agents get the operator's sandbox `policies`.
+    /// A server whose agents get the operator's sandbox `policies`, and
+    /// whose tenants named in `tenant_limits` get those limits.
     async fn start_with(
         keys: &[(&str, &str)],
         policies: std::collections::HashMap<(String, String), subs_engine::worker::component::AgentPolicy>,
+        tenant_limits: std::collections::HashMap<String, subs_server::Limits>,
     ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn subs_engine::Store> =
@@ -47,6 +49,7 @@ impl Server {
                 max_component_bytes: 16 << 20,
                 budget: None,
             },
+            tenant_limits,
             ..subs_server::ServerConfig::default()
         };
         let state = Arc::new(subs_server::AppState {
@@ -432,6 +435,33 @@ async fn tenants_see_only_their_own_agents_and_sessions() {
 }
 
 #[tokio::test]
+async fn a_tenant_cannot_create_sessions_beyond_its_limit() {
+    let (a, b) = ("subs_tenant_a_key_0000000000000000", "subs_tenant_b_key_0000000000000000");
+    let limits = subs_server::Limits { max_sessions: Some(2), ..subs_server::Limits::default() };
+    let s = Server::start_with(&[("acme", a), ("bravo", b)], Default::default(), [("acme".to_owned(), limits)].into())
+        .await;
+    for key in [a, b] {
+        assert_eq!(s.upload("tools", guests::PASSTHROUGH, Some(key)).await.0, StatusCode::CREATED);
+    }
+    for session in ["one", "two"] {
+        let (status, accepted) = s.say(session, "tools", "hello", Some(a)).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+        s.wait_turn(session, accepted["turn_id"].as_str().unwrap(), Some(a)).await;
+    }
+    let (status, error) = s.say("three", "tools", "hello", Some(a)).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{error}");
+    assert_eq!(error["code"], "limit_exceeded");
+    assert!(error["error"].as_str().unwrap().contains("maximum of 2 sessions"), "{error}");
+    assert_eq!(s.call(GET, "/v1/sessions/three", Some(a), None).await.0, StatusCode::NOT_FOUND, "nothing stored");
+    // Its sessions go on; another tenant is not held to acme's limit.
+    let (status, accepted) = s.say("one", "tools", "again", Some(a)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    for session in ["one", "two", "three"] {
+        assert_eq!(s.say(session, "tools", "hello", Some(b)).await.0, StatusCode::ACCEPTED);
+    }
+}
+
+#[tokio::test]
 async fn replay_from_every_event_id_of_a_finished_turn() {
     let s = Server::start(&[]).await;
     s.upload("tools", guests::TOOLS, None).await;
@@ -536,7 +566,7 @@ async fn an_agents_sandbox_policy_applies_to_its_decisions_only() {
     // of this agent fails, naming the limit.
     tight.limits.memory_bytes = Some(64 << 10);
     let policies = [(("local".to_owned(), "tight".to_owned()), tight)].into_iter().collect();
-    let s = Server::start_with(&[], policies).await;
+    let s = Server::start_with(&[], policies, Default::default()).await;
     s.upload("tight", guests::PASSTHROUGH, None).await;
     s.upload("roomy", guests::PASSTHROUGH, None).await;
 

@@ -123,6 +123,8 @@ async fn an_interrupt_and_its_resume() {
 #[tokio::test]
 async fn a_sub_agent() {
     let t = TestEngine::start();
+    // Counted once in the store (none yet), then kept as sessions are made.
+    assert_eq!(t.engine.session_count(TENANT).unwrap(), 0);
     let turn = t.chat("parent", "scenario", r#"use tool helper with {"prompt": "say hi"}"#).await;
     assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
     let parent = t.snapshot("parent");
@@ -140,6 +142,16 @@ async fn a_sub_agent() {
     let transcript = t.transcript("parent");
     assert_eq!(transcript[2], format!(r#"tool: You said: {{"prompt":"say hi"}} (answers {call_id})"#));
     assert_eq!(transcript.len(), 4, "{transcript:?}");
+
+    // The spawned child counts as one of the tenant's sessions, in memory
+    // and, after a restart, in the store.
+    assert_eq!(t.engine.session_count(TENANT).unwrap(), 2);
+    let t = TestEngine::start_in(t.crash().await);
+    assert_eq!(t.engine.session_count(TENANT).unwrap(), 2);
+    t.chat("another", "helper", "hello").await;
+    t.chat("another", "helper", "again").await;
+    assert_eq!(t.engine.session_count(TENANT).unwrap(), 3, "a second turn creates nothing");
+    assert_eq!(t.engine.session_count("elsewhere").unwrap(), 0);
 }
 
 #[tokio::test]

@@ -95,6 +95,9 @@ pub(crate) struct Shared {
     /// What each tenant's sessions have cost, summed from the store on
     /// first use and kept current as calls settle.
     spend: Mutex<HashMap<String, Money>>,
+    /// How many sessions each tenant has, counted in the store on first
+    /// use and kept current as sessions are created.
+    session_counts: Mutex<HashMap<String, u64>>,
 }
 
 impl Shared {
@@ -187,6 +190,25 @@ impl Shared {
         Ok(*spend.entry(tenant.to_owned()).or_insert(sum))
     }
 
+    /// How many sessions `tenant` has. The first call for a tenant counts
+    /// them in the store; later ones are answered from memory.
+    pub fn tenant_sessions(&self, tenant: &str) -> Result<u64, StoreError> {
+        let lock = || self.session_counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = lock().get(tenant) {
+            return Ok(*count);
+        }
+        let count = self.store.session_count(tenant)?;
+        Ok(*lock().entry(tenant.to_owned()).or_insert(count))
+    }
+
+    /// Counts sessions just created for their tenant.
+    pub fn add_sessions(&self, tenant: &str, created: u64) {
+        let mut counts = self.session_counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(tenant) {
+            *count += created;
+        }
+    }
+
     /// Counts a settled call's cost for its tenant.
     pub fn add_spend(&self, tenant: &str, cost: Money) {
         let mut spend = self.spend.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -275,6 +297,7 @@ impl Engine {
             default_budget: RwLock::default(),
             recovering: Mutex::default(),
             spend: Mutex::default(),
+            session_counts: Mutex::default(),
         });
         Engine { shared }
     }
@@ -401,6 +424,13 @@ impl Engine {
     /// Every session of `tenant`.
     pub fn sessions(&self, tenant: &str) -> Result<Vec<SessionRecord>, StoreError> {
         self.shared.store.sessions(Some(tenant))
+    }
+
+    /// How many sessions `tenant` has, spawned ones included. Counted in
+    /// the store once per tenant, then kept in memory as sessions are
+    /// created, so checking a quota on every new session costs nothing.
+    pub fn session_count(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.shared.tenant_sessions(tenant)
     }
 
     /// Stored events of the session after sequence number `after`.

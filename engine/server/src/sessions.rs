@@ -165,7 +165,7 @@ pub async fn input(
             });
         }
         if let Some(max) = limits.max_sessions
-            && state.store.sessions(Some(&tenant))?.len() >= max
+            && state.engine.session_count(&tenant)? >= max as u64
         {
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,

@@ -190,6 +190,9 @@ impl Actor {
         if !change.spent.is_zero() {
             self.shared.add_spend(&self.key.tenant, change.spent);
         }
+        if change.created > 0 {
+            self.shared.add_sessions(&self.key.tenant, change.created);
+        }
         Ok(())
     }
 
@@ -534,7 +537,8 @@ impl Actor {
             input,
             ClientInput::ClientMessage(_) | ClientInput::ClientMessages(_) | ClientInput::ClientAction(_)
         );
-        if self.session.is_none() {
+        let fresh = self.session.is_none();
+        if fresh {
             if !starts_turn {
                 let _ = reply.send(Err(InputError::NoSession(self.key.session.clone())));
                 return Ok(());
@@ -548,7 +552,7 @@ impl Actor {
             self.session = Some(Session::fresh(self.key.clone(), agent_id, identity, clock::now_ms()));
         }
         let ctx = ctx(&self.shared);
-        let mut change = Change::default();
+        let mut change = Change { created: u64::from(fresh), ..Change::default() };
         let result = self.session.as_mut().expect("created above").accept_input(input, &ctx, &mut change);
         match result {
             Err(e) => {

@@ -646,6 +646,7 @@ impl Session {
         child.record.parent =
             Some(ParentLink { session: self.record.key.session.clone(), call_id: spawn.tool_call_id });
         change.batch.push(Op::PutSession(child.record));
+        change.created += 1;
         let start = TurnStart::Messages {
             fork_id: None,
             new: vec![DraftMessage::new(Role::User, arguments)],

@@ -67,6 +67,10 @@ pub(crate) struct Change {
     /// What the change's LLM calls cost, added to the tenant's spend after
     /// the commit.
     pub spent: Money,
+    /// Sessions the change creates (a client's first input, a spawned
+    /// child; all of the session's tenant), added to the tenant's count
+    /// after the commit.
+    pub created: u64,
 }
 
 impl Session {

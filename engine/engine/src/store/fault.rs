@@ -178,6 +178,10 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.sessions(tenant)
     }
 
+    fn session_count(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.inner.session_count(tenant)
+    }
+
     fn unfinished(&self) -> Result<Vec<SessionKey>, StoreError> {
         self.inner.unfinished()
     }

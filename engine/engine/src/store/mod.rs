@@ -223,6 +223,12 @@ pub trait Store: Send + Sync + 'static {
     /// Every session of `tenant` (all tenants when `None`), ordered by key.
     fn sessions(&self, tenant: Option<&str>) -> Result<Vec<SessionRecord>, StoreError>;
 
+    /// How many sessions `tenant` has: `sessions(Some(tenant)).len()`,
+    /// which implementations should answer without decoding the records.
+    fn session_count(&self, tenant: &str) -> Result<u64, StoreError> {
+        Ok(self.sessions(Some(tenant))?.len() as u64)
+    }
+
     /// Sessions that may have work to resume: status not idle, or an item
     /// in the inbox.
     fn unfinished(&self) -> Result<Vec<SessionKey>, StoreError>;

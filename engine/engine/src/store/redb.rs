@@ -437,32 +437,35 @@ impl Store for RedbStore {
     fn sessions(&self, tenant: Option<&str>) -> Result<Vec<SessionRecord>, StoreError> {
         self.read(|txn| {
             let table = open_read(txn, LOG, name::LOG)?;
-            // Ids hold no `/`, so `tenant/` prefixes exactly this tenant's
-            // keys. From each session's first entry, its record is one
-            // lookup away and the next session one seek past it: no
-            // history is read.
-            let prefix = tenant.map(|tenant| format!("{tenant}/"));
             let mut sessions = Vec::new();
-            let mut from = prefix.clone().unwrap_or_default();
-            loop {
-                let next = table.range((from.as_str(), 0)..).map_err(|err| redb_error(name::LOG, err))?.next();
-                let Some(entry) = next else { break };
-                let (key, _) = entry.map_err(|err| redb_error(name::LOG, err))?;
-                let session = key.value().0.to_owned();
-                if prefix.as_ref().is_some_and(|prefix| !session.starts_with(prefix.as_str())) {
-                    break;
-                }
-                let record = table.get((session.as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
+            each_session(&table, tenant, |session| {
+                let record = table.get((session, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
                 if let Some(record) = record {
                     sessions.push(decode::<SessionRecord>(name::SESSIONS, record.value())?);
                 }
-                // The smallest key after every key of this session.
-                from = session + "\0";
-            }
+                Ok(())
+            })?;
             // Storage keys order `a-b/x` before `a/x`; callers expect the
             // order of `SessionKey` (tenant, then session).
             sessions.sort_by(|a, b| a.key.cmp(&b.key));
             Ok(sessions)
+        })
+    }
+
+    fn session_count(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.read(|txn| {
+            let table = open_read(txn, LOG, name::LOG)?;
+            let mut count = 0;
+            // As `sessions` does, only keys with a record count (a log
+            // without one is what only a damaged file holds); the record is
+            // looked up, not decoded.
+            each_session(&table, Some(tenant), |session| {
+                if table.get((session, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?.is_some() {
+                    count += 1;
+                }
+                Ok(())
+            })?;
+            Ok(count)
         })
     }
 
@@ -643,6 +646,31 @@ impl Store for RedbStore {
 /// Opens the journal of the store and applies, in one durable
 /// transaction, the records the file does not hold yet (commits that were
 /// acknowledged after the last checkpoint before a crash).
+/// Calls `f` with the storage key of every session in `log` (of `tenant`
+/// only, when given). Ids hold no `/`, so `tenant/` prefixes exactly this
+/// tenant's keys. From each session's first entry the next session is one
+/// seek past it: no history is read.
+fn each_session(
+    table: &ReadOnlyTable<(&'static str, u64), &'static [u8]>,
+    tenant: Option<&str>,
+    mut f: impl FnMut(&str) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let prefix = tenant.map(|tenant| format!("{tenant}/"));
+    let mut from = prefix.clone().unwrap_or_default();
+    loop {
+        let next = table.range((from.as_str(), 0)..).map_err(|err| redb_error(name::LOG, err))?.next();
+        let Some(entry) = next else { return Ok(()) };
+        let (key, _) = entry.map_err(|err| redb_error(name::LOG, err))?;
+        let session = key.value().0.to_owned();
+        if prefix.as_ref().is_some_and(|prefix| !session.starts_with(prefix.as_str())) {
+            return Ok(());
+        }
+        f(&session)?;
+        // The smallest key after every key of this session.
+        from = session + "\0";
+    }
+}
+
 fn recover(db: &Database, path: PathBuf) -> Result<journal::Journal, StoreError> {
     let (store, applied) = journal_position(db)?;
     let (mut journal, records) = journal::Journal::open(path, store, applied)?;
@@ -1914,6 +1942,12 @@ mod tests {
         assert_eq!(tenant_keys(Some("t")), vec![other.clone()]);
         assert_eq!(tenant_keys(Some("nobody")), Vec::<SessionKey>::new());
         assert_eq!(tenant_keys(None), vec![other.clone(), s1.clone(), s10.clone(), dashed.clone()]);
+        // Counted without decoding, per tenant alike (`t` is a prefix of
+        // `t1`'s keys only as a string, not as a tenant).
+        for tenant in ["t1", "t", "t1-x", "nobody"] {
+            let listed = tenant_keys(Some(tenant)).len() as u64;
+            assert_eq!(store.session_count(tenant).unwrap(), listed, "{tenant}");
+        }
 
         let seqs = |records: Vec<(u64, StepRecord)>| records.into_iter().map(|(seq, _)| seq).collect::<Vec<_>>();
         assert_eq!(seqs(store.steps(&s1, 0).unwrap()), (0..10).collect::<Vec<_>>());
