@@ -331,6 +331,28 @@ async fn idle_sessions(count: usize) -> serde_json::Value {
         heap_left / 1024
     );
 
+    // A tenant's session quota is checked before every new session: what
+    // listing the tenant's sessions costs (what the check did before the
+    // engine kept a count), counting them in the store (once per tenant
+    // and process), and reading the count the engine keeps after that.
+    let timed = |f: &dyn Fn() -> u64| {
+        let t = Instant::now();
+        (f(), t.elapsed())
+    };
+    let (listed, list_time) = timed(&|| bench.store.sessions(Some(TENANT)).expect("sessions").len() as u64);
+    let (counted, count_time) = timed(&|| bench.store.session_count(TENANT).expect("a count"));
+    bench.engine.session_count(TENANT).expect("a count");
+    let (kept, kept_time) = timed(&|| bench.engine.session_count(TENANT).expect("a count"));
+    assert!(listed == counted && counted == kept, "{listed} listed, {counted} counted, {kept} kept");
+    println!(
+        "a tenant's sessions ({listed}): listed in {:.2} ms, counted in the store in {:.2} ms, kept count read in {:.1} µs",
+        list_time.as_secs_f64() * 1e3,
+        count_time.as_secs_f64() * 1e3,
+        kept_time.as_secs_f64() * 1e6
+    );
+    let quota = json!({"sessions": listed, "list_ms": list_time.as_secs_f64() * 1e3,
+        "count_ms": count_time.as_secs_f64() * 1e3, "kept_us": kept_time.as_secs_f64() * 1e6});
+
     // Restarted: what an engine holds once it has been started on the store
     // of all these sessions, against one started on an empty store, each in
     // a process of its own (so nothing of this process's history counts).
@@ -359,6 +381,7 @@ async fn idle_sessions(count: usize) -> serde_json::Value {
         "rss_kib_restarted_on_store": on_stored,
         "rss_kib_restarted_on_empty_store": on_empty,
         "bytes_per_stored_idle_session_after_restart": per_restarted,
+        "session_quota_check": quota,
     })
 }
 
