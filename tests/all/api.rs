@@ -462,6 +462,47 @@ async fn a_tenant_cannot_create_sessions_beyond_its_limit() {
 }
 
 #[tokio::test]
+async fn sessions_are_listed_a_page_at_a_time() {
+    let s = Server::start(&[]).await;
+    s.upload("tools", guests::PASSTHROUGH, None).await;
+    let ids = ["a", "b", "b-1", "c", "d"];
+    for id in ids {
+        let (status, accepted) = s.say(id, "tools", "hello", None).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    }
+    // Follow the `Link` header from the first page to the last.
+    let mut listed = Vec::new();
+    let mut next = Some("/v1/sessions?limit=2".to_owned());
+    while let Some(path) = next.take() {
+        let response = s.request(GET, &path, None).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        next = response.headers().get("link").map(|link| {
+            let link = link.to_str().unwrap();
+            link.strip_prefix('<').and_then(|l| l.strip_suffix(">; rel=\"next\"")).unwrap().to_owned()
+        });
+        let page: Vec<Value> = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+        assert!(page.len() == 2 || (page.len() == 1 && next.is_none()), "{page:?}, next {next:?}");
+        listed.extend(page.into_iter().map(|summary| summary["session_id"].as_str().unwrap().to_owned()));
+    }
+    assert_eq!(listed, ids);
+    // Without a limit, up to 100; after an id that names no session.
+    assert_eq!(s.call(GET, "/v1/sessions", None, None).await.1.as_array().unwrap().len(), 5);
+    let (_, page) = s.call(GET, "/v1/sessions?after=b-0", None, None).await;
+    let page: Vec<&str> = page.as_array().unwrap().iter().map(|s| s["session_id"].as_str().unwrap()).collect();
+    assert_eq!(page, ["b-1", "c", "d"]);
+    let (status, last) = s.call(GET, "/v1/sessions?after=d", None, None).await;
+    assert_eq!((status, last), (StatusCode::OK, json!([])));
+
+    for (query, field) in [("limit=0", "limit"), ("limit=1001", "limit"), ("limit=ten", "limit"), ("after=..", "after")]
+    {
+        let (status, error) = s.call(GET, &format!("/v1/sessions?{query}"), None, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {error}");
+        assert_eq!(error["code"], "invalid_input", "{query}");
+        assert_eq!(error["field"], field, "{query}");
+    }
+}
+
+#[tokio::test]
 async fn replay_from_every_event_id_of_a_finished_turn() {
     let s = Server::start(&[]).await;
     s.upload("tools", guests::TOOLS, None).await;

@@ -98,8 +98,32 @@ pub async fn exec(command: SessionsCommand) -> CliResult {
 }
 
 async fn list(args: ListArgs) -> CliResult {
+    /// The API's largest page.
+    const PAGE: usize = 1000;
     let client = Client::new(&args.client)?;
-    let Some(sessions) = client.list("/v1/sessions", args.client.json, "sessions").await? else { return Ok(()) };
+    // The API answers a page at a time; the command lists every session.
+    let mut sessions: Vec<Value> = Vec::new();
+    loop {
+        let path = match sessions.last() {
+            None => format!("/v1/sessions?limit={PAGE}"),
+            Some(last) => format!("/v1/sessions?limit={PAGE}&after={}", str_at(last, "session_id")),
+        };
+        let page = client.json(client.request(Method::GET, &path)).await?;
+        let page = page.as_array().cloned().unwrap_or_default();
+        let full = page.len() == PAGE;
+        sessions.extend(page);
+        if !full {
+            break;
+        }
+    }
+    if args.client.json {
+        println!("{}", Value::Array(sessions));
+        return Ok(());
+    }
+    if sessions.is_empty() {
+        println!("no sessions");
+        return Ok(());
+    }
     let rows: Vec<[String; 4]> = sessions
         .iter()
         .map(|s| {

@@ -426,6 +426,17 @@ impl Engine {
         self.shared.store.sessions(Some(tenant))
     }
 
+    /// At most `limit` sessions of `tenant` with ids after `after` (from
+    /// the first when `None`), ordered by id.
+    pub fn sessions_page(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        self.shared.store.sessions_page(tenant, after, limit)
+    }
+
     /// How many sessions `tenant` has, spawned ones included. Counted in
     /// the store once per tenant, then kept in memory as sessions are
     /// created, so checking a quota on every new session costs nothing.

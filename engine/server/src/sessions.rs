@@ -1,15 +1,16 @@
 //! Sessions: posting input, reading snapshots, listing, cancelling.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::Value;
-use subs_engine::store::{OpenInterrupt, SessionKey, SessionRecord, SessionStatus};
+use subs_engine::store::{OpenInterrupt, SessionKey, SessionRecord, SessionStatus, valid_id};
 use subs_protocol::{AgentConfig, Call, ClientInput, Message, MessageTree, WorkerIdentity};
 use utoipa::ToSchema;
 
@@ -225,18 +226,63 @@ pub async fn snapshot(
     }))
 }
 
-/// The tenant's sessions, ordered by id.
+/// The most sessions one page of `GET /v1/sessions` holds, and how many
+/// it holds unless `limit` says otherwise.
+pub const MAX_PAGE: usize = 1000;
+/// See [`MAX_PAGE`].
+pub const DEFAULT_PAGE: usize = 100;
+
+/// The tenant's sessions, ordered by id, a page at a time: `limit` of them
+/// (default 100, at most 1000) after the id `after`. When more follow, the
+/// `Link` header names the next page (`rel="next"`).
 #[utoipa::path(
     get,
     path = "/v1/sessions",
-    responses((status = 200, body = Vec<SessionSummary>), (status = 401, body = ErrorBody)),
+    params(
+        ("limit" = Option<usize>, Query, description = "sessions per page, 1 to 1000 (default 100)"),
+        ("after" = Option<String>, Query, description = "the id after which the page starts"),
+    ),
+    responses(
+        (status = 200, body = Vec<SessionSummary>, headers(("link" = String, description = "the next page, when there is one"))),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody)
+    ),
     tag = "sessions"
 )]
 pub async fn list(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
-) -> Result<Json<Vec<SessionSummary>>, ApiError> {
-    Ok(Json(state.engine.sessions(&tenant)?.iter().map(SessionSummary::from).collect()))
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let bad = |field: &str, message: String| ApiError {
+        field: Some(field.to_owned()),
+        ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", message)
+    };
+    let limit = match query.get("limit") {
+        None => DEFAULT_PAGE,
+        Some(text) => match text.parse::<usize>() {
+            Ok(limit) if (1..=MAX_PAGE).contains(&limit) => limit,
+            _ => return Err(bad("limit", format!("`{text}` is not a page size from 1 to {MAX_PAGE}"))),
+        },
+    };
+    let after = query.get("after").map(String::as_str);
+    if let Some(after) = after.filter(|after| !valid_id(after)) {
+        return Err(bad("after", format!("`{after}` is not a session id")));
+    }
+    // One more than the page, to know whether another follows.
+    let mut sessions = state.engine.sessions_page(&tenant, after, limit + 1)?;
+    let more = sessions.len() > limit;
+    sessions.truncate(limit);
+    let next = match sessions.last() {
+        Some(last) if more => Some(format!("</v1/sessions?limit={limit}&after={}>; rel=\"next\"", last.key.session)),
+        _ => None,
+    };
+    let page: Vec<SessionSummary> = sessions.iter().map(SessionSummary::from).collect();
+    let mut response = Json(page).into_response();
+    if let Some(link) = next.and_then(|link| HeaderValue::from_str(&link).ok()) {
+        response.headers_mut().insert(header::LINK, link);
+    }
+    Ok(response)
 }
 
 /// Stops the session's open turn: calls in flight are cancelled and the

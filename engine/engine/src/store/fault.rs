@@ -182,6 +182,10 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.session_count(tenant)
     }
 
+    fn sessions_page(&self, tenant: &str, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>, StoreError> {
+        self.inner.sessions_page(tenant, after, limit)
+    }
+
     fn unfinished(&self) -> Result<Vec<SessionKey>, StoreError> {
         self.inner.unfinished()
     }

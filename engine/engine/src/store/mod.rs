@@ -223,6 +223,13 @@ pub trait Store: Send + Sync + 'static {
     /// Every session of `tenant` (all tenants when `None`), ordered by key.
     fn sessions(&self, tenant: Option<&str>) -> Result<Vec<SessionRecord>, StoreError>;
 
+    /// At most `limit` sessions of `tenant` whose ids come after `after`
+    /// (from the first when `None`), ordered by id: a page of `sessions`.
+    fn sessions_page(&self, tenant: &str, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>, StoreError> {
+        let sessions = self.sessions(Some(tenant))?.into_iter();
+        Ok(sessions.filter(|s| after.is_none_or(|after| s.key.session.as_str() > after)).take(limit).collect())
+    }
+
     /// How many sessions `tenant` has: `sessions(Some(tenant)).len()`,
     /// which implementations should answer without decoding the records.
     fn session_count(&self, tenant: &str) -> Result<u64, StoreError> {

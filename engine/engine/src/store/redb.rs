@@ -378,6 +378,30 @@ impl RedbStore {
 
     /// Encodes `batch` and queues it for the writer; `None` when there is
     /// nothing to write.
+    /// At most `limit` session records, as [`each_session`] finds them.
+    fn read_sessions(
+        &self,
+        tenant: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        self.read(|txn| {
+            let table = open_read(txn, LOG, name::LOG)?;
+            let mut sessions = Vec::new();
+            each_session(&table, tenant, after, |session| {
+                if sessions.len() >= limit {
+                    return Ok(ControlFlow::Break(()));
+                }
+                let record = table.get((session, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
+                if let Some(record) = record {
+                    sessions.push(decode::<SessionRecord>(name::SESSIONS, record.value())?);
+                }
+                Ok(ControlFlow::Continue(()))
+            })?;
+            Ok(sessions)
+        })
+    }
+
     fn enqueue(&self, batch: Batch) -> Result<Option<oneshot::Receiver<Result<(), StoreError>>>, StoreError> {
         let writes = encode(batch)?;
         let queue = lock(&self.queue);
@@ -435,21 +459,16 @@ impl Store for RedbStore {
     }
 
     fn sessions(&self, tenant: Option<&str>) -> Result<Vec<SessionRecord>, StoreError> {
-        self.read(|txn| {
-            let table = open_read(txn, LOG, name::LOG)?;
-            let mut sessions = Vec::new();
-            each_session(&table, tenant, |session| {
-                let record = table.get((session, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
-                if let Some(record) = record {
-                    sessions.push(decode::<SessionRecord>(name::SESSIONS, record.value())?);
-                }
-                Ok(())
-            })?;
-            // Storage keys order `a-b/x` before `a/x`; callers expect the
-            // order of `SessionKey` (tenant, then session).
-            sessions.sort_by(|a, b| a.key.cmp(&b.key));
-            Ok(sessions)
-        })
+        let mut sessions = self.read_sessions(tenant, None, usize::MAX)?;
+        // Storage keys order `a-b/x` before `a/x`; callers expect the order
+        // of `SessionKey` (tenant, then session).
+        sessions.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(sessions)
+    }
+
+    fn sessions_page(&self, tenant: &str, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>, StoreError> {
+        // Within one tenant's prefix, storage keys are in session id order.
+        self.read_sessions(Some(tenant), after, limit)
     }
 
     fn session_count(&self, tenant: &str) -> Result<u64, StoreError> {
@@ -459,11 +478,11 @@ impl Store for RedbStore {
             // As `sessions` does, only keys with a record count (a log
             // without one is what only a damaged file holds); the record is
             // looked up, not decoded.
-            each_session(&table, Some(tenant), |session| {
+            each_session(&table, Some(tenant), None, |session| {
                 if table.get((session, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?.is_some() {
                     count += 1;
                 }
-                Ok(())
+                Ok(ControlFlow::Continue(()))
             })?;
             Ok(count)
         })
@@ -647,16 +666,22 @@ impl Store for RedbStore {
 /// transaction, the records the file does not hold yet (commits that were
 /// acknowledged after the last checkpoint before a crash).
 /// Calls `f` with the storage key of every session in `log` (of `tenant`
-/// only, when given). Ids hold no `/`, so `tenant/` prefixes exactly this
-/// tenant's keys. From each session's first entry the next session is one
-/// seek past it: no history is read.
+/// only, when given; after the session id `after` of that tenant, when
+/// given too) in key order, until `f` breaks. Ids hold no `/`, so
+/// `tenant/` prefixes exactly this tenant's keys. From each session's
+/// first entry the next session is one seek past it: no history is read.
 fn each_session(
     table: &ReadOnlyTable<(&'static str, u64), &'static [u8]>,
     tenant: Option<&str>,
-    mut f: impl FnMut(&str) -> Result<(), StoreError>,
+    after: Option<&str>,
+    mut f: impl FnMut(&str) -> Result<ControlFlow<()>, StoreError>,
 ) -> Result<(), StoreError> {
     let prefix = tenant.map(|tenant| format!("{tenant}/"));
-    let mut from = prefix.clone().unwrap_or_default();
+    let mut from = match (&prefix, after) {
+        // The smallest key after every key of session `after`.
+        (Some(prefix), Some(after)) => format!("{prefix}{after}\0"),
+        (prefix, _) => prefix.clone().unwrap_or_default(),
+    };
     loop {
         let next = table.range((from.as_str(), 0)..).map_err(|err| redb_error(name::LOG, err))?.next();
         let Some(entry) = next else { return Ok(()) };
@@ -665,8 +690,9 @@ fn each_session(
         if prefix.as_ref().is_some_and(|prefix| !session.starts_with(prefix.as_str())) {
             return Ok(());
         }
-        f(&session)?;
-        // The smallest key after every key of this session.
+        if f(&session)?.is_break() {
+            return Ok(());
+        }
         from = session + "\0";
     }
 }
@@ -1942,6 +1968,19 @@ mod tests {
         assert_eq!(tenant_keys(Some("t")), vec![other.clone()]);
         assert_eq!(tenant_keys(Some("nobody")), Vec::<SessionKey>::new());
         assert_eq!(tenant_keys(None), vec![other.clone(), s1.clone(), s10.clone(), dashed.clone()]);
+        // Pages of one tenant, in id order, from after any id (one stored
+        // or not).
+        let page = |tenant, after, limit| -> Vec<SessionKey> {
+            store.sessions_page(tenant, after, limit).unwrap().into_iter().map(|record| record.key).collect()
+        };
+        assert_eq!(page("t1", None, 1), vec![s1.clone()]);
+        assert_eq!(page("t1", Some("s1"), 1), vec![s10.clone()]);
+        assert_eq!(page("t1", Some("s1-"), 5), vec![s10.clone()]);
+        assert_eq!(page("t1", Some("a"), 5), vec![s1.clone(), s10.clone()]);
+        assert_eq!(page("t1", Some("s10"), 5), Vec::<SessionKey>::new());
+        assert_eq!(page("t1", None, 0), Vec::<SessionKey>::new());
+        assert_eq!(page("t", None, 5), vec![other.clone()]);
+        assert_eq!(page("t1-x", None, 5), vec![dashed.clone()]);
         // Counted without decoding, per tenant alike (`t` is a prefix of
         // `t1`'s keys only as a string, not as a tenant).
         for tenant in ["t1", "t", "t1-x", "nobody"] {
