@@ -226,10 +226,9 @@ pub async fn snapshot(
     }))
 }
 
-/// The most sessions one page of `GET /v1/sessions` holds, and how many
-/// it holds unless `limit` says otherwise.
+/// The most sessions one page of `GET /v1/sessions` holds.
 pub const MAX_PAGE: usize = 1000;
-/// See [`MAX_PAGE`].
+/// How many sessions a page holds unless its `limit` says otherwise.
 pub const DEFAULT_PAGE: usize = 100;
 
 /// The tenant's sessions, ordered by id, a page at a time: `limit` of them
