@@ -155,6 +155,29 @@ async fn a_sub_agent() {
 }
 
 #[tokio::test]
+async fn a_sub_agent_beyond_the_session_limit_fails_its_call() {
+    let t = TestEngine::start();
+    t.engine.set_tenant_session_limit(TENANT, Some(1));
+    let turn = t.chat("parent", "scenario", r#"use tool helper with {"prompt": "say hi"}"#).await;
+    assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
+    let transcript = t.transcript("parent");
+    assert!(transcript[2].contains("the tenant has its maximum of 1 sessions"), "{transcript:?}");
+    assert_eq!(t.engine.session_count(TENANT).unwrap(), 1, "no child was created");
+    let call_id = t.snapshot("parent").messages[1].tool_calls.as_ref().unwrap()[0].id.clone();
+    assert!(t.engine.snapshot(TENANT, &format!("parent.{call_id}")).unwrap().is_none());
+
+    // A client's new session is refused the same way; the limit lifted,
+    // both work.
+    let refused = t.engine.input(TENANT, "second", subs_tests::user_input("helper", None, "hi"), Default::default());
+    let err = refused.await.unwrap_err();
+    assert!(matches!(err, InputError::LimitExceeded(_)), "{err}");
+    assert!(t.engine.snapshot(TENANT, "second").unwrap().is_none(), "nothing stored");
+    t.engine.set_tenant_session_limit(TENANT, None);
+    t.chat("second", "helper", "hi").await;
+    assert_eq!(t.engine.session_count(TENANT).unwrap(), 2);
+}
+
+#[tokio::test]
 async fn an_edit_forks_a_branch() {
     let t = TestEngine::start();
     t.chat("edit", "helper", "first").await;

@@ -109,20 +109,17 @@ async fn serve(setup: Setup) -> CliResult {
     let host = ComponentHost::with_config(file.host_config()?).map_err(|e| CliError::failed(anyhow!(e)))?;
     let dyn_store: Arc<dyn Store> = store.clone();
     let config = EngineConfig { default_model, ..EngineConfig::default() };
-    // Agents and budgets are in place before any session resumes: a
-    // resumed session's first delivery must find its agent, and its first
-    // LLM call its budget. (The router sets the budgets again; that is
-    // harmless.)
+    // Agents and limits are in place before any session resumes: a
+    // resumed session's first delivery must find its agent, its first LLM
+    // call its budget, its first spawn its session limit. (The router sets
+    // the limits again; that is harmless.)
     let engine = Engine::open(dyn_store.clone(), models, config);
     let agents = AgentRegistry::new(engine.clone(), dyn_store.clone(), host, dir).with_policies(file.agent_policies());
     for (tenant, agent, error) in agents.load_all().await.map_err(CliError::unavailable)? {
         eprintln!("warning: agent `{agent}` of tenant `{tenant}` was not loaded: {error}");
     }
     let server_config = file.server_config();
-    engine.set_default_tenant_budget(server_config.default_limits.budget);
-    for (tenant, limits) in &server_config.tenant_limits {
-        engine.set_tenant_budget(tenant, limits.budget);
-    }
+    server_config.apply_to(&engine);
     engine.resume().map_err(CliError::unavailable)?;
     let open = keys.is_empty();
     let state = Arc::new(AppState {

@@ -85,10 +85,10 @@ pub(crate) struct Shared {
     agents: RwLock<HashMap<(String, String), Arc<dyn Worker>>>,
     actors: Mutex<ActorMap>,
     closed: std::sync::atomic::AtomicBool,
-    /// Budgets by tenant.
-    budgets: RwLock<HashMap<String, Money>>,
-    /// The budget of tenants without their own.
-    default_budget: RwLock<Option<Money>>,
+    /// What each tenant's engine-run LLM calls may cost in all.
+    budgets: PerTenant<Money>,
+    /// How many sessions each tenant may have.
+    session_limits: PerTenant<u64>,
     /// Sessions found unfinished at start and not loaded since: the first
     /// load counts a possibly cut-short delivery of their front step.
     recovering: Mutex<std::collections::HashSet<SessionKey>>,
@@ -98,6 +98,45 @@ pub(crate) struct Shared {
     /// How many sessions each tenant has, counted in the store on first
     /// use and kept current as sessions are created.
     session_counts: Mutex<HashMap<String, u64>>,
+}
+
+impl crate::session::apply::SessionQuota for Shared {
+    fn refuse(&self, tenant: &str, creating: u64) -> Option<String> {
+        self.refuse_sessions(tenant, creating)
+    }
+}
+
+/// A setting per tenant, with a default for tenants without their own.
+struct PerTenant<T> {
+    own: RwLock<HashMap<String, T>>,
+    default: RwLock<Option<T>>,
+}
+
+impl<T> Default for PerTenant<T> {
+    fn default() -> Self {
+        Self { own: RwLock::default(), default: RwLock::new(None) }
+    }
+}
+
+impl<T: Copy> PerTenant<T> {
+    /// The tenant's own value, else the default.
+    fn get(&self, tenant: &str) -> Option<T> {
+        let own = self.own.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(tenant).copied();
+        own.or(*self.default.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Sets (or, with `None`, removes) the tenant's own value.
+    fn set(&self, tenant: &str, value: Option<T>) {
+        let mut own = self.own.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match value {
+            Some(value) => own.insert(tenant.to_owned(), value),
+            None => own.remove(tenant),
+        };
+    }
+
+    fn set_default(&self, value: Option<T>) {
+        *self.default.write().unwrap_or_else(std::sync::PoisonError::into_inner) = value;
+    }
 }
 
 impl Shared {
@@ -171,8 +210,18 @@ impl Shared {
 
     /// The tenant's budget: its own, else the default.
     pub fn tenant_budget(&self, tenant: &str) -> Option<Money> {
-        let own = self.budgets.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(tenant).copied();
-        own.or(*self.default_budget.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+        self.budgets.get(tenant)
+    }
+
+    /// Why `tenant` may not have `creating` more sessions, if it may not:
+    /// its session limit would be passed.
+    pub fn refuse_sessions(&self, tenant: &str, creating: u64) -> Option<String> {
+        let max = self.session_limits.get(tenant)?;
+        match self.tenant_sessions(tenant) {
+            Ok(count) if count.saturating_add(creating) <= max => None,
+            Ok(_) => Some(format!("the tenant has its maximum of {max} sessions")),
+            Err(error) => Some(format!("the tenant's sessions could not be counted: {error}")),
+        }
     }
 
     /// What the tenant's sessions have cost so far.
@@ -293,8 +342,8 @@ impl Engine {
             agents: RwLock::default(),
             actors: Mutex::default(),
             closed: std::sync::atomic::AtomicBool::new(false),
-            budgets: RwLock::default(),
-            default_budget: RwLock::default(),
+            budgets: PerTenant::default(),
+            session_limits: PerTenant::default(),
             recovering: Mutex::default(),
             spend: Mutex::default(),
             session_counts: Mutex::default(),
@@ -331,17 +380,27 @@ impl Engine {
     /// spend on engine-run LLM calls in all. Once spent, further calls fail
     /// with `budget_exceeded` before they are sent.
     pub fn set_tenant_budget(&self, tenant: &str, budget: Option<Money>) {
-        let mut budgets = self.shared.budgets.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match budget {
-            Some(budget) => budgets.insert(tenant.to_owned(), budget),
-            None => budgets.remove(tenant),
-        };
+        self.shared.budgets.set(tenant, budget);
     }
 
     /// Sets (or removes) the budget of every tenant that has none of its
     /// own (see [`set_tenant_budget`](Self::set_tenant_budget)).
     pub fn set_default_tenant_budget(&self, budget: Option<Money>) {
-        *self.shared.default_budget.write().unwrap_or_else(std::sync::PoisonError::into_inner) = budget;
+        self.shared.budgets.set_default(budget);
+    }
+
+    /// Sets (or, with `None`, removes) how many sessions `tenant` may have.
+    /// An input that would create one more is refused
+    /// ([`InputError::LimitExceeded`]), and so is an agent's spawn of a
+    /// sub-agent session (its call fails, and the agent is told why).
+    pub fn set_tenant_session_limit(&self, tenant: &str, max: Option<u64>) {
+        self.shared.session_limits.set(tenant, max);
+    }
+
+    /// Sets (or removes) the session limit of every tenant that has none of
+    /// its own (see [`set_tenant_session_limit`](Self::set_tenant_session_limit)).
+    pub fn set_default_session_limit(&self, max: Option<u64>) {
+        self.shared.session_limits.set_default(max);
     }
 
     /// The budget that applies to `tenant`, if any.

@@ -98,6 +98,7 @@ impl From<InputError> for ApiError {
             InputError::NoSession(_) => Self::new(StatusCode::NOT_FOUND, "not_found", message),
             InputError::Conflict(_) => Self::new(StatusCode::CONFLICT, "conflict", message),
             InputError::Store(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message),
+            InputError::LimitExceeded(_) => Self::new(StatusCode::TOO_MANY_REQUESTS, "limit_exceeded", message),
             _ => Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message),
         }
     }

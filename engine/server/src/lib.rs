@@ -79,6 +79,18 @@ impl ServerConfig {
     pub fn limits(&self, tenant: &str) -> &Limits {
         self.tenant_limits.get(tenant).unwrap_or(&self.default_limits)
     }
+
+    /// Hands the limits the engine enforces (budgets, session limits) to
+    /// `engine`.
+    pub fn apply_to(&self, engine: &Engine) {
+        let sessions = |limits: &Limits| limits.max_sessions.map(|max| max as u64);
+        engine.set_default_tenant_budget(self.default_limits.budget);
+        engine.set_default_session_limit(sessions(&self.default_limits));
+        for (tenant, limits) in &self.tenant_limits {
+            engine.set_tenant_budget(tenant, limits.budget);
+            engine.set_tenant_session_limit(tenant, sessions(limits));
+        }
+    }
 }
 
 /// What every handler shares.
@@ -99,12 +111,10 @@ pub struct AppState {
 
 /// The API's router.
 pub fn app(state: Arc<AppState>) -> Router {
-    // Budgets are enforced by the engine, before a call is sent; the
+    // Budgets and session limits are enforced by the engine (before a call
+    // is sent, before a session is created, by an input or a spawn); the
     // configured ones take effect with the router that serves them.
-    state.engine.set_default_tenant_budget(state.config.default_limits.budget);
-    for (tenant, limits) in &state.config.tenant_limits {
-        state.engine.set_tenant_budget(tenant, limits.budget);
-    }
+    state.config.apply_to(&state.engine);
     let (router, _) = openapi::router().split_for_parts();
     let cors = cors(&state.config.cors_origins);
     router

@@ -156,24 +156,17 @@ pub async fn input(
         ClientInput::ClientAction(a) => (Some(&a.agent_id), false),
         _ => (None, false),
     };
-    if let (Some(agent_id), None) = (agent_id, &existing) {
-        if !state.agents.exists(&tenant, agent_id)? {
-            return Err(ApiError {
-                status: StatusCode::NOT_FOUND,
-                code: "unknown_agent",
-                message: format!("no agent `{agent_id}` is registered"),
-                field: Some("agent_id".to_owned()),
-            });
-        }
-        if let Some(max) = limits.max_sessions
-            && state.engine.session_count(&tenant)? >= max as u64
-        {
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "limit_exceeded",
-                format!("the tenant has its maximum of {max} sessions"),
-            ));
-        }
+    // A new session's agent must exist; its tenant's session limit is the
+    // engine's to check (spawned sessions are held to it too).
+    if let (Some(agent_id), None) = (agent_id, &existing)
+        && !state.agents.exists(&tenant, agent_id)?
+    {
+        return Err(ApiError {
+            status: StatusCode::NOT_FOUND,
+            code: "unknown_agent",
+            message: format!("no agent `{agent_id}` is registered"),
+            field: Some("agent_id".to_owned()),
+        });
     }
 
     // Events after this one belong to what the input starts.

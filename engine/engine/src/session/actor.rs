@@ -543,6 +543,10 @@ impl Actor {
                 let _ = reply.send(Err(InputError::NoSession(self.key.session.clone())));
                 return Ok(());
             }
+            if let Some(refused) = self.shared.refuse_sessions(&self.key.tenant, 1) {
+                let _ = reply.send(Err(InputError::LimitExceeded(refused)));
+                return Ok(());
+            }
             let agent_id = match &input {
                 ClientInput::ClientMessage(m) => m.agent_id.clone(),
                 ClientInput::ClientMessages(m) => m.agent_id.clone(),
@@ -643,5 +647,6 @@ fn ctx(shared: &Shared) -> Ctx<'_> {
         default_retry: &shared.config.default_retry,
         default_stream: shared.config.default_stream,
         now_ms: clock::now_ms(),
+        quota: shared,
     }
 }

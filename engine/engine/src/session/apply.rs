@@ -33,6 +33,15 @@ pub(crate) struct Ctx<'a> {
     pub default_stream: bool,
     /// Now (Unix ms).
     pub now_ms: u64,
+    /// The tenants' session limits.
+    pub quota: &'a (dyn SessionQuota + Sync),
+}
+
+/// Whether a tenant may have more sessions.
+pub(crate) trait SessionQuota {
+    /// Why `tenant` may not have `creating` more sessions than it has, if
+    /// it may not.
+    fn refuse(&self, tenant: &str, creating: u64) -> Option<String>;
 }
 
 /// How a call ended (or failed a try).
@@ -89,6 +98,9 @@ pub enum InputError {
     /// The engine could not store the input; nothing of it was kept.
     #[error("the input could not be stored: {0}")]
     Store(String),
+    /// The input would create a session beyond the tenant's limit.
+    #[error("{0}")]
+    LimitExceeded(String),
     /// The engine is shutting down.
     #[error("the engine is shutting down")]
     ShuttingDown,
@@ -640,6 +652,14 @@ impl Session {
         record.call.session_id = Some(spawn.session_id.clone());
         self.put_call(record, change);
 
+        // Over the tenant's session limit the child is not created: the
+        // call fails at once and the agent learns why from its
+        // `sub_agent.finished`.
+        if let Some(error) = ctx.quota.refuse(&self.record.key.tenant, change.created + 1) {
+            let outcome = Outcome::SubAgent { ok: false, result: None, error: Some(error) };
+            self.settle(&spawn.tool_call_id, outcome, ctx, change);
+            return;
+        }
         let child_key = SessionKey::new(&self.record.key.tenant, &spawn.session_id);
         let mut child = Session::fresh(child_key.clone(), spawn.agent_id, self.record.identity.clone(), ctx.now_ms);
         child.record.ancestry = self.record.ancestry.iter().cloned().chain([self.record.key.session.clone()]).collect();
