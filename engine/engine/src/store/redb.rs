@@ -376,8 +376,6 @@ impl RedbStore {
         read(&txn)
     }
 
-    /// Encodes `batch` and queues it for the writer; `None` when there is
-    /// nothing to write.
     /// At most `limit` session records, as [`each_session`] finds them.
     fn read_sessions(
         &self,
@@ -402,6 +400,8 @@ impl RedbStore {
         })
     }
 
+    /// Encodes `batch` and queues it for the writer; `None` when there is
+    /// nothing to write.
     fn enqueue(&self, batch: Batch) -> Result<Option<oneshot::Receiver<Result<(), StoreError>>>, StoreError> {
         let writes = encode(batch)?;
         let queue = lock(&self.queue);
@@ -662,9 +662,6 @@ impl Store for RedbStore {
     }
 }
 
-/// Opens the journal of the store and applies, in one durable
-/// transaction, the records the file does not hold yet (commits that were
-/// acknowledged after the last checkpoint before a crash).
 /// Calls `f` with the storage key of every session in `log` (of `tenant`
 /// only, when given; after the session id `after` of that tenant, when
 /// given too) in key order, until `f` breaks. Ids hold no `/`, so
@@ -697,6 +694,9 @@ fn each_session(
     }
 }
 
+/// Opens the journal of the store and applies, in one durable
+/// transaction, the records the file does not hold yet (commits that were
+/// acknowledged after the last checkpoint before a crash).
 fn recover(db: &Database, path: PathBuf) -> Result<journal::Journal, StoreError> {
     let (store, applied) = journal_position(db)?;
     let (mut journal, records) = journal::Journal::open(path, store, applied)?;
