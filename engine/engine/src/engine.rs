@@ -102,7 +102,12 @@ pub(crate) struct Shared {
 
 impl crate::session::apply::SessionQuota for Shared {
     fn refuse(&self, tenant: &str, creating: u64) -> Option<String> {
-        self.refuse_sessions(tenant, creating)
+        let max = self.session_limits.get(tenant)?;
+        match self.tenant_sessions(tenant) {
+            Ok(count) if count.saturating_add(creating) <= max => None,
+            Ok(_) => Some(format!("the tenant has its maximum of {max} sessions")),
+            Err(error) => Some(format!("the tenant's sessions could not be counted: {error}")),
+        }
     }
 }
 
@@ -211,17 +216,6 @@ impl Shared {
     /// The tenant's budget: its own, else the default.
     pub fn tenant_budget(&self, tenant: &str) -> Option<Money> {
         self.budgets.get(tenant)
-    }
-
-    /// Why `tenant` may not have `creating` more sessions, if it may not:
-    /// its session limit would be passed.
-    pub fn refuse_sessions(&self, tenant: &str, creating: u64) -> Option<String> {
-        let max = self.session_limits.get(tenant)?;
-        match self.tenant_sessions(tenant) {
-            Ok(count) if count.saturating_add(creating) <= max => None,
-            Ok(_) => Some(format!("the tenant has its maximum of {max} sessions")),
-            Err(error) => Some(format!("the tenant's sessions could not be counted: {error}")),
-        }
     }
 
     /// What the tenant's sessions have cost so far.
@@ -478,11 +472,6 @@ impl Engine {
             calls: loaded.calls,
             record: loaded.record,
         }))
-    }
-
-    /// Every session of `tenant`.
-    pub fn sessions(&self, tenant: &str) -> Result<Vec<SessionRecord>, StoreError> {
-        self.shared.store.sessions(Some(tenant))
     }
 
     /// At most `limit` sessions of `tenant` with ids after `after` (from

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use super::apply::{Accepted, Ctx, InputError, Outcome};
+use super::apply::{Accepted, Ctx, InputError, Outcome, SessionQuota};
 use super::{Change, Session, proposal, validate};
 use crate::clock;
 use crate::engine::Shared;
@@ -543,7 +543,7 @@ impl Actor {
                 let _ = reply.send(Err(InputError::NoSession(self.key.session.clone())));
                 return Ok(());
             }
-            if let Some(refused) = self.shared.refuse_sessions(&self.key.tenant, 1) {
+            if let Some(refused) = self.shared.refuse(&self.key.tenant, 1) {
                 let _ = reply.send(Err(InputError::LimitExceeded(refused)));
                 return Ok(());
             }
