@@ -247,12 +247,13 @@ impl TestEngine {
     }
 }
 
-/// Serves `app` on a free loopback port for the rest of the test; returns
-/// its address.
+/// Serves `app` on a free loopback port for the rest of the test, with
+/// `TCP_NODELAY` on every connection as a real server would; returns its
+/// address.
 pub async fn serve_loopback(app: axum::Router) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
     let addr = listener.local_addr().expect("a bound address");
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(subs_http_worker::serve_router(listener, app, std::future::pending()));
     addr
 }
 

@@ -621,3 +621,68 @@ async fn an_agents_sandbox_policy_applies_to_its_decisions_only() {
     let events = s.wait_turn("b", accepted["turn_id"].as_str().unwrap(), None).await;
     assert_eq!(events.last().unwrap().event, "turn.done");
 }
+
+// ---- keep-alive ------------------------------------------------------------
+
+/// Streams one `tools` turn on `sender`'s connection and reads it to its
+/// end; how long that took.
+async fn streamed_turn(
+    sender: &mut hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>,
+    host: &str,
+    session: &str,
+) -> Duration {
+    use http_body_util::BodyExt as _;
+    let body = json!({"type": "client.message", "agent_id": "tools", "stream": true,
+        "message": {"role": "user", "content": r#"use tool add with {"a": 1, "b": 2}"#}});
+    let request = hyper::Request::post(format!("/v1/sessions/{session}/input"))
+        .header("host", host)
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body.to_string())))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let elapsed = started.elapsed();
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains("event: turn.done") && text.contains(r#"add returned {\"sum\":3}."#), "{text}");
+    elapsed
+}
+
+/// An HTTP/1.1 connection to `addr` (Nagle off on the client's side, so
+/// only the server's setting is measured).
+async fn connect(addr: &str) -> hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let (sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await.unwrap();
+    tokio::spawn(connection);
+    sender
+}
+
+/// Every client library keeps connections alive. On a kept-alive
+/// connection Nagle's algorithm would hold the last segment of each
+/// streamed response until the client's delayed ACK (40 ms or more on
+/// Linux): the server turns it off on every connection it accepts. Turns
+/// on one kept-alive connection are compared with turns each on a new
+/// connection (which the delayed ACK does not hold up), interleaved so
+/// that a busy machine slows both alike.
+#[tokio::test]
+async fn streamed_turns_on_a_kept_alive_connection_do_not_wait_for_delayed_acks() {
+    let s = Server::start(&[]).await;
+    assert_eq!(s.upload("tools", guests::TOOLS, None).await.0, StatusCode::CREATED);
+    let addr = s.base.strip_prefix("http://").unwrap().to_owned();
+    let mut kept = connect(&addr).await;
+    let (mut kept_alive, mut fresh) = (Vec::new(), Vec::new());
+    for i in 0..21 {
+        kept_alive.push(streamed_turn(&mut kept, &addr, "kept").await);
+        fresh.push(streamed_turn(&mut connect(&addr).await, &addr, &format!("fresh-{i}")).await);
+    }
+    kept_alive.sort();
+    fresh.sort();
+    let (kept_alive, fresh) = (kept_alive[10], fresh[10]);
+    assert!(
+        kept_alive < fresh + Duration::from_millis(20),
+        "a turn took {kept_alive:?} at the median on a kept-alive connection, {fresh:?} on a new one: \
+         the server's responses wait for delayed ACKs (is TCP_NODELAY off?)"
+    );
+}

@@ -57,7 +57,7 @@ async fn main() -> ExitCode {
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    match subs_http_worker::axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+    match subs_http_worker::serve_router(listener, app, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tools-http: the server failed: {e}");

@@ -49,7 +49,8 @@
 //!
 //! # Layout
 //!
-//! - [`router`], [`router_with`], [`serve`]: the entry points (this file).
+//! - [`router`], [`router_with`], [`serve`], [`serve_router`]: the entry
+//!   points (this file).
 //! - [`WorkerOptions`] (`options.rs`): route, signatures, limits.
 //! - [`verify_signature`], [`sign`], [`SignatureError`] (`signature.rs`).
 //! - `handler.rs`: the endpoint: verification, parsing, JSON or SSE reply.
@@ -148,8 +149,8 @@ pub fn router_with<A: Agent + Send + Sync + 'static>(agent: A, options: WorkerOp
 
 /// Serves `agent` at `POST /` on `listener` until the server fails.
 ///
-/// For options or a graceful shutdown, pass [`router_with`] to
-/// [`axum::serve`] instead.
+/// For options or a graceful shutdown, use [`serve_router`] with
+/// [`router_with`].
 ///
 /// # Errors
 /// When accepting connections fails for good.
@@ -157,7 +158,33 @@ pub async fn serve<A: Agent + Send + Sync + 'static>(
     listener: tokio::net::TcpListener,
     agent: A,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(agent)).await
+    serve_router(listener, router(agent), std::future::pending()).await
+}
+
+/// Serves `app` (from [`router`] or [`router_with`]) on `listener` until
+/// `shutdown` resolves, then lets requests in progress finish.
+///
+/// Every accepted connection gets `TCP_NODELAY`. The engine keeps its
+/// connections to a worker alive, and on a kept-alive connection Nagle's
+/// algorithm holds a reply's last segment until the engine's delayed ACK
+/// (about 40 ms on Linux) whenever an earlier one is unacknowledged, as a
+/// streamed reply's always is. Serving the router with [`axum::serve`]
+/// directly leaves it on.
+///
+/// # Errors
+/// When accepting connections fails for good.
+pub async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt as _;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "could not set TCP_NODELAY on an accepted connection");
+        }
+    });
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 
 #[cfg(test)]

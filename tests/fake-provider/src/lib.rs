@@ -104,6 +104,11 @@ impl FakeProvider {
         let addr = listener.local_addr().expect("a bound address");
         let shared = Arc::new(Shared::default());
         let app = Router::new().fallback(handle).with_state(Arc::clone(&shared));
+        // Real providers answer with Nagle's algorithm off; a stream from
+        // the fake must not stall on the engine's delayed ACKs either.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });

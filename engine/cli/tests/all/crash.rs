@@ -167,7 +167,7 @@ async fn worker(ledger: Arc<Ledger>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
     let addr = listener.local_addr().expect("a bound address");
     let app = subs_http_worker::router(Counting { tools: tools::Tools::new(), ledger });
-    tokio::spawn(async move { subs_http_worker::axum::serve(listener, app).await });
+    tokio::spawn(subs_http_worker::serve_router(listener, app, std::future::pending()));
     format!("http://{addr}/")
 }
 
