@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::events::Event;
 use crate::model::{Models, Money, OFFLINE_MODEL};
+use crate::retry::RetryCap;
 use crate::session::Tree;
 use crate::session::actor::{Actor, Msg};
 use crate::session::apply::Outcome;
@@ -27,6 +28,9 @@ pub struct EngineConfig {
     /// Retries of deliveries and LLM calls when the agent's config sets no
     /// `retry`.
     pub default_retry: RetryPolicy,
+    /// The most any retry policy (the agent's, a call's, the default) may
+    /// ask for.
+    pub retry_cap: RetryCap,
     /// How long one delivery may take when the retry policy sets no
     /// `timeout_secs`.
     pub decision_timeout: Duration,
@@ -46,6 +50,7 @@ impl Default for EngineConfig {
                 backoff_base_secs: 0.5,
                 backoff_max_secs: 10.0,
             },
+            retry_cap: RetryCap::default(),
             decision_timeout: Duration::from_secs(60),
             default_stream: false,
         }

@@ -18,12 +18,14 @@
 //! - [`model`]: LLM providers, among them the built-in offline model.
 //! - [`tools`]: JSON Schema checks of tool arguments and results.
 //! - [`events`]: events for clients and their fan-out.
+//! - [`retry`]: the operator's cap on retry policies.
 //! - [`clock`]: time as the loop records it.
 
 pub mod clock;
 pub mod engine;
 pub mod events;
 pub mod model;
+pub mod retry;
 mod session;
 pub mod store;
 pub mod tools;

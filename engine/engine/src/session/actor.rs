@@ -25,7 +25,7 @@ use crate::engine::Shared;
 use crate::events::{Event, token_delta};
 use crate::model::Money;
 use crate::store::{CallSpec, Op, SessionKey, StepStatus, StoreError, TurnStatus};
-use crate::worker::{Delivery, DeltaSink, WorkerError};
+use crate::worker::{Delivery, DeltaSink, ERROR_TEXT_BYTES, WorkerError, clip};
 
 /// What an actor is told.
 ///
@@ -332,7 +332,8 @@ impl Actor {
         for call in to_start {
             let Some(request) = self.session().llm_request(&call) else { continue };
             let CallSpec::Llm { action, .. } = &call.spec else { continue };
-            let timeout = action.retry.as_ref().and_then(|r| r.timeout_secs).map(clock::secs);
+            let cap = &self.shared.config.retry_cap;
+            let timeout = action.retry.as_ref().and_then(|r| cap.apply(r).timeout_secs).map(clock::secs);
             let deltas = (call.call.stream == Some(true)).then(|| self.delta_sink(&call.call.id));
             let shared = self.shared.clone();
             let tx = self.tx.clone();
@@ -378,7 +379,7 @@ impl Actor {
         let config = &self.shared.config;
         let trigger = session.trigger(&step.trigger);
         let proposed = proposal::propose(session, seq, &trigger, &config.default_model);
-        let policy = session.retry_policy(&config.default_retry);
+        let policy = session.retry_policy(&config.default_retry, &config.retry_cap);
         let timeout = policy.timeout_secs.map_or(config.decision_timeout, clock::secs);
         let deadline_ms = now + u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         let deltas = match &trigger {
@@ -404,7 +405,7 @@ impl Actor {
                     }
                 };
                 if let Err(e) = &result {
-                    tracing::warn!(error = %e, "delivery failed");
+                    tracing::warn!(error = %clip(e.to_string(), ERROR_TEXT_BYTES), "delivery failed");
                 }
                 let _ = tx.send(Msg::Decided { seq, attempt, result: Box::new(result) });
             }
@@ -603,9 +604,14 @@ impl Actor {
         let outcome = match result {
             Ok(decision) => match validate::validate(session, &trigger, &decision, ctx.store) {
                 Ok(()) => Ok(decision),
-                Err(rule) => Err((format!("the decision was rejected: {rule}"), true)),
+                Err(rule) => Err((clip(format!("the decision was rejected: {rule}"), ERROR_TEXT_BYTES), true)),
             },
-            Err(e) => Err((e.to_string(), e.is_retryable())),
+            // A trap recurs for the same request: it is retried only when
+            // the agent's own retry policy asks for retries.
+            Err(e) => {
+                let retryable = e.is_retryable() || (e.is_trap() && session.agent_retry().is_some());
+                Err((clip(e.to_string(), ERROR_TEXT_BYTES), retryable))
+            }
         };
         let mut change = Change::default();
         match outcome {
@@ -618,7 +624,7 @@ impl Actor {
             }
             Err((error, retryable)) => {
                 tracing::warn!(step = seq, attempt, %error, "decision failed");
-                let policy = session.retry_policy(ctx.default_retry);
+                let policy = session.retry_policy(ctx.default_retry, ctx.retry_cap);
                 let (_, front) = session.steps.front_mut().expect("checked above");
                 let deliveries = attempt.saturating_sub(front.interrupted);
                 front.attempts = deliveries;
@@ -645,6 +651,7 @@ fn ctx(shared: &Shared) -> Ctx<'_> {
         store: shared.store.as_ref(),
         default_model: &shared.config.default_model,
         default_retry: &shared.config.default_retry,
+        retry_cap: &shared.config.retry_cap,
         default_stream: shared.config.default_stream,
         now_ms: clock::now_ms(),
         quota: shared,

@@ -15,6 +15,7 @@ use subs_protocol::{
 use super::proposal::last_assistant_text;
 use super::{Change, Session};
 use crate::clock;
+use crate::retry::RetryCap;
 use crate::store::{
     CallSpec, InboxItem, Op, OpenInterrupt, ParentLink, QueuedInput, SessionKey, SessionRecord, SessionStatus,
     StepRecord, StepStatus, Store, StoredTrigger, TurnRecord, TurnStart, TurnState, TurnStatus, valid_id,
@@ -29,6 +30,8 @@ pub(crate) struct Ctx<'a> {
     pub default_model: &'a str,
     /// The retry policy of LLM calls when neither call nor config sets one.
     pub default_retry: &'a RetryPolicy,
+    /// The most any retry policy may ask for.
+    pub retry_cap: &'a RetryCap,
     /// Whether LLM calls stream when neither call nor config says.
     pub default_stream: bool,
     /// Now (Unix ms).
@@ -701,7 +704,8 @@ impl Session {
             (outcome, _) => outcome,
         };
         if let Outcome::Failed { retryable: true, retry_after_ms, .. } = &outcome
-            && let Some(policy) = call.retry.as_ref().filter(|p| call.call.attempt <= p.max_retries)
+            && let Some(policy) =
+                call.retry.as_ref().map(|p| ctx.retry_cap.apply(p)).filter(|p| call.call.attempt <= p.max_retries)
         {
             let backoff = clock::secs_to_ms(policy.backoff_secs(call.call.attempt));
             let mut record = call.clone();

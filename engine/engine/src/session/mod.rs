@@ -30,6 +30,7 @@ use subs_protocol::{
 
 use crate::clock;
 use crate::model::Money;
+use crate::retry::RetryCap;
 use crate::store::Store;
 use crate::store::{
     Batch, CallRecord, CallSpec, EventRecord, MessageRecord, Op, SessionKey, SessionRecord, SessionStatus, StepRecord,
@@ -115,9 +116,15 @@ impl Session {
         self.record.agent.as_ref().is_some_and(|a| a.sub_agent(name).is_some())
     }
 
-    /// The retry policy for deliveries and LLM calls.
-    pub fn retry_policy(&self, default: &RetryPolicy) -> RetryPolicy {
-        self.record.agent.as_ref().and_then(|a| a.retry.clone()).unwrap_or_else(|| default.clone())
+    /// The retry policy of deliveries, as `cap` lets it apply: the agent
+    /// config's, else `default`.
+    pub fn retry_policy(&self, default: &RetryPolicy, cap: &RetryCap) -> RetryPolicy {
+        cap.apply(self.agent_retry().unwrap_or(default))
+    }
+
+    /// The retry policy the agent's config sets, if it sets one.
+    pub fn agent_retry(&self) -> Option<&RetryPolicy> {
+        self.record.agent.as_ref().and_then(|a| a.retry.as_ref())
     }
 
     /// The tools the model sees: the config's and the turn's client tools,

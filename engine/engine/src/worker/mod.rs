@@ -19,6 +19,19 @@ use subs_protocol::{DecisionRequest, DecisionResponse, ProtocolError, StreamDelt
 /// keeps workers of different kinds behind one `Arc<dyn Worker>`).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_keeps_short_texts_and_cuts_long_ones_at_a_character() {
+        assert_eq!(clip("short".to_owned(), 10), "short");
+        assert_eq!(clip("ééé".to_owned(), 3), "é… (4 more bytes cut)");
+        let long = clip("x".repeat(20 << 20), ERROR_TEXT_BYTES);
+        assert!(long.len() < ERROR_TEXT_BYTES + 40 && long.ends_with("more bytes cut)"), "{}", long.len());
+    }
+}
+
 /// Receives the [`StreamDelta`]s a worker emits while it answers a
 /// streaming `llm.execute`; the engine forwards them to clients as
 /// `llm.token.delta` events.
@@ -107,14 +120,45 @@ pub enum WorkerError {
     },
 }
 
+/// The most of an error text the engine keeps, logs or sends, in bytes:
+/// a guest's error message, a trap's, an HTTP worker's error body. The
+/// rest is cut (and the cut said), so that an agent cannot turn a failed
+/// delivery into megabytes of stored events and log lines.
+pub const ERROR_TEXT_BYTES: usize = 4096;
+
+/// `text` cut to at most `max` bytes, at a character boundary, ending with
+/// how much was cut.
+pub fn clip(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = text.len() - end;
+    text.truncate(end);
+    text.push_str(&format!("… ({cut} more bytes cut)"));
+    text
+}
+
 impl WorkerError {
+    /// Whether the agent's own code crashed (a trap). The engine does not
+    /// redeliver a trap unless the agent's retry policy asks it to: a
+    /// fresh instance given the same request traps the same way.
+    pub fn is_trap(&self) -> bool {
+        matches!(self, WorkerError::Trapped(_))
+    }
+
     /// Whether redelivering the same request may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
             WorkerError::Declined { retryable, .. } => *retryable,
-            // A crash or a malformed decision may depend on clocks,
+            // A malformed decision or a timeout may depend on clocks,
             // randomness or outside services; the retry policy bounds it.
-            WorkerError::MalformedDecision(_) | WorkerError::Trapped(_) | WorkerError::Timeout(_) => true,
+            WorkerError::MalformedDecision(_) | WorkerError::Timeout(_) => true,
+            // A trap recurs for the same request (see `is_trap`).
+            WorkerError::Trapped(_) => false,
             // An agent may be registered (uploaded) between tries.
             WorkerError::NoAgent(_) => true,
             WorkerError::Instantiation(_) => false,
