@@ -44,10 +44,9 @@ impl Server {
             .with_policies(policies);
         let config = subs_server::ServerConfig {
             default_limits: subs_server::Limits {
-                max_sessions: None,
                 max_body_bytes: 64 << 10,
                 max_component_bytes: 16 << 20,
-                budget: None,
+                ..subs_server::Limits::default()
             },
             tenant_limits,
             ..subs_server::ServerConfig::default()
@@ -602,20 +601,31 @@ async fn the_openapi_document_matches_the_routes() {
 
 #[tokio::test]
 async fn an_agents_sandbox_policy_applies_to_its_decisions_only() {
-    let mut tight = subs_engine::worker::component::AgentPolicy::default();
-    // Less linear memory than any Rust guest starts with: every decision
-    // of this agent fails, naming the limit.
+    use subs_engine::worker::component::AgentPolicy;
+    // Less linear memory than any Rust guest starts with: refused at
+    // upload, with the number and the setting.
+    let mut tight = AgentPolicy::default();
     tight.limits.memory_bytes = Some(64 << 10);
-    let policies = [(("local".to_owned(), "tight".to_owned()), tight)].into_iter().collect();
+    // Decisions smaller than the first one: every turn fails, naming the
+    // limit.
+    let mut tiny = AgentPolicy::default();
+    tiny.limits.decision_bytes = Some(16);
+    let policies = [(("local".to_owned(), "tight".to_owned()), tight), (("local".to_owned(), "tiny".to_owned()), tiny)]
+        .into_iter()
+        .collect();
     let s = Server::start_with(&[], policies, Default::default()).await;
-    s.upload("tight", guests::PASSTHROUGH, None).await;
-    s.upload("roomy", guests::PASSTHROUGH, None).await;
+    let (status, refused) = s.upload("tight", guests::PASSTHROUGH, None).await;
+    assert_eq!((status, refused["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_component")));
+    let error = refused["error"].as_str().unwrap();
+    assert!(error.contains("of linear memory at start (its limit is 0.1 MiB, setting `memory_bytes`)"), "{error}");
+    assert_eq!(s.upload("tiny", guests::PASSTHROUGH, None).await.0, StatusCode::CREATED);
+    assert_eq!(s.upload("roomy", guests::PASSTHROUGH, None).await.0, StatusCode::CREATED);
 
-    let (_, accepted) = s.say("a", "tight", "hi", None).await;
+    let (_, accepted) = s.say("a", "tiny", "hi", None).await;
     let events = s.wait_turn("a", accepted["turn_id"].as_str().unwrap(), None).await;
     let failed = events.last().unwrap();
     assert_eq!(failed.event, "turn.failed", "{failed:?}");
-    assert!(failed.data["error"].as_str().unwrap().contains("memory limit"), "{failed:?}");
+    assert!(failed.data["error"].as_str().unwrap().contains("decision size limit"), "{failed:?}");
 
     let (_, accepted) = s.say("b", "roomy", "hi", None).await;
     let events = s.wait_turn("b", accepted["turn_id"].as_str().unwrap(), None).await;

@@ -190,22 +190,25 @@ async fn hostile_uploads_fail_alone_while_another_tenants_session_completes() {
     let s = Api::start(&[ACME, BRAVO], tenants).await;
     let acme = ACME.1;
 
-    // Refused at upload: a filesystem import, and bytes that are no
-    // component at all.
-    let (status, body) = s.upload("files", guests::TEST_OPEN_FILE, acme).await;
-    assert_eq!((status, body["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_component")));
-    let error = body["error"].as_str().unwrap();
-    assert!(error.contains("`wasi:filesystem/") && error.contains("agents have no filesystem"), "{error}");
-    let response = s
-        .request(Method::PUT, "/v1/agents/junk", acme)
-        .header("content-type", "application/wasm")
-        .body(b"\0asm\x0d\0\x01\0garbage".to_vec())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let body: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
-    assert!(body["error"].as_str().unwrap().contains("not a valid WebAssembly component"), "{body}");
+    // Refused at upload: an import the engine does not grant, and bytes
+    // that are no component at all.
+    let keyvalue = wat::parse_str(r#"(component (import "wasi:keyvalue/store@0.2.0-draft" (instance)))"#).unwrap();
+    for (agent, bytes, expected) in [
+        ("kv", keyvalue, "`wasi:keyvalue/store@0.2.0-draft` (the engine does not grant it)"),
+        ("junk", b"\0asm\x0d\0\x01\0garbage".to_vec(), "not a valid WebAssembly component"),
+    ] {
+        let response = s
+            .request(Method::PUT, &format!("/v1/agents/{agent}"), acme)
+            .header("content-type", "application/wasm")
+            .body(bytes)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let body: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+        assert_eq!(body["code"], "invalid_component");
+        assert!(body["error"].as_str().unwrap().contains(expected), "{body}");
+    }
     assert_eq!(s.call(Method::GET, "/v1/agents", acme, None).await.1, json!([]), "nothing refused was kept");
 
     // Accepted, then each turn fails with what happened.
@@ -216,6 +219,8 @@ async fn hostile_uploads_fail_alone_while_another_tenants_session_completes() {
         ("huge", guests::TEST_HUGE_RESPONSE, None, "memory limit of 32.0 MiB"),
         ("sleeper", guests::TEST_SLEEPER, None, "did not decide within 500ms"),
         ("env", guests::TEST_READ_ENV, None, "reading HOME from the environment (0 variables)"),
+        // The filesystem is linked, with nothing in it.
+        ("files", guests::TEST_OPEN_FILE, None, "No such file or directory"),
         (
             "fetch",
             guests::TEST_FETCH,
@@ -257,7 +262,7 @@ async fn hostile_uploads_fail_alone_while_another_tenants_session_completes() {
 
     // The server is still fine, and so is the hostile tenant's access.
     assert_eq!(s.call(Method::GET, "/healthz", acme, None).await.0, StatusCode::OK);
-    assert_eq!(s.call(Method::GET, "/v1/agents", acme, None).await.1.as_array().unwrap().len(), 8);
+    assert_eq!(s.call(Method::GET, "/v1/agents", acme, None).await.1.as_array().unwrap().len(), 9);
 }
 
 /// Every route of the OpenAPI document that names a session or an agent,

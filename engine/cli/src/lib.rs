@@ -68,8 +68,19 @@ pub enum Command {
     Keys(keys::KeysCommand),
 }
 
+/// The first argument that makes `subs` a compile child of a server: the
+/// engine's settings follow, the component comes on stdin, and the
+/// compiled artifact goes to stdout. Not a command for people, so clap
+/// never sees it.
+pub const COMPILE_CHILD: &str = "__compile-component";
+
 /// Parses the command line, runs the command, and returns the exit code.
 pub fn main() -> ExitCode {
+    let mut args = std::env::args();
+    if args.nth(1).as_deref() == Some(COMPILE_CHILD) {
+        let code = subs_engine::worker::component::run_child(&args.next().unwrap_or_default());
+        return ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX));
+    }
     let cli = Cli::parse();
     init_logging(matches!(cli.command, Command::Serve(_)));
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

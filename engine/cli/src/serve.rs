@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow};
 use subs_engine::model::{Models, ProvidersConfig, models_from_env};
 use subs_engine::store::{KeyRecord, Store};
-use subs_engine::worker::component::ComponentHost;
+use subs_engine::worker::component::{Compiler, ComponentHost, HostConfig};
 use subs_engine::{Engine, EngineConfig};
 use subs_server::{AgentRegistry, AppState, Keys};
 use tokio::net::TcpListener;
@@ -106,7 +106,12 @@ async fn serve(setup: Setup) -> CliResult {
     })?;
     let local = listener.local_addr()?;
 
-    let host = ComponentHost::with_config(file.host_config()?).map_err(|e| CliError::failed(anyhow!(e)))?;
+    // Uploads are compiled by a child process of this binary, which the
+    // server can stop when a compile runs past its budget.
+    let program = std::env::current_exe().context("finding this program, which compiles uploads")?;
+    let compiler = Compiler::Child { program, args: vec![crate::COMPILE_CHILD.to_owned()] };
+    let host = ComponentHost::with_config(HostConfig { compiler, ..file.host_config()? })
+        .map_err(|e| CliError::failed(anyhow!(e)))?;
     let dyn_store: Arc<dyn Store> = store.clone();
     let config = EngineConfig { default_model, ..EngineConfig::default() };
     // Agents and limits are in place before any session resumes: a
@@ -114,7 +119,9 @@ async fn serve(setup: Setup) -> CliResult {
     // call its budget, its first spawn its session limit. (The router sets
     // the limits again; that is harmless.)
     let engine = Engine::open(dyn_store.clone(), models, config);
-    let agents = AgentRegistry::new(engine.clone(), dyn_store.clone(), host, dir).with_policies(file.agent_policies());
+    let agents = AgentRegistry::new(engine.clone(), dyn_store.clone(), host, dir)
+        .with_policies(file.agent_policies())
+        .with_upload_policy(&file.upload_policy());
     for (tenant, agent, error) in agents.load_all().await.map_err(CliError::unavailable)? {
         eprintln!("warning: agent `{agent}` of tenant `{tenant}` was not loaded: {error}");
     }

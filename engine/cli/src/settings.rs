@@ -10,7 +10,8 @@ use anyhow::{Context as _, anyhow, bail};
 use serde::Deserialize;
 use subs_engine::model::{OFFLINE_MODEL, Price, ProviderConfig, ProvidersConfig};
 use subs_engine::store::KeyRecord;
-use subs_engine::worker::component::{AgentPolicy, HostConfig, LimitOverrides, Limits as SandboxLimits};
+use subs_engine::worker::component::{AgentPolicy, CompileBudget, HostConfig, LimitOverrides, Limits as SandboxLimits};
+use subs_server::uploads::UploadPolicy;
 use subs_server::{Limits, ServerConfig};
 
 use crate::error::{CliError, CliResult};
@@ -60,6 +61,40 @@ pub struct ConfigFile {
     /// loopback addresses: the operator's internal services
     /// (docs/sandbox.md). Every other name may lead only to public ones.
     pub private_hosts: Vec<String>,
+    /// `[compile]`: what compiling an upload may cost (docs/security.md).
+    pub compile: CompileEntry,
+    /// `[pool]`: the instance pool's slots and each tenant's share.
+    pub pool: PoolEntry,
+}
+
+/// `[compile]` as written.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompileEntry {
+    /// Wall-clock time of one compile, in seconds.
+    pub wall_secs: Option<u64>,
+    /// Memory of one compile, in MiB.
+    pub memory_mib: Option<u64>,
+    /// Functions one component may define.
+    pub max_functions: Option<u64>,
+    /// The largest function body, in bytes.
+    pub max_function_bytes: Option<u64>,
+    /// Locals one function may declare.
+    pub max_locals: Option<u64>,
+    /// All function bodies of one component, in bytes.
+    pub max_code_bytes: Option<u64>,
+    /// Compiles running at once on the server.
+    pub concurrent: Option<usize>,
+}
+
+/// `[pool]` as written.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PoolEntry {
+    /// Slots of the instance pool.
+    pub slots: Option<u32>,
+    /// The most slots one tenant's decisions may hold at once.
+    pub tenant_slots: Option<u32>,
 }
 
 /// One `[[keys]]` entry: a tenant and its key, hashed or not.
@@ -88,6 +123,10 @@ pub struct LimitsEntry {
     pub max_body_bytes: Option<usize>,
     /// Largest component upload, in bytes.
     pub max_component_bytes: Option<usize>,
+    /// Component uploads per hour.
+    pub max_uploads_per_hour: Option<u32>,
+    /// Compiled code the tenant's agents may hold, in bytes.
+    pub max_compiled_bytes: Option<u64>,
     /// Dollars the tenant's sessions may spend on LLM calls, in all.
     pub budget: Option<subs_engine::model::Money>,
     /// `[limits.sandbox]` / `[tenants.<name>.sandbox]`: what each decision
@@ -120,8 +159,11 @@ pub struct SandboxEntry {
     pub memories: Option<usize>,
     /// Largest decision, in bytes of JSON.
     pub decision_bytes: Option<usize>,
-    /// Guest stdout and stderr kept in the logs, in bytes.
+    /// Guest stdout and stderr kept in the logs, in bytes (and, apart, of
+    /// lines sent through the host's `log`).
     pub log_bytes: Option<usize>,
+    /// Lines sent through the host's `log` kept in the logs.
+    pub log_lines: Option<usize>,
     /// Hosts (`host` or `host:port`) the agent may send HTTP requests to;
     /// only per tenant or per agent, never for everyone.
     pub http_hosts: Option<Vec<String>>,
@@ -139,6 +181,7 @@ impl SandboxEntry {
             memories: self.memories,
             decision_bytes: self.decision_bytes,
             log_bytes: self.log_bytes,
+            log_lines: self.log_lines,
         }
     }
 
@@ -155,6 +198,8 @@ impl LimitsEntry {
             max_sessions: self.max_sessions.or(base.max_sessions),
             max_body_bytes: self.max_body_bytes.unwrap_or(base.max_body_bytes),
             max_component_bytes: self.max_component_bytes.unwrap_or(base.max_component_bytes),
+            max_uploads_per_hour: self.max_uploads_per_hour.unwrap_or(base.max_uploads_per_hour),
+            max_compiled_bytes: self.max_compiled_bytes.unwrap_or(base.max_compiled_bytes),
             budget: self.budget.or(base.budget),
         }
     }
@@ -216,7 +261,30 @@ impl ConfigFile {
         let defaults = HostConfig::default();
         let limits = SandboxLimits::default().with(&self.limits.sandbox.overrides());
         let tenants = self.tenants.iter().map(|(tenant, entry)| (tenant.clone(), entry.sandbox.policy())).collect();
-        Ok(HostConfig { limits, tenants, private_hosts: self.private_hosts.clone(), ..defaults })
+        let c = &self.compile;
+        let budget = CompileBudget::default();
+        let compile_budget = CompileBudget {
+            max_functions: c.max_functions.unwrap_or(budget.max_functions),
+            max_function_bytes: c.max_function_bytes.unwrap_or(budget.max_function_bytes),
+            max_locals: c.max_locals.unwrap_or(budget.max_locals),
+            max_code_bytes: c.max_code_bytes.unwrap_or(budget.max_code_bytes),
+            wall: c.wall_secs.map_or(budget.wall, std::time::Duration::from_secs),
+            memory_bytes: c.memory_mib.map_or(budget.memory_bytes, |mib| mib.saturating_mul(1 << 20)),
+        };
+        Ok(HostConfig {
+            limits,
+            tenants,
+            private_hosts: self.private_hosts.clone(),
+            compile_budget,
+            max_concurrent: self.pool.slots.unwrap_or(defaults.max_concurrent),
+            tenant_slots: self.pool.tenant_slots.unwrap_or(defaults.tenant_slots),
+            ..defaults
+        })
+    }
+
+    /// How many uploads compile at once.
+    pub fn upload_policy(&self) -> UploadPolicy {
+        UploadPolicy { concurrent: self.compile.concurrent.unwrap_or(UploadPolicy::default().concurrent) }
     }
 
     /// Each configured agent's sandbox policy, by `(tenant, agent)`.

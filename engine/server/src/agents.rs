@@ -21,13 +21,14 @@ use sha2::{Digest, Sha256};
 use subs_engine::Engine;
 use subs_engine::store::{AgentRecord, AgentVersion, AgentWorker, Batch, Op, Store, StoreError, valid_id};
 use subs_engine::worker::Worker;
-use subs_engine::worker::component::{AgentPolicy, ComponentHost};
+use subs_engine::worker::component::{AgentPolicy, ComponentAgent, ComponentHost, LoadError};
 use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
 use utoipa::ToSchema;
 
-use crate::AppState;
 use crate::auth::Tenant;
 use crate::error::{ApiError, ErrorBody};
+use crate::uploads::{UploadPolicy, Uploads};
+use crate::{AppState, Limits};
 
 /// The agents of every tenant, kept in the store and registered with the
 /// engine.
@@ -41,6 +42,8 @@ pub struct AgentRegistry {
     writing: tokio::sync::Mutex<()>,
     /// Sandbox policies of particular agents.
     policies: HashMap<(String, String), AgentPolicy>,
+    /// Compiles in progress, upload meters, compiled-code quotas.
+    uploads: Uploads,
 }
 
 /// An agent as clients see it.
@@ -131,7 +134,14 @@ impl AgentRegistry {
             dir: dir.join("components"),
             writing: tokio::sync::Mutex::new(()),
             policies: HashMap::new(),
+            uploads: Uploads::new(&UploadPolicy::default()),
         }
+    }
+
+    /// How many uploads compile at once on this server.
+    pub fn with_upload_policy(mut self, policy: &UploadPolicy) -> Self {
+        self.uploads = Uploads::new(policy);
+        self
     }
 
     /// Sandbox policies of particular agents, by `(tenant, agent)`, over
@@ -149,7 +159,10 @@ impl AgentRegistry {
         let mut failures = Vec::new();
         for record in self.store.agents(None)? {
             match self.worker(&record.tenant, &record.agent_id, &record.current).await {
-                Ok(worker) => self.engine.register_agent(&record.tenant, &record.agent_id, worker),
+                Ok((worker, compiled)) => {
+                    self.uploads.set_compiled(&record.tenant, &record.agent_id, compiled);
+                    self.engine.register_agent(&record.tenant, &record.agent_id, worker);
+                }
                 Err(e) => {
                     tracing::error!(tenant = %record.tenant, agent = %record.agent_id, error = %e.message, "agent not loaded");
                     failures.push((record.tenant, record.agent_id, e.message));
@@ -168,15 +181,23 @@ impl AgentRegistry {
         self.dir.join(format!("{}.wasm", digest.trim_start_matches("sha256:")))
     }
 
-    /// The worker of a version of `tenant`'s agent `agent_id`.
-    async fn worker(&self, tenant: &str, agent_id: &str, version: &AgentVersion) -> Result<Arc<dyn Worker>, ApiError> {
+    /// The worker of a version of `tenant`'s agent `agent_id`, and the
+    /// size of its compiled code when it is a component.
+    async fn worker(
+        &self,
+        tenant: &str,
+        agent_id: &str,
+        version: &AgentVersion,
+    ) -> Result<(Arc<dyn Worker>, Option<u64>), ApiError> {
         match &version.worker {
             AgentWorker::Component { .. } => {
                 let path = self.component_path(&version.digest);
                 let bytes = tokio::fs::read(&path)
                     .await
                     .map_err(|e| ApiError::internal(&format!("reading {}: {e}", path.display())))?;
-                self.compile(tenant, agent_id, bytes).await
+                let agent = self.compile(tenant, agent_id, bytes).await?;
+                let compiled = agent.compiled_bytes();
+                Ok((Arc::new(agent), Some(compiled)))
             }
             AgentWorker::Http { url, secret } => {
                 let mut options = HttpWorkerOptions::new();
@@ -187,22 +208,25 @@ impl AgentRegistry {
                     field: Some("url".to_owned()),
                     ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", e.to_string())
                 })?;
-                Ok(Arc::new(worker))
+                Ok((Arc::new(worker), None))
             }
         }
     }
 
-    /// Compiles a component off the async threads; a component that does
-    /// not compile or fit the world is the uploader's error.
-    async fn compile(&self, tenant: &str, agent_id: &str, bytes: Vec<u8>) -> Result<Arc<dyn Worker>, ApiError> {
+    /// Checks and compiles a component off the async threads (see
+    /// `ComponentHost::load_as`); a component that does not fit the world,
+    /// its limits or the compile budget is the uploader's error.
+    async fn compile(&self, tenant: &str, agent_id: &str, bytes: Vec<u8>) -> Result<ComponentAgent, ApiError> {
         let host = self.host.clone();
         let policy = self.policies.get(&(tenant.to_owned(), agent_id.to_owned())).cloned().unwrap_or_default();
         let (tenant, agent_id) = (tenant.to_owned(), agent_id.to_owned());
-        let agent = tokio::task::spawn_blocking(move || host.load(&bytes)?.for_agent(&tenant, &agent_id, &policy))
+        tokio::task::spawn_blocking(move || host.load_as(&tenant, &agent_id, &policy, &bytes))
             .await
             .map_err(|e| ApiError::internal(&e))?
-            .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_component", e.to_string()))?;
-        Ok(Arc::new(agent))
+            .map_err(|e| match e {
+                LoadError::Engine(_) | LoadError::Cache(_) => ApiError::internal(&e),
+                e => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_component", e.to_string()),
+            })
     }
 
     /// Makes `version` the current version of the agent; returns the agent
@@ -238,18 +262,31 @@ impl AgentRegistry {
         Ok((record, true))
     }
 
-    /// Uploads a component as the agent's new version.
+    /// Takes one upload from the tenant's hourly allowance, before its
+    /// body is read.
+    pub fn meter_upload(&self, tenant: &str, limits: &Limits) -> Result<(), ApiError> {
+        self.uploads.meter(tenant, limits.max_uploads_per_hour)
+    }
+
+    /// Uploads a component as the agent's new version: checked, compiled
+    /// (one compile per tenant at a time) and held to the tenant's
+    /// compiled-code quota before anything of it is kept.
     pub async fn put_component(
         &self,
         tenant: &str,
         agent_id: &str,
         bytes: Vec<u8>,
+        limits: &Limits,
     ) -> Result<(AgentRecord, bool), ApiError> {
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
         let size = bytes.len() as u64;
         let path = self.component_path(&digest);
-        // Compiling checks the bytes before anything is kept.
-        let worker = self.compile(tenant, agent_id, bytes.clone()).await?;
+        let turn = self.uploads.turn(tenant).await?;
+        let agent = self.compile(tenant, agent_id, bytes.clone()).await?;
+        drop(turn);
+        let compiled = agent.compiled_bytes();
+        self.uploads.check_quota(tenant, agent_id, compiled, limits.max_compiled_bytes)?;
+        let worker: Arc<dyn Worker> = Arc::new(agent);
         if !path.exists() {
             tokio::fs::create_dir_all(&self.dir).await.map_err(|e| ApiError::internal(&e))?;
             // Write then rename, so a crash never leaves a torn file under
@@ -263,7 +300,9 @@ impl AgentRegistry {
             worker: AgentWorker::Component { bytes: size },
             created_ms: subs_engine::clock::now_ms(),
         };
-        self.put(tenant, agent_id, version, worker).await
+        let put = self.put(tenant, agent_id, version, worker).await?;
+        self.uploads.set_compiled(tenant, agent_id, Some(compiled));
+        Ok(put)
     }
 
     /// Registers an HTTP worker as the agent's new version.
@@ -282,8 +321,10 @@ impl AgentRegistry {
             worker: AgentWorker::Http { url: agent.url, secret: agent.secret },
             created_ms: subs_engine::clock::now_ms(),
         };
-        let worker = self.worker(tenant, agent_id, &version).await?;
-        self.put(tenant, agent_id, version, worker).await
+        let (worker, _) = self.worker(tenant, agent_id, &version).await?;
+        let put = self.put(tenant, agent_id, version, worker).await?;
+        self.uploads.set_compiled(tenant, agent_id, None);
+        Ok(put)
     }
 
     /// Removes an agent. Its sessions stay; their deliveries fail (and are
@@ -297,6 +338,7 @@ impl AgentRegistry {
         batch.push(Op::DeleteAgent { tenant: tenant.to_owned(), agent_id: agent_id.to_owned() });
         self.store.commit(batch).await?;
         self.engine.unregister_agent(tenant, agent_id);
+        self.uploads.set_compiled(tenant, agent_id, None);
         Ok(true)
     }
 }
@@ -355,10 +397,11 @@ pub async fn put(
     let media = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
     let (record, changed) = match media.as_str() {
         "application/wasm" => {
+            state.agents.meter_upload(&tenant, &limits)?;
             let bytes = axum::body::to_bytes(body, limits.max_component_bytes)
                 .await
                 .map_err(|_| ApiError::too_large(limits.max_component_bytes))?;
-            state.agents.put_component(&tenant, &agent_id, bytes.to_vec()).await?
+            state.agents.put_component(&tenant, &agent_id, bytes.to_vec(), &limits).await?
         }
         "application/json" => {
             let bytes = axum::body::to_bytes(body, limits.max_body_bytes)

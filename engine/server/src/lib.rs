@@ -12,6 +12,8 @@
 //! - [`stream`]: server-sent events: a session's events (replay, then
 //!   live) and a single turn's.
 //! - [`agents`]: uploading components and registering HTTP workers.
+//! - [`uploads`]: what uploads may cost: compiles at once, upload rates,
+//!   compiled-code quotas.
 //! - [`budgets`]: what sessions and tenants spent, and their budgets.
 //! - [`metrics`]: `/healthz` and Prometheus `/metrics`.
 //! - [`openapi`]: the OpenAPI document, generated from the handlers.
@@ -24,6 +26,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod sessions;
 pub mod stream;
+pub mod uploads;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -53,6 +56,12 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// Largest component upload, in bytes.
     pub max_component_bytes: usize,
+    /// Component uploads the tenant may make per hour (a bucket of this
+    /// many, refilled evenly over the hour); more are answered 429.
+    pub max_uploads_per_hour: u32,
+    /// Compiled code the tenant's current agents may hold, in bytes: what
+    /// they keep in memory and on disk. An upload past it is refused.
+    pub max_compiled_bytes: u64,
     /// The most the tenant's sessions may spend on LLM calls, in all;
     /// `None`: no limit. Calls past it fail with `budget_exceeded`.
     pub budget: Option<Money>,
@@ -60,7 +69,14 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_sessions: None, max_body_bytes: 4 << 20, max_component_bytes: 64 << 20, budget: None }
+        Self {
+            max_sessions: None,
+            max_body_bytes: 4 << 20,
+            max_component_bytes: 64 << 20,
+            max_uploads_per_hour: 60,
+            max_compiled_bytes: 1 << 30,
+            budget: None,
+        }
     }
 }
 

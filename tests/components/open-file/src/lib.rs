@@ -1,5 +1,6 @@
 //! Test component: reads `/etc/passwd`. Reading a file makes the
-//! component import `wasi:filesystem`, which the engine does not grant.
+//! component import `wasi:filesystem`, which the engine links with no
+//! directory in it: the read fails with the guest's own error.
 
 use subs_sdk::prelude::*;
 

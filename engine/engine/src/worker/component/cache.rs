@@ -16,12 +16,10 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use super::LoadError;
-use super::componentize::componentize;
 
 /// Where compiled components are kept, and how many were compiled.
 #[derive(Debug)]
@@ -48,33 +46,39 @@ impl CompileCache {
         Self { dir, engine_hash: hasher.finish(), compilations: AtomicU64::new(0) }
     }
 
-    /// The component of `bytes`, from the cache when it holds it.
-    pub(crate) fn load(&self, engine: &Engine, bytes: &[u8]) -> Result<Component, LoadError> {
-        let Some(dir) = &self.dir else {
-            self.compilations.fetch_add(1, Ordering::Relaxed);
-            return Component::new(engine, componentize(bytes)?).map_err(|e| LoadError::Invalid(format!("{e:#}")));
-        };
-        let digest = hex::encode(Sha256::digest(bytes));
-        let path = dir.join(format!("{digest}-{:016x}.cwasm", self.engine_hash));
-        if path.exists() {
-            match deserialize(engine, &path) {
-                Ok(component) => return Ok(component),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "a compiled component failed to load; compiling it again")
-                }
+    /// Where the artifact of the upload with SHA-256 `digest` (hex) is
+    /// kept, if the cache keeps anything.
+    fn path(&self, digest: &str) -> Option<PathBuf> {
+        Some(self.dir.as_ref()?.join(format!("{digest}-{:016x}.cwasm", self.engine_hash)))
+    }
+
+    /// The compiled component of the upload with SHA-256 `digest`, if the
+    /// cache holds it. Only accepted components are kept, so a refused
+    /// upload sent again is compiled and checked again.
+    pub(crate) fn find(&self, engine: &Engine, digest: &str) -> Option<Component> {
+        let path = self.path(digest)?;
+        if !path.exists() {
+            return None;
+        }
+        match deserialize_file(engine, &path) {
+            Ok(component) => Some(component),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "a compiled component failed to load; compiling it again");
+                None
             }
         }
-        self.compilations.fetch_add(1, Ordering::Relaxed);
-        let compiled =
-            engine.precompile_component(&componentize(bytes)?).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
-        write_atomically(dir, &path, &compiled).map_err(|e| LoadError::Cache(format!("{}: {e}", path.display())))?;
-        deserialize(engine, &path).map_err(|e| LoadError::Cache(format!("{}: {e:#}", path.display())))
+    }
+
+    /// Keeps the compiled `artifact` of the upload with SHA-256 `digest`.
+    pub(crate) fn keep(&self, digest: &str, artifact: &[u8]) -> Result<(), LoadError> {
+        let (Some(dir), Some(path)) = (&self.dir, self.path(digest)) else { return Ok(()) };
+        write_atomically(dir, &path, artifact).map_err(|e| LoadError::Cache(format!("{}: {e}", path.display())))
     }
 }
 
 /// Loads an artifact this cache wrote.
 #[allow(unsafe_code)]
-fn deserialize(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
+fn deserialize_file(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
     // SAFETY: wasmtime requires that the file be an artifact produced by
     // `Engine::precompile_component` of a compatible engine and not change
     // while mapped. Only this cache writes the directory (the engine's own
@@ -82,6 +86,18 @@ fn deserialize(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
     // name and renamed into place, and is never modified after; wasmtime
     // checks the header and the engine compatibility itself.
     unsafe { Component::deserialize_file(engine, path) }
+}
+
+/// Loads an artifact the host just compiled, in this process or in its
+/// compile child.
+#[allow(unsafe_code)]
+pub(crate) fn deserialize(engine: &Engine, artifact: &[u8]) -> Result<Component, LoadError> {
+    // SAFETY: wasmtime requires bytes produced by `precompile_component`
+    // of a compatible engine: the caller compiled them with this engine or
+    // with a compile child of the same binary and settings, which is where
+    // the bytes came from, and wasmtime checks the header and the engine
+    // compatibility itself.
+    unsafe { Component::deserialize(engine, artifact) }.map_err(|e| LoadError::Engine(format!("{e:#}")))
 }
 
 /// Writes `bytes` to `path` so that readers see the whole file or none.

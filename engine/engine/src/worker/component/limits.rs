@@ -4,6 +4,9 @@
 
 use std::time::Duration;
 
+use super::LoadError;
+use super::inspect::Needs;
+
 /// The limits of one decision. Every decision runs in a fresh instance, so
 /// each limit bounds exactly one call of the agent's `decide`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,9 +18,10 @@ pub struct Limits {
     /// Wall-clock time from the start of instantiation. The request's
     /// `deadline`, when earlier, wins.
     pub wall_clock: Duration,
-    /// Time spent running guest code, counted in epoch ticks (the host's
-    /// tick, 10 ms by default), so it excludes time the guest waits on the
-    /// host (an outgoing HTTP request, a sleep).
+    /// Time the decision keeps a thread busy: its guest code and the host
+    /// calls it makes (randomness, clocks, output, deltas, HTTP bodies),
+    /// but not its waits (an outgoing request in flight, a sleep). Checked
+    /// at every epoch tick (10 ms by default) while guest code runs.
     pub cpu: Duration,
     /// Elements of any one table.
     pub table_elements: usize,
@@ -30,9 +34,12 @@ pub struct Limits {
     pub memories: usize,
     /// The returned decision, measured as the JSON the engine would store.
     pub decision_bytes: usize,
-    /// Bytes of stdout and stderr captured into the logs; the rest is
-    /// dropped, with one warning.
+    /// Bytes of stdout and stderr captured into the logs, and, counted
+    /// apart, of lines sent through the host's `log`; the rest is dropped,
+    /// with one warning.
     pub log_bytes: usize,
+    /// Lines the guest may send through the host's `log`.
+    pub log_lines: usize,
 }
 
 impl Default for Limits {
@@ -47,6 +54,7 @@ impl Default for Limits {
             memories: 4,
             decision_bytes: 16 << 20,
             log_bytes: 1 << 20,
+            log_lines: 1000,
         }
     }
 }
@@ -74,6 +82,8 @@ pub struct LimitOverrides {
     pub decision_bytes: Option<usize>,
     /// See [`Limits::log_bytes`].
     pub log_bytes: Option<usize>,
+    /// See [`Limits::log_lines`].
+    pub log_lines: Option<usize>,
 }
 
 impl Limits {
@@ -89,7 +99,41 @@ impl Limits {
             memories: overrides.memories.unwrap_or(self.memories),
             decision_bytes: overrides.decision_bytes.unwrap_or(self.decision_bytes),
             log_bytes: overrides.log_bytes.unwrap_or(self.log_bytes),
+            log_lines: overrides.log_lines.unwrap_or(self.log_lines),
         }
+    }
+}
+
+impl Limits {
+    /// Refuses a component whose instance needs more than these limits
+    /// allow to start at all (every decision would fail), naming each
+    /// number and the setting that raises it.
+    pub(crate) fn admit(&self, needs: &Needs) -> Result<(), LoadError> {
+        let mut over = Vec::new();
+        let mut check = |what: &str, needs: u64, limit: usize, setting: &str| {
+            if needs > limit as u64 {
+                over.push(format!("{needs} {what} (its limit is {limit}, setting `{setting}`)"));
+            }
+        };
+        check("core instances", needs.core_instances, self.instances, "instances");
+        check("linear memories", needs.memories, self.memories, "memories");
+        check("tables", needs.tables, self.tables, "tables");
+        check("table elements in one table", needs.largest_table, self.table_elements, "table_elements");
+        if needs.initial_memory_bytes > self.memory_bytes as u64 {
+            over.push(format!(
+                "{} of linear memory at start (its limit is {}, setting `memory_bytes`)",
+                mib(usize::try_from(needs.initial_memory_bytes).unwrap_or(usize::MAX)),
+                mib(self.memory_bytes)
+            ));
+        }
+        if over.is_empty() {
+            return Ok(());
+        }
+        Err(LoadError::Limits(format!(
+            "to start it needs {}; raise them in the sandbox limits of its tenant or agent \
+             ([tenants.<tenant>.sandbox] or [agents.<tenant>.<agent>] in the config file)",
+            over.join(", ")
+        )))
     }
 }
 
@@ -208,6 +252,24 @@ mod tests {
         assert_eq!(agent.memory_bytes, 1 << 20);
         assert_eq!(agent.cpu, Duration::from_millis(5));
         assert_eq!(agent.wall_clock, base.wall_clock);
+    }
+
+    #[test]
+    fn a_component_needing_more_than_its_limits_is_refused_with_the_numbers_and_settings() {
+        let limits = Limits::default();
+        let fits =
+            Needs { core_instances: 32, memories: 4, initial_memory_bytes: 1 << 20, tables: 2, largest_table: 10 };
+        assert!(limits.admit(&fits).is_ok());
+        let err = limits
+            .admit(&Needs { core_instances: 61, initial_memory_bytes: 80 << 20, ..fits })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("61 core instances (its limit is 32, setting `instances`)"), "{err}");
+        assert!(
+            err.contains("80.0 MiB of linear memory at start (its limit is 64.0 MiB, setting `memory_bytes`)"),
+            "{err}"
+        );
+        assert!(!err.contains("tables"), "only what is over is named: {err}");
     }
 
     #[test]

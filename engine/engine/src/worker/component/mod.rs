@@ -35,11 +35,15 @@
 
 mod bindings;
 mod cache;
+mod compile;
 mod componentize;
+mod cpu;
 mod http;
+mod inspect;
 mod limits;
 mod output;
 pub mod probe;
+mod slots;
 mod state;
 mod validate;
 
@@ -49,21 +53,28 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use sha2::Digest as _;
 use subs_protocol::DecisionResponse;
 use subs_protocol::wit::FromWit;
 use tracing::Instrument;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline};
 
+pub use self::compile::{ChildSettings, CompileBudget, Compiler, run_child};
+pub use self::inspect::{Needs, Shape, inspect};
 pub use self::limits::{LimitHit, LimitOverrides, Limits};
 
 use self::bindings::{AgentPre, wit};
 use self::cache::CompileCache;
+use self::componentize::componentize;
+use self::cpu::CpuMeter;
 use self::http::AllowedHost;
+use self::inspect::Unreadable;
 use self::limits::Limiter;
 use self::output::Labels;
+use self::slots::SlotPool;
 use self::state::{Grant, QUOTED_CHARS, StoreState};
-use super::{BoxFuture, Delivery, DeltaSink, Worker, WorkerError};
+use super::{BoxFuture, Delivery, DeltaSink, ERROR_TEXT_BYTES, Worker, WorkerError, clip};
 
 /// Why a component could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +97,19 @@ pub enum LoadError {
     /// not a host).
     #[error("invalid agent policy: {0}")]
     Policy(String),
+    /// Compiling the component would cost more than the compile budget
+    /// allows (its shape says so, or the compile ran out of time or
+    /// memory).
+    #[error("the component is over the compile budget: {0}")]
+    CompileBudget(String),
+    /// The component cannot start under the limits its decisions run with:
+    /// every decision would fail.
+    #[error("the component cannot run under its limits: {0}")]
+    Limits(String),
+    /// Instantiating the component failed (its start trapped, or it asked
+    /// the host for something it refused): every decision would fail.
+    #[error("the component fails to start: {0}")]
+    Start(String),
 }
 
 /// What an operator grants one agent, or every agent of a tenant, beyond
@@ -114,9 +138,14 @@ pub struct HostConfig {
     /// The most linear memory any decision may be granted; the pool
     /// reserves slots of this size, and larger overrides are cut to it.
     pub max_memory_bytes: usize,
-    /// Decisions running at once; more wait for a slot. The pool holds
-    /// this many instances, preallocated.
+    /// Slots of the instance pool: decisions running at once, when each
+    /// needs one (a component of many core instances or memories needs
+    /// the room of several; see docs/sandbox.md). More wait for a slot.
     pub max_concurrent: u32,
+    /// The most slots one tenant's decisions may hold at once; more of
+    /// them wait in the tenant's own line, so other tenants always have
+    /// `max_concurrent - tenant_slots` slots.
+    pub tenant_slots: u32,
     /// How often the epoch advances: the resolution of the wall-clock and
     /// CPU limits, and how often a long-running guest yields its thread.
     pub epoch_tick: Duration,
@@ -135,6 +164,11 @@ pub struct HostConfig {
     /// included: the operator's internal services, which agents reach by
     /// name (HTTPS needs the name) once it is also on their allow-list.
     pub private_hosts: Vec<String>,
+    /// Where components are compiled: in this process, or in a child
+    /// process held to the budget's time and memory.
+    pub compiler: Compiler,
+    /// What compiling one component may cost.
+    pub compile_budget: CompileBudget,
 }
 
 impl Default for HostConfig {
@@ -145,11 +179,14 @@ impl Default for HostConfig {
             enforce_limits: true,
             max_memory_bytes: 1 << 30,
             max_concurrent: 128,
+            tenant_slots: 32,
             epoch_tick: Duration::from_millis(10),
             max_stack_bytes: 512 << 10,
             compile_cache: None,
             hosts: HashMap::new(),
             private_hosts: Vec::new(),
+            compiler: Compiler::InProcess,
+            compile_budget: CompileBudget::default(),
         }
     }
 }
@@ -166,9 +203,9 @@ struct Inner {
     engine: Engine,
     linker: Linker<StoreState>,
     config: HostConfig,
-    /// One permit per pooled instance, so a burst of decisions waits
-    /// rather than failing to allocate.
-    slots: tokio::sync::Semaphore,
+    /// The pool's slots, so a burst of decisions waits rather than failing
+    /// to allocate, and no tenant holds more than its share.
+    slots: Arc<SlotPool>,
     /// Sends the guests' allowed HTTP requests.
     client: reqwest::Client,
     /// Advances the epoch while the host lives.
@@ -203,13 +240,22 @@ impl Ticker {
 impl Inner {
     /// A fresh store for one call into a component under `bound`: the
     /// guest's grants and, when limits are enforced, the resource limiter
-    /// and the epoch callback that stops the guest at `wall` or at its CPU
-    /// limit (yielding to other tasks at every tick until then).
-    fn store(&self, bound: &Bound, session: String, deltas: Option<DeltaSink>, wall: Duration) -> Store<StoreState> {
+    /// and the epoch callback that stops the guest at `wall` or when
+    /// `meter` (around the futures that run the guest) passes its CPU
+    /// limit, yielding to other tasks at every tick until then.
+    fn store(
+        &self,
+        bound: &Bound,
+        session: String,
+        deltas: Option<DeltaSink>,
+        wall: Duration,
+        meter: &CpuMeter,
+    ) -> Store<StoreState> {
         let limits = &bound.limits;
         let grant = Grant {
             labels: Labels { tenant: bound.tenant.clone(), agent: bound.agent.clone(), session },
             log_bytes: limits.log_bytes,
+            log_lines: limits.log_lines,
             allowed: bound.allowed.clone(),
             client: self.client.clone(),
         };
@@ -218,15 +264,13 @@ impl Inner {
         if self.config.enforce_limits {
             store.limiter(|s| &mut s.limiter);
             let deadline = Instant::now() + wall;
-            let (cpu, cpu_ticks) = (limits.cpu, bound.cpu_ticks);
-            let mut ticks = 0u64;
+            let (cpu, meter) = (limits.cpu, meter.clone());
             store.set_epoch_deadline(1);
             store.epoch_deadline_callback(move |_| {
-                ticks += 1;
                 if Instant::now() >= deadline {
                     return Err(wasmtime::Error::new(DeadlinePassed));
                 }
-                if ticks > cpu_ticks {
+                if meter.used() > cpu {
                     return Err(wasmtime::Error::new(LimitHit::Cpu(cpu)));
                 }
                 // Yielding lets other tasks on this thread run while a
@@ -267,7 +311,7 @@ impl ComponentHost {
         let client = http::client(&config.hosts, &config.private_hosts)
             .map_err(|e| LoadError::Engine(format!("the HTTP client: {e}")))?;
         let cache = Arc::new(CompileCache::new(&engine, config.compile_cache.clone()));
-        let slots = tokio::sync::Semaphore::new(config.max_concurrent as usize);
+        let slots = SlotPool::new(config.max_concurrent, config.tenant_slots);
         let inner = Inner { engine, linker, config, slots, client, _ticker: ticker };
         Ok(Self { inner: Arc::new(inner), cache })
     }
@@ -284,22 +328,133 @@ impl ComponentHost {
         self.cache.compilations.load(Ordering::Relaxed)
     }
 
-    /// Validates a component, compiles it (or loads it compiled from the
-    /// cache) and pre-links it. The agent runs with the default policy
-    /// until [`ComponentAgent::for_agent`] binds it to a tenant and agent.
+    /// Loads a component under the default policy; see
+    /// [`load_as`](Self::load_as).
     pub fn load(&self, bytes: &[u8]) -> Result<ComponentAgent, LoadError> {
+        self.load_as("", "", &AgentPolicy::default(), bytes)
+    }
+
+    /// Loads a component as `agent_id` of `tenant`, under `policy` over
+    /// the tenant's and the host's limits (logs are tagged with both
+    /// names), in the order that makes refusals cheap:
+    ///
+    /// 1. read its shape without compiling it, and check it against the
+    ///    world (what it imports, that it exports `decide`), against the
+    ///    limits its decisions will run with (what instantiating it
+    ///    creates), and against the compile budget;
+    /// 2. compile it within the budget, or load it compiled from the cache;
+    /// 3. type-check `decide` and link it;
+    /// 4. instantiate it once, as a decision would, so that a component
+    ///    that cannot start is refused now rather than failing every
+    ///    decision later.
+    ///
+    /// Only a component that passes all of it is kept in the compile cache.
+    pub fn load_as(
+        &self,
+        tenant: &str,
+        agent_id: &str,
+        policy: &AgentPolicy,
+        bytes: &[u8],
+    ) -> Result<ComponentAgent, LoadError> {
+        let bound = bind(&self.inner.config, tenant, agent_id, policy)?;
+        let compiled = self.compile(bytes, |shape| {
+            validate::check_shape(shape)?;
+            bound.limits.admit(&shape.needs)
+        })?;
         let engine = &self.inner.engine;
-        let component = self.cache.load(engine, bytes)?;
-        validate::check(engine, &component)?;
-        let pre = self.inner.linker.instantiate_pre(&component).map_err(|e| LoadError::World(format!("{e:#}")))?;
+        validate::check(engine, &compiled.component)?;
+        let pre =
+            self.inner.linker.instantiate_pre(&compiled.component).map_err(|e| LoadError::World(format!("{e:#}")))?;
         let pre = AgentPre::new(pre).map_err(|e| LoadError::World(format!("{e:#}")))?;
-        let bound = bind(&self.inner.config, "", "", &AgentPolicy::default())?;
-        Ok(ComponentAgent {
+        let agent = ComponentAgent {
             pre,
             checked: Arc::new(AtomicBool::new(false)),
             host: self.inner.clone(),
             bound: Arc::new(bound),
-        })
+            weight: weight(&compiled.shape.needs),
+        };
+        agent.trial()?;
+        compiled.keep(&self.cache)?;
+        Ok(agent)
+    }
+
+    /// The compiled component of `bytes` (a component, or a core module
+    /// carrying its world), after `check` accepted its shape: from the
+    /// cache when it holds it, else compiled within the budget.
+    fn compile(
+        &self,
+        bytes: &[u8],
+        check: impl FnOnce(&Shape) -> Result<(), LoadError>,
+    ) -> Result<Compiled, LoadError> {
+        let config = &self.inner.config;
+        let engine = &self.inner.engine;
+        let component = componentize(bytes)?;
+        let shape = inspect(&component).map_err(|Unreadable(why)| LoadError::Invalid(why))?;
+        check(&shape)?;
+        let digest = hex::encode(sha2::Sha256::digest(bytes));
+        if let Some(cached) = self.cache.find(engine, &digest) {
+            return Ok(Compiled { component: cached, shape, digest, artifact: None });
+        }
+        config.compile_budget.check(&shape)?;
+        self.cache.compilations.fetch_add(1, Ordering::Relaxed);
+        let artifact = match &config.compiler {
+            Compiler::InProcess => {
+                engine.precompile_component(&component).map_err(|e| LoadError::Invalid(format!("{e:#}")))?
+            }
+            Compiler::Child { program, args } => {
+                compile::in_child(program, args, &child_settings(config), &config.compile_budget, &component)?
+            }
+        };
+        let component = cache::deserialize(engine, &artifact)?;
+        Ok(Compiled { component, shape, digest, artifact: Some(artifact) })
+    }
+}
+
+/// A component compiled (or found compiled) for this host.
+struct Compiled {
+    component: wasmtime::component::Component,
+    shape: Shape,
+    /// SHA-256 of the uploaded bytes, hex: its name in the cache.
+    digest: String,
+    /// The compiled artifact, when it was compiled now and is not in the
+    /// cache yet.
+    artifact: Option<Vec<u8>>,
+}
+
+impl Compiled {
+    /// Keeps a component compiled now in `cache`, once it was accepted.
+    fn keep(self, cache: &CompileCache) -> Result<(), LoadError> {
+        match &self.artifact {
+            Some(artifact) => cache.keep(&self.digest, artifact),
+            None => Ok(()),
+        }
+    }
+}
+
+/// How many of the pool's slots one instance of a component takes: the
+/// pool holds, per slot, [`CORE_INSTANCES_PER_SLOT`] core instances,
+/// [`MEMORIES_PER_SLOT`] memories and [`TABLES_PER_SLOT`] tables.
+fn weight(needs: &Needs) -> u32 {
+    let slots = |n: u64, per: u32| n.div_ceil(u64::from(per));
+    let most = slots(needs.core_instances, CORE_INSTANCES_PER_SLOT)
+        .max(slots(needs.memories, MEMORIES_PER_SLOT))
+        .max(slots(needs.tables, TABLES_PER_SLOT));
+    u32::try_from(most).unwrap_or(u32::MAX).max(1)
+}
+
+/// Core instances the pool holds per slot.
+const CORE_INSTANCES_PER_SLOT: u32 = 16;
+/// Linear memories the pool holds per slot.
+const MEMORIES_PER_SLOT: u32 = 4;
+/// Tables the pool holds per slot.
+const TABLES_PER_SLOT: u32 = 16;
+
+/// The settings that shape compiled code, for a compile child.
+fn child_settings(config: &HostConfig) -> ChildSettings {
+    ChildSettings {
+        epoch_interruption: config.enforce_limits,
+        max_stack_bytes: config.max_stack_bytes,
+        memory_bytes: config.compile_budget.memory_bytes,
     }
 }
 
@@ -321,23 +476,21 @@ fn bind(config: &HostConfig, tenant: &str, agent: &str, policy: &AgentPolicy) ->
                 AllowedHost::parse(h).ok_or_else(|| LoadError::Policy(format!("`{h}` is not a host or host:port")))
             })
             .collect::<Result<Arc<[_]>, _>>()?;
-        let tick = config.epoch_tick.max(Duration::from_millis(1));
-        let cpu_ticks = u64::try_from(limits.cpu.as_nanos().div_ceil(tick.as_nanos())).unwrap_or(u64::MAX);
-        Ok(Bound { tenant: tenant.into(), agent: agent.into(), limits, cpu_ticks, allowed })
+        Ok(Bound { tenant: tenant.into(), agent: agent.into(), limits, allowed })
     }
 }
 
-/// The engine configuration of a host: pooled, pre-faulted instances and,
-/// when limits are enforced, epoch interruption.
+/// The engine configuration of a host: the compile settings a compile
+/// child uses too, and pooled, pre-faulted instances.
 fn engine_config(config: &HostConfig) -> wasmtime::Config {
     let n = config.max_concurrent.max(1);
     let mut pool = PoolingAllocationConfig::new();
-    // A component instantiates a few core modules (the guest, its shims);
-    // the totals leave room for that per concurrent decision.
+    // Each slot has room for a few core modules (the guest, its shims; a
+    // component of many takes several slots, see `weight`).
     pool.total_component_instances(n)
-        .total_core_instances(n.saturating_mul(8))
-        .total_memories(n.saturating_mul(2))
-        .total_tables(n.saturating_mul(8))
+        .total_core_instances(n.saturating_mul(CORE_INSTANCES_PER_SLOT))
+        .total_memories(n.saturating_mul(MEMORIES_PER_SLOT))
+        .total_tables(n.saturating_mul(TABLES_PER_SLOT))
         .total_stacks(n)
         .max_memory_size(config.max_memory_bytes)
         .table_elements(config.limits.table_elements.max(20_000))
@@ -348,23 +501,23 @@ fn engine_config(config: &HostConfig) -> wasmtime::Config {
         .table_keep_resident(64 << 10)
         .async_stack_keep_resident(128 << 10)
         .pagemap_scan(Enabled::Auto);
-    let mut wasm = wasmtime::Config::new();
-    wasm.wasm_component_model(true)
-        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
-        .epoch_interruption(config.enforce_limits)
-        .max_wasm_stack(config.max_stack_bytes)
-        .async_stack_size(config.max_stack_bytes + (512 << 10));
+    let mut wasm = compile::compile_config(&child_settings(config));
+    wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     wasm
 }
 
 /// Links what guests are granted: the `subs:agent/host` interface, WASI's
 /// clocks, randomness, stdio and the inert CLI interfaces a standard
-/// library imports, and `wasi:http`. Nothing of the filesystem or sockets
-/// is linked, so a component importing them does not instantiate.
+/// library imports, and `wasi:http`; and, inert, the filesystem and
+/// sockets that other languages' runtimes import whether an agent uses
+/// them or not: no directory is preopened, so no file can be opened, and
+/// the WASI context denies every socket (see `state`).
 fn link(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     use wasmtime_wasi::cli::{WasiCli, WasiCliView};
-    use wasmtime_wasi::p2::bindings::{cli, random};
+    use wasmtime_wasi::filesystem::{WasiFilesystem, WasiFilesystemView};
+    use wasmtime_wasi::p2::bindings::{cli, filesystem, random, sockets};
     use wasmtime_wasi::random::{WasiRandom, WasiRandomView};
+    use wasmtime_wasi::sockets::{WasiSockets, WasiSocketsView};
 
     type S = StoreState;
     // I/O, both clocks, `random`, stdin/stdout/stderr.
@@ -378,6 +531,16 @@ fn link(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     cli::terminal_stdin::add_to_linker::<S, WasiCli>(linker, <S as WasiCliView>::cli)?;
     cli::terminal_stdout::add_to_linker::<S, WasiCli>(linker, <S as WasiCliView>::cli)?;
     cli::terminal_stderr::add_to_linker::<S, WasiCli>(linker, <S as WasiCliView>::cli)?;
+    filesystem::types::add_to_linker::<S, WasiFilesystem>(linker, <S as WasiFilesystemView>::filesystem)?;
+    filesystem::preopens::add_to_linker::<S, WasiFilesystem>(linker, <S as WasiFilesystemView>::filesystem)?;
+    let network = sockets::network::LinkOptions::default();
+    sockets::network::add_to_linker::<S, WasiSockets>(linker, &network, <S as WasiSocketsView>::sockets)?;
+    sockets::instance_network::add_to_linker::<S, WasiSockets>(linker, <S as WasiSocketsView>::sockets)?;
+    sockets::tcp::add_to_linker::<S, WasiSockets>(linker, <S as WasiSocketsView>::sockets)?;
+    sockets::tcp_create_socket::add_to_linker::<S, WasiSockets>(linker, <S as WasiSocketsView>::sockets)?;
+    sockets::udp::add_to_linker::<S, WasiSockets>(linker, <S as WasiSocketsView>::sockets)?;
+    sockets::udp_create_socket::add_to_linker::<S, WasiSockets>(linker, <S as WasiSocketsView>::sockets)?;
+    sockets::ip_name_lookup::add_to_linker::<S, WasiSockets>(linker, <S as WasiSocketsView>::sockets)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
     bindings::host::add_to_linker::<S, HasSelf<S>>(linker, |s| s)?;
     Ok(())
@@ -388,8 +551,6 @@ struct Bound {
     tenant: Arc<str>,
     agent: Arc<str>,
     limits: Limits,
-    /// [`Limits::cpu`] in epoch ticks.
-    cpu_ticks: u64,
     allowed: Arc<[AllowedHost]>,
 }
 
@@ -403,6 +564,8 @@ pub struct ComponentAgent {
     checked: Arc<AtomicBool>,
     host: Arc<Inner>,
     bound: Arc<Bound>,
+    /// Slots of the pool one instance takes.
+    weight: u32,
 }
 
 impl std::fmt::Debug for ComponentAgent {
@@ -438,12 +601,30 @@ impl ComponentAgent {
             checked: self.checked.clone(),
             host: self.host.clone(),
             bound: Arc::new(bound),
+            weight: self.weight,
         })
     }
 
     /// The limits each decision of this agent runs with.
     pub fn limits(&self) -> &Limits {
         &self.bound.limits
+    }
+
+    /// The size of the agent's compiled code, in bytes: what it holds in
+    /// memory and in the compile cache.
+    pub fn compiled_bytes(&self) -> u64 {
+        let range = self.pre.instance_pre().component().image_range();
+        (range.end.addr() - range.start.addr()) as u64
+    }
+
+    /// Instantiates the component once, as a decision would, without
+    /// calling it: an upload whose instance cannot start (it needs more
+    /// than its limits, or its start traps) is refused with the reason.
+    fn trial(&self) -> Result<(), LoadError> {
+        block_on(self.instantiate_only()).map_err(|e| match e {
+            WorkerError::LimitExceeded(hit) => LoadError::Limits(format!("starting it ran into {hit}")),
+            other => LoadError::Start(other.to_string()),
+        })
     }
 
     async fn decide_once(&self, delivery: Delivery) -> Result<DecisionResponse, WorkerError> {
@@ -455,13 +636,15 @@ impl ComponentAgent {
         };
         // The permit is declared before the store so it is released after
         // the store (and its pooled instance) is gone.
-        let _slot = self.host.slots.acquire().await.map_err(|e| WorkerError::Instantiation(e.to_string()))?;
-        let mut store = self.host.store(&self.bound, delivery.request.session_id.clone(), delivery.deltas, wall);
+        let _slot = self.host.slots.acquire(&self.bound.tenant, self.weight).await;
+        let meter = CpuMeter::new();
+        let mut store =
+            self.host.store(&self.bound, delivery.request.session_id.clone(), delivery.deltas, wall, &meter);
         let request = wit::DecisionRequest::from(delivery.request);
-        let run = async {
+        let run = meter.meter(async {
             let agent = self.pre.instantiate_checked_once(&mut store, &self.checked).await.map_err(Failure::Start)?;
             agent.call_decide(&mut store, &request).await.map_err(Failure::Call)
-        };
+        });
         let outcome = if enforce {
             tokio::time::timeout(wall, run).await.map_err(|_| WorkerError::Timeout(wall))?
         } else {
@@ -479,7 +662,7 @@ impl ComponentAgent {
             Ok(Err(e)) => {
                 // A guest declining after a refused request usually
                 // declines because of it; say so in the engine's words.
-                let mut message = e.message;
+                let mut message = clip(e.message, ERROR_TEXT_BYTES);
                 if let Some(note) = refused_http(store.data()) {
                     message.push_str(&format!(" ({note})"));
                 }
@@ -526,6 +709,27 @@ impl ComponentAgent {
             message.push_str(&format!("; its last error log: {line}"));
         }
         if starting { WorkerError::Instantiation(message) } else { WorkerError::Trapped(message) }
+    }
+}
+
+/// Runs `future` to its end on this thread. The trial instantiation at
+/// load is the engine's one async step in a synchronous call; it needs no
+/// runtime (the epoch callback's yields wake the future at once).
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        match future.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(output) => return output,
+            std::task::Poll::Pending => std::thread::park(),
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
 /// A line longer than this is logged in pieces, so one enormous write does
 /// not become one enormous log record.
-const MAX_LINE: usize = 4096;
+pub(crate) const MAX_LINE: usize = 4096;
 
 /// Lines of stderr a trap's error quotes.
 const TAIL_LINES: usize = 3;

@@ -14,6 +14,7 @@ use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{ComponentExportIndex, InstancePre};
 
 use super::bindings::wit;
+use super::cpu::CpuMeter;
 use super::state::StoreState;
 use super::{Bound, ComponentAgent, ComponentHost, Failure, Inner, LoadError, bind, validate};
 use crate::worker::WorkerError;
@@ -23,9 +24,10 @@ impl ComponentAgent {
     /// and tears it down without calling `decide`.
     pub async fn instantiate_only(&self) -> Result<(), WorkerError> {
         let wall = self.bound.limits.wall_clock;
-        let _slot = self.host.slots.acquire().await.map_err(|e| WorkerError::Instantiation(e.to_string()))?;
-        let mut store = self.host.store(&self.bound, String::new(), None, wall);
-        match self.pre.instantiate_checked_once(&mut store, &self.checked).await {
+        let _slot = self.host.slots.acquire(&self.bound.tenant, self.weight).await;
+        let meter = CpuMeter::new();
+        let mut store = self.host.store(&self.bound, String::new(), None, wall, &meter);
+        match meter.meter(self.pre.instantiate_checked_once(&mut store, &self.checked)).await {
             Ok(_) => Ok(()),
             Err(e) => Err(self.explain(Failure::Start(e), store.data(), wall)),
         }
@@ -67,9 +69,9 @@ impl ComponentHost {
     /// a core module carrying that world) under the default limits, as
     /// [`load`](Self::load) loads an agent.
     pub fn load_floor(&self, bytes: &[u8]) -> Result<Floor, LoadError> {
-        let engine = &self.inner.engine;
-        let component = self.cache.load(engine, bytes)?;
-        validate::check_imports(engine, &component)?;
+        let compiled =
+            self.compile(bytes, |shape| validate::check_import_names(shape.imports.iter().map(String::as_str)))?;
+        let component = compiled.component;
         let noop = match component.get_export(None, "noop") {
             Some((ComponentItem::ComponentFunc(ty), index)) if ty.params().len() == 0 && ty.results().len() == 0 => {
                 index
@@ -87,13 +89,21 @@ impl Floor {
     /// the store down.
     pub async fn call(&self) -> Result<(), WorkerError> {
         let wall = self.bound.limits.wall_clock;
-        let _slot = self.host.slots.acquire().await.map_err(|e| WorkerError::Instantiation(e.to_string()))?;
-        let mut store = self.host.store(&self.bound, String::new(), None, wall);
-        let instance =
-            self.pre.instantiate_async(&mut store).await.map_err(|e| WorkerError::Instantiation(format!("{e:#}")))?;
-        let noop = instance
-            .get_typed_func::<(), ()>(&mut store, &self.noop)
-            .map_err(|e| WorkerError::Instantiation(format!("{e:#}")))?;
-        noop.call_async(&mut store, ()).await.map_err(|e| WorkerError::Trapped(format!("{e:#}")))
+        let _slot = self.host.slots.acquire(&self.bound.tenant, 1).await;
+        let meter = CpuMeter::new();
+        let mut store = self.host.store(&self.bound, String::new(), None, wall, &meter);
+        meter
+            .meter(async {
+                let instance = self
+                    .pre
+                    .instantiate_async(&mut store)
+                    .await
+                    .map_err(|e| WorkerError::Instantiation(format!("{e:#}")))?;
+                let noop = instance
+                    .get_typed_func::<(), ()>(&mut store, &self.noop)
+                    .map_err(|e| WorkerError::Instantiation(format!("{e:#}")))?;
+                noop.call_async(&mut store, ()).await.map_err(|e| WorkerError::Trapped(format!("{e:#}")))
+            })
+            .await
     }
 }

@@ -12,8 +12,9 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use super::bindings::{host, wit};
 use super::http::{AllowedHost, HttpGate, Refusals};
 use super::limits::Limiter;
-use super::output::{GuestOutput, Labels, Stream};
+use super::output::{GuestOutput, Labels, MAX_LINE, Stream};
 use crate::worker::DeltaSink;
+use crate::worker::clip;
 
 /// The state of one store, which lives exactly as long as one decision: a
 /// fresh store and instance per decision keeps sessions and tenants apart.
@@ -41,6 +42,10 @@ pub(crate) struct StoreState {
     /// The guest's last line logged at error level (its start): how a
     /// guest without WASI, which has no stderr, reports a panic.
     last_error: Option<String>,
+    /// What the guest may still send through `log`: bytes, then lines.
+    log_left: (usize, usize),
+    /// Whether a `log` line was dropped (warned about once).
+    log_dropped: bool,
 }
 
 /// How much of a guest's stderr or error line a failed delivery's message
@@ -51,8 +56,11 @@ pub(crate) const QUOTED_CHARS: usize = 500;
 pub(crate) struct Grant {
     /// Whose decision it is, for every line logged.
     pub labels: Labels,
-    /// Bytes of stdout and stderr captured into the logs.
+    /// Bytes of stdout and stderr captured into the logs, and of `log`
+    /// lines.
     pub log_bytes: usize,
+    /// Lines of `log`.
+    pub log_lines: usize,
     /// The hosts the agent may reach.
     pub allowed: Arc<[AllowedHost]>,
     /// The engine's HTTP client.
@@ -67,7 +75,18 @@ struct Wasi {
 
 impl StoreState {
     pub(crate) fn new(deltas: Option<DeltaSink>, grant: Grant, limiter: Limiter) -> Self {
-        Self { grant, wasi: None, table: ResourceTable::new(), http: None, limiter, deltas, last_error: None }
+        let log_left = (grant.log_bytes, grant.log_lines);
+        Self {
+            grant,
+            wasi: None,
+            table: ResourceTable::new(),
+            http: None,
+            limiter,
+            deltas,
+            last_error: None,
+            log_left,
+            log_dropped: false,
+        }
     }
 
     /// The last line the guest logged at error level, if it logged one.
@@ -124,7 +143,25 @@ impl WasiHttpView for StoreState {
 impl wit::Host for StoreState {}
 
 impl host::Host for StoreState {
-    fn log(&mut self, level: host::Level, message: String) {
+    fn log(&mut self, level: host::Level, mut message: String) {
+        // One line is cut to what stdout's lines are cut to; a decision's
+        // lines and bytes are held to its log limits.
+        if message.len() > MAX_LINE {
+            message = clip(message, MAX_LINE);
+        }
+        let (bytes, lines) = &mut self.log_left;
+        if *lines == 0 || *bytes < message.len() {
+            if !self.log_dropped {
+                self.log_dropped = true;
+                tracing::warn!(
+                    target: "subs::guest",
+                    "the guest's log lines passed their limit; the rest of this decision's are dropped"
+                );
+            }
+            return;
+        }
+        *lines -= 1;
+        *bytes -= message.len();
         // The decision's span (tenant, agent, session, trigger) is current
         // while the guest runs, so these lines are tagged with it.
         match level {

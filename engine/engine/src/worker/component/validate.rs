@@ -1,16 +1,21 @@
 //! Checks a component against what the engine grants before it is
 //! accepted: it must export `decide` and import nothing but the
-//! `subs:agent` world's imports (and the interfaces those depend on).
+//! `subs:agent` world's imports (and the interfaces those depend on), or
+//! the WASI interfaces the engine links inert for the standard libraries
+//! of other languages.
 //!
-//! wasmtime's linker would refuse such a component too, but with a message
-//! about its own internals; this names the offending import or export in
-//! the uploader's terms.
+//! The names are checked on the component's shape, before it is compiled
+//! ([`check_shape`]); `decide`'s type once it is ([`check`]). wasmtime's
+//! linker would refuse such a component too, but with a message about its
+//! own internals; this names the offending import or export in the
+//! uploader's terms.
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
 use wasmtime::component::types::{ComponentExtern, ComponentItem};
 
 use super::LoadError;
+use super::inspect::Shape;
 
 /// Every interface a guest may import, without its version: the world's
 /// imports and the interfaces they use. Versions are left to the linker,
@@ -38,54 +43,67 @@ pub(crate) const GRANTED: &[&str] = &[
     "wasi:io/streams",
     "wasi:http/types",
     "wasi:http/outgoing-handler",
+    // Linked inert: no preopened directories, so every open fails with a
+    // WASI error; every socket operation is denied. CPython's and
+    // SpiderMonkey's runtimes import them whether an agent uses them or
+    // not.
+    "wasi:filesystem/types",
+    "wasi:filesystem/preopens",
+    "wasi:sockets/network",
+    "wasi:sockets/instance-network",
+    "wasi:sockets/udp",
+    "wasi:sockets/udp-create-socket",
+    "wasi:sockets/tcp",
+    "wasi:sockets/tcp-create-socket",
+    "wasi:sockets/ip-name-lookup",
 ];
 
-/// Why an import is refused, in a few words, for the families a guest is
-/// most likely to pull in by accident.
-fn why_not(name: &str) -> &'static str {
-    if name.starts_with("wasi:filesystem/") {
-        "agents have no filesystem"
-    } else if name.starts_with("wasi:sockets/") {
-        "agents have no sockets (outgoing HTTP to allow-listed hosts is the only network access)"
-    } else {
-        "the engine does not grant it"
+/// Checks the names a component imports and exports: what it imports is
+/// granted, and it exports `decide`.
+pub(crate) fn check_shape(shape: &Shape) -> Result<(), LoadError> {
+    check_import_names(shape.imports.iter().map(String::as_str))?;
+    if shape.exports.iter().any(|e| e == "decide") {
+        return Ok(());
     }
+    let mut exports: Vec<&str> = shape.exports.iter().map(String::as_str).collect();
+    exports.sort_unstable();
+    let exports = if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") };
+    Err(LoadError::World(format!(
+        "it does not export `decide` (subs:agent@0.1.0); it exports {exports} — build it against \
+         the subs:agent world, e.g. with the subs-sdk `export!` macro"
+    )))
 }
 
-/// Checks the component's imports and its `decide` export.
+/// Checks the compiled component's `decide` export is a function (its
+/// signature is checked when it is linked).
 pub(crate) fn check(engine: &Engine, component: &Component) -> Result<(), LoadError> {
-    check_imports(engine, component)?;
-    let ty = component.component_type();
-    match ty.get_export(engine, "decide") {
+    match component.component_type().get_export(engine, "decide") {
         Some(ComponentExtern { ty: ComponentItem::ComponentFunc(_), .. }) => Ok(()),
-        Some(_) => Err(LoadError::World("its export `decide` is not a function".to_owned())),
-        None => {
-            let mut exports: Vec<&str> = ty.exports(engine).map(|(name, _)| name).collect();
-            exports.sort_unstable();
-            let exports = if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") };
-            Err(LoadError::World(format!(
-                "it does not export `decide` (subs:agent@0.1.0); it exports {exports} — build it against \
-                 the subs:agent world, e.g. with the subs-sdk `export!` macro"
-            )))
-        }
+        _ => Err(LoadError::World("its export `decide` is not a function".to_owned())),
     }
 }
 
-/// Checks that the component imports nothing the engine does not grant.
-pub(crate) fn check_imports(engine: &Engine, component: &Component) -> Result<(), LoadError> {
-    let mut refused: Vec<String> = component
-        .component_type()
-        .imports(engine)
-        .map(|(name, _)| name)
-        .filter(|name| !GRANTED.contains(&name.split('@').next().unwrap_or(name)))
-        .map(|name| format!("`{name}` ({})", why_not(name)))
+/// Checks that the component imports nothing the engine does not grant,
+/// and WASI 0.2 (0.2.0 or later) where it imports WASI.
+pub(crate) fn check_import_names<'a>(names: impl Iterator<Item = &'a str>) -> Result<(), LoadError> {
+    let mut refused: Vec<String> = names
+        .filter_map(|name| {
+            let (interface, version) = name.split_once('@').unwrap_or((name, ""));
+            if !GRANTED.contains(&interface) {
+                return Some(format!("`{name}` (the engine does not grant it)"));
+            }
+            let wasi_0_2 = version.strip_prefix("0.2.").is_some_and(|patch| patch.parse::<u32>().is_ok());
+            (interface.starts_with("wasi:") && !wasi_0_2)
+                .then(|| format!("`{name}` (the engine links WASI 0.2.x, 0.2.0 and later)"))
+        })
         .collect();
     if refused.is_empty() {
         return Ok(());
     }
     refused.sort();
     Err(LoadError::World(format!(
-        "it imports {}; an agent may import only the subs:agent world's interfaces",
+        "it imports {}; an agent may import only the subs:agent world's interfaces and the WASI \
+         interfaces the engine links inert (docs/sandbox.md)",
         refused.join(", ")
     )))
 }

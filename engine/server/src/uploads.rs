@@ -1,0 +1,208 @@
+//! What uploads may cost the server: how many compile at once, how often
+//! a tenant may upload, and how much compiled code its agents may hold.
+//!
+//! Compiling is the most expensive thing a request can make the server do
+//! (seconds of both cores and up to the compile budget's memory, see
+//! docs/security.md). So compiles run at most [`UploadPolicy::concurrent`]
+//! at a time on the server and one at a time per tenant: a tenant's second
+//! upload while its first compiles is answered 429 at once rather than
+//! held (with its body) in memory. Each tenant's uploads are metered by a
+//! bucket of `max_uploads_per_hour`, refilled evenly, checked before the
+//! body is read; and the compiled code of its current agents is counted
+//! against `max_compiled_bytes`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+
+use crate::error::ApiError;
+
+/// How uploads are shared on this server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadPolicy {
+    /// Compiles running at once, over all tenants; more wait their turn.
+    pub concurrent: usize,
+}
+
+impl Default for UploadPolicy {
+    fn default() -> Self {
+        Self { concurrent: 2 }
+    }
+}
+
+/// The server's uploads in progress and each tenant's meters.
+pub struct Uploads {
+    compiles: tokio::sync::Semaphore,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Tenants with a compile in progress.
+    compiling: HashSet<String>,
+    /// Each tenant's upload bucket: tokens left, and when it was filled.
+    buckets: HashMap<String, (f64, Instant)>,
+    /// Compiled bytes of each current agent, by tenant and agent.
+    compiled: HashMap<String, HashMap<String, u64>>,
+}
+
+/// A tenant's turn to compile; ends when dropped.
+pub struct CompileTurn<'a> {
+    uploads: &'a Uploads,
+    tenant: String,
+    _permit: tokio::sync::SemaphorePermit<'a>,
+}
+
+impl Drop for CompileTurn<'_> {
+    fn drop(&mut self) {
+        self.uploads.state().compiling.remove(&self.tenant);
+    }
+}
+
+impl Uploads {
+    /// The meters for `policy`.
+    pub fn new(policy: &UploadPolicy) -> Self {
+        Self { compiles: tokio::sync::Semaphore::new(policy.concurrent.max(1)), state: Mutex::default() }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes one upload from `tenant`'s bucket of `per_hour`, or says when
+    /// the next one is allowed.
+    pub fn meter(&self, tenant: &str, per_hour: u32) -> Result<(), ApiError> {
+        let capacity = f64::from(per_hour);
+        let per_sec = capacity / 3600.0;
+        let now = Instant::now();
+        let mut state = self.state();
+        let (tokens, at) = state.buckets.entry(tenant.to_owned()).or_insert((capacity, now));
+        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * per_sec).min(capacity);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            return Ok(());
+        }
+        let wait = if per_sec > 0.0 { Duration::from_secs_f64((1.0 - *tokens) / per_sec) } else { Duration::MAX };
+        Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "limit_exceeded",
+            format!(
+                "the tenant has used its {per_hour} component uploads per hour (limit `max_uploads_per_hour`); \
+                 the next is allowed in {} s",
+                wait.as_secs().saturating_add(1)
+            ),
+        ))
+    }
+
+    /// Waits for a compile slot for `tenant`; refuses at once while one of
+    /// its uploads is compiling.
+    pub async fn turn(&self, tenant: &str) -> Result<CompileTurn<'_>, ApiError> {
+        if !self.state().compiling.insert(tenant.to_owned()) {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "limit_exceeded",
+                "another upload of this tenant is being compiled; send this one when it is done",
+            ));
+        }
+        let unmark = Unmark { uploads: self, tenant };
+        let permit = self.compiles.acquire().await.map_err(|e| ApiError::internal(&e))?;
+        std::mem::forget(unmark);
+        Ok(CompileTurn { uploads: self, tenant: tenant.to_owned(), _permit: permit })
+    }
+
+    /// Refuses an agent of `bytes` compiled bytes in place of the current
+    /// version of `agent_id` when the tenant's total would pass `limit`.
+    pub fn check_quota(&self, tenant: &str, agent_id: &str, bytes: u64, limit: u64) -> Result<(), ApiError> {
+        let state = self.state();
+        let others: u64 = state
+            .compiled
+            .get(tenant)
+            .map(|agents| agents.iter().filter(|(a, _)| *a != agent_id).map(|(_, b)| *b).sum())
+            .unwrap_or(0);
+        if others.saturating_add(bytes) <= limit {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "limit_exceeded",
+            format!(
+                "the tenant's agents would hold {} MiB of compiled code with this one ({} MiB), more than its \
+                 {} MiB (limit `max_compiled_bytes`); remove agents it no longer needs",
+                (others + bytes) >> 20,
+                bytes >> 20,
+                limit >> 20
+            ),
+        ))
+    }
+
+    /// Records the compiled size of `tenant`'s agent `agent_id`'s current
+    /// version; `None` when it has none (removed, or an HTTP worker).
+    pub fn set_compiled(&self, tenant: &str, agent_id: &str, bytes: Option<u64>) {
+        let mut state = self.state();
+        match bytes {
+            Some(bytes) => {
+                state.compiled.entry(tenant.to_owned()).or_default().insert(agent_id.to_owned(), bytes);
+            }
+            None => {
+                if let Some(agents) = state.compiled.get_mut(tenant) {
+                    agents.remove(agent_id);
+                }
+            }
+        }
+    }
+}
+
+/// Clears a tenant's "compiling" mark if its turn is given up while it
+/// waits for a server-wide slot.
+struct Unmark<'a> {
+    uploads: &'a Uploads,
+    tenant: &'a str,
+}
+
+impl Drop for Unmark<'_> {
+    fn drop(&mut self) {
+        self.uploads.state().compiling.remove(self.tenant);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bucket_allows_its_size_then_refuses_naming_the_limit() {
+        let uploads = Uploads::new(&UploadPolicy::default());
+        for _ in 0..3 {
+            uploads.meter("t", 3).unwrap();
+        }
+        let err = uploads.meter("t", 3).unwrap_err();
+        assert_eq!(err.status, StatusCode::TOO_MANY_REQUESTS);
+        assert!(err.message.contains("max_uploads_per_hour"), "{}", err.message);
+        uploads.meter("other", 3).expect("tenants have their own buckets");
+    }
+
+    #[tokio::test]
+    async fn one_compile_per_tenant_at_a_time() {
+        let uploads = Uploads::new(&UploadPolicy { concurrent: 4 });
+        let turn = uploads.turn("t").await.unwrap();
+        assert_eq!(uploads.turn("t").await.err().map(|e| e.status), Some(StatusCode::TOO_MANY_REQUESTS));
+        let _other = uploads.turn("u").await.unwrap();
+        drop(turn);
+        let _again = uploads.turn("t").await.expect("the tenant's turn ended");
+    }
+
+    #[test]
+    fn the_quota_counts_the_other_agents_and_the_new_version() {
+        let uploads = Uploads::new(&UploadPolicy::default());
+        uploads.set_compiled("t", "a", Some(60));
+        uploads.set_compiled("t", "b", Some(30));
+        uploads.check_quota("t", "a", 70, 100).expect("a's old version is replaced");
+        let err = uploads.check_quota("t", "c", 20, 100).unwrap_err();
+        assert!(err.message.contains("max_compiled_bytes"), "{}", err.message);
+        uploads.set_compiled("t", "b", None);
+        uploads.check_quota("t", "c", 20, 100).unwrap();
+    }
+}
