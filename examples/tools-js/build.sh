@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the agent as a component with the pinned toolchain (package-lock.json):
+# esbuild bundles agent.js with the SDK, componentize-js (default settings)
+# makes the component of the subs:agent world.
+#
+#   ./build.sh [OUT]   # default: <repo>/target/guests/js/tools_js.wasm
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out=${1:-$root/target/guests/js/tools_js.wasm}
+case $out in /*) ;; *) out=$PWD/$out ;; esac
+
+cd "$here"
+if [ ! -x node_modules/.bin/componentize-js ] || [ ! -x node_modules/.bin/esbuild ]; then
+    npm ci --no-audit --no-fund
+fi
+mkdir -p build "$(dirname "$out")"
+# `subs-component` makes the SDK reach the engine's imports (`#host`); the
+# `subs:` and `wasi:` imports are left for componentize-js to bind.
+node_modules/.bin/esbuild agent.js --bundle --format=esm --platform=neutral \
+    --conditions=subs-component --external:'subs:*' --external:'wasi:*' \
+    --log-level=warning --outfile=build/agent.bundle.js
+node_modules/.bin/componentize-js build/agent.bundle.js \
+    --wit "$root/wit" --world-name agent --out "$out"

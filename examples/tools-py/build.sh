@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the agent as a component with the pinned componentize-py (default
+# settings), installing it into .venv first if it is not there.
+#
+#   ./build.sh [OUT]   # default: <repo>/target/guests/py/tools_py.wasm
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out=${1:-$root/target/guests/py/tools_py.wasm}
+case $out in /*) ;; *) out=$PWD/$out ;; esac
+
+venv=$here/.venv
+if [ ! -x "$venv/bin/componentize-py" ]; then
+    "${PYTHON:-python3}" -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"
+fi
+mkdir -p "$(dirname "$out")"
+cd "$here"
+# The module `tools_agent` (its `WitWorld`), with the SDK from the repository
+# on its path. componentize-py imports it at build time and snapshots the
+# interpreter: modules imported only later, inside `decide`, are not there.
+"$venv/bin/componentize-py" --wit-path "$root/wit" --world agent --quiet \
+    componentize tools_agent \
+    --python-path "$here" --python-path "$root/guest-sdk/python/src" \
+    --output "$out"

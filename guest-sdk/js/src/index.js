@@ -1,0 +1,42 @@
+// Write subs agents in JavaScript or TypeScript, as WebAssembly components
+// (componentize-js).
+//
+//     import { Agent, exportAgent } from '@subs/sdk';
+//
+//     class Passthrough extends Agent {}   // takes the engine's proposal: a complete chat agent
+//
+//     export const decide = exportAgent(new Passthrough());
+//
+// Layout: protocol.js (builders of protocol values, which are their JSON),
+// wit.js (the one mapping between the protocol and the WIT types),
+// agent.js (Agent, Context, DecideError, Level), tools.js (tool, s,
+// ToolRouter), testing.js (RecordingHost, toolExecute), component.js
+// (exportAgent). Nothing but component.js knows about WebAssembly, and it
+// reaches the engine's imports through `#host`, which is a stub natively:
+// agents are unit tested with plain `node --test`.
+
+export { Agent, Context, DecideError, Level } from './agent.js';
+export { exportAgent, decideWit } from './component.js';
+export {
+  DraftMessage,
+  done,
+  doneWith,
+  interrupt,
+  jsNumber,
+  llmCall,
+  llmError,
+  llmResult,
+  messageSend,
+  messageText,
+  requestFor,
+  subAgentSpawn,
+  toJson,
+  toolCall,
+  toolError,
+  toolResult,
+  withAction,
+  withMessage,
+} from './protocol.js';
+export { RecordingHost, toolExecute } from './testing.js';
+export { ToolRouter, check, s, tool } from './tools.js';
+export { ProtocolError } from './wit.js';

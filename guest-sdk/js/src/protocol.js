@@ -1,0 +1,151 @@
+// The protocol's values are its JSON: a DecisionRequest is the object
+// `JSON.parse` makes of one, and a decision is an object that
+// `JSON.stringify` writes as one. This module has the builders of the
+// common values (the names of the Rust SDK's constructors) and JSON text
+// that refuses what has no JSON form.
+
+import { jsonText } from './wit.js';
+
+/** `llm.call`; omitted fields come from the agent config. */
+export function llmCall(fields = {}) {
+  return { type: 'llm.call', ...fields };
+}
+
+/** `tool.call` of `name` with `arguments`. */
+export function toolCall(name, args, fields = {}) {
+  return { type: 'tool.call', ...pick(fields, 'id'), name, arguments: args, ...omit(fields, 'id') };
+}
+
+/** `tool.result` settling the call of the `tool.execute` answered. */
+export function toolResult(result) {
+  return { type: 'tool.result', result };
+}
+
+/** `tool.error` (terminal unless `retryable: true`) settling the call of the `tool.execute` answered. */
+export function toolError(error, fields = {}) {
+  return { type: 'tool.error', ...pick(fields, 'id', 'attempt'), error, ...omit(fields, 'id', 'attempt') };
+}
+
+/** `llm.result` settling the call of the `llm.execute` answered. */
+export function llmResult(response) {
+  return { type: 'llm.result', response };
+}
+
+/** `llm.error` settling the call of the `llm.execute` answered. */
+export function llmError(error, fields = {}) {
+  return { type: 'llm.error', ...pick(fields, 'id', 'attempt'), error, ...omit(fields, 'id', 'attempt') };
+}
+
+/** `interrupt`; the engine mints the id when it is omitted. */
+export function interrupt(reason, payload, interruptId) {
+  const action = { type: 'interrupt' };
+  if (interruptId !== undefined) action.interrupt_id = interruptId;
+  action.reason = reason;
+  if (payload !== undefined && payload !== null) action.payload = payload;
+  return action;
+}
+
+/** `done`, with `data` for clients when given. */
+export function done(data) {
+  return data === undefined || data === null ? { type: 'done' } : { type: 'done', data };
+}
+
+/** `done` carrying `data`. */
+export function doneWith(data) {
+  return { type: 'done', data };
+}
+
+/** `sub_agent.spawn`. */
+export function subAgentSpawn(sessionId, agentId, toolCallId, fields = {}) {
+  return { type: 'sub_agent.spawn', session_id: sessionId, agent_id: agentId, tool_call_id: toolCallId, ...fields };
+}
+
+/** `message.send`. */
+export function messageSend(sessionId, message) {
+  return { type: 'message.send', session_id: sessionId, message };
+}
+
+/** Messages to record: `DraftMessage.user('hi')`. */
+export const DraftMessage = Object.freeze({
+  user: (text) => ({ role: 'user', content: text }),
+  assistant: (text) => ({ role: 'assistant', content: text }),
+  system: (text) => ({ role: 'system', content: text }),
+  tool: (toolCallId, text) => ({ role: 'tool', content: text, tool_call_id: toolCallId }),
+});
+
+/** The text of a message's content: text parts joined by newlines. */
+export function messageText(message) {
+  const content = message?.content;
+  if (content === undefined || content === null) return '';
+  if (typeof content === 'string') return content;
+  return content.filter((p) => p.type === 'text').map((p) => p.text).join('\n');
+}
+
+/**
+ * `decision` with `action` added (the decision is changed and returned).
+ * A decision's lists are created as needed.
+ */
+export function withAction(decision, action) {
+  (decision.actions ??= []).push(action);
+  return decision;
+}
+
+/** `decision` with `message` added to the messages it records. */
+export function withMessage(decision, message) {
+  (decision.messages ??= []).push(message);
+  return decision;
+}
+
+/**
+ * A minimal request for `trigger`, as in the Rust SDK: session `session`,
+ * agent `agent`, no config, no messages, `null` state, first delivery.
+ * `fields` replaces any of them.
+ */
+export function requestFor(trigger, fields = {}) {
+  return {
+    session_id: 'session',
+    decision_id: 'decision',
+    agent_id: 'agent',
+    identity: {},
+    trigger,
+    proposed: {},
+    state: null,
+    agent: null,
+    calls: [],
+    pending_calls: 0,
+    messages: [],
+    message_tree: { nodes: [] },
+    ancestry: [],
+    attempts: 1,
+    deadline: null,
+    turn_id: null,
+    ...fields,
+  };
+}
+
+/**
+ * `x` as JSON writes a JavaScript number (JavaScript has one number type,
+ * so `1 + 2` is `3` already); non-finite numbers have no JSON form and
+ * throw.
+ */
+export function jsNumber(x) {
+  if (!Number.isFinite(x)) throw new RangeError(`${x} is not a JSON number`);
+  return x;
+}
+
+/** Compact JSON text; fails on non-finite numbers instead of writing `null`. */
+export function toJson(value) {
+  return jsonText(value);
+}
+
+function pick(obj, ...keys) {
+  const out = {};
+  for (const k of keys) if (obj[k] !== undefined) out[k] = obj[k];
+  return out;
+}
+
+function omit(obj, ...keys) {
+  const out = { ...obj };
+  for (const k of keys) delete out[k];
+  return out;
+}

@@ -1,0 +1,18 @@
+// The protocol <-> WIT mapping (src/wit.js). The WIT types are jco's, in types/wit/.
+/// <reference path="../types/wit/agent.d.ts" />
+import type { DecisionRequest, DecisionResponse } from './index.js';
+
+export { ProtocolError } from './index.js';
+
+/** A description of one protocol type (a record, union, enum, ...), by name in `types`. */
+export interface WitType { readonly kind: string }
+
+export declare const types: Readonly<Record<string, WitType>>;
+export declare function toWit(type: WitType, value: unknown): any;
+export declare function fromWit(type: WitType, value: any): any;
+export declare function conforms(type: WitType, value: unknown): boolean;
+export declare function jsonText(value: unknown): string;
+export declare function jsonValue(text: string): unknown;
+export declare function unexpected(value: unknown): string;
+export declare function requestFromWit(request: import('subs:agent/types@0.1.0').DecisionRequest): DecisionRequest;
+export declare function responseToWit(decision: DecisionResponse): import('subs:agent/types@0.1.0').DecisionResponse;

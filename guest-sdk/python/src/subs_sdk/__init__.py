@@ -1,0 +1,60 @@
+"""Write subs agents in Python, as WebAssembly components (componentize-py).
+
+An agent is a subclass of :class:`Agent`; its module exports it with one
+line::
+
+    import subs_sdk
+
+    class Passthrough(subs_sdk.Agent):
+        pass            # returns the engine's proposal: a complete chat agent
+
+    WitWorld = subs_sdk.export(Passthrough())
+
+The engine calls the component's ``decide`` export whenever it needs to know
+what happens next in a session; :meth:`Agent.decide` gets the
+:class:`DecisionRequest` and a :class:`Context` (logs, streamed deltas) and
+returns the :class:`DecisionResponse`.
+
+Layout:
+
+- :mod:`subs_sdk.protocol`: the protocol's types (dataclasses) and their JSON.
+- :mod:`subs_sdk.wit`: their mapping to the componentize-py bindings of
+  ``subs:agent`` (the twin of the engine's ``wit.rs``).
+- :mod:`subs_sdk.agent`: :class:`Agent`, :class:`Context`, :class:`Host`,
+  :class:`Level`, :class:`DecideError`.
+- :mod:`subs_sdk.tools`: :func:`tool`, :class:`ToolRouter`.
+- :mod:`subs_sdk.testing`: :class:`RecordingHost`, :func:`tool_execute`.
+- :mod:`subs_sdk.component`: :func:`export`.
+
+Nothing but :mod:`subs_sdk.component` knows about WebAssembly, and it
+imports the bindings only where they exist: agents are unit tested natively.
+"""
+
+from .agent import Agent, Context, DecideError, Host, Level
+from .component import export
+from .protocol import *  # noqa: F401,F403  (the protocol types)
+from .protocol import __all__ as _protocol_all
+from .testing import RecordingHost, tool_execute
+from .tools import Tool, ToolRouter, schema_of, tool
+
+__version__ = "0.1.0"
+
+# The common actions as functions: `subs_sdk.tool_result(...)`.
+llm_call = Action.llm_call  # noqa: F405
+tool_call = Action.tool_call  # noqa: F405
+tool_result = Action.tool_result  # noqa: F405
+tool_error = Action.tool_error  # noqa: F405
+llm_result = Action.llm_result  # noqa: F405
+llm_error = Action.llm_error  # noqa: F405
+interrupt = Action.interrupt  # noqa: F405
+done = Action.done  # noqa: F405
+done_with = Action.done_with  # noqa: F405
+sub_agent_spawn = Action.sub_agent_spawn  # noqa: F405
+message_send = Action.message_send  # noqa: F405
+
+__all__ = [
+    "Agent", "Context", "DecideError", "Host", "Level", "export", "RecordingHost", "tool_execute",
+    "Tool", "ToolRouter", "schema_of", "tool",
+    "llm_call", "tool_call", "tool_result", "tool_error", "llm_result", "llm_error", "interrupt", "done",
+    "done_with", "sub_agent_spawn", "message_send",
+] + list(_protocol_all)

@@ -1,0 +1,413 @@
+"""The mapping between the protocol types and the WIT types of ``subs:agent``.
+
+The Python twin of ``engine/protocol/src/wit.rs``: componentize-py generates
+one dataclass per WIT record (``wit_world.imports.subs_agent_types``) with the
+same snake_case field names as the protocol dataclasses, so the mapping
+follows the protocol types' annotations and only the places where WIT and
+JSON differ are written out:
+
+- every value of any JSON (``Any``) crosses as JSON text;
+- string enums (``Literal``) are WIT ``enum``\\ s; tagged unions are WIT
+  ``variant``\\ s (``Action_ToolResult(ToolResult(...))``); a message's
+  ``content`` is ``Content_Text`` or ``Content_Parts``;
+- ``ToolCall.type`` is the WIT field ``kind``; ``tool.error`` and
+  ``llm.error`` share the record ``call-error``; a ``client.messages`` trigger
+  is a ``client-messages-trigger``, a ``client.action`` one a
+  ``client-action-trigger``; ``WorkerIdentity.metadata`` is a list of pairs;
+- an ``llm.execute`` request is ``standard(llm-request)`` when the typed
+  record holds it exactly (and no ``format`` is set), else ``native(json)``;
+  an ``llm.result`` response likewise;
+- a request's ``message_tree`` does not repeat the active path: a node's
+  message is ``active(i)`` (``messages[i]``) or ``other(message)``, its parent
+  ``root``, ``node(j)`` (an earlier node) or ``id(string)``.
+
+The mapping is lossless both ways. The generated module is only there inside
+a component (or wherever the bindings were generated); every function takes
+it as ``w``, defaulting to the component's.
+"""
+
+import dataclasses
+from typing import Any, Dict, List, Optional, Tuple, Union, get_args, get_origin
+
+from . import protocol as p
+from .protocol import ProtocolError
+
+_NONE = type(None)
+
+# Each string enum of the protocol and its WIT enum's name.
+_ENUMS: Dict[Any, str] = {
+    p.Role: "Role",
+    p.Handler: "Handler",
+    p.LlmHandler: "LlmHandler",
+    p.ToolHandler: "ToolHandler",
+    p.LlmFormat: "LlmFormat",
+    p.ReasoningEffort: "ReasoningEffort",
+    p.ErrorCode: "ErrorCode",
+    p.CallKind: "CallKind",
+    p.CallStatus: "CallStatus",
+}
+
+# Unions: the WIT variant of each base, and of each member its case and
+# payload: a record (by name), the value of its one field ("=field"), or none.
+_UNIONS: Dict[type, str] = {
+    p.ContentPart: "ContentPart",
+    p.ToolInput: "ToolInput",
+    p.Trigger: "Trigger",
+    p.Action: "Action",
+    p.ClientInput: "ClientInput",
+}
+_CASES: Dict[type, Tuple[str, Optional[str]]] = {
+    p.TextPart: ("Text", "=text"),
+    p.ImageUrlPart: ("ImageUrl", "=image_url"),
+    p.FilePart: ("File", "=file"),
+    p.InputAudioPart: ("InputAudio", "=input_audio"),
+    p.VideoUrlPart: ("VideoUrl", "=video_url"),
+    p.ValidInput: ("Valid", "=value"),
+    p.InvalidInput: ("Invalid", "InvalidInput"),
+    p.MalformedInput: ("Malformed", "=error"),
+    p.SessionStart: ("SessionStart", None),
+    p.ClientMessages: ("ClientMessages", "ClientMessagesTrigger"),
+    p.ClientAction: ("ClientAction", "ClientActionTrigger"),
+    p.ToolExecute: ("ToolExecute", "ToolExecute"),
+    p.ToolFinished: ("ToolFinished", "ToolFinished"),
+    p.LlmExecute: ("LlmExecute", "LlmExecute"),
+    p.LlmFinished: ("LlmFinished", "LlmFinished"),
+    p.SubAgentFinished: ("SubAgentFinished", "SubAgentFinished"),
+    p.InterruptResumed: ("InterruptResumed", "InterruptResumed"),
+    p.LlmCall: ("LlmCall", "LlmCall"),
+    p.ToolCallAction: ("ToolCall", "ToolCallAction"),
+    p.ToolResult: ("ToolResult", "ToolResult"),
+    p.ToolError: ("ToolError", "CallError"),
+    p.LlmResult: ("LlmResult", "LlmResult"),
+    p.LlmError: ("LlmError", "CallError"),
+    p.SubAgentSpawn: ("SubAgentSpawn", "SubAgentSpawn"),
+    p.MessageSend: ("MessageSend", "MessageSend"),
+    p.Interrupt: ("Interrupt", "Interrupt"),
+    p.Done: ("Done", "Done"),
+    p.ClientMessageInput: ("ClientMessage", "ClientMessageInput"),
+    p.ClientMessagesInput: ("ClientMessages", "ClientMessagesInput"),
+    p.ClientActionInput: ("ClientAction", "ClientActionInput"),
+    p.InterruptResumeInput: ("InterruptResume", "InterruptResumeInput"),
+    p.ToolResultInput: ("ToolResult", "ToolResultInput"),
+    p.ToolErrorInput: ("ToolError", "ToolErrorInput"),
+}
+# WIT variant class name (`Action_ToolResult`) -> protocol class.
+_BY_WIT_CASE: Dict[str, type] = {}
+for _cls, (_case, _payload) in _CASES.items():
+    _base = next(b for b in _cls.__mro__ if b in _UNIONS)
+    _BY_WIT_CASE[f"{_UNIONS[_base]}_{_case}"] = _cls
+
+
+def bindings() -> Any:
+    """The generated ``subs:agent/types`` module of the component."""
+    from wit_world.imports import subs_agent_types
+
+    return subs_agent_types
+
+
+# ---- JSON text --------------------------------------------------------------
+
+
+def json_text(value: Any) -> str:
+    """A value of any JSON as the text that crosses."""
+    try:
+        return p.dump_json(p.jsonable(value))
+    except (TypeError, ValueError) as e:
+        raise ProtocolError(f"not JSON: {e}") from None
+
+
+def json_value(text: str) -> Any:
+    """The value of JSON text that crossed."""
+    try:
+        return p.parse_json(text)
+    except ValueError as e:
+        raise ProtocolError(f"invalid JSON text: {e}") from None
+
+
+def _strict_equal(a: Any, b: Any) -> bool:
+    """JSON equality as serde_json's ``Value`` has it: ``1`` is not ``1.0``,
+    ``true`` is not ``1``, key order does not matter."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_strict_equal(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_strict_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def exact_typed(cls: type, value: Any) -> Optional[Any]:
+    """The typed form of ``value`` when that form holds it exactly (parsing
+    drops unknown fields and may change how numbers are written)."""
+    try:
+        typed = p.from_json(cls, value)
+    except ProtocolError:
+        return None
+    return typed if _strict_equal(p.to_value(typed), value) else None
+
+
+# ---- protocol -> WIT --------------------------------------------------------
+
+
+def to_wit(value: Any, w: Any = None) -> Any:
+    """A protocol value (a dataclass of :mod:`subs_sdk.protocol`) as the WIT
+    value of the generated bindings ``w``."""
+    if w is None:
+        w = bindings()
+    return _to(type(value), value, w)
+
+
+def _to(tp: Any, value: Any, w: Any) -> Any:
+    if tp is Any:  # required: None is JSON null
+        return json_text(value)
+    if value is None:
+        return None
+    if tp in (str, int, bool):
+        return value
+    if tp is float:
+        return float(value)
+    origin = get_origin(tp)
+    if origin is Union:
+        args = [a for a in get_args(tp) if a is not _NONE]
+        if len(args) == 1:
+            return _to(args[0], value, w)
+        if isinstance(value, str):  # Content
+            return w.Content_Text(value)
+        return w.Content_Parts([_to(p.ContentPart, part, w) for part in value])
+    if tp in _ENUMS:
+        return getattr(w, _ENUMS[tp])[value.upper()]
+    if origin is list:
+        (item,) = get_args(tp)
+        out = []
+        for i, v in enumerate(value):
+            try:
+                out.append(_to(item, v, w))
+            except ProtocolError as e:
+                raise e.in_index(i) from None
+        return out
+    if isinstance(value, p._Tagged):
+        return _variant_to(value, w)
+    return _record_to(type(value), type(value).__name__, value, w)
+
+
+def _variant_to(value: Any, w: Any) -> Any:
+    cls = type(value)
+    base = next(b for b in cls.__mro__ if b in _UNIONS)
+    case, payload = _CASES[cls]
+    make = getattr(w, f"{_UNIONS[base]}_{case}")
+    if payload is None:
+        return make()
+    if payload.startswith("="):
+        name = payload[1:]
+        tp = dict((n, t) for n, t, _o, _k in p._plan(cls))[name]
+        return make(_to(tp, getattr(value, name), w))
+    return make(_record_to(cls, payload, value, w))
+
+
+def _record_to(cls: type, wit_name: str, value: Any, w: Any) -> Any:
+    kwargs = {}
+    for name, tp, _optional, _keep in p._plan(cls):
+        v = getattr(value, name)
+        try:
+            special = _SPECIAL_TO.get((cls, name))
+            if special is not None:
+                name, v = special(value, w)
+            else:
+                v = _to(tp, v, w)
+        except ProtocolError as e:
+            raise e.in_field(name) from None
+        kwargs[name] = v
+    return getattr(w, wit_name)(**kwargs)
+
+
+def _tool_call_kind(value: p.ToolCall, w: Any) -> Tuple[str, Any]:
+    return "kind", value.type
+
+
+def _metadata_to(value: p.WorkerIdentity, w: Any) -> Tuple[str, Any]:
+    m = value.metadata
+    return "metadata", None if m is None else list(m.items())
+
+
+def _request_body_to(value: p.LlmExecute, w: Any) -> Tuple[str, Any]:
+    if value.format is None:
+        typed = exact_typed(p.LlmRequest, value.request)
+        if typed is not None:
+            return "request", w.LlmRequestBody_Standard(_to(p.LlmRequest, typed, w))
+    return "request", w.LlmRequestBody_Native(json_text(value.request))
+
+
+def _response_body_to(value: p.LlmResult, w: Any) -> Tuple[str, Any]:
+    typed = exact_typed(p.LlmResponse, value.response)
+    if typed is not None:
+        return "response", w.LlmResponseBody_Standard(_to(p.LlmResponse, typed, w))
+    return "response", w.LlmResponseBody_Native(json_text(value.response))
+
+
+def _tree_to(value: p.DecisionRequest, w: Any) -> Tuple[str, Any]:
+    tree, path = value.message_tree, value.messages
+    seen: Dict[str, int] = {}
+    nodes = []
+    following = 0
+    for k, node in enumerate(tree.nodes):
+        if node.parent_id is None:
+            parent = w.TreeParent_Root()
+        elif node.parent_id in seen:
+            parent = w.TreeParent_Node(seen[node.parent_id])
+        else:
+            parent = w.TreeParent_Id(node.parent_id)
+        seen.setdefault(node.message.id, k)
+        if following < len(path) and path[following] == node.message:
+            message = w.TreeMessage_Active(following)
+            following += 1
+        else:
+            message = w.TreeMessage_Other(_to(p.Message, node.message, w))
+        nodes.append(w.TreeNode(message=message, parent=parent))
+    return "message_tree", w.MessageTree(nodes=nodes, head_id=tree.head_id)
+
+
+_SPECIAL_TO = {
+    (p.ToolCall, "type"): _tool_call_kind,
+    (p.WorkerIdentity, "metadata"): _metadata_to,
+    (p.LlmExecute, "request"): _request_body_to,
+    (p.LlmResult, "response"): _response_body_to,
+    (p.DecisionRequest, "message_tree"): _tree_to,
+}
+
+
+# ---- WIT -> protocol --------------------------------------------------------
+
+
+def from_wit(tp: Any, value: Any) -> Any:
+    """The protocol value of type ``tp`` of a WIT value. Fails (with a
+    :class:`~subs_sdk.protocol.ProtocolError` naming the field) only where
+    JSON text does not parse, or a tree index points nowhere."""
+    return _from(tp, value)
+
+
+def _from(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    if tp is Any:
+        return json_value(value)
+    if tp in (str, int, bool, float):
+        return value
+    origin = get_origin(tp)
+    if origin is Union:
+        args = [a for a in get_args(tp) if a is not _NONE]
+        if len(args) == 1:
+            return _from(args[0], value)
+        if type(value).__name__ == "Content_Text":
+            return value.value
+        return _from(List[p.ContentPart], value.value)
+    if tp in _ENUMS:
+        return value.name.lower()
+    if origin is list:
+        (item,) = get_args(tp)
+        out = []
+        for i, v in enumerate(value):
+            try:
+                out.append(_from(item, v))
+            except ProtocolError as e:
+                raise e.in_index(i) from None
+        return out
+    if isinstance(tp, type) and tp in _UNIONS:
+        return _variant_from(value)
+    return _record_from(tp, value)
+
+
+def _variant_from(value: Any) -> Any:
+    cls = _BY_WIT_CASE[type(value).__name__]
+    _case, payload = _CASES[cls]
+    if payload is None:
+        return cls()
+    if payload.startswith("="):
+        name = payload[1:]
+        tp = dict((n, t) for n, t, _o, _k in p._plan(cls))[name]
+        try:
+            return cls(**{name: _from(tp, value.value)})
+        except ProtocolError as e:
+            raise e.in_field(name) from None
+    return _record_from(cls, value.value)
+
+
+def _record_from(cls: type, value: Any) -> Any:
+    kwargs: Dict[str, Any] = {}
+    for name, tp, _optional, _keep in p._plan(cls):
+        try:
+            special = _SPECIAL_FROM.get((cls, name))
+            if special is not None:
+                kwargs[name] = special(value, kwargs)
+            else:
+                kwargs[name] = _from(tp, getattr(value, name))
+        except ProtocolError as e:
+            raise e.in_field(name) from None
+    return cls(**kwargs)
+
+
+def _tool_call_type(value: Any, done: Dict[str, Any]) -> str:
+    return value.kind
+
+
+def _metadata_from(value: Any, done: Dict[str, Any]) -> Optional[Dict[str, str]]:
+    return None if value.metadata is None else dict(value.metadata)
+
+
+def _request_body_from(value: Any, done: Dict[str, Any]) -> Any:
+    body = value.request
+    if type(body).__name__ == "LlmRequestBody_Standard":
+        return p.to_value(_from(p.LlmRequest, body.value))
+    return json_value(body.value)
+
+
+def _response_body_from(value: Any, done: Dict[str, Any]) -> Any:
+    body = value.response
+    if type(body).__name__ == "LlmResponseBody_Standard":
+        return p.to_value(_from(p.LlmResponse, body.value))
+    return json_value(body.value)
+
+
+def _bad_index(node: int, field: str, what: str, index: int) -> ProtocolError:
+    return (
+        ProtocolError(f"refers to {what} {index}, which does not exist")
+        .in_field(field)
+        .in_index(node)
+        .in_field("nodes")
+    )
+
+
+def _tree_from(value: Any, done: Dict[str, Any]) -> p.MessageTree:
+    path: List[p.Message] = done["messages"]
+    nodes: List[p.TreeNode] = []
+    for k, node in enumerate(value.message_tree.nodes):
+        m = node.message
+        if type(m).__name__ == "TreeMessage_Active":
+            if not 0 <= m.value < len(path):
+                raise _bad_index(k, "message", "message", m.value)
+            message = path[m.value]
+        else:
+            try:
+                message = _from(p.Message, m.value)
+            except ProtocolError as e:
+                raise e.in_field("message").in_index(k).in_field("nodes") from None
+        parent = node.parent
+        kind = type(parent).__name__
+        if kind == "TreeParent_Root":
+            parent_id = None
+        elif kind == "TreeParent_Id":
+            parent_id = parent.value
+        elif 0 <= parent.value < k:
+            parent_id = nodes[parent.value].message.id
+        else:
+            raise _bad_index(k, "parent", "an earlier node", parent.value)
+        nodes.append(p.TreeNode(message=message, parent_id=parent_id))
+    return p.MessageTree(nodes=nodes, head_id=value.message_tree.head_id)
+
+
+_SPECIAL_FROM = {
+    (p.ToolCall, "type"): _tool_call_type,
+    (p.WorkerIdentity, "metadata"): _metadata_from,
+    (p.LlmExecute, "request"): _request_body_from,
+    (p.LlmResult, "response"): _response_body_from,
+    (p.DecisionRequest, "message_tree"): _tree_from,
+}
