@@ -50,7 +50,7 @@ async fn deltas_are_refused_when_nothing_streams() {
 #[tokio::test]
 async fn a_worker_run_llm_call_streams_to_clients_through_the_loop() {
     let t = subs_tests::TestEngine::start();
-    let mut events = t.engine.subscribe(subs_tests::TENANT, "stream");
+    let mut events = t.engine.subscribe(subs_tests::TENANT, "stream").unwrap();
     let turn = t.send("stream", "streamer", "hi").await;
     let mut seen = Vec::new();
     loop {

@@ -30,4 +30,5 @@ pub mod tools;
 pub mod worker;
 
 pub use engine::{Accepted, Engine, EngineConfig, InputError, Snapshot};
+pub use events::StreamLimits;
 pub use store::Store;

@@ -22,7 +22,7 @@ use super::apply::{Accepted, Ctx, InputError, Outcome, SessionQuota};
 use super::{Change, Session, proposal, validate};
 use crate::clock;
 use crate::engine::Shared;
-use crate::events::{Event, token_delta};
+use crate::events::{Event, Frame, token_delta};
 use crate::model::Money;
 use crate::store::{CallSpec, Op, SessionKey, StepStatus, StoreError, TurnStatus};
 use crate::worker::{Delivery, DeltaSink, WorkerError};
@@ -356,10 +356,8 @@ impl Actor {
         let key = self.key.clone();
         let call_id = call_id.to_owned();
         Arc::new(move |delta| {
-            shared.hub.publish(
-                &key,
-                Event { seq: None, name: "llm.token.delta".to_owned(), data: token_delta(&call_id, &delta) },
-            );
+            let data = token_delta(&call_id, &delta);
+            shared.hub.publish(&key, Frame::new(&Event { seq: None, name: "llm.token.delta".to_owned(), data }));
         })
     }
 
