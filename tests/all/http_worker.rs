@@ -497,7 +497,10 @@ async fn stream_replies_hand_deltas_to_the_sink_and_honour_error_events() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = {
             let seen = seen.clone();
-            Arc::new(move |delta: StreamDelta| seen.lock().unwrap().push(delta))
+            Arc::new(move |delta: StreamDelta| {
+                seen.lock().unwrap().push(delta);
+                Ok(())
+            })
         };
         let delivery = Delivery { request: DecisionRequest::for_trigger(Trigger::SessionStart), deltas: Some(sink) };
         let worker = worker.clone();

@@ -24,7 +24,10 @@ async fn deltas_reach_the_sink_in_order_before_the_decision() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = {
         let seen = seen.clone();
-        Arc::new(move |delta: StreamDelta| seen.lock().unwrap().push(delta))
+        Arc::new(move |delta: StreamDelta| {
+            seen.lock().unwrap().push(delta);
+            Ok(())
+        })
     };
     let delivery = Delivery { request: llm_execute(), deltas: Some(sink) };
     let decision = agent(guests::TEST_STREAM).decide(delivery).await.unwrap();

@@ -3,8 +3,9 @@
 //! fanned out to subscribers by a hub.
 //!
 //! Everything a tenant can make the hub hold is bounded (see
-//! [`StreamLimits`]): what one subscriber may have queued, and how many
-//! subscribers a tenant may have. A subscriber that falls behind
+//! [`StreamLimits`]): a delta's size, the deltas of one decision or LLM
+//! call in bytes and per second, what one subscriber may have queued, and
+//! how many subscribers a tenant may have. A subscriber that falls behind
 //! by more than its buffer is dropped rather than waited for: its
 //! [`Subscription`] ends with [`RecvError::Dropped`], and it catches up by
 //! reading the stored events after the last one it saw (deltas are lost;
@@ -13,12 +14,14 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Instant;
 
 use serde_json::{Value, json};
 use subs_protocol::StreamDelta;
 use tokio::sync::{Notify, oneshot};
 
 use crate::store::{EventRecord, SessionKey, TurnRecord};
+use crate::worker::DeltaRefused;
 
 /// An event as subscribers receive it.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,11 +51,27 @@ pub fn token_delta(call_id: &str, delta: &StreamDelta) -> Value {
     data
 }
 
-/// What streaming may hold, per subscriber and per tenant. The defaults
-/// are far above what a client that keeps up needs, and low enough that a
-/// tenant cannot make the server hold more than a few tens of MiB.
+/// The name of token delta events.
+const DELTA: &str = "llm.token.delta";
+
+/// What streaming may hold, per decision or call, per subscriber and per
+/// tenant. The defaults are far above what a real LLM stream does (a
+/// delta is a token or a few, a few hundred bytes of JSON at most; the
+/// fastest providers stream a few thousand tokens a second) and low
+/// enough that a tenant cannot hold more than a few tens of MiB.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamLimits {
+    /// The largest delta, in bytes of the `llm.token.delta` event's JSON
+    /// data as clients receive it (the delta's fields and its `call_id`).
+    /// Larger ones are refused.
+    pub max_delta_bytes: usize,
+    /// The bytes (counted as for `max_delta_bytes`) all deltas of one
+    /// decision, or of one try of an engine-run LLM call, may add up to;
+    /// deltas past it are refused.
+    pub max_call_delta_bytes: u64,
+    /// Deltas one decision or call may stream per second, with bursts of
+    /// as many; deltas over the rate are refused.
+    pub max_deltas_per_sec: u32,
     /// Bytes of events one subscriber may have waiting to be sent (each
     /// event counted as its JSON data and name plus
     /// [`EVENT_OVERHEAD_BYTES`]). A subscriber whose queue would grow past
@@ -66,7 +85,13 @@ pub struct StreamLimits {
 
 impl Default for StreamLimits {
     fn default() -> Self {
-        Self { subscriber_buffer_bytes: 1 << 20, max_streams_per_tenant: 32 }
+        Self {
+            max_delta_bytes: 64 << 10,
+            max_call_delta_bytes: 64 << 20,
+            max_deltas_per_sec: 5_000,
+            subscriber_buffer_bytes: 1 << 20,
+            max_streams_per_tenant: 32,
+        }
     }
 }
 
@@ -430,6 +455,75 @@ impl Drop for Hub {
     }
 }
 
+/// Holds the deltas of one decision, or one try of an engine-run LLM call,
+/// to [`StreamLimits`]: each delta's size, their bytes in all, their rate.
+pub(crate) struct DeltaGate {
+    limits: StreamLimits,
+    call_id: String,
+    /// Bytes of the deltas let through.
+    sent: u64,
+    /// Deltas that may go out now (a token bucket holding up to one
+    /// second's worth).
+    tokens: f64,
+    refilled: Instant,
+}
+
+impl DeltaGate {
+    pub fn new(limits: StreamLimits, call_id: &str) -> Self {
+        let tokens = f64::from(limits.max_deltas_per_sec);
+        Self { limits, call_id: call_id.to_owned(), sent: 0, tokens, refilled: Instant::now() }
+    }
+
+    /// The delta as an `llm.token.delta` event, if the limits let it out.
+    pub fn admit(&mut self, delta: &StreamDelta) -> Result<Frame, DeltaRefused> {
+        let max = self.limits.max_delta_bytes;
+        // JSON is never shorter than the text it carries: an oversized
+        // delta is refused before it is serialized.
+        if raw_bytes(delta) > max {
+            return Err(too_large(raw_bytes(delta), max));
+        }
+        let data = subs_protocol::to_json(&token_delta(&self.call_id, delta));
+        let frame = Frame { seq: None, name: Cow::Borrowed(DELTA), data: data.into_boxed_str() };
+        let size = frame.data.len();
+        if size > max {
+            return Err(too_large(size, max));
+        }
+        let total = self.limits.max_call_delta_bytes;
+        if self.sent.saturating_add(size as u64) > total {
+            return Err(DeltaRefused::new(format!(
+                "the deltas of this call would exceed {total} bytes in all (`max_call_delta_bytes`); \
+                 no more are taken"
+            )));
+        }
+        let rate = f64::from(self.limits.max_deltas_per_sec);
+        let now = Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.refilled).as_secs_f64() * rate).min(rate);
+        self.refilled = now;
+        if self.tokens < 1.0 {
+            return Err(DeltaRefused::new(format!(
+                "more than {} deltas per second (`max_deltas_per_sec`); this one was dropped",
+                self.limits.max_deltas_per_sec
+            )));
+        }
+        self.tokens -= 1.0;
+        self.sent += size as u64;
+        Ok(frame)
+    }
+}
+
+fn too_large(size: usize, max: usize) -> DeltaRefused {
+    DeltaRefused::new(format!(
+        "the delta is {size} bytes of JSON, over the limit of {max} per delta (`max_delta_bytes`)"
+    ))
+}
+
+/// The bytes of the delta's text fields.
+fn raw_bytes(delta: &StreamDelta) -> usize {
+    let len = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    let calls = delta.tool_calls.iter().flatten().map(|c| c.id.len() + len(&c.name) + len(&c.arguments)).sum::<usize>();
+    len(&delta.text) + len(&delta.reasoning) + len(&delta.finish_reason) + calls
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -645,5 +739,33 @@ mod tests {
         tokio::task::yield_now().await;
         drop(hub);
         assert_eq!(waiting.await.unwrap(), Err(RecvError::Closed));
+    }
+
+    #[test]
+    fn deltas_are_held_to_their_size_total_and_rate() {
+        let limits = StreamLimits { max_delta_bytes: 1000, max_call_delta_bytes: 10_000, ..StreamLimits::default() };
+        let mut gate = DeltaGate::new(limits.clone(), "llm_1");
+        let frame = gate.admit(&StreamDelta::text("hi")).unwrap();
+        assert_eq!(&*frame.data, r#"{"text":"hi","call_id":"llm_1"}"#);
+        let e = gate.admit(&StreamDelta::text("x".repeat(12 << 20))).unwrap_err();
+        assert!(e.to_string().contains("max_delta_bytes"), "{e}");
+        // Escaping counts: 600 quotes are 1200 bytes of JSON.
+        let e = gate.admit(&StreamDelta::text("\"".repeat(600))).unwrap_err();
+        assert!(e.to_string().contains("1000"), "{e}");
+        let mut refused = None;
+        for _ in 0..20 {
+            if let Err(e) = gate.admit(&StreamDelta::text("x".repeat(900))) {
+                refused = Some(e);
+                break;
+            }
+        }
+        let e = refused.expect("the total is bounded");
+        assert!(e.to_string().contains("max_call_delta_bytes"), "{e}");
+
+        let mut gate = DeltaGate::new(StreamLimits { max_deltas_per_sec: 100, ..limits }, "llm_1");
+        let passed = (0..1000).filter(|_| gate.admit(&StreamDelta::text("t")).is_ok()).count();
+        assert!((100..110).contains(&passed), "a burst of one second's worth, then the rate: {passed}");
+        let e = gate.admit(&StreamDelta::text("t")).unwrap_err();
+        assert!(e.to_string().contains("max_deltas_per_sec"), "{e}");
     }
 }
