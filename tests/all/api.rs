@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 use subs_tests::guests;
 
 /// A running server and a client for it.
-struct Server {
+pub(crate) struct Server {
     base: String,
-    http: reqwest::Client,
+    pub(crate) http: reqwest::Client,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     _dir: tempfile::TempDir,
 }
@@ -30,15 +30,21 @@ impl Server {
         policies: std::collections::HashMap<(String, String), subs_engine::worker::component::AgentPolicy>,
         tenant_limits: std::collections::HashMap<String, subs_server::Limits>,
     ) -> Self {
+        Self::start_engine(keys, policies, tenant_limits, subs_engine::EngineConfig::default()).await.0
+    }
+
+    /// A server whose engine runs with `config`; also returns the engine.
+    pub(crate) async fn start_engine(
+        keys: &[(&str, &str)],
+        policies: std::collections::HashMap<(String, String), subs_engine::worker::component::AgentPolicy>,
+        tenant_limits: std::collections::HashMap<String, subs_server::Limits>,
+        config: subs_engine::EngineConfig,
+    ) -> (Self, subs_engine::Engine) {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn subs_engine::Store> =
             Arc::new(subs_engine::store::redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
-        let engine = subs_engine::Engine::start(
-            store.clone(),
-            subs_engine::model::Models::with_offline(),
-            subs_engine::EngineConfig::default(),
-        )
-        .unwrap();
+        let engine =
+            subs_engine::Engine::start(store.clone(), subs_engine::model::Models::with_offline(), config).unwrap();
         let host = subs_tests::host().clone();
         let agents = subs_server::AgentRegistry::new(engine.clone(), store.clone(), host, dir.path().to_path_buf())
             .with_policies(policies);
@@ -52,7 +58,7 @@ impl Server {
             ..subs_server::ServerConfig::default()
         };
         let state = Arc::new(subs_server::AppState {
-            engine,
+            engine: engine.clone(),
             store,
             agents,
             keys: subs_tests::api_keys(keys),
@@ -60,14 +66,14 @@ impl Server {
             metrics: subs_server::metrics::Metrics::default(),
         });
         let (base, shutdown) = subs_tests::serve_api(state).await;
-        Self { base, http: reqwest::Client::new(), shutdown: Some(shutdown), _dir: dir }
+        (Self { base, http: reqwest::Client::new(), shutdown: Some(shutdown), _dir: dir }, engine)
     }
 
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
-    fn request(&self, method: reqwest::Method, path: &str, key: Option<&str>) -> reqwest::RequestBuilder {
+    pub(crate) fn request(&self, method: reqwest::Method, path: &str, key: Option<&str>) -> reqwest::RequestBuilder {
         let request = self.http.request(method, self.url(path));
         match key {
             Some(key) => request.bearer_auth(key),
@@ -75,7 +81,7 @@ impl Server {
         }
     }
 
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -85,7 +91,7 @@ impl Server {
         subs_tests::send_json(self.request(method, path, key), body).await
     }
 
-    async fn upload(&self, agent: &str, wasm: &str, key: Option<&str>) -> (StatusCode, Value) {
+    pub(crate) async fn upload(&self, agent: &str, wasm: &str, key: Option<&str>) -> (StatusCode, Value) {
         let bytes = std::fs::read(wasm).unwrap();
         let response = self
             .request(reqwest::Method::PUT, &format!("/v1/agents/{agent}"), key)
@@ -98,13 +104,13 @@ impl Server {
         (status, serde_json::from_str(&response.text().await.unwrap()).unwrap())
     }
 
-    async fn say(&self, session: &str, agent: &str, text: &str, key: Option<&str>) -> (StatusCode, Value) {
+    pub(crate) async fn say(&self, session: &str, agent: &str, text: &str, key: Option<&str>) -> (StatusCode, Value) {
         let body = json!({"type": "client.message", "agent_id": agent, "message": {"role": "user", "content": text}});
         self.call(reqwest::Method::POST, &format!("/v1/sessions/{session}/input"), key, Some(body)).await
     }
 
     /// Reads a session's SSE stream until `until` says stop.
-    async fn events(
+    pub(crate) async fn events(
         &self,
         session: &str,
         key: Option<&str>,
@@ -120,7 +126,7 @@ impl Server {
         read_sse(response, &mut until).await
     }
 
-    async fn wait_turn(&self, session: &str, turn: &str, key: Option<&str>) -> Vec<SseEvent> {
+    pub(crate) async fn wait_turn(&self, session: &str, turn: &str, key: Option<&str>) -> Vec<SseEvent> {
         let done = |e: &SseEvent| matches!(e.event.as_str(), "turn.done" | "turn.failed") && e.data["turn_id"] == turn;
         tokio::time::timeout(Duration::from_secs(30), self.events(session, key, None, done))
             .await
@@ -138,10 +144,10 @@ impl Drop for Server {
 
 /// One server-sent event.
 #[derive(Debug, Clone, PartialEq)]
-struct SseEvent {
-    id: Option<u64>,
-    event: String,
-    data: Value,
+pub(crate) struct SseEvent {
+    pub(crate) id: Option<u64>,
+    pub(crate) event: String,
+    pub(crate) data: Value,
 }
 
 /// Reads events from a streaming response until `until` returns true for

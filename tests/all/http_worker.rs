@@ -207,7 +207,7 @@ async fn deltas_streamed_over_sse_reach_clients_before_the_reply_is_recorded() {
     let t = TestEngine::start();
     let url = serve(subs_http_worker::router(Streamer)).await;
     t.engine.register_agent(TENANT, "streamer-http", http_worker(&url, HttpWorkerOptions::new()));
-    let mut events = t.engine.subscribe(TENANT, "sse");
+    let mut events = t.engine.subscribe(TENANT, "sse").unwrap();
     let turn = t.send("sse", "streamer-http", "hi").await;
     let mut seen = Vec::new();
     while seen.last().is_none_or(|e: &subs_engine::events::Event| e.name != "turn.done") {
@@ -497,7 +497,10 @@ async fn stream_replies_hand_deltas_to_the_sink_and_honour_error_events() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = {
             let seen = seen.clone();
-            Arc::new(move |delta: StreamDelta| seen.lock().unwrap().push(delta))
+            Arc::new(move |delta: StreamDelta| {
+                seen.lock().unwrap().push(delta);
+                Ok(())
+            })
         };
         let delivery = Delivery { request: DecisionRequest::for_trigger(Trigger::SessionStart), deltas: Some(sink) };
         let worker = worker.clone();

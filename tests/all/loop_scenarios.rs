@@ -50,7 +50,7 @@ async fn a_tool_loop_with_two_parallel_calls() {
 #[tokio::test]
 async fn a_client_tool() {
     let t = TestEngine::start();
-    let mut events = t.engine.subscribe(TENANT, "client");
+    let mut events = t.engine.subscribe(TENANT, "client").unwrap();
     let confirm = AgentTool::new("confirm")
         .description("Asks the user to confirm.")
         .input(json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}))
@@ -96,7 +96,7 @@ async fn an_interrupt_and_its_resume() {
     let t = TestEngine::start();
     let turn = t.send("approve", "scenario", "interrupt before you go on").await;
     // Wait for the interrupt to be stored.
-    let mut events = t.engine.subscribe(TENANT, "approve");
+    let mut events = t.engine.subscribe(TENANT, "approve").unwrap();
     while !event_names(&t.engine, "approve").contains(&"interrupt".to_owned()) {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv()).await;
     }
@@ -290,7 +290,7 @@ async fn an_invalid_decision_is_rejected_retried_then_fails_the_turn() {
 async fn cancel_stops_a_turn_and_keeps_the_session() {
     let t = TestEngine::start();
     let turn = t.send("stop", "scenario", "interrupt and wait").await;
-    let mut events = t.engine.subscribe(TENANT, "stop");
+    let mut events = t.engine.subscribe(TENANT, "stop").unwrap();
     while t.snapshot("stop").record.status != SessionStatus::Waiting {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv()).await;
     }

@@ -14,4 +14,5 @@ mod sandbox;
 mod security;
 mod storage_growth;
 mod streaming;
+mod tenants;
 mod wit_boundary;

@@ -70,7 +70,10 @@ fn request(text: &str) -> LlmRequest {
 async fn run(models: &Models, req: LlmRequest, stream: bool) -> (Result<LlmResponse, ModelError>, Vec<StreamDelta>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let into = Arc::clone(&seen);
-    let sink: DeltaSink = Arc::new(move |d| into.lock().unwrap().push(d));
+    let sink: DeltaSink = Arc::new(move |d| {
+        into.lock().unwrap().push(d);
+        Ok(())
+    });
     let result = models.complete(req, stream.then_some(sink)).await;
     let deltas = seen.lock().unwrap().clone();
     (result, deltas)
@@ -158,6 +161,7 @@ async fn streamed_text_arrives_in_order_before_the_call_settles(format: LlmForma
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let sink: DeltaSink = Arc::new(move |d| {
         let _ = tx.send((Instant::now(), d));
+        Ok(())
     });
     let call = tokio::spawn(async move {
         let result = models.complete(request("count"), Some(sink)).await;

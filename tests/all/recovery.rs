@@ -125,7 +125,7 @@ async fn a_restarted_engine_resumes_a_waiting_session() {
     // resumed by the new engine.
     let t = TestEngine::start();
     let turn = t.send("wait", "scenario", "interrupt me").await;
-    let mut events = t.engine.subscribe(TENANT, "wait");
+    let mut events = t.engine.subscribe(TENANT, "wait").unwrap();
     while t.snapshot("wait").record.status != subs_engine::store::SessionStatus::Waiting {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv()).await;
     }

@@ -24,7 +24,10 @@ async fn deltas_reach_the_sink_in_order_before_the_decision() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = {
         let seen = seen.clone();
-        Arc::new(move |delta: StreamDelta| seen.lock().unwrap().push(delta))
+        Arc::new(move |delta: StreamDelta| {
+            seen.lock().unwrap().push(delta);
+            Ok(())
+        })
     };
     let delivery = Delivery { request: llm_execute(), deltas: Some(sink) };
     let decision = agent(guests::TEST_STREAM).decide(delivery).await.unwrap();
@@ -50,7 +53,7 @@ async fn deltas_are_refused_when_nothing_streams() {
 #[tokio::test]
 async fn a_worker_run_llm_call_streams_to_clients_through_the_loop() {
     let t = subs_tests::TestEngine::start();
-    let mut events = t.engine.subscribe(subs_tests::TENANT, "stream");
+    let mut events = t.engine.subscribe(subs_tests::TENANT, "stream").unwrap();
     let turn = t.send("stream", "streamer", "hi").await;
     let mut seen = Vec::new();
     loop {

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow};
-use subs_engine::events::Event;
+use subs_engine::events::{Event, RecvError, Subscription};
 use subs_engine::model::OFFLINE_MODEL;
 use subs_engine::store::StoreError;
 use subs_engine::worker::Worker;
@@ -22,7 +22,6 @@ use subs_engine::{Engine, EngineConfig, InputError};
 use subs_protocol::client::ClientMessage;
 use subs_protocol::{ClientInput, DraftMessage, WorkerIdentity};
 use subs_server::LOCAL_TENANT;
-use tokio::sync::broadcast;
 
 use crate::error::{CliError, CliResult};
 use crate::progress::Spinner;
@@ -125,7 +124,7 @@ async fn load_worker(args: &RunArgs) -> CliResult<Arc<dyn Worker>> {
 async fn turn(engine: &Engine, args: &RunArgs) -> CliResult {
     // Subscribed before the input is sent, so no event of the turn is
     // missed.
-    let mut events = Follower::new(engine.clone(), &args.session);
+    let mut events = Follower::new(engine.clone(), &args.session).map_err(CliError::failed)?;
     let input = ClientInput::ClientMessage(ClientMessage {
         agent_id: AGENT_ID.to_owned(),
         turn_id: None,
@@ -141,7 +140,7 @@ async fn turn(engine: &Engine, args: &RunArgs) -> CliResult {
 
     let mut view = TurnView::new(args.json, Some(turn_id));
     loop {
-        let event = events.next().await.map_err(|e| CliError::failed(anyhow!(e)))?;
+        let event = events.next().await.map_err(CliError::failed)?;
         if let Some(end) = view.event(event.seq, &event.name, &event.data)? {
             return end.result();
         }
@@ -149,11 +148,11 @@ async fn turn(engine: &Engine, args: &RunArgs) -> CliResult {
 }
 
 /// A session's events in order, live, with gaps (a slow reader that fell
-/// behind the live channel) filled from the store.
+/// behind and was dropped by the engine) filled from the store.
 struct Follower {
     engine: Engine,
     session: String,
-    live: broadcast::Receiver<Event>,
+    live: Subscription,
     /// The last stored event passed on.
     last: Option<u64>,
     /// Stored events read to fill a gap, not yet passed on.
@@ -161,12 +160,12 @@ struct Follower {
 }
 
 impl Follower {
-    fn new(engine: Engine, session: &str) -> Self {
-        let live = engine.subscribe(LOCAL_TENANT, session);
-        Self { engine, session: session.to_owned(), live, last: None, backlog: VecDeque::new() }
+    fn new(engine: Engine, session: &str) -> Result<Self, subs_engine::events::TooManyStreams> {
+        let live = engine.subscribe(LOCAL_TENANT, session)?;
+        Ok(Self { engine, session: session.to_owned(), live, last: None, backlog: VecDeque::new() })
     }
 
-    async fn next(&mut self) -> Result<Event, StoreError> {
+    async fn next(&mut self) -> anyhow::Result<Event> {
         loop {
             if let Some(event) = self.backlog.pop_front() {
                 return Ok(event);
@@ -181,8 +180,13 @@ impl Follower {
                         return Ok(event);
                     }
                 },
-                Err(broadcast::error::RecvError::Lagged(_)) => self.fill()?,
-                Err(broadcast::error::RecvError::Closed) => return Err(StoreError::Closed),
+                Err(RecvError::Dropped { .. }) => {
+                    // Subscribed again before reading the store, so that
+                    // nothing falls between the two.
+                    self.live = self.engine.subscribe(LOCAL_TENANT, &self.session)?;
+                    self.fill()?;
+                }
+                Err(_) => return Err(StoreError::Closed.into()),
             }
         }
     }

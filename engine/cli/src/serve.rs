@@ -17,7 +17,7 @@ use anyhow::{Context as _, anyhow};
 use subs_engine::model::{Models, ProvidersConfig, models_from_env};
 use subs_engine::store::{KeyRecord, Store};
 use subs_engine::worker::component::{Compiler, ComponentHost, HostConfig};
-use subs_engine::{Engine, EngineConfig};
+use subs_engine::{Engine, EngineConfig, StreamLimits};
 use subs_server::{AgentRegistry, AppState, Keys};
 use tokio::net::TcpListener;
 
@@ -61,13 +61,15 @@ pub async fn exec(args: ServeArgs) -> CliResult {
     let models = models(&file.providers_config())?;
     models.resolve(&default_model).map_err(|e| CliError::usage(anyhow!("the default model: {}", e.message)))?;
     let config_keys = file.key_records()?;
+    let streams = file.streams.limits()?;
 
     data::prepare(&dir)?;
     let store = Arc::new(data::open_store(
         &dir.join(settings::STORE_FILE),
         "is another `subs serve` running on this data directory? Stop it, or pass another --data",
     )?);
-    let served = serve(Setup { store: store.clone(), dir, addr, models, default_model, config_keys, file }).await;
+    let served =
+        serve(Setup { store: store.clone(), dir, addr, models, default_model, streams, config_keys, file }).await;
     let closed = store.close().await.context("closing the store");
     served?;
     closed?;
@@ -81,12 +83,13 @@ struct Setup {
     addr: SocketAddr,
     models: Models,
     default_model: String,
+    streams: StreamLimits,
     config_keys: Vec<KeyRecord>,
     file: ConfigFile,
 }
 
 async fn serve(setup: Setup) -> CliResult {
-    let Setup { store, dir, addr, models, default_model, config_keys, file } = setup;
+    let Setup { store, dir, addr, models, default_model, streams, config_keys, file } = setup;
     // Stored keys first: where the file names the same key, the file's
     // tenant wins.
     let keys: Vec<KeyRecord> = store.keys().map_err(CliError::unavailable)?.into_iter().chain(config_keys).collect();
@@ -113,7 +116,7 @@ async fn serve(setup: Setup) -> CliResult {
     let host = ComponentHost::with_config(HostConfig { compiler, ..file.host_config()? })
         .map_err(|e| CliError::failed(anyhow!(e)))?;
     let dyn_store: Arc<dyn Store> = store.clone();
-    let config = EngineConfig { default_model, ..EngineConfig::default() };
+    let config = EngineConfig { default_model, streams, ..EngineConfig::default() };
     // Agents and limits are in place before any session resumes: a
     // resumed session's first delivery must find its agent, its first LLM
     // call its budget, its first spawn its session limit. (The router sets

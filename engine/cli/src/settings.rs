@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow, bail};
 use serde::Deserialize;
+use subs_engine::StreamLimits;
 use subs_engine::model::{OFFLINE_MODEL, Price, ProviderConfig, ProvidersConfig};
 use subs_engine::store::KeyRecord;
 use subs_engine::worker::component::{AgentPolicy, CompileBudget, HostConfig, LimitOverrides, Limits as SandboxLimits};
@@ -65,6 +66,8 @@ pub struct ConfigFile {
     pub compile: CompileEntry,
     /// `[pool]`: the instance pool's slots and each tenant's share.
     pub pool: PoolEntry,
+    /// `[streams]`: what token deltas and event streams may hold.
+    pub streams: StreamsEntry,
 }
 
 /// `[compile]` as written.
@@ -95,6 +98,50 @@ pub struct PoolEntry {
     pub slots: Option<u32>,
     /// The most slots one tenant's decisions may hold at once.
     pub tenant_slots: Option<u32>,
+}
+
+/// `[streams]` as written: each field optional, over the engine's
+/// defaults ([`StreamLimits`]).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamsEntry {
+    /// The largest token delta, in bytes of JSON.
+    pub max_delta_bytes: Option<usize>,
+    /// Bytes all deltas of one decision or LLM call may add up to.
+    pub max_call_delta_bytes: Option<u64>,
+    /// Deltas one decision or LLM call may stream per second.
+    pub max_deltas_per_sec: Option<u32>,
+    /// Bytes of events waiting for one client before it is dropped.
+    pub subscriber_buffer_bytes: Option<usize>,
+    /// Event streams one tenant may have open at once.
+    pub max_streams_per_tenant: Option<usize>,
+}
+
+impl StreamsEntry {
+    /// The limits this table sets over the defaults.
+    ///
+    /// # Errors
+    /// A zero: it would refuse every delta or every stream, which is
+    /// better said by not streaming at all.
+    pub fn limits(&self) -> CliResult<StreamLimits> {
+        let defaults = StreamLimits::default();
+        let checked = |key: &str, value: Option<u64>| match value {
+            Some(0) => Err(CliError::usage(anyhow!("`[streams] {key}` must be at least 1"))),
+            _ => Ok(()),
+        };
+        checked("max_delta_bytes", self.max_delta_bytes.map(|v| v as u64))?;
+        checked("max_call_delta_bytes", self.max_call_delta_bytes)?;
+        checked("max_deltas_per_sec", self.max_deltas_per_sec.map(u64::from))?;
+        checked("subscriber_buffer_bytes", self.subscriber_buffer_bytes.map(|v| v as u64))?;
+        checked("max_streams_per_tenant", self.max_streams_per_tenant.map(|v| v as u64))?;
+        Ok(StreamLimits {
+            max_delta_bytes: self.max_delta_bytes.unwrap_or(defaults.max_delta_bytes),
+            max_call_delta_bytes: self.max_call_delta_bytes.unwrap_or(defaults.max_call_delta_bytes),
+            max_deltas_per_sec: self.max_deltas_per_sec.unwrap_or(defaults.max_deltas_per_sec),
+            subscriber_buffer_bytes: self.subscriber_buffer_bytes.unwrap_or(defaults.subscriber_buffer_bytes),
+            max_streams_per_tenant: self.max_streams_per_tenant.unwrap_or(defaults.max_streams_per_tenant),
+        })
+    }
 }
 
 /// One `[[keys]]` entry: a tenant and its key, hashed or not.
@@ -401,6 +448,7 @@ mod tests {
         let acme = config.limits("acme");
         assert_eq!(acme.max_sessions, Some(50), "the tenant's own");
         assert_eq!(acme.max_body_bytes, config.default_limits.max_body_bytes, "inherited from [limits]");
+        assert_eq!(file.streams.limits().unwrap(), subs_engine::StreamLimits::default(), "the defaults, as shown");
     }
 
     #[test]
@@ -449,6 +497,19 @@ mod tests {
             let err = parse(bad).unwrap().key_records().unwrap_err();
             assert!(format!("{err}").starts_with("keys[0]"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn streams_take_what_the_file_sets_over_the_defaults() {
+        let limits = parse("[streams]\nmax_delta_bytes = 1024\nmax_streams_per_tenant = 4\n").unwrap().streams.limits();
+        let limits = limits.unwrap();
+        assert_eq!((limits.max_delta_bytes, limits.max_streams_per_tenant), (1024, 4));
+        let defaults = StreamLimits::default();
+        assert_eq!(limits.subscriber_buffer_bytes, defaults.subscriber_buffer_bytes, "untouched");
+        assert_eq!(ConfigFile::default().streams.limits().unwrap(), defaults);
+        let zero = parse("[streams]\nsubscriber_buffer_bytes = 0\n").unwrap().streams.limits().unwrap_err();
+        assert!(zero.to_string().contains("subscriber_buffer_bytes"), "{zero}");
+        assert!(parse("[streams]\nmax_deltas = 3\n").is_err(), "unknown keys are refused");
     }
 
     #[test]

@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use subs_protocol::{ClientInput, ErrorCode, LlmRequest, Message, MessageTree, RetryPolicy, WorkerIdentity};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::events::Event;
+use crate::events::{Event, StreamLimits, Subscription, TooManyStreams};
 use crate::model::{Models, Money, OFFLINE_MODEL};
 use crate::retry::RetryCap;
 use crate::session::Tree;
@@ -38,6 +38,9 @@ pub struct EngineConfig {
     /// agent's config says (`subs run` turns it on to show tokens as they
     /// come).
     pub default_stream: bool,
+    /// What streaming may hold: the size and rate of deltas, subscribers'
+    /// buffers, and how many event streams a tenant may have open.
+    pub streams: StreamLimits,
 }
 
 impl Default for EngineConfig {
@@ -53,6 +56,7 @@ impl Default for EngineConfig {
             retry_cap: RetryCap::default(),
             decision_timeout: Duration::from_secs(60),
             default_stream: false,
+            streams: StreamLimits::default(),
         }
     }
 }
@@ -336,8 +340,8 @@ impl Engine {
         let shared = Arc::new(Shared {
             store,
             models,
+            hub: crate::events::Hub::new(config.streams.clone()),
             config,
-            hub: crate::events::Hub::default(),
             agents: RwLock::default(),
             actors: Mutex::default(),
             closed: std::sync::atomic::AtomicBool::new(false),
@@ -512,8 +516,29 @@ impl Engine {
     /// Live events of the session from now on (stored ones and token
     /// deltas). Subscribe before reading stored events to miss nothing;
     /// stored events may then arrive twice, told apart by `seq`.
-    pub fn subscribe(&self, tenant: &str, session: &str) -> broadcast::Receiver<Event> {
+    ///
+    /// A subscriber that falls behind by more than
+    /// [`StreamLimits::subscriber_buffer_bytes`] is dropped (its
+    /// subscription ends with [`RecvError::Dropped`](crate::events::RecvError::Dropped));
+    /// it catches up by subscribing again and reading the stored events
+    /// after the last one it received. Refused when the tenant has
+    /// [`StreamLimits::max_streams_per_tenant`] subscriptions already.
+    pub fn subscribe(&self, tenant: &str, session: &str) -> Result<Subscription, TooManyStreams> {
         self.shared.hub.subscribe(&SessionKey::new(tenant, session))
+    }
+
+    /// The event streams (subscriptions) `tenant` has open.
+    pub fn open_streams(&self, tenant: &str) -> usize {
+        self.shared.hub.streams(tenant)
+    }
+
+    /// Bytes of events queued for `tenant`'s subscribers, not yet taken by
+    /// them: what the tenant's streaming holds in the engine. At most
+    /// [`StreamLimits::max_streams_per_tenant`] ×
+    /// [`StreamLimits::subscriber_buffer_bytes`], but for single events
+    /// larger than a buffer.
+    pub fn queued_stream_bytes(&self, tenant: &str) -> usize {
+        self.shared.hub.queued_bytes(tenant)
     }
 
     /// A turn as stored.

@@ -32,4 +32,5 @@ pub mod tools;
 pub mod worker;
 
 pub use engine::{Accepted, Engine, EngineConfig, InputError, Snapshot};
+pub use events::StreamLimits;
 pub use store::Store;

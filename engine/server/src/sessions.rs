@@ -132,7 +132,7 @@ pub struct Cancelled {
         (status = 404, description = "Unknown session or agent", body = ErrorBody),
         (status = 409, description = "Nothing waits with that id; another agent's session", body = ErrorBody),
         (status = 413, body = ErrorBody),
-        (status = 429, description = "The tenant's session limit", body = ErrorBody),
+        (status = 429, description = "The tenant's session limit; with \"stream\": true, its limit of open event streams", body = ErrorBody),
     ),
     tag = "sessions"
 )]
@@ -171,11 +171,15 @@ pub async fn input(
 
     // Events after this one belong to what the input starts.
     let after = existing.as_ref().and_then(|r| r.next.event.checked_sub(1));
+    // The stream's place is taken before the input is stored: a tenant
+    // with all its streams open is refused without its input being
+    // accepted, so retrying it later cannot send it twice.
+    let live = if wants_stream { Some(stream::subscribe(&state.engine, &tenant, &session_id)?) } else { None };
     let accepted = state.engine.input(&tenant, &session_id, input, WorkerIdentity::default()).await?;
-    match (&accepted.turn_id, wants_stream) {
-        (Some(turn_id), true) => {
+    match (&accepted.turn_id, live) {
+        (Some(turn_id), Some(live)) => {
             let from = if accepted.existing { None } else { after };
-            Ok(stream::turn(state.clone(), tenant, session_id, turn_id.clone(), from).into_response())
+            Ok(stream::turn(&state, tenant, session_id, turn_id.clone(), from, live).into_response())
         }
         _ => Ok((
             StatusCode::ACCEPTED,

@@ -6,34 +6,47 @@
 //! what it missed. Token deltas (`llm.token.delta`) are live only and carry
 //! no id. The live subscription is taken before the replay, so nothing
 //! falls between the two; events seen twice are told apart by sequence
-//! number, and a gap (a slow client that fell behind the live channel) is
-//! filled from the store.
+//! number.
+//!
+//! A stream holds little whatever the client does: events are pulled from
+//! the engine's bounded subscription only as the connection takes them
+//! (nothing is queued in between), and a client that falls behind by more
+//! than the subscriber's buffer is dropped: its stream ends after what it
+//! was already sent, and it reconnects with `Last-Event-ID`. A tenant may
+//! have a limited number of streams open; more are refused with 429.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures::stream::{self, BoxStream};
 use subs_engine::Engine;
-use subs_engine::events::Event;
+use subs_engine::events::{Frame, RecvError, Subscription, TooManyStreams};
 use subs_engine::store::SessionKey;
-use tokio::sync::{broadcast, mpsc};
-use tokio_stream::wrappers::ReceiverStream;
 
 use crate::AppState;
 use crate::auth::StreamTenant;
 use crate::error::{ApiError, ErrorBody};
 
-/// Stored events read from the store at a time.
+/// The most stored events read from the store at a time.
 const PAGE: usize = 256;
+
+/// The stored events read first, before their size is known.
+const FIRST_PAGE: usize = 32;
+
+/// About how many bytes of stored events a stream reads at a time: a run
+/// of large events is read a few at a time.
+const PAGE_BYTES: usize = 256 << 10;
 
 /// How often an idle stream sends a comment, so proxies keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-type EventStream = Sse<axum::response::sse::KeepAliveStream<ReceiverStream<Result<SseEvent, Infallible>>>>;
+/// An event stream response.
+pub type EventStream = Sse<axum::response::sse::KeepAliveStream<BoxStream<'static, Result<SseEvent, Infallible>>>>;
 
 /// The session's events: those stored after `Last-Event-ID` (or
 /// `?after=N`; all when neither is given), then live ones as they happen.
@@ -52,6 +65,7 @@ type EventStream = Sse<axum::response::sse::KeepAliveStream<ReceiverStream<Resul
         (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
+        (status = 429, description = "The tenant has its maximum of open event streams", body = ErrorBody),
     ),
     tag = "sessions"
 )]
@@ -71,110 +85,188 @@ pub async fn events(
         Some(text) => Some(text.trim().parse::<u64>().map_err(|_| ApiError {
             field: Some("after".to_owned()),
             ..ApiError::new(
-                axum::http::StatusCode::BAD_REQUEST,
+                StatusCode::BAD_REQUEST,
                 "invalid_input",
                 format!("`{text}` is not an event id (a non-negative integer)"),
             )
         })?),
     };
-    Ok(spawn(state.engine.clone(), tenant, session_id, after, None))
+    let live = subscribe(&state.engine, &tenant, &session_id)?;
+    Ok(respond(Pump::new(state.engine.clone(), tenant, session_id, after, None, live)))
+}
+
+/// Subscribes to the session's live events for a stream, or answers 429
+/// when the tenant has all the streams it may.
+pub fn subscribe(engine: &Engine, tenant: &str, session: &str) -> Result<Subscription, ApiError> {
+    engine.subscribe(tenant, session).map_err(|TooManyStreams { max }| {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "limit_exceeded",
+            format!(
+                "the tenant has its maximum of {max} open event streams; close one and retry (the server's \
+                 `[streams] max_streams_per_tenant` setting)"
+            ),
+        )
+    })
 }
 
 /// The events of one turn, from its `turn.started` to its `turn.done` or
-/// `turn.failed`, looking at stored events after `after`.
-pub fn turn(state: Arc<AppState>, tenant: String, session: String, turn_id: String, after: Option<u64>) -> EventStream {
-    spawn(state.engine.clone(), tenant, session, after, Some(turn_id))
+/// `turn.failed`, looking at stored events after `after`; `live` is a
+/// subscription to the session taken before the turn's input was sent.
+pub fn turn(
+    state: &AppState,
+    tenant: String,
+    session: String,
+    turn_id: String,
+    after: Option<u64>,
+    live: Subscription,
+) -> EventStream {
+    respond(Pump::new(state.engine.clone(), tenant, session, after, Some(turn_id), live))
 }
 
-fn spawn(engine: Engine, tenant: String, session: String, after: Option<u64>, turn: Option<String>) -> EventStream {
-    let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        let mut pump = Pump { engine, tenant, session, last: after, tx, turn, in_turn: false };
-        // The stream ends when the client goes away (the channel closes)
-        // or, for a turn, when it ends.
-        let _ = pump.run().await;
-    });
-    Sse::new(ReceiverStream::new(rx)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
-}
-
-/// Why a pump stops.
-enum Stop {
-    /// The client went away, the turn ended, or the store failed.
-    Done,
+fn respond(pump: Pump) -> EventStream {
+    // The pump runs only when the connection asks for the next event, so
+    // a client that does not read holds nothing here: what waits for it
+    // waits in its subscription, which is bounded.
+    let events = stream::unfold(pump, |mut pump| async move { pump.next().await.map(|event| (Ok(event), pump)) });
+    let events: BoxStream<'static, Result<SseEvent, Infallible>> = Box::pin(events);
+    Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
 }
 
 struct Pump {
     engine: Engine,
     tenant: String,
     session: String,
-    /// The last stored event sent.
+    live: Subscription,
+    /// The last stored event passed on (sent, or skipped by a turn's
+    /// filter).
     last: Option<u64>,
-    tx: mpsc::Sender<Result<SseEvent, Infallible>>,
+    /// Stored events read from the store and not passed on yet: at most a
+    /// page.
+    backlog: VecDeque<Frame>,
+    /// Whether stored events after `last` may be in the store and not in
+    /// `backlog` yet.
+    replaying: bool,
+    /// How many stored events to read next.
+    page: usize,
     /// Only this turn's events, when set.
     turn: Option<String>,
     /// Whether the turn's `turn.started` has passed.
     in_turn: bool,
+    /// Set when the stream ends after the event now returned.
+    done: bool,
 }
 
 impl Pump {
-    async fn run(&mut self) -> Result<(), Stop> {
-        let mut live = self.engine.subscribe(&self.tenant, &self.session);
-        self.replay().await?;
+    fn new(
+        engine: Engine,
+        tenant: String,
+        session: String,
+        after: Option<u64>,
+        turn: Option<String>,
+        live: Subscription,
+    ) -> Self {
+        Pump {
+            engine,
+            tenant,
+            session,
+            live,
+            last: after,
+            backlog: VecDeque::new(),
+            replaying: true,
+            page: FIRST_PAGE,
+            turn,
+            in_turn: false,
+            done: false,
+        }
+    }
+
+    /// The next event to send; `None` ends the stream (the turn ended, the
+    /// subscriber was dropped, the store failed, the engine stopped).
+    async fn next(&mut self) -> Option<SseEvent> {
         loop {
-            match live.recv().await {
-                Ok(event) => match event.seq {
-                    None => self.send(&event).await?,
+            if self.done {
+                return None;
+            }
+            if let Some(frame) = self.backlog.pop_front() {
+                if let Some(sse) = self.pass(&frame) {
+                    return Some(sse);
+                }
+                continue;
+            }
+            if self.replaying {
+                self.read_page()?;
+                continue;
+            }
+            match self.live.recv_frame().await {
+                Ok(frame) => match frame.seq {
                     Some(seq) if self.last.is_some_and(|last| seq <= last) => {}
-                    Some(seq) if seq == self.last.map_or(0, |last| last + 1) => self.send(&event).await?,
-                    Some(_) => self.replay().await?,
+                    Some(seq) if seq != self.last.map_or(0, |last| last + 1) => self.replaying = true,
+                    _ => {
+                        if let Some(sse) = self.pass(&frame) {
+                            return Some(sse);
+                        }
+                    }
                 },
-                Err(broadcast::error::RecvError::Lagged(_)) => self.replay().await?,
-                Err(broadcast::error::RecvError::Closed) => return Err(Stop::Done),
+                Err(RecvError::Dropped { budget }) => {
+                    tracing::info!(
+                        tenant = %self.tenant,
+                        session = %self.session,
+                        budget,
+                        "event stream dropped: the client fell behind"
+                    );
+                    self.done = true;
+                    // Ignored by SSE parsers; says why to whoever looks.
+                    return Some(SseEvent::default().comment(format!(
+                        "dropped: this client fell behind by more than {budget} bytes; reconnect with Last-Event-ID"
+                    )));
+                }
+                Err(_) => return None,
             }
         }
     }
 
-    /// Sends every stored event after the last one sent.
-    async fn replay(&mut self) -> Result<(), Stop> {
-        loop {
-            let page = self.engine.events(&self.tenant, &self.session, self.last, PAGE).map_err(|e| {
+    /// Reads the next page of stored events after the last one passed on,
+    /// serialized as live ones are (which also makes their size known).
+    fn read_page(&mut self) -> Option<()> {
+        let page = match self.engine.events(&self.tenant, &self.session, self.last, self.page) {
+            Ok(page) => page,
+            Err(e) => {
                 tracing::error!(error = %e, "event replay failed");
-                Stop::Done
-            })?;
-            let full = page.len() == PAGE;
-            for event in &page {
-                self.send(event).await?;
-            }
-            if !full {
-                return Ok(());
-            }
-        }
-    }
-
-    async fn send(&mut self, event: &Event) -> Result<(), Stop> {
-        if let Some(seq) = event.seq {
-            self.last = Some(seq);
-        }
-        let turn_id = event.data.get("turn_id").and_then(|t| t.as_str());
-        let ends = match &self.turn {
-            None => false,
-            Some(turn) => {
-                if event.name == "turn.started" && turn_id == Some(turn.as_str()) {
-                    self.in_turn = true;
-                }
-                if !self.in_turn {
-                    return Ok(());
-                }
-                matches!(event.name.as_str(), "turn.done" | "turn.failed") && turn_id == Some(turn.as_str())
+                return None;
             }
         };
-        let mut sse = SseEvent::default().event(&event.name).data(subs_protocol::to_json(&event.data));
-        if let Some(seq) = event.seq {
+        self.replaying = page.len() == self.page;
+        let frames: VecDeque<Frame> = page.iter().map(Frame::new).collect();
+        let bytes: usize = frames.iter().map(Frame::bytes).sum();
+        self.page = (PAGE_BYTES / (bytes / frames.len().max(1)).max(1)).clamp(1, PAGE);
+        self.backlog = frames;
+        Some(())
+    }
+
+    /// The SSE event for an event, unless a turn's filter skips it.
+    fn pass(&mut self, frame: &Frame) -> Option<SseEvent> {
+        if let Some(seq) = frame.seq {
+            self.last = Some(seq);
+        }
+        if let Some(turn) = &self.turn {
+            // Only the events that start and end turns are parsed back.
+            let ours = matches!(&*frame.name, "turn.started" | "turn.done" | "turn.failed")
+                && frame.event().data.get("turn_id").and_then(|t| t.as_str()) == Some(turn.as_str());
+            if ours && frame.name == "turn.started" {
+                self.in_turn = true;
+            }
+            if !self.in_turn {
+                return None;
+            }
+            if ours && frame.name != "turn.started" {
+                self.done = true;
+            }
+        }
+        let mut sse = SseEvent::default().event(&*frame.name).data(&*frame.data);
+        if let Some(seq) = frame.seq {
             sse = sse.id(seq.to_string());
         }
-        if self.tx.send(Ok(sse)).await.is_err() || ends {
-            return Err(Stop::Done);
-        }
-        Ok(())
+        Some(sse)
     }
 }

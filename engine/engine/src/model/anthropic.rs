@@ -496,7 +496,10 @@ mod tests {
     fn read_stream(events: &[SseEvent]) -> (Result<LlmResponse, ModelError>, Vec<StreamDelta>) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let into = Arc::clone(&seen);
-        let sink: DeltaSink = Arc::new(move |d| into.lock().unwrap().push(d));
+        let sink: DeltaSink = Arc::new(move |d| {
+            into.lock().unwrap().push(d);
+            Ok(())
+        });
         let mut reader = StreamReader::new(ReplyBuilder::new(Some(sink), true));
         for e in events {
             match reader.event(e) {

@@ -511,10 +511,12 @@ fn prompt_chars(request: &LlmRequest) -> usize {
 }
 
 /// Sends `response` to `sink` piece by piece, yielding between pieces.
+/// Pieces the sink refuses (over the engine's stream limits) are dropped:
+/// the reply itself is whole either way.
 async fn stream(response: &LlmResponse, sink: &DeltaSink) {
     if let Some(text) = &response.content {
         for piece in text_pieces(text) {
-            sink(StreamDelta::text(piece));
+            let _ = sink(StreamDelta::text(piece));
             tokio::task::yield_now().await;
         }
     }
@@ -527,14 +529,14 @@ async fn stream(response: &LlmResponse, sink: &DeltaSink) {
             }]),
             ..StreamDelta::default()
         };
-        sink(delta(Some(&call.function.name), None));
+        let _ = sink(delta(Some(&call.function.name), None));
         tokio::task::yield_now().await;
         for piece in chunks(&call.function.arguments, ARGUMENT_PIECE) {
-            sink(delta(None, Some(piece)));
+            let _ = sink(delta(None, Some(piece)));
             tokio::task::yield_now().await;
         }
     }
-    sink(StreamDelta { finish_reason: response.finish_reason.clone(), ..StreamDelta::default() });
+    let _ = sink(StreamDelta { finish_reason: response.finish_reason.clone(), ..StreamDelta::default() });
 }
 
 /// `text` cut after each run of whitespace (a word and the space after it
@@ -804,7 +806,10 @@ mod tests {
     async fn streamed(req: LlmRequest) -> (Vec<StreamDelta>, LlmResponse) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink_seen = Arc::clone(&seen);
-        let sink: DeltaSink = Arc::new(move |d| sink_seen.lock().unwrap().push(d));
+        let sink: DeltaSink = Arc::new(move |d| {
+            sink_seen.lock().unwrap().push(d);
+            Ok(())
+        });
         let provider = OfflineProvider;
         let mut call = provider.complete(req, Some(sink));
         // Polled by hand: the first poll must stop after one delta, which

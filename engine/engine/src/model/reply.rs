@@ -52,9 +52,11 @@ impl ReplyBuilder {
         }
     }
 
+    /// Streams `delta`. One the sink refuses (over the engine's stream
+    /// limits, which the sink logs) is dropped: it is in the reply anyway.
     fn emit(&self, delta: StreamDelta) {
         if let Some(sink) = &self.sink {
-            sink(delta);
+            let _ = sink(delta);
         }
     }
 
@@ -160,7 +162,7 @@ impl ReplyBuilder {
             _ => "stop".to_owned(),
         };
         if let Some(sink) = &self.sink {
-            sink(StreamDelta { finish_reason: Some(finish_reason.clone()), ..StreamDelta::default() });
+            let _ = sink(StreamDelta { finish_reason: Some(finish_reason.clone()), ..StreamDelta::default() });
         }
         Ok(LlmResponse {
             model: self.model.unwrap_or_else(|| fallback_model.to_owned()),
@@ -185,7 +187,13 @@ mod tests {
     fn recording() -> (DeltaSink, Arc<Mutex<Vec<StreamDelta>>>) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let into = Arc::clone(&seen);
-        (Arc::new(move |d| into.lock().unwrap().push(d)), seen)
+        (
+            Arc::new(move |d| {
+                into.lock().unwrap().push(d);
+                Ok(())
+            }),
+            seen,
+        )
     }
 
     #[test]

@@ -22,7 +22,7 @@ use super::apply::{Accepted, Ctx, InputError, Outcome, SessionQuota};
 use super::{Change, Session, proposal, validate};
 use crate::clock;
 use crate::engine::Shared;
-use crate::events::{Event, token_delta};
+use crate::events::{DeltaGate, Event};
 use crate::model::Money;
 use crate::store::{CallSpec, Op, SessionKey, StepStatus, StoreError, TurnStatus};
 use crate::worker::{Delivery, DeltaSink, ERROR_TEXT_BYTES, WorkerError, clip};
@@ -352,15 +352,31 @@ impl Actor {
         }
     }
 
+    /// Where the deltas of one decision or one try of an engine-run call
+    /// go: every delta enters the hub here, held to the engine's
+    /// [`StreamLimits`](crate::events::StreamLimits) for this decision or
+    /// call alone.
     fn delta_sink(&self, call_id: &str) -> DeltaSink {
         let shared = self.shared.clone();
         let key = self.key.clone();
+        let gate = std::sync::Mutex::new(DeltaGate::new(shared.config.streams.clone(), call_id));
+        let warned = std::sync::atomic::AtomicBool::new(false);
         let call_id = call_id.to_owned();
         Arc::new(move |delta| {
-            shared.hub.publish(
-                &key,
-                Event { seq: None, name: "llm.token.delta".to_owned(), data: token_delta(&call_id, &delta) },
-            );
+            let admitted = gate.lock().unwrap_or_else(std::sync::PoisonError::into_inner).admit(&delta);
+            match admitted {
+                Ok(frame) => {
+                    shared.hub.publish(&key, frame);
+                    Ok(())
+                }
+                Err(refused) => {
+                    // Once per call: a flood would otherwise flood the logs.
+                    if !warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        tracing::warn!(call = %call_id, reason = %refused, "deltas refused");
+                    }
+                    Err(refused)
+                }
+            }
         })
     }
 

@@ -354,9 +354,11 @@ impl HttpWorker {
                         deltas += 1;
                         // A worker may stream where the engine did not ask
                         // for it; the final decision carries the reply
-                        // anyway, so the pieces are dropped.
+                        // anyway, so the pieces are dropped. So are deltas
+                        // over the engine's limits (the sink logs that):
+                        // the worker has no way to hear of it mid-reply.
                         if let Some(sink) = &sink {
-                            sink(delta);
+                            let _ = sink(delta);
                         }
                     }
                     "decision.result" => {

@@ -33,9 +33,24 @@ mod tests {
 }
 
 /// Receives the [`StreamDelta`]s a worker emits while it answers a
-/// streaming `llm.execute`; the engine forwards them to clients as
-/// `llm.token.delta` events.
-pub type DeltaSink = Arc<dyn Fn(StreamDelta) + Send + Sync>;
+/// streaming `llm.execute` (or a provider streams for an engine-run call);
+/// the engine forwards them to clients as `llm.token.delta` events. It
+/// refuses deltas over the engine's limits
+/// ([`StreamLimits`](crate::events::StreamLimits)): a component is told
+/// why; other sources drop them (the engine logs the first refusal).
+pub type DeltaSink = Arc<dyn Fn(StreamDelta) -> Result<(), DeltaRefused> + Send + Sync>;
+
+/// Why a [`DeltaSink`] refused a delta; the message names the limit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DeltaRefused(String);
+
+impl DeltaRefused {
+    /// A refusal saying `why`.
+    pub fn new(why: impl Into<String>) -> Self {
+        Self(why.into())
+    }
+}
 
 /// One delivery of a decision request to a worker.
 pub struct Delivery {

@@ -183,7 +183,6 @@ impl host::Host for StoreState {
             );
         };
         let delta = StreamDelta::from_wit(delta).map_err(|e| e.to_string())?;
-        sink(delta);
-        Ok(())
+        sink(delta).map_err(|refused| refused.to_string())
     }
 }
