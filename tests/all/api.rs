@@ -19,7 +19,7 @@ pub(crate) struct Server {
 impl Server {
     /// A server with the given API keys (`(tenant, key)`); none: the local
     /// tenant without authentication.
-    async fn start(keys: &[(&str, &str)]) -> Self {
+    pub(crate) async fn start(keys: &[(&str, &str)]) -> Self {
         Self::start_with(keys, std::collections::HashMap::new(), std::collections::HashMap::new()).await
     }
 

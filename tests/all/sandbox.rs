@@ -399,6 +399,21 @@ impl std::io::Write for Captured {
 
 #[tokio::test]
 async fn guest_stderr_is_logged_line_by_line_with_tenant_agent_and_session() {
+    let env = bound(guests::TEST_READ_ENV, "tenant-x", "env-reader", small());
+    let mut request = action("go", Value::Null);
+    request.session_id = "sess_logged".to_owned();
+    let (_, logs) = with_logs(&env, request).await;
+    let line = logs.lines().find(|l| l.contains("reading HOME")).unwrap_or_else(|| panic!("no guest line in {logs}"));
+    for field in ["tenant=tenant-x", "agent=env-reader", "session=sess_logged", "stream=\"stderr\""] {
+        assert!(line.contains(field), "{field} missing: {line}");
+    }
+}
+
+/// Guest log lines captured from `decide` of `agent`, and its result.
+async fn with_logs(
+    agent: &ComponentAgent,
+    request: DecisionRequest,
+) -> (Result<DecisionResponse, WorkerError>, String) {
     use tracing::instrument::WithSubscriber;
     let captured = Captured::default();
     let writer = captured.clone();
@@ -407,13 +422,48 @@ async fn guest_stderr_is_logged_line_by_line_with_tenant_agent_and_session() {
         .with_ansi(false)
         .with_max_level(tracing::Level::INFO)
         .finish();
-    let env = bound(guests::TEST_READ_ENV, "tenant-x", "env-reader", small());
-    let mut request = action("go", Value::Null);
-    request.session_id = "sess_logged".to_owned();
-    let _ = env.decide(Delivery::new(request)).with_subscriber(subscriber).await;
+    let result = agent.decide(Delivery::new(request)).with_subscriber(subscriber).await;
     let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    let line = logs.lines().find(|l| l.contains("reading HOME")).unwrap_or_else(|| panic!("no guest line in {logs}"));
-    for field in ["tenant=tenant-x", "agent=env-reader", "session=sess_logged", "stream=\"stderr\""] {
-        assert!(line.contains(field), "{field} missing: {line}");
+    (result, logs)
+}
+
+#[tokio::test]
+async fn a_log_flood_is_cut_at_the_decisions_log_budget() {
+    // 1 MiB lines through the host's `log`, until the CPU limit: each line
+    // is cut to 4 KiB, and the decision's lines stop at its 1 MiB budget.
+    let limits = LimitOverrides { cpu: Some(Duration::from_millis(300)), ..small() };
+    let flood = bound(guests::TEST_HOSTILE, "t", "flood", limits);
+    let (result, logs) = with_logs(&flood, action("log-flood", Value::Null)).await;
+    match result {
+        Err(e @ WorkerError::LimitExceeded(_)) => assert!(e.to_string().contains("CPU limit of 300ms"), "{e}"),
+        other => panic!("expected the CPU limit, got {other:?}"),
     }
+    let guest: Vec<&str> = logs.lines().filter(|l| l.contains("subs::guest")).collect();
+    let bytes: usize = guest.iter().map(|l| l.len()).sum();
+    assert!(bytes < (1 << 20) + (64 << 10), "{bytes} bytes of guest log lines");
+    assert!(guest.iter().all(|l| l.len() < 4096 + 512), "every line is cut");
+    let warnings = guest.iter().filter(|l| l.contains("passed their limit")).count();
+    assert_eq!(warnings, 1, "one warning for the drop");
+}
+
+#[tokio::test]
+async fn time_in_host_calls_counts_against_the_cpu_limit() {
+    // Nearly all of this guest's time is spent in the host, filling 48 MiB
+    // random buffers; the epoch callback that checks the CPU limit runs
+    // only between two of them. Counting only the ticks it sees, the guest
+    // ran for a tick per call, dozens of times its limit.
+    let limits = LimitOverrides {
+        cpu: Some(Duration::from_millis(500)),
+        wall_clock: Some(Duration::from_secs(60)),
+        memory_bytes: Some(128 << 20),
+        ..LimitOverrides::default()
+    };
+    let random = bound(guests::TEST_HOSTILE, "t", "random", limits);
+    let started = std::time::Instant::now();
+    match decide(&random, action("random-loop", Value::Null)).await {
+        Err(e @ WorkerError::LimitExceeded(_)) => assert!(e.to_string().contains("CPU limit of 500ms"), "{e}"),
+        other => panic!("expected the CPU limit, got {other:?}"),
+    }
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(4), "stopped by its CPU limit: {elapsed:?}");
 }

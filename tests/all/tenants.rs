@@ -297,3 +297,27 @@ async fn a_tenant_past_its_open_streams_is_refused_and_its_neighbour_is_not() {
     };
     assert_eq!(engine.open_streams(HOSTILE.0), 2);
 }
+
+/// An agent failing with a 20 MB error: what is stored, sent and logged of
+/// it is cut to its 4 KiB bound, once (a `terminal` error is not retried).
+#[tokio::test]
+async fn a_20_mb_error_is_stored_and_sent_cut_to_its_bound() {
+    let s = Server::start(&[HOSTILE]).await;
+    let key = Some(HOSTILE.1);
+    assert_eq!(s.upload("hostile", guests::TEST_HOSTILE, key).await.0, StatusCode::CREATED);
+    let input = json!({"type": "client.action", "agent_id": "hostile", "name": "big-error", "args": null});
+    let (status, accepted) = s.call(POST, "/v1/sessions/e/input", key, Some(input)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let events = s.wait_turn("e", accepted["turn_id"].as_str().unwrap(), key).await;
+    let failed = events.last().unwrap();
+    assert_eq!(failed.event, "turn.failed", "{failed:?}");
+    let error = failed.data["error"].as_str().unwrap();
+    assert!(error.len() < 5000 && error.contains("eeee") && error.contains("more bytes cut)"), "{}", error.len());
+    // Everything stored about the session, replayed from the start, is
+    // small: the 20 MB are nowhere.
+    let replayed = s.events("e", key, None, |e| e.event == "turn.failed").await;
+    let bytes: usize = replayed.iter().map(|e| e.data.to_string().len()).sum();
+    assert!(bytes < 64 << 10, "{bytes} bytes of stored events");
+    let (_, snapshot) = s.call(GET, "/v1/sessions/e", key, None).await;
+    assert!(snapshot.to_string().len() < 64 << 10, "the snapshot is small");
+}
