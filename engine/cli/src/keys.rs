@@ -11,11 +11,11 @@ use anyhow::anyhow;
 use serde_json::json;
 use subs_engine::store::redb::RedbStore;
 use subs_engine::store::{Batch, KeyRecord, Op, Store as _, valid_id};
-use subs_server::auth::{hash_key, new_key};
+use subs_server::auth::{hash_key, key_prefix, new_key};
 
 use crate::data;
 use crate::error::{CliError, CliResult};
-use crate::settings::{self, key_prefix};
+use crate::settings;
 
 /// `subs keys …`.
 #[derive(Debug, clap::Subcommand)]
