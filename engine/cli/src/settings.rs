@@ -376,6 +376,7 @@ mod tests {
         let example = text.split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("an example");
         let file = parse(example).unwrap();
         assert_eq!(file.key_records().unwrap().len(), 2);
+        assert_eq!(file.admin_key_hashes(None).unwrap().len(), 1);
         let config = file.server_config();
         assert_eq!(config.default_limits.max_sessions, Some(1000));
         let acme = config.limits("acme");
