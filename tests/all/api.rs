@@ -62,7 +62,7 @@ impl Server {
             store,
             agents,
             keys: subs_tests::api_keys(keys),
-            config,
+            config: config.into(),
             metrics: subs_server::metrics::Metrics::default(),
         });
         let (base, shutdown) = subs_tests::serve_api(state).await;
@@ -572,7 +572,11 @@ async fn the_openapi_document_matches_the_routes() {
     let mut served = Vec::new();
     for (path, item) in paths {
         for method in item.as_object().unwrap().keys() {
-            let concrete = path.replace("{session_id}", "nobody").replace("{agent_id}", "nobody");
+            let concrete = path
+                .replace("{session_id}", "nobody")
+                .replace("{agent_id}", "nobody")
+                .replace("{tenant}", "nobody")
+                .replace("{key}", "nobody00");
             let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
             let response = s.request(method.clone(), &concrete, None).send().await.unwrap();
             let status = response.status();
@@ -586,18 +590,27 @@ async fn the_openapi_document_matches_the_routes() {
     assert_eq!(
         served,
         [
+            "DELETE /v1/admin/keys/{key}",
+            "DELETE /v1/admin/tenants/{tenant}",
             "DELETE /v1/agents/{agent_id}",
             "GET /healthz",
             "GET /metrics",
+            "GET /v1/admin/keys",
+            "GET /v1/admin/tenants",
+            "GET /v1/admin/tenants/{tenant}",
+            "GET /v1/admin/tenants/{tenant}/limits",
             "GET /v1/agents",
             "GET /v1/agents/{agent_id}",
             "GET /v1/sessions",
             "GET /v1/sessions/{session_id}",
             "GET /v1/sessions/{session_id}/events",
             "GET /v1/usage",
+            "POST /v1/admin/keys",
             "POST /v1/sessions/{session_id}/cancel",
             "POST /v1/sessions/{session_id}/input",
             "POST /v1/tokens",
+            "PUT /v1/admin/tenants/{tenant}",
+            "PUT /v1/admin/tenants/{tenant}/limits",
             "PUT /v1/agents/{agent_id}",
             "PUT /v1/sessions/{session_id}/budget",
         ],

@@ -1,6 +1,7 @@
 //! The integration tests: one binary, one module per area. Guest
 //! components are built once by `build.rs`; see `subs_tests::guests`.
 
+mod admin;
 mod api;
 mod bad_guests;
 mod examples;

@@ -69,7 +69,7 @@ impl Api {
             store,
             agents,
             keys: subs_tests::api_keys(keys),
-            config: subs_server::ServerConfig::default(),
+            config: subs_server::ServerConfig::default().into(),
             metrics: subs_server::metrics::Metrics::default(),
         });
         let (base, shutdown) = subs_tests::serve_api(state).await;
@@ -292,7 +292,9 @@ async fn another_tenants_ids_are_not_found_on_every_route() {
     let (_, doc) = s.call(Method::GET, "/v1/openapi.json", bravo, None).await;
     let mut tried = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
-        if !path.contains('{') {
+        // The operator's routes take no tenant key at all (admin.rs shows
+        // that every one refuses them).
+        if !path.contains('{') || path.starts_with("/v1/admin/") {
             continue;
         }
         let concrete = path.replace("{session_id}", "secret-session").replace("{agent_id}", "secret-agent");

@@ -1,6 +1,7 @@
 //! The HTTP client of a running server (`subs agents …`, `subs sessions
-//! …`): where the server is, the API key, and the API's errors turned into
-//! messages and exit codes.
+//! …`, and with the operator key `subs tenants …`, `subs keys …`): where
+//! the server is, the key, and the API's errors turned into messages and
+//! exit codes.
 
 use std::time::Duration;
 
@@ -34,21 +35,29 @@ pub struct Client {
     http: reqwest::Client,
     base: String,
     key: Option<String>,
+    /// How to give the key, for a 401.
+    key_hint: &'static str,
 }
 
 impl Client {
-    /// A client for `args.server`.
+    /// A client for `args.server`, with a tenant's key.
     pub fn new(args: &ClientArgs) -> CliResult<Self> {
-        let base = args.server.trim_end_matches('/').to_owned();
+        Self::with_key(&args.server, args.key.clone(), "pass --key or set SUBS_API_KEY")
+    }
+
+    /// A client for `server` with `key`; `key_hint` says how to give it
+    /// when the server refuses it.
+    pub fn with_key(server: &str, key: Option<String>, key_hint: &'static str) -> CliResult<Self> {
+        let base = server.trim_end_matches('/').to_owned();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(CliError::usage(anyhow!("--server `{}` is not an http(s) URL", args.server)));
+            return Err(CliError::usage(anyhow!("--server `{server}` is not an http(s) URL")));
         }
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .user_agent(concat!("subs-cli/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| CliError::failed(anyhow!("the HTTP client could not be built: {e}")))?;
-        Ok(Self { http, base, key: args.key.clone() })
+        Ok(Self { http, base, key, key_hint })
     }
 
     /// The server's base URL.
@@ -119,11 +128,10 @@ impl Client {
             .ok()
             .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
             .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().chars().take(300).collect());
-        let hint = match status {
-            StatusCode::UNAUTHORIZED => " (pass --key or set SUBS_API_KEY)",
-            _ => "",
-        };
-        CliError::failed(anyhow!("the server answered {status}: {message}{hint}"))
+        if status == StatusCode::UNAUTHORIZED {
+            return CliError::failed(anyhow!("the server answered {status}: {message} ({})", self.key_hint));
+        }
+        CliError::failed(anyhow!("the server answered {status}: {message}"))
     }
 }
 

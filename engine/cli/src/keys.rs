@@ -1,47 +1,65 @@
-//! `subs keys …`: API keys in the store of a data directory.
+//! `subs keys …`: tenants' API keys.
 //!
-//! These commands open the store directly, so they work only while no
-//! server holds it; the server reads keys when it starts. (Keys in the
-//! config file need no store at all.) A key is printed once, when it is
-//! created; only its SHA-256 is stored.
+//! By default these commands ask a running server, through its admin API
+//! with the operator key: a key created works at once, a revoked one is
+//! refused at once. With `--data DIR` (or `--config FILE`) they open the
+//! store of a data directory instead, which works only while no server
+//! holds it (a server reads the store's keys when it starts): that is how
+//! a first key is made without an operator key. A key is printed once,
+//! when it is created; only its SHA-256 is stored.
 
 use std::path::PathBuf;
 
 use anyhow::anyhow;
-use serde_json::json;
+use reqwest::Method;
+use reqwest::header::CONTENT_TYPE;
+use serde_json::{Value, json};
 use subs_engine::store::redb::RedbStore;
-use subs_engine::store::{Batch, KeyRecord, Op, Store as _, valid_id};
-use subs_server::auth::{hash_key, new_key};
+use subs_engine::store::{Batch, KeyRecord, Op, Store as _, TenantRecord, valid_id};
+use subs_server::auth::{hash_key, key_prefix, names_key, new_key};
 
+use crate::admin::AdminArgs;
 use crate::data;
 use crate::error::{CliError, CliResult};
-use crate::settings::{self, key_prefix};
+use crate::settings;
 
 /// `subs keys …`.
 #[derive(Debug, clap::Subcommand)]
 pub enum KeysCommand {
     /// Create a key for a tenant and print it (once: only its hash is kept).
     Create(CreateArgs),
-    /// List the keys (the store's, and the config file's with --config).
+    /// List the keys: the store's and the config file's.
     List(ListArgs),
     /// Revoke a key of the store, named by its hash, a prefix of its hash
     /// or of the key, or the key itself.
     Revoke(RevokeArgs),
 }
 
-/// Where the store is.
+/// Where the keys are: a running server (by default), or the store of a
+/// data directory (`--data`, `--config`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct DataArgs {
-    /// The data directory. [default: the config file's, else a per-user
-    /// data directory, e.g. ~/.local/share/subs]
-    #[arg(long, value_name = "DIR", env = "SUBS_DATA")]
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub admin: AdminArgs,
+    /// Open the store of this data directory instead of asking a server;
+    /// the server using it must be stopped.
+    #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
-    /// The server's config file (for its data directory and keys).
-    #[arg(long, value_name = "FILE", env = "SUBS_CONFIG")]
+    /// Open the store of this config file's data directory instead of
+    /// asking a server (and list the file's keys too).
+    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Print JSON instead of text for people.
     #[arg(long)]
     pub json: bool,
+}
+
+impl DataArgs {
+    /// Whether the store is opened directly rather than a server asked.
+    fn offline(&self) -> bool {
+        self.data.is_some() || self.config.is_some()
+    }
 }
 
 /// `subs keys create`.
@@ -94,8 +112,8 @@ async fn with_store<T>(args: &DataArgs, work: impl AsyncFnOnce(&RedbStore) -> Cl
     data::prepare(&dir)?;
     let store = data::open_store(
         &dir.join(settings::STORE_FILE),
-        "a running `subs serve` holds it. Stop the server to manage the store's keys, \
-         or put keys in the server's config file ([[keys]], see docs/configuration.md)",
+        "a running `subs serve` holds it. Manage the keys through the server instead (leave out --data and \
+         --config, and give the operator key: --admin-key or SUBS_ADMIN_KEY), or stop the server",
     )?;
     let result = work(&store).await;
     store.close().await.map_err(|e| CliError::failed(anyhow!("closing the store: {e}")))?;
@@ -109,6 +127,9 @@ async fn create(args: CreateArgs) -> CliResult {
             args.tenant
         )));
     }
+    if !args.data.offline() {
+        return create_online(args).await;
+    }
     let key = new_key();
     let record = KeyRecord {
         tenant: args.tenant.clone(),
@@ -119,44 +140,107 @@ async fn create(args: CreateArgs) -> CliResult {
     };
     with_store(&args.data, async |store| {
         let mut batch = Batch::new();
+        // The tenant is recorded with its first key, as the admin API
+        // lists tenants.
+        let tenants = store.tenants().map_err(|e| CliError::failed(anyhow!(e)))?;
+        if !tenants.iter().any(|t| t.tenant == record.tenant) {
+            let now = record.created_ms;
+            batch.push(Op::PutTenant(TenantRecord {
+                tenant: record.tenant.clone(),
+                limits: serde_json::Map::new(),
+                created_ms: now,
+                updated_ms: now,
+            }));
+        }
         batch.push(Op::PutKey(record.clone()));
         store.commit(batch).await.map_err(|e| CliError::failed(anyhow!("storing the key: {e}")))
     })
     .await?;
-    if args.data.json {
-        println!(
-            "{}",
-            json!({ "key": key, "tenant": record.tenant, "hash": record.hash, "prefix": record.prefix, "name": record.name })
-        );
-    } else {
-        // The key alone on stdout, so `KEY=$(subs keys create …)` works.
-        println!("{key}");
-        eprintln!(
-            "created a key for tenant `{}` (sha256 {}). It is shown only this once: keep it secret. \
-             A server reads keys when it starts.",
-            record.tenant, record.hash
-        );
+    let answer = json!({
+        "key": key, "tenant": record.tenant, "hash": record.hash, "prefix": record.prefix, "name": record.name,
+        "created_ms": record.created_ms,
+    });
+    print_created(&answer, args.data.json, "A server reads the store's keys when it starts.");
+    Ok(())
+}
+
+/// Prints a key just created: alone on stdout (so `KEY=$(subs keys
+/// create …)` works), what it is on stderr.
+fn print_created(answer: &Value, json: bool, when: &str) {
+    if json {
+        println!("{answer}");
+        return;
     }
+    println!("{}", str_at(answer, "key"));
+    eprintln!(
+        "created a key for tenant `{}` (sha256 {}). It is shown only this once: keep it secret. {when}",
+        str_at(answer, "tenant"),
+        str_at(answer, "hash")
+    );
+}
+
+fn str_at<'a>(value: &'a Value, key: &str) -> &'a str {
+    value.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+async fn create_online(args: CreateArgs) -> CliResult {
+    let client = args.data.admin.client()?;
+    let body = json!({ "tenant": args.tenant, "name": args.name });
+    let request =
+        client.request(Method::POST, "/v1/admin/keys").header(CONTENT_TYPE, "application/json").body(body.to_string());
+    let answer = client.json(request).await?;
+    print_created(&answer, args.data.json, "It works at once.");
     Ok(())
 }
 
 async fn list(args: ListArgs) -> CliResult {
+    if !args.data.offline() {
+        let client = args.data.admin.client()?;
+        let answer = client.json(client.request(Method::GET, "/v1/admin/keys")).await?;
+        let keys: Vec<(KeyRecord, String)> = answer
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|k| {
+                let record = KeyRecord {
+                    tenant: str_at(k, "tenant").to_owned(),
+                    hash: str_at(k, "hash").to_owned(),
+                    prefix: str_at(k, "prefix").to_owned(),
+                    name: k.get("name").and_then(Value::as_str).map(str::to_owned),
+                    created_ms: k.get("created_ms").and_then(Value::as_u64).unwrap_or(0),
+                };
+                (record, str_at(k, "source").to_owned())
+            })
+            .collect();
+        return print_keys(&keys, args.data.json, "no keys");
+    }
     let file = settings::load(args.data.config.as_deref())?;
-    let mut keys: Vec<(KeyRecord, &str)> = file.key_records()?.into_iter().map(|k| (k, "config")).collect();
+    let mut keys: Vec<(KeyRecord, String)> =
+        file.key_records()?.into_iter().map(|k| (k, "config".to_owned())).collect();
     let stored = with_store(&args.data, async |store| store.keys().map_err(|e| CliError::failed(anyhow!(e)))).await?;
-    keys.extend(stored.into_iter().map(|k| (k, "store")));
-    if args.data.json {
+    keys.extend(stored.into_iter().map(|k| (k, "store".to_owned())));
+    print_keys(
+        &keys,
+        args.data.json,
+        "no keys: a server on this data directory serves the single tenant `local`, on loopback only \
+         (unless it has an operator key)",
+    )
+}
+
+/// Prints keys and where each comes from, as a table or JSON.
+fn print_keys(keys: &[(KeyRecord, String)], json: bool, none: &str) -> CliResult {
+    if json {
         let list: Vec<_> = keys
             .iter()
             .map(|(k, source)| {
                 json!({ "tenant": k.tenant, "hash": k.hash, "prefix": k.prefix, "name": k.name, "created_ms": k.created_ms, "source": source })
             })
             .collect();
-        println!("{}", serde_json::Value::Array(list));
+        println!("{}", Value::Array(list));
         return Ok(());
     }
     if keys.is_empty() {
-        println!("no keys: a server on this data directory serves the single tenant `local`, on loopback only");
+        println!("{none}");
         return Ok(());
     }
     let rows: Vec<[String; 5]> = keys
@@ -167,7 +251,7 @@ async fn list(args: ListArgs) -> CliResult {
                 if k.prefix.is_empty() { "-".to_owned() } else { format!("{}…", k.prefix) },
                 k.hash.chars().take(16).collect(),
                 k.name.clone().unwrap_or_else(|| "-".to_owned()),
-                (*source).to_owned(),
+                source.clone(),
             ]
         })
         .collect();
@@ -180,14 +264,17 @@ async fn revoke(args: RevokeArgs) -> CliResult {
     if wanted.len() < 8 {
         return Err(CliError::usage(anyhow!("give at least 8 characters of the key's hash or prefix")));
     }
+    if !args.data.offline() {
+        return revoke_online(args, &wanted).await;
+    }
     let file = settings::load(args.data.config.as_deref())?;
     let revoked = with_store(&args.data, async |store| {
         let keys = store.keys().map_err(|e| CliError::failed(anyhow!(e)))?;
-        let matching: Vec<&KeyRecord> = keys.iter().filter(|k| matches(k, &wanted)).collect();
+        let matching: Vec<&KeyRecord> = keys.iter().filter(|k| names_key(k, &wanted)).collect();
         let record = match matching.as_slice() {
             [one] => (*one).clone(),
             [] => {
-                let in_file = file.key_records()?.iter().any(|k| matches(k, &wanted));
+                let in_file = file.key_records()?.iter().any(|k| names_key(k, &wanted));
                 return Err(CliError::failed(if in_file {
                     anyhow!("that key is in the config file, not the store: remove it from the file")
                 } else {
@@ -209,21 +296,45 @@ async fn revoke(args: RevokeArgs) -> CliResult {
         Ok(record)
     })
     .await?;
-    if args.data.json {
-        println!("{}", json!({ "tenant": revoked.tenant, "hash": revoked.hash, "revoked": true }));
-    } else {
-        println!("revoked the key of tenant `{}` (sha256 {})", revoked.tenant, revoked.hash);
-    }
+    let answer = json!({ "tenant": revoked.tenant, "hash": revoked.hash, "prefix": revoked.prefix, "revoked": true });
+    print_revoked(&answer, args.data.json);
     Ok(())
 }
 
-/// Whether `wanted` names `key`: its hash or a prefix of it, its listed
-/// prefix (or more of the key), or the key itself.
-fn matches(key: &KeyRecord, wanted: &str) -> bool {
-    let lower = wanted.to_ascii_lowercase();
-    key.hash.starts_with(&lower)
-        || (!key.prefix.is_empty() && (wanted.starts_with(&key.prefix) || key.prefix.starts_with(wanted)))
-        || key.hash == hash_key(wanted)
+fn print_revoked(answer: &Value, json: bool) {
+    if json {
+        println!("{answer}");
+    } else {
+        println!("revoked the key of tenant `{}` (sha256 {})", str_at(answer, "tenant"), str_at(answer, "hash"));
+    }
+}
+
+async fn revoke_online(args: RevokeArgs, wanted: &str) -> CliResult {
+    let client = args.data.admin.client()?;
+    let reference = key_reference(wanted)?;
+    let answer = client.json(client.request(Method::DELETE, &format!("/v1/admin/keys/{reference}"))).await?;
+    print_revoked(&answer, args.data.json);
+    Ok(())
+}
+
+/// The length of a tenant key: `subs_` and 32 hex digits.
+const KEY_LEN: usize = 37;
+
+/// What names `wanted` in a URL. A whole key is sent as its hash, and more
+/// of a key than its listed prefix is cut to the prefix: URLs end up in
+/// logs, keys must not.
+fn key_reference(wanted: &str) -> CliResult<String> {
+    if !wanted.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err(CliError::usage(anyhow!("`{wanted}` is neither a key, its prefix, nor (part of) its hash")));
+    }
+    let prefix = key_prefix(wanted);
+    Ok(if !wanted.starts_with("subs_") || wanted == prefix {
+        wanted.to_owned()
+    } else if wanted.len() == KEY_LEN {
+        hash_key(wanted)
+    } else {
+        prefix
+    })
 }
 
 #[cfg(test)]
@@ -231,21 +342,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_are_named_by_hash_prefix_or_key() {
-        let key = "subs_0123456789abcdef0123456789abcdef";
-        let record = KeyRecord {
-            tenant: "t".to_owned(),
-            hash: hash_key(key),
-            prefix: key_prefix(key),
-            name: None,
-            created_ms: 0,
-        };
-        assert!(matches(&record, &record.hash));
-        assert!(matches(&record, &record.hash[..8]));
-        assert!(matches(&record, &record.hash[..8].to_uppercase()));
-        assert!(matches(&record, &record.prefix));
-        assert!(matches(&record, key));
-        assert!(!matches(&record, "subs_ffffffff"));
-        assert!(!matches(&record, "00000000"));
+    fn keys_never_go_into_urls() {
+        let key = new_key();
+        assert_eq!(key_reference(&key).unwrap(), hash_key(&key));
+        assert_eq!(key_reference(&key[..20]).unwrap(), key_prefix(&key));
+        assert_eq!(key_reference(&key[..12]).unwrap(), &key[..12]);
+        assert_eq!(key_reference("0123abcd").unwrap(), "0123abcd");
+        assert!(key_reference("../admin/x").is_err());
     }
 }

@@ -11,7 +11,9 @@
 //! - [`run`]: `subs run`, one turn of an agent in this process.
 //! - [`agents`], [`sessions`]: clients of a running server (`sessions
 //!   tail` follows events across dropped connections).
-//! - [`keys`]: API keys in a data directory's store.
+//! - [`tenants`], [`keys`]: tenants, their limits and their keys, through
+//!   a running server's admin API (keys also in a stopped server's
+//!   store); [`admin`]: what they share, and `subs admin-key`.
 //! - [`settings`]: flags, environment, the TOML config file, defaults.
 //! - [`data`]: the data directory and its store.
 //! - [`client`]: the HTTP client of the API; [`sse`]: its event-stream
@@ -20,6 +22,7 @@
 //!   spinner while something slow happens.
 //! - [`error`]: failures and their exit codes.
 
+pub mod admin;
 pub mod agents;
 pub mod client;
 pub mod data;
@@ -32,6 +35,7 @@ pub mod serve;
 pub mod sessions;
 pub mod settings;
 pub mod sse;
+pub mod tenants;
 
 use std::process::ExitCode;
 
@@ -62,10 +66,17 @@ pub enum Command {
     /// List, show and tail the sessions of a running server.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
-    /// Create, list and revoke API keys in a data directory (with the
-    /// server stopped).
+    /// Create, list and revoke tenants' API keys: through a running
+    /// server's admin API, or with --data in a stopped server's store.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Create, show, limit and delete the tenants of a running server
+    /// (its admin API, with the operator key).
+    #[command(subcommand)]
+    Tenants(tenants::TenantsCommand),
+    /// Make an operator key, which enables a server's admin API: prints the
+    /// key, and the config file lines that give it to the server.
+    AdminKey(admin::AdminKeyArgs),
 }
 
 /// The first argument that makes `subs` a compile child of a server: the
@@ -111,6 +122,8 @@ async fn exec(command: Command) -> CliResult {
         Command::Agents(command) => agents::exec(command).await,
         Command::Sessions(command) => sessions::exec(command).await,
         Command::Keys(command) => keys::exec(command).await,
+        Command::Tenants(command) => tenants::exec(command).await,
+        Command::AdminKey(args) => admin::admin_key(&args),
     }
 }
 

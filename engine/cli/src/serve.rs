@@ -18,7 +18,7 @@ use subs_engine::model::{Models, ProvidersConfig, models_from_env};
 use subs_engine::store::{KeyRecord, Store};
 use subs_engine::worker::component::{Compiler, ComponentHost, HostConfig};
 use subs_engine::{Engine, EngineConfig, StreamLimits};
-use subs_server::{AgentRegistry, AppState, Keys};
+use subs_server::{AgentRegistry, AppState, Keys, LiveConfig};
 use tokio::net::TcpListener;
 
 use crate::data;
@@ -34,7 +34,8 @@ const GRACE: Duration = Duration::from_secs(2);
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
     /// The address to listen on (`127.0.0.1:0` picks a free port). A
-    /// non-loopback address needs API keys. [default: 127.0.0.1:7878]
+    /// non-loopback address needs API keys or an operator key. [default:
+    /// 127.0.0.1:7878]
     #[arg(long, value_name = "ADDR", env = "SUBS_LISTEN")]
     pub listen: Option<String>,
     /// The data directory: the store (`subs.redb`) and uploaded components
@@ -49,6 +50,12 @@ pub struct ServeArgs {
     /// environment variables override it.
     #[arg(long, value_name = "FILE", env = "SUBS_CONFIG")]
     pub config: Option<PathBuf>,
+    /// An operator key, which enables the admin API (`/v1/admin`; `subs
+    /// tenants`, `subs keys`); at least 16 characters. Prefer the
+    /// environment variable: a flag shows in the process list. The config
+    /// file's `[admin]` key works too.
+    #[arg(long, value_name = "KEY", env = "SUBS_ADMIN_KEY", hide_env_values = true)]
+    pub admin_key: Option<String>,
 }
 
 /// Serves until a shutdown signal.
@@ -62,6 +69,7 @@ pub async fn exec(args: ServeArgs) -> CliResult {
     models.resolve(&default_model).map_err(|e| CliError::usage(anyhow!("the default model: {}", e.message)))?;
     let config_keys = file.key_records()?;
     let streams = file.streams.limits()?;
+    let admin_keys = file.admin_key_hashes(args.admin_key.as_deref())?;
 
     data::prepare(&dir)?;
     let store = Arc::new(data::open_store(
@@ -69,7 +77,8 @@ pub async fn exec(args: ServeArgs) -> CliResult {
         "is another `subs serve` running on this data directory? Stop it, or pass another --data",
     )?);
     let served =
-        serve(Setup { store: store.clone(), dir, addr, models, default_model, streams, config_keys, file }).await;
+        serve(Setup { store: store.clone(), dir, addr, models, default_model, streams, config_keys, admin_keys, file })
+            .await;
     let closed = store.close().await.context("closing the store");
     served?;
     closed?;
@@ -85,18 +94,26 @@ struct Setup {
     default_model: String,
     streams: StreamLimits,
     config_keys: Vec<KeyRecord>,
+    /// SHA-256 of the operator keys.
+    admin_keys: Vec<String>,
     file: ConfigFile,
 }
 
 async fn serve(setup: Setup) -> CliResult {
-    let Setup { store, dir, addr, models, default_model, streams, config_keys, file } = setup;
-    // Stored keys first: where the file names the same key, the file's
-    // tenant wins.
-    let keys: Vec<KeyRecord> = store.keys().map_err(CliError::unavailable)?.into_iter().chain(config_keys).collect();
-    if keys.is_empty() && !addr.ip().is_loopback() {
+    let Setup { store, dir, addr, models, default_model, streams, config_keys, admin_keys, file } = setup;
+    let stored_keys = store.keys().map_err(CliError::unavailable)?;
+    if stored_keys.iter().chain(&config_keys).any(|key| admin_keys.contains(&key.hash)) {
+        return Err(CliError::usage(anyhow!(
+            "the operator key is also a tenant's key: give the admin API a key of its own (`subs admin-key` makes one)"
+        )));
+    }
+    // Where the file names a stored key, the file's tenant wins.
+    let keys = Keys::new(stored_keys).with_config_keys(config_keys).with_admin_keys(admin_keys);
+    if keys.is_open() && !addr.ip().is_loopback() {
         return Err(CliError::usage(anyhow!(
             "refusing to listen on {addr} without API keys: anyone who can reach it could use the server. \
-             Listen on a loopback address (127.0.0.1, ::1), or add keys ([[keys]] in the config file, or `subs keys create`)"
+             Listen on a loopback address (127.0.0.1, ::1), or add keys ([[keys]] in the config file, \
+             `subs keys create`, or an operator key to create them with: `[admin]`, SUBS_ADMIN_KEY)"
         )));
     }
     let listener = TcpListener::bind(addr).await.map_err(|e| {
@@ -128,22 +145,26 @@ async fn serve(setup: Setup) -> CliResult {
     for (tenant, agent, error) in agents.load_all().await.map_err(CliError::unavailable)? {
         eprintln!("warning: agent `{agent}` of tenant `{tenant}` was not loaded: {error}");
     }
-    let server_config = file.server_config();
-    server_config.apply_to(&engine);
+    // The config file's limits, with those the operator stored over them.
+    let config = LiveConfig::load(file.server_config(), &*dyn_store).map_err(CliError::unavailable)?;
+    config.apply_to(&engine);
     engine.resume().map_err(CliError::unavailable)?;
-    let open = keys.is_empty();
+    let (open, admin) = (keys.is_open(), keys.admin_enabled());
     let state = Arc::new(AppState {
         engine: engine.clone(),
         store: dyn_store,
         agents,
-        keys: Keys::new(keys),
-        config: server_config,
+        keys,
+        config,
         metrics: Default::default(),
     });
 
     println!("subs listening on http://{local}");
     if open {
         eprintln!("no API keys are configured: serving the single tenant `local` without authentication");
+    }
+    if admin {
+        eprintln!("the admin API is on (/v1/admin): `subs tenants` and `subs keys` manage tenants and keys");
     }
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -38,6 +38,8 @@ pub struct ConfigFile {
     pub cors_origins: Vec<String>,
     /// `[[keys]]`: API keys and their tenants.
     pub keys: Vec<KeyEntry>,
+    /// `[admin]`: the operator key, which enables the admin API.
+    pub admin: AdminEntry,
     /// `[limits]`: every tenant's limits, unless it has its own.
     pub limits: LimitsEntry,
     /// `[tenants.<name>]`: one tenant's limits; what it leaves out comes
@@ -158,6 +160,20 @@ pub struct KeyEntry {
     /// A label for people.
     pub name: Option<String>,
 }
+
+/// The `[admin]` table: the operator key, hashed or not.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminEntry {
+    /// Hex SHA-256 of the operator key (what `subs admin-key` prints).
+    pub key_sha256: Option<String>,
+    /// The operator key itself, hashed on load (keep the file private).
+    pub key: Option<String>,
+}
+
+/// The fewest characters an operator key given as is may have: it guards
+/// every tenant.
+pub const MIN_ADMIN_KEY: usize = 16;
 
 /// Limits as written: each field optional, so a tenant's table can
 /// override one limit and inherit the rest.
@@ -281,6 +297,32 @@ impl ConfigFile {
             .collect()
     }
 
+    /// The SHA-256 (hex) of each operator key: the file's `[admin]` and
+    /// `flag` (`--admin-key` or `SUBS_ADMIN_KEY` of `subs serve`). None:
+    /// the admin API is off.
+    ///
+    /// # Errors
+    /// A malformed hash, a key shorter than [`MIN_ADMIN_KEY`], both `key`
+    /// and `key_sha256`.
+    pub fn admin_key_hashes(&self, flag: Option<&str>) -> CliResult<Vec<String>> {
+        let mut hashes = Vec::new();
+        let entry = &self.admin;
+        match (&entry.key, &entry.key_sha256) {
+            (Some(_), Some(_)) => {
+                return Err(CliError::usage(anyhow!("[admin]: give `key` or `key_sha256`, not both")));
+            }
+            (Some(key), None) => hashes.push(admin_key_hash(key).context("[admin] key").map_err(CliError::usage)?),
+            (None, Some(hash)) => {
+                hashes.push(checked_hash(hash).context("[admin] key_sha256").map_err(CliError::usage)?)
+            }
+            (None, None) => {}
+        }
+        if let Some(key) = flag {
+            hashes.push(admin_key_hash(key).context("--admin-key (SUBS_ADMIN_KEY)").map_err(CliError::usage)?);
+        }
+        Ok(hashes)
+    }
+
     /// The LLM providers section: what the file sets over the defaults.
     pub fn providers_config(&self) -> ProvidersConfig {
         let defaults = ProvidersConfig::default();
@@ -364,15 +406,9 @@ impl KeyEntry {
                 if key.is_empty() {
                     bail!("`key` is empty");
                 }
-                (subs_server::auth::hash_key(key), key_prefix(key))
+                (subs_server::auth::hash_key(key), subs_server::auth::key_prefix(key))
             }
-            (None, Some(hash)) => {
-                let hash = hash.trim().to_ascii_lowercase();
-                if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    bail!("`key_sha256` must be 64 hex digits (the SHA-256 of the key)");
-                }
-                (hash, String::new())
-            }
+            (None, Some(hash)) => (checked_hash(hash)?, String::new()),
             (Some(_), Some(_)) => bail!("give `key` or `key_sha256`, not both"),
             (None, None) => bail!("give `key` (hashed on load) or `key_sha256`"),
         };
@@ -380,10 +416,22 @@ impl KeyEntry {
     }
 }
 
-/// The first characters of a key, to tell keys apart in listings without
-/// revealing enough to guess them.
-pub fn key_prefix(key: &str) -> String {
-    key.chars().take(12).collect()
+/// A key's hash as written in the file, checked and in lower case.
+fn checked_hash(hash: &str) -> anyhow::Result<String> {
+    let hash = hash.trim().to_ascii_lowercase();
+    if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!("`key_sha256` must be 64 hex digits (the SHA-256 of the key)");
+    }
+    Ok(hash)
+}
+
+/// The hash of an operator key given as is, if it is long enough.
+fn admin_key_hash(key: &str) -> anyhow::Result<String> {
+    let key = key.trim();
+    if key.chars().count() < MIN_ADMIN_KEY {
+        bail!("an operator key has at least {MIN_ADMIN_KEY} characters (`subs admin-key` makes one)");
+    }
+    Ok(subs_server::auth::hash_key(key))
 }
 
 /// The config file at `path`, or an empty one.
@@ -443,6 +491,7 @@ mod tests {
         let example = text.split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).expect("an example");
         let file = parse(example).unwrap();
         assert_eq!(file.key_records().unwrap().len(), 2);
+        assert_eq!(file.admin_key_hashes(None).unwrap().len(), 1);
         let config = file.server_config();
         assert_eq!(config.default_limits.max_sessions, Some(1000));
         let acme = config.limits("acme");
@@ -510,6 +559,24 @@ mod tests {
         let zero = parse("[streams]\nsubscriber_buffer_bytes = 0\n").unwrap().streams.limits().unwrap_err();
         assert!(zero.to_string().contains("subscriber_buffer_bytes"), "{zero}");
         assert!(parse("[streams]\nmax_deltas = 3\n").is_err(), "unknown keys are refused");
+    }
+
+    #[test]
+    fn operator_keys_come_from_the_file_and_the_flag() {
+        let key = "subs_admin_0123456789abcdef";
+        let hash = subs_server::auth::hash_key(key);
+        let hashed = parse(&format!("[admin]\nkey_sha256 = \"{}\"\n", hash.to_uppercase())).unwrap();
+        assert_eq!(hashed.admin_key_hashes(None).unwrap(), std::slice::from_ref(&hash));
+        let plain = parse(&format!("[admin]\nkey = \"{key}\"\n")).unwrap();
+        assert_eq!(plain.admin_key_hashes(Some(key)).unwrap(), [hash.clone(), hash]);
+        assert!(ConfigFile::default().admin_key_hashes(None).unwrap().is_empty());
+        let short = ConfigFile::default().admin_key_hashes(Some("secret")).unwrap_err();
+        assert!(short.to_string().contains("at least 16"), "{short}");
+        let both = parse(&format!("[admin]\nkey = \"{key}\"\nkey_sha256 = \"00\"\n")).unwrap();
+        assert!(both.admin_key_hashes(None).is_err());
+        let bad = parse("[admin]\nkey_sha256 = \"abc\"\n").unwrap().admin_key_hashes(None).unwrap_err();
+        assert!(bad.to_string().contains("64 hex digits"), "{bad}");
+        assert!(parse("[admin]\nkeys = \"x\"\n").is_err(), "unknown keys are refused");
     }
 
     #[test]

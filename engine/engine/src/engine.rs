@@ -121,8 +121,10 @@ impl crate::session::apply::SessionQuota for Shared {
 }
 
 /// A setting per tenant, with a default for tenants without their own.
+/// A tenant's own setting may be "none" (`None` in `own`): a tenant can be
+/// exempt from a limit every other tenant has.
 struct PerTenant<T> {
-    own: RwLock<HashMap<String, T>>,
+    own: RwLock<HashMap<String, Option<T>>>,
     default: RwLock<Option<T>>,
 }
 
@@ -135,17 +137,20 @@ impl<T> Default for PerTenant<T> {
 impl<T: Copy> PerTenant<T> {
     /// The tenant's own value, else the default.
     fn get(&self, tenant: &str) -> Option<T> {
-        let own = self.own.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(tenant).copied();
-        own.or(*self.default.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+        match self.own.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(tenant) {
+            Some(own) => *own,
+            None => *self.default.read().unwrap_or_else(std::sync::PoisonError::into_inner),
+        }
     }
 
-    /// Sets (or, with `None`, removes) the tenant's own value.
+    /// Sets the tenant's own value; `None`: none, whatever the default.
     fn set(&self, tenant: &str, value: Option<T>) {
-        let mut own = self.own.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match value {
-            Some(value) => own.insert(tenant.to_owned(), value),
-            None => own.remove(tenant),
-        };
+        self.own.write().unwrap_or_else(std::sync::PoisonError::into_inner).insert(tenant.to_owned(), value);
+    }
+
+    /// Forgets the tenant's own value: the default applies again.
+    fn clear(&self, tenant: &str) {
+        self.own.write().unwrap_or_else(std::sync::PoisonError::into_inner).remove(tenant);
     }
 
     fn set_default(&self, value: Option<T>) {
@@ -379,11 +384,18 @@ impl Engine {
         agents.remove(&(tenant.to_owned(), agent_id.to_owned()));
     }
 
-    /// Sets (or, with `None`, removes) the most `tenant`'s sessions may
-    /// spend on engine-run LLM calls in all. Once spent, further calls fail
-    /// with `budget_exceeded` before they are sent.
+    /// Sets the most `tenant`'s sessions may spend on engine-run LLM calls
+    /// in all (`None`: no limit, whatever the default). Once spent,
+    /// further calls fail with `budget_exceeded` before they are sent.
     pub fn set_tenant_budget(&self, tenant: &str, budget: Option<Money>) {
         self.shared.budgets.set(tenant, budget);
+    }
+
+    /// Forgets `tenant`'s own budget and session limit: the defaults apply
+    /// to it again.
+    pub fn clear_tenant_limits(&self, tenant: &str) {
+        self.shared.budgets.clear(tenant);
+        self.shared.session_limits.clear(tenant);
     }
 
     /// Sets (or removes) the budget of every tenant that has none of its
@@ -392,8 +404,8 @@ impl Engine {
         self.shared.budgets.set_default(budget);
     }
 
-    /// Sets (or, with `None`, removes) how many sessions `tenant` may have.
-    /// An input that would create one more is refused
+    /// Sets how many sessions `tenant` may have (`None`: no limit,
+    /// whatever the default). An input that would create one more is refused
     /// ([`InputError::LimitExceeded`]), and so is an agent's spawn of a
     /// sub-agent session (its call fails, and the agent is told why).
     pub fn set_tenant_session_limit(&self, tenant: &str, max: Option<u64>) {

@@ -1,10 +1,17 @@
-//! Who is calling: API keys, tenants, and short-lived event-stream tokens.
+//! Who is calling: API keys, tenants, the operator, and short-lived
+//! event-stream tokens.
 //!
 //! A key is `subs_` and 32 random hex digits. Only its SHA-256 is stored
 //! (in the config file or the store); a request's `Authorization: Bearer`
-//! key is hashed and looked up. With no key configured anywhere the server
-//! serves one tenant, `local`, without authentication — and then listens
-//! on loopback only (enforced where it binds).
+//! key is hashed and looked up. With no key configured anywhere (no tenant
+//! key, no operator key) the server serves one tenant, `local`, without
+//! authentication — and then listens on loopback only (enforced where it
+//! binds). Whether it does is decided when the server starts: revoking
+//! the last key at run time never opens it.
+//!
+//! The operator key (`subs_admin_` and 32 hex digits) authorizes the admin
+//! API and nothing else; a tenant key never authorizes it. The two are
+//! kept apart: a key is one or the other.
 //!
 //! Browsers' `EventSource` cannot set headers, so the events endpoint also
 //! takes `?token=`: a token minted by `POST /v1/tokens`, valid for a few
@@ -29,33 +36,114 @@ pub const LOCAL_TENANT: &str = "local";
 /// How long an event-stream token lives.
 pub const TOKEN_TTL: Duration = Duration::from_secs(300);
 
-/// The keys the server accepts.
+/// Where a tenant key comes from, which says how it can be revoked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KeySource {
+    /// The store: made by the admin API or `subs keys create`, and revoked
+    /// the same ways.
+    Store,
+    /// The config file's `[[keys]]`: changed only by editing the file and
+    /// restarting.
+    Config,
+}
+
+/// The keys the server accepts: tenants' keys, which the admin API changes
+/// while the server runs, and the operator's, fixed at start.
 pub struct Keys {
-    /// SHA-256 hex → the key's record.
-    by_hash: RwLock<HashMap<String, KeyRecord>>,
+    /// SHA-256 hex → the key's record and where it comes from.
+    by_hash: RwLock<HashMap<String, (KeyRecord, KeySource)>>,
+    /// SHA-256 hex of each operator key.
+    admin: Vec<String>,
+    /// Whether nobody is authenticated (no key of any kind at start).
+    open: bool,
     /// Signs event-stream tokens; random per process.
     token_secret: [u8; 32],
 }
 
 impl Keys {
-    /// The server's keys: those of the config file and of the store.
+    /// The server's keys: `records` are the store's. Add the config
+    /// file's with [`with_config_keys`](Self::with_config_keys) and the
+    /// operator's with [`with_admin_keys`](Self::with_admin_keys).
     pub fn new(records: impl IntoIterator<Item = KeyRecord>) -> Self {
         let mut token_secret = [0u8; 32];
         // Without randomness the tokens could be forged; refusing to start
         // is better than serving with a guessable secret.
         getrandom::fill(&mut token_secret).expect("the OS provides random bytes");
-        Self { by_hash: RwLock::new(records.into_iter().map(|r| (r.hash.clone(), r)).collect()), token_secret }
+        let by_hash: HashMap<_, _> = records.into_iter().map(|r| (r.hash.clone(), (r, KeySource::Store))).collect();
+        let open = by_hash.is_empty();
+        Self { by_hash: RwLock::new(by_hash), admin: Vec::new(), open, token_secret }
     }
 
-    /// Whether no key is configured: the single local tenant is served.
+    /// Adds the config file's keys; where the store holds the same key,
+    /// the file's tenant wins.
+    pub fn with_config_keys(mut self, records: impl IntoIterator<Item = KeyRecord>) -> Self {
+        let by_hash = self.by_hash.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        by_hash.extend(records.into_iter().map(|r| (r.hash.clone(), (r, KeySource::Config))));
+        self.open = self.open && by_hash.is_empty();
+        self
+    }
+
+    /// Adds operator keys, by SHA-256 (hex): they enable the admin API.
+    pub fn with_admin_keys(mut self, hashes: impl IntoIterator<Item = String>) -> Self {
+        self.admin.extend(hashes.into_iter().map(|h| h.to_ascii_lowercase()));
+        self.open = self.open && self.admin.is_empty();
+        self
+    }
+
+    /// Whether no key was configured when the server started: the single
+    /// local tenant is served without authentication.
     pub fn is_open(&self) -> bool {
-        self.by_hash.read().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty()
+        self.open
+    }
+
+    /// Whether an operator key is configured (the admin API answers).
+    pub fn admin_enabled(&self) -> bool {
+        !self.admin.is_empty()
+    }
+
+    /// Whether `key` is an operator key. Compared in constant time: the
+    /// operator key is the one secret worth timing.
+    pub fn is_admin(&self, key: &str) -> bool {
+        let hash = hash_key(key);
+        // Every configured hash is compared, so the time taken does not
+        // say which one matched.
+        self.admin.iter().fold(false, |found, admin| constant_time_eq(hash.as_bytes(), admin.as_bytes()) | found)
     }
 
     /// The tenant of a key.
     pub fn tenant_of(&self, key: &str) -> Option<String> {
-        let keys = self.by_hash.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        keys.get(&hash_key(key)).map(|r| r.tenant.clone())
+        self.read().get(&hash_key(key)).map(|(r, _)| r.tenant.clone())
+    }
+
+    /// Accepts a key of the store from now on.
+    pub fn insert(&self, record: KeyRecord) {
+        self.write().insert(record.hash.clone(), (record, KeySource::Store));
+    }
+
+    /// Stops accepting the key with this hash; its record, if it had one.
+    pub fn remove(&self, hash: &str) -> Option<(KeyRecord, KeySource)> {
+        self.write().remove(hash)
+    }
+
+    /// Every tenant key (hashes, never keys), by tenant, then oldest first.
+    pub fn list(&self) -> Vec<(KeyRecord, KeySource)> {
+        let mut keys: Vec<_> = self.read().values().cloned().collect();
+        keys.sort_by(|(a, _), (b, _)| (&a.tenant, a.created_ms, &a.hash).cmp(&(&b.tenant, b.created_ms, &b.hash)));
+        keys
+    }
+
+    /// The keys of `tenant`.
+    pub fn of_tenant(&self, tenant: &str) -> Vec<(KeyRecord, KeySource)> {
+        self.list().into_iter().filter(|(k, _)| k.tenant == tenant).collect()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, (KeyRecord, KeySource)>> {
+        self.by_hash.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, (KeyRecord, KeySource)>> {
+        self.by_hash.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A token for `tenant`'s event streams, valid until `expires` (Unix
@@ -85,11 +173,36 @@ pub fn hash_key(key: &str) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))
 }
 
-/// A new random key.
+/// A new random tenant key.
 pub fn new_key() -> String {
+    format!("subs_{}", random_hex())
+}
+
+/// A new random operator key: its own prefix, so it is not mistaken for a
+/// tenant's.
+pub fn new_admin_key() -> String {
+    format!("subs_admin_{}", random_hex())
+}
+
+fn random_hex() -> String {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("the OS provides random bytes");
-    format!("subs_{}", hex::encode(bytes))
+    hex::encode(bytes)
+}
+
+/// The first characters of a key, to tell keys apart in listings without
+/// revealing enough to guess them.
+pub fn key_prefix(key: &str) -> String {
+    key.chars().take(12).collect()
+}
+
+/// Whether `wanted` names `key`: its hash or a prefix of it, its listed
+/// prefix (or more of the key), or the key itself.
+pub fn names_key(key: &KeyRecord, wanted: &str) -> bool {
+    let lower = wanted.to_ascii_lowercase();
+    key.hash.starts_with(&lower)
+        || (!key.prefix.is_empty() && (wanted.starts_with(&key.prefix) || key.prefix.starts_with(wanted)))
+        || key.hash == hash_key(wanted)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -122,18 +235,32 @@ impl FromRequestParts<Arc<AppState>> for StreamTenant {
     }
 }
 
+/// The key of `Authorization: Bearer <key>`, if the header is there.
+fn bearer(parts: &Parts) -> Result<Option<&str>, ApiError> {
+    let Some(header) = parts.headers.get(axum::http::header::AUTHORIZATION) else { return Ok(None) };
+    let key = header
+        .to_str()
+        .ok()
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .ok_or_else(|| ApiError::unauthorized("the Authorization header must be `Bearer <key>`"))?;
+    Ok(Some(key.trim()))
+}
+
 fn authenticate(parts: &Parts, state: &AppState, token_allowed: bool) -> Result<Tenant, ApiError> {
     let keys = &state.keys;
     if keys.is_open() {
         return Ok(Tenant(LOCAL_TENANT.to_owned()));
     }
-    if let Some(header) = parts.headers.get(axum::http::header::AUTHORIZATION) {
-        let key = header
-            .to_str()
-            .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .ok_or_else(|| ApiError::unauthorized("the Authorization header must be `Bearer <key>`"))?;
-        return keys.tenant_of(key.trim()).map(Tenant).ok_or_else(|| ApiError::unauthorized("unknown API key"));
+    if let Some(key) = bearer(parts)? {
+        if let Some(tenant) = keys.tenant_of(key) {
+            return Ok(Tenant(tenant));
+        }
+        if keys.is_admin(key) {
+            return Err(ApiError::forbidden(
+                "the operator key cannot act as a tenant: use a key of the tenant (POST /v1/admin/keys makes one)",
+            ));
+        }
+        return Err(ApiError::unauthorized("unknown API key"));
     }
     if token_allowed {
         let token = parts.uri.query().into_iter().flat_map(|q| q.split('&')).find_map(|kv| kv.strip_prefix("token="));
@@ -145,6 +272,32 @@ fn authenticate(parts: &Parts, state: &AppState, token_allowed: bool) -> Result<
         }
     }
     Err(ApiError::unauthorized("an API key is required: `Authorization: Bearer <key>`"))
+}
+
+/// The operator: a request authenticated with an operator key, which the
+/// admin API's routes require.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Operator;
+
+impl FromRequestParts<Arc<AppState>> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        let keys = &state.keys;
+        if !keys.admin_enabled() {
+            return Err(ApiError::admin_disabled());
+        }
+        let Some(key) = bearer(parts)? else {
+            return Err(ApiError::unauthorized("the admin API needs the operator key: `Authorization: Bearer <key>`"));
+        };
+        if keys.is_admin(key) {
+            return Ok(Operator);
+        }
+        if keys.tenant_of(key).is_some() {
+            return Err(ApiError::forbidden("a tenant's key cannot use the admin API: it takes the operator key"));
+        }
+        Err(ApiError::unauthorized("unknown operator key"))
+    }
 }
 
 #[cfg(test)]
@@ -188,6 +341,59 @@ mod tests {
         let (a, b) = (new_key(), new_key());
         assert_ne!(a, b);
         assert!(a.starts_with("subs_") && a.len() == 37);
+        let admin = new_admin_key();
+        assert!(admin.starts_with("subs_admin_") && admin.len() == 43, "{admin}");
+    }
+
+    #[test]
+    fn operator_keys_are_not_tenant_keys() {
+        let keys = keys().with_admin_keys([hash_key("subs_admin_x").to_uppercase()]);
+        assert!(keys.admin_enabled());
+        assert!(keys.is_admin("subs_admin_x"), "hashes are compared in lower case");
+        assert!(!keys.is_admin("subs_secret"), "a tenant key");
+        assert_eq!(keys.tenant_of("subs_admin_x"), None);
+        assert!(!Keys::new([]).admin_enabled());
+    }
+
+    #[test]
+    fn openness_is_decided_at_start() {
+        assert!(!Keys::new([]).with_admin_keys([hash_key("a")]).is_open(), "an operator key turns auth on");
+        assert!(!Keys::new([]).with_config_keys(keys().list().into_iter().map(|(k, _)| k)).is_open());
+        let keys = keys();
+        let (record, source) = keys.remove(&hash_key("subs_secret")).unwrap();
+        assert_eq!((record.tenant.as_str(), source), ("acme", KeySource::Store));
+        assert!(!keys.is_open(), "revoking the last key does not open the server");
+        assert_eq!(keys.tenant_of("subs_secret"), None);
+        keys.insert(record);
+        assert_eq!(keys.tenant_of("subs_secret").as_deref(), Some("acme"));
+    }
+
+    #[test]
+    fn config_keys_win_over_stored_ones() {
+        let mut file_key = keys().list()[0].0.clone();
+        file_key.tenant = "other".to_owned();
+        let keys = keys().with_config_keys([file_key]);
+        assert_eq!(keys.tenant_of("subs_secret").as_deref(), Some("other"));
+        assert_eq!(keys.list()[0].1, KeySource::Config);
+    }
+
+    #[test]
+    fn keys_are_named_by_hash_prefix_or_key() {
+        let key = "subs_0123456789abcdef0123456789abcdef";
+        let record = KeyRecord {
+            tenant: "t".to_owned(),
+            hash: hash_key(key),
+            prefix: key_prefix(key),
+            name: None,
+            created_ms: 0,
+        };
+        assert!(names_key(&record, &record.hash));
+        assert!(names_key(&record, &record.hash[..8]));
+        assert!(names_key(&record, &record.hash[..8].to_uppercase()));
+        assert!(names_key(&record, &record.prefix));
+        assert!(names_key(&record, key));
+        assert!(!names_key(&record, "subs_ffffffff"));
+        assert!(!names_key(&record, "00000000"));
     }
 }
 

@@ -30,8 +30,9 @@ pub struct ErrorBody {
     /// What is wrong.
     pub error: String,
     /// A stable code: `invalid_json`, `invalid_input`, `unauthorized`,
-    /// `not_found`, `unknown_agent`, `conflict`, `payload_too_large`,
-    /// `invalid_component`, `limit_exceeded`, `unavailable`, `internal`.
+    /// `forbidden`, `admin_disabled`, `not_found`, `unknown_agent`,
+    /// `conflict`, `payload_too_large`, `invalid_component`,
+    /// `limit_exceeded`, `unavailable`, `internal`.
     pub code: String,
     /// The offending field, as a path (`messages[0].role`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -71,9 +72,35 @@ impl ApiError {
         Self::not_found(format!("agent `{agent_id}` does not exist"))
     }
 
+    /// 400 `invalid_input` naming the offending `field`.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: Some(field.into()), ..Self::new(StatusCode::BAD_REQUEST, "invalid_input", message) }
+    }
+
     /// 401.
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    /// 403: a valid key of the wrong kind (a tenant's on the admin API,
+    /// the operator's on a tenant's route).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    /// 403 from every admin route of a server without an operator key.
+    pub fn admin_disabled() -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "admin_disabled",
+            "the admin API is disabled: start the server with an operator key (`[admin] key_sha256` in the config \
+             file, or SUBS_ADMIN_KEY; `subs admin-key` makes one)",
+        )
+    }
+
+    /// 409.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", message)
     }
 
     /// 413.

@@ -7,7 +7,10 @@
 //! # Layout
 //!
 //! - [`error`]: the one error shape and the status of every failure.
-//! - [`auth`]: API keys, tenants, event-stream tokens.
+//! - [`auth`]: API keys, tenants, the operator, event-stream tokens.
+//! - [`tenants`]: limits as they are now: the config file's, with the
+//!   operator's changes over them.
+//! - [`admin`]: the operator's API: tenants, their limits, their keys.
 //! - [`sessions`]: input, snapshot, list, cancel.
 //! - [`stream`]: server-sent events: a session's events (replay, then
 //!   live) and a single turn's.
@@ -18,6 +21,7 @@
 //! - [`metrics`]: `/healthz` and Prometheus `/metrics`.
 //! - [`openapi`]: the OpenAPI document, generated from the handlers.
 
+pub mod admin;
 pub mod agents;
 pub mod auth;
 pub mod budgets;
@@ -26,6 +30,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod sessions;
 pub mod stream;
+pub mod tenants;
 pub mod uploads;
 
 use std::collections::HashMap;
@@ -35,7 +40,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::http::{HeaderValue, Method, header};
 use axum::serve::ListenerExt as _;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use subs_engine::Engine;
 use subs_engine::model::Money;
 use subs_engine::store::Store;
@@ -45,9 +50,11 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 pub use self::agents::AgentRegistry;
 pub use self::auth::{Keys, LOCAL_TENANT};
 pub use self::error::ApiError;
+pub use self::tenants::LiveConfig;
 
-/// Limits a tenant's use of the server.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// Limits a tenant's use of the server. The admin API reads and writes
+/// them as JSON (serde), field by field.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Sessions the tenant may have; `None`: no limit.
@@ -80,7 +87,7 @@ impl Default for Limits {
     }
 }
 
-/// How the server behaves.
+/// How the server behaves, as the config file says.
 #[derive(Debug, Clone, Default)]
 pub struct ServerConfig {
     /// Limits of tenants without their own.
@@ -96,18 +103,6 @@ impl ServerConfig {
     pub fn limits(&self, tenant: &str) -> &Limits {
         self.tenant_limits.get(tenant).unwrap_or(&self.default_limits)
     }
-
-    /// Hands the limits the engine enforces (budgets, session limits) to
-    /// `engine`.
-    pub fn apply_to(&self, engine: &Engine) {
-        let sessions = |limits: &Limits| limits.max_sessions.map(|max| max as u64);
-        engine.set_default_tenant_budget(self.default_limits.budget);
-        engine.set_default_session_limit(sessions(&self.default_limits));
-        for (tenant, limits) in &self.tenant_limits {
-            engine.set_tenant_budget(tenant, limits.budget);
-            engine.set_tenant_session_limit(tenant, sessions(limits));
-        }
-    }
 }
 
 /// What every handler shares.
@@ -118,10 +113,11 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     /// The agents of every tenant.
     pub agents: AgentRegistry,
-    /// The accepted API keys.
+    /// The accepted API keys, the operator's among them.
     pub keys: Keys,
-    /// Limits and CORS.
-    pub config: ServerConfig,
+    /// Limits and CORS: the config file's, with the operator's changes
+    /// over them.
+    pub config: LiveConfig,
     /// Request counters.
     pub metrics: metrics::Metrics,
 }
@@ -133,7 +129,7 @@ pub fn app(state: Arc<AppState>) -> Router {
     // configured ones take effect with the router that serves them.
     state.config.apply_to(&state.engine);
     let (router, _) = openapi::router().split_for_parts();
-    let cors = cors(&state.config.cors_origins);
+    let cors = cors(state.config.cors_origins());
     router
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))

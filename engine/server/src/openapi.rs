@@ -9,7 +9,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::{AppState, agents, auth, budgets, metrics, sessions, stream};
+use crate::{AppState, admin, agents, auth, budgets, metrics, sessions, stream};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -34,6 +34,16 @@ impl utoipa::Modify for Bearer {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+        // The admin routes take the operator key, never a tenant's.
+        components.add_security_scheme(
+            "operator",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("The operator key (`[admin]` in the config file, or SUBS_ADMIN_KEY)"))
+                    .build(),
+            ),
+        );
     }
 }
 
@@ -50,6 +60,11 @@ pub fn router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(agents::list))
         .routes(routes!(agents::put, agents::get, agents::delete))
         .routes(routes!(auth::mint_token))
+        .routes(routes!(admin::list_tenants))
+        .routes(routes!(admin::put_tenant, admin::get_tenant, admin::delete_tenant))
+        .routes(routes!(admin::get_limits, admin::put_limits))
+        .routes(routes!(admin::list_keys, admin::create_key))
+        .routes(routes!(admin::revoke_key))
         .routes(routes!(metrics::healthz))
         .routes(routes!(metrics::metrics));
     let document = router.get_openapi().clone();

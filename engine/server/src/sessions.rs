@@ -142,7 +142,7 @@ pub async fn input(
     Path(session_id): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let limits = state.config.limits(&tenant).clone();
+    let limits = state.config.limits(&tenant);
     let bytes = axum::body::to_bytes(body, limits.max_body_bytes)
         .await
         .map_err(|_| ApiError::too_large(limits.max_body_bytes))?;

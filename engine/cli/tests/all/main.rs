@@ -1,6 +1,7 @@
 //! Black-box tests of the `subs` binary: one test binary of modules, each
 //! running the built `subs` as a subprocess with piped output.
 
+mod admin;
 mod crash;
 mod run;
 mod serve;
@@ -33,6 +34,7 @@ pub fn subs() -> Command {
         "SUBS_CONFIG",
         "SUBS_SERVER",
         "SUBS_API_KEY",
+        "SUBS_ADMIN_KEY",
         "SUBS_WORKER_SECRET",
         "RUST_LOG",
         "OPENAI_BASE_URL",

@@ -30,7 +30,7 @@ use tokio::sync::watch;
 
 use super::{
     AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, MessageRecord,
-    SessionKey, SessionRecord, StepRecord, Store, StoreError, StoreStats, TurnRecord,
+    SessionKey, SessionRecord, StepRecord, Store, StoreError, StoreStats, TenantRecord, TurnRecord,
 };
 
 /// A [`Store`] that passes everything to `inner` until it is told to
@@ -216,6 +216,10 @@ impl<S: Store> Store for FaultyStore<S> {
 
     fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
         self.inner.keys()
+    }
+
+    fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
+        self.inner.tenants()
     }
 
     fn events(

@@ -24,7 +24,8 @@
 //!   (a child's result, a `message.send`), written in the sender's commit.
 //!
 //! Per tenant, the store also keeps the agents ([`AgentRecord`]: which
-//! worker, which version) and the API keys ([`KeyRecord`], hashed).
+//! worker, which version), the API keys ([`KeyRecord`], hashed) and the
+//! operator's record of the tenant ([`TenantRecord`]: its limits).
 //!
 //! A session is driven by one owner at a time (the engine's session actor),
 //! so ops are unconditional writes; a store shared by several engine nodes
@@ -132,6 +133,14 @@ pub enum Op {
         tenant: String,
         /// The key's hash.
         hash: String,
+    },
+    /// Creates or replaces a tenant.
+    PutTenant(TenantRecord),
+    /// Removes a tenant's record (its keys, sessions and agents are other
+    /// records).
+    DeleteTenant {
+        /// The tenant.
+        tenant: String,
     },
 }
 
@@ -274,6 +283,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every stored API key (hashes, never the keys).
     fn keys(&self) -> Result<Vec<KeyRecord>, StoreError>;
+
+    /// Every stored tenant, by name.
+    fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError>;
 
     /// The session's events with sequence number greater than `after` (all
     /// when `None`), in order, at most `limit`.

@@ -490,3 +490,22 @@ pub struct KeyRecord {
     /// When it was created (Unix ms).
     pub created_ms: u64,
 }
+
+/// A tenant created by the operator (through the admin API, or by
+/// `subs keys create` on a stopped server), and what the operator set for
+/// it over the config file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantRecord {
+    /// The tenant's name.
+    pub tenant: String,
+    /// Limits set for this tenant, as a JSON object of the server's limit
+    /// fields: a field present here wins over the config file's; one
+    /// absent inherits it. Kept as JSON, not as the server's type, so the
+    /// store need not change when the server gains a limit.
+    #[serde(default)]
+    pub limits: serde_json::Map<String, Value>,
+    /// When it was created (Unix ms).
+    pub created_ms: u64,
+    /// When its limits last changed (Unix ms).
+    pub updated_ms: u64,
+}

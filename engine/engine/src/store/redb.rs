@@ -2,7 +2,7 @@
 //!
 //! # What is in the file
 //!
-//! Every record is a JSON value (`serde_json`). Format 2:
+//! Every record is a JSON value (`serde_json`). Format 3:
 //!
 //! | table | key | value |
 //! | --- | --- | --- |
@@ -11,6 +11,9 @@
 //! | `log` | (storage key, the session's log number) | one commit's [`MessageRecord`]s, [`StepRecord`]s, [`EventRecord`]s and [`CallRecord`] changes for the session, framed ([`history`]) |
 //! | `inbox` | (storage key, seq) | [`InboxItem`] |
 //! | `turns` | (storage key, turn id) | [`TurnRecord`] |
+//! | `agents` | (tenant, agent id) | [`AgentRecord`] |
+//! | `keys` | (tenant, key hash) | [`KeyRecord`] |
+//! | `tenants` | (tenant, `""`) | [`TenantRecord`] |
 //! | `meta` | name | `u64`: the file format, its id, the next inbox number and the last journal record the file holds |
 //!
 //! Tuple keys sort by session first, so every read of one session is a
@@ -24,9 +27,11 @@
 //! (plus the inbox, which only holds items not yet taken in) instead of
 //! every session.
 //!
-//! Format 1 (a table per record kind: `messages`, `steps`, `events`,
-//! `calls`) is migrated to format 2 when such a file is opened, in one
-//! transaction.
+//! Older files are migrated when opened, in one transaction: format 1 (a
+//! table per record kind: `messages`, `steps`, `events`, `calls`) has its
+//! records moved into `log`; format 2 (no `tenants`) gains the table, with
+//! a record for every tenant that has a stored key, so the tenants an
+//! operator made with `subs keys create` are listed as such.
 //!
 //! # Writes: group commit
 //!
@@ -82,7 +87,7 @@ use tokio::sync::oneshot;
 
 use super::{
     AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, MessageRecord, Op,
-    SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreError, StoreStats, TurnRecord,
+    SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreError, StoreStats, TenantRecord, TurnRecord,
 };
 
 /// The most batches one write transaction takes. Bounds how long the first
@@ -105,6 +110,7 @@ mod name {
     pub const TURNS: &str = "turns";
     pub const AGENTS: &str = "agents";
     pub const KEYS: &str = "keys";
+    pub const TENANTS: &str = "tenants";
     pub const META: &str = "meta";
     /// Not tables since format 2: the kinds of record the log holds, named
     /// in errors about them.
@@ -133,6 +139,11 @@ const TURNS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::T
 const AGENTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::AGENTS);
 /// API keys, keyed by (tenant, key hash).
 const KEYS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::KEYS);
+/// Tenants, keyed by (tenant, [`TENANT_SLOT`]): the shape of the other
+/// per-tenant tables, so one write path serves them all.
+const TENANTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::TENANTS);
+/// The second half of a tenant's key in `tenants`.
+const TENANT_SLOT: &str = "";
 const META: TableDefinition<&str, u64> = TableDefinition::new(name::META);
 
 /// `meta` key: the layout version of the file, so a later engine can tell
@@ -151,9 +162,11 @@ const META_JOURNAL_SEQ: &str = "journal_seq";
 /// or replaced database file is never applied to the new one.
 const META_STORE_ID: &str = "store_id";
 /// The layout this code writes.
-const FORMAT_VERSION: u64 = 2;
-/// The older layout this code migrates on open.
+const FORMAT_VERSION: u64 = 3;
+/// The oldest layout this code migrates on open.
 const FORMAT_TABLE_PER_KIND: u64 = 1;
+/// The layout before `tenants`.
+const FORMAT_WITHOUT_TENANTS: u64 = 2;
 
 /// The [`Store`] on a redb file. See the [module docs](self) for the layout
 /// and the commit path.
@@ -263,6 +276,7 @@ enum NamedTable {
     Turns,
     Agents,
     Keys,
+    Tenants,
 }
 
 impl RedbStore {
@@ -549,6 +563,10 @@ impl Store for RedbStore {
         self.read(|txn| scan_named(txn, KEYS, name::KEYS, None))
     }
 
+    fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
+        self.read(|txn| scan_named(txn, TENANTS, name::TENANTS, None))
+    }
+
     fn events(
         &self,
         key: &SessionKey,
@@ -735,7 +753,7 @@ fn set_journal_seq(txn: &WriteTransaction, seq: u64) -> Result<(), StoreError> {
 }
 
 /// Creates the tables (so reads never meet a missing one) and checks or
-/// records the format version, migrating a format-1 file.
+/// records the format version, migrating an older file.
 fn prepare(db: &Database) -> Result<(), StoreError> {
     let txn = db.begin_write().map_err(|err| redb_error(name::DATABASE, err))?;
     {
@@ -750,14 +768,15 @@ fn prepare(db: &Database) -> Result<(), StoreError> {
             None => {
                 meta.insert(META_FORMAT, FORMAT_VERSION).map_err(|err| redb_error(name::META, err))?;
             }
-            Some(FORMAT_TABLE_PER_KIND) => {
-                let mut log = open_write(&txn, LOG, name::LOG)?;
-                let entries = history::migrate_v1(&txn, &mut log)?;
+            Some(old @ (FORMAT_TABLE_PER_KIND | FORMAT_WITHOUT_TENANTS)) => {
+                let mut log_entries = 0;
+                if old == FORMAT_TABLE_PER_KIND {
+                    let mut log = open_write(&txn, LOG, name::LOG)?;
+                    log_entries = history::migrate_v1(&txn, &mut log)?;
+                }
+                let tenants = tenants_from_keys(&txn)?;
                 meta.insert(META_FORMAT, FORMAT_VERSION).map_err(|err| redb_error(name::META, err))?;
-                tracing::info!(
-                    log_entries = entries,
-                    "migrated the store from format {FORMAT_TABLE_PER_KIND} to {FORMAT_VERSION}"
-                );
+                tracing::info!(log_entries, tenants, "migrated the store from format {old} to {FORMAT_VERSION}");
             }
             Some(other) => {
                 return Err(StoreError::Corrupt {
@@ -768,6 +787,35 @@ fn prepare(db: &Database) -> Result<(), StoreError> {
         }
     }
     txn.commit().map_err(|err| redb_error(name::DATABASE, err))
+}
+
+/// Gives every tenant with a stored key and no record a record without
+/// limits of its own, created when its first key was; returns how many.
+fn tenants_from_keys(txn: &WriteTransaction) -> Result<usize, StoreError> {
+    let mut first_key: BTreeMap<String, u64> = BTreeMap::new();
+    {
+        let keys = open_write(txn, KEYS, name::KEYS)?;
+        for entry in keys.iter().map_err(|err| redb_error(name::KEYS, err))? {
+            let (_, value) = entry.map_err(|err| redb_error(name::KEYS, err))?;
+            let key: KeyRecord = decode(name::KEYS, value.value())?;
+            let created = first_key.entry(key.tenant).or_insert(key.created_ms);
+            *created = (*created).min(key.created_ms);
+        }
+    }
+    let mut tenants = open_write(txn, TENANTS, name::TENANTS)?;
+    let mut added = 0;
+    for (tenant, created_ms) in first_key {
+        if tenants.get((tenant.as_str(), TENANT_SLOT)).map_err(|err| redb_error(name::TENANTS, err))?.is_some() {
+            continue;
+        }
+        let record = TenantRecord { tenant, limits: serde_json::Map::new(), created_ms, updated_ms: created_ms };
+        let value = encode_value(name::TENANTS, &record)?;
+        tenants
+            .insert((record.tenant.as_str(), TENANT_SLOT), value.as_slice())
+            .map_err(|err| redb_error(name::TENANTS, err))?;
+        added += 1;
+    }
+    Ok(added)
 }
 
 /// A number that differs between files: std's hasher keys are random per
@@ -1038,6 +1086,7 @@ struct Tables<'txn, 'l> {
     turns: Option<NamedTableOf<'txn>>,
     agents: Option<NamedTableOf<'txn>>,
     keys: Option<NamedTableOf<'txn>>,
+    tenants: Option<NamedTableOf<'txn>>,
     meta: Option<Table<'txn, &'static str, u64>>,
 }
 
@@ -1057,7 +1106,18 @@ fn opened<'a, 'txn, K: ::redb::Key + 'static, V: ::redb::Value + 'static>(
 
 impl<'txn, 'l> Tables<'txn, 'l> {
     fn new(txn: &'txn WriteTransaction, lsns: &'l mut NextLsns) -> Self {
-        Self { txn, lsns, active: None, log: None, inbox: None, turns: None, agents: None, keys: None, meta: None }
+        Self {
+            txn,
+            lsns,
+            active: None,
+            log: None,
+            inbox: None,
+            turns: None,
+            agents: None,
+            keys: None,
+            tenants: None,
+            meta: None,
+        }
     }
 
     /// Creates every table that does not exist yet, so reads never meet a
@@ -1068,7 +1128,7 @@ impl<'txn, 'l> Tables<'txn, 'l> {
         tables.active()?;
         tables.log()?;
         tables.inbox()?;
-        for table in [NamedTable::Turns, NamedTable::Agents, NamedTable::Keys] {
+        for table in [NamedTable::Turns, NamedTable::Agents, NamedTable::Keys, NamedTable::Tenants] {
             tables.named(table)?;
         }
         tables.meta()?;
@@ -1096,6 +1156,7 @@ impl<'txn, 'l> Tables<'txn, 'l> {
             NamedTable::Turns => (&mut self.turns, TURNS, name::TURNS),
             NamedTable::Agents => (&mut self.agents, AGENTS, name::AGENTS),
             NamedTable::Keys => (&mut self.keys, KEYS, name::KEYS),
+            NamedTable::Tenants => (&mut self.tenants, TENANTS, name::TENANTS),
         };
         Ok((opened(slot, self.txn, definition, name)?, name))
     }
@@ -1241,6 +1302,15 @@ fn encode(batch: Batch) -> Result<Vec<Write>, StoreError> {
                 value: encode_value(name::KEYS, &record)?,
             },
             Op::DeleteKey { tenant, hash } => Write::DeleteNamed { table: NamedTable::Keys, key: tenant, id: hash },
+            Op::PutTenant(record) => Write::PutNamed {
+                table: NamedTable::Tenants,
+                key: record.tenant.clone(),
+                id: TENANT_SLOT.to_owned(),
+                value: encode_value(name::TENANTS, &record)?,
+            },
+            Op::DeleteTenant { tenant } => {
+                Write::DeleteNamed { table: NamedTable::Tenants, key: tenant, id: TENANT_SLOT.to_owned() }
+            }
         };
         writes.push(write);
     }
@@ -1673,7 +1743,8 @@ mod tests {
             assert_eq!(store.load(key).unwrap(), Some(separately), "{key}");
         }
         assert_eq!(store.load(&key("nobody")).unwrap(), None);
-        // The old tables are gone and the file says format 2.
+        // The old tables are gone, the file says the current format, and
+        // the tenant of the stored key has a record.
         {
             let db = database(&store);
             let txn = db.begin_read().unwrap();
@@ -1685,6 +1756,7 @@ mod tests {
             let format = txn.open_table(META).unwrap().get(META_FORMAT).unwrap().map(|f| f.value());
             assert_eq!(format, Some(FORMAT_VERSION));
         }
+        assert_eq!(store.tenants().unwrap(), [tenant("t1", json!({}), 1)]);
         // Migrated sessions take new history after the old.
         let s1 = key("s1");
         store
@@ -1924,6 +1996,85 @@ mod tests {
             .unwrap();
         assert_eq!(ids(Some("a")), ["y"]);
         assert_eq!(store.keys().unwrap(), [key("b", "h2")]);
+        store.close().await.unwrap();
+    }
+
+    fn tenant(name: &str, limits: serde_json::Value, created_ms: u64) -> TenantRecord {
+        let limits = limits.as_object().cloned().unwrap_or_default();
+        TenantRecord { tenant: name.to_owned(), limits, created_ms, updated_ms: created_ms }
+    }
+
+    /// Tenants are replaced whole and removed by name, and survive a
+    /// reopen (through the journal and through the file).
+    #[tokio::test]
+    async fn tenants_are_kept_replaced_and_removed() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        let acme = tenant("acme", json!({"max_sessions": 5, "budget": "2.5"}), 1);
+        store
+            .commit(batch([
+                Op::PutTenant(acme.clone()),
+                Op::PutTenant(tenant("acme-b", json!({}), 2)),
+                Op::PutTenant(tenant("zed", json!({}), 3)),
+            ]))
+            .await
+            .unwrap();
+        let names = |store: &RedbStore| store.tenants().unwrap().into_iter().map(|t| t.tenant).collect::<Vec<_>>();
+        assert_eq!(names(&store), ["acme", "acme-b", "zed"]);
+        let lowered = tenant("acme", json!({"max_sessions": null}), 1);
+        store
+            .commit(batch([Op::PutTenant(lowered.clone()), Op::DeleteTenant { tenant: "zed".to_owned() }]))
+            .await
+            .unwrap();
+        assert_eq!(store.tenants().unwrap()[0], lowered);
+        assert_eq!(names(&store), ["acme", "acme-b"]);
+        drop(store);
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(store.tenants().unwrap()[0], lowered);
+        assert_eq!(names(&store), ["acme", "acme-b"]);
+        store.close().await.unwrap();
+    }
+
+    /// A format-2 file (no `tenants`) opens as the current format: every
+    /// tenant with a stored key gets a record, created with its first key,
+    /// and nothing else changes.
+    #[tokio::test]
+    async fn a_format_2_file_gains_a_tenant_for_each_keyed_tenant() {
+        let (_dir, path) = temp_file();
+        let key = |tenant: &str, hash: &str, created_ms: u64| KeyRecord {
+            tenant: tenant.to_owned(),
+            hash: hash.to_owned(),
+            prefix: "subs_ab".to_owned(),
+            name: None,
+            created_ms,
+        };
+        let keys = [key("a", "h1", 5), key("a", "h2", 3), key("b", "h3", 9)];
+        let store = RedbStore::open(&path).unwrap();
+        let mut ops: Vec<Op> = keys.iter().cloned().map(Op::PutKey).collect();
+        ops.push(Op::PutSession(session(&self::key("s1"), SessionStatus::Idle)));
+        store.commit(batch(ops)).await.unwrap();
+        store.close().await.unwrap();
+        // What format 2 wrote: the same tables but `tenants`.
+        {
+            let db = Database::open(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            assert!(txn.delete_table(TENANTS).unwrap());
+            txn.open_table(META).unwrap().insert(META_FORMAT, FORMAT_WITHOUT_TENANTS).unwrap();
+            txn.commit().unwrap();
+        }
+
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(store.tenants().unwrap(), [tenant("a", json!({}), 3), tenant("b", json!({}), 9)]);
+        let mut stored = store.keys().unwrap();
+        stored.sort_by(|x, y| x.hash.cmp(&y.hash));
+        assert_eq!(stored, keys);
+        assert_eq!(store.sessions(None).unwrap().len(), 1);
+        {
+            let db = database(&store);
+            let txn = db.begin_read().unwrap();
+            let format = txn.open_table(META).unwrap().get(META_FORMAT).unwrap().map(|f| f.value());
+            assert_eq!(format, Some(FORMAT_VERSION));
+        }
         store.close().await.unwrap();
     }
 

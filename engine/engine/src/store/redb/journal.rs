@@ -460,6 +460,7 @@ fn table_tag(table: NamedTable) -> u8 {
         NamedTable::Turns => 1,
         NamedTable::Agents => 2,
         NamedTable::Keys => 3,
+        NamedTable::Tenants => 4,
     }
 }
 
@@ -556,6 +557,7 @@ impl<'a> Reader<'a> {
             1 => Ok(NamedTable::Turns),
             2 => Ok(NamedTable::Agents),
             3 => Ok(NamedTable::Keys),
+            4 => Ok(NamedTable::Tenants),
             other => Err(format!("unknown table {other}")),
         }
     }
@@ -599,6 +601,7 @@ mod tests {
             Write::PutNamed { table: NamedTable::Turns, key: "t/s".into(), id: "turn-1".into(), value: b"x".to_vec() },
             Write::PutNamed { table: NamedTable::Agents, key: "t".into(), id: "a".into(), value: b"y".to_vec() },
             Write::DeleteNamed { table: NamedTable::Keys, key: "t".into(), id: "k".into() },
+            Write::PutNamed { table: NamedTable::Tenants, key: "t".into(), id: String::new(), value: b"z".to_vec() },
             Write::PushInbox { key: "t/s".into(), value: b"item".to_vec() },
             Write::DeleteInbox { key: "t/s".into(), seq: u64::MAX - 1 },
         ]
@@ -624,7 +627,8 @@ mod tests {
     fn a_damaged_payload_is_an_error_that_says_where() {
         let bytes = encoded(&all_kinds());
         let cut = decode(&bytes[..bytes.len() - 3]).unwrap_err();
-        assert!(cut.contains("write 7") && cut.contains("cut short"), "{cut}");
+        let last = format!("write {}", all_kinds().len() - 1);
+        assert!(cut.contains(&last) && cut.contains("cut short"), "{cut}");
         let mut unknown = bytes.clone();
         unknown[4] = 99;
         assert!(decode(&unknown).unwrap_err().contains("unknown write kind 99"));
