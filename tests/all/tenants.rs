@@ -143,7 +143,14 @@ const HEAP_BOUND: i64 = 128 << 20;
 async fn a_stalled_subscriber_under_a_delta_flood_is_dropped_and_its_reconnect_loses_nothing() {
     let limits = StreamLimits::default();
     let config = EngineConfig { streams: limits.clone(), ..EngineConfig::default() };
-    let (s, engine) = Server::start_engine(&[HOSTILE, NEIGHBOUR], Default::default(), Default::default(), config).await;
+    // The host's work on 64 MiB of deltas counts against the decision's
+    // CPU limit; in a debug build, beside other tests, it can take longer
+    // than the default 10 s. The bound under test here is the streams'.
+    let mut roomy = subs_engine::worker::component::AgentPolicy::default();
+    roomy.limits.cpu = Some(Duration::from_secs(120));
+    roomy.limits.wall_clock = Some(Duration::from_secs(120));
+    let policies = [((HOSTILE.0.to_owned(), "flood".to_owned()), roomy)].into_iter().collect();
+    let (s, engine) = Server::start_engine(&[HOSTILE, NEIGHBOUR], policies, Default::default(), config).await;
     let s = Arc::new(s);
     assert_eq!(s.upload("flood", guests::TEST_FLOOD, Some(HOSTILE.1)).await.0, StatusCode::CREATED);
     assert_eq!(s.upload("tools", guests::TOOLS, Some(NEIGHBOUR.1)).await.0, StatusCode::CREATED);
@@ -192,7 +199,7 @@ async fn a_stalled_subscriber_under_a_delta_flood_is_dropped_and_its_reconnect_l
             .await
             .expect("a flood turn ends")
             .unwrap();
-        assert_eq!(ended.status, subs_engine::store::TurnStatus::Done);
+        assert_eq!(ended.status, subs_engine::store::TurnStatus::Done, "{ended:?}");
         let said = reply(&engine, HOSTILE, "s");
         assert!(said.contains("(`max_call_delta_bytes`)"), "the decision's deltas are bounded: {said}");
         let n: usize = said.split("sent: ").nth(1).and_then(|r| r.split(';').next()).unwrap().parse().unwrap();

@@ -133,7 +133,7 @@ async fn serve(setup: Setup) -> CliResult {
     let host = ComponentHost::with_config(HostConfig { compiler, ..file.host_config()? })
         .map_err(|e| CliError::failed(anyhow!(e)))?;
     let dyn_store: Arc<dyn Store> = store.clone();
-    let config = EngineConfig { default_model, streams, ..EngineConfig::default() };
+    let config = EngineConfig { default_model, streams, retry_cap: file.retry.cap(), ..EngineConfig::default() };
     // Agents and limits are in place before any session resumes: a
     // resumed session's first delivery must find its agent, its first LLM
     // call its budget, its first spawn its session limit. (The router sets

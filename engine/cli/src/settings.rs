@@ -10,6 +10,7 @@ use anyhow::{Context as _, anyhow, bail};
 use serde::Deserialize;
 use subs_engine::StreamLimits;
 use subs_engine::model::{OFFLINE_MODEL, Price, ProviderConfig, ProvidersConfig};
+use subs_engine::retry::RetryCap;
 use subs_engine::store::KeyRecord;
 use subs_engine::worker::component::{AgentPolicy, CompileBudget, HostConfig, LimitOverrides, Limits as SandboxLimits};
 use subs_server::uploads::UploadPolicy;
@@ -68,6 +69,8 @@ pub struct ConfigFile {
     pub compile: CompileEntry,
     /// `[pool]`: the instance pool's slots and each tenant's share.
     pub pool: PoolEntry,
+    /// `[retry]`: the most any agent's retry policy may ask for.
+    pub retry: RetryEntry,
     /// `[streams]`: what token deltas and event streams may hold.
     pub streams: StreamsEntry,
 }
@@ -90,6 +93,33 @@ pub struct CompileEntry {
     pub max_code_bytes: Option<u64>,
     /// Compiles running at once on the server.
     pub concurrent: Option<usize>,
+}
+
+/// `[retry]` as written: the operator's cap on retry policies.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetryEntry {
+    /// Retries of one delivery or call.
+    pub max_retries: Option<u32>,
+    /// The longest wait before a retry, in seconds.
+    pub max_backoff_secs: Option<f64>,
+    /// The longest one try may take, in seconds.
+    pub max_timeout_secs: Option<f64>,
+    /// All the waits of one delivery or call, in seconds.
+    pub max_total_secs: Option<f64>,
+}
+
+impl RetryEntry {
+    /// The cap this table sets over the defaults.
+    pub fn cap(&self) -> RetryCap {
+        let d = RetryCap::default();
+        RetryCap {
+            max_retries: self.max_retries.unwrap_or(d.max_retries),
+            max_backoff_secs: self.max_backoff_secs.unwrap_or(d.max_backoff_secs),
+            max_timeout_secs: self.max_timeout_secs.unwrap_or(d.max_timeout_secs),
+            max_total_secs: self.max_total_secs.unwrap_or(d.max_total_secs),
+        }
+    }
 }
 
 /// `[pool]` as written.

@@ -6,6 +6,7 @@ mod crash;
 mod run;
 mod serve;
 mod tail;
+mod uploads;
 
 use std::io::{BufRead as _, BufReader, Read};
 use std::path::Path;

@@ -10,9 +10,11 @@
 //!   `inspect`) must stay under the budget's counts: functions, code bytes,
 //!   the largest function, locals;
 //! - the compile itself runs, with [`Compiler::Child`], in a child process
-//!   that limits its own address space and is killed when the wall-clock
-//!   budget ends. A compile bomb then costs the server one child, never its
-//!   own memory. [`Compiler::InProcess`] compiles on the caller's thread,
+//!   that is killed as soon as its resident memory passes the budget or its
+//!   wall-clock time ends. A compile bomb then costs the server one child,
+//!   never its own memory. (The parent watches the child's resident memory
+//!   rather than the child limiting its address space: allocators and
+//!   thread stacks reserve gigabytes of address space they never touch.) [`Compiler::InProcess`] compiles on the caller's thread,
 //!   bounded by the counts alone: for embedding the engine, tests, and
 //!   `subs run` on one's own agents.
 //!
@@ -45,8 +47,8 @@ pub struct CompileBudget {
     pub max_code_bytes: u64,
     /// Wall-clock time of one compile (with [`Compiler::Child`]).
     pub wall: Duration,
-    /// Address space of the compiling process (with [`Compiler::Child`]),
-    /// in bytes.
+    /// Resident memory of the compiling process (with
+    /// [`Compiler::Child`]), in bytes.
     pub memory_bytes: u64,
 }
 
@@ -58,7 +60,7 @@ impl Default for CompileBudget {
             max_locals: 50_000,
             max_code_bytes: 128 << 20,
             wall: Duration::from_secs(120),
-            memory_bytes: 4 << 30,
+            memory_bytes: 2 << 30,
         }
     }
 }
@@ -116,8 +118,6 @@ pub struct ChildSettings {
     pub epoch_interruption: bool,
     /// The guest's native call stack.
     pub max_stack_bytes: usize,
-    /// The address space the child may use.
-    pub memory_bytes: u64,
 }
 
 /// How many bytes of a child's stderr an error quotes.
@@ -169,19 +169,24 @@ pub(crate) fn in_child(
             String::from_utf8_lossy(&text).into_owned()
         });
         let status = loop {
-            match child.try_wait() {
+            let over = match child.try_wait() {
                 Ok(Some(status)) => break Ok(status),
-                Ok(None) if started.elapsed() >= budget.wall => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break Err(LoadError::CompileBudget(format!(
-                        "compiling it took longer than the compile budget's {} (setting `compile.wall_secs`)",
-                        humantime::format_duration(budget.wall)
-                    )));
+                Ok(None) if started.elapsed() >= budget.wall => format!(
+                    "compiling it took longer than the compile budget's {} (setting `compile.wall_secs`)",
+                    humantime::format_duration(budget.wall)
+                ),
+                Ok(None) if resident(child.id()).is_some_and(|bytes| bytes > budget.memory_bytes) => {
+                    memory_message(budget)
                 }
-                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Ok(None) => {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
                 Err(e) => break Err(LoadError::Engine(format!("waiting for the compiler: {e}"))),
-            }
+            };
+            let _ = child.kill();
+            let _ = child.wait();
+            break Err(LoadError::CompileBudget(over));
         };
         let _ = writer.join();
         let artifact = reader.join().unwrap_or_else(|_| Ok(Vec::new()));
@@ -206,14 +211,11 @@ fn child_failure(status: std::process::ExitStatus, stderr: &str, budget: &Compil
     use std::os::unix::process::ExitStatusExt as _;
 
     let said: String = stderr.trim().chars().take(STDERR_QUOTED).collect();
-    // A child that ran out of its address space aborts (Rust's allocation
-    // failure) or is killed; either way, the budget is what ran out.
+    // A child killed by the system (out of memory) or failing to allocate
+    // ran out of memory before the watch saw it pass the budget.
     let out_of_memory = said.contains("memory allocation of") || said.contains("out of memory");
     if out_of_memory || status.signal().is_some() {
-        return LoadError::CompileBudget(format!(
-            "compiling it needed more memory than the compile budget's {} MiB (setting `compile.memory_mib`)",
-            budget.memory_bytes >> 20
-        ));
+        return LoadError::CompileBudget(memory_message(budget));
     }
     match said.strip_prefix(INVALID) {
         Some(why) => LoadError::Invalid(why.trim().to_owned()),
@@ -221,13 +223,27 @@ fn child_failure(status: std::process::ExitStatus, stderr: &str, budget: &Compil
     }
 }
 
+fn memory_message(budget: &CompileBudget) -> String {
+    format!(
+        "compiling it needed more memory than the compile budget's {} MiB (setting `compile.memory_mib`)",
+        budget.memory_bytes >> 20
+    )
+}
+
+/// The resident memory of process `pid`, in bytes, where the system says.
+fn resident(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: u64 =
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib << 10)
+}
+
 /// How a child says the component itself is invalid, on stderr.
 const INVALID: &str = "invalid component:";
 
 /// The body of a compile child: compiles the component on stdin for an
 /// engine set up by `settings` (JSON, as the parent passed it), writes the
-/// artifact to stdout, and returns the exit code. Call it first thing in
-/// the process: it limits the process's own address space.
+/// artifact to stdout, and returns the exit code.
 pub fn run_child(settings: &str) -> i32 {
     let settings: ChildSettings = match serde_json::from_str(settings) {
         Ok(s) => s,
@@ -236,10 +252,6 @@ pub fn run_child(settings: &str) -> i32 {
             return 2;
         }
     };
-    if let Err(e) = limit_address_space(settings.memory_bytes) {
-        eprintln!("cannot limit the compiler's memory: {e}");
-        return 2;
-    }
     let mut component = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut component) {
         eprintln!("reading the component: {e}");
@@ -277,21 +289,6 @@ pub(crate) fn compile_config(settings: &ChildSettings) -> wasmtime::Config {
         .max_wasm_stack(settings.max_stack_bytes)
         .async_stack_size(settings.max_stack_bytes + (512 << 10));
     wasm
-}
-
-/// Caps this process's address space at `bytes`.
-#[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
-fn limit_address_space(bytes: u64) -> std::io::Result<()> {
-    let limit = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
-    // SAFETY: setrlimit reads the struct it is given and changes only this
-    // process's limit.
-    if unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) } == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn limit_address_space(_bytes: u64) -> std::io::Result<()> {
-    Ok(())
 }
 
 #[cfg(test)]

@@ -451,11 +451,7 @@ const TABLES_PER_SLOT: u32 = 16;
 
 /// The settings that shape compiled code, for a compile child.
 fn child_settings(config: &HostConfig) -> ChildSettings {
-    ChildSettings {
-        epoch_interruption: config.enforce_limits,
-        max_stack_bytes: config.max_stack_bytes,
-        memory_bytes: config.compile_budget.memory_bytes,
-    }
+    ChildSettings { epoch_interruption: config.enforce_limits, max_stack_bytes: config.max_stack_bytes }
 }
 
 /// What an agent of `tenant` runs with under `policy`.
