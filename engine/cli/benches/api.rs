@@ -1,0 +1,382 @@
+//! Turns through the HTTP API, as a client sees them: `subs serve` runs as
+//! a child process, and a keep-alive client with a connection pool streams
+//! tool turns (`"stream": true`, read to the end of the turn's events).
+//! Optionally the same workload runs, interleaved, against LangGraph's
+//! standard ReAct agent served by `scripts/langgraph/server.py`, and the
+//! two are reported side by side as ratios.
+//!
+//! ```text
+//! cargo bench -p subs-cli --bench api
+//! BENCH_LEVELS=1,16,64 BENCH_SECONDS=5 cargo bench -p subs-cli --bench api
+//! ./scripts/bench-api.sh        # with LangGraph beside it
+//! ```
+//!
+//! A turn is the `tools` component's: the user asks for `add`, the offline
+//! model calls it, the component runs it, the model answers (`add returned
+//! {"sum":3}.`); four decisions and two model calls, each step committed
+//! before it is acted on. Each case runs `BENCH_SECONDS` (default 5) with
+//! N concurrent clients, each sending one turn after another, either on a
+//! new session every turn or in conversations of 10 turns. At concurrency
+//! 1 the same turns also run on a new connection each, which Nagle's
+//! algorithm cannot hold up: a keep-alive turn should cost no more.
+//!
+//! Reported per case: turns/s, p50 and p99 turn latency (from sending the
+//! request to the end of its response), the server's CPU time per turn
+//! (user + system, from `/proc`), and durable commits per turn (subs'
+//! `subs_store_commits_total`). Output: a table on stdout and the same as
+//! JSON in `target/bench-api.json`.
+//!
+//! `BENCH_LANGGRAPH_PYTHON`: the Python of an environment made by
+//! `scripts/langgraph/setup.sh`; when set, every case runs on LangGraph
+//! right after subs.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use subs_tests::bench::{percentile, write_json};
+
+/// Turns per conversation in the conversation cases.
+const CONVERSATION: usize = 10;
+
+/// What a user asks in every turn: one call of the `tools` agent's `add`.
+const ASK: &str = r#"use tool add with {"a": 1, "b": 2}"#;
+
+/// How every turn must end, on both servers.
+const ANSWER: &str = r#"add returned {\"sum\":3}."#;
+
+fn main() {
+    let levels: Vec<usize> = std::env::var("BENCH_LEVELS")
+        .ok()
+        .map(|l| l.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 16, 64]);
+    let seconds: f64 = std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
+    let langgraph = std::env::var_os("BENCH_LANGGRAPH_PYTHON").map(PathBuf::from);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
+    runtime.block_on(run(&levels, Duration::from_secs_f64(seconds), langgraph.as_deref()));
+}
+
+/// A server under test: a child process and how to ask it for a turn.
+struct Target {
+    name: &'static str,
+    child: Child,
+    base: String,
+    pid: u32,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Target {
+    /// `subs serve` on a fresh data directory and a free port, with the
+    /// `tools` component uploaded as `tools`.
+    async fn subs() -> Target {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_subs"));
+        command.args(["serve", "--listen", "127.0.0.1:0", "--data"]).arg(dir.path());
+        for var in ["SUBS_CONFIG", "SUBS_DEFAULT_MODEL", "RUST_LOG"] {
+            command.env_remove(var);
+        }
+        let target = Target::spawn("subs", command, "subs listening on ", dir);
+        let wasm = std::fs::read(subs_tests::guests::TOOLS).expect("the tools component is built");
+        let response = reqwest::Client::new()
+            .put(format!("{}/v1/agents/tools", target.base))
+            .header("content-type", "application/wasm")
+            .body(wasm)
+            .send()
+            .await
+            .expect("the upload is answered");
+        assert!(response.status().is_success(), "upload: {}", response.text().await.unwrap_or_default());
+        target
+    }
+
+    /// LangGraph's server on a fresh SQLite file and a free port.
+    fn langgraph(python: &Path) -> Target {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/langgraph/server.py");
+        let mut command = Command::new(python);
+        command.arg(script).args(["--port", "0", "--db"]).arg(dir.path().join("checkpoints.sqlite"));
+        Target::spawn("langgraph", command, "langgraph listening on ", dir)
+    }
+
+    /// Starts `command` and waits for the line that says where it listens.
+    fn spawn(name: &'static str, mut command: Command, ready: &str, dir: tempfile::TempDir) -> Target {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let base = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(url) = line.strip_prefix(ready) {
+                        break url.trim().to_owned();
+                    }
+                }
+                _ => panic!("{name} stopped before it listened"),
+            }
+        };
+        // Whatever else it prints is not read; keep the pipe drained.
+        std::thread::spawn(move || lines.for_each(drop));
+        let pid = child.id();
+        Target { name, child, base, pid, _dir: dir }
+    }
+
+    /// One streamed turn of `session`, read to its end.
+    async fn turn(&self, client: &reqwest::Client, session: &str) {
+        let (url, body) = if self.name == "subs" {
+            let body = json!({"type": "client.message", "agent_id": "tools", "stream": true,
+                "message": {"role": "user", "content": ASK}});
+            (format!("{}/v1/sessions/{session}/input", self.base), body)
+        } else {
+            (format!("{}/threads/{session}/stream", self.base), json!({"message": ASK}))
+        };
+        let response = client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("the turn is answered");
+        assert!(response.status().is_success(), "{}: {}", self.name, response.status());
+        let body = response.bytes().await.expect("the stream ends");
+        let text = String::from_utf8_lossy(&body);
+        let end = if self.name == "subs" { "event: turn.done" } else { "event: end" };
+        assert!(
+            text.contains(end) && text.contains(ANSWER),
+            "{}: the turn did not end as expected:\n{text}",
+            self.name
+        );
+    }
+
+    /// The CPU time the server has used so far (user + system).
+    fn cpu(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).expect("the server runs");
+        // Fields after the command name (which is in parentheses and may
+        // hold spaces): utime and stime are the 12th and 13th.
+        let after = &stat[stat.rfind(')').expect("a stat line") + 2..];
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64)
+    }
+
+    /// Durable commits so far, from `/metrics`; `None` for LangGraph.
+    async fn commits(&self, client: &reqwest::Client) -> Option<u64> {
+        if self.name != "subs" {
+            return None;
+        }
+        let text = client.get(format!("{}/metrics", self.base)).send().await.ok()?.text().await.ok()?;
+        text.lines().find_map(|l| l.strip_prefix("subs_store_commits_total ")).and_then(|n| n.trim().parse().ok())
+    }
+}
+
+/// The kernel's clock ticks per second, which `/proc/<pid>/stat` counts in.
+fn clock_ticks() -> u64 {
+    static TICKS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100)
+    })
+}
+
+/// How clients use connections and sessions in a case.
+#[derive(Clone, Copy)]
+struct Case {
+    clients: usize,
+    /// Turns per session: 1 is a new session every turn.
+    turns_per_session: usize,
+    /// A new connection for every turn instead of a kept-alive one.
+    new_connections: bool,
+}
+
+impl Case {
+    fn label(&self) -> String {
+        let sessions = if self.turns_per_session == 1 {
+            "new session per turn".to_owned()
+        } else {
+            format!("{} turns per session", self.turns_per_session)
+        };
+        let connection = if self.new_connections { "new connection per turn" } else { "keep-alive" };
+        format!("{sessions}, {connection}")
+    }
+}
+
+/// What one case measured on one server.
+struct Measured {
+    turns: usize,
+    per_sec: f64,
+    p50: Duration,
+    p99: Duration,
+    cpu_per_turn: Duration,
+    commits_per_turn: Option<f64>,
+}
+
+impl Measured {
+    fn json(&self, target: &str, case: &Case) -> Value {
+        json!({
+            "server": target,
+            "case": case.label(),
+            "clients": case.clients,
+            "turns_per_session": case.turns_per_session,
+            "new_connections": case.new_connections,
+            "turns": self.turns,
+            "per_sec": self.per_sec,
+            "p50_ms": ms(self.p50),
+            "p99_ms": ms(self.p99),
+            "cpu_ms_per_turn": ms(self.cpu_per_turn),
+            "commits_per_turn": self.commits_per_turn,
+        })
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Runs `case` on `target` for `duration`.
+async fn measure(target: &Arc<Target>, case: Case, duration: Duration, run: usize) -> Measured {
+    let builder = || reqwest::Client::builder().pool_max_idle_per_host(if case.new_connections { 0 } else { 64 });
+    let client = builder().build().expect("an HTTP client");
+    // Warm up: connections open, the component instantiated once.
+    for i in 0..case.clients.min(4) {
+        target.turn(&client, &format!("warm-{run}-{i}")).await;
+    }
+    let commits_before = target.commits(&client).await;
+    let cpu_before = target.cpu();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..case.clients)
+        .map(|c| {
+            let (target, client) = (target.clone(), client.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut session = 0usize;
+                while started.elapsed() < duration {
+                    let id = format!("r{run}-c{c}-s{}", session / case.turns_per_session);
+                    let t = Instant::now();
+                    target.turn(&client, &id).await;
+                    latencies.push(t.elapsed());
+                    session += 1;
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.expect("a client finishes"));
+    }
+    let elapsed = started.elapsed();
+    let cpu = target.cpu().saturating_sub(cpu_before);
+    let commits_after = target.commits(&client).await;
+    latencies.sort();
+    let turns = latencies.len();
+    let per_turn = |x: f64| x / turns.max(1) as f64;
+    Measured {
+        turns,
+        per_sec: turns as f64 / elapsed.as_secs_f64(),
+        p50: percentile(&latencies, 0.50),
+        p99: percentile(&latencies, 0.99),
+        cpu_per_turn: Duration::from_secs_f64(per_turn(cpu.as_secs_f64())),
+        commits_per_turn: commits_before.zip(commits_after).map(|(a, b)| per_turn((b - a) as f64)),
+    }
+}
+
+async fn run(levels: &[usize], duration: Duration, langgraph: Option<&Path>) {
+    let subs = Arc::new(Target::subs().await);
+    let langgraph = langgraph.map(|python| Arc::new(Target::langgraph(python)));
+    let mut cases = Vec::new();
+    for &clients in levels {
+        for turns_per_session in [1, CONVERSATION] {
+            cases.push(Case { clients, turns_per_session, new_connections: false });
+        }
+        if clients == 1 {
+            cases.push(Case { clients, turns_per_session: CONVERSATION, new_connections: true });
+        }
+    }
+
+    println!(
+        "{:<10} {:>7} {:<48} {:>9} {:>9} {:>9} {:>10} {:>9}",
+        "server", "clients", "case", "turns/s", "p50 ms", "p99 ms", "CPU ms/t", "commits/t"
+    );
+    let mut rows = Vec::new();
+    let mut ratios = Vec::new();
+    for (run, case) in cases.iter().enumerate() {
+        let mut measured = Vec::new();
+        for target in std::iter::once(&subs).chain(langgraph.as_ref()) {
+            let m = measure(target, *case, duration, run).await;
+            println!(
+                "{:<10} {:>7} {:<48} {:>9.0} {:>9.2} {:>9.2} {:>10.2} {:>9}",
+                target.name,
+                case.clients,
+                case.label(),
+                m.per_sec,
+                ms(m.p50),
+                ms(m.p99),
+                ms(m.cpu_per_turn),
+                m.commits_per_turn.map_or("-".to_owned(), |c| format!("{c:.2}")),
+            );
+            rows.push(m.json(target.name, case));
+            measured.push(m);
+        }
+        if let [s, l] = measured.as_slice() {
+            ratios.push(json!({
+                "case": case.label(),
+                "clients": case.clients,
+                "p50_subs_over_langgraph": s.p50.as_secs_f64() / l.p50.as_secs_f64(),
+                "per_sec_subs_over_langgraph": s.per_sec / l.per_sec,
+                "cpu_subs_over_langgraph": s.cpu_per_turn.as_secs_f64() / l.cpu_per_turn.as_secs_f64(),
+            }));
+        }
+    }
+
+    // subs on its own: what keeping the connection alive costs a turn.
+    let p50 = |clients: usize, new_connections: bool| {
+        rows.iter()
+            .find(|r| {
+                r["server"] == "subs"
+                    && r["clients"] == clients
+                    && r["turns_per_session"] == CONVERSATION
+                    && r["new_connections"] == new_connections
+            })
+            .and_then(|r| r["p50_ms"].as_f64())
+    };
+    let keep_alive_over_new = p50(1, false).zip(p50(1, true)).map(|(k, n)| k / n);
+    if let Some(r) = keep_alive_over_new {
+        println!("\nsubs, 1 client: keep-alive p50 / new-connection p50 = {r:.2} (target ≤ 1.5)");
+    }
+    for r in &ratios {
+        println!(
+            "subs / langgraph, {} clients, {}: p50 {:.3}×, turns/s {:.1}×, CPU per turn {:.3}×",
+            r["clients"],
+            r["case"].as_str().unwrap_or_default(),
+            r["p50_subs_over_langgraph"].as_f64().unwrap_or(f64::NAN),
+            r["per_sec_subs_over_langgraph"].as_f64().unwrap_or(f64::NAN),
+            r["cpu_subs_over_langgraph"].as_f64().unwrap_or(f64::NAN),
+        );
+    }
+    write_json(
+        "api",
+        &json!({
+            "seconds": duration.as_secs_f64(),
+            "rows": rows,
+            "keep_alive_over_new_connection_p50": keep_alive_over_new,
+            "subs_over_langgraph": ratios,
+        }),
+    );
+}
