@@ -97,11 +97,15 @@ pub mod guests {
 /// first load the guests compiled instead of compiling them again.
 pub fn host() -> &'static ComponentHost {
     static HOST: OnceLock<ComponentHost> = OnceLock::new();
-    HOST.get_or_init(|| {
-        let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/compiled-components");
-        let config = HostConfig { compile_cache: Some(cache), ..HostConfig::default() };
-        ComponentHost::with_config(config).expect("the component host starts")
-    })
+    HOST.get_or_init(new_host)
+}
+
+/// A component host of its own, on the same compile cache as [`host`]: for
+/// a test that changes what the host grants a tenant while it runs.
+pub fn new_host() -> ComponentHost {
+    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/compiled-components");
+    let config = HostConfig { compile_cache: Some(cache), ..HostConfig::default() };
+    ComponentHost::with_config(config).expect("the component host starts")
 }
 
 /// The guest component at `path`, compiled once per test binary.

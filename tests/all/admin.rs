@@ -62,12 +62,15 @@ impl Server {
             subs_engine::EngineConfig::default(),
         )
         .unwrap();
+        // A host of its own: the admin API changes what it grants tenants.
         let agents = subs_server::AgentRegistry::new(
             engine.clone(),
             dyn_store.clone(),
-            subs_tests::host().clone(),
+            subs_tests::new_host(),
             dir.to_path_buf(),
         );
+        let config = subs_server::LiveConfig::load(setup.file.clone(), &*dyn_store).unwrap();
+        config.apply_sandboxes(&agents).unwrap();
         assert!(agents.load_all().await.unwrap().is_empty());
         let file_keys = setup.file_keys.iter().map(|(tenant, key)| subs_engine::store::KeyRecord {
             tenant: (*tenant).to_owned(),
@@ -78,7 +81,6 @@ impl Server {
         });
         let admin = setup.admin.then(|| hash_key(OPERATOR));
         let keys = subs_server::Keys::new(store.keys().unwrap()).with_config_keys(file_keys).with_admin_keys(admin);
-        let config = subs_server::LiveConfig::load(setup.file.clone(), &*dyn_store).unwrap();
         let state = Arc::new(subs_server::AppState {
             engine: engine.clone(),
             store: dyn_store,
@@ -348,6 +350,17 @@ async fn tenant_limits_change_without_a_restart() {
     let events = s.turn("d", "p", &key).await;
     assert!(events.contains("turn.done"), "{events}");
     assert!(s.turn("e", "p", &other).await.contains("turn.done"), "beta had no budget");
+
+    // The sandbox: decisions smaller than any the agent makes; its next
+    // turn fails naming the limit, at once, and beta's does not. Handed
+    // back to the file, turns run again.
+    let sandbox = json!({"budget": "0.5", "sandbox": {"decision_bytes": 16}});
+    assert_eq!(limits(sandbox).await.0, StatusCode::OK);
+    let events = s.turn("f", "p", &key).await;
+    assert!(events.contains("turn.failed") && events.contains("decision size limit"), "{events}");
+    assert!(s.turn("g", "p", &other).await.contains("turn.done"), "beta's sandbox is its own");
+    assert_eq!(limits(json!({"budget": "0.5"})).await.0, StatusCode::OK);
+    assert!(s.turn("h", "p", &key).await.contains("turn.done"));
 
     // The GET answers what the PUT set.
     let (status, got) = s.admin(GET, "/v1/admin/tenants/acme/limits", None).await;

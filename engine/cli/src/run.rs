@@ -6,6 +6,12 @@
 //! are printed as they happen. LLM calls stream by default here, so the
 //! answer appears token by token even when the agent does not ask for
 //! streaming.
+//!
+//! `--config` takes the same file as `subs serve`: its sandbox limits
+//! (`[limits.sandbox]`, `[tenants.local.sandbox]`, `[agents.local.agent]`),
+//! providers, default model, retry cap and stream limits apply. Compiled
+//! components are kept in the user's cache directory (`--cache`), so a
+//! second run of the same agent compiles nothing.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -13,10 +19,9 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow};
 use subs_engine::events::{Event, RecvError, Subscription};
-use subs_engine::model::OFFLINE_MODEL;
 use subs_engine::store::StoreError;
 use subs_engine::worker::Worker;
-use subs_engine::worker::component::ComponentHost;
+use subs_engine::worker::component::{ComponentHost, HostConfig};
 use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
 use subs_engine::{Engine, EngineConfig, InputError};
 use subs_protocol::client::ClientMessage;
@@ -53,19 +58,30 @@ pub struct RunArgs {
     /// The session id.
     #[arg(long, value_name = "ID", default_value = "run")]
     pub session: String,
-    /// The model used when the agent names none.
-    #[arg(long, value_name = "MODEL", env = "SUBS_DEFAULT_MODEL", default_value = OFFLINE_MODEL)]
-    pub default_model: String,
+    /// The model used when the agent names none. [default: the config
+    /// file's, else subs/offline]
+    #[arg(long, value_name = "MODEL", env = "SUBS_DEFAULT_MODEL")]
+    pub default_model: Option<String>,
     /// Sign requests to an HTTP worker with this secret.
     #[arg(long, value_name = "SECRET", env = "SUBS_WORKER_SECRET", hide_env_values = true)]
     pub secret: Option<String>,
+    /// A TOML config file, as `subs serve` takes (docs/configuration.md):
+    /// sandbox limits, providers, the default model.
+    #[arg(long, value_name = "FILE", env = "SUBS_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Where compiled components are kept between runs. [default: a
+    /// per-user cache directory, e.g. ~/.cache/subs/compiled]
+    #[arg(long, value_name = "DIR", env = "SUBS_CACHE")]
+    pub cache: Option<PathBuf>,
 }
 
 /// Runs the turn; `Ok` when it is done, an error when it failed.
 pub async fn exec(args: RunArgs) -> CliResult {
-    let worker = load_worker(&args).await?;
-    let models = crate::serve::models(&subs_engine::model::ProvidersConfig::default())?;
-    models.resolve(&args.default_model).map_err(|e| CliError::usage(anyhow!("--default-model: {}", e.message)))?;
+    let file = settings::load(args.config.as_deref())?;
+    let worker = load_worker(&args, &file).await?;
+    let models = crate::serve::models(&file.providers_config())?;
+    let default_model = settings::default_model(args.default_model.as_deref(), &file);
+    models.resolve(&default_model).map_err(|e| CliError::usage(anyhow!("the default model: {}", e.message)))?;
 
     let temp;
     let dir = match &args.data {
@@ -80,8 +96,13 @@ pub async fn exec(args: RunArgs) -> CliResult {
         &dir.join(settings::STORE_FILE),
         "is a `subs serve` using this data directory? Run without --data, or send the message to the server",
     )?);
-    let config =
-        EngineConfig { default_model: args.default_model.clone(), default_stream: true, ..EngineConfig::default() };
+    let config = EngineConfig {
+        default_model,
+        default_stream: true,
+        streams: file.streams.limits()?,
+        retry_cap: file.retry.cap(),
+        ..EngineConfig::default()
+    };
     let engine = Engine::open(store.clone(), models, config);
     engine.register_agent(LOCAL_TENANT, AGENT_ID, worker);
     engine.resume().map_err(CliError::unavailable)?;
@@ -97,8 +118,9 @@ pub async fn exec(args: RunArgs) -> CliResult {
     outcome
 }
 
-/// The agent's worker: an HTTP worker for a URL, else a compiled component.
-async fn load_worker(args: &RunArgs) -> CliResult<Arc<dyn Worker>> {
+/// The agent's worker: an HTTP worker for a URL, else a compiled component
+/// (from the cache when it was compiled before).
+async fn load_worker(args: &RunArgs, file: &settings::ConfigFile) -> CliResult<Arc<dyn Worker>> {
     let agent = args.agent.as_str();
     if agent.starts_with("http://") || agent.starts_with("https://") {
         let mut options = HttpWorkerOptions::new();
@@ -109,10 +131,13 @@ async fn load_worker(args: &RunArgs) -> CliResult<Arc<dyn Worker>> {
         return Ok(Arc::new(worker));
     }
     let bytes = tokio::fs::read(agent).await.map_err(|e| CliError::usage(anyhow!("reading {agent}: {e}")))?;
-    let _spinner = Spinner::start(format!("compiling {agent}"));
+    let cache = args.cache.clone().or_else(|| settings::default_cache_dir().map(|d| d.join("compiled")));
+    let config = HostConfig { compile_cache: cache, ..file.host_config()? };
+    let policy = file.agent_policies().remove(&(LOCAL_TENANT.to_owned(), AGENT_ID.to_owned())).unwrap_or_default();
+    let _spinner = Spinner::start(format!("loading {agent}"));
     let compiled = tokio::task::spawn_blocking(move || {
-        let host = ComponentHost::new().map_err(|e| CliError::failed(anyhow!(e)))?;
-        host.load(&bytes).map_err(|e| CliError::usage(anyhow!("{e}")))
+        let host = ComponentHost::with_config(config).map_err(|e| CliError::failed(anyhow!(e)))?;
+        host.load_as(LOCAL_TENANT, AGENT_ID, &policy, &bytes).map_err(|e| CliError::usage(anyhow!("{e}")))
     })
     .await
     .map_err(|e| CliError::failed(anyhow!("compiling panicked: {e}")))?

@@ -142,11 +142,13 @@ async fn serve(setup: Setup) -> CliResult {
     let agents = AgentRegistry::new(engine.clone(), dyn_store.clone(), host, dir)
         .with_policies(file.agent_policies())
         .with_upload_policy(&file.upload_policy());
+    // The config file's limits, with those the operator stored over them;
+    // the sandbox's before any agent is loaded.
+    let config = LiveConfig::load(file.server_config(), &*dyn_store).map_err(CliError::unavailable)?;
+    config.apply_sandboxes(&agents).map_err(|e| CliError::unavailable(anyhow!("a stored tenant sandbox: {e}")))?;
     for (tenant, agent, error) in agents.load_all().await.map_err(CliError::unavailable)? {
         eprintln!("warning: agent `{agent}` of tenant `{tenant}` was not loaded: {error}");
     }
-    // The config file's limits, with those the operator stored over them.
-    let config = LiveConfig::load(file.server_config(), &*dyn_store).map_err(CliError::unavailable)?;
     config.apply_to(&engine);
     engine.resume().map_err(CliError::unavailable)?;
     let (open, admin) = (keys.is_open(), keys.admin_enabled());

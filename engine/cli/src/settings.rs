@@ -496,6 +496,23 @@ pub fn default_data_dir() -> Option<PathBuf> {
     base.map(|b| b.join("subs"))
 }
 
+/// The per-user cache directory: `$XDG_CACHE_HOME/subs` or
+/// `~/.cache/subs` (Linux and other Unixes), `~/Library/Caches/subs`
+/// (macOS), `%LOCALAPPDATA%\subs\cache` (Windows).
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if cfg!(windows) {
+        var("LOCALAPPDATA").map(|base| base.join("subs").join("cache"))
+    } else if cfg!(target_os = "macos") {
+        var("HOME").map(|home| home.join("Library").join("Caches").join("subs"))
+    } else {
+        var("XDG_CACHE_HOME")
+            .filter(|p| p.is_absolute())
+            .or_else(|| var("HOME").map(|h| h.join(".cache")))
+            .map(|b| b.join("subs"))
+    }
+}
+
 /// The listen address: flag (or env), then the file's, then the default.
 pub fn listen(flag: Option<&str>, file: &ConfigFile) -> String {
     flag.or(file.listen.as_deref()).unwrap_or(DEFAULT_LISTEN).to_owned()

@@ -277,7 +277,7 @@ impl AppState {
         let tenant = record.tenant.clone();
         self.config.put(record).map_err(|e| ApiError::internal(&e))?;
         self.config.apply_tenant(&self.engine, &tenant);
-        Ok(())
+        self.config.apply_sandbox(&self.agents, &tenant)
     }
 }
 
@@ -412,6 +412,7 @@ pub async fn delete_tenant(
     }
     state.config.remove(&tenant);
     state.config.apply_tenant(&state.engine, &tenant);
+    state.config.apply_sandbox(&state.agents, &tenant)?;
 
     // No key reaches its sessions any more; what they were doing stops too
     // (no more LLM calls charged to a tenant that is gone).

@@ -44,6 +44,9 @@ pub struct AgentRegistry {
     policies: HashMap<(String, String), AgentPolicy>,
     /// Compiles in progress, upload meters, compiled-code quotas.
     uploads: Uploads,
+    /// The components registered with the engine, by tenant and agent, so
+    /// that a tenant's agents can be bound again when its sandbox changes.
+    components: std::sync::Mutex<HashMap<(String, String), ComponentAgent>>,
 }
 
 /// An agent as clients see it.
@@ -135,6 +138,46 @@ impl AgentRegistry {
             writing: tokio::sync::Mutex::new(()),
             policies: HashMap::new(),
             uploads: Uploads::new(&UploadPolicy::default()),
+            components: Default::default(),
+        }
+    }
+
+    /// Sets the sandbox policy of `tenant`'s agents in place of the config
+    /// file's (`None`: the file's again), and binds its loaded agents to it
+    /// at once: their next decisions run under it.
+    pub fn set_tenant_sandbox(&self, tenant: &str, policy: Option<AgentPolicy>) -> Result<(), ApiError> {
+        self.host.set_tenant_policy(tenant, policy).map_err(|e| ApiError::invalid("limits.sandbox", e.to_string()))?;
+        let components = self.components.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for ((t, agent_id), agent) in components.iter().filter(|((t, _), _)| t == tenant) {
+            let policy = self.policies.get(&(t.clone(), agent_id.clone())).cloned().unwrap_or_default();
+            match agent.for_agent(t, agent_id, &policy) {
+                Ok(rebound) => self.engine.register_agent(t, agent_id, Arc::new(rebound)),
+                Err(e) => {
+                    tracing::error!(tenant = %t, agent = %agent_id, error = %e, "agent not bound to the new sandbox")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The sandbox policy of `tenant`'s agents in the config file.
+    pub fn configured_sandbox(&self, tenant: &str) -> AgentPolicy {
+        self.host.configured_tenant_policy(tenant)
+    }
+
+    /// Keeps track of what `tenant`'s agent `agent_id` runs as now.
+    fn registered(&self, tenant: &str, agent_id: &str, component: Option<ComponentAgent>) {
+        let mut components = self.components.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = (tenant.to_owned(), agent_id.to_owned());
+        match component {
+            Some(agent) => {
+                self.uploads.set_compiled(tenant, agent_id, Some(agent.compiled_bytes()));
+                components.insert(key, agent);
+            }
+            None => {
+                self.uploads.set_compiled(tenant, agent_id, None);
+                components.remove(&key);
+            }
         }
     }
 
@@ -159,8 +202,8 @@ impl AgentRegistry {
         let mut failures = Vec::new();
         for record in self.store.agents(None)? {
             match self.worker(&record.tenant, &record.agent_id, &record.current).await {
-                Ok((worker, compiled)) => {
-                    self.uploads.set_compiled(&record.tenant, &record.agent_id, compiled);
+                Ok((worker, component)) => {
+                    self.registered(&record.tenant, &record.agent_id, component);
                     self.engine.register_agent(&record.tenant, &record.agent_id, worker);
                 }
                 Err(e) => {
@@ -182,13 +225,13 @@ impl AgentRegistry {
     }
 
     /// The worker of a version of `tenant`'s agent `agent_id`, and the
-    /// size of its compiled code when it is a component.
+    /// component when it is one.
     async fn worker(
         &self,
         tenant: &str,
         agent_id: &str,
         version: &AgentVersion,
-    ) -> Result<(Arc<dyn Worker>, Option<u64>), ApiError> {
+    ) -> Result<(Arc<dyn Worker>, Option<ComponentAgent>), ApiError> {
         match &version.worker {
             AgentWorker::Component { .. } => {
                 let path = self.component_path(&version.digest);
@@ -196,8 +239,7 @@ impl AgentRegistry {
                     .await
                     .map_err(|e| ApiError::internal(&format!("reading {}: {e}", path.display())))?;
                 let agent = self.compile(tenant, agent_id, bytes).await?;
-                let compiled = agent.compiled_bytes();
-                Ok((Arc::new(agent), Some(compiled)))
+                Ok((Arc::new(agent.clone()), Some(agent)))
             }
             AgentWorker::Http { url, secret } => {
                 let mut options = HttpWorkerOptions::new();
@@ -284,9 +326,8 @@ impl AgentRegistry {
         let turn = self.uploads.turn(tenant).await?;
         let agent = self.compile(tenant, agent_id, bytes.clone()).await?;
         drop(turn);
-        let compiled = agent.compiled_bytes();
-        self.uploads.check_quota(tenant, agent_id, compiled, limits.max_compiled_bytes)?;
-        let worker: Arc<dyn Worker> = Arc::new(agent);
+        self.uploads.check_quota(tenant, agent_id, agent.compiled_bytes(), limits.max_compiled_bytes)?;
+        let worker: Arc<dyn Worker> = Arc::new(agent.clone());
         if !path.exists() {
             tokio::fs::create_dir_all(&self.dir).await.map_err(|e| ApiError::internal(&e))?;
             // Write then rename, so a crash never leaves a torn file under
@@ -301,7 +342,7 @@ impl AgentRegistry {
             created_ms: subs_engine::clock::now_ms(),
         };
         let put = self.put(tenant, agent_id, version, worker).await?;
-        self.uploads.set_compiled(tenant, agent_id, Some(compiled));
+        self.registered(tenant, agent_id, Some(agent));
         Ok(put)
     }
 
@@ -323,7 +364,7 @@ impl AgentRegistry {
         };
         let (worker, _) = self.worker(tenant, agent_id, &version).await?;
         let put = self.put(tenant, agent_id, version, worker).await?;
-        self.uploads.set_compiled(tenant, agent_id, None);
+        self.registered(tenant, agent_id, None);
         Ok(put)
     }
 
@@ -338,7 +379,7 @@ impl AgentRegistry {
         batch.push(Op::DeleteAgent { tenant: tenant.to_owned(), agent_id: agent_id.to_owned() });
         self.store.commit(batch).await?;
         self.engine.unregister_agent(tenant, agent_id);
-        self.uploads.set_compiled(tenant, agent_id, None);
+        self.registered(tenant, agent_id, None);
         Ok(true)
     }
 }

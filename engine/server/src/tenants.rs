@@ -10,15 +10,17 @@
 
 use std::collections::BTreeMap;
 use std::sync::RwLock;
+use std::time::Duration;
 
 use serde_json::{Map, Value};
 use subs_engine::Engine;
 use subs_engine::model::Money;
 use subs_engine::store::{Store, StoreError, TenantRecord};
+use subs_engine::worker::component::AgentPolicy;
 use subs_protocol::ProtocolError;
 
 use crate::error::ApiError;
-use crate::{Limits, ServerConfig};
+use crate::{AgentRegistry, Limits, ServerConfig};
 
 /// The key of the component sandbox's limits in a tenant's limits object.
 /// Stored for the component host; not one of [`Limits`]' fields.
@@ -37,6 +39,7 @@ const SANDBOX_COUNTS: &[&str] = &[
     "memories",
     "decision_bytes",
     "log_bytes",
+    "log_lines",
 ];
 
 /// The most hosts a tenant's `sandbox.http_hosts` may list.
@@ -115,6 +118,20 @@ impl LiveConfig {
         self.read().get(tenant)?.record.limits.get(SANDBOX)?.as_object().cloned()
     }
 
+    /// Sets the sandbox of `tenant`'s component agents: the config file's,
+    /// with what the operator stored over it, field by field.
+    pub fn apply_sandbox(&self, agents: &AgentRegistry, tenant: &str) -> Result<(), ApiError> {
+        let policy = self.sandbox(tenant).map(|stored| sandbox_policy(agents.configured_sandbox(tenant), &stored));
+        agents.set_tenant_sandbox(tenant, policy)
+    }
+
+    /// [`apply_sandbox`](Self::apply_sandbox) for every stored tenant: at
+    /// start, before agents are loaded.
+    pub fn apply_sandboxes(&self, agents: &AgentRegistry) -> Result<(), ApiError> {
+        let tenants: Vec<String> = self.read().keys().cloned().collect();
+        tenants.iter().try_for_each(|tenant| self.apply_sandbox(agents, tenant))
+    }
+
     /// The stored record of `tenant`.
     pub fn record(&self, tenant: &str) -> Option<TenantRecord> {
         self.read().get(tenant).map(|stored| stored.record.clone())
@@ -183,6 +200,37 @@ impl LiveConfig {
 
 fn sessions(limits: &Limits) -> Option<u64> {
     limits.max_sessions.map(|max| max as u64)
+}
+
+/// `base`, a tenant's sandbox policy, with the fields a stored `sandbox`
+/// object sets (checked when it was stored) over it; `null` keeps the
+/// field beneath.
+pub fn sandbox_policy(mut base: AgentPolicy, sandbox: &Map<String, Value>) -> AgentPolicy {
+    for (name, value) in sandbox {
+        if name == "http_hosts" {
+            if let Some(hosts) = value.as_array() {
+                base.http_hosts = Some(hosts.iter().filter_map(|h| h.as_str().map(str::to_owned)).collect());
+            }
+            continue;
+        }
+        let Some(n) = value.as_u64() else { continue };
+        let count = usize::try_from(n).unwrap_or(usize::MAX);
+        let l = &mut base.limits;
+        match name.as_str() {
+            "memory_bytes" => l.memory_bytes = Some(count),
+            "wall_clock_ms" => l.wall_clock = Some(Duration::from_millis(n)),
+            "cpu_ms" => l.cpu = Some(Duration::from_millis(n)),
+            "table_elements" => l.table_elements = Some(count),
+            "instances" => l.instances = Some(count),
+            "tables" => l.tables = Some(count),
+            "memories" => l.memories = Some(count),
+            "decision_bytes" => l.decision_bytes = Some(count),
+            "log_bytes" => l.log_bytes = Some(count),
+            "log_lines" => l.log_lines = Some(count),
+            _ => {}
+        }
+    }
+    base
 }
 
 /// `base` with the fields `overrides` sets replaced (`sandbox` aside).

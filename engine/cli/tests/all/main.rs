@@ -47,7 +47,16 @@ pub fn subs() -> Command {
         command.env_remove(var);
     }
     command.stdin(Stdio::null());
+    // Compiled components go to one cache per test binary, not the
+    // user's.
+    command.env("SUBS_CACHE", cache_dir());
     command
+}
+
+/// The compile cache of this test binary's `subs run`s.
+pub fn cache_dir() -> &'static Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("a temporary directory")).path()
 }
 
 /// What a finished `subs` printed.

@@ -133,3 +133,41 @@ fn a_data_dir_keeps_the_conversation() {
     assert!(user["data"]["parent_id"].is_string(), "{user}");
     assert_ne!(events[0]["data"]["turn_id"], "turn_1");
 }
+
+/// A second run of the same agent loads it compiled from the cache: the
+/// compiled file the first run wrote is not written again.
+#[test]
+fn a_second_run_of_the_same_agent_compiles_nothing() {
+    let cache = tempfile::tempdir().unwrap();
+    let dir = cache.path().to_str().unwrap();
+    let compiled = || -> Vec<(std::path::PathBuf, std::time::SystemTime)> {
+        std::fs::read_dir(cache.path())
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| (e.path(), e.metadata().unwrap().modified().unwrap()))
+            .collect()
+    };
+    let first = output(&["run", TOOLS, ADD, "--cache", dir]);
+    assert_eq!(first.code, Some(0), "stderr: {}", first.stderr);
+    let after_first = compiled();
+    assert_eq!(after_first.len(), 1, "{after_first:?}");
+    let second = output(&["run", TOOLS, ADD, "--cache", dir]);
+    assert_eq!(second.code, Some(0), "stderr: {}", second.stderr);
+    assert_eq!(second.stdout, TRANSCRIPT);
+    assert_eq!(compiled(), after_first, "nothing was compiled again");
+}
+
+/// `--config` takes the server's config file: its sandbox limits apply,
+/// here one too small for the agent, which is refused naming the setting.
+#[test]
+fn the_config_file_sets_the_sandbox_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("subs.toml");
+    std::fs::write(&config, "[limits.sandbox]\ninstances = 1\n").unwrap();
+    let out = output(&["run", TOOLS, ADD, "--config", config.to_str().unwrap()]);
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("core instances (its limit is 1, setting `instances`)"), "{}", out.stderr);
+    std::fs::write(&config, "[limits.sandbox]\ninstances = 8\n").unwrap();
+    let out = output(&["run", TOOLS, ADD, "--config", config.to_str().unwrap()]);
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+}

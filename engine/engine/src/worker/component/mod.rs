@@ -203,6 +203,9 @@ struct Inner {
     engine: Engine,
     linker: Linker<StoreState>,
     config: HostConfig,
+    /// Tenant policies set while the host runs (by the operator, through
+    /// the admin API), each in place of the configuration's for its tenant.
+    tenants: std::sync::RwLock<HashMap<String, AgentPolicy>>,
     /// The pool's slots, so a burst of decisions waits rather than failing
     /// to allocate, and no tenant holds more than its share.
     slots: Arc<SlotPool>,
@@ -238,6 +241,13 @@ impl Ticker {
 }
 
 impl Inner {
+    /// The policy set for `tenant` while the host runs, else the
+    /// configuration's.
+    fn tenant_policy(&self, tenant: &str) -> Option<AgentPolicy> {
+        let live = self.tenants.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(tenant).cloned();
+        live.or_else(|| self.config.tenants.get(tenant).cloned())
+    }
+
     /// A fresh store for one call into a component under `bound`: the
     /// guest's grants and, when limits are enforced, the resource limiter
     /// and the epoch callback that stops the guest at `wall` or when
@@ -312,7 +322,7 @@ impl ComponentHost {
             .map_err(|e| LoadError::Engine(format!("the HTTP client: {e}")))?;
         let cache = Arc::new(CompileCache::new(&engine, config.compile_cache.clone()));
         let slots = SlotPool::new(config.max_concurrent, config.tenant_slots);
-        let inner = Inner { engine, linker, config, slots, client, _ticker: ticker };
+        let inner = Inner { engine, linker, config, tenants: Default::default(), slots, client, _ticker: ticker };
         Ok(Self { inner: Arc::new(inner), cache })
     }
 
@@ -320,6 +330,39 @@ impl ComponentHost {
     /// needed) instead of where its configuration said.
     pub fn with_compile_cache(&self, dir: impl Into<PathBuf>) -> Self {
         Self { inner: self.inner.clone(), cache: Arc::new(CompileCache::new(&self.inner.engine, Some(dir.into()))) }
+    }
+
+    /// The policy `tenant`'s agents run under now: the one set with
+    /// [`set_tenant_policy`](Self::set_tenant_policy), else the
+    /// configuration's.
+    pub fn tenant_policy(&self, tenant: &str) -> AgentPolicy {
+        self.inner.tenant_policy(tenant).unwrap_or_default()
+    }
+
+    /// The configuration's policy of `tenant`.
+    pub fn configured_tenant_policy(&self, tenant: &str) -> AgentPolicy {
+        self.inner.config.tenants.get(tenant).cloned().unwrap_or_default()
+    }
+
+    /// Sets the policy of `tenant`'s agents in place of the
+    /// configuration's (`None`: the configuration's again). Agents bound
+    /// from now on ([`ComponentHost::load_as`], [`ComponentAgent::for_agent`])
+    /// run under it; those already bound keep their limits until they are
+    /// bound again.
+    pub fn set_tenant_policy(&self, tenant: &str, policy: Option<AgentPolicy>) -> Result<(), LoadError> {
+        let mut tenants = self.inner.tenants.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match policy {
+            Some(policy) => {
+                // An allow-list entry that is not a host is refused now,
+                // not at the next bind.
+                allowed_hosts(policy.http_hosts.iter().flatten())?;
+                tenants.insert(tenant.to_owned(), policy);
+            }
+            None => {
+                tenants.remove(tenant);
+            }
+        }
+        Ok(())
     }
 
     /// How many components this host compiled rather than loaded compiled
@@ -356,7 +399,7 @@ impl ComponentHost {
         policy: &AgentPolicy,
         bytes: &[u8],
     ) -> Result<ComponentAgent, LoadError> {
-        let bound = bind(&self.inner.config, tenant, agent_id, policy)?;
+        let bound = bind(&self.inner, tenant, agent_id, policy)?;
         let compiled = self.compile(bytes, |shape| {
             validate::check_shape(shape)?;
             bound.limits.admit(&shape.needs)
@@ -455,25 +498,25 @@ fn child_settings(config: &HostConfig) -> ChildSettings {
 }
 
 /// What an agent of `tenant` runs with under `policy`.
-fn bind(config: &HostConfig, tenant: &str, agent: &str, policy: &AgentPolicy) -> Result<Bound, LoadError> {
-    {
-        let tenant_policy = config.tenants.get(tenant);
-        let mut limits = config.limits.clone();
-        if let Some(t) = tenant_policy {
-            limits = limits.with(&t.limits);
-        }
-        limits = limits.with(&policy.limits);
-        limits.memory_bytes = limits.memory_bytes.min(config.max_memory_bytes);
-        let hosts = policy.http_hosts.as_ref().or_else(|| tenant_policy.and_then(|t| t.http_hosts.as_ref()));
-        let allowed = hosts
-            .into_iter()
-            .flatten()
-            .map(|h| {
-                AllowedHost::parse(h).ok_or_else(|| LoadError::Policy(format!("`{h}` is not a host or host:port")))
-            })
-            .collect::<Result<Arc<[_]>, _>>()?;
-        Ok(Bound { tenant: tenant.into(), agent: agent.into(), limits, allowed })
+fn bind(host: &Inner, tenant: &str, agent: &str, policy: &AgentPolicy) -> Result<Bound, LoadError> {
+    let config = &host.config;
+    let tenant_policy = host.tenant_policy(tenant);
+    let mut limits = config.limits.clone();
+    if let Some(t) = &tenant_policy {
+        limits = limits.with(&t.limits);
     }
+    limits = limits.with(&policy.limits);
+    limits.memory_bytes = limits.memory_bytes.min(config.max_memory_bytes);
+    let hosts = policy.http_hosts.as_ref().or_else(|| tenant_policy.as_ref().and_then(|t| t.http_hosts.as_ref()));
+    let allowed = allowed_hosts(hosts.into_iter().flatten())?;
+    Ok(Bound { tenant: tenant.into(), agent: agent.into(), limits, allowed })
+}
+
+/// An allow-list, parsed; an entry that is not a host is an error.
+fn allowed_hosts<'a>(hosts: impl Iterator<Item = &'a String>) -> Result<Arc<[AllowedHost]>, LoadError> {
+    hosts
+        .map(|h| AllowedHost::parse(h).ok_or_else(|| LoadError::Policy(format!("`{h}` is not a host or host:port"))))
+        .collect()
 }
 
 /// The engine configuration of a host: the compile settings a compile
@@ -591,7 +634,7 @@ impl ComponentAgent {
     /// from the host's configuration, then `policy`, over the defaults;
     /// logs are tagged with both names.
     pub fn for_agent(&self, tenant: &str, agent_id: &str, policy: &AgentPolicy) -> Result<Self, LoadError> {
-        let bound = bind(&self.host.config, tenant, agent_id, policy)?;
+        let bound = bind(&self.host, tenant, agent_id, policy)?;
         Ok(Self {
             pre: self.pre.clone(),
             checked: self.checked.clone(),

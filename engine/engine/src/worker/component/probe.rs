@@ -79,7 +79,7 @@ impl ComponentHost {
             _ => return Err(LoadError::World("it does not export `noop: func()` (subs:agent/floor)".to_owned())),
         };
         let pre = self.inner.linker.instantiate_pre(&component).map_err(|e| LoadError::World(format!("{e:#}")))?;
-        let bound = bind(&self.inner.config, "", "", &Default::default())?;
+        let bound = bind(&self.inner, "", "", &Default::default())?;
         Ok(Floor { pre, noop, host: self.inner.clone(), bound: Arc::new(bound) })
     }
 }
