@@ -90,7 +90,7 @@ impl Default for StreamLimits {
             max_call_delta_bytes: 64 << 20,
             max_deltas_per_sec: 5_000,
             subscriber_buffer_bytes: 1 << 20,
-            max_streams_per_tenant: 32,
+            max_streams_per_tenant: 256,
         }
     }
 }
