@@ -46,6 +46,11 @@ impl CompileCache {
         Self { dir, engine_hash: hasher.finish(), compilations: AtomicU64::new(0) }
     }
 
+    /// The directory compiled components are kept in, if any.
+    pub(crate) fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
     /// Where the artifact of the upload with SHA-256 `digest` (hex) is
     /// kept, if the cache keeps anything.
     fn path(&self, digest: &str) -> Option<PathBuf> {

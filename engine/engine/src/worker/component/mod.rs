@@ -19,6 +19,7 @@
 //! - `limits`: [`Limits`], their overrides, and the resource limiter;
 //! - `validate`: what a component may import and must export;
 //! - `cache`: compiled components on disk;
+//! - `functions`: compiled functions by content, shared by uploads;
 //! - `componentize`: agents uploaded as core modules, made components;
 //! - `state`: one store's state, WASI and the `subs:agent/host` interface;
 //! - `output`: guest stdout/stderr into the logs;
@@ -38,6 +39,7 @@ mod cache;
 mod compile;
 mod componentize;
 mod cpu;
+mod functions;
 mod http;
 mod inspect;
 mod limits;
@@ -402,7 +404,8 @@ impl ComponentHost {
                 engine.precompile_component(&component).map_err(|e| LoadError::Invalid(format!("{e:#}")))?
             }
             Compiler::Child { program, args } => {
-                compile::in_child(program, args, &child_settings(config), &config.compile_budget, &component)?
+                let settings = child_settings(config, self.cache.dir());
+                compile::in_child(program, args, &settings, &config.compile_budget, &component)?
             }
         };
         let component = cache::deserialize(engine, &artifact)?;
@@ -449,12 +452,14 @@ const MEMORIES_PER_SLOT: u32 = 4;
 /// Tables the pool holds per slot.
 const TABLES_PER_SLOT: u32 = 16;
 
-/// The settings that shape compiled code, for a compile child.
-fn child_settings(config: &HostConfig) -> ChildSettings {
+/// The settings that shape compiled code, for a compile child; compiled
+/// functions are kept in `compile_cache`'s `functions` directory.
+fn child_settings(config: &HostConfig, compile_cache: Option<&std::path::Path>) -> ChildSettings {
     ChildSettings {
         epoch_interruption: config.enforce_limits,
         max_stack_bytes: config.max_stack_bytes,
         memory_bytes: config.compile_budget.memory_bytes,
+        function_cache: compile_cache.map(|dir| dir.join("functions")),
     }
 }
 
@@ -501,7 +506,10 @@ fn engine_config(config: &HostConfig) -> wasmtime::Config {
         .table_keep_resident(64 << 10)
         .async_stack_keep_resident(128 << 10)
         .pagemap_scan(Enabled::Auto);
-    let mut wasm = compile::compile_config(&child_settings(config));
+    // In-process compiles keep functions where the host's configuration
+    // keeps compiled components (the engine is made once); a compile
+    // child keeps them where its host's cache is.
+    let mut wasm = compile::compile_config(&child_settings(config, config.compile_cache.as_deref()));
     wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     wasm
 }
