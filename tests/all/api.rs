@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use subs_tests::guests;
 
 /// A running server and a client for it.
-struct Server {
+pub(crate) struct Server {
     base: String,
     http: reqwest::Client,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
@@ -19,13 +19,23 @@ struct Server {
 impl Server {
     /// A server with the given API keys (`(tenant, key)`); none: the local
     /// tenant without authentication.
-    async fn start(keys: &[(&str, &str)]) -> Self {
+    pub(crate) async fn start(keys: &[(&str, &str)]) -> Self {
         Self::start_with(keys, std::collections::HashMap::new(), std::collections::HashMap::new()).await
     }
 
     /// A server whose agents get the operator's sandbox `policies`, and
     /// whose tenants named in `tenant_limits` get those limits.
     async fn start_with(
+        keys: &[(&str, &str)],
+        policies: std::collections::HashMap<(String, String), subs_engine::worker::component::AgentPolicy>,
+        tenant_limits: std::collections::HashMap<String, subs_server::Limits>,
+    ) -> Self {
+        Self::start_on(subs_tests::host().clone(), keys, policies, tenant_limits).await
+    }
+
+    /// [`Server::start_with`] on the component `host`.
+    pub(crate) async fn start_on(
+        host: subs_engine::worker::component::ComponentHost,
         keys: &[(&str, &str)],
         policies: std::collections::HashMap<(String, String), subs_engine::worker::component::AgentPolicy>,
         tenant_limits: std::collections::HashMap<String, subs_server::Limits>,
@@ -39,13 +49,13 @@ impl Server {
             subs_engine::EngineConfig::default(),
         )
         .unwrap();
-        let host = subs_tests::host().clone();
         let agents = subs_server::AgentRegistry::new(engine.clone(), store.clone(), host, dir.path().to_path_buf())
             .with_policies(policies);
         let config = subs_server::ServerConfig {
             default_limits: subs_server::Limits {
                 max_body_bytes: 64 << 10,
-                max_component_bytes: 16 << 20,
+                // The Python and JavaScript agents are 15-19 MB.
+                max_component_bytes: 32 << 20,
                 ..subs_server::Limits::default()
             },
             tenant_limits,
@@ -63,11 +73,11 @@ impl Server {
         Self { base, http: reqwest::Client::new(), shutdown: Some(shutdown), _dir: dir }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
-    fn request(&self, method: reqwest::Method, path: &str, key: Option<&str>) -> reqwest::RequestBuilder {
+    pub(crate) fn request(&self, method: reqwest::Method, path: &str, key: Option<&str>) -> reqwest::RequestBuilder {
         let request = self.http.request(method, self.url(path));
         match key {
             Some(key) => request.bearer_auth(key),
@@ -75,7 +85,7 @@ impl Server {
         }
     }
 
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -85,7 +95,7 @@ impl Server {
         subs_tests::send_json(self.request(method, path, key), body).await
     }
 
-    async fn upload(&self, agent: &str, wasm: &str, key: Option<&str>) -> (StatusCode, Value) {
+    pub(crate) async fn upload(&self, agent: &str, wasm: &str, key: Option<&str>) -> (StatusCode, Value) {
         let bytes = std::fs::read(wasm).unwrap();
         let response = self
             .request(reqwest::Method::PUT, &format!("/v1/agents/{agent}"), key)
@@ -98,7 +108,7 @@ impl Server {
         (status, serde_json::from_str(&response.text().await.unwrap()).unwrap())
     }
 
-    async fn say(&self, session: &str, agent: &str, text: &str, key: Option<&str>) -> (StatusCode, Value) {
+    pub(crate) async fn say(&self, session: &str, agent: &str, text: &str, key: Option<&str>) -> (StatusCode, Value) {
         let body = json!({"type": "client.message", "agent_id": agent, "message": {"role": "user", "content": text}});
         self.call(reqwest::Method::POST, &format!("/v1/sessions/{session}/input"), key, Some(body)).await
     }
@@ -120,7 +130,7 @@ impl Server {
         read_sse(response, &mut until).await
     }
 
-    async fn wait_turn(&self, session: &str, turn: &str, key: Option<&str>) -> Vec<SseEvent> {
+    pub(crate) async fn wait_turn(&self, session: &str, turn: &str, key: Option<&str>) -> Vec<SseEvent> {
         let done = |e: &SseEvent| matches!(e.event.as_str(), "turn.done" | "turn.failed") && e.data["turn_id"] == turn;
         tokio::time::timeout(Duration::from_secs(30), self.events(session, key, None, done))
             .await
@@ -138,10 +148,13 @@ impl Drop for Server {
 
 /// One server-sent event.
 #[derive(Debug, Clone, PartialEq)]
-struct SseEvent {
-    id: Option<u64>,
-    event: String,
-    data: Value,
+pub(crate) struct SseEvent {
+    /// Its `id:`, if any.
+    pub(crate) id: Option<u64>,
+    /// Its `event:` name.
+    pub(crate) event: String,
+    /// Its `data:`, as JSON when it is JSON.
+    pub(crate) data: Value,
 }
 
 /// Reads events from a streaming response until `until` returns true for
