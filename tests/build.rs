@@ -11,6 +11,17 @@
 //! `guests.rs` (see `lib.rs`), so no test builds anything by hand: a
 //! package's component as its upper-case name, its core module with
 //! `_LEAN` appended.
+//!
+//! The Python and JavaScript examples (`FOREIGN`) are built by their own
+//! `build.sh`, which installs the toolchain it pins (componentize-py from
+//! PyPI into a venv, componentize-js and esbuild from npm) the first time
+//! and whenever a pin changes; the Python test agents of `tests/python`
+//! with the same componentize-py. So that neither the toolchains nor what
+//! the builds write (`__pycache__`, bundles) land in the source tree,
+//! where they would make this script run again, each language builds from
+//! a copy of the files it reads under `target/guests/<py|js>/tree/`, which
+//! keeps its toolchain between builds. Python and JavaScript build while
+//! cargo builds the Rust guests.
 
 use std::env;
 use std::fmt::Write as _;
@@ -23,6 +34,84 @@ const EXAMPLES: &[&str] = &["passthrough", "tools"];
 
 /// The packages also built as core modules for `wasm32-unknown-unknown`.
 const LEAN: &[&str] = &["passthrough", "test-garbage", "test-floor"];
+
+/// Agents in another language, built by scripts that install their
+/// toolchain: what they read, and what they build.
+struct Foreign {
+    /// Its directory under `target/guests`: the copy of what it reads goes
+    /// to `tree/`, the components beside it.
+    dir: &'static str,
+    /// What the builds read, from the repository's root: the agents'
+    /// sources, their SDK's, the world, the scripts. Copied, and watched.
+    reads: &'static [&'static str],
+    /// Its components, built in this order.
+    builds: &'static [Build],
+}
+
+/// One component of a [`Foreign`] language.
+struct Build {
+    /// The constant naming it.
+    name: &'static str,
+    /// What it is, for the constant's doc comment.
+    what: &'static str,
+    /// The script that builds it, from the repository's root.
+    script: &'static str,
+    /// The script's arguments before the output path.
+    args: &'static [&'static str],
+    /// The component's file name.
+    out: &'static str,
+}
+
+/// The Python and JavaScript examples, and the Python test agents (built
+/// with the examples' componentize-py).
+const FOREIGN: &[Foreign] = &[
+    Foreign {
+        dir: "py",
+        reads: &[
+            "wit",
+            "guest-sdk/python/src",
+            "examples/tools-py/build.sh",
+            "examples/tools-py/requirements.txt",
+            "examples/tools-py/tools_agent.py",
+            "tests/python",
+        ],
+        builds: &[
+            Build {
+                name: "TOOLS_PY",
+                what: "The `examples/tools-py` agent",
+                script: "examples/tools-py/build.sh",
+                args: &[],
+                out: "tools_py.wasm",
+            },
+            Build {
+                name: "TEST_PY_FAULTY",
+                what: "The `tests/python/faulty_agent.py` test agent",
+                script: "tests/python/build.sh",
+                args: &["faulty_agent"],
+                out: "faulty_py.wasm",
+            },
+        ],
+    },
+    Foreign {
+        dir: "js",
+        reads: &[
+            "wit",
+            "guest-sdk/js/package.json",
+            "guest-sdk/js/src",
+            "examples/tools-js/build.sh",
+            "examples/tools-js/package.json",
+            "examples/tools-js/package-lock.json",
+            "examples/tools-js/agent.js",
+        ],
+        builds: &[Build {
+            name: "TOOLS_JS",
+            what: "The `examples/tools-js` agent",
+            script: "examples/tools-js/build.sh",
+            args: &[],
+            out: "tools_js.wasm",
+        }],
+    },
+];
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -39,14 +128,33 @@ fn main() {
     components.sort();
     packages.extend(components.iter().map(|c| format!("test-{c}")));
 
-    for dir in ["guest-sdk", "engine/protocol", "wit", "examples", "tests/components", "Cargo.toml", "Cargo.lock"] {
-        println!("cargo:rerun-if-changed={}", root.join(dir).display());
+    // The Python and JS directories are watched file by file: toolchains
+    // and build outputs may sit beside their sources (a build by hand).
+    let foreign_dirs = ["guest-sdk/python", "guest-sdk/js", "examples/tools-py", "examples/tools-js"];
+    let mut watched: Vec<PathBuf> = ["engine/protocol", "wit", "tests/components", "Cargo.toml", "Cargo.lock"]
+        .iter()
+        .map(|p| root.join(p))
+        .collect();
+    for dir in ["guest-sdk", "examples"] {
+        for entry in fs::read_dir(root.join(dir)).expect("the directory exists").filter_map(Result::ok) {
+            if !foreign_dirs.iter().any(|f| root.join(f) == entry.path()) {
+                watched.push(entry.path());
+            }
+        }
+    }
+    watched.extend(FOREIGN.iter().flat_map(|f| f.reads).map(|p| root.join(p)));
+    for path in watched {
+        println!("cargo:rerun-if-changed={}", path.display());
     }
 
     let target_dir = root.join("target").join("guests");
-    build(&root, &target_dir, "wasm32-wasip2", &packages);
     let lean: Vec<String> = LEAN.iter().map(|s| (*s).to_owned()).collect();
-    build(&root, &target_dir, "wasm32-unknown-unknown", &lean);
+    let foreign = std::thread::scope(|scope| {
+        let builds: Vec<_> = FOREIGN.iter().map(|f| scope.spawn(|| build_foreign(&root, &target_dir, f))).collect();
+        build(&root, &target_dir, "wasm32-wasip2", &packages);
+        build(&root, &target_dir, "wasm32-unknown-unknown", &lean);
+        builds.into_iter().map(|b| b.join().expect("a foreign build does not panic")).collect::<Vec<_>>()
+    });
 
     let mut consts = String::new();
     for (target, packages, suffix, what) in [
@@ -60,6 +168,13 @@ fn main() {
             let name = package.to_uppercase().replace('-', "_");
             writeln!(consts, "/// The `{package}` {what}.").unwrap();
             writeln!(consts, "pub const {name}{suffix}: &str = {:?};", file.display().to_string()).unwrap();
+        }
+    }
+    for (f, result) in FOREIGN.iter().zip(foreign) {
+        let files = result.unwrap_or_else(|e| panic!("{e}"));
+        for (b, file) in f.builds.iter().zip(files) {
+            writeln!(consts, "/// {}, built by `{}`.", b.what, b.script).unwrap();
+            writeln!(consts, "pub const {}: &str = {:?};", b.name, file.display().to_string()).unwrap();
         }
     }
     writeln!(consts, "/// Every guest component, by package name.").unwrap();
@@ -97,4 +212,58 @@ fn build(root: &Path, target_dir: &Path, target: &str, packages: &[String]) {
         status.success(),
         "building the guest components for {target} failed (is the target installed? `rustup target add {target}`)"
     );
+}
+
+/// Builds `f`'s components from a fresh copy of what they read under
+/// `target/guests/<dir>/tree/`, with the toolchains their scripts keep
+/// there; their paths, or why a build failed.
+fn build_foreign(root: &Path, target_dir: &Path, f: &Foreign) -> Result<Vec<PathBuf>, String> {
+    let dir = target_dir.join(f.dir);
+    let tree = dir.join("tree");
+    for path in f.reads {
+        let (from, to) = (root.join(path), tree.join(path));
+        if to.is_dir() {
+            fs::remove_dir_all(&to).map_err(|e| format!("clearing {}: {e}", to.display()))?;
+        }
+        copy(&from, &to).map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))?;
+    }
+    let mut files = Vec::new();
+    for b in f.builds {
+        let (script, out) = (tree.join(b.script), dir.join(b.out));
+        let output = Command::new("bash")
+            .arg(&script)
+            .args(b.args)
+            .arg(&out)
+            .output()
+            .map_err(|e| format!("running {}: {e}", script.display()))?;
+        if !output.status.success() {
+            return Err(format!(
+                "`{}` failed ({}); it needs python3 with venv and pip, or node with npm, and the \
+                 package registries the first time\n--- stdout\n{}\n--- stderr\n{}",
+                b.script,
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        if !out.exists() {
+            return Err(format!("`{}` ran, but {} is missing", b.script, out.display()));
+        }
+        files.push(out);
+    }
+    Ok(files)
+}
+
+/// Copies the file or directory `from` to `to`, creating parents.
+fn copy(from: &Path, to: &Path) -> std::io::Result<()> {
+    if from.is_dir() {
+        fs::create_dir_all(to)?;
+        for entry in fs::read_dir(from)? {
+            let entry = entry?;
+            copy(&entry.path(), &to.join(entry.file_name()))?;
+        }
+        return Ok(());
+    }
+    fs::create_dir_all(to.parent().expect("a file has a directory"))?;
+    fs::copy(from, to).map(drop)
 }

@@ -27,6 +27,9 @@ export const add = tool(
     output: s.object({ sum: s.number() }),
   },
   ({ a, b }) => {
+    // Inside a component console.log goes to the engine's logs, tagged
+    // with the tenant, agent and session.
+    console.log(`add(${a}, ${b})`);
     const sum = a + b;
     if (!Number.isFinite(sum)) {
       throw new Error(`${rustDisplay(a)} + ${rustDisplay(b)} is too large for a JSON number`);

@@ -11,8 +11,11 @@ out=${1:-$root/target/guests/js/tools_js.wasm}
 case $out in /*) ;; *) out=$PWD/$out ;; esac
 
 cd "$here"
-if [ ! -x node_modules/.bin/componentize-js ] || [ ! -x node_modules/.bin/esbuild ]; then
+# A copy of the lockfile it was installed from marks node_modules as
+# current: a changed pin reinstalls.
+if ! cmp -s package-lock.json node_modules/.subs-package-lock.json; then
     npm ci --no-audit --no-fund
+    cp package-lock.json node_modules/.subs-package-lock.json
 fi
 mkdir -p build "$(dirname "$out")"
 # `subs-component` makes the SDK reach the engine's imports (`#host`); the

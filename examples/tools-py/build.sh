@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the agent as a component with the pinned componentize-py (default
-# settings), installing it into .venv first if it is not there.
+# settings), installing it into .venv first if it is not there or its pin
+# changed.
 #
 #   ./build.sh [OUT]   # default: <repo>/target/guests/py/tools_py.wasm
 set -euo pipefail
@@ -10,9 +11,13 @@ out=${1:-$root/target/guests/py/tools_py.wasm}
 case $out in /*) ;; *) out=$PWD/$out ;; esac
 
 venv=$here/.venv
-if [ ! -x "$venv/bin/componentize-py" ]; then
+# A copy of the requirements it was installed from marks a venv as
+# current: a changed pin reinstalls.
+if ! cmp -s "$here/requirements.txt" "$venv/requirements.txt"; then
+    rm -rf "$venv"
     "${PYTHON:-python3}" -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"
+    cp "$here/requirements.txt" "$venv/requirements.txt"
 fi
 mkdir -p "$(dirname "$out")"
 cd "$here"

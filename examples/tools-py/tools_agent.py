@@ -39,6 +39,9 @@ class Time(TypedDict):
 @subs_sdk.tool
 def add(a: Annotated[float, "The first addend"], b: Annotated[float, "The second addend"]) -> Sum:
     """Adds two numbers and returns their sum."""
+    # Inside a component stdout goes to the engine's logs, tagged with the
+    # tenant, agent and session.
+    print(f"add({_display(a)}, {_display(b)})")
     total = a + b
     if not math.isfinite(total):
         raise ValueError(f"{_display(a)} + {_display(b)} is too large for a JSON number")

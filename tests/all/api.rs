@@ -33,8 +33,29 @@ impl Server {
         Self::start_engine(keys, policies, tenant_limits, subs_engine::EngineConfig::default()).await.0
     }
 
+    /// [`Server::start_with`] on the component `host`.
+    pub(crate) async fn start_on(
+        host: subs_engine::worker::component::ComponentHost,
+        keys: &[(&str, &str)],
+        policies: std::collections::HashMap<(String, String), subs_engine::worker::component::AgentPolicy>,
+        tenant_limits: std::collections::HashMap<String, subs_server::Limits>,
+    ) -> Self {
+        Self::start_full(host, keys, policies, tenant_limits, subs_engine::EngineConfig::default()).await.0
+    }
+
     /// A server whose engine runs with `config`; also returns the engine.
     pub(crate) async fn start_engine(
+        keys: &[(&str, &str)],
+        policies: std::collections::HashMap<(String, String), subs_engine::worker::component::AgentPolicy>,
+        tenant_limits: std::collections::HashMap<String, subs_server::Limits>,
+        config: subs_engine::EngineConfig,
+    ) -> (Self, subs_engine::Engine) {
+        Self::start_full(subs_tests::host().clone(), keys, policies, tenant_limits, config).await
+    }
+
+    /// A server on the component `host` whose engine runs with `config`.
+    async fn start_full(
+        host: subs_engine::worker::component::ComponentHost,
         keys: &[(&str, &str)],
         policies: std::collections::HashMap<(String, String), subs_engine::worker::component::AgentPolicy>,
         tenant_limits: std::collections::HashMap<String, subs_server::Limits>,
@@ -45,13 +66,13 @@ impl Server {
             Arc::new(subs_engine::store::redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
         let engine =
             subs_engine::Engine::start(store.clone(), subs_engine::model::Models::with_offline(), config).unwrap();
-        let host = subs_tests::host().clone();
         let agents = subs_server::AgentRegistry::new(engine.clone(), store.clone(), host, dir.path().to_path_buf())
             .with_policies(policies);
         let config = subs_server::ServerConfig {
             default_limits: subs_server::Limits {
                 max_body_bytes: 64 << 10,
-                max_component_bytes: 16 << 20,
+                // The Python and JavaScript agents are 15-19 MB.
+                max_component_bytes: 32 << 20,
                 ..subs_server::Limits::default()
             },
             tenant_limits,
@@ -69,7 +90,7 @@ impl Server {
         (Self { base, http: reqwest::Client::new(), shutdown: Some(shutdown), _dir: dir }, engine)
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
@@ -145,8 +166,11 @@ impl Drop for Server {
 /// One server-sent event.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SseEvent {
+    /// Its `id:`, if any.
     pub(crate) id: Option<u64>,
+    /// Its `event:` name.
     pub(crate) event: String,
+    /// Its `data:`, as JSON when it is JSON.
     pub(crate) data: Value,
 }
 

@@ -175,6 +175,39 @@ async fn the_tools_agent_records_the_same_session_as_a_component_and_over_http()
     assert_eq!(config.system.as_deref(), Some(tools::SYSTEM_PROMPT));
 }
 
+/// The Python and JavaScript twins of the `tools` agent, each as its
+/// toolchain builds it by default, record the same session as the Rust
+/// agent for the same inputs: the same decisions, config (prompt, tool
+/// schemas), tool results and errors, messages, tree, calls and events.
+#[tokio::test]
+async fn the_python_and_js_tools_agents_record_the_same_session_as_the_rust_one() {
+    let t = TestEngine::start();
+    for (id, path) in [("tools-py", subs_tests::guests::TOOLS_PY), ("tools-js", subs_tests::guests::TOOLS_JS)] {
+        t.engine.register_agent(TENANT, id, Arc::new(subs_tests::agent(path)));
+    }
+    let start = unix_ms();
+    scenario(&t, "rust", "tools").await;
+    scenario(&t, "python", "tools-py").await;
+    scenario(&t, "js", "tools-js").await;
+    // A sum too large for JSON: the tool's error, in the same words.
+    let huge = r#"use tool add with {"a": 1e308, "b": 1e308}"#;
+    for (session, agent) in [("rust", "tools"), ("python", "tools-py"), ("js", "tools-js")] {
+        assert_eq!(t.chat(session, agent, huge).await.status, TurnStatus::Done, "{agent}");
+    }
+    let window = (start, unix_ms());
+
+    let rust = recorded(&t, "rust", window);
+    assert!(rust.to_string().contains("is too large for a JSON number"), "the last turn's tool failed: {rust:#}");
+    for session in ["python", "js"] {
+        let other = recorded(&t, session, window);
+        assert_eq!(
+            subs_tests::canonical(&other),
+            subs_tests::canonical(&rust),
+            "{session}:\n{other:#}\nrust:\n{rust:#}"
+        );
+    }
+}
+
 // ---- streaming over SSE ----------------------------------------------------
 
 /// Runs its own LLM calls and streams them, like the `test-stream`

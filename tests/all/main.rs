@@ -10,6 +10,7 @@ mod llm_retries;
 mod load;
 mod loop_scenarios;
 mod providers;
+mod pyjs;
 mod recovery;
 mod sandbox;
 mod security;

@@ -448,15 +448,15 @@ struct Captured(Arc<Mutex<Vec<u8>>>);
 /// caches each call site's interest process-wide, and a test on another
 /// thread registering a call site under no subscriber could silence it for
 /// a thread-local one. The filter keeps the rest of the engine quiet, but
-/// for the sandbox's refusals (`subs::guest` warnings), which
-/// `security.rs` checks are logged.
+/// for what guests print and the sandbox's refusals (`subs::guest`), which
+/// `security.rs` and `pyjs.rs` check are logged.
 fn model_logs() -> &'static Captured {
     static LOGS: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
     LOGS.get_or_init(|| {
         let captured = Captured::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("subs_engine::model=trace,subs::guest=warn"))
+            .with_env_filter(tracing_subscriber::EnvFilter::new("subs_engine::model=trace,subs::guest=info"))
             .with_writer(move || writer.clone())
             .with_ansi(false)
             .finish();

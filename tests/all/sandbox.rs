@@ -372,8 +372,8 @@ async fn a_restarted_host_compiles_nothing() {
     // (Replaced, not rewritten in place: artifacts are mapped into memory,
     // and the cache itself only ever renames over them.)
     drop((agent, second));
-    for entry in std::fs::read_dir(dir.path()).unwrap() {
-        let path = entry.unwrap().path();
+    let artifacts = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path());
+    for path in artifacts.filter(|p| p.extension().is_some_and(|x| x == "cwasm")) {
         let garbage = path.with_extension("garbage");
         std::fs::write(&garbage, b"garbage").unwrap();
         std::fs::rename(&garbage, &path).unwrap();

@@ -1,6 +1,9 @@
-//! One decision, two transports: the `tools` agent as a component
-//! (`ComponentAgent::decide`, in-process) and served over loopback HTTP by
-//! `subs-http-worker` (`HttpWorker::decide`), on the same request.
+//! One decision, three languages and two transports: the `tools` agent
+//! in Rust, Python and JavaScript as components (`ComponentAgent::decide`,
+//! in-process, a fresh instance per decision) and the Rust one served over
+//! loopback HTTP by `subs-http-worker` (`HttpWorker::decide`), on the same
+//! request; and what loading (uploading) the Python and JavaScript agents
+//! costs.
 //!
 //! ```text
 //! cargo bench -p subs-tests --bench workers            # 2000 decisions per case
@@ -8,19 +11,30 @@
 //! ```
 //!
 //! The request is a `tool.execute` of `add` carrying a 20-message
-//! conversation (and its tree) and the agent's config, so both workers
-//! parse a realistic request and run the same tool. Each case runs
+//! conversation (and its tree) and the agent's config, so every worker
+//! parses a realistic request and runs the same tool. Each case runs
 //! sequentially (one caller) and with 16 concurrent callers; the output is
 //! per-decision latency (p50, p99) and throughput, and the HTTP/component
 //! ratio, on stdout and as JSON in `target/bench-workers.json`. The HTTP
 //! server runs in the same process and runtime as the client, so on a
 //! small machine the two compete for cores, as an engine and a co-located
-//! worker would.
+//! worker would. The Python and JavaScript agents are the examples as
+//! their toolchains build them by default (componentize-py and
+//! componentize-js snapshots, WASI included).
+//!
+//! Loading is what an upload costs the server before it answers: reading
+//! the component's shape, compiling it, and one trial instantiation. Each
+//! load starts from an empty compile cache, so it compiles: once as the
+//! first agent of its toolchain, then, in the same cache, a copy with a
+//! custom section appended (another upload, whose code is the same
+//! runtime's, as every agent of that toolchain's is), which finds the
+//! runtime's functions compiled.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
+use subs_engine::worker::component::{ComponentHost, HostConfig};
 use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
 use subs_engine::worker::{Delivery, Worker};
 use subs_protocol::trigger::ToolExecute;
@@ -29,7 +43,13 @@ use subs_tests::bench::{measure, ratio, write_json};
 
 const CONCURRENCY: usize = 16;
 
+#[allow(unsafe_code)]
 fn main() {
+    // See tests/benches/component.rs: a backtrace per decision otherwise.
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // SAFETY: no other thread exists yet; the runtime starts below.
+        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
+    }
     let decisions: usize = std::env::var("BENCH_DECISIONS").ok().and_then(|n| n.parse().ok()).unwrap_or(2000);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
     runtime.block_on(run(decisions));
@@ -38,16 +58,24 @@ fn main() {
 async fn run(decisions: usize) {
     let request = request();
     let component: Arc<dyn Worker> = Arc::new(subs_tests::agent(subs_tests::guests::TOOLS));
+    let python: Arc<dyn Worker> = Arc::new(subs_tests::agent(subs_tests::guests::TOOLS_PY));
+    let javascript: Arc<dyn Worker> = Arc::new(subs_tests::agent(subs_tests::guests::TOOLS_JS));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
     let url = format!("http://{}/", listener.local_addr().unwrap());
     tokio::spawn(async move { subs_http_worker::serve(listener, tools::Tools::new()).await });
     let http: Arc<dyn Worker> = Arc::new(HttpWorker::new(&url, HttpWorkerOptions::new()).expect("a worker URL"));
 
-    // The same decision both ways, or the comparison means nothing.
-    let a = component.decide(Delivery::new(request.clone())).await.expect("the component decides");
-    let b = http.decide(Delivery::new(request.clone())).await.expect("the HTTP worker decides");
-    assert_eq!(a, b, "the two workers disagree");
-    assert_eq!(a, expected(), "unexpected decision");
+    // The same decision every way, or the comparison means nothing.
+    let workers = [
+        ("component", &component),
+        ("component (python)", &python),
+        ("component (javascript)", &javascript),
+        ("http", &http),
+    ];
+    for (name, worker) in workers {
+        let decision = worker.decide(Delivery::new(request.clone())).await.expect("the worker decides");
+        assert_eq!(decision, expected(), "{name}: unexpected decision");
+    }
 
     println!("one tool.execute decision, {} messages, {decisions} decisions per case", request.messages.len());
     println!();
@@ -55,7 +83,7 @@ async fn run(decisions: usize) {
     println!("| --- | --- | --- | --- | --- |");
     let mut results = Vec::new();
     for callers in [1, CONCURRENCY] {
-        for (name, worker) in [("component", &component), ("http", &http)] {
+        for (name, worker) in workers {
             measure(worker, &request, decisions.min(500), callers).await; // warm-up
             let stats = measure(worker, &request, decisions, callers).await;
             println!(
@@ -81,14 +109,48 @@ async fn run(decisions: usize) {
             "http_over_component_throughput": throughput,
         }));
     }
+    println!();
+    println!("| load (upload): inspect, compile, trial | seconds |");
+    println!("| --- | --- |");
+    let mut loads = Vec::new();
+    for (language, path) in [("python", subs_tests::guests::TOOLS_PY), ("javascript", subs_tests::guests::TOOLS_JS)] {
+        let bytes = std::fs::read(path).expect("the component");
+        let cache = tempfile::tempdir().expect("a temporary directory");
+        let config = HostConfig { compile_cache: Some(cache.path().to_owned()), ..HostConfig::default() };
+        let host = ComponentHost::with_config(config).expect("the component host starts");
+        for (case, bytes) in
+            [("first of its toolchain", bytes.clone()), ("another upload, same runtime", variant(&bytes))]
+        {
+            let started = Instant::now();
+            host.load(&bytes).expect("the component loads");
+            let seconds = started.elapsed().as_secs_f64();
+            println!("| {language}, {case} | {seconds:.1} |");
+            loads.push(json!({"language": language, "case": case, "seconds": seconds, "bytes": bytes.len()}));
+        }
+    }
     let out = json!({
         "bench": "workers",
         "request_messages": request.messages.len(),
         "decisions_per_case": decisions,
         "cases": results.iter().map(|(name, callers, stats)| stats.row(name, *callers)).collect::<Vec<_>>(),
         "ratios": ratios,
+        "loads": loads,
     });
     write_json("workers", &out);
+}
+
+/// `bytes` with a custom section appended: a different upload (another
+/// digest, so the compile cache does not have it) with the same code.
+fn variant(bytes: &[u8]) -> Vec<u8> {
+    let (name, payload) = (b"subs-bench", b"variant");
+    let mut section = vec![u8::try_from(name.len()).expect("a short name")];
+    section.extend_from_slice(name);
+    section.extend_from_slice(payload);
+    let mut out = bytes.to_vec();
+    out.push(0); // a custom section
+    out.push(u8::try_from(section.len()).expect("a short section"));
+    out.extend_from_slice(&section);
+    out
 }
 
 fn micros(d: Duration) -> String {

@@ -93,6 +93,8 @@ pub struct CompileEntry {
     pub max_code_bytes: Option<u64>,
     /// Compiles running at once on the server.
     pub concurrent: Option<usize>,
+    /// The shared cache of compiled functions, in MiB.
+    pub function_cache_mib: Option<u64>,
 }
 
 /// `[retry]` as written: the operator's cap on retry policies.
@@ -397,6 +399,9 @@ impl ConfigFile {
             compile_budget,
             max_concurrent: self.pool.slots.unwrap_or(defaults.max_concurrent),
             tenant_slots: self.pool.tenant_slots.unwrap_or(defaults.tenant_slots),
+            function_cache_bytes: c
+                .function_cache_mib
+                .map_or(defaults.function_cache_bytes, |mib| mib.saturating_mul(1 << 20)),
             ..defaults
         })
     }

@@ -62,11 +62,14 @@ function within(path, fn) {
   try {
     return fn();
   } catch (e) {
-    if (e instanceof ProtocolError) {
-      throw typeof path === 'number' ? e.inIndex(path) : e.inField(path);
-    }
-    throw e;
+    throw at(e, path);
   }
+}
+
+/** `e` with `path` (a field name or an index) prepended, if it is a ProtocolError. */
+function at(e, path) {
+  if (e instanceof ProtocolError) return typeof path === 'number' ? e.inIndex(path) : e.inField(path);
+  return e;
 }
 
 /** What serde calls a value it did not expect. */
@@ -614,9 +617,18 @@ export function toWit(type, value) {
       return jsonText(value);
     case 'opt':
       return absent(value) ? undefined : toWit(type.t, value);
-    case 'list':
+    case 'list': {
       if (!Array.isArray(value)) throw invalid(value, 'a sequence');
-      return value.map((v, i) => within(i, () => toWit(type.t, v)));
+      const out = new Array(value.length);
+      for (let i = 0; i < value.length; i++) {
+        try {
+          out[i] = toWit(type.t, value[i]);
+        } catch (e) {
+          throw at(e, i);
+        }
+      }
+      return out;
+    }
     case 'enum':
       if (typeof value !== 'string') throw invalid(value, 'a string');
       if (!type.names.includes(value)) {
@@ -641,7 +653,11 @@ export function toWit(type, value) {
       if (payload.kind === 'rec') return { tag: witTag, val: recToWit(payload, value) };
       const v = value[payload.field];
       if (v === undefined) throw new ProtocolError(`missing field \`${payload.field}\``);
-      return { tag: witTag, val: within(payload.field, () => toWit(payload.t, v)) };
+      try {
+        return { tag: witTag, val: toWit(payload.t, v) };
+      } catch (e) {
+        throw at(e, payload.field);
+      }
     }
     default:
       throw new Error(`unknown type ${type.kind}`);
@@ -651,15 +667,18 @@ export function toWit(type, value) {
 function recToWit(type, value) {
   if (!isObject(value)) throw invalid(value, `struct ${type.name}`);
   const out = {};
-  for (const [name, witName, t] of type.fields) {
+  const fields = type.fields;
+  for (let i = 0; i < fields.length; i++) {
+    const field = fields[i];
+    const name = field[0];
     const special = type.special[name];
-    if (special) {
-      out[witName] = within(name, () => special.to(value));
-      continue;
-    }
     const v = value[name];
-    if (v === undefined && t.kind !== 'opt') throw new ProtocolError(`missing field \`${name}\``);
-    out[witName] = within(name, () => toWit(t, v));
+    if (!special && v === undefined && field[2].kind !== 'opt') throw new ProtocolError(`missing field \`${name}\``);
+    try {
+      out[field[1]] = special ? special.to(value) : toWit(field[2], v);
+    } catch (e) {
+      throw at(e, name);
+    }
   }
   return out;
 }
@@ -678,8 +697,17 @@ export function fromWit(type, value) {
       return jsonValue(value);
     case 'opt':
       return absent(value) ? undefined : fromWit(type.t, value);
-    case 'list':
-      return value.map((v, i) => within(i, () => fromWit(type.t, v)));
+    case 'list': {
+      const out = new Array(value.length);
+      for (let i = 0; i < value.length; i++) {
+        try {
+          out[i] = fromWit(type.t, value[i]);
+        } catch (e) {
+          throw at(e, i);
+        }
+      }
+      return out;
+    }
     case 'enum':
       return value.replaceAll('-', '_');
     case 'custom':
@@ -691,7 +719,11 @@ export function fromWit(type, value) {
       const out = { [type.tagField]: tag };
       if (payload === null) return out;
       if (payload.kind === 'rec') return recFromWit(payload, value.val, out);
-      out[payload.field] = within(payload.field, () => fromWit(payload.t, value.val));
+      try {
+        out[payload.field] = fromWit(payload.t, value.val);
+      } catch (e) {
+        throw at(e, payload.field);
+      }
       return out;
     }
     default:
@@ -700,9 +732,17 @@ export function fromWit(type, value) {
 }
 
 function recFromWit(type, value, out) {
-  for (const [name, witName, t] of type.fields) {
+  const fields = type.fields;
+  for (let i = 0; i < fields.length; i++) {
+    const field = fields[i];
+    const name = field[0];
     const special = type.special[name];
-    const v = special ? within(name, () => special.from(value, out)) : within(name, () => fromWit(t, value[witName]));
+    let v;
+    try {
+      v = special ? special.from(value, out) : fromWit(field[2], value[field[1]]);
+    } catch (e) {
+      throw at(e, name);
+    }
     if (v !== undefined) out[name] = v;
     else if (type.keepNull.has(name)) out[name] = null;
   }

@@ -32,7 +32,7 @@ class RoundTrip(unittest.TestCase):
                 continue
             with self.subTest(fixture=f"{type_dir}/{name}"):
                 value = p.from_json(tp, text)
-                back = wit._from(tp, wit._to(tp, value, w))
+                back = round_trip(tp, value)
                 self.assertEqual(canonical(p.to_value(back)), canonical(p.to_value(value)))
                 crossed += 1
         self.assertGreater(crossed, 80)
@@ -148,6 +148,8 @@ class Echo(Agent):
             raise DecideError("asked to fail", retryable=True)
         if request.state == "bug":
             raise KeyError("x")
+        if request.state == "divide":
+            return 1 / 0
         if request.state == "garbage":
             return p.DecisionResponse(actions=[p.ToolResult(result=float("nan"))])
         return request.proposed.with_message(p.DraftMessage.assistant("hello")).with_action(
@@ -176,6 +178,8 @@ class DecideWit(unittest.TestCase):
         cases = [
             ("fail", RecordingHost(), w.DecideError(message="asked to fail", retryable=True)),
             ("bug", RecordingHost(), w.DecideError(message="KeyError: 'x'", retryable=False)),
+            # The traceback's last line, as Python prints it.
+            ("divide", RecordingHost(), w.DecideError(message="ZeroDivisionError: division by zero", retryable=False)),
             (None, RecordingHost.refusing_deltas(), w.DecideError(message=RecordingHost.REFUSAL, retryable=False)),
             ("garbage", RecordingHost(), w.DecideError(
                 message="the decision is not valid protocol: actions[0].result: not JSON: "

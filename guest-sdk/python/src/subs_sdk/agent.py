@@ -13,8 +13,9 @@ class DecideError(Exception):
     agent's retry policy; otherwise the turn fails.
 
     Any other exception that escapes :meth:`Agent.decide` fails the delivery
-    the same way, terminally, with the exception's type and text as the
-    message (and its traceback on stderr, which the engine logs)."""
+    the same way, terminally, with the traceback's last line as the message
+    (``ZeroDivisionError: division by zero``; the whole traceback goes to
+    stderr, which the engine logs)."""
 
     def __init__(self, message: str, retryable: bool = False):
         super().__init__(message)

@@ -27,7 +27,7 @@ it as ``w``, defaulting to the component's.
 """
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Tuple, Union, get_args, get_origin
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union, get_args, get_origin
 
 from . import protocol as p
 from .protocol import ProtocolError
@@ -282,67 +282,138 @@ def from_wit(tp: Any, value: Any) -> Any:
     """The protocol value of type ``tp`` of a WIT value. Fails (with a
     :class:`~subs_sdk.protocol.ProtocolError` naming the field) only where
     JSON text does not parse, or a tree index points nowhere."""
-    return _from(tp, value)
+    return _from_conv(tp)(value)
 
 
-def _from(tp: Any, value: Any) -> Any:
-    if value is None:
-        return None
+# The conversions are compiled: one function per protocol type, made once
+# and kept (at import, where a component's snapshot keeps them), so that a
+# decision does no type introspection. A request of 20 messages read by
+# walking the annotations at every value took 0.7 ms natively and more in
+# a component, most of a decision.
+_FROM: Dict[Any, Callable[[Any], Any]] = {}
+
+
+def _from_conv(tp: Any) -> Callable[[Any], Any]:
+    conv = _FROM.get(tp)
+    if conv is None:
+        # A forward reference first, in case a type contains itself.
+        slot: List[Callable[[Any], Any]] = []
+        _FROM[tp] = lambda v: slot[0](v)
+        conv = _make_from(tp)
+        slot.append(conv)
+        _FROM[tp] = conv
+    return conv
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _make_from(tp: Any) -> Callable[[Any], Any]:
     if tp is Any:
-        return json_value(value)
+        return lambda v: None if v is None else json_value(v)
     if tp in (str, int, bool, float):
-        return value
+        return _same
     origin = get_origin(tp)
     if origin is Union:
         args = [a for a in get_args(tp) if a is not _NONE]
         if len(args) == 1:
-            return _from(args[0], value)
-        if type(value).__name__ == "Content_Text":
-            return value.value
-        return _from(List[p.ContentPart], value.value)
+            return _from_conv(args[0])
+        parts = _from_conv(List[p.ContentPart])
+
+        def content(v: Any) -> Any:
+            if v is None:
+                return None
+            if type(v).__name__ == "Content_Text":
+                return v.value
+            return parts(v.value)
+
+        return content
     if tp in _ENUMS:
-        return value.name.lower()
+        return lambda v: None if v is None else v.name.lower()
     if origin is list:
-        (item,) = get_args(tp)
-        out = []
-        for i, v in enumerate(value):
+        (item_tp,) = get_args(tp)
+        item = _from_conv(item_tp)
+        if item is _same:
+            return lambda v: None if v is None else list(v)
+
+        def items(v: Any) -> Any:
+            if v is None:
+                return None
             try:
-                out.append(_from(item, v))
-            except ProtocolError as e:
-                raise e.in_index(i) from None
-        return out
+                return [item(x) for x in v]
+            except ProtocolError:
+                pass
+            for i, x in enumerate(v):  # again, to name the item
+                try:
+                    item(x)
+                except ProtocolError as e:
+                    raise e.in_index(i) from None
+            raise AssertionError("a conversion failed once, not twice")
+
+        return items
     if isinstance(tp, type) and tp in _UNIONS:
-        return _variant_from(value)
-    return _record_from(tp, value)
+        return _make_variant_from(tp)
+    return _make_record_from(tp)
 
 
-def _variant_from(value: Any) -> Any:
-    cls = _BY_WIT_CASE[type(value).__name__]
-    _case, payload = _CASES[cls]
-    if payload is None:
-        return cls()
-    if payload.startswith("="):
-        name = payload[1:]
-        tp = dict((n, t) for n, t, _o, _k in p._plan(cls))[name]
-        try:
-            return cls(**{name: _from(tp, value.value)})
-        except ProtocolError as e:
-            raise e.in_field(name) from None
-    return _record_from(cls, value.value)
+def _make_variant_from(base: type) -> Callable[[Any], Any]:
+    cases: Dict[str, Callable[[Any], Any]] = {}
+    for wit_case, cls in _BY_WIT_CASE.items():
+        if not issubclass(cls, base):
+            continue
+        _case, payload = _CASES[cls]
+        if payload is None:
+            cases[wit_case] = lambda v, cls=cls: cls()
+        elif payload.startswith("="):
+            name = payload[1:]
+            conv = _from_conv(dict((n, t) for n, t, _o, _k in p._plan(cls))[name])
+
+            def one(v: Any, cls: type = cls, name: str = name, conv: Callable[[Any], Any] = conv) -> Any:
+                try:
+                    return cls(**{name: conv(v.value)})
+                except ProtocolError as e:
+                    raise e.in_field(name) from None
+
+            cases[wit_case] = one
+        else:
+            record = _make_record_from(cls)
+            cases[wit_case] = lambda v, record=record: record(v.value)
+
+    def variant(v: Any) -> Any:
+        if v is None:
+            return None
+        return cases[type(v).__name__](v)
+
+    return variant
 
 
-def _record_from(cls: type, value: Any) -> Any:
-    kwargs: Dict[str, Any] = {}
+def _make_record_from(cls: type) -> Callable[[Any], Any]:
+    plan = []
     for name, tp, _optional, _keep in p._plan(cls):
-        try:
-            special = _SPECIAL_FROM.get((cls, name))
-            if special is not None:
-                kwargs[name] = special(value, kwargs)
-            else:
-                kwargs[name] = _from(tp, getattr(value, name))
-        except ProtocolError as e:
-            raise e.in_field(name) from None
-    return cls(**kwargs)
+        special = _SPECIAL_FROM.get((cls, name))
+        plan.append((name, special, None if special is not None else _from_conv(tp)))
+    new = object.__new__
+
+    def record(v: Any) -> Any:
+        if v is None:
+            return None
+        fields: Dict[str, Any] = {}
+        for name, special, conv in plan:
+            try:
+                if special is not None:
+                    fields[name] = special(v, fields)
+                else:
+                    fields[name] = conv(getattr(v, name))
+            except ProtocolError as e:
+                raise e.in_field(name) from None
+        # Every field is set, and the protocol's dataclasses check nothing
+        # in `__init__`: filling the instance directly skips the call.
+        out = new(cls)
+        out.__dict__.update(fields)
+        return out
+
+    return record
 
 
 def _tool_call_type(value: Any, done: Dict[str, Any]) -> str:
@@ -356,14 +427,14 @@ def _metadata_from(value: Any, done: Dict[str, Any]) -> Optional[Dict[str, str]]
 def _request_body_from(value: Any, done: Dict[str, Any]) -> Any:
     body = value.request
     if type(body).__name__ == "LlmRequestBody_Standard":
-        return p.to_value(_from(p.LlmRequest, body.value))
+        return p.to_value(from_wit(p.LlmRequest, body.value))
     return json_value(body.value)
 
 
 def _response_body_from(value: Any, done: Dict[str, Any]) -> Any:
     body = value.response
     if type(body).__name__ == "LlmResponseBody_Standard":
-        return p.to_value(_from(p.LlmResponse, body.value))
+        return p.to_value(from_wit(p.LlmResponse, body.value))
     return json_value(body.value)
 
 
@@ -387,7 +458,7 @@ def _tree_from(value: Any, done: Dict[str, Any]) -> p.MessageTree:
             message = path[m.value]
         else:
             try:
-                message = _from(p.Message, m.value)
+                message = from_wit(p.Message, m.value)
             except ProtocolError as e:
                 raise e.in_field("message").in_index(k).in_field("nodes") from None
         parent = node.parent
@@ -411,3 +482,14 @@ _SPECIAL_FROM = {
     (p.LlmResult, "response"): _response_body_from,
     (p.DecisionRequest, "message_tree"): _tree_from,
 }
+
+
+def _warm() -> None:
+    # Compiled here, at import, so that a component's snapshot holds them:
+    # compiled inside `decide` they would be compiled again by every
+    # decision's fresh instance (4.5 ms of a 9 ms decision, measured).
+    for tp in (p.DecisionRequest, p.Message, p.LlmRequest, p.LlmResponse, *_UNIONS):
+        _from_conv(tp)
+
+
+_warm()

@@ -21,11 +21,22 @@ use wasmtime::component::Component;
 
 use super::LoadError;
 
+/// The directory of the compile cache that keeps compiled functions (see
+/// `functions`).
+pub(crate) const FUNCTIONS: &str = "functions";
+
+/// Where compile children stage the functions they compile, beside
+/// [`FUNCTIONS`] so that moving them in is a rename.
+const STAGING: &str = "functions-staging";
+
 /// Where compiled components are kept, and how many were compiled.
 #[derive(Debug)]
 pub(crate) struct CompileCache {
     /// `None` keeps nothing on disk (every load compiles).
     dir: Option<PathBuf>,
+    /// The bytes in the functions directory, counted on first use and
+    /// kept up to date as staged functions are moved in.
+    function_bytes: std::sync::Mutex<Option<u64>>,
     /// Hash of the engine configuration, part of every artifact's name.
     engine_hash: u64,
     /// Components compiled (not loaded from disk) through this cache, so a
@@ -43,7 +54,17 @@ impl CompileCache {
         // differently; that only costs one recompile).
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
-        Self { dir, engine_hash: hasher.finish(), compilations: AtomicU64::new(0) }
+        Self {
+            dir,
+            engine_hash: hasher.finish(),
+            compilations: AtomicU64::new(0),
+            function_bytes: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The directory compiled components are kept in, if any.
+    pub(crate) fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
     }
 
     /// Where the artifact of the upload with SHA-256 `digest` (hex) is
@@ -66,6 +87,33 @@ impl CompileCache {
                 tracing::warn!(path = %path.display(), error = %e, "a compiled component failed to load; compiling it again");
                 None
             }
+        }
+    }
+
+    /// A new, empty directory for a compile child to write the functions
+    /// it compiles to, if the cache keeps anything; removed when dropped.
+    pub(crate) fn stage_functions(&self) -> Result<Option<tempfile::TempDir>, LoadError> {
+        let Some(dir) = &self.dir else { return Ok(None) };
+        let staging = dir.join(STAGING);
+        let made = std::fs::create_dir_all(&staging).and_then(|()| tempfile::tempdir_in(&staging));
+        made.map(Some).map_err(|e| LoadError::Cache(format!("{}: {e}", staging.display())))
+    }
+
+    /// Moves the functions staged in `staged` into the functions
+    /// directory, as far as `bound` (bytes) allows.
+    pub(crate) fn keep_functions(&self, staged: &Path, bound: u64) {
+        let Some(dir) = &self.dir else { return };
+        let shared = dir.join(FUNCTIONS);
+        let mut held = self.function_bytes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let held = held.get_or_insert_with(|| super::functions::entries(&shared).iter().map(|(_, bytes)| bytes).sum());
+        let (moved, full) = super::functions::promote(staged, &shared, held, bound);
+        if full {
+            tracing::warn!(
+                kept = moved,
+                held_mib = *held >> 20,
+                "the compiled-function cache is full (setting `compile.function_cache_mib`); \
+                 agents sharing these functions will compile them again"
+            );
         }
     }
 

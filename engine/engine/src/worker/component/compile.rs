@@ -118,6 +118,14 @@ pub struct ChildSettings {
     pub epoch_interruption: bool,
     /// The guest's native call stack.
     pub max_stack_bytes: usize,
+    /// Where compiled functions are kept by content (see `functions`), if
+    /// anywhere.
+    #[serde(default)]
+    pub function_cache: Option<PathBuf>,
+    /// Where functions compiled now are written instead of
+    /// `function_cache`, to be kept only if the upload is accepted.
+    #[serde(default)]
+    pub function_staging: Option<PathBuf>,
 }
 
 /// How many bytes of a child's stderr an error quotes.
@@ -288,6 +296,12 @@ pub(crate) fn compile_config(settings: &ChildSettings) -> wasmtime::Config {
         .epoch_interruption(settings.epoch_interruption)
         .max_wasm_stack(settings.max_stack_bytes)
         .async_stack_size(settings.max_stack_bytes + (512 << 10));
+    if let Some(dir) = &settings.function_cache {
+        let store =
+            std::sync::Arc::new(super::functions::FunctionCache::new(dir.clone(), settings.function_staging.clone()));
+        // Fails only for an engine without a compiler, which this is not.
+        let _ = wasm.enable_incremental_compilation(store);
+    }
     wasm
 }
 
@@ -298,9 +312,10 @@ mod tests {
 
     #[test]
     fn what_a_child_compiles_without_the_pool_loads_into_the_pooled_engine() {
-        for enforce_limits in [true, false] {
-            let config = HostConfig { enforce_limits, ..HostConfig::default() };
-            let child = wasmtime::Engine::new(&compile_config(&child_settings(&config))).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        for (enforce_limits, cache) in [(true, None), (false, None), (true, Some(dir.path()))] {
+            let config = HostConfig { enforce_limits, compile_cache: cache.map(Into::into), ..HostConfig::default() };
+            let child = wasmtime::Engine::new(&compile_config(&child_settings(&config, cache))).unwrap();
             let host = wasmtime::Engine::new(&engine_config(&config)).unwrap();
             let hash = |engine: &wasmtime::Engine| {
                 use std::hash::{Hash, Hasher};

@@ -19,6 +19,7 @@
 //! - `limits`: [`Limits`], their overrides, and the resource limiter;
 //! - `validate`: what a component may import and must export;
 //! - `cache`: compiled components on disk;
+//! - `functions`: compiled functions by content, shared by uploads;
 //! - `componentize`: agents uploaded as core modules, made components;
 //! - `state`: one store's state, WASI and the `subs:agent/host` interface;
 //! - `output`: guest stdout/stderr into the logs;
@@ -38,6 +39,7 @@ mod cache;
 mod compile;
 mod componentize;
 mod cpu;
+mod functions;
 mod http;
 mod inspect;
 mod limits;
@@ -169,6 +171,10 @@ pub struct HostConfig {
     pub compiler: Compiler,
     /// What compiling one component may cost.
     pub compile_budget: CompileBudget,
+    /// The most the shared cache of compiled functions (the compile
+    /// cache's `functions` directory) may hold, in bytes; once full,
+    /// functions compiled for further uploads are not kept.
+    pub function_cache_bytes: u64,
 }
 
 impl Default for HostConfig {
@@ -187,6 +193,7 @@ impl Default for HostConfig {
             private_hosts: Vec::new(),
             compiler: Compiler::InProcess,
             compile_budget: CompileBudget::default(),
+            function_cache_bytes: 1 << 30,
         }
     }
 }
@@ -417,7 +424,7 @@ impl ComponentHost {
             weight: weight(&compiled.shape.needs),
         };
         agent.trial()?;
-        compiled.keep(&self.cache)?;
+        compiled.keep(&self.cache, self.inner.config.function_cache_bytes)?;
         Ok(agent)
     }
 
@@ -436,20 +443,26 @@ impl ComponentHost {
         check(&shape)?;
         let digest = hex::encode(sha2::Sha256::digest(bytes));
         if let Some(cached) = self.cache.find(engine, &digest) {
-            return Ok(Compiled { component: cached, shape, digest, artifact: None });
+            return Ok(Compiled { component: cached, shape, digest, artifact: None, staged: None });
         }
         config.compile_budget.check(&shape)?;
         self.cache.compilations.fetch_add(1, Ordering::Relaxed);
+        let mut staged = None;
         let artifact = match &config.compiler {
             Compiler::InProcess => {
                 engine.precompile_component(&component).map_err(|e| LoadError::Invalid(format!("{e:#}")))?
             }
             Compiler::Child { program, args } => {
-                compile::in_child(program, args, &child_settings(config), &config.compile_budget, &component)?
+                // The child keeps the functions it compiles apart, so that
+                // only an accepted upload adds to the shared cache.
+                staged = self.cache.stage_functions()?;
+                let mut settings = child_settings(config, self.cache.dir());
+                settings.function_staging = staged.as_ref().map(|dir| dir.path().to_owned());
+                compile::in_child(program, args, &settings, &config.compile_budget, &component)?
             }
         };
         let component = cache::deserialize(engine, &artifact)?;
-        Ok(Compiled { component, shape, digest, artifact: Some(artifact) })
+        Ok(Compiled { component, shape, digest, artifact: Some(artifact), staged })
     }
 }
 
@@ -462,11 +475,18 @@ struct Compiled {
     /// The compiled artifact, when it was compiled now and is not in the
     /// cache yet.
     artifact: Option<Vec<u8>>,
+    /// The functions a compile child compiled for it, not in the shared
+    /// function cache yet; removed when dropped.
+    staged: Option<tempfile::TempDir>,
 }
 
 impl Compiled {
-    /// Keeps a component compiled now in `cache`, once it was accepted.
-    fn keep(self, cache: &CompileCache) -> Result<(), LoadError> {
+    /// Keeps a component compiled now in `cache`, with the functions
+    /// compiled for it, once it was accepted.
+    fn keep(self, cache: &CompileCache, function_cache_bytes: u64) -> Result<(), LoadError> {
+        if let Some(staged) = &self.staged {
+            cache.keep_functions(staged.path(), function_cache_bytes);
+        }
         match &self.artifact {
             Some(artifact) => cache.keep(&self.digest, artifact),
             None => Ok(()),
@@ -492,9 +512,16 @@ const MEMORIES_PER_SLOT: u32 = 4;
 /// Tables the pool holds per slot.
 const TABLES_PER_SLOT: u32 = 16;
 
-/// The settings that shape compiled code, for a compile child.
-fn child_settings(config: &HostConfig) -> ChildSettings {
-    ChildSettings { epoch_interruption: config.enforce_limits, max_stack_bytes: config.max_stack_bytes }
+/// The settings that shape compiled code, for a compile child; compiled
+/// functions are read from `compile_cache`'s `functions` directory (and
+/// kept there, unless the caller stages them elsewhere).
+fn child_settings(config: &HostConfig, compile_cache: Option<&std::path::Path>) -> ChildSettings {
+    ChildSettings {
+        epoch_interruption: config.enforce_limits,
+        max_stack_bytes: config.max_stack_bytes,
+        function_cache: compile_cache.map(|dir| dir.join(cache::FUNCTIONS)),
+        function_staging: None,
+    }
 }
 
 /// What an agent of `tenant` runs with under `policy`.
@@ -540,7 +567,10 @@ fn engine_config(config: &HostConfig) -> wasmtime::Config {
         .table_keep_resident(64 << 10)
         .async_stack_keep_resident(128 << 10)
         .pagemap_scan(Enabled::Auto);
-    let mut wasm = compile::compile_config(&child_settings(config));
+    // In-process compiles keep functions where the host's configuration
+    // keeps compiled components (the engine is made once); a compile
+    // child keeps them where its host's cache is.
+    let mut wasm = compile::compile_config(&child_settings(config, config.compile_cache.as_deref()));
     wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     wasm
 }
