@@ -44,7 +44,8 @@ pub(crate) struct CompileCache {
     pub(crate) compilations: AtomicU64,
 }
 
-/// Distinguishes temporary files of concurrent writers.
+/// Distinguishes temporary files of concurrent writers, in this process
+/// and (with the process id) in compile children.
 static WRITES: AtomicU64 = AtomicU64::new(0);
 
 impl CompileCache {
@@ -148,8 +149,10 @@ pub(crate) fn deserialize(engine: &Engine, artifact: &[u8]) -> Result<Component,
     unsafe { Component::deserialize(engine, artifact) }.map_err(|e| LoadError::Engine(format!("{e:#}")))
 }
 
-/// Writes `bytes` to `path` so that readers see the whole file or none.
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes `bytes` to `path` under a temporary name and renames it into
+/// place (creating `dir`, its directory), so that a reader, in this
+/// process or another, sees the whole file or none of it.
+pub(crate) fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let n = WRITES.fetch_add(1, Ordering::Relaxed);
     let partial = path.with_extension(format!("partial-{}-{n}", std::process::id()));

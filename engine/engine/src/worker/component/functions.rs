@@ -26,13 +26,8 @@
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::Digest as _;
-
-/// Distinguishes temporary files of concurrent writers, in this process
-/// and (with the process id) in compile children.
-static WRITES: AtomicU64 = AtomicU64::new(0);
 
 /// A cranelift cache store of one file per compiled function.
 #[derive(Debug)]
@@ -67,7 +62,9 @@ impl wasmtime::CacheStore for FunctionCache {
 
     fn insert(&self, key: &[u8], value: Vec<u8>) -> bool {
         let dir = self.staging.as_deref().unwrap_or(&self.dir);
-        write_whole(&entry_path(dir, key), &value).is_ok()
+        let path = entry_path(dir, key);
+        let shard = path.parent().unwrap_or(dir);
+        super::cache::write_atomically(shard, &path, &value).is_ok()
     }
 }
 
@@ -117,21 +114,6 @@ pub(crate) fn promote(staging: &Path, dir: &Path, held: &mut u64, bound: u64) ->
         }
     }
     (moved, false)
-}
-
-/// Writes `bytes` to `path` under a temporary name and renames it into
-/// place, so that a reader, in this process or another, sees all of an
-/// entry or none of it.
-fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let n = WRITES.fetch_add(1, Ordering::Relaxed);
-    let partial = path.with_extension(format!("partial-{}-{n}", std::process::id()));
-    std::fs::write(&partial, bytes)?;
-    std::fs::rename(&partial, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&partial);
-    })
 }
 
 #[cfg(test)]
