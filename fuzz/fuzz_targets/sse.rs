@@ -1,26 +1,23 @@
-//! The providers' event-stream parser: any bytes, cut into chunks
-//! anywhere, give the same events (or the same error) as the whole stream
-//! in one chunk, and never a panic. (A chunk that ends in an error returns
-//! no events, so before an error a finer cut may hand out more of the
-//! events that precede it; the call fails either way.)
-//!
-//! The parser is one self-contained file of the engine crate, included by
-//! path so this build does not pull in the engine (and wasmtime). The
-//! provider readers that turn these events into replies are not reached.
+//! The event-stream parser every reader of the tree uses
+//! (`subs_protocol::sse`): any bytes, cut into chunks anywhere, give the
+//! same events (or the same error) as the whole stream in one chunk, and
+//! never a panic. (A chunk that ends in an error returns no events, so
+//! before an error a finer cut may hand out more of the events that
+//! precede it; the reader fails either way.) A small bound makes the
+//! over-the-bound error reachable.
 
 #![no_main]
 
-#[path = "../../engine/engine/src/model/sse.rs"]
-#[allow(dead_code)]
-mod sse;
-
 use libfuzzer_sys::fuzz_target;
-use sse::{SseError, SseEvent, SseParser};
+use subs_protocol::sse::{SseError, SseEvent, SseParser};
+
+/// The bound the fuzzed parsers run with.
+const LIMIT: usize = 4096;
 
 /// Feeds `chunks` in order: the events up to the first error, the error,
 /// and what `finish` dispatches after a clean end.
 fn parse<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> (Vec<SseEvent>, Option<SseError>) {
-    let mut parser = SseParser::new();
+    let mut parser = SseParser::with_limit(LIMIT);
     let mut events = Vec::new();
     for chunk in chunks {
         match parser.push(chunk) {

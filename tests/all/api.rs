@@ -177,30 +177,12 @@ pub(crate) struct SseEvent {
 /// Reads events from a streaming response until `until` returns true for
 /// one (included) or the stream ends.
 async fn read_sse(mut response: reqwest::Response, until: &mut impl FnMut(&SseEvent) -> bool) -> Vec<SseEvent> {
-    let mut buffer = String::new();
+    let mut parser = subs_protocol::sse::SseParser::new();
     let mut events = Vec::new();
     while let Some(chunk) = response.chunk().await.unwrap() {
-        buffer.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buffer.find("\n\n") {
-            let block: String = buffer.drain(..end + 2).collect();
-            let mut event = SseEvent { id: None, event: "message".to_owned(), data: Value::Null };
-            let mut data = String::new();
-            let mut comment_only = true;
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("id:") {
-                    event.id = v.trim().parse().ok();
-                } else if let Some(v) = line.strip_prefix("event:") {
-                    event.event = v.trim().to_owned();
-                    comment_only = false;
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    data.push_str(v.strip_prefix(' ').unwrap_or(v));
-                    comment_only = false;
-                }
-            }
-            if comment_only {
-                continue;
-            }
-            event.data = serde_json::from_str(&data).unwrap_or(Value::String(data));
+        for read in parser.push(&chunk).expect("events within the bound") {
+            let data = serde_json::from_str(&read.data).unwrap_or(Value::String(read.data));
+            let event = SseEvent { id: read.id.and_then(|id| id.parse().ok()), event: read.event, data };
             let stop = until(&event);
             events.push(event);
             if stop {

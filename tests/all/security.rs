@@ -111,23 +111,13 @@ impl Api {
         assert_eq!(response.status(), StatusCode::OK);
         let read = async move {
             let mut response = response;
-            let mut buffer = String::new();
+            let mut parser = subs_protocol::sse::SseParser::new();
             while let Some(chunk) = response.chunk().await.unwrap() {
-                buffer.push_str(&String::from_utf8_lossy(&chunk));
-                while let Some(end) = buffer.find("\n\n") {
-                    let block: String = buffer.drain(..end + 2).collect();
-                    let field = |name: &str| {
-                        block
-                            .lines()
-                            .find_map(|l| l.strip_prefix(name))
-                            .map(|v| v.trim().to_owned())
-                            .unwrap_or_default()
-                    };
-                    let (event, data) = (field("event:"), field("data:"));
-                    if matches!(event.as_str(), "turn.done" | "turn.failed") {
-                        let data: Value = serde_json::from_str(&data).unwrap();
+                for read in parser.push(&chunk).expect("events within the bound") {
+                    if matches!(read.event.as_str(), "turn.done" | "turn.failed") {
+                        let data: Value = serde_json::from_str(&read.data).unwrap();
                         if data["turn_id"] == turn {
-                            return (event, data);
+                            return (read.event, data);
                         }
                     }
                 }

@@ -38,7 +38,9 @@ impl Read {
 }
 
 /// Reads `response` until a stored event `until` accepts (included) or
-/// the stream ends.
+/// the stream ends. It reads the blocks itself rather than with
+/// `subs_protocol::sse`, which drops comments: these tests read the
+/// comments the server sends a subscriber it cuts off.
 async fn read(response: &mut reqwest::Response, until: impl Fn(&SseEvent) -> bool) -> Read {
     let mut read = Read::default();
     let mut buffer = String::new();

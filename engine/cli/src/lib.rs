@@ -16,8 +16,8 @@
 //!   store); [`admin`]: what they share, and `subs admin-key`.
 //! - [`settings`]: flags, environment, the TOML config file, defaults.
 //! - [`data`]: the data directory and its store.
-//! - [`client`]: the HTTP client of the API; [`sse`]: its event-stream
-//!   reader.
+//! - [`client`]: the HTTP client of the API (its event streams are read
+//!   with `subs_protocol::sse`).
 //! - [`render`]: events for people and for machines; [`progress`]: a
 //!   spinner while something slow happens.
 //! - [`error`]: failures and their exit codes.
@@ -34,7 +34,6 @@ pub mod run;
 pub mod serve;
 pub mod sessions;
 pub mod settings;
-pub mod sse;
 pub mod tenants;
 
 use std::process::ExitCode;

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use crate::client::{Client, ClientArgs, checked_id};
 use crate::error::{CliError, CliResult};
 use crate::render::{Audience, Human, TurnView, json_line};
-use crate::sse::SseParser;
+use subs_protocol::sse::SseParser;
 
 /// What the stream loop calls for each event: its id, name and data.
 type OnEvent<'a> = dyn FnMut(Option<u64>, &str, &Value) -> std::io::Result<()> + 'a;
@@ -222,7 +222,9 @@ async fn send(args: SendArgs) -> CliResult {
                 return Err(client.transport(&e));
             }
         };
-        for event in parser.feed(&chunk) {
+        for event in
+            parser.push(&chunk).map_err(|e| CliError::unavailable(anyhow!("reading the turn's events: {e}")))?
+        {
             let event_id = event.id.as_deref().and_then(|i| i.parse::<u64>().ok());
             let data = serde_json::from_str(&event.data).unwrap_or(Value::String(event.data.clone()));
             if let Some(end) = view.event(event_id, &event.event, &data)? {
@@ -318,7 +320,11 @@ async fn read(
             Ok(None) => return Ok("the server closed the stream".to_owned()),
             Err(e) => return Ok(format!("{e}")),
         };
-        for event in parser.feed(&chunk) {
+        let events = match parser.push(&chunk) {
+            Ok(events) => events,
+            Err(e) => return Ok(format!("{e}")),
+        };
+        for event in events {
             let id = event.id.as_deref().and_then(|id| id.parse::<u64>().ok());
             // The server replays after Last-Event-ID; this guards against
             // any overlap all the same.

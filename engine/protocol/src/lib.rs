@@ -20,6 +20,8 @@
 //! - [`llm`]: [`LlmRequest`], [`LlmResponse`], [`StreamDelta`],
 //!   [`ErrorCode`].
 //! - [`client`]: [`ClientInput`] and its variants.
+//! - [`sse`]: the one reader of server-sent event streams, for every
+//!   side that reads one (providers, workers, the command line).
 //! - [`wit`]: the one mapping between these types and the WIT types of
 //!   `subs:agent`, instantiated by each side of the component boundary.
 //!
@@ -34,6 +36,7 @@ mod error;
 mod json;
 pub mod llm;
 pub mod message;
+pub mod sse;
 pub mod trigger;
 pub mod wit;
 

@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use subs_cli::sse::SseParser;
 use subs_fake_provider::{FakeProvider, Format, Reply, ScriptedCall};
+use subs_protocol::sse::SseParser;
 use subs_sdk::prelude::{Agent, Context, DecideError, DecisionRequest, DecisionResponse, Trigger};
 use tokio::sync::watch;
 
@@ -311,7 +311,7 @@ async fn stream_turn(shared: &Shared, session: &str, turn_id: &str, body: &Value
     }
     let mut parser = SseParser::new();
     while let Ok(Some(bytes)) = response.chunk().await {
-        for event in parser.feed(&bytes) {
+        for event in parser.push(&bytes).expect("events within the bound") {
             let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
             match event.event.as_str() {
                 "message" if data["message"]["role"] == "tool" => {
@@ -434,7 +434,7 @@ async fn replay(url: &str, session: &str, last_turn: &str) -> Result<Vec<(Option
     let mut events = Vec::new();
     let read = async {
         while let Ok(Some(bytes)) = response.chunk().await {
-            for e in parser.feed(&bytes) {
+            for e in parser.push(&bytes).expect("events within the bound") {
                 let data: Value = serde_json::from_str(&e.data).unwrap_or(Value::Null);
                 let end = matches!(e.event.as_str(), "turn.done" | "turn.failed") && data["turn_id"] == last_turn;
                 events.push((e.id.and_then(|i| i.parse().ok()), e.event, data));

@@ -241,8 +241,9 @@ pub async fn stream_turn(
     assert_eq!(response.status(), 200, "a streamed turn");
     let bytes =
         tokio::time::timeout(PATIENCE, response.bytes()).await.expect("the turn ends").expect("the stream reads");
-    subs_cli::sse::SseParser::new()
-        .feed(&bytes)
+    subs_protocol::sse::SseParser::new()
+        .push(&bytes)
+        .expect("events within the bound")
         .into_iter()
         .map(|e| (e.id.and_then(|i| i.parse().ok()), e.event, serde_json::from_str(&e.data).expect("JSON data")))
         .collect()

@@ -490,7 +490,7 @@ mod tests {
     }
 
     fn ev(data: Value) -> SseEvent {
-        SseEvent { event: data["type"].as_str().unwrap_or_default().to_owned(), data: data.to_string() }
+        SseEvent { event: data["type"].as_str().unwrap_or_default().to_owned(), data: data.to_string(), id: None }
     }
 
     fn read_stream(events: &[SseEvent]) -> (Result<LlmResponse, ModelError>, Vec<StreamDelta>) {
@@ -585,7 +585,8 @@ mod tests {
         ];
         assert_eq!(read_stream(&refusal).0.unwrap_err().code, ErrorCode::Refused);
 
-        let garbage = SseEvent { event: "content_block_delta".into(), data: "{\"type\": \"content_bl".into() };
+        let garbage =
+            SseEvent { event: "content_block_delta".into(), data: "{\"type\": \"content_bl".into(), id: None };
         let e = read_stream(&[start(), garbage]).0.unwrap_err();
         assert!(e.message.contains("`content_block_delta` event that is not JSON"), "{e}");
     }

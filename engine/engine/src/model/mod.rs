@@ -21,7 +21,7 @@
 //!   an event stream.
 //! - `openai.rs`, `anthropic.rs`: the two wire formats — request bodies,
 //!   responses, stream events; `reply.rs` assembles a reply from either's
-//!   pieces; `sse.rs` reads event streams; `http.rs` maps HTTP failures to
+//!   pieces; `http.rs` maps HTTP failures to
 //!   [`ModelError`]s.
 //! - [`native`]: the formats as pure translations ([`to_native`],
 //!   [`from_native`]) for worker-handled calls.
@@ -39,7 +39,7 @@ mod openai;
 pub mod price;
 mod provider;
 mod reply;
-pub mod sse;
+use subs_protocol::sse;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -342,8 +342,8 @@ mod tests {
     fn events(chunks: &[Value]) -> Vec<SseEvent> {
         chunks
             .iter()
-            .map(|c| SseEvent { event: String::new(), data: c.to_string() })
-            .chain([SseEvent { event: String::new(), data: "[DONE]".into() }])
+            .map(|c| SseEvent { event: "message".into(), data: c.to_string(), id: None })
+            .chain([SseEvent { event: "message".into(), data: "[DONE]".into(), id: None }])
             .collect()
     }
 
@@ -395,15 +395,16 @@ mod tests {
 
     #[test]
     fn stream_faults_are_errors_with_codes() {
-        let bad = [SseEvent { event: String::new(), data: "{\"choices\": [".into() }];
+        let bad = [SseEvent { event: "message".into(), data: "{\"choices\": [".into(), id: None }];
         let (response, _) = read_stream(&bad);
         let e = response.unwrap_err();
         assert_eq!((e.code, e.retryable), (ErrorCode::ProviderError, true));
         assert!(e.message.contains("not JSON"), "{e}");
 
         let error = [SseEvent {
-            event: String::new(),
+            event: "message".into(),
             data: json!({"error": {"message": "boom", "type": "server_error"}}).to_string(),
+            id: None,
         }];
         let e = read_stream(&error).0.unwrap_err();
         assert_eq!((e.code, e.retryable), (ErrorCode::ProviderError, true));

@@ -32,7 +32,6 @@
 //! - `signature.rs`: the `Subs-Signature` header.
 
 mod signature;
-mod sse;
 
 use std::fmt;
 use std::sync::Arc;
@@ -43,8 +42,8 @@ use reqwest::{StatusCode, Url};
 use subs_protocol::{DecisionResponse, ProtocolError, StreamDelta};
 use tracing::Instrument;
 
-use self::sse::{SseEvent, SseParser};
 use super::{BoxFuture, Delivery, DeltaSink, Worker, WorkerError};
+use subs_protocol::sse::{SseError, SseEvent, SseParser};
 
 /// What the engine tells workers it accepts.
 const ACCEPTED: &str = "application/json, text/event-stream";
@@ -336,8 +335,7 @@ impl HttpWorker {
         sink: Option<DeltaSink>,
     ) -> Result<DecisionResponse, WorkerError> {
         let status = response.status();
-        let mut parser = SseParser::new(self.max_reply_bytes);
-        let mut events = Vec::new();
+        let mut parser = SseParser::with_limit(self.max_reply_bytes);
         let mut deltas = 0usize;
         loop {
             let chunk = match response.chunk().await {
@@ -345,8 +343,11 @@ impl HttpWorker {
                 Ok(None) => break,
                 Err(e) => return Err(self.read_error(status, e)),
             };
-            parser.feed(&chunk, &mut events).map_err(|e| bad_reply(status, ReplyProblem::TooLarge(e.limit)))?;
-            for SseEvent { event, data } in events.drain(..) {
+            // The parser's one error is an event over its bound.
+            let events = parser
+                .push(&chunk)
+                .map_err(|_: SseError| bad_reply(status, ReplyProblem::TooLarge(self.max_reply_bytes)))?;
+            for SseEvent { event, data, .. } in events {
                 match event.as_str() {
                     "llm.token.delta" => {
                         let delta: StreamDelta = subs_protocol::from_json(&data)
