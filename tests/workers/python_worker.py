@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A subs HTTP worker in plain Python (standard library only), written from
-the protocol reference (protocol.ts.md) and the engine spec (section 9.2),
-not from any SDK.
+the project's docs (docs/protocol.md and docs/http-workers.md), not from
+any SDK.
 
 It runs one agent with one tool of its own, `multiply`:
 

@@ -1,4 +1,4 @@
-//! The subs HTTP API (engine.md §8) on axum.
+//! The subs HTTP API (see docs/api.md) on axum.
 //!
 //! [`app`] builds the router over an [`AppState`]; [`serve`] runs it on a
 //! listener until a shutdown future resolves. Tests drive the real server

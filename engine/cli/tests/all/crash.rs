@@ -1,6 +1,6 @@
 //! The crash harness: the real `subs serve`, killed with SIGKILL at random
 //! instants while many sessions run tool turns, restarted on the same data
-//! directory and port each time; then the promises of engine.md §7 are
+//! directory and port each time; then the promises of docs/durability.md are
 //! checked against a run that was never killed.
 //!
 //! - The LLM is the fake provider, answering by looking at each request:

@@ -8,7 +8,7 @@
 //! drops the in-memory session, which is then reloaded from the store.
 //!
 //! - [`tree`]: the message tree and reconciliation of client views.
-//! - [`proposal`]: `proposed` for every trigger (engine.md §4).
+//! - [`proposal`]: `proposed` for every trigger (see docs/loop.md, "Proposals").
 //! - [`validate`]: the rules a decision must keep to be applied.
 //! - [`apply`]: applying decisions, inputs and call outcomes.
 //! - [`actor`]: the task that drives one session.

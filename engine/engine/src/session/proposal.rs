@@ -1,6 +1,6 @@
 //! `proposed`: what an ordinary agent loop does next, for every trigger
-//! (engine.md §4). A worker that returns it unchanged is a complete
-//! chat-and-tools agent.
+//! (see docs/loop.md, "Proposals"). A worker that returns it unchanged is
+//! a complete chat-and-tools agent.
 
 use serde_json::{Value, json};
 use subs_protocol::action::{SubAgentSpawn, ToolCall};
