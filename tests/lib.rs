@@ -182,7 +182,7 @@ pub struct TestEngine {
     /// The engine.
     pub engine: subs_engine::Engine,
     /// The store under it.
-    pub store: std::sync::Arc<subs_engine::store::redb::RedbStore>,
+    pub store: std::sync::Arc<subs_store_redb::RedbStore>,
     /// Keeps the directory alive.
     pub dir: tempfile::TempDir,
 }
@@ -192,17 +192,17 @@ pub const TENANT: &str = "t";
 
 impl TestEngine {
     /// Starts an engine on a fresh store.
-    pub fn start() -> Self {
+    pub async fn start() -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        Self::start_in(dir)
+        Self::start_in(dir).await
     }
 
     /// Starts an engine on the store in `dir` (resuming what it holds).
-    pub fn start_in(dir: tempfile::TempDir) -> Self {
+    pub async fn start_in(dir: tempfile::TempDir) -> Self {
         let store = std::sync::Arc::new(
-            subs_engine::store::redb::RedbStore::open(dir.path().join("subs.redb")).expect("the store opens"),
+            subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).expect("the store opens"),
         );
-        let engine = start_engine(store.clone());
+        let engine = start_engine(store.clone()).await;
         Self { engine, store, dir }
     }
 
@@ -232,13 +232,13 @@ impl TestEngine {
     }
 
     /// The session as stored.
-    pub fn snapshot(&self, session: &str) -> subs_engine::Snapshot {
-        self.engine.snapshot(TENANT, session).expect("the store answers").expect("the session exists")
+    pub async fn snapshot(&self, session: &str) -> subs_engine::Snapshot {
+        self.engine.snapshot(TENANT, session).await.expect("the store answers").expect("the session exists")
     }
 
     /// `role: text` for each message of the active path.
-    pub fn transcript(&self, session: &str) -> Vec<String> {
-        self.snapshot(session).messages.iter().map(describe).collect()
+    pub async fn transcript(&self, session: &str) -> Vec<String> {
+        self.snapshot(session).await.messages.iter().map(describe).collect()
     }
 
     /// Stops the engine as a crash would and closes the store, returning
@@ -323,7 +323,7 @@ pub fn user_input(agent: &str, turn_id: Option<&str>, text: impl Into<String>) -
 }
 
 /// A test engine on `store`, with the test agents registered.
-pub fn start_engine(store: std::sync::Arc<dyn subs_engine::Store>) -> subs_engine::Engine {
+pub async fn start_engine(store: std::sync::Arc<dyn subs_engine::Store>) -> subs_engine::Engine {
     let config = subs_engine::EngineConfig {
         default_retry: subs_protocol::RetryPolicy {
             timeout_secs: Some(20.0),
@@ -334,6 +334,7 @@ pub fn start_engine(store: std::sync::Arc<dyn subs_engine::Store>) -> subs_engin
         ..subs_engine::EngineConfig::default()
     };
     let engine = subs_engine::Engine::start(store, subs_engine::model::Models::with_offline(), config)
+        .await
         .expect("the engine starts");
     for (id, path) in [
         ("tools", guests::TOOLS),

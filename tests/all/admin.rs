@@ -10,9 +10,9 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use subs_engine::Store as _;
-use subs_engine::store::redb::RedbStore;
 use subs_server::auth::hash_key;
 use subs_server::{Limits, ServerConfig};
+use subs_store_redb::RedbStore;
 use subs_tests::guests;
 
 /// The operator key of these tests.
@@ -61,6 +61,7 @@ impl Server {
             subs_engine::model::Models::with_offline(),
             subs_engine::EngineConfig::default(),
         )
+        .await
         .unwrap();
         // A host of its own: the admin API changes what it grants tenants.
         let agents = subs_server::AgentRegistry::new(
@@ -69,7 +70,7 @@ impl Server {
             subs_tests::new_host(),
             dir.to_path_buf(),
         );
-        let config = subs_server::LiveConfig::load(setup.file.clone(), &*dyn_store).unwrap();
+        let config = subs_server::LiveConfig::load(setup.file.clone(), &*dyn_store).await.unwrap();
         config.apply_sandboxes(&agents).unwrap();
         assert!(agents.load_all().await.unwrap().is_empty());
         let file_keys = setup.file_keys.iter().map(|(tenant, key)| subs_engine::store::KeyRecord {
@@ -80,7 +81,8 @@ impl Server {
             created_ms: 0,
         });
         let admin = setup.admin.then(|| hash_key(OPERATOR));
-        let keys = subs_server::Keys::new(store.keys().unwrap()).with_config_keys(file_keys).with_admin_keys(admin);
+        let keys =
+            subs_server::Keys::new(store.keys().await.unwrap()).with_config_keys(file_keys).with_admin_keys(admin);
         let state = Arc::new(subs_server::AppState {
             engine: engine.clone(),
             store: dyn_store,

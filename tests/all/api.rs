@@ -63,9 +63,10 @@ impl Server {
     ) -> (Self, subs_engine::Engine) {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn subs_engine::Store> =
-            Arc::new(subs_engine::store::redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
-        let engine =
-            subs_engine::Engine::start(store.clone(), subs_engine::model::Models::with_offline(), config).unwrap();
+            Arc::new(subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
+        let engine = subs_engine::Engine::start(store.clone(), subs_engine::model::Models::with_offline(), config)
+            .await
+            .unwrap();
         let agents = subs_server::AgentRegistry::new(engine.clone(), store.clone(), host, dir.path().to_path_buf())
             .with_policies(policies);
         let config = subs_server::ServerConfig {

@@ -52,12 +52,13 @@ async fn scenario(t: &TestEngine, session: &str, agent: &str) {
 /// stored event, with ids replaced by their order of appearance and the
 /// times `get_time` returned replaced by a placeholder (after checking
 /// they lie in `window`).
-fn recorded(t: &TestEngine, session: &str, window: (u64, u64)) -> Value {
-    let Snapshot { record, messages, message_tree, calls } = t.snapshot(session);
+async fn recorded(t: &TestEngine, session: &str, window: (u64, u64)) -> Value {
+    let Snapshot { record, messages, message_tree, calls } = t.snapshot(session).await;
     let key = SessionKey::new(TENANT, session);
     let steps: Vec<Value> = t
         .store
         .steps(&key, 0)
+        .await
         .unwrap()
         .into_iter()
         .map(|(seq, step)| {
@@ -73,8 +74,14 @@ fn recorded(t: &TestEngine, session: &str, window: (u64, u64)) -> Value {
             })
         })
         .collect();
-    let events: Vec<Value> =
-        t.engine.events(TENANT, session, None, 1000).unwrap().into_iter().map(|e| json!([e.name, e.data])).collect();
+    let events: Vec<Value> = t
+        .engine
+        .events(TENANT, session, None, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| json!([e.name, e.data]))
+        .collect();
     let mut value = json!({
         "status": record.status,
         "state": record.state,
@@ -142,7 +149,7 @@ fn mask_times(text: &str, window: (u64, u64)) -> String {
 
 #[tokio::test]
 async fn the_tools_agent_records_the_same_session_as_a_component_and_over_http() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let app = subs_http_worker::router_with(tools::Tools::new(), WorkerOptions::new().require_signature("s3cret"));
     let url = serve(app).await;
     t.engine.register_agent(TENANT, "tools-http", http_worker(&url, HttpWorkerOptions::new().secret("s3cret")));
@@ -152,8 +159,8 @@ async fn the_tools_agent_records_the_same_session_as_a_component_and_over_http()
     scenario(&t, "over-http", "tools-http").await;
     let window = (start, unix_ms());
 
-    let component = recorded(&t, "as-component", window);
-    let http = recorded(&t, "over-http", window);
+    let component = recorded(&t, "as-component", window).await;
+    let http = recorded(&t, "over-http", window).await;
     assert_eq!(
         subs_tests::canonical(&component),
         subs_tests::canonical(&http),
@@ -162,7 +169,7 @@ async fn the_tools_agent_records_the_same_session_as_a_component_and_over_http()
 
     // The scenario did what it says: three turns, two parallel adds whose
     // results were both recorded, a get_time call.
-    let transcript = t.transcript("over-http");
+    let transcript = t.transcript("over-http").await;
     assert_eq!(transcript.len(), 2 + 5 + 4, "{transcript:#?}");
     assert_eq!(transcript[1], "assistant: You said: hello there");
     assert!(transcript[3].contains("[add {\"a\":1,\"b\":2}] [add {\"a\":3,\"b\":4}]"), "{}", transcript[3]);
@@ -171,7 +178,7 @@ async fn the_tools_agent_records_the_same_session_as_a_component_and_over_http()
     assert!(transcript[8].contains("[get_time {}]"), "{}", transcript[8]);
     assert!(transcript[9].starts_with("tool: {\"unix_ms\":"), "{}", transcript[9]);
     assert_eq!(component["steps"].as_array().unwrap().len(), http["steps"].as_array().unwrap().len());
-    let config = t.snapshot("over-http").record.agent.unwrap();
+    let config = t.snapshot("over-http").await.record.agent.unwrap();
     assert_eq!(config.system.as_deref(), Some(tools::SYSTEM_PROMPT));
 }
 
@@ -181,7 +188,7 @@ async fn the_tools_agent_records_the_same_session_as_a_component_and_over_http()
 /// schemas), tool results and errors, messages, tree, calls and events.
 #[tokio::test]
 async fn the_python_and_js_tools_agents_record_the_same_session_as_the_rust_one() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     for (id, path) in [("tools-py", subs_tests::guests::TOOLS_PY), ("tools-js", subs_tests::guests::TOOLS_JS)] {
         t.engine.register_agent(TENANT, id, Arc::new(subs_tests::agent(path)));
     }
@@ -196,10 +203,10 @@ async fn the_python_and_js_tools_agents_record_the_same_session_as_the_rust_one(
     }
     let window = (start, unix_ms());
 
-    let rust = recorded(&t, "rust", window);
+    let rust = recorded(&t, "rust", window).await;
     assert!(rust.to_string().contains("is too large for a JSON number"), "the last turn's tool failed: {rust:#}");
     for session in ["python", "js"] {
-        let other = recorded(&t, session, window);
+        let other = recorded(&t, session, window).await;
         assert_eq!(
             subs_tests::canonical(&other),
             subs_tests::canonical(&rust),
@@ -237,7 +244,7 @@ impl subs_sdk::Agent for Streamer {
 
 #[tokio::test]
 async fn deltas_streamed_over_sse_reach_clients_before_the_reply_is_recorded() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let url = serve(subs_http_worker::router(Streamer)).await;
     t.engine.register_agent(TENANT, "streamer-http", http_worker(&url, HttpWorkerOptions::new()));
     let mut events = t.engine.subscribe(TENANT, "sse").unwrap();
@@ -252,7 +259,7 @@ async fn deltas_streamed_over_sse_reach_clients_before_the_reply_is_recorded() {
     let first_delta = seen.iter().position(|e| e.name == "llm.token.delta").unwrap();
     let reply = seen.iter().rposition(|e| e.name == "message").unwrap();
     assert!(first_delta < reply, "{seen:?}");
-    assert_eq!(t.transcript("sse"), ["user: hi", "assistant: hello"]);
+    assert_eq!(t.transcript("sse").await, ["user: hi", "assistant: hello"]);
 }
 
 // ---- a worker in another language ------------------------------------------
@@ -283,23 +290,23 @@ async fn a_python_worker_written_from_the_protocol_reference_runs_a_tool_loop() 
         .expect("a line");
     let url = format!("http://127.0.0.1:{}/", port.trim());
 
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     t.engine.register_agent(TENANT, "python", http_worker(&url, HttpWorkerOptions::new().secret("py-secret")));
     let turn = t.chat("py", "python", r#"use tool multiply with {"a": 6, "b": 7}"#).await;
     assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
     assert_eq!(
-        t.transcript("py"),
+        t.transcript("py").await,
         [
             r#"user: use tool multiply with {"a": 6, "b": 7}"#.to_owned(),
             r#"assistant:  [multiply {"a":6,"b":7}]"#.to_owned(),
             format!(
                 "tool: {{\"product\":42}} (answers {})",
-                t.snapshot("py").messages[1].tool_calls.as_ref().unwrap()[0].id
+                t.snapshot("py").await.messages[1].tool_calls.as_ref().unwrap()[0].id
             ),
             r#"assistant: multiply returned {"product":42}."#.to_owned(),
         ]
     );
-    let config = t.snapshot("py").record.agent.unwrap();
+    let config = t.snapshot("py").await.record.agent.unwrap();
     assert_eq!(config.tool("multiply").unwrap().description.as_deref(), Some("Multiplies two numbers."));
     assert_eq!(config.system.as_deref(), Some("You multiply numbers with the multiply tool."));
 
@@ -377,19 +384,19 @@ async fn turn_error(t: &TestEngine, session: &str, url: &str) -> Option<String> 
 
 #[tokio::test]
 async fn a_slow_worker_times_out_is_retried_and_fails_the_turn_naming_the_timeout() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let (url, seen) = misbehaving(Arc::new(|_, _| None)).await;
     let error = turn_error(&t, "slow", &url).await.expect("the turn fails");
     assert_eq!(error, "no decision after 2 deliveries: the agent did not decide within 300ms");
     assert_eq!(*seen.lock().unwrap(), [1, 2]);
-    let snapshot = t.snapshot("slow");
+    let snapshot = t.snapshot("slow").await;
     assert_eq!(snapshot.record.status, subs_engine::store::SessionStatus::Idle, "the session stays usable");
     assert!(snapshot.messages.is_empty(), "nothing of the failed turn was recorded");
 }
 
 #[tokio::test]
 async fn a_500_is_retried_and_the_retry_succeeds() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let (url, seen) = misbehaving(answer(|attempts, request| {
         if attempts == 1 {
             (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(json!({"error": "overloaded"}))).into_response()
@@ -400,12 +407,12 @@ async fn a_500_is_retried_and_the_retry_succeeds() {
     .await;
     assert_eq!(turn_error(&t, "flaky", &url).await, None);
     assert_eq!(*seen.lock().unwrap(), [1, 2], "delivered again, with attempts counting up");
-    assert_eq!(t.transcript("flaky"), ["user: hi", "assistant: You said: hi"]);
+    assert_eq!(t.transcript("flaky").await, ["user: hi", "assistant: You said: hi"]);
 }
 
 #[tokio::test]
 async fn garbage_replies_fail_the_turn_saying_what_is_wrong() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let (url, seen) =
         misbehaving(answer(|_, _| axum::Json(json!({"actions": [{"type": "tool.call", "name": 5}]})).into_response()))
             .await;
@@ -435,7 +442,7 @@ async fn garbage_replies_fail_the_turn_saying_what_is_wrong() {
 
 #[tokio::test]
 async fn a_stream_cut_before_the_decision_is_retried() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let (url, seen) = misbehaving(answer(|attempts, request| {
         let delta = "event: llm.token.delta\ndata: {\"text\":\"hel\"}\n\n";
         if attempts == 1 {
@@ -447,7 +454,7 @@ async fn a_stream_cut_before_the_decision_is_retried() {
     .await;
     assert_eq!(turn_error(&t, "cut", &url).await, None);
     assert_eq!(*seen.lock().unwrap(), [1, 2]);
-    assert_eq!(t.transcript("cut"), ["user: hi", "assistant: You said: hi"]);
+    assert_eq!(t.transcript("cut").await, ["user: hi", "assistant: You said: hi"]);
 
     // Cut every time: the error says so.
     let (url, _) =
@@ -462,7 +469,7 @@ async fn a_stream_cut_before_the_decision_is_retried() {
 
 #[tokio::test]
 async fn a_bad_signature_is_refused_by_the_sdk_and_not_retried() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let app = subs_http_worker::router_with(tools::Tools::new(), WorkerOptions::new().require_signature("right"));
     let url = serve(app).await;
     t.engine.register_agent(TENANT, "wrong-secret", http_worker(&url, HttpWorkerOptions::new().secret("wrong")));
@@ -614,7 +621,7 @@ async fn native_turn(
     format: subs_protocol::LlmFormat,
     reply: fn(subs_protocol::LlmFormat) -> Value,
 ) -> (TestEngine, TurnStatus, Vec<Value>) {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let url = serve(subs_http_worker::router(NativeLlm { format, reply, seen: seen.clone() })).await;
     t.engine.register_agent(TENANT, "native", http_worker(&url, HttpWorkerOptions::new()));
@@ -629,7 +636,7 @@ async fn llm_execute_carries_the_provider_request_and_takes_its_response() {
     for format in [Openai, Anthropic] {
         let (t, status, seen) = native_turn(format, native_reply).await;
         assert_eq!(status, TurnStatus::Done, "{format:?}");
-        assert_eq!(t.transcript("n"), ["user: hi", "assistant: native hello"], "{format:?}");
+        assert_eq!(t.transcript("n").await, ["user: hi", "assistant: native hello"], "{format:?}");
         let request = &seen[0];
         // The provider's own model name and message shapes.
         assert_eq!(request["model"], "claude-test", "{request}");
@@ -648,7 +655,7 @@ async fn llm_execute_carries_the_provider_request_and_takes_its_response() {
     // An `LlmResponse` is accepted too.
     let (t, status, _) = native_turn(Anthropic, |_| json!({"model": "x", "content": "plain"})).await;
     assert_eq!(status, TurnStatus::Done);
-    assert_eq!(t.transcript("n"), ["user: hi", "assistant: plain"]);
+    assert_eq!(t.transcript("n").await, ["user: hi", "assistant: plain"]);
 }
 
 #[tokio::test]
@@ -658,11 +665,12 @@ async fn an_unreadable_native_response_fails_the_turn_saying_why() {
     let step = t
         .store
         .steps(&SessionKey::new(TENANT, "n"), 0)
+        .await
         .unwrap()
         .into_iter()
         .map(|(_, s)| s)
         .find(|s| s.error.is_some());
     let error = step.and_then(|s| s.error).expect("the rejected decision is recorded");
     assert!(error.contains("is neither an OpenAI Chat Completions response"), "{error}");
-    assert_eq!(t.transcript("n"), ["user: hi"], "nothing recorded is lost");
+    assert_eq!(t.transcript("n").await, ["user: hi"], "nothing recorded is lost");
 }

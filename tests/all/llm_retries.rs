@@ -37,7 +37,7 @@ impl Provider for Flaky {
 
 async fn run(failures: u32) -> (subs_engine::store::TurnRecord, u32) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(subs_engine::store::redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
+    let store = Arc::new(subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
     let flaky = Arc::new(Flaky { failures, calls: AtomicU32::new(0) });
     let mut models = Models::with_offline();
     models.register("flaky", flaky.clone());
@@ -51,7 +51,7 @@ async fn run(failures: u32) -> (subs_engine::store::TurnRecord, u32) {
         },
         ..subs_engine::EngineConfig::default()
     };
-    let engine = subs_engine::Engine::start(store, models, config).unwrap();
+    let engine = subs_engine::Engine::start(store, models, config).await.unwrap();
     engine.register_agent(TENANT, "helper", Arc::new(agent(guests::PASSTHROUGH)));
     engine.input(TENANT, "s", user_input("helper", Some("t1"), "hi"), Default::default()).await.unwrap();
     let turn = tokio::time::timeout(std::time::Duration::from_secs(20), engine.wait_turn(TENANT, "s", "t1"))

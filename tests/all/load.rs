@@ -67,9 +67,9 @@ async fn many_sessions_run_tool_turns_at_once_and_none_is_lost() {
     };
     let models = models_from_config(&providers, &|_| None).expect("the config is valid");
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(subs_engine::store::redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
+    let store = Arc::new(subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
     let config = subs_engine::EngineConfig { default_model: "fake/load-model".to_owned(), ..Default::default() };
-    let engine = subs_engine::Engine::start(store, models, config).unwrap();
+    let engine = subs_engine::Engine::start(store, models, config).await.unwrap();
     engine.register_agent("load", "tools", Arc::new(agent(guests::TOOLS)));
     let rss_before = status_kib("VmRSS:");
 
@@ -97,7 +97,7 @@ async fn many_sessions_run_tool_turns_at_once_and_none_is_lost() {
             failures.push(format!("{session}: {record:?}"));
             continue;
         }
-        let snapshot = engine.snapshot("load", &session).unwrap().expect("the session exists");
+        let snapshot = engine.snapshot("load", &session).await.unwrap().expect("the session exists");
         let texts: Vec<String> = snapshot.messages.iter().map(|m| m.text()).collect();
         let expected = format!("The sum is {{\"sum\":{}}}.", i + i * 7 + 1);
         if snapshot.messages.len() != 4 || texts[3] != expected {

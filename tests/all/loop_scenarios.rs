@@ -9,29 +9,29 @@ use subs_protocol::{AgentTool, ClientContext, ClientInput, DraftMessage, Role, T
 use subs_tests::{TENANT, TestEngine};
 
 /// Collects the names of the stored events of a session.
-fn event_names(engine: &Engine, session: &str) -> Vec<String> {
-    engine.events(TENANT, session, None, 1000).unwrap().into_iter().map(|e| e.name).collect()
+async fn event_names(engine: &Engine, session: &str) -> Vec<String> {
+    engine.events(TENANT, session, None, 1000).await.unwrap().into_iter().map(|e| e.name).collect()
 }
 
 #[tokio::test]
 async fn a_chat_turn() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let turn = t.chat("chat", "helper", "hello there").await;
     assert_eq!(turn.status, TurnStatus::Done);
-    assert_eq!(t.transcript("chat"), ["user: hello there", "assistant: You said: hello there"]);
-    assert_eq!(event_names(&t.engine, "chat"), ["turn.started", "message", "message", "turn.done"]);
-    let snapshot = t.snapshot("chat");
+    assert_eq!(t.transcript("chat").await, ["user: hello there", "assistant: You said: hello there"]);
+    assert_eq!(event_names(&t.engine, "chat").await, ["turn.started", "message", "message", "turn.done"]);
+    let snapshot = t.snapshot("chat").await;
     assert_eq!(snapshot.record.status, SessionStatus::Idle);
     assert_eq!(snapshot.record.agent.unwrap().model, "subs/offline", "passthrough keeps the proposed config");
 }
 
 #[tokio::test]
 async fn a_tool_loop_with_two_parallel_calls() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let turn =
         t.chat("tools", "tools", r#"use tool add with {"a": 1, "b": 2} and use tool add with {"a": 3, "b": 4}"#).await;
     assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
-    let messages = t.snapshot("tools").messages;
+    let messages = t.snapshot("tools").await.messages;
     let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
     assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool, Role::Tool, Role::Assistant]);
     let calls = messages[1].tool_calls.clone().expect("the model called tools");
@@ -49,7 +49,7 @@ async fn a_tool_loop_with_two_parallel_calls() {
 
 #[tokio::test]
 async fn a_client_tool() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let mut events = t.engine.subscribe(TENANT, "client").unwrap();
     let confirm = AgentTool::new("confirm")
         .description("Asks the user to confirm.")
@@ -74,7 +74,7 @@ async fn a_client_tool() {
     assert_eq!(call["name"], "confirm");
     assert_eq!(call["arguments"], r#"{"ok":true}"#);
     let id = call["id"].as_str().unwrap().to_owned();
-    let snapshot = t.snapshot("client");
+    let snapshot = t.snapshot("client").await;
     assert_eq!(snapshot.record.status, SessionStatus::Waiting);
 
     // A result for another id is refused; the real one settles the call.
@@ -85,7 +85,7 @@ async fn a_client_tool() {
     t.engine.input(TENANT, "client", result, Default::default()).await.unwrap();
     let turn = t.wait("client", "turn-1").await;
     assert_eq!(turn.status, TurnStatus::Done);
-    let transcript = t.transcript("client");
+    let transcript = t.transcript("client").await;
     assert_eq!(transcript.len(), 4, "{transcript:?}");
     assert!(transcript[2].starts_with(r#"tool: {"confirmed":true}"#), "{transcript:?}");
     assert_eq!(transcript[3], r#"assistant: confirm returned {"confirmed":true}."#);
@@ -93,14 +93,14 @@ async fn a_client_tool() {
 
 #[tokio::test]
 async fn an_interrupt_and_its_resume() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let turn = t.send("approve", "scenario", "interrupt before you go on").await;
     // Wait for the interrupt to be stored.
     let mut events = t.engine.subscribe(TENANT, "approve").unwrap();
-    while !event_names(&t.engine, "approve").contains(&"interrupt".to_owned()) {
+    while !event_names(&t.engine, "approve").await.contains(&"interrupt".to_owned()) {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv()).await;
     }
-    let snapshot = t.snapshot("approve");
+    let snapshot = t.snapshot("approve").await;
     assert_eq!(snapshot.record.status, SessionStatus::Waiting);
     assert_eq!(snapshot.record.interrupts[0].interrupt_id, "approval");
 
@@ -115,74 +115,74 @@ async fn an_interrupt_and_its_resume() {
     t.engine.input(TENANT, "approve", resume("approval"), Default::default()).await.unwrap();
     assert_eq!(t.wait("approve", &turn).await.status, TurnStatus::Done);
     assert_eq!(
-        t.transcript("approve"),
+        t.transcript("approve").await,
         ["user: interrupt before you go on", r#"assistant: resumed with {"approved":true}"#]
     );
 }
 
 #[tokio::test]
 async fn a_sub_agent() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     // Counted once in the store (none yet), then kept as sessions are made.
-    assert_eq!(t.engine.session_count(TENANT).unwrap(), 0);
+    assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 0);
     let turn = t.chat("parent", "scenario", r#"use tool helper with {"prompt": "say hi"}"#).await;
     assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
-    let parent = t.snapshot("parent");
+    let parent = t.snapshot("parent").await;
     let call_id = parent.messages[1].tool_calls.as_ref().unwrap()[0].id.clone();
     let child_id = format!("parent.{call_id}");
 
-    let child = t.snapshot(&child_id);
+    let child = t.snapshot(&child_id).await;
     assert_eq!(child.record.ancestry, ["parent"]);
     assert_eq!(child.record.agent_id, "helper");
     assert_eq!(child.record.status, SessionStatus::Idle);
     assert_eq!(
-        t.transcript(&child_id),
+        t.transcript(&child_id).await,
         [r#"user: {"prompt":"say hi"}"#, r#"assistant: You said: {"prompt":"say hi"}"#]
     );
-    let transcript = t.transcript("parent");
+    let transcript = t.transcript("parent").await;
     assert_eq!(transcript[2], format!(r#"tool: You said: {{"prompt":"say hi"}} (answers {call_id})"#));
     assert_eq!(transcript.len(), 4, "{transcript:?}");
 
     // The spawned child counts as one of the tenant's sessions, in memory
     // and, after a restart, in the store.
-    assert_eq!(t.engine.session_count(TENANT).unwrap(), 2);
-    let t = TestEngine::start_in(t.crash().await);
-    assert_eq!(t.engine.session_count(TENANT).unwrap(), 2);
+    assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 2);
+    let t = TestEngine::start_in(t.crash().await).await;
+    assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 2);
     t.chat("another", "helper", "hello").await;
     t.chat("another", "helper", "again").await;
-    assert_eq!(t.engine.session_count(TENANT).unwrap(), 3, "a second turn creates nothing");
-    assert_eq!(t.engine.session_count("elsewhere").unwrap(), 0);
+    assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 3, "a second turn creates nothing");
+    assert_eq!(t.engine.session_count("elsewhere").await.unwrap(), 0);
 }
 
 #[tokio::test]
 async fn a_sub_agent_beyond_the_session_limit_fails_its_call() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     t.engine.set_tenant_session_limit(TENANT, Some(1));
     let turn = t.chat("parent", "scenario", r#"use tool helper with {"prompt": "say hi"}"#).await;
     assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
-    let transcript = t.transcript("parent");
+    let transcript = t.transcript("parent").await;
     assert!(transcript[2].contains("the tenant has its maximum of 1 sessions"), "{transcript:?}");
-    assert_eq!(t.engine.session_count(TENANT).unwrap(), 1, "no child was created");
-    let call_id = t.snapshot("parent").messages[1].tool_calls.as_ref().unwrap()[0].id.clone();
-    assert!(t.engine.snapshot(TENANT, &format!("parent.{call_id}")).unwrap().is_none());
+    assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 1, "no child was created");
+    let call_id = t.snapshot("parent").await.messages[1].tool_calls.as_ref().unwrap()[0].id.clone();
+    assert!(t.engine.snapshot(TENANT, &format!("parent.{call_id}")).await.unwrap().is_none());
 
     // A client's new session is refused the same way; the limit lifted,
     // both work.
     let refused = t.engine.input(TENANT, "second", subs_tests::user_input("helper", None, "hi"), Default::default());
     let err = refused.await.unwrap_err();
     assert!(matches!(err, InputError::LimitExceeded(_)), "{err}");
-    assert!(t.engine.snapshot(TENANT, "second").unwrap().is_none(), "nothing stored");
+    assert!(t.engine.snapshot(TENANT, "second").await.unwrap().is_none(), "nothing stored");
     t.engine.set_tenant_session_limit(TENANT, None);
     t.chat("second", "helper", "hi").await;
-    assert_eq!(t.engine.session_count(TENANT).unwrap(), 2);
+    assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 2);
 }
 
 #[tokio::test]
 async fn an_edit_forks_a_branch() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     t.chat("edit", "helper", "first").await;
     t.chat("edit", "helper", "second").await;
-    let before = t.snapshot("edit").messages;
+    let before = t.snapshot("edit").await.messages;
     assert_eq!(before.len(), 4);
 
     // The client edits its second message: it sends the first exchange with
@@ -199,7 +199,7 @@ async fn an_edit_forks_a_branch() {
     let accepted = t.engine.input(TENANT, "edit", input, Default::default()).await.unwrap();
     t.wait("edit", accepted.turn_id.as_deref().unwrap()).await;
 
-    let after = t.snapshot("edit");
+    let after = t.snapshot("edit").await;
     assert_eq!(
         after.messages.iter().map(subs_tests::describe).collect::<Vec<_>>(),
         ["user: first", "assistant: You said: first", "user: second, edited", "assistant: You said: second, edited"]
@@ -223,13 +223,13 @@ async fn an_edit_forks_a_branch() {
     });
     let accepted = t.engine.input(TENANT, "edit", input, Default::default()).await.unwrap();
     t.wait("edit", accepted.turn_id.as_deref().unwrap()).await;
-    assert_eq!(t.transcript("edit"), ["user: first", "assistant: You said: first"]);
-    assert_eq!(t.snapshot("edit").message_tree.nodes.len(), 7);
+    assert_eq!(t.transcript("edit").await, ["user: first", "assistant: You said: first"]);
+    assert_eq!(t.snapshot("edit").await.message_tree.nodes.len(), 7);
 }
 
 #[tokio::test]
 async fn the_same_turn_id_twice_is_one_turn() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let input = || subs_tests::user_input("helper", Some("once"), "only once");
     let first = t.engine.input(TENANT, "idem", input(), Default::default()).await.unwrap();
     assert!(!first.existing);
@@ -237,8 +237,8 @@ async fn the_same_turn_id_twice_is_one_turn() {
     let second = t.engine.input(TENANT, "idem", input(), Default::default()).await.unwrap();
     assert!(second.existing);
     assert_eq!(second.turn_id.as_deref(), Some("once"));
-    assert_eq!(t.transcript("idem").len(), 2);
-    let started = event_names(&t.engine, "idem").iter().filter(|n| *n == "turn.started").count();
+    assert_eq!(t.transcript("idem").await.len(), 2);
+    let started = event_names(&t.engine, "idem").await.iter().filter(|n| *n == "turn.started").count();
     assert_eq!(started, 1);
 }
 
@@ -248,7 +248,7 @@ async fn the_same_turn_id_twice_is_one_turn() {
 /// done.
 #[tokio::test]
 async fn waiting_for_a_queued_turn_returns_that_turn() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let first = t.send("queue", "scenario", "invalid please").await;
     let second = t.send("queue", "scenario", "count once").await;
     let waited = tokio::time::timeout(std::time::Duration::from_secs(30), t.engine.wait_turn(TENANT, "queue", &second))
@@ -256,16 +256,16 @@ async fn waiting_for_a_queued_turn_returns_that_turn() {
         .expect("the second turn ends")
         .unwrap();
     assert_eq!(waited.status, TurnStatus::Done, "{waited:?}");
-    assert_eq!(Some(&waited), t.engine.turn(TENANT, "queue", &second).unwrap().as_ref(), "the stored record");
+    assert_eq!(Some(&waited), t.engine.turn(TENANT, "queue", &second).await.unwrap().as_ref(), "the stored record");
     let failed = t.engine.wait_turn(TENANT, "queue", &first).await.unwrap();
     assert_eq!(failed.status, TurnStatus::Failed, "an ended turn, from the store: {failed:?}");
 }
 
 #[tokio::test]
 async fn an_invalid_decision_is_rejected_retried_then_fails_the_turn() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     t.chat("bad", "scenario", "count once").await;
-    let before = t.snapshot("bad");
+    let before = t.snapshot("bad").await;
 
     let turn = t.chat("bad", "scenario", "invalid please").await;
     assert_eq!(turn.status, TurnStatus::Failed);
@@ -273,42 +273,42 @@ async fn an_invalid_decision_is_rejected_retried_then_fails_the_turn() {
     let error = data["error"].as_str().unwrap();
     assert!(error.contains("call `nope` is not in flight"), "the rule is named: {error}");
     assert!(error.contains("after 3 deliveries"), "retried per policy: {error}");
-    let failed = t.engine.events(TENANT, "bad", None, 100).unwrap().pop().unwrap();
+    let failed = t.engine.events(TENANT, "bad", None, 100).await.unwrap().pop().unwrap();
     assert_eq!(failed.name, "turn.failed");
     assert_eq!(failed.data["code"], "decision_failed");
 
     // The session keeps everything it had and stays usable.
-    let after = t.snapshot("bad");
+    let after = t.snapshot("bad").await;
     assert_eq!(after.record.status, SessionStatus::Idle);
     assert_eq!(after.record.state, before.record.state);
     assert_eq!(after.messages, before.messages, "the rejected decision recorded nothing");
     assert_eq!(t.chat("bad", "scenario", "count again").await.status, TurnStatus::Done);
-    assert_eq!(t.snapshot("bad").record.state, json!({"turns": 2}));
+    assert_eq!(t.snapshot("bad").await.record.state, json!({"turns": 2}));
 }
 
 #[tokio::test]
 async fn cancel_stops_a_turn_and_keeps_the_session() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let turn = t.send("stop", "scenario", "interrupt and wait").await;
     let mut events = t.engine.subscribe(TENANT, "stop").unwrap();
-    while t.snapshot("stop").record.status != SessionStatus::Waiting {
+    while t.snapshot("stop").await.record.status != SessionStatus::Waiting {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv()).await;
     }
     assert!(t.engine.cancel(TENANT, "stop").await.unwrap(), "a turn was open");
     let ended = t.wait("stop", &turn).await;
     assert_eq!(ended.status, TurnStatus::Failed);
     assert_eq!(ended.data.unwrap()["code"], "cancelled");
-    let snapshot = t.snapshot("stop");
+    let snapshot = t.snapshot("stop").await;
     assert_eq!(snapshot.record.status, SessionStatus::Idle);
     assert!(snapshot.record.interrupts.is_empty());
-    assert_eq!(t.transcript("stop"), ["user: interrupt and wait"], "nothing recorded is lost");
+    assert_eq!(t.transcript("stop").await, ["user: interrupt and wait"], "nothing recorded is lost");
     assert!(!t.engine.cancel(TENANT, "stop").await.unwrap(), "no turn is open any more");
     assert_eq!(t.chat("stop", "scenario", "count after cancel").await.status, TurnStatus::Done);
 }
 
 #[tokio::test]
 async fn inputs_for_unknown_sessions_and_bad_ids_are_refused() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let resume = ClientInput::InterruptResume(InterruptResume { interrupt_id: "x".to_owned(), payload: None });
     let err = t.engine.input(TENANT, "nobody", resume, Default::default()).await.unwrap_err();
     assert!(matches!(err, InputError::NoSession(_)), "{err}");
@@ -327,7 +327,7 @@ async fn inputs_for_unknown_sessions_and_bad_ids_are_refused() {
 
 #[tokio::test]
 async fn a_client_action_and_a_decision_that_leaves_nothing_to_wait_for() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let action = |name: &str| {
         ClientInput::ClientAction(subs_protocol::client::ClientAction {
             agent_id: "scenario".to_owned(),
@@ -339,7 +339,7 @@ async fn a_client_action_and_a_decision_that_leaves_nothing_to_wait_for() {
     let accepted = t.engine.input(TENANT, "act", action("ping"), Default::default()).await.unwrap();
     let turn = t.wait("act", accepted.turn_id.as_deref().unwrap()).await;
     assert_eq!(turn.status, TurnStatus::Done);
-    assert_eq!(t.transcript("act"), ["assistant: pong"]);
+    assert_eq!(t.transcript("act").await, ["assistant: pong"]);
 
     // An action the agent ignores (`proposed` is `{}`) leaves the turn with
     // nothing in flight: it ends as if by `done`.
@@ -351,23 +351,23 @@ async fn a_client_action_and_a_decision_that_leaves_nothing_to_wait_for() {
 
 #[tokio::test]
 async fn message_send_writes_into_the_session() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     assert_eq!(t.chat("note", "scenario", "note this").await.status, TurnStatus::Done);
-    assert_eq!(t.transcript("note"), ["user: note this", "assistant: noted"]);
+    assert_eq!(t.transcript("note").await, ["user: note this", "assistant: noted"]);
 }
 
 #[tokio::test]
 async fn tool_arguments_and_results_are_checked_against_their_schemas() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     // Arguments that break the input schema reach the tool as `invalid`;
     // the agent's router answers with an error naming the problem.
     t.chat("schemas", "scenario", r#"use tool add with {"a": "one", "b": 2}"#).await;
-    let transcript = t.transcript("schemas");
+    let transcript = t.transcript("schemas").await;
     assert!(transcript[2].starts_with("tool: ") && transcript[2].contains("/a"), "{transcript:?}");
 
     // A result that breaks the output schema settles as an error.
     t.chat("schemas", "scenario", "use tool bad_output").await;
-    let transcript = t.transcript("schemas");
+    let transcript = t.transcript("schemas").await;
     let tool = &transcript[transcript.len() - 2];
     assert!(tool.contains("does not match the tool's output schema"), "{transcript:?}");
 }

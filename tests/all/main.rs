@@ -3,6 +3,7 @@
 
 mod admin;
 mod api;
+mod architecture;
 mod bad_guests;
 mod examples;
 mod http_worker;

@@ -532,9 +532,9 @@ in_both_formats!(
 
 /// An engine on a fresh store whose default model is `fake/model`, with
 /// the `tools` agent.
-fn engine(models: Models) -> (subs_engine::Engine, tempfile::TempDir) {
+async fn engine(models: Models) -> (subs_engine::Engine, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(subs_engine::store::redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
+    let store = Arc::new(subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
     let config = subs_engine::EngineConfig {
         default_model: "fake/model".to_owned(),
         default_retry: subs_protocol::RetryPolicy {
@@ -545,7 +545,7 @@ fn engine(models: Models) -> (subs_engine::Engine, tempfile::TempDir) {
         },
         ..subs_engine::EngineConfig::default()
     };
-    let engine = subs_engine::Engine::start(store, models, config).unwrap();
+    let engine = subs_engine::Engine::start(store, models, config).await.unwrap();
     engine.register_agent(TENANT, "tools", Arc::new(agent(guests::TOOLS)));
     (engine, dir)
 }
@@ -573,10 +573,10 @@ async fn a_spent_budget_stops_calls_before_they_are_sent() {
     // `fake/model` costs $1 per million input tokens: 1,000 cost $0.001.
     fake.push(Reply::text("first").with_usage(1000, 0));
     fake.push(Reply::text("third").with_usage(10, 0));
-    let (engine, _dir) = engine(models(&fake, LlmFormat::Openai));
+    let (engine, _dir) = engine(models(&fake, LlmFormat::Openai)).await;
 
     assert_eq!(numbered_turn(&engine, "t1", "one").await.status, TurnStatus::Done);
-    let snapshot = engine.snapshot(TENANT, "s").unwrap().unwrap();
+    let snapshot = engine.snapshot(TENANT, "s").await.unwrap().unwrap();
     assert_eq!(snapshot.record.cost.as_deref(), Some("0.001"));
     assert_eq!(snapshot.record.usage["prompt_tokens"], 1000, "{}", snapshot.record.usage);
 
@@ -590,10 +590,10 @@ async fn a_spent_budget_stops_calls_before_they_are_sent() {
 
     engine.set_session_budget(TENANT, "s", Some(dollars("0.01"))).await.unwrap();
     assert_eq!(numbered_turn(&engine, "t3", "three").await.status, TurnStatus::Done);
-    let snapshot = engine.snapshot(TENANT, "s").unwrap().unwrap();
+    let snapshot = engine.snapshot(TENANT, "s").await.unwrap().unwrap();
     assert_eq!(subs_tests::describe(snapshot.messages.last().unwrap()), "assistant: third");
     assert_eq!(snapshot.record.cost.as_deref(), Some("0.00101"));
-    assert_eq!(engine.tenant_spent(TENANT).unwrap(), dollars("0.00101"));
+    assert_eq!(engine.tenant_spent(TENANT).await.unwrap(), dollars("0.00101"));
 
     engine.set_tenant_budget(TENANT, Some(dollars("0.001")));
     let refused = numbered_turn(&engine, "t4", "four").await;
@@ -607,11 +607,11 @@ async fn engine_turn_with_a_tool(format: LlmFormat) {
     let fake = FakeProvider::start().await;
     fake.push(Reply::tool_calls(vec![ScriptedCall::new("call_add", "add", &[r#"{"a": 2, "#, r#""b": 3}"#])]));
     fake.push(Reply::text("The sum is 5."));
-    let (engine, _dir) = engine(models(&fake, format));
+    let (engine, _dir) = engine(models(&fake, format)).await;
     let record = turn(&engine, "what is 2 + 3?").await;
     assert_eq!(record.status, TurnStatus::Done, "{record:?}");
 
-    let snapshot = engine.snapshot(TENANT, "s").unwrap().unwrap();
+    let snapshot = engine.snapshot(TENANT, "s").await.unwrap().unwrap();
     let transcript: Vec<String> = snapshot.messages.iter().map(subs_tests::describe).collect();
     // OpenAI carries arguments as the model's own string, Anthropic as a
     // JSON object: compare them without whitespace.
@@ -647,11 +647,11 @@ async fn engine_turn_retries_after_429(format: LlmFormat) {
     let fake = FakeProvider::start().await;
     fake.push(Reply::fault(Fault::rate_limited_ms(30)));
     fake.push(Reply::text("Hello after waiting."));
-    let (engine, _dir) = engine(models(&fake, format));
+    let (engine, _dir) = engine(models(&fake, format)).await;
     let record = turn(&engine, "hi").await;
     assert_eq!(record.status, TurnStatus::Done, "{record:?}");
     assert_eq!(fake.requests().len(), 2);
     assert_eq!(fake.remaining(), 0);
-    let snapshot = engine.snapshot(TENANT, "s").unwrap().unwrap();
+    let snapshot = engine.snapshot(TENANT, "s").await.unwrap().unwrap();
     assert_eq!(subs_tests::describe(snapshot.messages.last().unwrap()), "assistant: Hello after waiting.");
 }

@@ -98,7 +98,7 @@ async fn an_agent_needing_more_instances_than_its_tenant_allows_is_refused_at_up
 #[tokio::test]
 async fn a_python_exception_fails_its_delivery_once_with_the_tracebacks_last_line() {
     crate::providers::captured_logs();
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     // Bound to its name, so that what it prints is tagged with it.
     let agent = subs_tests::agent(guests::TEST_PY_FAULTY).for_agent(TENANT, "faulty-py", &AgentPolicy::default());
     t.engine.register_agent(TENANT, "faulty-py", std::sync::Arc::new(agent.unwrap()));
@@ -109,12 +109,12 @@ async fn a_python_exception_fails_its_delivery_once_with_the_tracebacks_last_lin
     let error = data["error"].as_str().unwrap_or_default();
     assert!(error.contains("ZeroDivisionError: division by zero"), "{data}");
 
-    let steps = t.store.steps(&SessionKey::new(TENANT, "divides"), 0).unwrap();
+    let steps = t.store.steps(&SessionKey::new(TENANT, "divides"), 0).await.unwrap();
     let failed: Vec<_> = steps.iter().map(|(_, s)| s).filter(|s| s.status == StepStatus::Failed).collect();
     assert_eq!(failed.len(), 1, "{steps:#?}");
     assert_eq!(failed[0].attempts, 1, "delivered exactly once: {:#?}", failed[0]);
     assert!(failed[0].error.as_deref().unwrap_or_default().contains("ZeroDivisionError: division by zero"));
-    let events = t.engine.events(TENANT, "divides", None, 1000).unwrap();
+    let events = t.engine.events(TENANT, "divides", None, 1000).await.unwrap();
     let ended = events.iter().find(|e| e.name == "turn.failed").expect("a turn.failed event");
     assert!(ended.data["error"].as_str().unwrap().contains("ZeroDivisionError: division by zero"), "{ended:?}");
 

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 
 use subs_engine::store::TurnStatus;
 use subs_engine::store::fault::FaultyStore;
-use subs_engine::store::redb::RedbStore;
 use subs_engine::worker::{BoxFuture, Delivery, Worker, WorkerError};
 use subs_protocol::{DecisionResponse, Message, Trigger};
+use subs_store_redb::RedbStore;
 use subs_tests::{TENANT, TestEngine, agent, guests, start_engine, user_input};
 
 const PROMPT: &str = r#"use tool add with {"a": 1, "b": 2} and use tool add with {"a": 3, "b": 4}"#;
@@ -38,11 +38,11 @@ impl Worker for Counting {
     }
 }
 
-fn counting_engine(
+async fn counting_engine(
     store: Arc<dyn subs_engine::Store>,
     executions: &Arc<Mutex<HashMap<String, u32>>>,
 ) -> subs_engine::Engine {
-    let engine = start_engine(store);
+    let engine = start_engine(store).await;
     let worker = Counting { inner: agent(guests::TOOLS), executions: executions.clone() };
     engine.register_agent(TENANT, "tools", Arc::new(worker));
     engine
@@ -62,8 +62,8 @@ async fn wait_done(engine: &subs_engine::Engine, session: &str, within: u64) -> 
         .unwrap()
 }
 
-fn history(engine: &subs_engine::Engine, session: &str) -> Vec<Message> {
-    engine.snapshot(TENANT, session).unwrap().unwrap().messages
+async fn history(engine: &subs_engine::Engine, session: &str) -> Vec<Message> {
+    engine.snapshot(TENANT, session).await.unwrap().unwrap().messages
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,10 +72,10 @@ async fn a_tool_turn_survives_a_crash_between_any_two_steps() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(FaultyStore::new(RedbStore::open(dir.path().join("subs.redb")).unwrap()));
     let executions = Arc::new(Mutex::new(HashMap::new()));
-    let engine = counting_engine(store.clone(), &executions);
+    let engine = counting_engine(store.clone(), &executions).await;
     run_turn(&engine, "s").await;
     assert_eq!(wait_done(&engine, "s", 30).await.status, TurnStatus::Done);
-    let reference = history(&engine, "s");
+    let reference = history(&engine, "s").await;
     let steps = store.commits();
     engine.kill().await;
     assert_eq!(reference.len(), 5, "user, tool calls, two results, answer");
@@ -90,7 +90,7 @@ async fn a_tool_turn_survives_a_crash_between_any_two_steps() {
         let store = Arc::new(FaultyStore::new(RedbStore::open(&path).unwrap()));
         store.crash_after(k);
         let executions = Arc::new(Mutex::new(HashMap::new()));
-        let engine = counting_engine(store.clone(), &executions);
+        let engine = counting_engine(store.clone(), &executions).await;
         run_turn(&engine, "s").await;
         tokio::time::timeout(std::time::Duration::from_secs(30), store.wait_crashed()).await.expect("the crash comes");
         engine.kill().await;
@@ -101,12 +101,12 @@ async fn a_tool_turn_survives_a_crash_between_any_two_steps() {
         let store = Arc::new(RedbStore::open(&path).unwrap());
         let key = subs_engine::store::SessionKey::new(TENANT, "s");
         use subs_engine::Store as _;
-        let stored = store.turn(&key, "the-turn").unwrap().expect("the input was committed");
+        let stored = store.turn(&key, "the-turn").await.unwrap().expect("the input was committed");
         assert_eq!(stored.status, TurnStatus::Running, "crash after commit {k}: the turn was still open");
-        let engine = counting_engine(store.clone(), &executions);
+        let engine = counting_engine(store.clone(), &executions).await;
         let turn = wait_done(&engine, "s", 30).await;
         assert_eq!(turn.status, TurnStatus::Done, "crash after commit {k}: {turn:?}");
-        assert_eq!(history(&engine, "s"), reference, "crash after commit {k}: the history differs");
+        assert_eq!(history(&engine, "s").await, reference, "crash after commit {k}: the history differs");
 
         // Each tool ran once per committed result: twice at most for the
         // one call whose result commit was the one refused, once otherwise.
@@ -123,21 +123,21 @@ async fn a_tool_turn_survives_a_crash_between_any_two_steps() {
 async fn a_restarted_engine_resumes_a_waiting_session() {
     // A session waiting on an interrupt survives a restart and can be
     // resumed by the new engine.
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let turn = t.send("wait", "scenario", "interrupt me").await;
     let mut events = t.engine.subscribe(TENANT, "wait").unwrap();
-    while t.snapshot("wait").record.status != subs_engine::store::SessionStatus::Waiting {
+    while t.snapshot("wait").await.record.status != subs_engine::store::SessionStatus::Waiting {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv()).await;
     }
     let dir = t.crash().await;
-    let t = TestEngine::start_in(dir);
+    let t = TestEngine::start_in(dir).await;
     let resume = subs_protocol::ClientInput::InterruptResume(subs_protocol::client::InterruptResume {
         interrupt_id: "approval".to_owned(),
         payload: Some(serde_json::json!("ok")),
     });
     t.engine.input(TENANT, "wait", resume, Default::default()).await.unwrap();
     assert_eq!(t.wait("wait", &turn).await.status, TurnStatus::Done);
-    assert_eq!(t.transcript("wait"), ["user: interrupt me", r#"assistant: resumed with "ok""#]);
+    assert_eq!(t.transcript("wait").await, ["user: interrupt me", r#"assistant: resumed with "ok""#]);
 }
 
 /// Records each delivery's `attempts`; answers `proposed`, or never (a
@@ -163,7 +163,7 @@ impl Worker for Attempts {
 
 /// Opens an engine on the store in `dir` with the `attempts` agent, and
 /// only then resumes what the store holds.
-fn reopen(dir: &tempfile::TempDir, worker: Attempts) -> (subs_engine::Engine, Arc<RedbStore>) {
+async fn reopen(dir: &tempfile::TempDir, worker: Attempts) -> (subs_engine::Engine, Arc<RedbStore>) {
     let store = Arc::new(RedbStore::open(dir.path().join("subs.redb")).unwrap());
     let engine = subs_engine::Engine::open(
         store.clone(),
@@ -171,7 +171,7 @@ fn reopen(dir: &tempfile::TempDir, worker: Attempts) -> (subs_engine::Engine, Ar
         subs_engine::EngineConfig::default(),
     );
     engine.register_agent(TENANT, "attempts", Arc::new(worker));
-    engine.resume().unwrap();
+    engine.resume().await.unwrap();
     (engine, store)
 }
 
@@ -188,15 +188,15 @@ async fn a_redelivery_after_a_crash_carries_a_higher_attempts() {
     let dir = tempfile::tempdir().unwrap();
 
     // Two crashes, each in the middle of a delivery of the same step.
-    let (engine, store) = reopen(&dir, worker(true));
+    let (engine, store) = reopen(&dir, worker(true)).await;
     engine.input(TENANT, "s", user_input("attempts", Some("t"), "hello"), Default::default()).await.unwrap();
     delivered.notified().await;
     crash(engine, store).await;
-    let (engine, store) = reopen(&dir, worker(true));
+    let (engine, store) = reopen(&dir, worker(true)).await;
     delivered.notified().await;
     crash(engine, store).await;
 
-    let (engine, _store) = reopen(&dir, worker(false));
+    let (engine, _store) = reopen(&dir, worker(false)).await;
     let turn = tokio::time::timeout(std::time::Duration::from_secs(30), engine.wait_turn(TENANT, "s", "t"))
         .await
         .unwrap()
@@ -220,10 +220,10 @@ async fn a_slow_disk_delays_turns_but_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(RedbStore::open(dir.path().join("subs.redb")).unwrap());
     let executions = Arc::new(Mutex::new(HashMap::new()));
-    let engine = counting_engine(store.clone(), &executions);
+    let engine = counting_engine(store.clone(), &executions).await;
     run_turn(&engine, "s").await;
     assert_eq!(wait_done(&engine, "s", 30).await.status, TurnStatus::Done);
-    let reference: Vec<String> = history(&engine, "s").iter().map(subs_tests::describe).collect();
+    let reference: Vec<String> = history(&engine, "s").await.iter().map(subs_tests::describe).collect();
     engine.kill().await;
     store.close().await.unwrap();
 
@@ -231,7 +231,7 @@ async fn a_slow_disk_delays_turns_but_changes_nothing() {
     let store = Arc::new(RedbStore::open(dir.path().join("subs.redb")).unwrap());
     store.inject_fsync_delay(std::time::Duration::from_millis(40));
     let executions = Arc::new(Mutex::new(HashMap::new()));
-    let engine = counting_engine(store.clone(), &executions);
+    let engine = counting_engine(store.clone(), &executions).await;
     let sessions: Vec<String> = (0..8).map(|i| format!("slow-{i}")).collect();
     let started = std::time::Instant::now();
     for session in &sessions {
@@ -240,14 +240,14 @@ async fn a_slow_disk_delays_turns_but_changes_nothing() {
     for session in &sessions {
         let turn = wait_done(&engine, session, 60).await;
         assert_eq!(turn.status, TurnStatus::Done, "{session}: {turn:?}");
-        let transcript: Vec<String> = history(&engine, session).iter().map(subs_tests::describe).collect();
+        let transcript: Vec<String> = history(&engine, session).await.iter().map(subs_tests::describe).collect();
         assert_eq!(transcript, reference, "{session} differs from the fast disk's");
     }
     let executions = executions.lock().unwrap().clone();
     // Call ids are derived per session, so the eight sessions share two.
     assert_eq!(executions.len(), 2, "two tool calls per session: {executions:?}");
     assert!(executions.values().all(|n| *n == 8), "each tool ran once per session: {executions:?}");
-    use subs_engine::Store as _;
+    use subs_engine::store::StoreAdmin as _;
     let stats = store.stats().unwrap();
     assert!(stats.commits < stats.batches, "commits grouped on a slow disk: {stats:?}");
     // The delay was real: the writer spent it on every commit, one after

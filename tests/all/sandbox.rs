@@ -293,7 +293,7 @@ async fn hostile_guests_fail_alone_while_a_good_guest_decides() {
 /// the reason, a passthrough session of the same tenant completes.
 #[tokio::test]
 async fn hostile_sessions_fail_their_turns_while_a_good_session_completes() {
-    let t = TestEngine::start();
+    let t = TestEngine::start().await;
     let hostile = [
         ("spin", guests::TEST_SPIN, "CPU limit"),
         ("bomb", guests::TEST_MEMORY_BOMB, "memory limit"),

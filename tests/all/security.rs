@@ -51,7 +51,7 @@ impl Api {
         let host =
             ComponentHost::with_config(HostConfig { max_concurrent: 32, ..host }).expect("the component host starts");
         let store: Arc<dyn subs_engine::Store> =
-            Arc::new(subs_engine::store::redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
+            Arc::new(subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
         let config = subs_engine::EngineConfig {
             default_retry: subs_protocol::RetryPolicy {
                 timeout_secs: None,
@@ -61,8 +61,9 @@ impl Api {
             },
             ..subs_engine::EngineConfig::default()
         };
-        let engine =
-            subs_engine::Engine::start(store.clone(), subs_engine::model::Models::with_offline(), config).unwrap();
+        let engine = subs_engine::Engine::start(store.clone(), subs_engine::model::Models::with_offline(), config)
+            .await
+            .unwrap();
         let agents = subs_server::AgentRegistry::new(engine.clone(), store.clone(), host, dir.path().to_path_buf());
         let state = Arc::new(subs_server::AppState {
             engine,

@@ -52,7 +52,7 @@ async fn deltas_are_refused_when_nothing_streams() {
 
 #[tokio::test]
 async fn a_worker_run_llm_call_streams_to_clients_through_the_loop() {
-    let t = subs_tests::TestEngine::start();
+    let t = subs_tests::TestEngine::start().await;
     let mut events = t.engine.subscribe(subs_tests::TENANT, "stream").unwrap();
     let turn = t.send("stream", "streamer", "hi").await;
     let mut seen = Vec::new();
@@ -76,8 +76,8 @@ async fn a_worker_run_llm_call_streams_to_clients_through_the_loop() {
     let first_delta = seen.iter().position(|e| e.name == "llm.token.delta").unwrap();
     let reply = seen.iter().rposition(|e| e.name == "message").unwrap();
     assert!(first_delta < reply);
-    assert_eq!(t.transcript("stream"), ["user: hi", "assistant: hello"]);
+    assert_eq!(t.transcript("stream").await, ["user: hi", "assistant: hello"]);
     // None of them was stored.
-    let stored = t.engine.events(subs_tests::TENANT, "stream", None, 100).unwrap();
+    let stored = t.engine.events(subs_tests::TENANT, "stream", None, 100).await.unwrap();
     assert!(stored.iter().all(|e| e.name != "llm.token.delta"));
 }

@@ -127,8 +127,8 @@ async fn neighbour_turns(s: Arc<Server>, stop: Arc<AtomicBool>, within: Duration
 }
 
 /// The last message of a session, as stored.
-fn reply(engine: &subs_engine::Engine, (tenant, _): (&str, &str), session: &str) -> String {
-    engine.snapshot(tenant, session).unwrap().unwrap().messages.last().unwrap().text()
+async fn reply(engine: &subs_engine::Engine, (tenant, _): (&str, &str), session: &str) -> String {
+    engine.snapshot(tenant, session).await.unwrap().unwrap().messages.last().unwrap().text()
 }
 
 /// Turns that flood the subscribers: each streams deltas until the
@@ -161,7 +161,7 @@ async fn a_stalled_subscriber_under_a_delta_flood_is_dropped_and_its_reconnect_l
     // hears why the host refuses its 12 MiB delta.
     let turn = say(&s, HOSTILE, "s", "flood", "100 3").await;
     assert_eq!(engine.wait_turn(HOSTILE.0, "s", &turn).await.unwrap().status, subs_engine::store::TurnStatus::Done);
-    let said = reply(&engine, HOSTILE, "s");
+    let said = reply(&engine, HOSTILE, "s").await;
     assert!(said.starts_with("oversized: the delta is "), "{said}");
     assert!(said.contains("over the limit of 65536 per delta (`max_delta_bytes`)"), "{said}");
     assert!(said.ends_with("sent: 3; stopped: no"), "{said}");
@@ -202,7 +202,7 @@ async fn a_stalled_subscriber_under_a_delta_flood_is_dropped_and_its_reconnect_l
             .expect("a flood turn ends")
             .unwrap();
         assert_eq!(ended.status, subs_engine::store::TurnStatus::Done, "{ended:?}");
-        let said = reply(&engine, HOSTILE, "s");
+        let said = reply(&engine, HOSTILE, "s").await;
         assert!(said.contains("(`max_call_delta_bytes`)"), "the decision's deltas are bounded: {said}");
         let n: usize = said.split("sent: ").nth(1).and_then(|r| r.split(';').next()).unwrap().parse().unwrap();
         sent += n * piece;
@@ -283,11 +283,11 @@ async fn a_tenant_past_its_open_streams_is_refused_and_its_neighbour_is_not() {
 
     // A streamed input is refused before it is stored: retrying it later
     // cannot send it twice.
-    let messages = engine.snapshot(HOSTILE.0, "s").unwrap().unwrap().messages.len();
+    let messages = engine.snapshot(HOSTILE.0, "s").await.unwrap().unwrap().messages.len();
     let body = json!({"type": "client.message", "agent_id": "tools", "message": {"role": "user", "content": "again"}, "stream": true});
     let (status, refused) = s.call(POST, "/v1/sessions/s/input", Some(HOSTILE.1), Some(body)).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{refused}");
-    assert_eq!(engine.snapshot(HOSTILE.0, "s").unwrap().unwrap().messages.len(), messages);
+    assert_eq!(engine.snapshot(HOSTILE.0, "s").await.unwrap().unwrap().messages.len(), messages);
 
     // Another tenant's streams are its own.
     let theirs = open(&s, NEIGHBOUR, "s", None).await;

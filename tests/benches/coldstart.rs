@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use subs_engine::store::TurnStatus;
-use subs_engine::store::redb::RedbStore;
 use subs_engine::worker::component::{AgentPolicy, ComponentHost, HostConfig};
 use subs_engine::{Engine, EngineConfig};
+use subs_store_redb::RedbStore;
 
 const TENANT: &str = "bench";
 
@@ -91,7 +91,7 @@ async fn cold_start(components: &[Vec<u8>], cache: &std::path::Path) -> Run {
             .expect("a cached component loads");
         engine.register_agent(TENANT, &agent_id, Arc::new(agent));
     }
-    engine.resume().expect("the engine resumes");
+    engine.resume().await.expect("the engine resumes");
     let ready = start.elapsed();
 
     let input = subs_tests::user_input("agent0", Some("first"), "hello");

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use subs_engine::store::TurnStatus;
-use subs_engine::store::redb::RedbStore;
 use subs_engine::worker::component::{AgentPolicy, ComponentHost, HostConfig};
 use subs_engine::{Engine, EngineConfig};
+use subs_store_redb::RedbStore;
 use subs_tests::bench::{percentile, write_json};
 
 const NEIGHBOUR: &str = "neighbour";
@@ -47,10 +47,11 @@ struct Bench {
 
 /// An engine whose host has `tenant_slots` per tenant, with the neighbour's
 /// `tools` agent and the hostile tenant's `sleeper`.
-fn start(tenant_slots: u32) -> Bench {
+async fn start(tenant_slots: u32) -> Bench {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let store = Arc::new(RedbStore::open(dir.path().join("subs.redb")).expect("the store opens"));
     let engine = Engine::start(store, subs_engine::model::Models::with_offline(), EngineConfig::default())
+        .await
         .expect("the engine starts");
     let cache = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/compiled-components");
     let config = HostConfig { tenant_slots, compile_cache: Some(cache), ..HostConfig::default() };
@@ -110,7 +111,7 @@ async fn run(count: usize, turns: usize) {
         ("beside the sleepers, fair share", HostConfig::default().tenant_slots, true),
         ("beside the sleepers, no share (first come)", slots, true),
     ] {
-        let bench = start(tenant_slots);
+        let bench = start(tenant_slots).await;
         neighbour(&bench.engine, 10, "warm").await;
         if with_sleepers {
             sleepers(&bench.engine, count).await;

@@ -25,9 +25,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use subs_engine::store::redb::RedbStore;
+use subs_engine::store::StoreAdmin as _;
 use subs_engine::store::{SessionKey, Store, TurnStatus};
 use subs_engine::{Engine, EngineConfig};
+use subs_store_redb::RedbStore;
 
 const TENANT: &str = "bench";
 /// Turns per conversation before a client moves on to a new session.
@@ -61,15 +62,16 @@ struct Bench {
     _dir: tempfile::TempDir,
 }
 
-fn start() -> Bench {
+async fn start() -> Bench {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let (engine, store) = start_on(&dir.path().join("subs.redb"));
+    let (engine, store) = start_on(&dir.path().join("subs.redb")).await;
     Bench { engine, store, _dir: dir }
 }
 
-fn start_on(path: &std::path::Path) -> (Engine, Arc<RedbStore>) {
+async fn start_on(path: &std::path::Path) -> (Engine, Arc<RedbStore>) {
     let store = Arc::new(RedbStore::open(path).expect("the store opens"));
     let engine = Engine::start(store.clone(), subs_engine::model::Models::with_offline(), EngineConfig::default())
+        .await
         .expect("the engine starts");
     engine.register_agent(TENANT, "passthrough", Arc::new(subs_tests::agent(subs_tests::guests::PASSTHROUGH_LEAN)));
     (engine, store)
@@ -84,7 +86,7 @@ const RESTART_ENV: &str = "BENCH_RESTART_STORE";
 /// instance pool and the store have each been used once), waits until the
 /// session's actor has left, and prints its resident memory.
 async fn restarted(path: std::path::PathBuf) {
-    let (engine, store) = start_on(&path);
+    let (engine, store) = start_on(&path).await;
     turn(&engine, "probe", 0).await;
     wait_for_actors(&engine).await;
     let rss = rss_kib();
@@ -134,7 +136,7 @@ struct Level {
 }
 
 async fn level(sessions: usize, length: Duration) -> Level {
-    let bench = start();
+    let bench = start().await;
     let engine = bench.engine.clone();
     // One warm-up turn per session, so every session exists (and the
     // component is warm) before the clock starts.
@@ -148,7 +150,7 @@ async fn level(sessions: usize, length: Duration) -> Level {
         task.await.expect("warm-up");
     }
     let before = bench.store.stats().expect("stats");
-    let steps_before = count_steps(&bench.store, sessions, 1);
+    let steps_before = count_steps(&bench.store, sessions, 1).await;
 
     let cpu_before = cpu_time();
     let writer_before = writer_cpu_times();
@@ -185,10 +187,10 @@ async fn level(sessions: usize, length: Duration) -> Level {
     let cpu = cpu_time().saturating_sub(cpu_before);
     let writer_cpu = writer_cpu_since(&writer_before);
     let after = bench.store.stats().expect("stats");
-    let steps = count_steps(&bench.store, sessions, conversations) - steps_before;
+    let steps = count_steps(&bench.store, sessions, conversations).await - steps_before;
     latencies.sort();
     let file_bytes = std::fs::metadata(bench.store.path()).map_or(0, |m| m.len());
-    let stored_bytes = bench.store.stored_bytes().expect("the store's size");
+    let stored_bytes = bench.store.stored_bytes().await.expect("the store's size");
     // Lingering actors would otherwise free this level's engine and store
     // (its page cache) during the next measurement.
     shut(&bench).await;
@@ -214,11 +216,11 @@ async fn shut(bench: &Bench) {
 }
 
 /// Steps stored by the first `conversations` conversations of each client.
-fn count_steps(store: &RedbStore, sessions: usize, conversations: usize) -> u64 {
+async fn count_steps(store: &RedbStore, sessions: usize, conversations: usize) -> u64 {
     let mut steps = 0;
     for s in 0..sessions {
         for c in 0..conversations {
-            steps += store.steps(&SessionKey::new(TENANT, format!("s{s}-{c}")), 0).expect("steps").len() as u64;
+            steps += store.steps(&SessionKey::new(TENANT, format!("s{s}-{c}")), 0).await.expect("steps").len() as u64;
         }
     }
     steps
@@ -283,7 +285,7 @@ const ACTIVE_WAVE: usize = 1024;
 
 async fn idle_sessions(count: usize) -> serde_json::Value {
     let before = rss_kib();
-    let bench = start();
+    let bench = start().await;
     let started = rss_kib();
     subs_tests::heap::start();
     let half = count / 2;
@@ -335,14 +337,16 @@ async fn idle_sessions(count: usize) -> serde_json::Value {
     // listing the tenant's sessions costs (what the check did before the
     // engine kept a count), counting them in the store (once per tenant
     // and process), and reading the count the engine keeps after that.
-    let timed = |f: &dyn Fn() -> u64| {
-        let t = Instant::now();
-        (f(), t.elapsed())
-    };
-    let (listed, list_time) = timed(&|| bench.store.sessions(Some(TENANT)).expect("sessions").len() as u64);
-    let (counted, count_time) = timed(&|| bench.store.session_count(TENANT).expect("a count"));
-    bench.engine.session_count(TENANT).expect("a count");
-    let (kept, kept_time) = timed(&|| bench.engine.session_count(TENANT).expect("a count"));
+    let t = Instant::now();
+    let listed = bench.store.sessions(Some(TENANT)).await.expect("sessions").len() as u64;
+    let list_time = t.elapsed();
+    let t = Instant::now();
+    let counted = bench.store.session_count(TENANT).await.expect("a count");
+    let count_time = t.elapsed();
+    bench.engine.session_count(TENANT).await.expect("a count");
+    let t = Instant::now();
+    let kept = bench.engine.session_count(TENANT).await.expect("a count");
+    let kept_time = t.elapsed();
     assert!(listed == counted && counted == kept, "{listed} listed, {counted} counted, {kept} kept");
     println!(
         "a tenant's sessions ({listed}): listed in {:.2} ms, counted in the store in {:.2} ms, kept count read in {:.1} µs",

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::anyhow;
 use subs_engine::store::StoreError;
-use subs_engine::store::redb::RedbStore;
+use subs_store_redb::RedbStore;
 
 use crate::error::{CliError, CliResult};
 

@@ -14,9 +14,9 @@ use anyhow::anyhow;
 use reqwest::Method;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
-use subs_engine::store::redb::RedbStore;
 use subs_engine::store::{Batch, KeyRecord, Op, Store as _, TenantRecord, valid_id};
 use subs_server::auth::{hash_key, key_prefix, names_key, new_key};
+use subs_store_redb::RedbStore;
 
 use crate::admin::AdminArgs;
 use crate::data;
@@ -142,7 +142,7 @@ async fn create(args: CreateArgs) -> CliResult {
         let mut batch = Batch::new();
         // The tenant is recorded with its first key, as the admin API
         // lists tenants.
-        let tenants = store.tenants().map_err(|e| CliError::failed(anyhow!(e)))?;
+        let tenants = store.tenants().await.map_err(|e| CliError::failed(anyhow!(e)))?;
         if !tenants.iter().any(|t| t.tenant == record.tenant) {
             let now = record.created_ms;
             batch.push(Op::PutTenant(TenantRecord {
@@ -217,7 +217,8 @@ async fn list(args: ListArgs) -> CliResult {
     let file = settings::load(args.data.config.as_deref())?;
     let mut keys: Vec<(KeyRecord, String)> =
         file.key_records()?.into_iter().map(|k| (k, "config".to_owned())).collect();
-    let stored = with_store(&args.data, async |store| store.keys().map_err(|e| CliError::failed(anyhow!(e)))).await?;
+    let stored =
+        with_store(&args.data, async |store| store.keys().await.map_err(|e| CliError::failed(anyhow!(e)))).await?;
     keys.extend(stored.into_iter().map(|k| (k, "store".to_owned())));
     print_keys(
         &keys,
@@ -269,7 +270,7 @@ async fn revoke(args: RevokeArgs) -> CliResult {
     }
     let file = settings::load(args.data.config.as_deref())?;
     let revoked = with_store(&args.data, async |store| {
-        let keys = store.keys().map_err(|e| CliError::failed(anyhow!(e)))?;
+        let keys = store.keys().await.map_err(|e| CliError::failed(anyhow!(e)))?;
         let matching: Vec<&KeyRecord> = keys.iter().filter(|k| names_key(k, &wanted)).collect();
         let record = match matching.as_slice() {
             [one] => (*one).clone(),

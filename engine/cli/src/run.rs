@@ -105,7 +105,7 @@ pub async fn exec(args: RunArgs) -> CliResult {
     };
     let engine = Engine::open(store.clone(), models, config);
     engine.register_agent(LOCAL_TENANT, AGENT_ID, worker);
-    engine.resume().map_err(CliError::unavailable)?;
+    engine.resume().await.map_err(CliError::unavailable)?;
 
     let outcome = tokio::select! {
         outcome = turn(&engine, &args) => outcome,
@@ -199,7 +199,7 @@ impl Follower {
                 Ok(event) => match (event.seq, self.last) {
                     (None, _) => return Ok(event),
                     (Some(seq), Some(last)) if seq <= last => {}
-                    (Some(seq), Some(last)) if seq > last + 1 => self.fill()?,
+                    (Some(seq), Some(last)) if seq > last + 1 => self.fill().await?,
                     (Some(seq), _) => {
                         self.last = Some(seq);
                         return Ok(event);
@@ -209,7 +209,7 @@ impl Follower {
                     // Subscribed again before reading the store, so that
                     // nothing falls between the two.
                     self.live = self.engine.subscribe(LOCAL_TENANT, &self.session)?;
-                    self.fill()?;
+                    self.fill().await?;
                 }
                 Err(_) => return Err(StoreError::Closed.into()),
             }
@@ -217,9 +217,9 @@ impl Follower {
     }
 
     /// Reads the stored events after the last one passed on.
-    fn fill(&mut self) -> Result<(), StoreError> {
+    async fn fill(&mut self) -> Result<(), StoreError> {
         loop {
-            let page = self.engine.events(LOCAL_TENANT, &self.session, self.last, 256)?;
+            let page = self.engine.events(LOCAL_TENANT, &self.session, self.last, 256).await?;
             let full = page.len() == 256;
             for event in page {
                 self.last = event.seq.or(self.last);

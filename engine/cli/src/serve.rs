@@ -87,7 +87,7 @@ pub async fn exec(args: ServeArgs) -> CliResult {
 
 /// What `serve` needs, checked.
 struct Setup {
-    store: Arc<subs_engine::store::redb::RedbStore>,
+    store: Arc<subs_store_redb::RedbStore>,
     dir: PathBuf,
     addr: SocketAddr,
     models: Models,
@@ -101,7 +101,7 @@ struct Setup {
 
 async fn serve(setup: Setup) -> CliResult {
     let Setup { store, dir, addr, models, default_model, streams, config_keys, admin_keys, file } = setup;
-    let stored_keys = store.keys().map_err(CliError::unavailable)?;
+    let stored_keys = store.keys().await.map_err(CliError::unavailable)?;
     if stored_keys.iter().chain(&config_keys).any(|key| admin_keys.contains(&key.hash)) {
         return Err(CliError::usage(anyhow!(
             "the operator key is also a tenant's key: give the admin API a key of its own (`subs admin-key` makes one)"
@@ -144,13 +144,13 @@ async fn serve(setup: Setup) -> CliResult {
         .with_upload_policy(&file.upload_policy());
     // The config file's limits, with those the operator stored over them;
     // the sandbox's before any agent is loaded.
-    let config = LiveConfig::load(file.server_config(), &*dyn_store).map_err(CliError::unavailable)?;
+    let config = LiveConfig::load(file.server_config(), &*dyn_store).await.map_err(CliError::unavailable)?;
     config.apply_sandboxes(&agents).map_err(|e| CliError::unavailable(anyhow!("a stored tenant sandbox: {e}")))?;
     for (tenant, agent, error) in agents.load_all().await.map_err(CliError::unavailable)? {
         eprintln!("warning: agent `{agent}` of tenant `{tenant}` was not loaded: {error}");
     }
     config.apply_to(&engine);
-    engine.resume().map_err(CliError::unavailable)?;
+    engine.resume().await.map_err(CliError::unavailable)?;
     let (open, admin) = (keys.is_open(), keys.admin_enabled());
     let state = Arc::new(AppState {
         engine: engine.clone(),

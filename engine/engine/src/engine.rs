@@ -110,12 +110,16 @@ pub(crate) struct Shared {
 }
 
 impl crate::session::apply::SessionQuota for Shared {
+    /// Answers from the count in memory, which [`Shared::count_sessions`]
+    /// makes sure of before a session applies anything.
     fn refuse(&self, tenant: &str, creating: u64) -> Option<String> {
         let max = self.session_limits.get(tenant)?;
-        match self.tenant_sessions(tenant) {
-            Ok(count) if count.saturating_add(creating) <= max => None,
-            Ok(_) => Some(format!("the tenant has its maximum of {max} sessions")),
-            Err(error) => Some(format!("the tenant's sessions could not be counted: {error}")),
+        let counted =
+            self.session_counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(tenant).copied();
+        match counted {
+            Some(count) if count.saturating_add(creating) <= max => None,
+            Some(_) => Some(format!("the tenant has its maximum of {max} sessions")),
+            None => Some("the tenant's sessions could not be counted".to_owned()),
         }
     }
 }
@@ -233,13 +237,14 @@ impl Shared {
     }
 
     /// What the tenant's sessions have cost so far.
-    pub fn tenant_spent(&self, tenant: &str) -> Result<Money, StoreError> {
+    pub async fn tenant_spent(&self, tenant: &str) -> Result<Money, StoreError> {
         if let Some(spent) = self.spend.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(tenant) {
             return Ok(*spent);
         }
         let sum: Money = self
             .store
-            .sessions(Some(tenant))?
+            .sessions(Some(tenant))
+            .await?
             .iter()
             .filter_map(|s| s.cost.as_deref().and_then(|c| c.parse::<Money>().ok()))
             .sum();
@@ -249,13 +254,25 @@ impl Shared {
 
     /// How many sessions `tenant` has. The first call for a tenant counts
     /// them in the store; later ones are answered from memory.
-    pub fn tenant_sessions(&self, tenant: &str) -> Result<u64, StoreError> {
+    pub async fn tenant_sessions(&self, tenant: &str) -> Result<u64, StoreError> {
         let lock = || self.session_counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(count) = lock().get(tenant) {
             return Ok(*count);
         }
-        let count = self.store.session_count(tenant)?;
+        let count = self.store.session_count(tenant).await?;
         Ok(*lock().entry(tenant.to_owned()).or_insert(count))
+    }
+
+    /// Makes sure the tenant's sessions are counted in memory when it has
+    /// a session limit, so that applying (which does not wait on the
+    /// store) can check the limit. A store error leaves them uncounted:
+    /// the check then refuses, naming it.
+    pub async fn count_sessions(&self, tenant: &str) {
+        if self.session_limits.get(tenant).is_some()
+            && let Err(error) = self.tenant_sessions(tenant).await
+        {
+            tracing::warn!(tenant, %error, "the tenant's sessions could not be counted");
+        }
     }
 
     /// Counts sessions just created for their tenant.
@@ -333,9 +350,9 @@ impl Engine {
     /// can miss their first delivery (a failed try, counted against the
     /// retry policy). Where agents are known at start, [`Engine::open`],
     /// register them, then [`Engine::resume`].
-    pub fn start(store: Arc<dyn Store>, models: Models, config: EngineConfig) -> Result<Self, StartError> {
+    pub async fn start(store: Arc<dyn Store>, models: Models, config: EngineConfig) -> Result<Self, StartError> {
         let engine = Self::open(store, models, config);
-        engine.resume()?;
+        engine.resume().await?;
         Ok(engine)
     }
 
@@ -361,8 +378,8 @@ impl Engine {
 
     /// Resumes every session with work left: not idle, or with items in
     /// its inbox.
-    pub fn resume(&self) -> Result<(), StartError> {
-        for key in self.shared.store.unfinished()? {
+    pub async fn resume(&self) -> Result<(), StartError> {
+        for key in self.shared.store.unfinished().await? {
             tracing::info!(session = %key, "resuming");
             self.shared.recovering().insert(key.clone());
             self.shared.wake(&key);
@@ -424,8 +441,8 @@ impl Engine {
     }
 
     /// What `tenant`'s sessions have spent on LLM calls.
-    pub fn tenant_spent(&self, tenant: &str) -> Result<Money, StoreError> {
-        self.shared.tenant_spent(tenant)
+    pub async fn tenant_spent(&self, tenant: &str) -> Result<Money, StoreError> {
+        self.shared.tenant_spent(tenant).await
     }
 
     /// Sets (or removes) a session's budget. Raising a spent budget makes
@@ -479,12 +496,12 @@ impl Engine {
     }
 
     /// The session as stored.
-    pub fn snapshot(&self, tenant: &str, session: &str) -> Result<Option<Snapshot>, StoreError> {
+    pub async fn snapshot(&self, tenant: &str, session: &str) -> Result<Option<Snapshot>, StoreError> {
         let key = SessionKey::new(tenant, session);
         let store = self.shared.store.as_ref();
         // One read: the record, messages and calls of one state, even
         // while the session's actor commits.
-        let Some(loaded) = store.load(&key)? else { return Ok(None) };
+        let Some(loaded) = store.load(&key).await? else { return Ok(None) };
         let tree = Tree::from_records(loaded.messages.into_iter().map(|(_, r)| r));
         let head = loaded.record.head_id.as_deref();
         Ok(Some(Snapshot {
@@ -497,24 +514,24 @@ impl Engine {
 
     /// At most `limit` sessions of `tenant` with ids after `after` (from
     /// the first when `None`), ordered by id.
-    pub fn sessions_page(
+    pub async fn sessions_page(
         &self,
         tenant: &str,
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<SessionRecord>, StoreError> {
-        self.shared.store.sessions_page(tenant, after, limit)
+        self.shared.store.sessions_page(tenant, after, limit).await
     }
 
     /// How many sessions `tenant` has, spawned ones included. Counted in
     /// the store once per tenant, then kept in memory as sessions are
     /// created, so checking a quota on every new session costs nothing.
-    pub fn session_count(&self, tenant: &str) -> Result<u64, StoreError> {
-        self.shared.tenant_sessions(tenant)
+    pub async fn session_count(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.shared.tenant_sessions(tenant).await
     }
 
     /// Stored events of the session after sequence number `after`.
-    pub fn events(
+    pub async fn events(
         &self,
         tenant: &str,
         session: &str,
@@ -522,7 +539,14 @@ impl Engine {
         limit: usize,
     ) -> Result<Vec<Event>, StoreError> {
         let key = SessionKey::new(tenant, session);
-        Ok(self.shared.store.events(&key, after, limit)?.into_iter().map(|(seq, r)| Event::stored(seq, r)).collect())
+        Ok(self
+            .shared
+            .store
+            .events(&key, after, limit)
+            .await?
+            .into_iter()
+            .map(|(seq, r)| Event::stored(seq, r))
+            .collect())
     }
 
     /// Live events of the session from now on (stored ones and token
@@ -554,8 +578,8 @@ impl Engine {
     }
 
     /// A turn as stored.
-    pub fn turn(&self, tenant: &str, session: &str, turn_id: &str) -> Result<Option<TurnRecord>, StoreError> {
-        self.shared.store.turn(&SessionKey::new(tenant, session), turn_id)
+    pub async fn turn(&self, tenant: &str, session: &str, turn_id: &str) -> Result<Option<TurnRecord>, StoreError> {
+        self.shared.store.turn(&SessionKey::new(tenant, session), turn_id).await
     }
 
     /// Waits until the turn has ended and returns it.
@@ -565,7 +589,7 @@ impl Engine {
             // Listening starts before the store is read, so an end
             // committed in between is not missed.
             let ended = self.shared.hub.turn_end(&key);
-            if let Some(turn) = self.shared.store.turn(&key, turn_id)?
+            if let Some(turn) = self.shared.store.turn(&key, turn_id).await?
                 && matches!(turn.status, TurnStatus::Done | TurnStatus::Failed)
             {
                 return Ok(turn);
@@ -586,8 +610,8 @@ impl Engine {
 
     /// The bytes of data the store holds. May walk the whole store and
     /// hold commits up meanwhile: see [`Store::stored_bytes`].
-    pub fn stored_bytes(&self) -> Result<u64, StoreError> {
-        self.shared.store.stored_bytes()
+    pub async fn stored_bytes(&self) -> Result<u64, StoreError> {
+        self.shared.store.stored_bytes().await
     }
 
     /// Stops the engine at once, as a crash would: every session actor is

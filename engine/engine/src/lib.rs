@@ -27,9 +27,11 @@ pub mod events;
 pub mod model;
 pub mod retry;
 mod session;
-pub mod store;
 pub mod tools;
 pub mod worker;
+
+/// The durable store, re-exported: the engine works on any [`Store`].
+pub use subs_store as store;
 
 pub use engine::{Accepted, Engine, EngineConfig, InputError, Snapshot};
 pub use events::StreamLimits;

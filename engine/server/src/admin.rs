@@ -23,11 +23,11 @@ use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use subs_engine::store::{Batch, KeyRecord, Op, TenantRecord, valid_id};
-use subs_protocol::ProtocolError;
 use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::{KeySource, Operator, hash_key, key_prefix, names_key, new_key};
+use crate::body;
 use crate::error::{ApiError, ErrorBody};
 use crate::tenants::checked_limits;
 
@@ -179,32 +179,6 @@ pub struct TenantDeleted {
     pub cancelled_turns: usize,
 }
 
-/// Reads a body of at most [`MAX_ADMIN_BODY`] bytes; `None` when empty.
-async fn read_body(body: Body) -> Result<Option<Value>, ApiError> {
-    let bytes = axum::body::to_bytes(body, MAX_ADMIN_BODY).await.map_err(|_| ApiError::too_large(MAX_ADMIN_BODY))?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
-    }
-    subs_protocol::from_json_slice(&bytes).map(Some).map_err(|e| ApiError::body(&e))
-}
-
-/// 400 for a body that is JSON but not what the route takes, naming the
-/// field also where serde's path names none (a missing or unknown field).
-fn bad_body(error: &ProtocolError) -> ApiError {
-    let mut refusal = ApiError::body(error);
-    if refusal.field.is_none() {
-        let named = ["missing field `", "unknown field `"]
-            .iter()
-            .find_map(|start| error.message().strip_prefix(start))
-            .and_then(|rest| rest.split('`').next());
-        if let Some(field) = named {
-            refusal.field = Some(field.to_owned());
-            refusal.code = "invalid_input";
-        }
-    }
-    refusal
-}
-
 fn checked_tenant(tenant: &str) -> Result<(), ApiError> {
     if valid_id(tenant) {
         Ok(())
@@ -255,12 +229,12 @@ impl AppState {
         })
     }
 
-    fn limits_view(&self, tenant: &str) -> Result<LimitsView, ApiError> {
+    async fn limits_view(&self, tenant: &str) -> Result<LimitsView, ApiError> {
         Ok(LimitsView {
             tenant: tenant.to_owned(),
             limits: subs_protocol::to_value(&self.config.limits(tenant)),
             overrides: self.config.record(tenant).map(|r| r.limits).unwrap_or_default(),
-            spent: self.engine.tenant_spent(tenant)?.to_string(),
+            spent: self.engine.tenant_spent(tenant).await?.to_string(),
         })
     }
 
@@ -344,8 +318,7 @@ pub async fn put_tenant(
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
     checked_tenant(&tenant)?;
-    let body: Option<TenantBody> =
-        read_body(body).await?.map(subs_protocol::from_value).transpose().map_err(|e| bad_body(&e))?;
+    let body: Option<TenantBody> = body::optional_json(body, MAX_ADMIN_BODY).await?;
     let limits = body.and_then(|b| b.limits).map(|limits| checked_limits(limits, "limits")).transpose()?;
 
     let _writing = state.config.writing().await;
@@ -417,7 +390,7 @@ pub async fn delete_tenant(
     // No key reaches its sessions any more; what they were doing stops too
     // (no more LLM calls charged to a tenant that is gone).
     let mut cancelled_turns = 0;
-    for session in state.store.unfinished()?.into_iter().filter(|key| key.tenant == tenant) {
+    for session in state.store.unfinished().await?.into_iter().filter(|key| key.tenant == tenant) {
         match state.engine.cancel(&tenant, &session.session).await {
             Ok(true) => cancelled_turns += 1,
             Ok(false) => {}
@@ -453,7 +426,7 @@ pub async fn get_limits(
     if !state.tenant_exists(&tenant) {
         return Err(no_tenant(&tenant));
     }
-    Ok(Json(state.limits_view(&tenant)?))
+    Ok(Json(state.limits_view(&tenant).await?))
 }
 
 /// Sets a tenant's limits, at once and durably. The body is an object of
@@ -483,7 +456,7 @@ pub async fn put_limits(
     Path(tenant): Path<String>,
     body: Body,
 ) -> Result<Json<LimitsView>, ApiError> {
-    let body = read_body(body).await?.ok_or_else(|| {
+    let body: Value = body::optional_json(body, MAX_ADMIN_BODY).await?.ok_or_else(|| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_json",
@@ -501,7 +474,7 @@ pub async fn put_limits(
         None => TenantRecord { tenant: tenant.clone(), limits, created_ms: now, updated_ms: now },
     };
     state.put_tenant(record).await?;
-    Ok(Json(state.limits_view(&tenant)?))
+    Ok(Json(state.limits_view(&tenant).await?))
 }
 
 /// The tenant keys (hashes and first characters, never the keys), by
@@ -556,10 +529,9 @@ pub async fn create_key(
     _: Operator,
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
-    let body = read_body(body)
+    let body: NewKeyBody = body::optional_json(body, MAX_ADMIN_BODY)
         .await?
         .ok_or_else(|| ApiError::invalid("tenant", "the body is empty: send `{\"tenant\": \"…\"}`"))?;
-    let body: NewKeyBody = subs_protocol::from_value(body).map_err(|e| bad_body(&e))?;
     checked_tenant(&body.tenant)?;
     if let Some(name) = &body.name
         && (name.chars().count() > MAX_KEY_NAME || name.chars().any(char::is_control))

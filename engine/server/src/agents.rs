@@ -26,6 +26,7 @@ use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
 use utoipa::ToSchema;
 
 use crate::auth::Tenant;
+use crate::body;
 use crate::error::{ApiError, ErrorBody};
 use crate::uploads::{UploadPolicy, Uploads};
 use crate::{AppState, Limits};
@@ -200,7 +201,7 @@ impl AgentRegistry {
     /// until it is uploaded again.
     pub async fn load_all(&self) -> Result<Vec<(String, String, String)>, StoreError> {
         let mut failures = Vec::new();
-        for record in self.store.agents(None)? {
+        for record in self.store.agents(None).await? {
             match self.worker(&record.tenant, &record.agent_id, &record.current).await {
                 Ok((worker, component)) => {
                     self.registered(&record.tenant, &record.agent_id, component);
@@ -216,8 +217,8 @@ impl AgentRegistry {
     }
 
     /// Whether `tenant` has an agent `agent_id`.
-    pub fn exists(&self, tenant: &str, agent_id: &str) -> Result<bool, StoreError> {
-        Ok(self.store.agent(tenant, agent_id)?.is_some())
+    pub async fn exists(&self, tenant: &str, agent_id: &str) -> Result<bool, StoreError> {
+        Ok(self.store.agent(tenant, agent_id).await?.is_some())
     }
 
     fn component_path(&self, digest: &str) -> PathBuf {
@@ -281,7 +282,7 @@ impl AgentRegistry {
         worker: Arc<dyn Worker>,
     ) -> Result<(AgentRecord, bool), ApiError> {
         let _writing = self.writing.lock().await;
-        let record = match self.store.agent(tenant, agent_id)? {
+        let record = match self.store.agent(tenant, agent_id).await? {
             Some(current) if current.current.digest == version.digest => return Ok((current, false)),
             Some(mut record) => {
                 let previous = std::mem::replace(&mut record.current, version);
@@ -372,7 +373,7 @@ impl AgentRegistry {
     /// retried per policy) until an agent of that id is uploaded again.
     pub async fn delete(&self, tenant: &str, agent_id: &str) -> Result<bool, ApiError> {
         let _writing = self.writing.lock().await;
-        if self.store.agent(tenant, agent_id)?.is_none() {
+        if self.store.agent(tenant, agent_id).await?.is_none() {
             return Ok(false);
         }
         let mut batch = Batch::new();
@@ -439,16 +440,11 @@ pub async fn put(
     let (record, changed) = match media.as_str() {
         "application/wasm" => {
             state.agents.meter_upload(&tenant, &limits)?;
-            let bytes = axum::body::to_bytes(body, limits.max_component_bytes)
-                .await
-                .map_err(|_| ApiError::too_large(limits.max_component_bytes))?;
+            let bytes = body::bytes(body, limits.max_component_bytes).await?;
             state.agents.put_component(&tenant, &agent_id, bytes.to_vec(), &limits).await?
         }
         "application/json" => {
-            let bytes = axum::body::to_bytes(body, limits.max_body_bytes)
-                .await
-                .map_err(|_| ApiError::too_large(limits.max_body_bytes))?;
-            let agent: HttpAgent = subs_protocol::from_json_slice(&bytes).map_err(|e| ApiError::body(&e))?;
+            let agent: HttpAgent = body::json(body, limits.max_body_bytes).await?;
             state.agents.put_http(&tenant, &agent_id, agent).await?
         }
         other => {
@@ -476,7 +472,7 @@ pub async fn get(
     Tenant(tenant): Tenant,
     Path(agent_id): Path<String>,
 ) -> Result<Json<AgentView>, ApiError> {
-    let record = state.store.agent(&tenant, &agent_id)?.ok_or_else(|| ApiError::no_agent(&agent_id))?;
+    let record = state.store.agent(&tenant, &agent_id).await?.ok_or_else(|| ApiError::no_agent(&agent_id))?;
     Ok(Json(AgentView::from(&record)))
 }
 
@@ -491,7 +487,7 @@ pub async fn list(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
 ) -> Result<Json<Vec<AgentView>>, ApiError> {
-    Ok(Json(state.store.agents(Some(&tenant))?.iter().map(AgentView::from).collect()))
+    Ok(Json(state.store.agents(Some(&tenant)).await?.iter().map(AgentView::from).collect()))
 }
 
 /// Removes an agent. Its sessions stay, and resume once an agent of that

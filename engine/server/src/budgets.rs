@@ -16,6 +16,7 @@ use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::Tenant;
+use crate::body;
 use crate::error::{ApiError, ErrorBody};
 
 /// The body of `PUT …/budget`.
@@ -71,8 +72,7 @@ pub async fn session_budget(
     body: Body,
 ) -> Result<Json<SessionBudget>, ApiError> {
     let limit = state.config.limits(&tenant).max_body_bytes;
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| ApiError::too_large(limit))?;
-    let body: BudgetBody = subs_protocol::from_json_slice(&bytes).map_err(|e| ApiError::body(&e))?;
+    let body: BudgetBody = body::json(body, limit).await?;
     if body.budget.is_some_and(|b| b < Money::ZERO) {
         return Err(ApiError {
             field: Some("budget".to_owned()),
@@ -81,11 +81,11 @@ pub async fn session_budget(
     }
     let key = SessionKey::new(&tenant, &session_id);
     let not_found = || ApiError::no_session(&session_id);
-    if state.store.session(&key)?.is_none() {
+    if state.store.session(&key).await?.is_none() {
         return Err(not_found());
     }
     state.engine.set_session_budget(&tenant, &session_id, body.budget).await?;
-    let record = state.store.session(&key)?.ok_or_else(not_found)?;
+    let record = state.store.session(&key).await?.ok_or_else(not_found)?;
     Ok(Json(SessionBudget {
         session_id,
         budget: record.budget,
@@ -102,7 +102,7 @@ pub async fn session_budget(
 )]
 pub async fn usage(State(state): State<Arc<AppState>>, Tenant(tenant): Tenant) -> Result<Json<TenantUsage>, ApiError> {
     Ok(Json(TenantUsage {
-        cost: state.engine.tenant_spent(&tenant)?.to_string(),
+        cost: state.engine.tenant_spent(&tenant).await?.to_string(),
         budget: state.engine.tenant_budget(&tenant).map(|b| b.to_string()),
     }))
 }

@@ -24,6 +24,7 @@
 pub mod admin;
 pub mod agents;
 pub mod auth;
+pub mod body;
 pub mod budgets;
 pub mod error;
 pub mod metrics;

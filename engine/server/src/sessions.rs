@@ -15,6 +15,7 @@ use subs_protocol::{AgentConfig, Call, ClientInput, Message, MessageTree, Worker
 use utoipa::ToSchema;
 
 use crate::auth::Tenant;
+use crate::body;
 use crate::error::{ApiError, ErrorBody};
 use crate::{AppState, stream};
 
@@ -143,12 +144,9 @@ pub async fn input(
     body: Body,
 ) -> Result<Response, ApiError> {
     let limits = state.config.limits(&tenant);
-    let bytes = axum::body::to_bytes(body, limits.max_body_bytes)
-        .await
-        .map_err(|_| ApiError::too_large(limits.max_body_bytes))?;
-    let input: ClientInput = subs_protocol::from_json_slice(&bytes).map_err(|e| ApiError::body(&e))?;
+    let input: ClientInput = body::json(body, limits.max_body_bytes).await?;
     let key = SessionKey::new(&tenant, &session_id);
-    let existing = state.store.session(&key)?;
+    let existing = state.store.session(&key).await?;
 
     let (agent_id, wants_stream) = match &input {
         ClientInput::ClientMessage(m) => (Some(&m.agent_id), m.stream == Some(true)),
@@ -159,7 +157,7 @@ pub async fn input(
     // A new session's agent must exist; its tenant's session limit is the
     // engine's to check (spawned sessions are held to it too).
     if let (Some(agent_id), None) = (agent_id, &existing)
-        && !state.agents.exists(&tenant, agent_id)?
+        && !state.agents.exists(&tenant, agent_id).await?
     {
         return Err(ApiError {
             status: StatusCode::NOT_FOUND,
@@ -202,7 +200,8 @@ pub async fn snapshot(
     Tenant(tenant): Tenant,
     Path(session_id): Path<String>,
 ) -> Result<Json<SessionView>, ApiError> {
-    let snapshot = state.engine.snapshot(&tenant, &session_id)?.ok_or_else(|| ApiError::no_session(&session_id))?;
+    let snapshot =
+        state.engine.snapshot(&tenant, &session_id).await?.ok_or_else(|| ApiError::no_session(&session_id))?;
     let r = snapshot.record;
     Ok(Json(SessionView {
         session_id: r.key.session,
@@ -266,7 +265,7 @@ pub async fn list(
         return Err(bad("after", format!("`{after}` is not a session id")));
     }
     // One more than the page, to know whether another follows.
-    let mut sessions = state.engine.sessions_page(&tenant, after, limit + 1)?;
+    let mut sessions = state.engine.sessions_page(&tenant, after, limit + 1).await?;
     let more = sessions.len() > limit;
     sessions.truncate(limit);
     let next = match sessions.last() {
@@ -296,7 +295,7 @@ pub async fn cancel(
     Tenant(tenant): Tenant,
     Path(session_id): Path<String>,
 ) -> Result<Json<Cancelled>, ApiError> {
-    if state.store.session(&SessionKey::new(&tenant, &session_id))?.is_none() {
+    if state.store.session(&SessionKey::new(&tenant, &session_id)).await?.is_none() {
         return Err(ApiError::no_session(&session_id));
     }
     let cancelled = state.engine.cancel(&tenant, &session_id).await?;

@@ -76,7 +76,7 @@ pub async fn events(
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<EventStream, ApiError> {
-    if state.store.session(&SessionKey::new(&tenant, &session_id))?.is_none() {
+    if state.store.session(&SessionKey::new(&tenant, &session_id)).await?.is_none() {
         return Err(ApiError::no_session(&session_id));
     }
     let header = headers.get("last-event-id").map(|v| v.to_str().unwrap_or("not text"));
@@ -195,7 +195,7 @@ impl Pump {
                 continue;
             }
             if self.replaying {
-                self.read_page()?;
+                self.read_page().await?;
                 continue;
             }
             match self.live.recv_frame().await {
@@ -228,8 +228,8 @@ impl Pump {
 
     /// Reads the next page of stored events after the last one passed on,
     /// serialized as live ones are (which also makes their size known).
-    fn read_page(&mut self) -> Option<()> {
-        let page = match self.engine.events(&self.tenant, &self.session, self.last, self.page) {
+    async fn read_page(&mut self) -> Option<()> {
+        let page = match self.engine.events(&self.tenant, &self.session, self.last, self.page).await {
             Ok(page) => page,
             Err(e) => {
                 tracing::error!(error = %e, "event replay failed");

@@ -90,8 +90,8 @@ impl LiveConfig {
     }
 
     /// The config file's settings with the tenants of `store` over them.
-    pub fn load(file: ServerConfig, store: &dyn Store) -> Result<Self, StoreError> {
-        Ok(Self::new(file, store.tenants()?))
+    pub async fn load(file: ServerConfig, store: &dyn Store) -> Result<Self, StoreError> {
+        Ok(Self::new(file, store.tenants().await?))
     }
 
     /// What the config file says.

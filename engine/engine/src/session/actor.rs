@@ -201,7 +201,7 @@ impl Actor {
     /// and arm the timer for what comes due later.
     async fn pump(&mut self) -> Result<(), StoreError> {
         if !self.loaded {
-            self.session = Session::load(self.shared.store.as_ref(), &self.key)?;
+            self.session = Session::load(self.shared.store.as_ref(), &self.key).await?;
             self.loaded = true;
             if self.session.is_some() && self.shared.take_recovering(&self.key) {
                 self.mark_interrupted().await?;
@@ -213,7 +213,7 @@ impl Actor {
         }
 
         if std::mem::take(&mut self.check_inbox) {
-            let items = self.shared.store.inbox(&self.key)?;
+            let items = self.shared.store.inbox(&self.key).await?;
             if !items.is_empty() {
                 let ctx = ctx(&self.shared);
                 let mut change = Change::default();
@@ -287,7 +287,7 @@ impl Actor {
             }
             _ => match self.shared.tenant_budget(&self.key.tenant) {
                 Some(budget) => {
-                    let used = self.shared.tenant_spent(&self.key.tenant)?;
+                    let used = self.shared.tenant_spent(&self.key.tenant).await?;
                     (used >= budget).then(|| format!("the tenant's budget of ${budget} is spent (${used} used)"))
                 }
                 None => None,
@@ -560,6 +560,7 @@ impl Actor {
                 let _ = reply.send(Err(InputError::NoSession(self.key.session.clone())));
                 return Ok(());
             }
+            self.shared.count_sessions(&self.key.tenant).await;
             if let Some(refused) = self.shared.refuse(&self.key.tenant, 1) {
                 let _ = reply.send(Err(InputError::LimitExceeded(refused)));
                 return Ok(());
@@ -574,7 +575,7 @@ impl Actor {
         }
         let ctx = ctx(&self.shared);
         let mut change = Change { created: u64::from(fresh), ..Change::default() };
-        let result = self.session.as_mut().expect("created above").accept_input(input, &ctx, &mut change);
+        let result = self.session.as_mut().expect("created above").accept_input(input, &ctx, &mut change).await;
         match result {
             Err(e) => {
                 // Nothing of a refused input may linger in memory: the
@@ -582,7 +583,7 @@ impl Actor {
                 // each commit), so it is read again. Refusals are rare;
                 // copying the whole session before every input, to restore
                 // it, cost more than this.
-                let reloaded = Session::load(self.shared.store.as_ref(), &self.key);
+                let reloaded = Session::load(self.shared.store.as_ref(), &self.key).await;
                 let _ = reply.send(Err(e));
                 self.session = reloaded?;
                 Ok(())
@@ -614,11 +615,14 @@ impl Actor {
         if front != seq {
             return Ok(());
         }
+        // A decision may spawn sessions: the limit is checked against the
+        // count in memory.
+        self.shared.count_sessions(&self.key.tenant).await;
         let ctx = ctx(&self.shared);
         let session = self.session.as_mut().expect("loaded");
         let trigger = session.trigger(&step.trigger);
         let outcome = match result {
-            Ok(decision) => match validate::validate(session, &trigger, &decision, ctx.store) {
+            Ok(decision) => match validate::validate(session, &trigger, &decision, ctx.store).await {
                 Ok(()) => Ok(decision),
                 Err(rule) => Err((clip(format!("the decision was rejected: {rule}"), ERROR_TEXT_BYTES), true)),
             },

@@ -155,7 +155,7 @@ impl Session {
     // ---- inputs ------------------------------------------------------------
 
     /// Accepts a client input.
-    pub fn accept_input(
+    pub async fn accept_input(
         &mut self,
         input: ClientInput,
         ctx: &Ctx<'_>,
@@ -163,7 +163,7 @@ impl Session {
     ) -> Result<Accepted, InputError> {
         match input {
             ClientInput::ClientMessage(_) | ClientInput::ClientMessages(_) | ClientInput::ClientAction(_) => {
-                self.accept_turn_input(input, ctx, change)
+                self.accept_turn_input(input, ctx, change).await
             }
             ClientInput::InterruptResume(resume) => {
                 let Some(i) = self.record.interrupts.iter().position(|i| i.interrupt_id == resume.interrupt_id) else {
@@ -215,7 +215,7 @@ impl Session {
         }
     }
 
-    fn accept_turn_input(
+    async fn accept_turn_input(
         &mut self,
         input: ClientInput,
         ctx: &Ctx<'_>,
@@ -238,7 +238,7 @@ impl Session {
                 return Err(InputError::invalid(format!("turn_id `{id}` is not a valid id"), "turn_id"));
             }
             Some(id) => {
-                if ctx.store.turn(self.key(), id).map_err(|e| InputError::Store(e.to_string()))?.is_some() {
+                if ctx.store.turn(self.key(), id).await.map_err(|e| InputError::Store(e.to_string()))?.is_some() {
                     return Ok(Accepted { turn_id: Some(id.clone()), existing: true });
                 }
                 id.clone()

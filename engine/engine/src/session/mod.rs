@@ -76,8 +76,8 @@ pub(crate) struct Change {
 
 impl Session {
     /// Loads a session from the store; `None` if it does not exist.
-    pub fn load(store: &dyn Store, key: &SessionKey) -> Result<Option<Self>, StoreError> {
-        let Some(loaded) = store.load(key)? else { return Ok(None) };
+    pub async fn load(store: &dyn Store, key: &SessionKey) -> Result<Option<Self>, StoreError> {
+        let Some(loaded) = store.load(key).await? else { return Ok(None) };
         let tree = Tree::from_records(loaded.messages.into_iter().map(|(_, r)| r));
         let calls = loaded.calls.into_iter().map(|c| (c.call.id.clone(), c)).collect();
         let steps = loaded.steps.into_iter().filter(|(_, s)| s.status == StepStatus::Pending).collect();

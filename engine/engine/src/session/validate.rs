@@ -11,7 +11,7 @@ use crate::store::{SessionKey, Store, valid_id};
 use crate::tools;
 
 /// Checks `decision`, the answer to `trigger`, against the session.
-pub(crate) fn validate(
+pub(crate) async fn validate(
     session: &Session,
     trigger: &Trigger,
     decision: &DecisionResponse,
@@ -87,14 +87,14 @@ pub(crate) fn validate(
                     return Err(at(format!("session_id `{}` is not a valid id", spawn.session_id)));
                 }
                 let child = SessionKey::new(&session.record.key.tenant, &spawn.session_id);
-                if store.session(&child).map_err(|e| at(e.to_string()))?.is_some() {
+                if store.session(&child).await.map_err(|e| at(e.to_string()))?.is_some() {
                     return Err(at(format!("session `{}` already exists", spawn.session_id)));
                 }
                 check_new_call_id(session, &spawn.tool_call_id, &mut new_calls).map_err(at)?;
             }
             Action::MessageSend(send) => {
                 if send.session_id != session.record.key.session {
-                    check_family(session, &send.session_id, store).map_err(at)?;
+                    check_family(session, &send.session_id, store).await.map_err(at)?;
                 }
             }
             Action::Interrupt(interrupt) => {
@@ -184,13 +184,13 @@ fn check_new_call_id(session: &Session, id: &str, new_calls: &mut HashSet<String
 
 /// `message.send` reaches this session or one of its family: sessions with
 /// the same root ancestor, of the same tenant.
-fn check_family(session: &Session, target: &str, store: &dyn Store) -> Result<(), String> {
+async fn check_family(session: &Session, target: &str, store: &dyn Store) -> Result<(), String> {
     let missing = || format!("session `{target}` does not exist or is not in this session's family");
     if !valid_id(target) {
         return Err(missing());
     }
     let key = SessionKey::new(&session.record.key.tenant, target);
-    let Some(other) = store.session(&key).map_err(|e| e.to_string())? else { return Err(missing()) };
+    let Some(other) = store.session(&key).await.map_err(|e| e.to_string())? else { return Err(missing()) };
     let root = |ancestry: &[String], own: &str| ancestry.first().cloned().unwrap_or_else(|| own.to_owned());
     if root(&other.ancestry, target) == root(&session.record.ancestry, &session.record.key.session) {
         Ok(())
@@ -246,8 +246,7 @@ mod fuzz {
     use subs_protocol::{AgentConfig, AgentTool, Message, Role, SubAgent, arbitrary};
 
     use super::*;
-    use crate::store::MessageRecord;
-    use crate::store::redb::RedbStore;
+    use crate::store::{MemStore, MessageRecord};
 
     fn session() -> Session {
         let key = SessionKey::new("t", "s");
@@ -274,15 +273,15 @@ mod fuzz {
 
     #[test]
     fn any_decision_to_any_trigger_is_accepted_or_refused_with_a_reason() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = RedbStore::open(dir.path().join("subs.redb")).unwrap();
+        let store = MemStore::new();
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let session = session();
         let cases = std::env::var("FUZZ_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(3000);
         let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
         let (accepted, refused) = (std::cell::Cell::new(0u32), std::cell::Cell::new(0u32));
         runner
             .run(&(arbitrary::trigger(), arbitrary::decision_response()), |(trigger, decision)| {
-                match validate(&session, &trigger, &decision, &store) {
+                match runtime.block_on(validate(&session, &trigger, &decision, &store)) {
                     Ok(()) => accepted.set(accepted.get() + 1),
                     Err(reason) => {
                         assert!(!reason.trim().is_empty(), "a refusal without a reason for {decision:?}");

@@ -54,7 +54,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 
 use super::{NamedTable, Write};
-use crate::store::StoreError;
+use subs_store::StoreError;
 
 /// The journal file's size, written with zeros when it is created so that
 /// appending never changes the file's size or allocation (a sync then
@@ -138,7 +138,7 @@ impl Journal {
     /// [`open`](Self::open), asking for `mode`; direct I/O falls back to
     /// buffered writes where it is not available.
     pub fn open_with(path: PathBuf, store: u64, applied: u64, mode: Mode) -> Result<(Journal, Found), StoreError> {
-        let io = |what: &str, err: io::Error| StoreError::Io(format!("{what} {}: {err}", path.display()));
+        let io = |what: &str, err: io::Error| StoreError::io(format!("{what} {}", path.display()), err);
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -394,7 +394,7 @@ fn sync_parent(path: &Path) -> io::Result<()> {
 /// the next record. Reads record by record: usually only the first block.
 fn scan(file: &mut File, size: u64, store: u64, applied: u64, path: &Path) -> Result<Found, StoreError> {
     let unreadable =
-        |err: io::Error| StoreError::Io(format!("cannot read the store's journal {}: {err}", path.display()));
+        |err: io::Error| StoreError::io(format!("cannot read the store's journal {}", path.display()), err);
     let mut records = Vec::new();
     let mut at = 0u64;
     let mut previous: Option<u64> = None;

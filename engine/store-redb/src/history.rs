@@ -30,18 +30,18 @@ use ::redb::{ReadableTable, Table, WriteTransaction};
 use serde::Serialize;
 
 use super::{SESSION_SLOT, name, open_write, redb_error};
-use crate::store::StoreError;
+use subs_store::StoreError;
 
 /// What a frame holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
-    /// A [`MessageRecord`](crate::store::MessageRecord) under its sequence number.
+    /// A [`MessageRecord`](subs_store::MessageRecord) under its sequence number.
     Message = 1,
-    /// A [`StepRecord`](crate::store::StepRecord) under its sequence number.
+    /// A [`StepRecord`](subs_store::StepRecord) under its sequence number.
     Step = 2,
-    /// An [`EventRecord`](crate::store::EventRecord) under its sequence number.
+    /// An [`EventRecord`](subs_store::EventRecord) under its sequence number.
     Event = 3,
-    /// A [`CallRecord`](crate::store::CallRecord) under its id.
+    /// A [`CallRecord`](subs_store::CallRecord) under its id.
     Call = 4,
     /// The call of this id is settled and forgotten.
     CallGone = 5,
@@ -74,7 +74,7 @@ pub(super) struct Frame<'a> {
 /// Appends a frame to `value`. Fails only for an id or record over 4 GiB,
 /// which nothing that passed the engine's limits can be.
 pub(super) fn push(value: &mut Vec<u8>, kind: Kind, seq: u64, id: &str, payload: &[u8]) -> Result<(), StoreError> {
-    let too_large = || StoreError::Io(format!("a record of {} bytes is too large to store", payload.len()));
+    let too_large = || StoreError::io("cannot store a record", format!("{} bytes is too large", payload.len()));
     let id_len = u32::try_from(id.len()).map_err(|_| too_large())?;
     let payload_len = u32::try_from(payload.len()).map_err(|_| too_large())?;
     value.reserve(HEADER + id.len() + payload.len());
@@ -103,12 +103,12 @@ pub(super) fn push_json(
     let payload_at = value.len();
     if let Err(err) = serde_json::to_writer(&mut *value, record) {
         value.truncate(start);
-        return Err(StoreError::Io(format!("cannot encode a record for {label}: {err}")));
+        return Err(StoreError::io(format!("cannot encode a record for {label}"), err));
     }
     let Ok(len) = u32::try_from(value.len() - payload_at) else {
         let len = value.len() - payload_at;
         value.truncate(start);
-        return Err(StoreError::Io(format!("a record of {len} bytes is too large to store")));
+        return Err(StoreError::io("cannot store a record", format!("{len} bytes is too large")));
     };
     // The payload length is the header's last word.
     value[start + HEADER - 4..start + HEADER].copy_from_slice(&len.to_le_bytes());

@@ -31,13 +31,16 @@
 //! so ops are unconditional writes; a store shared by several engine nodes
 //! would add leases on top of this trait, not change it.
 
+pub mod conformance;
 pub mod fault;
+pub mod mem;
 pub mod records;
-pub mod redb;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
+pub use self::mem::MemStore;
 pub use self::records::*;
 
 /// A boxed, sendable future (keeps [`Store`] object-safe).
@@ -192,7 +195,7 @@ pub struct StoreStats {
 }
 
 /// Why the store failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// Another process holds the database.
@@ -202,8 +205,15 @@ pub enum StoreError {
         path: String,
     },
     /// The database could not be opened, read or written.
-    #[error("store I/O failed: {0}")]
-    Io(String),
+    #[error("{op}: {source}")]
+    Io {
+        /// What the store was doing, e.g. "cannot write the journal
+        /// /data/subs.journal".
+        op: String,
+        /// The cause, kept whole for callers that walk the chain.
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync>,
+    },
     /// A stored record could not be decoded (a bug or a corrupted file).
     #[error("a stored record is unreadable ({table}): {message}")]
     Corrupt {
@@ -218,36 +228,57 @@ pub enum StoreError {
     Closed,
 }
 
+impl StoreError {
+    /// An I/O failure while doing `op`, caused by `source`.
+    pub fn io(op: impl Into<String>, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::Io { op: op.into(), source: Arc::from(source.into()) }
+    }
+}
+
+/// A store's result.
+pub type StoreResult<T> = Result<T, StoreError>;
+
 /// Durable storage of sessions.
 ///
 /// Reads see every batch whose `commit` has returned. Implementations must
-/// make each batch atomic and durable before `commit` resolves.
-pub trait Store: Send + Sync + 'static {
+/// make each batch atomic and durable before `commit` resolves, and apply
+/// batches in the order their commits were called when one caller awaits
+/// each before the next. Every read is async, so a backend may answer over
+/// the network; an embedded one answers at once. [`conformance::run`]
+/// checks all of this for any implementation.
+pub trait Store: StoreAdmin + Send + Sync + 'static {
     /// Makes `batch` durable, all or nothing.
-    fn commit(&self, batch: Batch) -> BoxFuture<'_, Result<(), StoreError>>;
+    fn commit(&self, batch: Batch) -> BoxFuture<'_, StoreResult<()>>;
 
     /// The session's record.
-    fn session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError>;
+    fn session<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<SessionRecord>>>;
 
     /// Every session of `tenant` (all tenants when `None`), ordered by key.
-    fn sessions(&self, tenant: Option<&str>) -> Result<Vec<SessionRecord>, StoreError>;
+    fn sessions<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>>;
 
     /// At most `limit` sessions of `tenant` whose ids come after `after`
     /// (from the first when `None`), ordered by id: a page of `sessions`.
-    fn sessions_page(&self, tenant: &str, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>, StoreError> {
-        let sessions = self.sessions(Some(tenant))?.into_iter();
-        Ok(sessions.filter(|s| after.is_none_or(|after| s.key.session.as_str() > after)).take(limit).collect())
+    fn sessions_page<'a>(
+        &'a self,
+        tenant: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
+        Box::pin(async move {
+            let sessions = self.sessions(Some(tenant)).await?.into_iter();
+            Ok(sessions.filter(|s| after.is_none_or(|after| s.key.session.as_str() > after)).take(limit).collect())
+        })
     }
 
     /// How many sessions `tenant` has: `sessions(Some(tenant)).len()`,
     /// which implementations should answer without decoding the records.
-    fn session_count(&self, tenant: &str) -> Result<u64, StoreError> {
-        Ok(self.sessions(Some(tenant))?.len() as u64)
+    fn session_count<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, StoreResult<u64>> {
+        Box::pin(async move { Ok(self.sessions(Some(tenant)).await?.len() as u64) })
     }
 
     /// Sessions that may have work to resume: status not idle, or an item
     /// in the inbox.
-    fn unfinished(&self) -> Result<Vec<SessionKey>, StoreError>;
+    fn unfinished(&self) -> BoxFuture<'_, StoreResult<Vec<SessionKey>>>;
 
     /// What loading a session into memory needs, read as one consistent
     /// snapshot: its record, its messages, its calls in flight and its
@@ -256,55 +287,70 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// The default reads each part on its own; a store that can read them
     /// together (and see one state for all four) should.
-    fn load(&self, key: &SessionKey) -> Result<Option<LoadedSession>, StoreError> {
-        let Some(record) = self.session(key)? else { return Ok(None) };
-        Ok(Some(LoadedSession {
-            messages: self.messages(key)?,
-            calls: self.calls(key)?,
-            steps: self.steps(key, record.first_open_step)?,
-            record,
-        }))
+    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<LoadedSession>>> {
+        Box::pin(async move {
+            let Some(record) = self.session(key).await? else { return Ok(None) };
+            Ok(Some(LoadedSession {
+                messages: self.messages(key).await?,
+                calls: self.calls(key).await?,
+                steps: self.steps(key, record.first_open_step).await?,
+                record,
+            }))
+        })
     }
 
     /// The session's messages in sequence order.
-    fn messages(&self, key: &SessionKey) -> Result<Vec<(u64, MessageRecord)>, StoreError>;
+    fn messages<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, MessageRecord)>>>;
 
     /// The session's steps with sequence number `from` or later, in order.
-    fn steps(&self, key: &SessionKey, from: u64) -> Result<Vec<(u64, StepRecord)>, StoreError>;
+    fn steps<'a>(&'a self, key: &'a SessionKey, from: u64) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>>;
 
     /// The session's in-flight calls.
-    fn calls(&self, key: &SessionKey) -> Result<Vec<CallRecord>, StoreError>;
+    fn calls<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>>;
 
-    /// The agents of `tenant` (all tenants when `None`), by id.
-    fn agents(&self, tenant: Option<&str>) -> Result<Vec<AgentRecord>, StoreError>;
+    /// The agents of `tenant` (all tenants when `None`), by tenant and id.
+    fn agents<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<AgentRecord>>>;
 
     /// One agent.
-    fn agent(&self, tenant: &str, agent_id: &str) -> Result<Option<AgentRecord>, StoreError>;
+    fn agent<'a>(&'a self, tenant: &'a str, agent_id: &'a str) -> BoxFuture<'a, StoreResult<Option<AgentRecord>>>;
 
-    /// Every stored API key (hashes, never the keys).
-    fn keys(&self) -> Result<Vec<KeyRecord>, StoreError>;
+    /// Every stored API key (hashes, never the keys), by tenant and hash.
+    fn keys(&self) -> BoxFuture<'_, StoreResult<Vec<KeyRecord>>>;
 
     /// Every stored tenant, by name.
-    fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError>;
+    fn tenants(&self) -> BoxFuture<'_, StoreResult<Vec<TenantRecord>>>;
 
     /// The session's events with sequence number greater than `after` (all
     /// when `None`), in order, at most `limit`.
-    fn events(&self, key: &SessionKey, after: Option<u64>, limit: usize)
-    -> Result<Vec<(u64, EventRecord)>, StoreError>;
+    fn events<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        after: Option<u64>,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<(u64, EventRecord)>>>;
 
     /// A turn by id.
-    fn turn(&self, key: &SessionKey, turn_id: &str) -> Result<Option<TurnRecord>, StoreError>;
+    fn turn<'a>(&'a self, key: &'a SessionKey, turn_id: &'a str) -> BoxFuture<'a, StoreResult<Option<TurnRecord>>>;
 
     /// The session's inbox, oldest first.
-    fn inbox(&self, key: &SessionKey) -> Result<Vec<(u64, InboxItem)>, StoreError>;
+    fn inbox<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, InboxItem)>>>;
+}
 
+/// What operators and benchmarks ask of a store, apart from sessions.
+pub trait StoreAdmin: Send + Sync {
     /// What the store has done so far: counters kept in memory, cheap
     /// enough for every metrics scrape.
-    fn stats(&self) -> Result<StoreStats, StoreError>;
+    fn stats(&self) -> StoreResult<StoreStats>;
 
     /// Bytes of user data stored (keys and values), as the database reports
     /// them; excludes free and fragmented pages. May walk the whole store
     /// and hold commits up meanwhile: for tests, benchmarks and tools,
     /// never for a hot path or a scrape.
-    fn stored_bytes(&self) -> Result<u64, StoreError>;
+    fn stored_bytes(&self) -> BoxFuture<'_, StoreResult<u64>>;
+}
+
+/// A future that is already resolved, boxed: how an embedded store, whose
+/// reads never wait, answers the async reads of [`Store`].
+pub fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, T> {
+    Box::pin(std::future::ready(value))
 }

@@ -9,17 +9,16 @@
 //! races (cancellation, shutdown, concurrent sessions) to show.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), subs_engine::store::StoreError> {
-//! use subs_engine::store::fault::FaultyStore;
-//! use subs_engine::store::redb::RedbStore;
+//! # async fn demo() {
+//! use subs_store::MemStore;
+//! use subs_store::fault::FaultyStore;
 //!
-//! let store = FaultyStore::new(RedbStore::open("/tmp/test.redb")?);
+//! let store = FaultyStore::new(MemStore::new());
 //! store.crash_after(3);
 //! // ... run the engine on `store` until it crashes:
 //! store.wait_crashed().await;
-//! store.into_inner().close().await?;
-//! // ... reopen the file and check what survived.
-//! # Ok(())
+//! let survived = store.into_inner();
+//! // ... start an engine on what survived and check it.
 //! # }
 //! ```
 
@@ -28,9 +27,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::{
+use crate::{
     AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, MessageRecord,
-    SessionKey, SessionRecord, StepRecord, Store, StoreError, StoreStats, TenantRecord, TurnRecord,
+    SessionKey, SessionRecord, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats, TenantRecord,
+    TurnRecord,
 };
 
 /// A [`Store`] that passes everything to `inner` until it is told to
@@ -159,7 +159,7 @@ impl<S: Store> FaultyStore<S> {
 }
 
 impl<S: Store> Store for FaultyStore<S> {
-    fn commit(&self, batch: Batch) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn commit(&self, batch: Batch) -> BoxFuture<'_, StoreResult<()>> {
         let admitted = self.admit();
         Box::pin(async move {
             let delay = admitted.ok_or(StoreError::Closed)?;
@@ -170,80 +170,87 @@ impl<S: Store> Store for FaultyStore<S> {
         })
     }
 
-    fn session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+    fn session<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<SessionRecord>>> {
         self.inner.session(key)
     }
 
-    fn sessions(&self, tenant: Option<&str>) -> Result<Vec<SessionRecord>, StoreError> {
+    fn sessions<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
         self.inner.sessions(tenant)
     }
 
-    fn session_count(&self, tenant: &str) -> Result<u64, StoreError> {
+    fn session_count<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, StoreResult<u64>> {
         self.inner.session_count(tenant)
     }
 
-    fn sessions_page(&self, tenant: &str, after: Option<&str>, limit: usize) -> Result<Vec<SessionRecord>, StoreError> {
+    fn sessions_page<'a>(
+        &'a self,
+        tenant: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
         self.inner.sessions_page(tenant, after, limit)
     }
 
-    fn unfinished(&self) -> Result<Vec<SessionKey>, StoreError> {
+    fn unfinished(&self) -> BoxFuture<'_, StoreResult<Vec<SessionKey>>> {
         self.inner.unfinished()
     }
 
-    fn load(&self, key: &SessionKey) -> Result<Option<LoadedSession>, StoreError> {
+    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<LoadedSession>>> {
         self.inner.load(key)
     }
 
-    fn messages(&self, key: &SessionKey) -> Result<Vec<(u64, MessageRecord)>, StoreError> {
+    fn messages<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, MessageRecord)>>> {
         self.inner.messages(key)
     }
 
-    fn steps(&self, key: &SessionKey, from: u64) -> Result<Vec<(u64, StepRecord)>, StoreError> {
+    fn steps<'a>(&'a self, key: &'a SessionKey, from: u64) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
         self.inner.steps(key, from)
     }
 
-    fn calls(&self, key: &SessionKey) -> Result<Vec<CallRecord>, StoreError> {
+    fn calls<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>> {
         self.inner.calls(key)
     }
 
-    fn agents(&self, tenant: Option<&str>) -> Result<Vec<AgentRecord>, StoreError> {
+    fn agents<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<AgentRecord>>> {
         self.inner.agents(tenant)
     }
 
-    fn agent(&self, tenant: &str, agent_id: &str) -> Result<Option<AgentRecord>, StoreError> {
+    fn agent<'a>(&'a self, tenant: &'a str, agent_id: &'a str) -> BoxFuture<'a, StoreResult<Option<AgentRecord>>> {
         self.inner.agent(tenant, agent_id)
     }
 
-    fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+    fn keys(&self) -> BoxFuture<'_, StoreResult<Vec<KeyRecord>>> {
         self.inner.keys()
     }
 
-    fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
+    fn tenants(&self) -> BoxFuture<'_, StoreResult<Vec<TenantRecord>>> {
         self.inner.tenants()
     }
 
-    fn events(
-        &self,
-        key: &SessionKey,
+    fn events<'a>(
+        &'a self,
+        key: &'a SessionKey,
         after: Option<u64>,
         limit: usize,
-    ) -> Result<Vec<(u64, EventRecord)>, StoreError> {
+    ) -> BoxFuture<'a, StoreResult<Vec<(u64, EventRecord)>>> {
         self.inner.events(key, after, limit)
     }
 
-    fn turn(&self, key: &SessionKey, turn_id: &str) -> Result<Option<TurnRecord>, StoreError> {
+    fn turn<'a>(&'a self, key: &'a SessionKey, turn_id: &'a str) -> BoxFuture<'a, StoreResult<Option<TurnRecord>>> {
         self.inner.turn(key, turn_id)
     }
 
-    fn inbox(&self, key: &SessionKey) -> Result<Vec<(u64, InboxItem)>, StoreError> {
+    fn inbox<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, InboxItem)>>> {
         self.inner.inbox(key)
     }
+}
 
-    fn stats(&self) -> Result<StoreStats, StoreError> {
+impl<S: Store> StoreAdmin for FaultyStore<S> {
+    fn stats(&self) -> StoreResult<StoreStats> {
         self.inner.stats()
     }
 
-    fn stored_bytes(&self) -> Result<u64, StoreError> {
+    fn stored_bytes(&self) -> BoxFuture<'_, StoreResult<u64>> {
         self.inner.stored_bytes()
     }
 }
@@ -255,8 +262,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::store::Op;
-    use crate::store::redb::RedbStore;
+    use crate::{MemStore, Op};
 
     fn event_batch(seq: u64) -> Batch {
         let mut batch = Batch::new();
@@ -268,15 +274,14 @@ mod tests {
         batch
     }
 
-    fn stored_events(store: &impl Store) -> Vec<u64> {
-        store.events(&SessionKey::new("t1", "s1"), None, 100).unwrap().into_iter().map(|(seq, _)| seq).collect()
+    async fn stored_events(store: &impl Store) -> Vec<u64> {
+        let events = store.events(&SessionKey::new("t1", "s1"), None, 100).await.unwrap();
+        events.into_iter().map(|(seq, _)| seq).collect()
     }
 
     #[tokio::test]
     async fn crash_after_lets_n_commits_through_and_nothing_after() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("subs.redb");
-        let store = FaultyStore::new(RedbStore::open(&path).unwrap());
+        let store = FaultyStore::new(MemStore::new());
         store.crash_after(3);
         for seq in 0..3 {
             store.commit(event_batch(seq)).await.unwrap();
@@ -289,18 +294,13 @@ mod tests {
         store.wait_crashed().await;
         assert_eq!((store.commits(), store.refused()), (3, 3));
         // Reads still reach the inner store.
-        assert_eq!(stored_events(&store), vec![0, 1, 2]);
-
-        store.into_inner().close().await.unwrap();
-        let reopened = RedbStore::open(&path).unwrap();
-        assert_eq!(stored_events(&reopened), vec![0, 1, 2]);
-        reopened.close().await.unwrap();
+        assert_eq!(stored_events(&store).await, vec![0, 1, 2]);
+        assert_eq!(stored_events(&store.into_inner()).await, vec![0, 1, 2]);
     }
 
     #[tokio::test]
     async fn concurrent_commits_cross_the_crash_in_one_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(FaultyStore::new(RedbStore::open(dir.path().join("subs.redb")).unwrap()));
+        let store = Arc::new(FaultyStore::new(MemStore::new()));
         store.crash_after(10);
         let tasks: Vec<_> = (0..50)
             .map(|seq| {
@@ -313,14 +313,13 @@ mod tests {
             passed += u64::from(task.await.unwrap());
         }
         assert_eq!(passed, 10);
-        assert_eq!(stored_events(store.as_ref()).len(), 10);
+        assert_eq!(stored_events(store.as_ref()).await.len(), 10);
         assert_eq!((store.commits(), store.refused()), (10, 40));
     }
 
     #[tokio::test]
     async fn wait_crashed_wakes_when_the_crash_happens() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(FaultyStore::new(RedbStore::open(dir.path().join("subs.redb")).unwrap()));
+        let store = Arc::new(FaultyStore::new(MemStore::new()));
         let waiter = tokio::spawn({
             let store = Arc::clone(&store);
             async move { store.wait_crashed().await }
@@ -331,20 +330,19 @@ mod tests {
         assert!(!store.crashed(), "the crash comes with the next commit");
         assert!(store.commit(event_batch(0)).await.is_err());
         waiter.await.unwrap();
-        assert!(stored_events(store.as_ref()).is_empty());
+        assert!(stored_events(store.as_ref()).await.is_empty());
     }
 
     #[tokio::test]
     async fn a_commit_delay_holds_commits_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = FaultyStore::new(RedbStore::open(dir.path().join("subs.redb")).unwrap());
+        let store = FaultyStore::new(MemStore::new());
         store.set_commit_delay(Duration::from_millis(100));
         let started = tokio::time::Instant::now();
         store.commit(event_batch(0)).await.unwrap();
         assert!(started.elapsed() >= Duration::from_millis(100));
-        assert_eq!(stored_events(&store), vec![0]);
+        assert_eq!(stored_events(&store).await, vec![0]);
         store.crash_now();
         assert!(store.commit(event_batch(1)).await.is_err());
-        assert_eq!(stored_events(&store), vec![0]);
+        assert_eq!(stored_events(&store).await, vec![0]);
     }
 }

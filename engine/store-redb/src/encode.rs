@@ -1,0 +1,186 @@
+//! Encoding: a batch's ops become the writes the writer applies (and
+//! the journal records), records become JSON bytes and back.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// One op of a batch, encoded and ready to write. Encoding happens on the
+/// committing task so the writer thread only touches the disk.
+#[derive(Debug)]
+pub(crate) enum Write {
+    Session {
+        key: String,
+        active: bool,
+        value: Vec<u8>,
+    },
+    /// A session's history writes of one batch, framed ([`history`]).
+    Log {
+        key: String,
+        value: Vec<u8>,
+    },
+    PutNamed {
+        table: NamedTable,
+        key: String,
+        id: String,
+        value: Vec<u8>,
+    },
+    DeleteNamed {
+        table: NamedTable,
+        key: String,
+        id: String,
+    },
+    PushInbox {
+        key: String,
+        value: Vec<u8>,
+    },
+    DeleteInbox {
+        key: String,
+        seq: u64,
+    },
+}
+
+impl Write {
+    /// The storage key of the session the write touches.
+    #[cfg(test)]
+    pub(crate) fn key(&self) -> &str {
+        match self {
+            Write::Session { key, .. }
+            | Write::Log { key, .. }
+            | Write::PutNamed { key, .. }
+            | Write::DeleteNamed { key, .. }
+            | Write::PushInbox { key, .. }
+            | Write::DeleteInbox { key, .. } => key,
+        }
+    }
+}
+
+/// Tables keyed by (session or tenant, id).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum NamedTable {
+    Turns,
+    Agents,
+    Keys,
+    Tenants,
+}
+
+/// Encodes a batch's ops for the writer. A session's messages, steps,
+/// events and call changes are framed into one log value, written after
+/// the batch's other writes (they touch other tables, so the order between
+/// them does not matter).
+pub(crate) fn encode(batch: Batch) -> Result<Vec<Write>, StoreError> {
+    let mut writes = Vec::with_capacity(batch.ops.len());
+    let mut logs: Vec<(SessionKey, Vec<u8>)> = Vec::new();
+    for op in batch.ops {
+        let write = match op {
+            Op::PutSession(record) => Write::Session {
+                key: storage_key(&record.key),
+                active: record.status != SessionStatus::Idle,
+                value: encode_value(name::SESSIONS, &record)?,
+            },
+            Op::PutMessage { session, seq, record } => {
+                let log = log_of(&mut logs, session);
+                history::push_json(log, history::Kind::Message, seq, "", &record, name::MESSAGES)?;
+                continue;
+            }
+            Op::PutStep { session, seq, record } => {
+                let log = log_of(&mut logs, session);
+                history::push_json(log, history::Kind::Step, seq, "", &record, name::STEPS)?;
+                continue;
+            }
+            Op::PutEvent { session, seq, record } => {
+                let log = log_of(&mut logs, session);
+                history::push_json(log, history::Kind::Event, seq, "", &record, name::EVENTS)?;
+                continue;
+            }
+            Op::PutCall { session, record } => {
+                let log = log_of(&mut logs, session);
+                history::push_json(log, history::Kind::Call, 0, &record.call.id, &record, name::CALLS)?;
+                continue;
+            }
+            Op::DeleteCall { session, call_id } => {
+                history::push(log_of(&mut logs, session), history::Kind::CallGone, 0, &call_id, &[])?;
+                continue;
+            }
+            Op::PutTurn { session, turn_id, record } => Write::PutNamed {
+                table: NamedTable::Turns,
+                key: storage_key(&session),
+                id: turn_id,
+                value: encode_value(name::TURNS, &record)?,
+            },
+            Op::PushInbox { session, item } => {
+                Write::PushInbox { key: storage_key(&session), value: encode_value(name::INBOX, &item)? }
+            }
+            Op::DeleteInbox { session, seq } => Write::DeleteInbox { key: storage_key(&session), seq },
+            Op::PutAgent(record) => Write::PutNamed {
+                table: NamedTable::Agents,
+                key: record.tenant.clone(),
+                id: record.agent_id.clone(),
+                value: encode_value(name::AGENTS, &record)?,
+            },
+            Op::DeleteAgent { tenant, agent_id } => {
+                Write::DeleteNamed { table: NamedTable::Agents, key: tenant, id: agent_id }
+            }
+            Op::PutKey(record) => Write::PutNamed {
+                table: NamedTable::Keys,
+                key: record.tenant.clone(),
+                id: record.hash.clone(),
+                value: encode_value(name::KEYS, &record)?,
+            },
+            Op::DeleteKey { tenant, hash } => Write::DeleteNamed { table: NamedTable::Keys, key: tenant, id: hash },
+            Op::PutTenant(record) => Write::PutNamed {
+                table: NamedTable::Tenants,
+                key: record.tenant.clone(),
+                id: TENANT_SLOT.to_owned(),
+                value: encode_value(name::TENANTS, &record)?,
+            },
+            Op::DeleteTenant { tenant } => {
+                Write::DeleteNamed { table: NamedTable::Tenants, key: tenant, id: TENANT_SLOT.to_owned() }
+            }
+        };
+        writes.push(write);
+    }
+    writes.extend(logs.into_iter().map(|(session, value)| Write::Log { key: storage_key(&session), value }));
+    Ok(writes)
+}
+
+/// The log value being built for `session` (a batch nearly always touches
+/// one session, so a list is the cheapest map).
+pub(crate) fn log_of(logs: &mut Vec<(SessionKey, Vec<u8>)>, session: SessionKey) -> &mut Vec<u8> {
+    let at = match logs.iter().position(|(key, _)| *key == session) {
+        Some(at) => at,
+        None => {
+            // A batch's frames (a step, a message, its event) usually come
+            // to 1–2 KiB: growing from nothing would copy them several times.
+            logs.push((session, Vec::with_capacity(2048)));
+            logs.len() - 1
+        }
+    };
+    &mut logs[at].1
+}
+
+/// The session's storage key. Ids are validated where they enter the
+/// engine; one with a `/` here would be read back as another session.
+pub(crate) fn storage_key(key: &SessionKey) -> String {
+    debug_assert!(
+        !key.tenant.contains('/') && !key.session.contains('/'),
+        "session key {key:?} holds a '/'; ids must pass valid_id"
+    );
+    key.storage_key()
+}
+
+pub(crate) fn encode_value(table: &'static str, value: &impl Serialize) -> Result<Vec<u8>, StoreError> {
+    // Room for a session record (about 450 bytes) without regrowing.
+    let mut out = Vec::with_capacity(512);
+    serde_json::to_writer(&mut out, value)
+        .map_err(|err| StoreError::io(format!("cannot encode a record for {table}"), err))?;
+    Ok(out)
+}
+
+pub(crate) fn decode<T: DeserializeOwned>(table: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|err| StoreError::Corrupt { table, message: err.to_string() })
+}
+
+pub(crate) fn parse_key(table: &'static str, key: &str) -> Result<SessionKey, StoreError> {
+    SessionKey::from_storage_key(key)
+        .ok_or_else(|| StoreError::Corrupt { table, message: format!("{key:?} is not a session key") })
+}

@@ -1,0 +1,373 @@
+//! Reads, each in one read transaction on the caller's thread.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// Reads, each in one redb read transaction on the caller's thread; the
+/// [`Store`] methods answer with them at once.
+impl RedbStore {
+    pub(crate) fn read_session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+        self.read(|txn| {
+            let table = open_read(txn, LOG, name::LOG)?;
+            let value =
+                table.get((key.storage_key().as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
+            value.map(|value| decode(name::SESSIONS, value.value())).transpose()
+        })
+    }
+
+    pub(crate) fn read_all_sessions(&self, tenant: Option<&str>) -> Result<Vec<SessionRecord>, StoreError> {
+        let mut sessions = self.scan_sessions(tenant, None, usize::MAX)?;
+        // Storage keys order `a-b/x` before `a/x`; callers expect the order
+        // of `SessionKey` (tenant, then session).
+        sessions.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(sessions)
+    }
+
+    pub(crate) fn read_page_of_sessions(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        // Within one tenant's prefix, storage keys are in session id order.
+        self.scan_sessions(Some(tenant), after, limit)
+    }
+
+    pub(crate) fn read_session_count(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.read(|txn| {
+            let table = open_read(txn, LOG, name::LOG)?;
+            let mut count = 0;
+            // As `sessions` does, only keys with a record count (a log
+            // without one is what only a damaged file holds); the record is
+            // looked up, not decoded.
+            each_session(&table, Some(tenant), None, |session| {
+                if table.get((session, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?.is_some() {
+                    count += 1;
+                }
+                Ok(ControlFlow::Continue(()))
+            })?;
+            Ok(count)
+        })
+    }
+
+    pub(crate) fn read_unfinished(&self) -> Result<Vec<SessionKey>, StoreError> {
+        self.read(|txn| {
+            let mut keys = BTreeSet::new();
+            let active = open_read(txn, ACTIVE, name::ACTIVE)?;
+            for entry in active.iter().map_err(|err| redb_error(name::ACTIVE, err))? {
+                let (key, _) = entry.map_err(|err| redb_error(name::ACTIVE, err))?;
+                keys.insert(parse_key(name::ACTIVE, key.value())?);
+            }
+            // The inbox only holds items not yet taken in, so scanning it
+            // whole stays cheap.
+            let inbox = open_read(txn, INBOX, name::INBOX)?;
+            for entry in inbox.iter().map_err(|err| redb_error(name::INBOX, err))? {
+                let (key, _) = entry.map_err(|err| redb_error(name::INBOX, err))?;
+                keys.insert(parse_key(name::INBOX, key.value().0)?);
+            }
+            Ok(keys.into_iter().collect())
+        })
+    }
+
+    pub(crate) fn read_messages(&self, key: &SessionKey) -> Result<Vec<(u64, MessageRecord)>, StoreError> {
+        self.read(|txn| Ok(read_history(txn, key, Wanted { messages: true, ..Wanted::default() })?.messages))
+    }
+
+    pub(crate) fn read_steps(&self, key: &SessionKey, from: u64) -> Result<Vec<(u64, StepRecord)>, StoreError> {
+        self.read(|txn| Ok(read_history(txn, key, Wanted { steps_from: Some(from), ..Wanted::default() })?.steps))
+    }
+
+    pub(crate) fn read_calls(&self, key: &SessionKey) -> Result<Vec<CallRecord>, StoreError> {
+        self.read(|txn| Ok(read_history(txn, key, Wanted { calls: true, ..Wanted::default() })?.calls))
+    }
+
+    /// One read transaction and one pass over the session's log.
+    pub(crate) fn read_load(&self, key: &SessionKey) -> Result<Option<LoadedSession>, StoreError> {
+        self.read(|txn| {
+            let table = open_read(txn, LOG, name::LOG)?;
+            let record =
+                table.get((key.storage_key().as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
+            let Some(record) = record else { return Ok(None) };
+            let record: SessionRecord = decode(name::SESSIONS, record.value())?;
+            let wanted = Wanted { messages: true, steps_from: Some(record.first_open_step), calls: true };
+            let History { messages, steps, calls } = read_history(txn, key, wanted)?;
+            Ok(Some(LoadedSession { record, messages, steps, calls }))
+        })
+    }
+
+    pub(crate) fn read_agents(&self, tenant: Option<&str>) -> Result<Vec<AgentRecord>, StoreError> {
+        self.read(|txn| scan_named(txn, AGENTS, name::AGENTS, tenant))
+    }
+
+    pub(crate) fn read_agent(&self, tenant: &str, agent_id: &str) -> Result<Option<AgentRecord>, StoreError> {
+        self.read(|txn| {
+            let table = open_read(txn, AGENTS, name::AGENTS)?;
+            let value = table.get((tenant, agent_id)).map_err(|err| redb_error(name::AGENTS, err))?;
+            value.map(|value| decode(name::AGENTS, value.value())).transpose()
+        })
+    }
+
+    pub(crate) fn read_keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        self.read(|txn| scan_named(txn, KEYS, name::KEYS, None))
+    }
+
+    pub(crate) fn read_tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
+        self.read(|txn| scan_named(txn, TENANTS, name::TENANTS, None))
+    }
+
+    pub(crate) fn read_events(
+        &self,
+        key: &SessionKey,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, EventRecord)>, StoreError> {
+        let from = match after {
+            None => 0,
+            Some(after) => match after.checked_add(1) {
+                Some(from) => from,
+                None => return Ok(Vec::new()),
+            },
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.read(|txn| {
+            let table = open_read(txn, LOG, name::LOG)?;
+            let storage = key.storage_key();
+            let range = (storage.as_str(), 0)..(storage.as_str(), SESSION_SLOT);
+            // Events are appended in sequence order. A client resuming near
+            // the end of the stream (a reconnect, nearly always) is served
+            // walking back from the newest entry; if that does not reach
+            // `from` within a few entries, the page is read forward from
+            // the oldest, stopping at `limit`.
+            let mut found = Vec::new();
+            // Every entry with events from `from` on has been read.
+            let mut complete = false;
+            let mut newest = table.range(range).map_err(|err| redb_error(name::LOG, err))?.rev();
+            for _ in 0..BACKWARD_ENTRIES {
+                let Some(entry) = newest.next() else {
+                    complete = true;
+                    break;
+                };
+                let (_, value) = entry.map_err(|err| redb_error(name::LOG, err))?;
+                let mut reached = false;
+                let first_of_entry = found.len();
+                for frame in history::frames(value.value()) {
+                    let frame = frame?;
+                    if frame.kind == history::Kind::Event {
+                        if frame.seq >= from {
+                            found.push((frame.seq, frame.payload.to_vec()));
+                        } else {
+                            reached = true;
+                        }
+                    }
+                }
+                // `found` runs newest first: this entry's events go in
+                // reversed.
+                found[first_of_entry..].reverse();
+                if reached {
+                    complete = true;
+                    break;
+                }
+            }
+            if complete {
+                found.reverse();
+                found.truncate(limit);
+            } else {
+                found.clear();
+                scan_log(txn, key, |frame| {
+                    if frame.kind == history::Kind::Event && frame.seq >= from {
+                        found.push((frame.seq, frame.payload.to_vec()));
+                        if found.len() == limit {
+                            return Ok(ControlFlow::Break(()));
+                        }
+                    }
+                    Ok(ControlFlow::Continue(()))
+                })?;
+            }
+            found.into_iter().map(|(seq, value)| Ok((seq, decode(name::EVENTS, &value)?))).collect()
+        })
+    }
+
+    pub(crate) fn read_turn(&self, key: &SessionKey, turn_id: &str) -> Result<Option<TurnRecord>, StoreError> {
+        self.read(|txn| {
+            let table = open_read(txn, TURNS, name::TURNS)?;
+            let value = table.get((key.storage_key().as_str(), turn_id)).map_err(|err| redb_error(name::TURNS, err))?;
+            value.map(|value| decode(name::TURNS, value.value())).transpose()
+        })
+    }
+
+    pub(crate) fn read_inbox(&self, key: &SessionKey) -> Result<Vec<(u64, InboxItem)>, StoreError> {
+        self.read(|txn| scan_inbox(txn, key))
+    }
+
+    /// The writer's counters; touches neither the file nor the writer.
+    pub(crate) fn read_stats(&self) -> Result<StoreStats, StoreError> {
+        if self.db.read().unwrap_or_else(PoisonError::into_inner).is_none() {
+            return Err(StoreError::Closed);
+        }
+        Ok(StoreStats {
+            batches: self.counters.batches.load(Ordering::Relaxed),
+            commits: self.counters.commits.load(Ordering::Relaxed),
+        })
+    }
+
+    /// redb's `DatabaseStats::stored_bytes`: the bytes of the keys and
+    /// values in our tables, without B-tree overhead, free or fragmented
+    /// pages. redb computes it only inside a write transaction, by walking
+    /// every table, so this waits for a commit in progress and holds the
+    /// writer up while it walks.
+    pub(crate) fn read_stored_bytes(&self) -> Result<u64, StoreError> {
+        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+        let db = db.as_ref().ok_or(StoreError::Closed)?;
+        let txn = db.begin_write().map_err(|err| redb_error(name::DATABASE, err))?;
+        let stats = txn.stats().map_err(|err| redb_error(name::DATABASE, err));
+        // Nothing was written: aborting just gives the lock back.
+        let _ = txn.abort();
+        Ok(stats?.stored_bytes())
+    }
+}
+
+/// Calls `f` with the storage key of every session in `log` (of `tenant`
+/// only, when given; after the session id `after` of that tenant, when
+/// given too) in key order, until `f` breaks. Ids hold no `/`, so
+/// `tenant/` prefixes exactly this tenant's keys. From each session's
+/// first entry the next session is one seek past it: no history is read.
+pub(crate) fn each_session(
+    table: &ReadOnlyTable<(&'static str, u64), &'static [u8]>,
+    tenant: Option<&str>,
+    after: Option<&str>,
+    mut f: impl FnMut(&str) -> Result<ControlFlow<()>, StoreError>,
+) -> Result<(), StoreError> {
+    let prefix = tenant.map(|tenant| format!("{tenant}/"));
+    let mut from = match (&prefix, after) {
+        // The smallest key after every key of session `after`.
+        (Some(prefix), Some(after)) => format!("{prefix}{after}\0"),
+        (prefix, _) => prefix.clone().unwrap_or_default(),
+    };
+    loop {
+        let next = table.range((from.as_str(), 0)..).map_err(|err| redb_error(name::LOG, err))?.next();
+        let Some(entry) = next else { return Ok(()) };
+        let (key, _) = entry.map_err(|err| redb_error(name::LOG, err))?;
+        let session = key.value().0.to_owned();
+        if prefix.as_ref().is_some_and(|prefix| !session.starts_with(prefix.as_str())) {
+            return Ok(());
+        }
+        if f(&session)?.is_break() {
+            return Ok(());
+        }
+        from = session + "\0";
+    }
+}
+
+/// The session's inbox items, in sequence order.
+pub(crate) fn scan_inbox(txn: &ReadTransaction, key: &SessionKey) -> Result<Vec<(u64, InboxItem)>, StoreError> {
+    let table = open_read(txn, INBOX, name::INBOX)?;
+    let key = key.storage_key();
+    let entries =
+        table.range((key.as_str(), 0)..=(key.as_str(), u64::MAX)).map_err(|err| redb_error(name::INBOX, err))?;
+    let mut records = Vec::new();
+    for entry in entries {
+        let (k, value) = entry.map_err(|err| redb_error(name::INBOX, err))?;
+        records.push((k.value().1, decode(name::INBOX, value.value())?));
+    }
+    Ok(records)
+}
+
+/// Which parts of a session's history [`read_history`] decodes.
+#[derive(Default)]
+pub(crate) struct Wanted {
+    pub(crate) messages: bool,
+    /// Steps from this sequence number on.
+    pub(crate) steps_from: Option<u64>,
+    pub(crate) calls: bool,
+}
+
+/// A session's history as its log adds up to.
+pub(crate) struct History {
+    pub(crate) messages: Vec<(u64, MessageRecord)>,
+    pub(crate) steps: Vec<(u64, StepRecord)>,
+    pub(crate) calls: Vec<CallRecord>,
+}
+
+/// Folds the session's log in one pass: every message, the last version
+/// of each step, the calls not yet gone. Only what is `wanted` is decoded,
+/// and a step or call only once, in its last version.
+pub(crate) fn read_history(txn: &ReadTransaction, key: &SessionKey, wanted: Wanted) -> Result<History, StoreError> {
+    let mut messages = Vec::new();
+    let mut steps = BTreeMap::new();
+    let mut calls = BTreeMap::new();
+    scan_log(txn, key, |frame| {
+        match frame.kind {
+            history::Kind::Message if wanted.messages => {
+                messages.push((frame.seq, decode(name::MESSAGES, frame.payload)?));
+            }
+            history::Kind::Step if wanted.steps_from.is_some_and(|from| frame.seq >= from) => {
+                steps.insert(frame.seq, frame.payload.to_vec());
+            }
+            history::Kind::Call if wanted.calls => {
+                calls.insert(frame.id.to_owned(), frame.payload.to_vec());
+            }
+            history::Kind::CallGone if wanted.calls => {
+                calls.remove(frame.id);
+            }
+            _ => {}
+        }
+        Ok(ControlFlow::Continue(()))
+    })?;
+    Ok(History {
+        messages,
+        steps: steps
+            .into_iter()
+            .map(|(seq, value)| Ok((seq, decode(name::STEPS, &value)?)))
+            .collect::<Result<_, _>>()?,
+        calls: calls.values().map(|value| decode(name::CALLS, value)).collect::<Result<_, _>>()?,
+    })
+}
+
+/// Shows `visit` every frame of the session's log, oldest first, until it
+/// breaks.
+pub(crate) fn scan_log(
+    txn: &ReadTransaction,
+    key: &SessionKey,
+    mut visit: impl FnMut(history::Frame<'_>) -> Result<ControlFlow<()>, StoreError>,
+) -> Result<(), StoreError> {
+    let table = open_read(txn, LOG, name::LOG)?;
+    let key = key.storage_key();
+    let entries =
+        table.range((key.as_str(), 0)..(key.as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
+    for entry in entries {
+        let (_, value) = entry.map_err(|err| redb_error(name::LOG, err))?;
+        for frame in history::frames(value.value()) {
+            if visit(frame?)?.is_break() {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every record of a (key, id) table whose key is `key` (all keys when
+/// `None`), in id order.
+pub(crate) fn scan_named<T: DeserializeOwned>(
+    txn: &ReadTransaction,
+    table: TableDefinition<(&'static str, &'static str), &'static [u8]>,
+    name: &'static str,
+    key: Option<&str>,
+) -> Result<Vec<T>, StoreError> {
+    let table = open_read(txn, table, name)?;
+    let entries = match key {
+        Some(key) => table.range((key, "")..),
+        None => table.range::<(&str, &str)>(..),
+    }
+    .map_err(|err| redb_error(name, err))?;
+    let mut records = Vec::new();
+    for entry in entries {
+        let (k, value) = entry.map_err(|err| redb_error(name, err))?;
+        if key.is_some_and(|key| k.value().0 != key) {
+            break;
+        }
+        records.push(decode(name, value.value())?);
+    }
+    Ok(records)
+}

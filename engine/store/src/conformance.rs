@@ -1,0 +1,791 @@
+//! The conformance suite: every property of a [`Store`] the engine relies
+//! on, as one function any backend's tests call.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use subs_store::conformance::{self, Backend};
+//! use subs_store::MemStore;
+//!
+//! struct Mem;
+//! impl Backend for Mem {
+//!     type Store = MemStore;
+//!     async fn open(&mut self) -> MemStore { MemStore::new() }
+//!     async fn reopen(&mut self, store: MemStore) -> MemStore { store }
+//! }
+//! conformance::run(&mut Mem).await;
+//! # }
+//! ```
+//!
+//! Each property opens a fresh store and panics, naming itself, at the
+//! first read that differs from what the trait promises. The properties:
+//!
+//! - **reads**: every read returns what the ops wrote, in the documented
+//!   order, and nothing of another session or tenant (ids chosen so that
+//!   one is a prefix of another, as strings and as storage keys);
+//! - **ops in order**: a batch applies its ops in order, and a later
+//!   commit's writes replace an earlier one's;
+//! - **atomic and durable**: a committed batch is wholly there after a
+//!   reopen; a crash between any two commits (by [`FaultyStore`]) leaves
+//!   exactly the commits before it, compared record by record with the
+//!   same batches applied to a [`MemStore`];
+//! - **concurrent commits**: many commits at once all land, each visible
+//!   when its commit returns;
+//! - **recovery**: `unfinished` follows status and inbox, across reopen;
+//! - **paging**: `sessions_page` and `session_count` agree with `sessions`;
+//! - **event replay**: `events` from every id and with every page size
+//!   returns exactly the events after it;
+//! - **inbox numbers** increase across the store and across reopens, and
+//!   are never reused;
+//! - **agents, keys and tenants** are kept per tenant, replaced and
+//!   removed.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::fault::FaultyStore;
+use crate::{
+    AgentRecord, AgentVersion, AgentWorker, Batch, CallRecord, CallSpec, EventRecord, InboxItem, KeyRecord, MemStore,
+    MessageRecord, Op, SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin, StoredTrigger,
+    TenantRecord, TurnRecord, TurnStatus,
+};
+
+/// How the suite makes stores of one backend.
+pub trait Backend {
+    /// The store under test.
+    type Store: Store;
+
+    /// A new, empty store.
+    fn open(&mut self) -> impl Future<Output = Self::Store>;
+
+    /// Closes `store` and opens its data again, as a restarted process
+    /// would (for an in-memory store: the same store).
+    fn reopen(&mut self, store: Self::Store) -> impl Future<Output = Self::Store>;
+}
+
+/// Runs every property against stores from `backend`; panics naming the
+/// first property that does not hold.
+pub async fn run<B: Backend>(backend: &mut B) {
+    reads_return_what_the_ops_wrote(backend).await;
+    ops_apply_in_order(backend).await;
+    a_committed_batch_survives_a_reopen(backend).await;
+    a_crash_between_commits_keeps_exactly_the_commits_before_it(backend).await;
+    concurrent_commits_all_land(backend).await;
+    unfinished_follows_status_and_inbox_across_reopen(backend).await;
+    events_replay_from_every_id(backend).await;
+    inbox_numbers_keep_increasing_across_reopen(backend).await;
+    agents_and_keys_are_kept_per_tenant(backend).await;
+    tenants_are_kept_replaced_and_removed(backend).await;
+}
+
+/// Records to write in tests, each made from a name so that two calls with
+/// the same name make equal records.
+pub mod sample {
+    use subs_protocol::{ClientContext, DraftMessage};
+
+    use super::*;
+
+    /// A session of tenant `t1`.
+    pub fn key(session: &str) -> SessionKey {
+        SessionKey::new("t1", session)
+    }
+
+    /// A session record with `status`.
+    pub fn session(key: &SessionKey, status: SessionStatus) -> SessionRecord {
+        SessionRecord {
+            key: key.clone(),
+            agent_id: "agent".to_owned(),
+            identity: Default::default(),
+            status,
+            state: json!({"n": 1}),
+            agent: None,
+            head_id: None,
+            ancestry: Vec::new(),
+            parent: None,
+            next: Default::default(),
+            first_open_step: 0,
+            turn: None,
+            queued: Vec::new(),
+            interrupts: Vec::new(),
+            usage: json!({}),
+            cost: None,
+            budget: None,
+            created_ms: 1,
+            updated_ms: 2,
+        }
+    }
+
+    /// A user message with id `id`.
+    pub fn message(id: &str) -> MessageRecord {
+        MessageRecord {
+            message: serde_json::from_value(json!({"id": id, "role": "user", "content": format!("text of {id}")}))
+                .expect("a valid message"),
+            parent_id: None,
+        }
+    }
+
+    /// A pending step for a client message.
+    pub fn step(decision_id: &str) -> StepRecord {
+        let trigger = StoredTrigger::ClientMessages {
+            fork_id: None,
+            new: vec![DraftMessage::user("hi")],
+            client: ClientContext::default(),
+        };
+        StepRecord::pending(None, decision_id.to_owned(), trigger)
+    }
+
+    /// A sub-agent call in flight.
+    pub fn call(id: &str) -> CallRecord {
+        CallRecord {
+            call: serde_json::from_value(json!({"id": id, "kind": "sub_agent", "status": "pending", "attempt": 1}))
+                .expect("a valid call"),
+            turn_id: None,
+            retry: None,
+            retry_at_ms: None,
+            spec: CallSpec::SubAgent { tool_call_id: format!("tc-{id}") },
+        }
+    }
+
+    /// The `n`th event.
+    pub fn event(n: u64) -> EventRecord {
+        EventRecord { name: "message".to_owned(), data: json!({"n": n}) }
+    }
+
+    /// A turn with `status`.
+    pub fn turn(status: TurnStatus) -> TurnRecord {
+        TurnRecord { status, data: Some(json!({"ok": true})), started_ms: 5, ended_ms: None }
+    }
+
+    /// A message from another session.
+    pub fn item(text: &str) -> InboxItem {
+        InboxItem::Message { message: DraftMessage::user(text), from: "other".to_owned() }
+    }
+
+    /// Agent `id` of `tenant`.
+    pub fn agent(tenant: &str, id: &str) -> AgentRecord {
+        AgentRecord {
+            tenant: tenant.to_owned(),
+            agent_id: id.to_owned(),
+            current: AgentVersion {
+                digest: format!("sha256:{id}"),
+                worker: AgentWorker::Http { url: "http://127.0.0.1:1/".to_owned(), secret: None },
+                created_ms: 1,
+            },
+            history: Vec::new(),
+            created_ms: 1,
+        }
+    }
+
+    /// A key of `tenant` with hash `hash`.
+    pub fn api_key(tenant: &str, hash: &str, created_ms: u64) -> KeyRecord {
+        KeyRecord {
+            tenant: tenant.to_owned(),
+            hash: hash.to_owned(),
+            prefix: "subs_ab".to_owned(),
+            name: None,
+            created_ms,
+        }
+    }
+
+    /// Tenant `name` with `limits` (a JSON object).
+    pub fn tenant(name: &str, limits: Value, created_ms: u64) -> TenantRecord {
+        let limits = limits.as_object().cloned().unwrap_or_default();
+        TenantRecord { tenant: name.to_owned(), limits, created_ms, updated_ms: created_ms }
+    }
+
+    /// A batch of `ops`.
+    pub fn batch(ops: impl IntoIterator<Item = Op>) -> Batch {
+        Batch { ops: ops.into_iter().collect() }
+    }
+
+    /// One batch holding every kind of session op for `key`.
+    pub fn full_batch(key: &SessionKey) -> Batch {
+        let s = || key.clone();
+        batch([
+            Op::PutSession(session(key, SessionStatus::Running)),
+            Op::PutMessage { session: s(), seq: 0, record: message("m0") },
+            Op::PutMessage { session: s(), seq: 1, record: message("m1") },
+            Op::PutStep { session: s(), seq: 0, record: step("d0") },
+            Op::PutCall { session: s(), record: call("c1") },
+            Op::PutEvent { session: s(), seq: 0, record: event(0) },
+            Op::PutTurn { session: s(), turn_id: "turn-1".to_owned(), record: turn(TurnStatus::Running) },
+            Op::PushInbox { session: s(), item: item("hello") },
+        ])
+    }
+}
+
+use sample::*;
+
+/// Everything `store` holds for `sessions` and its tenants' agents, keys
+/// and tenants, as JSON, for comparing two stores. Inbox items are listed
+/// without their numbers, which each store picks.
+pub async fn dump(store: &dyn Store, sessions: &[SessionKey], turns: &[&str]) -> Value {
+    let mut per_session = Vec::new();
+    for key in sessions {
+        let record = store.session(key).await.expect("session");
+        let first_open = record.as_ref().map_or(0, |r| r.first_open_step);
+        let mut stored_turns = Vec::new();
+        for id in turns {
+            stored_turns.push(json!([id, store.turn(key, id).await.expect("turn")]));
+        }
+        let inbox: Vec<InboxItem> = store.inbox(key).await.expect("inbox").into_iter().map(|(_, i)| i).collect();
+        per_session.push(json!({
+            "session": record,
+            "messages": store.messages(key).await.expect("messages"),
+            "steps": store.steps(key, 0).await.expect("steps"),
+            "open_steps": store.steps(key, first_open).await.expect("steps"),
+            "calls": store.calls(key).await.expect("calls"),
+            "events": store.events(key, None, usize::MAX).await.expect("events"),
+            "turns": stored_turns,
+            "inbox": inbox,
+        }));
+    }
+    json!({
+        "sessions": per_session,
+        "all_sessions": store.sessions(None).await.expect("sessions"),
+        "unfinished": store.unfinished().await.expect("unfinished"),
+        "agents": store.agents(None).await.expect("agents"),
+        "keys": store.keys().await.expect("keys"),
+        "tenants": store.tenants().await.expect("tenants"),
+    })
+}
+
+async fn assert_full_batch(property: &str, store: &dyn Store, key: &SessionKey) {
+    let at = |what: &str| format!("conformance: {property}: {what} of the committed batch");
+    assert_eq!(store.session(key).await.unwrap(), Some(session(key, SessionStatus::Running)), "{}", at("session"));
+    assert_eq!(store.messages(key).await.unwrap(), [(0, message("m0")), (1, message("m1"))], "{}", at("messages"));
+    assert_eq!(store.steps(key, 0).await.unwrap(), [(0, step("d0"))], "{}", at("steps"));
+    assert_eq!(store.calls(key).await.unwrap(), [call("c1")], "{}", at("calls"));
+    assert_eq!(store.events(key, None, 10).await.unwrap(), [(0, event(0))], "{}", at("events"));
+    assert_eq!(store.turn(key, "turn-1").await.unwrap(), Some(turn(TurnStatus::Running)), "{}", at("turn"));
+    let inbox: Vec<_> = store.inbox(key).await.unwrap().into_iter().map(|(_, i)| i).collect();
+    assert_eq!(inbox, [item("hello")], "{}", at("inbox"));
+}
+
+async fn reads_return_what_the_ops_wrote<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: reads return what the ops wrote";
+    let store = backend.open().await;
+    let s1 = key("s1");
+    // `s10` shares `s1`'s prefix, tenant `t` is a prefix of `t1`, and
+    // `t1-x` sorts before `t1/` as a storage key.
+    let s10 = key("s10");
+    let other = SessionKey::new("t", "s1");
+    let dashed = SessionKey::new("t1-x", "s0");
+    let mut ops = vec![
+        Op::PutSession(session(&s10, SessionStatus::Idle)),
+        Op::PutSession(session(&s1, SessionStatus::Idle)),
+        Op::PutSession(session(&other, SessionStatus::Idle)),
+        Op::PutSession(session(&dashed, SessionStatus::Idle)),
+    ];
+    for seq in 0..10 {
+        ops.push(Op::PutStep { session: s1.clone(), seq, record: step(&format!("d{seq}")) });
+        ops.push(Op::PutEvent { session: s1.clone(), seq, record: event(seq) });
+        ops.push(Op::PutMessage { session: s1.clone(), seq, record: message(&format!("m{seq}")) });
+    }
+    ops.push(Op::PutStep { session: s10.clone(), seq: 3, record: step("other") });
+    ops.push(Op::PutEvent { session: s10.clone(), seq: 3, record: event(99) });
+    for id in ["c1", "c2", "c3"] {
+        ops.push(Op::PutCall { session: s1.clone(), record: call(id) });
+    }
+    ops.push(Op::PutCall { session: s10.clone(), record: call("c9") });
+    for text in ["first", "second", "third"] {
+        ops.push(Op::PushInbox { session: s1.clone(), item: item(text) });
+    }
+    ops.push(Op::PushInbox { session: s10.clone(), item: item("elsewhere") });
+    ops.push(Op::PutTurn { session: s1.clone(), turn_id: "turn-1".to_owned(), record: turn(TurnStatus::Running) });
+    store.commit(batch(ops)).await.unwrap();
+
+    let tenant_keys = async |tenant| -> Vec<SessionKey> {
+        store.sessions(tenant).await.unwrap().into_iter().map(|record| record.key).collect()
+    };
+    assert_eq!(tenant_keys(Some("t1")).await, [s1.clone(), s10.clone()], "{P}: sessions of t1");
+    assert_eq!(tenant_keys(Some("t")).await, std::slice::from_ref(&other), "{P}: sessions of t");
+    assert_eq!(tenant_keys(Some("nobody")).await, Vec::<SessionKey>::new(), "{P}: sessions of nobody");
+    let all = [other.clone(), s1.clone(), s10.clone(), dashed.clone()];
+    assert_eq!(tenant_keys(None).await, all, "{P}: every session, by tenant then id");
+    // Pages of one tenant, in id order, from after any id (one stored or
+    // not).
+    let page = async |tenant, after, limit| -> Vec<SessionKey> {
+        store.sessions_page(tenant, after, limit).await.unwrap().into_iter().map(|record| record.key).collect()
+    };
+    let none = Vec::<SessionKey>::new();
+    assert_eq!(page("t1", None, 1).await, std::slice::from_ref(&s1), "{P}: first page");
+    assert_eq!(page("t1", Some("s1"), 1).await, std::slice::from_ref(&s10), "{P}: page after s1");
+    assert_eq!(page("t1", Some("s1-"), 5).await, std::slice::from_ref(&s10), "{P}: page after an id not stored");
+    assert_eq!(page("t1", Some("a"), 5).await, [s1.clone(), s10.clone()], "{P}: page after a");
+    assert_eq!(page("t1", Some("s10"), 5).await, none, "{P}: page after the last");
+    assert_eq!(page("t1", None, 0).await, none, "{P}: empty page");
+    assert_eq!(page("t", None, 5).await, std::slice::from_ref(&other), "{P}: page of t");
+    assert_eq!(page("t1-x", None, 5).await, std::slice::from_ref(&dashed), "{P}: page of t1-x");
+    for tenant in ["t1", "t", "t1-x", "nobody"] {
+        let listed = tenant_keys(Some(tenant)).await.len() as u64;
+        assert_eq!(store.session_count(tenant).await.unwrap(), listed, "{P}: session_count of {tenant}");
+    }
+
+    let seqs = |records: Vec<(u64, StepRecord)>| records.into_iter().map(|(seq, _)| seq).collect::<Vec<_>>();
+    assert_eq!(seqs(store.steps(&s1, 0).await.unwrap()), (0..10).collect::<Vec<_>>(), "{P}: steps");
+    assert_eq!(seqs(store.steps(&s1, 7).await.unwrap()), [7, 8, 9], "{P}: steps from 7");
+    assert_eq!(store.steps(&s1, 7).await.unwrap()[0].1, step("d7"), "{P}: step 7");
+    assert!(store.steps(&s1, 10).await.unwrap().is_empty(), "{P}: steps past the end");
+
+    let events = store.events(&s1, Some(4), 3).await.unwrap();
+    assert_eq!(events, [(5, event(5)), (6, event(6)), (7, event(7))], "{P}: events after 4");
+    assert_eq!(store.events(&s1, None, 2).await.unwrap(), [(0, event(0)), (1, event(1))], "{P}: first events");
+    assert_eq!(store.events(&s1, Some(9), 10).await.unwrap(), [], "{P}: events after the last");
+    assert_eq!(store.events(&s1, Some(u64::MAX), 10).await.unwrap(), [], "{P}: events after u64::MAX");
+    assert_eq!(store.events(&s1, None, 0).await.unwrap(), [], "{P}: no events asked for");
+    assert_eq!(store.events(&s10, None, 10).await.unwrap(), [(3, event(99))], "{P}: events of s10");
+
+    let messages = store.messages(&s1).await.unwrap();
+    assert_eq!(messages.len(), 10, "{P}: messages");
+    assert_eq!(messages[9], (9, message("m9")), "{P}: message 9");
+    assert_eq!(store.calls(&s1).await.unwrap(), [call("c1"), call("c2"), call("c3")], "{P}: calls by id");
+    assert_eq!(store.calls(&s10).await.unwrap(), [call("c9")], "{P}: calls of s10");
+    assert_eq!(store.turn(&s1, "turn-1").await.unwrap(), Some(turn(TurnStatus::Running)), "{P}: turn");
+    assert_eq!(store.turn(&s1, "turn-2").await.unwrap(), None, "{P}: a turn not stored");
+    assert_eq!(store.turn(&s10, "turn-1").await.unwrap(), None, "{P}: another session's turn");
+
+    let inbox = store.inbox(&s1).await.unwrap();
+    let items: Vec<_> = inbox.iter().map(|(_, item)| item.clone()).collect();
+    assert_eq!(items, [item("first"), item("second"), item("third")], "{P}: inbox, oldest first");
+    assert!(inbox.windows(2).all(|pair| pair[0].0 < pair[1].0), "{P}: inbox numbers increase: {inbox:?}");
+
+    let loaded = store.load(&s1).await.unwrap().expect("s1 loads");
+    assert_eq!(loaded.record, session(&s1, SessionStatus::Idle), "{P}: load's record");
+    assert_eq!(loaded.messages, messages, "{P}: load's messages");
+    assert_eq!(loaded.calls.len(), 3, "{P}: load's calls");
+    assert_eq!(loaded.steps.len(), 10, "{P}: load's steps");
+    assert!(store.load(&key("nobody")).await.unwrap().is_none(), "{P}: load of a session not stored");
+
+    // Replacing and deleting.
+    let mut done = session(&s1, SessionStatus::Idle);
+    done.state = json!({"n": 2});
+    done.first_open_step = 8;
+    store
+        .commit(batch([
+            Op::PutSession(done.clone()),
+            Op::DeleteCall { session: s1.clone(), call_id: "c2".to_owned() },
+            Op::DeleteCall { session: s1.clone(), call_id: "never-existed".to_owned() },
+            Op::DeleteInbox { session: s1.clone(), seq: inbox[0].0 },
+            Op::PutTurn { session: s1.clone(), turn_id: "turn-1".to_owned(), record: turn(TurnStatus::Done) },
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(store.session(&s1).await.unwrap(), Some(done), "{P}: a replaced session");
+    assert_eq!(store.calls(&s1).await.unwrap(), [call("c1"), call("c3")], "{P}: calls after a delete");
+    assert_eq!(store.inbox(&s1).await.unwrap(), inbox[1..], "{P}: inbox after a delete");
+    assert_eq!(store.turn(&s1, "turn-1").await.unwrap(), Some(turn(TurnStatus::Done)), "{P}: a replaced turn");
+    assert_eq!(store.inbox(&s10).await.unwrap().len(), 1, "{P}: another session's inbox");
+    let loaded = store.load(&s1).await.unwrap().expect("s1 loads");
+    assert_eq!(seqs(loaded.steps), [8, 9], "{P}: load reads steps from first_open_step");
+    backend.reopen(store).await;
+}
+
+async fn ops_apply_in_order<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: ops apply in order";
+    let store = backend.open().await;
+    let s1 = key("s1");
+    let with_state = |n: u64| {
+        let mut record = session(&s1, SessionStatus::Running);
+        record.state = json!({"n": n});
+        record
+    };
+    // Within a batch: the later write wins, a delete after a put removes.
+    store
+        .commit(batch([
+            Op::PutSession(with_state(1)),
+            Op::PutSession(with_state(2)),
+            Op::PutCall { session: s1.clone(), record: call("gone") },
+            Op::DeleteCall { session: s1.clone(), call_id: "gone".to_owned() },
+            Op::DeleteCall { session: s1.clone(), call_id: "kept".to_owned() },
+            Op::PutCall { session: s1.clone(), record: call("kept") },
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(store.session(&s1).await.unwrap(), Some(with_state(2)), "{P}: the last put of a batch wins");
+    assert_eq!(store.calls(&s1).await.unwrap(), [call("kept")], "{P}: puts and deletes in batch order");
+    // Across commits, each visible when its commit returns.
+    for n in 3..20 {
+        store
+            .commit(batch([
+                Op::PutSession(with_state(n)),
+                Op::PutEvent { session: s1.clone(), seq: n, record: event(n) },
+            ]))
+            .await
+            .unwrap();
+        assert_eq!(store.session(&s1).await.unwrap(), Some(with_state(n)), "{P}: commit {n} is read back at once");
+        let last = store.events(&s1, Some(n - 1), 10).await.unwrap();
+        assert_eq!(last, [(n, event(n))], "{P}: event {n} is read back at once");
+    }
+    let seqs: Vec<u64> = store.events(&s1, None, 100).await.unwrap().into_iter().map(|(seq, _)| seq).collect();
+    assert_eq!(seqs, (3..20).collect::<Vec<_>>(), "{P}: events in sequence order");
+    backend.reopen(store).await;
+}
+
+async fn a_committed_batch_survives_a_reopen<B: Backend>(backend: &mut B) {
+    const P: &str = "a committed batch survives a reopen";
+    let store = backend.open().await;
+    store.commit(Batch::new()).await.unwrap_or_else(|e| panic!("conformance: {P}: an empty batch: {e}"));
+    store.commit(full_batch(&key("s1"))).await.unwrap();
+    assert_full_batch(P, &store, &key("s1")).await;
+    let store = backend.reopen(store).await;
+    assert_full_batch(P, &store, &key("s1")).await;
+    backend.reopen(store).await;
+}
+
+/// The batches of the crash property: several sessions, every kind of op,
+/// writes that replace and delete earlier ones.
+fn crash_batches() -> Vec<Batch> {
+    let (a, b) = (key("a"), key("b"));
+    let mut batches = vec![full_batch(&a), full_batch(&b)];
+    for n in 1..6u64 {
+        let mut record = session(&a, if n % 2 == 0 { SessionStatus::Idle } else { SessionStatus::Running });
+        record.state = json!({"n": n});
+        record.first_open_step = n / 2;
+        let mut ops = vec![
+            Op::PutSession(record),
+            Op::PutMessage { session: a.clone(), seq: n + 1, record: message(&format!("m{n}")) },
+            Op::PutStep { session: a.clone(), seq: n, record: step(&format!("d{n}")) },
+            Op::PutEvent { session: a.clone(), seq: n, record: event(n) },
+            Op::PutCall { session: a.clone(), record: call(&format!("c{}", n + 1)) },
+            Op::DeleteCall { session: a.clone(), call_id: format!("c{n}") },
+            Op::PutTurn { session: a.clone(), turn_id: format!("turn-{n}"), record: turn(TurnStatus::Done) },
+            Op::PushInbox { session: b.clone(), item: item(&format!("from a {n}")) },
+        ];
+        if n == 3 {
+            ops.push(Op::PutAgent(agent("t1", "agent")));
+            ops.push(Op::PutKey(api_key("t1", "h1", n)));
+            ops.push(Op::PutTenant(tenant("t1", json!({"max_sessions": n}), n)));
+        }
+        if n == 5 {
+            ops.push(Op::DeleteKey { tenant: "t1".to_owned(), hash: "h1".to_owned() });
+        }
+        batches.push(batch(ops));
+    }
+    batches
+}
+
+async fn a_crash_between_commits_keeps_exactly_the_commits_before_it<B: Backend>(backend: &mut B) {
+    let sessions = [key("a"), key("b")];
+    let turns = ["turn-1", "turn-2", "turn-3", "turn-4", "turn-5"];
+    let batches = crash_batches();
+    for crash_at in 0..=batches.len() {
+        let faulty = FaultyStore::new(backend.open().await);
+        faulty.crash_after(crash_at as u64);
+        let model = MemStore::new();
+        for (n, batch) in batches.iter().enumerate() {
+            let result = faulty.commit(batch.clone()).await;
+            assert_eq!(result.is_ok(), n < crash_at, "conformance: crash after {crash_at} commits: commit {n}");
+            if n < crash_at {
+                model.commit(batch.clone()).await.unwrap();
+            }
+        }
+        let store = backend.reopen(faulty.into_inner()).await;
+        let expected = dump(&model, &sessions, &turns).await;
+        let found = dump(&store, &sessions, &turns).await;
+        assert!(
+            found == expected,
+            "conformance: a crash after {crash_at} commits leaves exactly them\nexpected: {expected:#}\nfound: {found:#}"
+        );
+        backend.reopen(store).await;
+    }
+}
+
+async fn concurrent_commits_all_land<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: concurrent commits all land";
+    let store = Arc::new(backend.open().await);
+    let commits = (0..200).map(|n| {
+        let store = Arc::clone(&store);
+        async move {
+            let key = key(&format!("s{n}"));
+            let ops = [
+                Op::PutSession(session(&key, SessionStatus::Running)),
+                Op::PutMessage { session: key.clone(), seq: 0, record: message(&format!("m{n}")) },
+            ];
+            store.commit(batch(ops)).await.unwrap();
+            // Visible as soon as its own commit returned, whatever the
+            // others are doing.
+            let messages = store.messages(&key).await.unwrap();
+            assert_eq!(messages, [(0, message(&format!("m{n}")))], "{P}: s{n} right after its commit");
+        }
+    });
+    join_all(commits).await;
+    assert_eq!(store.unfinished().await.unwrap().len(), 200, "{P}: every session is there");
+    assert!(store.stored_bytes().await.unwrap() > 0, "{P}: stored_bytes counts them");
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.batches, 200, "{P}: stats count every batch");
+    assert!(stats.commits >= 1 && stats.commits <= stats.batches, "{P}: commits: {stats:?}");
+    let store = Arc::into_inner(store).expect("no other owner");
+    backend.reopen(store).await;
+}
+
+/// Polls every future to its end, concurrently on this task (the futures
+/// need not be `'static`, so they are not spawned).
+async fn join_all<F: Future<Output = ()>>(futures: impl IntoIterator<Item = F>) {
+    let mut pending: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    std::future::poll_fn(move |cx| {
+        pending.retain_mut(|future| future.as_mut().poll(cx).is_pending());
+        if pending.is_empty() { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
+    })
+    .await;
+}
+
+async fn unfinished_follows_status_and_inbox_across_reopen<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: unfinished follows status and inbox";
+    let store = backend.open().await;
+    store
+        .commit(batch([
+            Op::PutSession(session(&key("running"), SessionStatus::Running)),
+            Op::PutSession(session(&key("idle"), SessionStatus::Idle)),
+            Op::PutSession(session(&key("waiting"), SessionStatus::Waiting)),
+            Op::PutSession(session(&key("idle-with-mail"), SessionStatus::Idle)),
+            Op::PushInbox { session: key("idle-with-mail"), item: item("wake up") },
+            Op::PushInbox { session: key("idle-with-mail"), item: item("again") },
+            // Mail for a session not created yet is not forgotten either.
+            Op::PushInbox { session: key("unborn"), item: item("start") },
+        ]))
+        .await
+        .unwrap();
+    let expected = [key("idle-with-mail"), key("running"), key("unborn"), key("waiting")];
+    assert_eq!(store.unfinished().await.unwrap(), expected, "{P}");
+    let store = backend.reopen(store).await;
+    assert_eq!(store.unfinished().await.unwrap(), expected, "{P}: after a reopen");
+
+    let mail: Vec<_> = store.inbox(&key("idle-with-mail")).await.unwrap().into_iter().map(|(seq, _)| seq).collect();
+    let unborn = store.inbox(&key("unborn")).await.unwrap()[0].0;
+    let mut ops = vec![
+        Op::PutSession(session(&key("running"), SessionStatus::Idle)),
+        Op::PutSession(session(&key("waiting"), SessionStatus::Running)),
+        Op::DeleteInbox { session: key("unborn"), seq: unborn },
+    ];
+    ops.extend(mail.iter().map(|&seq| Op::DeleteInbox { session: key("idle-with-mail"), seq }));
+    store.commit(batch(ops)).await.unwrap();
+    assert_eq!(store.unfinished().await.unwrap(), [key("waiting")], "{P}: after settling");
+    let store = backend.reopen(store).await;
+    assert_eq!(store.unfinished().await.unwrap(), [key("waiting")], "{P}: after settling and a reopen");
+    backend.reopen(store).await;
+}
+
+async fn events_replay_from_every_id<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: events replay from every id";
+    let store = backend.open().await;
+    let s1 = key("s1");
+    let mut next_event = 0;
+    for commit in 0..200u64 {
+        let mut ops = vec![Op::PutMessage { session: s1.clone(), seq: commit, record: message("m") }];
+        // 0, 1, 2 or 3 events per commit.
+        for _ in 0..commit % 4 {
+            ops.push(Op::PutEvent { session: s1.clone(), seq: next_event, record: event(next_event) });
+            next_event += 1;
+        }
+        ops.push(Op::PutSession(session(&s1, SessionStatus::Running)));
+        store.commit(batch(ops)).await.unwrap();
+    }
+    let all: Vec<_> = (0..next_event).map(|n| (n, event(n))).collect();
+    assert_eq!(store.events(&s1, None, usize::MAX).await.unwrap(), all, "{P}: every event");
+    for after in 0..next_event + 2 {
+        for limit in [1, 3, 1000] {
+            let expected: Vec<_> = all.iter().filter(|(n, _)| *n > after).take(limit).cloned().collect();
+            let found = store.events(&s1, Some(after), limit).await.unwrap();
+            assert_eq!(found, expected, "{P}: after {after}, limit {limit}");
+        }
+    }
+    assert!(store.events(&key("nobody"), None, 10).await.unwrap().is_empty(), "{P}: no session, no events");
+    backend.reopen(store).await;
+}
+
+async fn inbox_numbers_keep_increasing_across_reopen<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: inbox numbers keep increasing";
+    let mut store = backend.open().await;
+    let mut last = None;
+    for round in 0..3 {
+        for session in ["a", "b"] {
+            store.commit(batch([Op::PushInbox { session: key(session), item: item("x") }])).await.unwrap();
+            let inbox = store.inbox(&key(session)).await.unwrap();
+            assert_eq!(inbox.len(), 1, "{P}: round {round}");
+            let seq = inbox[0].0;
+            assert!(last.is_none_or(|last| seq > last), "{P}: round {round}: {seq} after {last:?}");
+            last = Some(seq);
+            // Emptying the inbox must not let numbers be reused.
+            store.commit(batch([Op::DeleteInbox { session: key(session), seq }])).await.unwrap();
+        }
+        store = backend.reopen(store).await;
+    }
+    backend.reopen(store).await;
+}
+
+async fn agents_and_keys_are_kept_per_tenant<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: agents and keys are kept per tenant";
+    let store = backend.open().await;
+    store
+        .commit(batch([
+            Op::PutAgent(agent("a", "x")),
+            Op::PutAgent(agent("a", "y")),
+            Op::PutAgent(agent("a-b", "x")),
+            Op::PutKey(api_key("a", "h1", 1)),
+            Op::PutKey(api_key("b", "h2", 1)),
+        ]))
+        .await
+        .unwrap();
+    let ids = async |tenant| store.agents(tenant).await.unwrap().into_iter().map(|a| a.agent_id).collect::<Vec<_>>();
+    assert_eq!(ids(Some("a")).await, ["x", "y"], "{P}: agents of a");
+    assert_eq!(ids(Some("a-b")).await, ["x"], "{P}: agents of a-b");
+    assert_eq!(ids(None).await.len(), 3, "{P}: every agent");
+    assert_eq!(store.agent("a", "y").await.unwrap(), Some(agent("a", "y")), "{P}: one agent");
+    assert_eq!(store.agent("b", "y").await.unwrap(), None, "{P}: another tenant's agent");
+    assert_eq!(store.keys().await.unwrap().len(), 2, "{P}: keys");
+    store
+        .commit(batch([
+            Op::DeleteAgent { tenant: "a".to_owned(), agent_id: "x".to_owned() },
+            Op::DeleteKey { tenant: "a".to_owned(), hash: "h1".to_owned() },
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(ids(Some("a")).await, ["y"], "{P}: agents after a delete");
+    assert_eq!(store.keys().await.unwrap(), [api_key("b", "h2", 1)], "{P}: keys after a delete");
+    backend.reopen(store).await;
+}
+
+async fn tenants_are_kept_replaced_and_removed<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: tenants are kept, replaced and removed";
+    let store = backend.open().await;
+    let acme = tenant("acme", json!({"max_sessions": 5, "budget": "2.5"}), 1);
+    store
+        .commit(batch([
+            Op::PutTenant(acme.clone()),
+            Op::PutTenant(tenant("acme-b", json!({}), 2)),
+            Op::PutTenant(tenant("zed", json!({}), 3)),
+        ]))
+        .await
+        .unwrap();
+    let names =
+        async |store: &B::Store| store.tenants().await.unwrap().into_iter().map(|t| t.tenant).collect::<Vec<_>>();
+    assert_eq!(names(&store).await, ["acme", "acme-b", "zed"], "{P}: by name");
+    let lowered = tenant("acme", json!({"max_sessions": null}), 1);
+    store.commit(batch([Op::PutTenant(lowered.clone()), Op::DeleteTenant { tenant: "zed".to_owned() }])).await.unwrap();
+    assert_eq!(store.tenants().await.unwrap()[0], lowered, "{P}: replaced whole");
+    assert_eq!(names(&store).await, ["acme", "acme-b"], "{P}: removed");
+    let store = backend.reopen(store).await;
+    assert_eq!(store.tenants().await.unwrap()[0], lowered, "{P}: replaced, after a reopen");
+    assert_eq!(names(&store).await, ["acme", "acme-b"], "{P}: removed, after a reopen");
+    backend.reopen(store).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::{BoxFuture, StoreResult, StoreStats};
+
+    struct Mem;
+
+    impl Backend for Mem {
+        type Store = MemStore;
+        async fn open(&mut self) -> MemStore {
+            MemStore::new()
+        }
+        async fn reopen(&mut self, store: MemStore) -> MemStore {
+            store
+        }
+    }
+
+    #[tokio::test]
+    async fn the_memory_store_conforms() {
+        run(&mut Mem).await;
+    }
+
+    /// A store that acknowledges each batch before applying it, and applies
+    /// it only after the next one: it reorders commits.
+    #[derive(Default)]
+    struct Reordering {
+        inner: MemStore,
+        held: Mutex<Option<Batch>>,
+    }
+
+    impl Store for Reordering {
+        fn commit(&self, batch: Batch) -> BoxFuture<'_, StoreResult<()>> {
+            Box::pin(async move {
+                let held = self.held.lock().unwrap().replace(batch.clone());
+                if let Some(held) = held {
+                    self.held.lock().unwrap().take();
+                    self.inner.commit(batch).await?;
+                    self.inner.commit(held).await?;
+                }
+                Ok(())
+            })
+        }
+        fn session<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<SessionRecord>>> {
+            self.inner.session(key)
+        }
+        fn sessions<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
+            self.inner.sessions(tenant)
+        }
+        fn unfinished(&self) -> BoxFuture<'_, StoreResult<Vec<SessionKey>>> {
+            self.inner.unfinished()
+        }
+        fn messages<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, MessageRecord)>>> {
+            self.inner.messages(key)
+        }
+        fn steps<'a>(&'a self, key: &'a SessionKey, from: u64) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
+            self.inner.steps(key, from)
+        }
+        fn calls<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>> {
+            self.inner.calls(key)
+        }
+        fn agents<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<AgentRecord>>> {
+            self.inner.agents(tenant)
+        }
+        fn agent<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, StoreResult<Option<AgentRecord>>> {
+            self.inner.agent(tenant, id)
+        }
+        fn keys(&self) -> BoxFuture<'_, StoreResult<Vec<KeyRecord>>> {
+            self.inner.keys()
+        }
+        fn tenants(&self) -> BoxFuture<'_, StoreResult<Vec<TenantRecord>>> {
+            self.inner.tenants()
+        }
+        fn events<'a>(
+            &'a self,
+            key: &'a SessionKey,
+            after: Option<u64>,
+            limit: usize,
+        ) -> BoxFuture<'a, StoreResult<Vec<(u64, EventRecord)>>> {
+            self.inner.events(key, after, limit)
+        }
+        fn turn<'a>(&'a self, key: &'a SessionKey, id: &'a str) -> BoxFuture<'a, StoreResult<Option<TurnRecord>>> {
+            self.inner.turn(key, id)
+        }
+        fn inbox<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, InboxItem)>>> {
+            self.inner.inbox(key)
+        }
+    }
+
+    impl StoreAdmin for Reordering {
+        fn stats(&self) -> StoreResult<StoreStats> {
+            self.inner.stats()
+        }
+        fn stored_bytes(&self) -> BoxFuture<'_, StoreResult<u64>> {
+            self.inner.stored_bytes()
+        }
+    }
+
+    struct Broken;
+
+    impl Backend for Broken {
+        type Store = Reordering;
+        async fn open(&mut self) -> Reordering {
+            Reordering::default()
+        }
+        async fn reopen(&mut self, store: Reordering) -> Reordering {
+            store
+        }
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "conformance: reads return what the ops wrote")]
+    async fn a_store_that_reorders_commits_fails() {
+        run(&mut Broken).await;
+    }
+}
