@@ -10,6 +10,7 @@ use subs_engine::worker::component::{ComponentAgent, ComponentHost, HostConfig};
 use subs_protocol::DecisionRequest;
 
 pub mod bench;
+pub mod server;
 
 /// The allocator the `subs` binary uses, so that the benchmarks (and the
 /// tests) measure the engine as it ships; it can count what is allocated
@@ -274,29 +275,6 @@ pub async fn hello_server() -> (std::net::SocketAddr, std::sync::Arc<std::sync::
         }),
     );
     (serve_loopback(app).await, hits)
-}
-
-/// The server's API keys for `(tenant, key)` pairs.
-pub fn api_keys(keys: &[(&str, &str)]) -> subs_server::Keys {
-    subs_server::Keys::new(keys.iter().map(|(tenant, key)| subs_engine::store::KeyRecord {
-        tenant: (*tenant).to_owned(),
-        hash: subs_server::auth::hash_key(key),
-        prefix: key[..8].to_owned(),
-        name: None,
-        created_ms: 0,
-    }))
-}
-
-/// Serves the API over `state` on a free loopback port: its base URL, and
-/// a sender that stops the server (as does dropping it).
-pub async fn serve_api(state: std::sync::Arc<subs_server::AppState>) -> (String, tokio::sync::oneshot::Sender<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
-    let base = format!("http://{}", listener.local_addr().expect("a bound address"));
-    let (shutdown, stop) = tokio::sync::oneshot::channel();
-    tokio::spawn(subs_server::serve(listener, state, async {
-        let _ = stop.await;
-    }));
-    (base, shutdown)
 }
 
 /// Sends `request` with `body` as JSON, if any; returns the status and the

@@ -4,16 +4,14 @@
 //! never stand in for each other.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use subs_engine::Store as _;
 use subs_server::auth::hash_key;
 use subs_server::{Limits, ServerConfig};
-use subs_store_redb::RedbStore;
 use subs_tests::guests;
+use subs_tests::server::TestServer;
 
 /// The operator key of these tests.
 const OPERATOR: &str = "subs_admin_0123456789abcdef0123456789abcdef";
@@ -41,86 +39,34 @@ impl Setup {
 }
 
 /// A server on a store file that outlives it, so a test can restart it.
-struct Server {
-    base: String,
-    http: reqwest::Client,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
-    engine: subs_engine::Engine,
-    store: Arc<RedbStore>,
+struct Server(TestServer);
+
+impl std::ops::Deref for Server {
+    type Target = TestServer;
+    fn deref(&self) -> &TestServer {
+        &self.0
+    }
 }
 
 impl Server {
     /// Starts a server on the store in `dir`, as `subs serve` does: the
     /// stored keys and tenants, with the config file's over them.
     async fn start(dir: &Path, setup: &Setup) -> Self {
-        let store = Arc::new(RedbStore::open(dir.join("subs.redb")).unwrap());
-        let dyn_store: Arc<dyn subs_engine::Store> = store.clone();
-        let engine = subs_engine::Engine::start(
-            dyn_store.clone(),
-            subs_engine::model::Models::with_offline(),
-            subs_engine::EngineConfig::default(),
-        )
-        .await
-        .unwrap();
         // A host of its own: the admin API changes what it grants tenants.
-        let agents = subs_server::AgentRegistry::new(
-            engine.clone(),
-            dyn_store.clone(),
-            subs_tests::new_host(),
-            dir.to_path_buf(),
-        );
-        let config = subs_server::LiveConfig::load(setup.file.clone(), &*dyn_store).await.unwrap();
-        config.apply_sandboxes(&agents).unwrap();
-        assert!(agents.load_all().await.unwrap().is_empty());
-        let file_keys = setup.file_keys.iter().map(|(tenant, key)| subs_engine::store::KeyRecord {
-            tenant: (*tenant).to_owned(),
-            hash: hash_key(key),
-            prefix: key[..12].to_owned(),
-            name: None,
-            created_ms: 0,
-        });
-        let admin = setup.admin.then(|| hash_key(OPERATOR));
-        let keys =
-            subs_server::Keys::new(store.keys().await.unwrap()).with_config_keys(file_keys).with_admin_keys(admin);
-        let state = Arc::new(subs_server::AppState {
-            engine: engine.clone(),
-            store: dyn_store,
-            agents,
-            keys,
-            config,
-            metrics: subs_server::metrics::Metrics::default(),
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let (shutdown, stop) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(subs_server::serve(listener, state, async {
-            let _ = stop.await;
-        }));
-        Self { base, http: reqwest::Client::new(), shutdown: Some(shutdown), task, engine, store }
+        let mut builder = TestServer::builder()
+            .dir(dir)
+            .host(subs_tests::new_host())
+            .server_config(setup.file.clone())
+            .keys(&setup.file_keys);
+        if setup.admin {
+            builder = builder.admin_key(OPERATOR);
+        }
+        Self(builder.start().await)
     }
 
     /// Stops the server and closes its store, so it can start again.
-    async fn stop(mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(10), &mut self.task).await;
-        self.task.abort();
-        self.engine.clone().kill().await;
-        self.store.close().await.unwrap();
-    }
-
-    fn request(&self, method: Method, path: &str, key: Option<&str>) -> reqwest::RequestBuilder {
-        let request = self.http.request(method, format!("{}{path}", self.base));
-        match key {
-            Some(key) => request.bearer_auth(key),
-            None => request,
-        }
-    }
-
-    async fn call(&self, method: Method, path: &str, key: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
-        subs_tests::send_json(self.request(method, path, key), body).await
+    async fn stop(self) {
+        self.0.stop().await;
     }
 
     /// An admin call with the operator key.
@@ -138,15 +84,7 @@ impl Server {
     }
 
     async fn upload(&self, agent: &str, wasm: &str, key: &str) -> (StatusCode, Value) {
-        let response = self
-            .request(PUT, &format!("/v1/agents/{agent}"), Some(key))
-            .header("content-type", "application/wasm")
-            .body(std::fs::read(wasm).unwrap())
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        (status, serde_json::from_str(&response.text().await.unwrap()).unwrap_or(Value::Null))
+        self.0.upload(agent, wasm, Some(key)).await
     }
 
     /// Sends a user message to `session` of `agent`.

@@ -1,198 +1,13 @@
 //! The HTTP API over real HTTP: a server on `127.0.0.1:0`, a real redb file,
 //! real components uploaded through the API.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use subs_tests::guests;
 
-/// A running server and a client for it.
-pub(crate) struct Server {
-    base: String,
-    pub(crate) http: reqwest::Client,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    /// A server with the given API keys (`(tenant, key)`); none: the local
-    /// tenant without authentication.
-    pub(crate) async fn start(keys: &[(&str, &str)]) -> Self {
-        Self::start_with(keys, std::collections::HashMap::new(), std::collections::HashMap::new()).await
-    }
-
-    /// A server whose agents get the operator's sandbox `policies`, and
-    /// whose tenants named in `tenant_limits` get those limits.
-    async fn start_with(
-        keys: &[(&str, &str)],
-        policies: std::collections::HashMap<(String, String), subs_engine::worker::component::AgentPolicy>,
-        tenant_limits: std::collections::HashMap<String, subs_server::Limits>,
-    ) -> Self {
-        Self::start_engine(keys, policies, tenant_limits, subs_engine::EngineConfig::default()).await.0
-    }
-
-    /// [`Server::start_with`] on the component `host`.
-    pub(crate) async fn start_on(
-        host: subs_engine::worker::component::ComponentHost,
-        keys: &[(&str, &str)],
-        policies: std::collections::HashMap<(String, String), subs_engine::worker::component::AgentPolicy>,
-        tenant_limits: std::collections::HashMap<String, subs_server::Limits>,
-    ) -> Self {
-        Self::start_full(host, keys, policies, tenant_limits, subs_engine::EngineConfig::default()).await.0
-    }
-
-    /// A server whose engine runs with `config`; also returns the engine.
-    pub(crate) async fn start_engine(
-        keys: &[(&str, &str)],
-        policies: std::collections::HashMap<(String, String), subs_engine::worker::component::AgentPolicy>,
-        tenant_limits: std::collections::HashMap<String, subs_server::Limits>,
-        config: subs_engine::EngineConfig,
-    ) -> (Self, subs_engine::Engine) {
-        Self::start_full(subs_tests::host().clone(), keys, policies, tenant_limits, config).await
-    }
-
-    /// A server on the component `host` whose engine runs with `config`.
-    async fn start_full(
-        host: subs_engine::worker::component::ComponentHost,
-        keys: &[(&str, &str)],
-        policies: std::collections::HashMap<(String, String), subs_engine::worker::component::AgentPolicy>,
-        tenant_limits: std::collections::HashMap<String, subs_server::Limits>,
-        config: subs_engine::EngineConfig,
-    ) -> (Self, subs_engine::Engine) {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn subs_engine::Store> =
-            Arc::new(subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
-        let engine = subs_engine::Engine::start(store.clone(), subs_engine::model::Models::with_offline(), config)
-            .await
-            .unwrap();
-        let agents = subs_server::AgentRegistry::new(engine.clone(), store.clone(), host, dir.path().to_path_buf())
-            .with_policies(policies);
-        let config = subs_server::ServerConfig {
-            default_limits: subs_server::Limits {
-                max_body_bytes: 64 << 10,
-                // The Python and JavaScript agents are 15-19 MB.
-                max_component_bytes: 32 << 20,
-                ..subs_server::Limits::default()
-            },
-            tenant_limits,
-            ..subs_server::ServerConfig::default()
-        };
-        let state = Arc::new(subs_server::AppState {
-            engine: engine.clone(),
-            store,
-            agents,
-            keys: subs_tests::api_keys(keys),
-            config: config.into(),
-            metrics: subs_server::metrics::Metrics::default(),
-        });
-        let (base, shutdown) = subs_tests::serve_api(state).await;
-        (Self { base, http: reqwest::Client::new(), shutdown: Some(shutdown), _dir: dir }, engine)
-    }
-
-    pub(crate) fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    pub(crate) fn request(&self, method: reqwest::Method, path: &str, key: Option<&str>) -> reqwest::RequestBuilder {
-        let request = self.http.request(method, self.url(path));
-        match key {
-            Some(key) => request.bearer_auth(key),
-            None => request,
-        }
-    }
-
-    pub(crate) async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        key: Option<&str>,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        subs_tests::send_json(self.request(method, path, key), body).await
-    }
-
-    pub(crate) async fn upload(&self, agent: &str, wasm: &str, key: Option<&str>) -> (StatusCode, Value) {
-        let bytes = std::fs::read(wasm).unwrap();
-        let response = self
-            .request(reqwest::Method::PUT, &format!("/v1/agents/{agent}"), key)
-            .header("content-type", "application/wasm")
-            .body(bytes)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        (status, serde_json::from_str(&response.text().await.unwrap()).unwrap())
-    }
-
-    pub(crate) async fn say(&self, session: &str, agent: &str, text: &str, key: Option<&str>) -> (StatusCode, Value) {
-        let body = json!({"type": "client.message", "agent_id": agent, "message": {"role": "user", "content": text}});
-        self.call(reqwest::Method::POST, &format!("/v1/sessions/{session}/input"), key, Some(body)).await
-    }
-
-    /// Reads a session's SSE stream until `until` says stop.
-    pub(crate) async fn events(
-        &self,
-        session: &str,
-        key: Option<&str>,
-        last_event_id: Option<u64>,
-        mut until: impl FnMut(&SseEvent) -> bool,
-    ) -> Vec<SseEvent> {
-        let mut request = self.request(reqwest::Method::GET, &format!("/v1/sessions/{session}/events"), key);
-        if let Some(id) = last_event_id {
-            request = request.header("last-event-id", id.to_string());
-        }
-        let response = request.send().await.unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        read_sse(response, &mut until).await
-    }
-
-    pub(crate) async fn wait_turn(&self, session: &str, turn: &str, key: Option<&str>) -> Vec<SseEvent> {
-        let done = |e: &SseEvent| matches!(e.event.as_str(), "turn.done" | "turn.failed") && e.data["turn_id"] == turn;
-        tokio::time::timeout(Duration::from_secs(30), self.events(session, key, None, done))
-            .await
-            .expect("the turn ends")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-    }
-}
-
-/// One server-sent event.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct SseEvent {
-    /// Its `id:`, if any.
-    pub(crate) id: Option<u64>,
-    /// Its `event:` name.
-    pub(crate) event: String,
-    /// Its `data:`, as JSON when it is JSON.
-    pub(crate) data: Value,
-}
-
-/// Reads events from a streaming response until `until` returns true for
-/// one (included) or the stream ends.
-async fn read_sse(mut response: reqwest::Response, until: &mut impl FnMut(&SseEvent) -> bool) -> Vec<SseEvent> {
-    let mut parser = subs_protocol::sse::SseParser::new();
-    let mut events = Vec::new();
-    while let Some(chunk) = response.chunk().await.unwrap() {
-        for read in parser.push(&chunk).expect("events within the bound") {
-            let data = serde_json::from_str(&read.data).unwrap_or(Value::String(read.data));
-            let event = SseEvent { id: read.id.and_then(|id| id.parse().ok()), event: read.event, data };
-            let stop = until(&event);
-            events.push(event);
-            if stop {
-                return events;
-            }
-        }
-    }
-    events
-}
+pub(crate) use subs_tests::server::{SseEvent, TestServer as Server, read_sse};
 
 const GET: reqwest::Method = reqwest::Method::GET;
 const POST: reqwest::Method = reqwest::Method::POST;
@@ -450,7 +265,10 @@ async fn tenants_see_only_their_own_agents_and_sessions() {
 async fn a_tenant_cannot_create_sessions_beyond_its_limit() {
     let (a, b) = ("subs_tenant_a_key_0000000000000000", "subs_tenant_b_key_0000000000000000");
     let limits = subs_server::Limits { max_sessions: Some(2), ..subs_server::Limits::default() };
-    let s = Server::start_with(&[("acme", a), ("bravo", b)], Default::default(), [("acme".to_owned(), limits)].into())
+    let s = Server::builder()
+        .keys(&[("acme", a), ("bravo", b)])
+        .tenant_limits([("acme".to_owned(), limits)].into())
+        .start()
         .await;
     for key in [a, b] {
         assert_eq!(s.upload("tools", guests::PASSTHROUGH, Some(key)).await.0, StatusCode::CREATED);
@@ -639,7 +457,7 @@ async fn an_agents_sandbox_policy_applies_to_its_decisions_only() {
     let policies = [(("local".to_owned(), "tight".to_owned()), tight), (("local".to_owned(), "tiny".to_owned()), tiny)]
         .into_iter()
         .collect();
-    let s = Server::start_with(&[], policies, Default::default()).await;
+    let s = Server::builder().policies(policies).start().await;
     let (status, refused) = s.upload("tight", guests::PASSTHROUGH, None).await;
     assert_eq!((status, refused["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_component")));
     let error = refused["error"].as_str().unwrap();
@@ -706,7 +524,7 @@ async fn connect(addr: &str) -> hyper::client::conn::http1::SendRequest<http_bod
 async fn streamed_turns_on_a_kept_alive_connection_do_not_wait_for_delayed_acks() {
     let s = Server::start(&[]).await;
     assert_eq!(s.upload("tools", guests::TOOLS, None).await.0, StatusCode::CREATED);
-    let addr = s.base.strip_prefix("http://").unwrap().to_owned();
+    let addr = s.url("").strip_prefix("http://").unwrap().to_owned();
     let mut kept = connect(&addr).await;
     let (mut kept_alive, mut fresh) = (Vec::new(), Vec::new());
     for i in 0..21 {

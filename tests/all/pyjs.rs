@@ -76,7 +76,7 @@ async fn an_agent_needing_more_instances_than_its_tenant_allows_is_refused_at_up
     };
     let host = ComponentHost::with_config(config).unwrap();
     let key = "subs_acme_key_0000000000000000000000";
-    let s = Server::start_on(host, &[("acme", key)], HashMap::new(), HashMap::new()).await;
+    let s = Server::builder().host(host).keys(&[("acme", key)]).start().await;
 
     let (status, refused) = s.upload("tools-py", guests::TOOLS_PY, Some(key)).await;
     assert_eq!((status, refused["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_component")));

@@ -10,25 +10,22 @@
 //! `sandbox.rs`.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use subs_engine::worker::component::{AgentPolicy, ComponentHost, HostConfig, LimitOverrides};
+use subs_engine::worker::component::{AgentPolicy, HostConfig, LimitOverrides};
 use subs_tests::guests;
+use subs_tests::server::TestServer;
 
 const ACME: (&str, &str) = ("acme", "subs_acme_key_000000000000000000000");
 const BRAVO: (&str, &str) = ("bravo", "subs_bravo_key_00000000000000000000");
 
 /// A real server on `127.0.0.1:0` whose components run on a host with the
-/// given tenant policies, and a client for it.
+/// given tenant policies, and a client for it whose calls carry a key.
 struct Api {
-    base: String,
-    http: reqwest::Client,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    _dir: tempfile::TempDir,
+    server: TestServer,
 }
 
 impl Api {
@@ -36,22 +33,8 @@ impl Api {
         Self::start_with(keys, HostConfig { tenants, ..HostConfig::default() }).await
     }
 
-    /// [`Api::start`] with a component host of `host`'s settings (at most
-    /// 32 decisions at once).
+    /// [`Api::start`] with a component host of `host`'s settings.
     async fn start_with(keys: &[(&str, &str)], host: HostConfig) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        // Components the test binary compiled already are loaded, not
-        // compiled again (the host's other settings are the defaults, so
-        // the artifacts fit).
-        let compiled = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/compiled-components");
-        std::fs::create_dir_all(dir.path().join("compiled")).unwrap();
-        for entry in std::fs::read_dir(compiled).into_iter().flatten().flatten() {
-            let _ = std::fs::copy(entry.path(), dir.path().join("compiled").join(entry.file_name()));
-        }
-        let host =
-            ComponentHost::with_config(HostConfig { max_concurrent: 32, ..host }).expect("the component host starts");
-        let store: Arc<dyn subs_engine::Store> =
-            Arc::new(subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
         let config = subs_engine::EngineConfig {
             default_retry: subs_protocol::RetryPolicy {
                 timeout_secs: None,
@@ -61,40 +44,26 @@ impl Api {
             },
             ..subs_engine::EngineConfig::default()
         };
-        let engine = subs_engine::Engine::start(store.clone(), subs_engine::model::Models::with_offline(), config)
-            .await
-            .unwrap();
-        let agents = subs_server::AgentRegistry::new(engine.clone(), store.clone(), host, dir.path().to_path_buf());
-        let state = Arc::new(subs_server::AppState {
-            engine,
-            store,
-            agents,
-            keys: subs_tests::api_keys(keys),
-            config: subs_server::ServerConfig::default().into(),
-            metrics: subs_server::metrics::Metrics::default(),
-        });
-        let (base, shutdown) = subs_tests::serve_api(state).await;
-        Self { base, http: reqwest::Client::new(), shutdown: Some(shutdown), _dir: dir }
+        let server = TestServer::builder()
+            .keys(keys)
+            .host_config(host)
+            .engine_config(config)
+            .server_config(subs_server::ServerConfig::default())
+            .start()
+            .await;
+        Self { server }
     }
 
     fn request(&self, method: Method, path: &str, key: &str) -> reqwest::RequestBuilder {
-        self.http.request(method, format!("{}{path}", self.base)).bearer_auth(key)
+        self.server.request(method, path, Some(key))
     }
 
     async fn call(&self, method: Method, path: &str, key: &str, body: Option<Value>) -> (StatusCode, Value) {
-        subs_tests::send_json(self.request(method, path, key), body).await
+        self.server.call(method, path, Some(key), body).await
     }
 
     async fn upload(&self, agent: &str, wasm: &str, key: &str) -> (StatusCode, Value) {
-        let response = self
-            .request(Method::PUT, &format!("/v1/agents/{agent}"), key)
-            .header("content-type", "application/wasm")
-            .body(std::fs::read(wasm).unwrap())
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        (status, serde_json::from_str(&response.text().await.unwrap()).unwrap())
+        self.server.upload(agent, wasm, Some(key)).await
     }
 
     /// Posts `input` to `session`; returns the turn it started.
@@ -136,14 +105,6 @@ impl Api {
     async fn act(&self, session: &str, agent: &str, name: &str, args: Value, key: &str) -> String {
         let input = json!({"type": "client.action", "agent_id": agent, "name": name, "args": args});
         self.start_turn(session, key, input).await
-    }
-}
-
-impl Drop for Api {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
     }
 }
 
@@ -316,8 +277,8 @@ async fn another_tenants_ids_are_not_found_on_every_route() {
         .unwrap();
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     let token = s.call(Method::POST, "/v1/tokens", bravo, None).await.1["token"].as_str().unwrap().to_owned();
-    let url = format!("{}/v1/sessions/secret-session/events?token={token}", s.base);
-    assert_eq!(s.http.get(url).send().await.unwrap().status(), StatusCode::NOT_FOUND);
+    let url = s.server.url(&format!("/v1/sessions/secret-session/events?token={token}"));
+    assert_eq!(s.server.http.get(url).send().await.unwrap().status(), StatusCode::NOT_FOUND);
     tried.dedup();
     assert!(tried.len() >= 7, "the document names the id routes: {tried:?}");
 

@@ -152,7 +152,8 @@ async fn a_stalled_subscriber_under_a_delta_flood_is_dropped_and_its_reconnect_l
     roomy.limits.cpu = Some(Duration::from_secs(120));
     roomy.limits.wall_clock = Some(Duration::from_secs(120));
     let policies = [((HOSTILE.0.to_owned(), "flood".to_owned()), roomy)].into_iter().collect();
-    let (s, engine) = Server::start_engine(&[HOSTILE, NEIGHBOUR], policies, Default::default(), config).await;
+    let s = Server::builder().keys(&[HOSTILE, NEIGHBOUR]).policies(policies).engine_config(config).start().await;
+    let engine = s.engine.clone();
     let s = Arc::new(s);
     assert_eq!(s.upload("flood", guests::TEST_FLOOD, Some(HOSTILE.1)).await.0, StatusCode::CREATED);
     assert_eq!(s.upload("tools", guests::TOOLS, Some(NEIGHBOUR.1)).await.0, StatusCode::CREATED);
@@ -263,7 +264,8 @@ async fn a_stalled_subscriber_under_a_delta_flood_is_dropped_and_its_reconnect_l
 async fn a_tenant_past_its_open_streams_is_refused_and_its_neighbour_is_not() {
     let streams = StreamLimits { max_streams_per_tenant: 2, ..StreamLimits::default() };
     let config = EngineConfig { streams, ..EngineConfig::default() };
-    let (s, engine) = Server::start_engine(&[HOSTILE, NEIGHBOUR], Default::default(), Default::default(), config).await;
+    let s = Server::builder().keys(&[HOSTILE, NEIGHBOUR]).engine_config(config).start().await;
+    let engine = s.engine.clone();
     for tenant in [HOSTILE, NEIGHBOUR] {
         assert_eq!(s.upload("tools", guests::TOOLS, Some(tenant.1)).await.0, StatusCode::CREATED);
         let turn = say(&s, tenant, "s", "tools", "hi").await;
