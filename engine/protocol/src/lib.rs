@@ -20,6 +20,7 @@
 //! - [`llm`]: [`LlmRequest`], [`LlmResponse`], [`StreamDelta`],
 //!   [`ErrorCode`].
 //! - [`client`]: [`ClientInput`] and its variants.
+//! - [`event`]: [`SessionEvent`], the events a session sends its clients.
 //! - [`sse`]: the one reader of server-sent event streams, for every
 //!   side that reads one (providers, workers, the command line).
 //! - [`wit`]: the one mapping between these types and the WIT types of
@@ -33,6 +34,7 @@ pub mod client;
 pub mod config;
 pub mod decision;
 mod error;
+pub mod event;
 mod json;
 pub mod llm;
 pub mod message;
@@ -48,6 +50,7 @@ pub use client::ClientInput;
 pub use config::{AgentConfig, AgentTool, Handler, LlmFormat, LlmHandler, RetryPolicy, SubAgent, ToolHandler};
 pub use decision::{Call, CallKind, CallStatus, DecisionRequest, DecisionResponse, WorkerIdentity};
 pub use error::ProtocolError;
+pub use event::{EventError, EventKind, SessionEvent};
 pub use json::{from_json, from_json_slice, from_value, to_json, to_value, value_kind};
 pub use llm::{
     ErrorCode, LlmRequest, LlmResponse, LlmTool, ReasoningConfig, ReasoningEffort, StreamDelta, ToolCallDelta,
