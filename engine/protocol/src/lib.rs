@@ -23,6 +23,9 @@
 //! - [`event`]: [`SessionEvent`], the events a session sends its clients.
 //! - [`sse`]: the one reader of server-sent event streams, for every
 //!   side that reads one (providers, workers, the command line).
+//! - [`signature`]: the `Subs-Signature` of requests to HTTP workers,
+//!   made by the engine and checked by workers (feature `signature`, on
+//!   by default).
 //! - [`wit`]: the one mapping between these types and the WIT types of
 //!   `subs:agent`, instantiated by each side of the component boundary.
 //!
@@ -38,6 +41,8 @@ pub mod event;
 mod json;
 pub mod llm;
 pub mod message;
+#[cfg(feature = "signature")]
+pub mod signature;
 pub mod sse;
 pub mod trigger;
 pub mod wit;
