@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 
 use serde_json::{Value, json};
+use subs_protocol::event::{ClientToolCall, InterruptRaised, MessageRecorded, TokenDelta, TurnDone, TurnFailed};
+use subs_protocol::{Message, Role, SessionEvent};
 
 /// One event as `--json` prints it: `{"id":…,"event":…,"data":…}`, `id`
 /// being the event's sequence number (`null` for live-only token deltas).
@@ -47,45 +49,48 @@ impl<W: Write> Human<W> {
         Self { out, audience, streamed: String::new(), at_line_start: true, tools: HashMap::new() }
     }
 
-    /// Prints one event.
+    /// Prints one event, given by its name and data.
     pub fn event(&mut self, name: &str, data: &Value) -> io::Result<()> {
+        self.parsed(name, data, SessionEvent::from_parts(name, data.clone()).ok().as_ref())
+    }
+
+    /// Prints one event: `event` when its name and data read as one, or
+    /// else (an event this command does not know, from a newer server)
+    /// as they are, for watchers.
+    fn parsed(&mut self, name: &str, data: &Value, event: Option<&SessionEvent>) -> io::Result<()> {
         let watcher = self.audience == Audience::Watcher;
-        match name {
-            "llm.token.delta" => {
-                if let Some(text) = data.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+        match event {
+            Some(SessionEvent::TokenDelta(TokenDelta { delta, .. })) => {
+                if let Some(text) = delta.text.as_deref().filter(|t| !t.is_empty()) {
                     self.write(text)?;
                     self.streamed.push_str(text);
                 }
             }
-            "message" => self.message(data.get("message").unwrap_or(&Value::Null))?,
-            "turn.started" if watcher => self.line(&format!("── {} ──", str_at(data, "turn_id")))?,
-            "turn.done" => {
-                if let Some(done) = data.get("data").filter(|d| !d.is_null()) {
+            Some(SessionEvent::Message(MessageRecorded { message, .. })) => self.message(message)?,
+            Some(SessionEvent::TurnStarted(started)) if watcher => {
+                self.line(&format!("── {} ──", started.turn_id))?;
+            }
+            Some(SessionEvent::TurnDone(TurnDone { turn_id, data })) => {
+                if let Some(done) = data.as_ref().filter(|d| !d.is_null()) {
                     self.line(&format!("done: {done}"))?;
                 }
                 if watcher {
-                    self.line(&format!("── {} done ──", str_at(data, "turn_id")))?;
+                    self.line(&format!("── {turn_id} done ──"))?;
                 }
             }
-            "turn.failed" if watcher => self.line(&format!(
-                "── {} failed ({}): {} ──",
-                str_at(data, "turn_id"),
-                str_at(data, "code"),
-                str_at(data, "error")
-            ))?,
-            // `subs run` reports a failed turn itself, on stderr.
-            "turn.failed" | "turn.started" => {}
-            "tool.call" => self.line(&format!(
-                "→ {} {} (a client tool: waiting for its result)",
-                str_at(data, "name"),
-                arguments(data.get("arguments"))
-            ))?,
-            "interrupt" => {
-                let reason = data.get("reason").and_then(Value::as_str).unwrap_or("");
-                self.line(&format!("‖ interrupt {}: {reason}", str_at(data, "interrupt_id")))?;
+            Some(SessionEvent::TurnFailed(TurnFailed { turn_id, error, code })) if watcher => {
+                self.line(&format!("── {turn_id} failed ({code}): {error} ──"))?;
             }
-            other if watcher => self.line(&format!("{other} {data}"))?,
-            _ => {}
+            // `subs run` reports a failed turn itself, on stderr.
+            Some(SessionEvent::TurnFailed(_) | SessionEvent::TurnStarted(_)) => {}
+            Some(SessionEvent::ToolCall(ClientToolCall { name, arguments, .. })) => {
+                self.line(&format!("→ {name} {arguments} (a client tool: waiting for its result)"))?;
+            }
+            Some(SessionEvent::Interrupt(InterruptRaised { interrupt_id, reason, .. })) => {
+                self.line(&format!("‖ interrupt {interrupt_id}: {reason}"))?;
+            }
+            None if watcher => self.line(&format!("{name} {data}"))?,
+            None => {}
         }
         self.out.flush()
     }
@@ -96,11 +101,10 @@ impl<W: Write> Human<W> {
         self.out.flush()
     }
 
-    fn message(&mut self, message: &Value) -> io::Result<()> {
-        let role = str_at(message, "role");
-        let text = content_text(message.get("content"));
-        match role {
-            "assistant" => {
+    fn message(&mut self, message: &Message) -> io::Result<()> {
+        let text = message.content.as_ref().map(|c| c.text()).unwrap_or_default();
+        match message.role {
+            Role::Assistant => {
                 let streamed = std::mem::take(&mut self.streamed);
                 // What the deltas did not show: all of it when nothing was
                 // streamed, the rest when some deltas were missed.
@@ -114,21 +118,21 @@ impl<W: Write> Human<W> {
                 };
                 self.write(&rest)?;
                 self.end_line()?;
-                for call in message.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
-                    let id = str_at(call, "id");
-                    let function = call.get("function").unwrap_or(&Value::Null);
-                    let name = str_at(function, "name");
-                    self.tools.insert(id.to_owned(), name.to_owned());
-                    self.line(&format!("→ {name} {}", arguments(function.get("arguments"))))?;
+                for call in message.tool_calls.iter().flatten() {
+                    let name = &call.function.name;
+                    self.tools.insert(call.id.clone(), name.clone());
+                    self.line(&format!("→ {name} {}", call.function.arguments))?;
                 }
             }
-            "tool" => {
-                let call = str_at(message, "tool_call_id");
+            Role::Tool => {
+                let call = message.tool_call_id.as_deref().unwrap_or("");
                 let name = self.tools.get(call).cloned().unwrap_or_else(|| call.to_owned());
                 self.line(&format!("← {name}: {text}"))?;
             }
-            _ if self.audience == Audience::Watcher => self.line(&format!("{role}: {text}"))?,
-            _ => {}
+            role @ (Role::User | Role::System) if self.audience == Audience::Watcher => {
+                self.line(&format!("{}: {text}", role_name(role)))?;
+            }
+            Role::User | Role::System => {}
         }
         Ok(())
     }
@@ -209,8 +213,9 @@ impl TurnView {
     /// Prints an event of the session; returns how the turn ended when it
     /// has.
     pub fn event(&mut self, id: Option<u64>, name: &str, data: &Value) -> io::Result<Option<TurnEnd>> {
-        let turn_of_event = data.get("turn_id").and_then(Value::as_str);
-        if name == "turn.started" && !self.in_turn {
+        let event = SessionEvent::from_parts(name, data.clone()).ok();
+        let turn_of_event = event.as_ref().and_then(SessionEvent::turn_id);
+        if matches!(event, Some(SessionEvent::TurnStarted(_))) && !self.in_turn {
             match &self.turn_id {
                 Some(turn) if turn_of_event != Some(turn.as_str()) => {}
                 _ => {
@@ -228,16 +233,14 @@ impl TurnView {
             writeln!(out, "{}", json_line(id, name, data))?;
             out.flush()?;
         } else {
-            self.human.event(name, data)?;
+            self.human.parsed(name, data, event.as_ref())?;
         }
         let ours = turn_of_event.is_some() && turn_of_event == self.turn_id.as_deref();
-        let end = match name {
-            "turn.done" if ours => TurnEnd::Done,
-            "turn.failed" if ours => {
-                TurnEnd::Failed { code: str_at(data, "code").to_owned(), error: str_at(data, "error").to_owned() }
-            }
-            "interrupt" => TurnEnd::Waiting("an interrupt to be resumed"),
-            "tool.call" => TurnEnd::Waiting("a client tool's result"),
+        let end = match event {
+            Some(SessionEvent::TurnDone(_)) if ours => TurnEnd::Done,
+            Some(SessionEvent::TurnFailed(TurnFailed { code, error, .. })) if ours => TurnEnd::Failed { code, error },
+            Some(SessionEvent::Interrupt(_)) => TurnEnd::Waiting("an interrupt to be resumed"),
+            Some(SessionEvent::ToolCall(_)) => TurnEnd::Waiting("a client tool's result"),
             _ => return Ok(None),
         };
         self.human.finish()?;
@@ -250,31 +253,13 @@ impl TurnView {
     }
 }
 
-fn str_at<'a>(value: &'a Value, key: &str) -> &'a str {
-    value.get(key).and_then(Value::as_str).unwrap_or("")
-}
-
-/// Tool arguments as the model wrote them: JSON text, shown as is (a
-/// client tool call's arguments may be a JSON value instead).
-fn arguments(value: Option<&Value>) -> String {
-    match value {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Null) | None => "{}".to_owned(),
-        Some(other) => other.to_string(),
-    }
-}
-
-/// A message's text: a string content, or its text parts joined.
-fn content_text(content: Option<&Value>) -> String {
-    match content {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
+/// A role as the wire writes it (`user`).
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
     }
 }
 

@@ -16,8 +16,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Instant;
 
-use serde_json::{Value, json};
-use subs_protocol::StreamDelta;
+use serde_json::Value;
+use subs_protocol::event::TokenDelta;
+use subs_protocol::{EventError, SessionEvent, StreamDelta};
 use tokio::sync::{Notify, oneshot};
 
 use crate::store::{EventRecord, SessionKey, TurnRecord};
@@ -40,19 +41,18 @@ impl Event {
     pub fn stored(seq: u64, record: EventRecord) -> Self {
         Self { seq: Some(seq), name: record.name, data: record.data }
     }
-}
 
-/// An `llm.token.delta` event's data: the call id and the delta's fields.
-pub fn token_delta(call_id: &str, delta: &StreamDelta) -> Value {
-    let mut data = subs_protocol::to_value(delta);
-    if let Value::Object(map) = &mut data {
-        map.insert("call_id".to_owned(), json!(call_id));
+    /// `event` as subscribers receive it, with the sequence number of a
+    /// stored event (`None` for a live-only one).
+    pub fn new(seq: Option<u64>, event: &SessionEvent) -> Self {
+        Self { seq, name: event.name().to_owned(), data: event.data() }
     }
-    data
-}
 
-/// The name of token delta events.
-const DELTA: &str = "llm.token.delta";
+    /// The event, typed.
+    pub fn parse(&self) -> Result<SessionEvent, EventError> {
+        SessionEvent::from_parts(&self.name, self.data.clone())
+    }
+}
 
 /// What streaming may hold, per decision or call, per subscriber and per
 /// tenant. The defaults are far above what a real LLM stream does (a
@@ -132,6 +132,12 @@ impl Frame {
     pub fn event(&self) -> Event {
         let data = serde_json::from_str(&self.data).unwrap_or_else(|_| Value::String(self.data.to_string()));
         Event { seq: self.seq, name: self.name.to_string(), data }
+    }
+
+    /// The event, parsed back and typed.
+    pub fn parse(&self) -> Result<SessionEvent, EventError> {
+        let Event { name, data, .. } = self.event();
+        SessionEvent::from_parts(&name, data)
     }
 }
 
@@ -482,8 +488,8 @@ impl DeltaGate {
         if raw_bytes(delta) > max {
             return Err(too_large(raw_bytes(delta), max));
         }
-        let data = subs_protocol::to_json(&token_delta(&self.call_id, delta));
-        let frame = Frame { seq: None, name: Cow::Borrowed(DELTA), data: data.into_boxed_str() };
+        let event = SessionEvent::TokenDelta(TokenDelta { delta: delta.clone(), call_id: self.call_id.clone() });
+        let frame = Frame { seq: None, name: Cow::Borrowed(event.name()), data: event.data_json().into_boxed_str() };
         let size = frame.data.len();
         if size > max {
             return Err(too_large(size, max));
@@ -526,6 +532,8 @@ fn raw_bytes(delta: &StreamDelta) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn event(n: u64) -> Event {
@@ -606,8 +614,8 @@ mod tests {
 
     /// A delta of `len` bytes of text.
     fn delta(len: usize) -> Frame {
-        let data = token_delta("llm_1", &StreamDelta::text("x".repeat(len)));
-        Frame::new(&Event { seq: None, name: "llm.token.delta".to_owned(), data })
+        let delta = TokenDelta { delta: StreamDelta::text("x".repeat(len)), call_id: "llm_1".to_owned() };
+        Frame::new(&Event::new(None, &SessionEvent::TokenDelta(delta)))
     }
 
     #[test]
@@ -747,6 +755,10 @@ mod tests {
         let mut gate = DeltaGate::new(limits.clone(), "llm_1");
         let frame = gate.admit(&StreamDelta::text("hi")).unwrap();
         assert_eq!(&*frame.data, r#"{"text":"hi","call_id":"llm_1"}"#);
+        assert_eq!(
+            frame.parse(),
+            Ok(SessionEvent::TokenDelta(TokenDelta { delta: StreamDelta::text("hi"), call_id: "llm_1".to_owned() }))
+        );
         let e = gate.admit(&StreamDelta::text("x".repeat(12 << 20))).unwrap_err();
         assert!(e.to_string().contains("max_delta_bytes"), "{e}");
         // Escaping counts: 600 quotes are 1200 bytes of JSON.

@@ -866,3 +866,35 @@ pub fn client_input() -> BoxedStrategy<ClientInput> {
         });
     prop_oneof![client_message, client_messages, client_action, interrupt_resume, tool_result, tool_error,].boxed()
 }
+
+// ---- session events ----------------------------------------------------
+
+/// Any [`SessionEvent`](crate::SessionEvent), all seven kinds. Optional
+/// `unknown` payload fields (`payload`, `data`) are never `Some(null)`,
+/// which reads back as `None`.
+pub fn session_event() -> BoxedStrategy<crate::SessionEvent> {
+    use crate::SessionEvent;
+    use crate::event::{
+        ClientToolCall, InterruptRaised, MessageRecorded, TokenDelta, TurnDone, TurnFailed, TurnStarted,
+    };
+
+    prop_oneof![
+        id().prop_map(|turn_id| SessionEvent::TurnStarted(TurnStarted { turn_id })),
+        (message(), option::of(id()))
+            .prop_map(|(message, parent_id)| SessionEvent::Message(MessageRecorded { message, parent_id })),
+        (stream_delta(), id()).prop_map(|(delta, call_id)| SessionEvent::TokenDelta(TokenDelta { delta, call_id })),
+        (id(), name(), json_text(), small_u32()).prop_map(|(id, name, arguments, attempt)| {
+            SessionEvent::ToolCall(ClientToolCall { id, name, arguments, attempt })
+        }),
+        (id(), text(), opt_json()).prop_map(|(interrupt_id, reason, payload)| {
+            SessionEvent::Interrupt(InterruptRaised { interrupt_id, reason, payload })
+        }),
+        (id(), opt_json()).prop_map(|(turn_id, data)| SessionEvent::TurnDone(TurnDone { turn_id, data })),
+        (id(), text(), name()).prop_map(|(turn_id, error, code)| SessionEvent::TurnFailed(TurnFailed {
+            turn_id,
+            error,
+            code
+        })),
+    ]
+    .boxed()
+}

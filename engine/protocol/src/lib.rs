@@ -20,8 +20,12 @@
 //! - [`llm`]: [`LlmRequest`], [`LlmResponse`], [`StreamDelta`],
 //!   [`ErrorCode`].
 //! - [`client`]: [`ClientInput`] and its variants.
+//! - [`event`]: [`SessionEvent`], the events a session sends its clients.
 //! - [`sse`]: the one reader of server-sent event streams, for every
 //!   side that reads one (providers, workers, the command line).
+//! - [`signature`]: the `Subs-Signature` of requests to HTTP workers,
+//!   made by the engine and checked by workers (feature `signature`, on
+//!   by default).
 //! - [`wit`]: the one mapping between these types and the WIT types of
 //!   `subs:agent`, instantiated by each side of the component boundary.
 //!
@@ -33,9 +37,12 @@ pub mod client;
 pub mod config;
 pub mod decision;
 mod error;
+pub mod event;
 mod json;
 pub mod llm;
 pub mod message;
+#[cfg(feature = "signature")]
+pub mod signature;
 pub mod sse;
 pub mod trigger;
 pub mod wit;
@@ -48,6 +55,7 @@ pub use client::ClientInput;
 pub use config::{AgentConfig, AgentTool, Handler, LlmFormat, LlmHandler, RetryPolicy, SubAgent, ToolHandler};
 pub use decision::{Call, CallKind, CallStatus, DecisionRequest, DecisionResponse, WorkerIdentity};
 pub use error::ProtocolError;
+pub use event::{EventError, EventKind, SessionEvent};
 pub use json::{from_json, from_json_slice, from_value, to_json, to_value, value_kind};
 pub use llm::{
     ErrorCode, LlmRequest, LlmResponse, LlmTool, ReasoningConfig, ReasoningEffort, StreamDelta, ToolCallDelta,

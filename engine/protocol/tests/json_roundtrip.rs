@@ -10,7 +10,9 @@ use std::fmt::Debug;
 use proptest::prelude::*;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use subs_protocol::{DecisionRequest, RequestTree, Trigger, arbitrary, from_json, from_value, to_json, to_value};
+use subs_protocol::{
+    DecisionRequest, RequestTree, SessionEvent, Trigger, arbitrary, from_json, from_value, to_json, to_value,
+};
 
 /// Checks the text round trip, the `Value` round trip, and that a second
 /// write is byte-identical to the first (what a worker reads is what the
@@ -72,6 +74,21 @@ proptest! {
     #[test]
     fn stream_delta(v in arbitrary::stream_delta()) {
         round_trip(&v)?;
+    }
+
+    /// A session event's name and data read back as the same event, and
+    /// give the same name and the same data, text byte for byte.
+    #[test]
+    fn session_event(v in arbitrary::session_event()) {
+        let (name, data) = v.clone().into_parts();
+        let text = to_json(&data);
+        prop_assert_eq!(v.data_json(), text.as_str());
+        let back = SessionEvent::from_parts(name, data.clone())
+            .map_err(|e| TestCaseError::fail(format!("{e}\nin {text}")))?;
+        prop_assert_eq!(&back, &v);
+        prop_assert_eq!(back.into_parts(), (name, data));
+        let reread: serde_json::Value = from_json(&text).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(to_json(&SessionEvent::from_parts(name, reread).unwrap().data()), text);
     }
 
     #[test]

@@ -27,6 +27,7 @@ use futures::stream::{self, BoxStream};
 use subs_engine::Engine;
 use subs_engine::events::{Frame, RecvError, Subscription, TooManyStreams};
 use subs_engine::store::SessionKey;
+use subs_protocol::{EventKind, SessionEvent};
 
 use crate::AppState;
 use crate::auth::StreamTenant;
@@ -251,16 +252,17 @@ impl Pump {
         }
         if let Some(turn) = &self.turn {
             // Only the events that start and end turns are parsed back.
-            let ours = matches!(&*frame.name, "turn.started" | "turn.done" | "turn.failed")
-                && frame.event().data.get("turn_id").and_then(|t| t.as_str()) == Some(turn.as_str());
-            if ours && frame.name == "turn.started" {
-                self.in_turn = true;
+            let boundary = EventKind::from_name(&frame.name)
+                .filter(|kind| kind.is_turn_boundary())
+                .and_then(|_| frame.parse().ok())
+                .filter(|event| event.turn_id() == Some(turn.as_str()));
+            match boundary {
+                Some(SessionEvent::TurnStarted(_)) => self.in_turn = true,
+                Some(SessionEvent::TurnDone(_) | SessionEvent::TurnFailed(_)) if self.in_turn => self.done = true,
+                _ => {}
             }
             if !self.in_turn {
                 return None;
-            }
-            if ours && frame.name != "turn.started" {
-                self.done = true;
             }
         }
         let mut sse = SseEvent::default().event(&*frame.name).data(&*frame.data);

@@ -52,7 +52,9 @@
 //! - [`router`], [`router_with`], [`serve`], [`serve_router`]: the entry
 //!   points (this file).
 //! - [`WorkerOptions`] (`options.rs`): route, signatures, limits.
-//! - [`verify_signature`], [`sign`], [`SignatureError`] (`signature.rs`).
+//! - [`verify_signature`], [`sign`], [`SignatureError`]: re-exported from
+//!   [`subs_protocol::signature`], the one definition of the signature,
+//!   which the engine signs with.
 //! - `handler.rs`: the endpoint: verification, parsing, JSON or SSE reply.
 //! - `host.rs`: the [`subs_sdk::Host`] that turns deltas into events and
 //!   logs into `tracing` events.
@@ -64,7 +66,6 @@
 mod handler;
 mod host;
 mod options;
-mod signature;
 
 use std::sync::Arc;
 
@@ -74,7 +75,7 @@ use axum::routing::post;
 use subs_sdk::Agent;
 
 pub use options::WorkerOptions;
-pub use signature::{DEFAULT_TOLERANCE, SIGNATURE_HEADER, SignatureError, sign, verify_signature};
+pub use subs_protocol::signature::{DEFAULT_TOLERANCE, SIGNATURE_HEADER, SignatureError, sign, verify_signature};
 
 /// The axum this crate is built on, so a worker can add routes or layers
 /// without matching its version by hand.

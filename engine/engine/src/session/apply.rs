@@ -4,12 +4,13 @@
 
 use serde_json::{Value, json};
 use subs_protocol::action::LlmCall;
+use subs_protocol::event::{ClientToolCall, InterruptRaised, TurnDone, TurnFailed, TurnStarted};
 use subs_protocol::trigger::{
     ClientAction as ActionTrigger, InterruptResumed, LlmFinished, SubAgentFinished, ToolExecute, ToolFinished,
 };
 use subs_protocol::{
     Action, CallKind, CallStatus, ClientContext, ClientInput, DecisionResponse, DraftMessage, ErrorCode, Handler,
-    LlmHandler, LlmResponse, RetryPolicy, Role, ToolHandler, Trigger,
+    LlmHandler, LlmResponse, RetryPolicy, Role, SessionEvent, ToolHandler, Trigger,
 };
 
 use super::proposal::last_assistant_text;
@@ -347,7 +348,7 @@ impl Session {
         self.record.turn = Some(TurnState { turn_id: turn_id.clone(), client_tools, started_ms: ctx.now_ms });
         let record = TurnRecord { status: TurnStatus::Running, data: None, started_ms: ctx.now_ms, ended_ms: None };
         change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: turn_id.clone(), record });
-        self.emit("turn.started", json!({"turn_id": turn_id}), change);
+        self.emit(SessionEvent::TurnStarted(TurnStarted { turn_id }), change);
         if self.record.next.step == 0 {
             self.push_step(StoredTrigger::Plain { trigger: Trigger::SessionStart }, change);
         }
@@ -393,14 +394,15 @@ impl Session {
         let status = if error.is_some() { TurnStatus::Failed } else { TurnStatus::Done };
         let record = TurnRecord { status, data: data.clone(), started_ms: turn.started_ms, ended_ms: Some(ctx.now_ms) };
         change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: turn.turn_id.clone(), record });
-        match &error {
-            Some(error) => self.emit(
-                "turn.failed",
-                json!({"turn_id": turn.turn_id, "error": error, "code": code.clone().unwrap_or_else(|| "agent_error".to_owned())}),
-                change,
-            ),
-            None => self.emit("turn.done", json!({"turn_id": turn.turn_id, "data": data}), change),
-        }
+        let ended = match &error {
+            Some(error) => SessionEvent::TurnFailed(TurnFailed {
+                turn_id: turn.turn_id,
+                error: error.clone(),
+                code: code.unwrap_or_else(|| "agent_error".to_owned()),
+            }),
+            None => SessionEvent::TurnDone(TurnDone { turn_id: turn.turn_id, data: data.clone() }),
+        };
+        self.emit(ended, change);
 
         if let Some(ParentLink { session: parent, call_id }) = self.record.parent.clone() {
             let result = match &data {
@@ -436,11 +438,9 @@ impl Session {
                         turn_id: next.turn_id.clone(),
                         record,
                     });
-                    self.emit(
-                        "turn.failed",
-                        json!({"turn_id": next.turn_id, "error": e.to_string(), "code": "invalid_input"}),
-                        change,
-                    );
+                    let failed =
+                        TurnFailed { turn_id: next.turn_id, error: e.to_string(), code: "invalid_input".to_owned() };
+                    self.emit(SessionEvent::TurnFailed(failed), change);
                 }
             }
         }
@@ -536,11 +536,8 @@ impl Session {
                     reason: interrupt.reason.clone(),
                     payload: interrupt.payload.clone(),
                 });
-                self.emit(
-                    "interrupt",
-                    json!({"interrupt_id": interrupt_id, "reason": interrupt.reason, "payload": interrupt.payload}),
-                    change,
-                );
+                let raised = InterruptRaised { interrupt_id, reason: interrupt.reason, payload: interrupt.payload };
+                self.emit(SessionEvent::Interrupt(raised), change);
             }
             Action::Done(done) => self.end_turn(done.data, ctx, change),
         }
@@ -617,11 +614,13 @@ impl Session {
         let CallSpec::Tool { arguments, input, .. } = &call.spec else { return };
         let name = call.call.name.clone().unwrap_or_default();
         if call.call.handler == Some(Handler::Client) {
-            self.emit(
-                "tool.call",
-                json!({"id": call.call.id, "name": name, "arguments": arguments, "attempt": call.call.attempt}),
-                change,
-            );
+            let call = ClientToolCall {
+                id: call.call.id.clone(),
+                name,
+                arguments: arguments.clone(),
+                attempt: call.call.attempt,
+            };
+            self.emit(SessionEvent::ToolCall(call), change);
         } else {
             let trigger = Trigger::ToolExecute(ToolExecute {
                 id: call.call.id.clone(),

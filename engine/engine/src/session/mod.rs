@@ -22,10 +22,11 @@ pub(crate) mod validate;
 use std::collections::{BTreeMap, VecDeque};
 
 use serde_json::Value;
+use subs_protocol::event::MessageRecorded;
 use subs_protocol::trigger::{ClientMessages, LlmExecute};
 use subs_protocol::{
     AgentTool, Call, CallKind, CallStatus, DecisionRequest, DraftMessage, Handler, LlmRequest, LlmTool, Message,
-    RetryPolicy, Trigger,
+    RetryPolicy, SessionEvent, Trigger,
 };
 
 use crate::clock;
@@ -260,14 +261,15 @@ impl Session {
         change.batch.push(Op::PutMessage { session: self.key().clone(), seq, record: record.clone() });
         self.tree.insert(record);
         self.record.head_id = Some(id.clone());
-        self.emit("message", serde_json::json!({"message": message, "parent_id": parent_id}), change);
+        self.emit(SessionEvent::Message(MessageRecorded { message, parent_id }), change);
         id
     }
 
     /// Stores an event for clients, published after the commit.
-    pub fn emit(&mut self, name: &str, data: Value, change: &mut Change) {
+    pub fn emit(&mut self, event: SessionEvent, change: &mut Change) {
         let seq = self.record.next.event;
         self.record.next.event += 1;
+        let (name, data) = event.into_parts();
         let record = EventRecord { name: name.to_owned(), data };
         change.batch.push(Op::PutEvent { session: self.key().clone(), seq, record: record.clone() });
         change.events.push((self.key().clone(), seq, record));

@@ -10,7 +10,8 @@
 //!   data is the [`DecisionResponse`]. The engine stops reading there.
 //!
 //! With a secret, each request carries `Subs-Signature: t=<unix
-//! seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`.
+//! seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`, made by
+//! [`subs_protocol::signature`], the module HTTP workers verify it with.
 //!
 //! Every way the exchange can go wrong is a failed delivery whose
 //! [`WorkerError`] names the cause and, once a reply came, its HTTP status:
@@ -28,10 +29,8 @@
 //! # Layout
 //!
 //! - this file: [`HttpWorker`], its options, and reading replies;
-//! - `sse.rs`: the `text/event-stream` parser;
-//! - `signature.rs`: the `Subs-Signature` header.
-
-mod signature;
+//! - [`subs_protocol::sse`]: the `text/event-stream` parser;
+//! - [`subs_protocol::signature`]: the `Subs-Signature` header.
 
 use std::fmt;
 use std::sync::Arc;
@@ -43,6 +42,7 @@ use subs_protocol::{DecisionResponse, ProtocolError, StreamDelta};
 use tracing::Instrument;
 
 use super::{BoxFuture, Delivery, DeltaSink, Worker, WorkerError};
+use subs_protocol::signature;
 use subs_protocol::sse::{SseError, SseEvent, SseParser};
 
 /// What the engine tells workers it accepts.
@@ -288,7 +288,7 @@ impl HttpWorker {
             .header(ACCEPT, ACCEPTED)
             .header(USER_AGENT, concat!("subs/", env!("CARGO_PKG_VERSION")));
         if let Some(secret) = &self.secret {
-            request = request.header(signature::HEADER, signature::header_value(&secret.0, unix_now(), &body));
+            request = request.header(signature::SIGNATURE_HEADER, signature::sign(&secret.0, unix_now(), &body));
         }
         if let Some(timeout) = self.timeout {
             request = request.timeout(timeout);

@@ -1,6 +1,10 @@
-//! Request signatures: [`verify_signature`] checks the `Subs-Signature`
-//! header the engine sends when an agent has a secret, and [`sign`] makes
-//! one (for tests, and for clients that call a worker directly).
+//! Request signatures, the one definition of them: the engine [`sign`]s
+//! each request to an HTTP worker whose agent has a secret, and the worker
+//! (the `subs-http-worker` SDK, which re-exports this module) checks it
+//! with [`verify_signature`]. Tests and clients that call a worker
+//! directly sign with [`sign`] too.
+//!
+//! Needs the crate's `signature` feature (on by default).
 //!
 //! The header is `t=<unix seconds>,v1=<hex HMAC-SHA256(secret,
 //! "<t>.<body>")>`. The MAC covers the timestamp, so an old request cannot
@@ -12,7 +16,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-/// The header that carries the signature.
+/// The header that carries the signature (header names are
+/// case-insensitive; HTTP/2 and most clients send it as `subs-signature`).
 pub const SIGNATURE_HEADER: &str = "Subs-Signature";
 
 /// How far a signature's timestamp may be from the worker's clock, either
@@ -51,7 +56,7 @@ pub enum SignatureError {
 /// seconds).
 ///
 /// ```
-/// use subs_http_worker::sign;
+/// use subs_protocol::signature::sign;
 ///
 /// let header = sign(b"s3cret", 1_700_000_000, br#"{"session_id":"s"}"#);
 /// assert!(header.starts_with("t=1700000000,v1="));
@@ -72,7 +77,7 @@ pub fn sign(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
 ///
 /// ```
 /// use std::time::{Duration, SystemTime, UNIX_EPOCH};
-/// use subs_http_worker::{sign, verify_signature, SignatureError, DEFAULT_TOLERANCE};
+/// use subs_protocol::signature::{sign, verify_signature, SignatureError, DEFAULT_TOLERANCE};
 ///
 /// let body = br#"{"session_id":"s"}"#;
 /// let sent = UNIX_EPOCH + Duration::from_secs(1_700_000_000);

@@ -1,0 +1,475 @@
+//! The events a session sends its clients: the one definition of the
+//! server-sent events of `GET /v1/sessions/{id}/events` (see the API
+//! reference, `docs/api.md`).
+//!
+//! An event is a name and a JSON payload on the wire and in the store
+//! (`event:` and `data:` of server-sent events). [`SessionEvent`] is the
+//! typed form: the engine builds events only as `SessionEvent`s and turns
+//! them into a name and data with [`SessionEvent::name`] and
+//! [`SessionEvent::data`]; readers parse a name and data back with
+//! [`SessionEvent::from_parts`].
+//!
+//! ```
+//! use serde_json::json;
+//! use subs_protocol::SessionEvent;
+//! use subs_protocol::event::TurnStarted;
+//!
+//! let event = SessionEvent::TurnStarted(TurnStarted { turn_id: "turn_1".into() });
+//! assert_eq!(event.name(), "turn.started");
+//! assert_eq!(event.data(), json!({"turn_id": "turn_1"}));
+//! assert_eq!(SessionEvent::from_parts("turn.started", json!({"turn_id": "turn_1"})).unwrap(), event);
+//! ```
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{Message, ProtocolError, StreamDelta};
+
+/// An event of a session, for its clients. Each variant is one event name;
+/// its payload is the event's data.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionEvent {
+    /// `turn.started`: a turn opened.
+    TurnStarted(TurnStarted),
+    /// `message`: a message was recorded.
+    Message(MessageRecorded),
+    /// `llm.token.delta`: a piece of a streamed LLM reply. Live only: never
+    /// stored, so it has no sequence number and is not replayed.
+    TokenDelta(TokenDelta),
+    /// `tool.call`: a client tool to run; answered with a `tool.result`
+    /// input.
+    ToolCall(ClientToolCall),
+    /// `interrupt`: the agent waits for an `interrupt.resume` input.
+    Interrupt(InterruptRaised),
+    /// `turn.done`: a turn ended.
+    TurnDone(TurnDone),
+    /// `turn.failed`: a turn ended with an error.
+    TurnFailed(TurnFailed),
+}
+
+/// The kind of a [`SessionEvent`]: its name, without its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// `turn.started`.
+    TurnStarted,
+    /// `message`.
+    Message,
+    /// `llm.token.delta`.
+    TokenDelta,
+    /// `tool.call`.
+    ToolCall,
+    /// `interrupt`.
+    Interrupt,
+    /// `turn.done`.
+    TurnDone,
+    /// `turn.failed`.
+    TurnFailed,
+}
+
+impl EventKind {
+    /// Every kind of event.
+    pub const ALL: [EventKind; 7] = [
+        EventKind::TurnStarted,
+        EventKind::Message,
+        EventKind::TokenDelta,
+        EventKind::ToolCall,
+        EventKind::Interrupt,
+        EventKind::TurnDone,
+        EventKind::TurnFailed,
+    ];
+
+    /// The event name on the wire (`turn.started`).
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::TurnStarted => "turn.started",
+            EventKind::Message => "message",
+            EventKind::TokenDelta => "llm.token.delta",
+            EventKind::ToolCall => "tool.call",
+            EventKind::Interrupt => "interrupt",
+            EventKind::TurnDone => "turn.done",
+            EventKind::TurnFailed => "turn.failed",
+        }
+    }
+
+    /// The kind an event name stands for; `None` for a name that is no
+    /// event's.
+    pub fn from_name(name: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+
+    /// Whether events of this kind start or end a turn (`turn.started`,
+    /// `turn.done`, `turn.failed`), and so carry a `turn_id`.
+    pub fn is_turn_boundary(self) -> bool {
+        matches!(self, EventKind::TurnStarted | EventKind::TurnDone | EventKind::TurnFailed)
+    }
+
+    /// Whether events of this kind are stored (and numbered, and replayed);
+    /// only token deltas are not.
+    pub fn is_stored(self) -> bool {
+        self != EventKind::TokenDelta
+    }
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `turn.started` data: `{turn_id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnStarted {
+    /// The turn that opened.
+    pub turn_id: String,
+}
+
+/// `message` data: `{message, parent_id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageRecorded {
+    /// The recorded message.
+    pub message: Message,
+    /// The message it follows in the session's tree; `null` for the first
+    /// one (always written, as `null` when there is none).
+    pub parent_id: Option<String>,
+}
+
+/// `llm.token.delta` data: `{…StreamDelta, call_id}`, the delta's fields
+/// followed by the call's id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenDelta {
+    /// The piece of the reply.
+    #[serde(flatten)]
+    pub delta: StreamDelta,
+    /// The LLM call (or decision) streaming it.
+    pub call_id: String,
+}
+
+/// `tool.call` data: `{id, name, arguments, attempt}`, a tool that the
+/// client runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientToolCall {
+    /// The call's id, for the `tool.result` input that answers it.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments as the model wrote them: JSON text, not always valid.
+    pub arguments: String,
+    /// Which attempt of the call this is (1 on the first).
+    pub attempt: u32,
+}
+
+/// `interrupt` data: `{interrupt_id, reason, payload}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InterruptRaised {
+    /// The id an `interrupt.resume` input names.
+    pub interrupt_id: String,
+    /// Why, for the person who resumes it.
+    pub reason: String,
+    /// Anything the resumer needs; `null` when the agent gave nothing
+    /// (always written).
+    pub payload: Option<Value>,
+}
+
+/// `turn.done` data: `{turn_id, data}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnDone {
+    /// The turn that ended.
+    pub turn_id: String,
+    /// What the agent ended it with (its `done` action's data); `null` when
+    /// nothing (always written).
+    pub data: Option<Value>,
+}
+
+/// `turn.failed` data: `{turn_id, error, code}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnFailed {
+    /// The turn that failed.
+    pub turn_id: String,
+    /// What went wrong.
+    pub error: String,
+    /// The error code (`agent_error`, `cancelled`, `invalid_input`, an
+    /// agent's own code, …).
+    pub code: String,
+}
+
+/// An event name and data that are not a [`SessionEvent`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventError {
+    /// No event has this name.
+    #[error("unknown event `{name}`, expected one of {}", expected_names())]
+    UnknownName {
+        /// The name given.
+        name: String,
+    },
+    /// The data does not read as the event's payload.
+    #[error("`{name}` event data: {error}")]
+    BadData {
+        /// The event's name.
+        name: &'static str,
+        /// What is wrong with the data, naming the field.
+        error: ProtocolError,
+    },
+}
+
+fn expected_names() -> String {
+    EventKind::ALL.iter().map(|kind| format!("`{kind}`")).collect::<Vec<_>>().join(", ")
+}
+
+impl SessionEvent {
+    /// The event's kind.
+    pub fn kind(&self) -> EventKind {
+        match self {
+            SessionEvent::TurnStarted(_) => EventKind::TurnStarted,
+            SessionEvent::Message(_) => EventKind::Message,
+            SessionEvent::TokenDelta(_) => EventKind::TokenDelta,
+            SessionEvent::ToolCall(_) => EventKind::ToolCall,
+            SessionEvent::Interrupt(_) => EventKind::Interrupt,
+            SessionEvent::TurnDone(_) => EventKind::TurnDone,
+            SessionEvent::TurnFailed(_) => EventKind::TurnFailed,
+        }
+    }
+
+    /// The event name on the wire (`turn.started`).
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// The event's data as a JSON value: its payload, fields in the order
+    /// clients receive them.
+    pub fn data(&self) -> Value {
+        match self {
+            SessionEvent::TurnStarted(p) => crate::to_value(p),
+            SessionEvent::Message(p) => crate::to_value(p),
+            SessionEvent::TokenDelta(p) => crate::to_value(p),
+            SessionEvent::ToolCall(p) => crate::to_value(p),
+            SessionEvent::Interrupt(p) => crate::to_value(p),
+            SessionEvent::TurnDone(p) => crate::to_value(p),
+            SessionEvent::TurnFailed(p) => crate::to_value(p),
+        }
+    }
+
+    /// The event's data as compact JSON text, as [`data`](Self::data)
+    /// would be written, without building the value first.
+    pub fn data_json(&self) -> String {
+        match self {
+            SessionEvent::TurnStarted(p) => crate::to_json(p),
+            SessionEvent::Message(p) => crate::to_json(p),
+            SessionEvent::TokenDelta(p) => crate::to_json(p),
+            SessionEvent::ToolCall(p) => crate::to_json(p),
+            SessionEvent::Interrupt(p) => crate::to_json(p),
+            SessionEvent::TurnDone(p) => crate::to_json(p),
+            SessionEvent::TurnFailed(p) => crate::to_json(p),
+        }
+    }
+
+    /// The event's name and data.
+    pub fn into_parts(self) -> (&'static str, Value) {
+        (self.name(), self.data())
+    }
+
+    /// Reads an event from its name and data, as stored or sent. Fails for
+    /// a name that is no event's, or data that is not its payload (the
+    /// error names the field).
+    pub fn from_parts(name: &str, data: Value) -> Result<SessionEvent, EventError> {
+        let kind = EventKind::from_name(name).ok_or_else(|| EventError::UnknownName { name: name.to_owned() })?;
+        Ok(match kind {
+            EventKind::TurnStarted => SessionEvent::TurnStarted(payload(kind, data)?),
+            EventKind::Message => SessionEvent::Message(payload(kind, data)?),
+            EventKind::TokenDelta => SessionEvent::TokenDelta(payload(kind, data)?),
+            EventKind::ToolCall => SessionEvent::ToolCall(payload(kind, data)?),
+            EventKind::Interrupt => SessionEvent::Interrupt(payload(kind, data)?),
+            EventKind::TurnDone => SessionEvent::TurnDone(payload(kind, data)?),
+            EventKind::TurnFailed => SessionEvent::TurnFailed(payload(kind, data)?),
+        })
+    }
+
+    /// The turn a `turn.started`, `turn.done` or `turn.failed` event is
+    /// about; `None` for other events.
+    pub fn turn_id(&self) -> Option<&str> {
+        match self {
+            SessionEvent::TurnStarted(TurnStarted { turn_id })
+            | SessionEvent::TurnDone(TurnDone { turn_id, .. })
+            | SessionEvent::TurnFailed(TurnFailed { turn_id, .. }) => Some(turn_id),
+            _ => None,
+        }
+    }
+}
+
+fn payload<T: DeserializeOwned>(kind: EventKind, data: Value) -> Result<T, EventError> {
+    crate::from_value(data).map_err(|error| EventError::BadData { name: kind.name(), error })
+}
+
+impl From<TurnStarted> for SessionEvent {
+    fn from(payload: TurnStarted) -> Self {
+        SessionEvent::TurnStarted(payload)
+    }
+}
+
+impl From<MessageRecorded> for SessionEvent {
+    fn from(payload: MessageRecorded) -> Self {
+        SessionEvent::Message(payload)
+    }
+}
+
+impl From<TokenDelta> for SessionEvent {
+    fn from(payload: TokenDelta) -> Self {
+        SessionEvent::TokenDelta(payload)
+    }
+}
+
+impl From<ClientToolCall> for SessionEvent {
+    fn from(payload: ClientToolCall) -> Self {
+        SessionEvent::ToolCall(payload)
+    }
+}
+
+impl From<InterruptRaised> for SessionEvent {
+    fn from(payload: InterruptRaised) -> Self {
+        SessionEvent::Interrupt(payload)
+    }
+}
+
+impl From<TurnDone> for SessionEvent {
+    fn from(payload: TurnDone) -> Self {
+        SessionEvent::TurnDone(payload)
+    }
+}
+
+impl From<TurnFailed> for SessionEvent {
+    fn from(payload: TurnFailed) -> Self {
+        SessionEvent::TurnFailed(payload)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::{Content, Role, ToolCall, ToolCallDelta};
+
+    /// One event of each kind, as the engine writes them, with every
+    /// optional field both ways.
+    fn samples() -> Vec<(&'static str, Value)> {
+        vec![
+            ("turn.started", json!({"turn_id": "turn_1"})),
+            ("message", json!({"message": {"id": "msg_1", "role": "user", "content": "hi"}, "parent_id": null})),
+            (
+                "message",
+                json!({"message": {"id": "msg_2", "role": "assistant", "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{\"a\":1}"}}
+                ]}, "parent_id": "msg_1"}),
+            ),
+            ("llm.token.delta", json!({"text": "hi", "call_id": "llm_1"})),
+            (
+                "llm.token.delta",
+                json!({"reasoning": "hm", "tool_calls": [{"id": "c", "name": "add", "arguments": "{"}],
+                       "finish_reason": "stop", "call_id": "llm_1"}),
+            ),
+            ("llm.token.delta", json!({"call_id": "llm_1"})),
+            ("tool.call", json!({"id": "call_1", "name": "add", "arguments": "{\"a\":1}", "attempt": 1})),
+            ("interrupt", json!({"interrupt_id": "int_1", "reason": "approve?", "payload": {"amount": 5}})),
+            ("interrupt", json!({"interrupt_id": "int_1", "reason": "approve?", "payload": null})),
+            ("turn.done", json!({"turn_id": "turn_1", "data": {"ok": true, "n": 1.5}})),
+            ("turn.done", json!({"turn_id": "turn_1", "data": null})),
+            ("turn.failed", json!({"turn_id": "turn_1", "error": "boom", "code": "agent_error"})),
+        ]
+    }
+
+    #[test]
+    fn every_event_reads_back_to_the_same_name_and_data() {
+        let mut kinds = Vec::new();
+        for (name, data) in samples() {
+            let event = SessionEvent::from_parts(name, data.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(event.name(), name);
+            assert_eq!(event.data(), data, "{name}");
+            // Byte for byte, key order included.
+            assert_eq!(event.data_json(), crate::to_json(&data), "{name}");
+            assert_eq!(event.clone().into_parts(), (name, data));
+            kinds.push(event.kind());
+        }
+        for kind in EventKind::ALL {
+            assert!(kinds.contains(&kind), "no sample of {kind}");
+            assert_eq!(EventKind::from_name(kind.name()), Some(kind));
+        }
+    }
+
+    #[test]
+    fn payloads_are_written_as_the_engine_always_wrote_them() {
+        let delta = SessionEvent::TokenDelta(TokenDelta { delta: StreamDelta::text("hi"), call_id: "llm_1".into() });
+        assert_eq!(delta.data_json(), r#"{"text":"hi","call_id":"llm_1"}"#);
+        let delta = SessionEvent::TokenDelta(TokenDelta {
+            delta: StreamDelta {
+                tool_calls: Some(vec![ToolCallDelta { id: "c".into(), name: None, arguments: Some("{".into()) }]),
+                ..StreamDelta::default()
+            },
+            call_id: "llm_1".into(),
+        });
+        assert_eq!(delta.data_json(), r#"{"tool_calls":[{"id":"c","arguments":"{"}],"call_id":"llm_1"}"#);
+        let message = SessionEvent::Message(MessageRecorded {
+            message: Message {
+                id: "msg_1".into(),
+                role: Role::Assistant,
+                content: Some(Content::Text("hi".into())),
+                tool_calls: Some(vec![ToolCall::function("call_1", "add", "{}")]),
+                tool_call_id: None,
+                name: None,
+            },
+            parent_id: None,
+        });
+        assert_eq!(
+            message.data_json(),
+            r#"{"message":{"id":"msg_1","role":"assistant","content":"hi","tool_calls":[{"id":"call_1","type":"function","function":{"name":"add","arguments":"{}"}}]},"parent_id":null}"#
+        );
+        let interrupt = SessionEvent::Interrupt(InterruptRaised {
+            interrupt_id: "int_1".into(),
+            reason: "r".into(),
+            payload: None,
+        });
+        assert_eq!(interrupt.data_json(), r#"{"interrupt_id":"int_1","reason":"r","payload":null}"#);
+        let done = SessionEvent::TurnDone(TurnDone { turn_id: "t".into(), data: None });
+        assert_eq!(done.data_json(), r#"{"turn_id":"t","data":null}"#);
+        let failed = SessionEvent::TurnFailed(TurnFailed { turn_id: "t".into(), error: "e".into(), code: "c".into() });
+        assert_eq!(failed.data_json(), r#"{"turn_id":"t","error":"e","code":"c"}"#);
+        let call = SessionEvent::ToolCall(ClientToolCall {
+            id: "call_1".into(),
+            name: "add".into(),
+            arguments: "{}".into(),
+            attempt: 2,
+        });
+        assert_eq!(call.data_json(), r#"{"id":"call_1","name":"add","arguments":"{}","attempt":2}"#);
+        assert_eq!(call.turn_id(), None);
+        assert_eq!(done.turn_id(), Some("t"));
+    }
+
+    #[test]
+    fn omitted_optional_fields_read_as_none() {
+        let event = SessionEvent::from_parts("message", json!({"message": {"id": "m", "role": "user"}})).unwrap();
+        let SessionEvent::Message(MessageRecorded { parent_id, .. }) = event else { panic!("{event:?}") };
+        assert_eq!(parent_id, None);
+        let event = SessionEvent::from_parts("turn.done", json!({"turn_id": "t"})).unwrap();
+        assert_eq!(event, SessionEvent::TurnDone(TurnDone { turn_id: "t".into(), data: None }));
+    }
+
+    #[test]
+    fn unknown_names_and_bad_data_are_errors_that_say_which() {
+        let e = SessionEvent::from_parts("turn.paused", json!({})).unwrap_err();
+        assert_eq!(e, EventError::UnknownName { name: "turn.paused".into() });
+        assert!(e.to_string().starts_with("unknown event `turn.paused`, expected one of `turn.started`"), "{e}");
+
+        let e = SessionEvent::from_parts("turn.failed", json!({"turn_id": "t", "error": 5, "code": "c"})).unwrap_err();
+        let EventError::BadData { name, error } = &e else { panic!("{e:?}") };
+        assert_eq!(*name, "turn.failed");
+        assert_eq!(error.field(), Some("error"));
+        assert!(e.to_string().starts_with("`turn.failed` event data: error: invalid type"), "{e}");
+
+        let e = SessionEvent::from_parts("message", json!({"message": {"id": "m", "role": "robot"}})).unwrap_err();
+        let EventError::BadData { error, .. } = &e else { panic!("{e:?}") };
+        assert_eq!(error.field(), Some("message.role"), "{e}");
+
+        assert!(SessionEvent::from_parts("turn.started", json!(["turn_1"])).is_err(), "an array is no payload");
+        assert!(SessionEvent::from_parts("llm.token.delta", json!({"text": "x"})).is_err(), "call_id is needed");
+    }
+}
