@@ -10,6 +10,7 @@ mod http_worker;
 mod llm_retries;
 mod load;
 mod loop_scenarios;
+mod paused_time;
 mod providers;
 mod pyjs;
 mod recovery;

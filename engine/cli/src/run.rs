@@ -13,13 +13,12 @@
 //! components are kept in the user's cache directory (`--cache`), so a
 //! second run of the same agent compiles nothing.
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow};
-use subs_engine::events::{Event, RecvError, Subscription};
-use subs_engine::store::StoreError;
+use subs_engine::events::Event;
+use subs_engine::follow::{Follow, FollowError};
 use subs_engine::worker::Worker;
 use subs_engine::worker::component::{ComponentHost, HostConfig};
 use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
@@ -149,7 +148,7 @@ async fn load_worker(args: &RunArgs, file: &settings::ConfigFile) -> CliResult<A
 async fn turn(engine: &Engine, args: &RunArgs) -> CliResult {
     // Subscribed before the input is sent, so no event of the turn is
     // missed.
-    let mut events = Follower::new(engine.clone(), &args.session).map_err(CliError::failed)?;
+    let mut events = Follower::new(engine.clone(), &args.session).await.map_err(CliError::failed)?;
     let input = ClientInput::ClientMessage(ClientMessage {
         agent_id: AGENT_ID.to_owned(),
         turn_id: None,
@@ -172,61 +171,25 @@ async fn turn(engine: &Engine, args: &RunArgs) -> CliResult {
     }
 }
 
-/// A session's events in order, live, with gaps (a slow reader that fell
-/// behind and was dropped by the engine) filled from the store.
+/// A session's events in order, live; a reader that fell behind and was
+/// dropped by the engine subscribes again and goes on from the store.
 struct Follower {
-    engine: Engine,
-    session: String,
-    live: Subscription,
-    /// The last stored event passed on.
-    last: Option<u64>,
-    /// Stored events read to fill a gap, not yet passed on.
-    backlog: VecDeque<Event>,
+    follow: Follow,
 }
 
 impl Follower {
-    fn new(engine: Engine, session: &str) -> Result<Self, subs_engine::events::TooManyStreams> {
-        let live = engine.subscribe(LOCAL_TENANT, session)?;
-        Ok(Self { engine, session: session.to_owned(), live, last: None, backlog: VecDeque::new() })
+    /// Follows `session` from what is stored next.
+    async fn new(engine: Engine, session: &str) -> anyhow::Result<Self> {
+        let after = engine.last_event(LOCAL_TENANT, session).await?;
+        Ok(Self { follow: engine.follow(LOCAL_TENANT, session, after)? })
     }
 
     async fn next(&mut self) -> anyhow::Result<Event> {
         loop {
-            if let Some(event) = self.backlog.pop_front() {
-                return Ok(event);
-            }
-            match self.live.recv().await {
-                Ok(event) => match (event.seq, self.last) {
-                    (None, _) => return Ok(event),
-                    (Some(seq), Some(last)) if seq <= last => {}
-                    (Some(seq), Some(last)) if seq > last + 1 => self.fill().await?,
-                    (Some(seq), _) => {
-                        self.last = Some(seq);
-                        return Ok(event);
-                    }
-                },
-                Err(RecvError::Dropped { .. }) => {
-                    // Subscribed again before reading the store, so that
-                    // nothing falls between the two.
-                    self.live = self.engine.subscribe(LOCAL_TENANT, &self.session)?;
-                    self.fill().await?;
-                }
-                Err(_) => return Err(StoreError::Closed.into()),
-            }
-        }
-    }
-
-    /// Reads the stored events after the last one passed on.
-    async fn fill(&mut self) -> Result<(), StoreError> {
-        loop {
-            let page = self.engine.events(LOCAL_TENANT, &self.session, self.last, 256).await?;
-            let full = page.len() == 256;
-            for event in page {
-                self.last = event.seq.or(self.last);
-                self.backlog.push_back(event);
-            }
-            if !full {
-                return Ok(());
+            match self.follow.next().await {
+                Ok(frame) => return Ok(frame.event()),
+                Err(FollowError::Dropped { .. }) => self.follow.resubscribe()?,
+                Err(e) => return Err(e.into()),
             }
         }
     }

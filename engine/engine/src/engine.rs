@@ -41,6 +41,9 @@ pub struct EngineConfig {
     /// What streaming may hold: the size and rate of deltas, subscribers'
     /// buffers, and how many event streams a tenant may have open.
     pub streams: StreamLimits,
+    /// Where the loop reads the time: the system's clock, or in tests one
+    /// that follows tokio's paused time (see [`crate::clock`]).
+    pub clock: Arc<dyn crate::clock::Clock>,
 }
 
 impl Default for EngineConfig {
@@ -57,6 +60,7 @@ impl Default for EngineConfig {
             decision_timeout: Duration::from_secs(60),
             default_stream: false,
             streams: StreamLimits::default(),
+            clock: Arc::new(crate::clock::SystemClock),
         }
     }
 }
@@ -561,6 +565,27 @@ impl Engine {
     /// [`StreamLimits::max_streams_per_tenant`] subscriptions already.
     pub fn subscribe(&self, tenant: &str, session: &str) -> Result<Subscription, TooManyStreams> {
         self.shared.hub.subscribe(&SessionKey::new(tenant, session))
+    }
+
+    /// The sequence number of the session's last stored event; `None`
+    /// when it has none (or does not exist). What follows it belongs to
+    /// what is sent next.
+    pub async fn last_event(&self, tenant: &str, session: &str) -> Result<Option<u64>, StoreError> {
+        let record = self.shared.store.session(&SessionKey::new(tenant, session)).await?;
+        Ok(record.and_then(|r| r.next.event.checked_sub(1)))
+    }
+
+    /// The session's stored events after `after` (from the first when
+    /// `None`), then its live ones: see [`Follow`](crate::follow::Follow).
+    /// Counts as one of the tenant's subscriptions while it lives.
+    pub fn follow(
+        &self,
+        tenant: &str,
+        session: &str,
+        after: Option<u64>,
+    ) -> Result<crate::follow::Follow, TooManyStreams> {
+        let live = self.subscribe(tenant, session)?;
+        Ok(crate::follow::Follow::new(self.clone(), tenant, session, after, live))
     }
 
     /// The event streams (subscriptions) `tenant` has open.

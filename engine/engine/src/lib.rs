@@ -24,6 +24,7 @@
 pub mod clock;
 pub mod engine;
 pub mod events;
+pub mod follow;
 pub mod model;
 pub mod retry;
 mod session;

@@ -15,7 +15,7 @@
 //! was already sent, and it reconnects with `Last-Event-ID`. A tenant may
 //! have a limited number of streams open; more are refused with 429.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,23 +25,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::stream::{self, BoxStream};
 use subs_engine::Engine;
-use subs_engine::events::{Frame, RecvError, Subscription, TooManyStreams};
+use subs_engine::events::{Frame, Subscription, TooManyStreams};
+use subs_engine::follow::{Follow, FollowError};
 use subs_engine::store::SessionKey;
 use subs_protocol::{EventKind, SessionEvent};
 
 use crate::AppState;
 use crate::auth::StreamTenant;
 use crate::error::{ApiError, ErrorBody};
-
-/// The most stored events read from the store at a time.
-const PAGE: usize = 256;
-
-/// The stored events read first, before their size is known.
-const FIRST_PAGE: usize = 32;
-
-/// About how many bytes of stored events a stream reads at a time: a run
-/// of large events is read a few at a time.
-const PAGE_BYTES: usize = 256 << 10;
 
 /// How often an idle stream sends a comment, so proxies keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -135,21 +126,9 @@ fn respond(pump: Pump) -> EventStream {
 }
 
 struct Pump {
-    engine: Engine,
     tenant: String,
     session: String,
-    live: Subscription,
-    /// The last stored event passed on (sent, or skipped by a turn's
-    /// filter).
-    last: Option<u64>,
-    /// Stored events read from the store and not passed on yet: at most a
-    /// page.
-    backlog: VecDeque<Frame>,
-    /// Whether stored events after `last` may be in the store and not in
-    /// `backlog` yet.
-    replaying: bool,
-    /// How many stored events to read next.
-    page: usize,
+    follow: Follow,
     /// Only this turn's events, when set.
     turn: Option<String>,
     /// Whether the turn's `turn.started` has passed.
@@ -167,19 +146,8 @@ impl Pump {
         turn: Option<String>,
         live: Subscription,
     ) -> Self {
-        Pump {
-            engine,
-            tenant,
-            session,
-            live,
-            last: after,
-            backlog: VecDeque::new(),
-            replaying: true,
-            page: FIRST_PAGE,
-            turn,
-            in_turn: false,
-            done: false,
-        }
+        let follow = Follow::new(engine, &tenant, &session, after, live);
+        Pump { tenant, session, follow, turn, in_turn: false, done: false }
     }
 
     /// The next event to send; `None` ends the stream (the turn ended, the
@@ -189,27 +157,13 @@ impl Pump {
             if self.done {
                 return None;
             }
-            if let Some(frame) = self.backlog.pop_front() {
-                if let Some(sse) = self.pass(&frame) {
-                    return Some(sse);
-                }
-                continue;
-            }
-            if self.replaying {
-                self.read_page().await?;
-                continue;
-            }
-            match self.live.recv_frame().await {
-                Ok(frame) => match frame.seq {
-                    Some(seq) if self.last.is_some_and(|last| seq <= last) => {}
-                    Some(seq) if seq != self.last.map_or(0, |last| last + 1) => self.replaying = true,
-                    _ => {
-                        if let Some(sse) = self.pass(&frame) {
-                            return Some(sse);
-                        }
+            match self.follow.next().await {
+                Ok(frame) => {
+                    if let Some(sse) = self.pass(&frame) {
+                        return Some(sse);
                     }
-                },
-                Err(RecvError::Dropped { budget }) => {
+                }
+                Err(FollowError::Dropped { budget }) => {
                     tracing::info!(
                         tenant = %self.tenant,
                         session = %self.session,
@@ -222,34 +176,17 @@ impl Pump {
                         "dropped: this client fell behind by more than {budget} bytes; reconnect with Last-Event-ID"
                     )));
                 }
+                Err(FollowError::Store(e)) => {
+                    tracing::error!(error = %e, "event replay failed");
+                    return None;
+                }
                 Err(_) => return None,
             }
         }
     }
 
-    /// Reads the next page of stored events after the last one passed on,
-    /// serialized as live ones are (which also makes their size known).
-    async fn read_page(&mut self) -> Option<()> {
-        let page = match self.engine.events(&self.tenant, &self.session, self.last, self.page).await {
-            Ok(page) => page,
-            Err(e) => {
-                tracing::error!(error = %e, "event replay failed");
-                return None;
-            }
-        };
-        self.replaying = page.len() == self.page;
-        let frames: VecDeque<Frame> = page.iter().map(Frame::new).collect();
-        let bytes: usize = frames.iter().map(Frame::bytes).sum();
-        self.page = (PAGE_BYTES / (bytes / frames.len().max(1)).max(1)).clamp(1, PAGE);
-        self.backlog = frames;
-        Some(())
-    }
-
     /// The SSE event for an event, unless a turn's filter skips it.
     fn pass(&mut self, frame: &Frame) -> Option<SseEvent> {
-        if let Some(seq) = frame.seq {
-            self.last = Some(seq);
-        }
         if let Some(turn) = &self.turn {
             // Only the events that start and end turns are parsed back.
             let boundary = EventKind::from_name(&frame.name)

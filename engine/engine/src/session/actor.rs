@@ -158,7 +158,7 @@ impl Actor {
     /// Makes a change durable, then acts on it.
     async fn commit(&mut self, mut change: Change) -> Result<(), StoreError> {
         let Some(session) = self.session.as_mut() else { return Ok(()) };
-        session.seal(&mut change);
+        session.seal(&mut change, self.shared.config.clock.now_ms());
         // Those waiting for a turn's end get its record from here rather
         // than reading the store again.
         let ended: Vec<_> = change
@@ -225,7 +225,7 @@ impl Actor {
             }
         }
 
-        let now = clock::now_ms();
+        let now = self.shared.config.clock.now_ms();
         let due: Vec<String> = self
             .session()
             .calls
@@ -388,7 +388,7 @@ impl Actor {
         }
         let session = self.session();
         let Some(&(seq, ref step)) = session.steps.front() else { return };
-        let now = clock::now_ms();
+        let now = self.shared.config.clock.now_ms();
         if step.retry_at_ms.is_some_and(|t| t > now) {
             return;
         }
@@ -433,7 +433,7 @@ impl Actor {
     /// Arms one timer for the earliest backoff still to pass.
     fn arm_timer(&mut self) {
         let session = self.session();
-        let now = clock::now_ms();
+        let now = self.shared.config.clock.now_ms();
         let step_due =
             if self.delivery.is_none() { session.steps.front().and_then(|(_, s)| s.retry_at_ms) } else { None };
         let call_due = session
@@ -535,7 +535,7 @@ impl Actor {
             Msg::Wake => {
                 self.check_inbox = true;
                 if let Some((due, _)) = &self.timer
-                    && *due <= clock::now_ms()
+                    && *due <= self.shared.config.clock.now_ms()
                 {
                     self.timer = None;
                 }
@@ -571,7 +571,8 @@ impl Actor {
                 ClientInput::ClientAction(a) => a.agent_id.clone(),
                 _ => unreachable!("checked above"),
             };
-            self.session = Some(Session::fresh(self.key.clone(), agent_id, identity, clock::now_ms()));
+            self.session =
+                Some(Session::fresh(self.key.clone(), agent_id, identity, self.shared.config.clock.now_ms()));
         }
         let ctx = ctx(&self.shared);
         let mut change = Change { created: u64::from(fresh), ..Change::default() };
@@ -673,7 +674,7 @@ fn ctx(shared: &Shared) -> Ctx<'_> {
         default_retry: &shared.config.default_retry,
         retry_cap: &shared.config.retry_cap,
         default_stream: shared.config.default_stream,
-        now_ms: clock::now_ms(),
+        now_ms: shared.config.clock.now_ms(),
         quota: shared,
     }
 }

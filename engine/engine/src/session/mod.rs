@@ -319,9 +319,9 @@ impl Session {
 
     /// Ends the collection of a change: stamps and stores the session
     /// record.
-    pub fn seal(&mut self, change: &mut Change) {
+    pub fn seal(&mut self, change: &mut Change, now_ms: u64) {
         self.refresh_status();
-        self.record.updated_ms = clock::now_ms();
+        self.record.updated_ms = now_ms;
         change.batch.push(Op::PutSession(self.record.clone()));
     }
 
