@@ -38,14 +38,11 @@ impl Read {
 }
 
 /// Reads `response` until a stored event `until` accepts (included) or
-/// the stream ends. It reads the blocks itself rather than with
-/// `subs_protocol::sse`, which drops comments: these tests read the
-/// comments the server sends a subscriber it cuts off.
+/// the stream ends, keeping the comments the server sends (it says there
+/// why it cut a subscriber off).
 async fn read(response: &mut reqwest::Response, until: impl Fn(&SseEvent) -> bool) -> Read {
     let mut read = Read::default();
-    let mut buffer = String::new();
-    // Where to look for the next blank line: only new text is searched.
-    let mut from = 0;
+    let mut parser = subs_protocol::sse::SseParser::new().keep_comments();
     loop {
         let chunk = match response.chunk().await {
             Ok(Some(chunk)) => chunk,
@@ -55,36 +52,22 @@ async fn read(response: &mut reqwest::Response, until: impl Fn(&SseEvent) -> boo
             }
             Err(e) => panic!("the stream broke off instead of ending: {e}"),
         };
-        buffer.push_str(std::str::from_utf8(&chunk).expect("the test's events are ASCII"));
-        while let Some(end) = buffer[from..].find("\n\n").map(|at| from + at) {
-            let block: String = buffer.drain(..end + 2).collect();
-            from = 0;
-            let (mut id, mut event, mut data) = (None, None, String::new());
-            for line in block.lines() {
-                if let Some(comment) = line.strip_prefix(':') {
-                    read.comments.push(comment.trim().to_owned());
-                } else if let Some(v) = line.strip_prefix("id:") {
-                    id = v.trim().parse().ok();
-                } else if let Some(v) = line.strip_prefix("event:") {
-                    event = Some(v.trim().to_owned());
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    data.push_str(v.strip_prefix(' ').unwrap_or(v));
-                }
-            }
-            let Some(event) = event else { continue };
-            if event == "llm.token.delta" {
-                assert_eq!(id, None, "deltas are live only");
+        let events = parser.push(&chunk).expect("events within the bound");
+        read.comments.extend(parser.take_comments());
+        for parsed in events {
+            if parsed.event == "llm.token.delta" {
+                assert_eq!(parsed.id, None, "deltas are live only");
                 read.deltas += 1;
                 continue;
             }
-            let event = SseEvent { id, event, data: serde_json::from_str(&data).unwrap_or(Value::String(data)) };
+            let data = serde_json::from_str(&parsed.data).unwrap_or(Value::String(parsed.data));
+            let event = SseEvent { id: parsed.id.and_then(|id| id.parse().ok()), event: parsed.event, data };
             let stop = until(&event);
             read.stored.push(event);
             if stop {
                 return read;
             }
         }
-        from = buffer.len().saturating_sub(1);
     }
 }
 

@@ -76,8 +76,12 @@ pub struct SseParser {
     id: Option<String>,
     /// The last id the stream set.
     last_id: Option<String>,
-    /// The most bytes one event may hold.
+    /// The most bytes one event may hold (and comments kept, together).
     limit: usize,
+    /// Comment lines read and not taken yet, when kept.
+    comments: Option<Vec<String>>,
+    /// Their bytes.
+    comment_bytes: usize,
 }
 
 impl Default for SseParser {
@@ -103,7 +107,25 @@ impl SseParser {
             id: None,
             last_id: None,
             limit,
+            comments: None,
+            comment_bytes: 0,
         }
+    }
+
+    /// Keeps comment lines (`: …`, without the colon and one space) for
+    /// [`take_comments`](Self::take_comments) instead of dropping them:
+    /// servers say things there (why a stream ends, keep-alives). At most
+    /// the parser's limit of bytes is kept; older comments go first.
+    pub fn keep_comments(mut self) -> Self {
+        self.comments = Some(Vec::new());
+        self
+    }
+
+    /// The comments read since the last call, oldest first (none unless
+    /// [`keep_comments`](Self::keep_comments)).
+    pub fn take_comments(&mut self) -> Vec<String> {
+        self.comment_bytes = 0;
+        self.comments.as_mut().map(mem::take).unwrap_or_default()
     }
 
     /// Reads the next chunk; returns the events it completed, in order.
@@ -169,7 +191,15 @@ impl SseParser {
         if line.is_empty() {
             return self.dispatch();
         }
-        if line.starts_with(':') {
+        if let Some(comment) = line.strip_prefix(':') {
+            if let Some(comments) = &mut self.comments {
+                let comment = comment.strip_prefix(' ').unwrap_or(comment).to_owned();
+                self.comment_bytes += comment.len();
+                comments.push(comment);
+                while self.comment_bytes > self.limit && !comments.is_empty() {
+                    self.comment_bytes -= comments.remove(0).len();
+                }
+            }
             return None;
         }
         let (field, value) = match line.split_once(':') {
@@ -319,5 +349,20 @@ mod tests {
         for _ in 0..10 {
             assert_eq!(parser.push(b"data: 0123456789\n\n").map(|e| e.len()), Ok(1), "the bound is per event");
         }
+    }
+
+    #[test]
+    fn comments_are_dropped_unless_kept() {
+        let stream = b": hello\nevent: a\ndata: 1\n\n:  two spaces\n\n";
+        let mut dropping = SseParser::new();
+        assert_eq!(dropping.push(stream).unwrap(), [ev("a", "1")]);
+        assert!(dropping.take_comments().is_empty());
+        let mut keeping = SseParser::new().keep_comments();
+        assert_eq!(keeping.push(stream).unwrap(), [ev("a", "1")]);
+        assert_eq!(keeping.take_comments(), ["hello", " two spaces"]);
+        assert!(keeping.take_comments().is_empty(), "taken once");
+        let mut small = SseParser::with_limit(8).keep_comments();
+        small.push(b":12345\n:678\n:9\n").unwrap();
+        assert_eq!(small.take_comments(), ["678", "9"], "older comments go first past the limit");
     }
 }

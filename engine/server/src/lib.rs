@@ -34,6 +34,9 @@ pub mod stream;
 pub mod tenants;
 pub mod uploads;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -123,12 +126,9 @@ pub struct AppState {
     pub metrics: metrics::Metrics,
 }
 
-/// The API's router.
+/// The API's router. Building it changes nothing: [`serve`] applies the
+/// configured limits to the engine.
 pub fn app(state: Arc<AppState>) -> Router {
-    // Budgets and session limits are enforced by the engine (before a call
-    // is sent, before a session is created, by an input or a spawn); the
-    // configured ones take effect with the router that serves them.
-    state.config.apply_to(&state.engine);
     let (router, _) = openapi::router().split_for_parts();
     let cors = cors(state.config.cors_origins());
     router
@@ -166,6 +166,10 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    // Budgets and session limits are enforced by the engine (before a call
+    // is sent, before a session is created, by an input or a spawn); the
+    // configured ones take effect with the server that serves them.
+    state.config.apply_to(&state.engine);
     axum::serve(listener.tap_io(no_delay), app(state)).with_graceful_shutdown(shutdown).await
 }
 

@@ -46,16 +46,7 @@ impl fmt::Display for SessionKey {
     }
 }
 
-/// Whether `id` may name a tenant, session, agent, message, call, turn or
-/// interrupt: 1 to 128 characters of `A-Z a-z 0-9 _ - . :`, not starting
-/// with `.`. Ids appear in URLs and store keys, so nothing that could
-/// traverse paths or split keys is allowed.
-pub fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 128
-        && !id.starts_with('.')
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
-}
+pub use subs_protocol::valid_id;
 
 /// Where a session is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
