@@ -18,8 +18,9 @@ use super::{Change, Session};
 use crate::clock;
 use crate::retry::RetryCap;
 use crate::store::{
-    CallSpec, InboxItem, Op, OpenInterrupt, ParentLink, QueuedInput, SessionKey, SessionRecord, SessionStatus,
-    StepRecord, StepStatus, Store, StoredTrigger, TurnRecord, TurnStart, TurnState, TurnStatus, valid_id,
+    CallRecord, CallSpec, InboxItem, Op, OpenInterrupt, ParentLink, QueuedInput, SessionKey, SessionRecord,
+    SessionStatus, StepRecord, StepStatus, Store, StoredTrigger, TurnRecord, TurnStart, TurnState, TurnStatus,
+    valid_id,
 };
 use crate::tools;
 
@@ -376,8 +377,16 @@ impl Session {
             other => subs_protocol::to_json(other),
         });
         let code = data.as_ref().and_then(|d| d.get("code")).and_then(Value::as_str).map(str::to_owned);
+        self.drop_what_is_left(change);
+        self.record_turn_end(turn, data.clone(), error.clone(), code, ctx, change);
+        self.report_to_parent(data.as_ref(), error, change);
+        self.start_queued(ctx, change);
+    }
 
-        // Drop what is left of the turn.
+    /// Drops what is left of an ending turn: its calls (children of
+    /// sub-agent calls are cancelled after the commit), its steps, its
+    /// interrupts.
+    fn drop_what_is_left(&mut self, change: &mut Change) {
         let leftover: Vec<String> = self.calls.keys().cloned().collect();
         for call_id in leftover {
             if let Some(call) = self.remove_call(&call_id, change)
@@ -390,58 +399,75 @@ impl Session {
             self.finish_step(step, seq, StepStatus::Dropped, change);
         }
         self.record.interrupts.clear();
+    }
 
+    /// Stores the turn's end and emits `turn.done`, or `turn.failed` when
+    /// `error` is set (with `code`, `agent_error` by default).
+    fn record_turn_end(
+        &mut self,
+        turn: TurnState,
+        data: Option<Value>,
+        error: Option<String>,
+        code: Option<String>,
+        ctx: &Ctx<'_>,
+        change: &mut Change,
+    ) {
         let status = if error.is_some() { TurnStatus::Failed } else { TurnStatus::Done };
         let record = TurnRecord { status, data: data.clone(), started_ms: turn.started_ms, ended_ms: Some(ctx.now_ms) };
         change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: turn.turn_id.clone(), record });
-        let ended = match &error {
+        let ended = match error {
             Some(error) => SessionEvent::TurnFailed(TurnFailed {
                 turn_id: turn.turn_id,
-                error: error.clone(),
+                error,
                 code: code.unwrap_or_else(|| "agent_error".to_owned()),
             }),
-            None => SessionEvent::TurnDone(TurnDone { turn_id: turn.turn_id, data: data.clone() }),
+            None => SessionEvent::TurnDone(TurnDone { turn_id: turn.turn_id, data }),
         };
         self.emit(ended, change);
+    }
 
-        if let Some(ParentLink { session: parent, call_id }) = self.record.parent.clone() {
-            let result = match &data {
-                Some(d) if error.is_none() && !d.is_null() => Some(match d {
-                    Value::String(s) => s.clone(),
-                    other => subs_protocol::to_json(other),
-                }),
-                _ if error.is_none() => last_assistant_text(self),
-                _ => None,
-            };
-            let parent = SessionKey::new(&self.record.key.tenant, parent);
-            let item = InboxItem::SubAgentFinished { call_id, ok: error.is_none(), result, error };
-            change.batch.push(Op::PushInbox { session: parent.clone(), item });
-            change.wake.push(parent);
+    /// A sub-agent session tells its parent how its turn ended: the `done`
+    /// data (or its last assistant text) or the error, through the
+    /// parent's inbox, in the same commit.
+    fn report_to_parent(&mut self, data: Option<&Value>, error: Option<String>, change: &mut Change) {
+        let Some(ParentLink { session: parent, call_id }) = self.record.parent.clone() else { return };
+        let result = match data {
+            Some(d) if error.is_none() && !d.is_null() => Some(match d {
+                Value::String(s) => s.clone(),
+                other => subs_protocol::to_json(other),
+            }),
+            _ if error.is_none() => last_assistant_text(self),
+            _ => None,
+        };
+        let parent = SessionKey::new(&self.record.key.tenant, parent);
+        let item = InboxItem::SubAgentFinished { call_id, ok: error.is_none(), result, error };
+        change.batch.push(Op::PushInbox { session: parent.clone(), item });
+        change.wake.push(parent);
+    }
+
+    /// Starts the first input that waited for the turn to end; one that no
+    /// longer fits the session fails as its own turn.
+    fn start_queued(&mut self, ctx: &Ctx<'_>, change: &mut Change) {
+        if self.record.queued.is_empty() {
+            return;
         }
-
-        if !self.record.queued.is_empty() {
-            let next = self.record.queued.remove(0);
-            match self.reconcile_input(next.input) {
-                Ok(start) => {
-                    // Starting cannot fail after reconciliation succeeded.
-                    let _ = self.start_turn(next.turn_id, start, ctx, change);
-                }
-                Err(e) => {
-                    let record = TurnRecord {
-                        status: TurnStatus::Failed,
-                        data: Some(json!({"error": e.to_string(), "code": "invalid_input"})),
-                        started_ms: ctx.now_ms,
-                        ended_ms: Some(ctx.now_ms),
-                    };
-                    change.batch.push(Op::PutTurn {
-                        session: self.key().clone(),
-                        turn_id: next.turn_id.clone(),
-                        record,
-                    });
-                    let failed =
-                        TurnFailed { turn_id: next.turn_id, error: e.to_string(), code: "invalid_input".to_owned() };
-                    self.emit(SessionEvent::TurnFailed(failed), change);
-                }
+        let next = self.record.queued.remove(0);
+        match self.reconcile_input(next.input) {
+            Ok(start) => {
+                // Starting cannot fail after reconciliation succeeded.
+                let _ = self.start_turn(next.turn_id, start, ctx, change);
+            }
+            Err(e) => {
+                let record = TurnRecord {
+                    status: TurnStatus::Failed,
+                    data: Some(json!({"error": e.to_string(), "code": "invalid_input"})),
+                    started_ms: ctx.now_ms,
+                    ended_ms: Some(ctx.now_ms),
+                };
+                change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: next.turn_id.clone(), record });
+                let failed =
+                    TurnFailed { turn_id: next.turn_id, error: e.to_string(), code: "invalid_input".to_owned() };
+                self.emit(SessionEvent::TurnFailed(failed), change);
             }
         }
     }
@@ -687,100 +713,37 @@ impl Session {
     /// reports it.
     pub fn settle(&mut self, call_id: &str, outcome: Outcome, ctx: &Ctx<'_>, change: &mut Change) {
         let Some(call) = self.calls.get(call_id).cloned() else { return };
-        let outcome = match (outcome, &call.spec) {
-            (Outcome::ToolOk(result), CallSpec::Tool { output, .. }) => {
-                match tools::check_result(output.as_ref(), &result) {
-                    Ok(()) => Outcome::ToolOk(result),
-                    Err(e) => Outcome::Failed {
-                        error: format!("the result does not match the tool's output schema: {e}"),
-                        retryable: false,
-                        code: None,
-                        detail: Some(json!({"result": result})),
-                        retry_after_ms: None,
-                    },
-                }
-            }
-            (outcome, _) => outcome,
-        };
-        if let Outcome::Failed { retryable: true, retry_after_ms, .. } = &outcome
-            && let Some(policy) =
-                call.retry.as_ref().map(|p| ctx.retry_cap.apply(p)).filter(|p| call.call.attempt <= p.max_retries)
-        {
-            let backoff = clock::secs_to_ms(policy.backoff_secs(call.call.attempt));
-            let mut record = call.clone();
-            record.call.status = CallStatus::RetryScheduled;
-            record.retry_at_ms = Some(ctx.now_ms + backoff.max(retry_after_ms.unwrap_or(0)));
-            self.put_call(record, change);
+        let outcome = checked_outcome(&call, outcome);
+        if self.schedule_retry(&call, &outcome, ctx, change) {
             return;
         }
         self.remove_call(call_id, change);
         if let Outcome::LlmOk(response) = &outcome {
             self.account(response.usage.as_ref(), response.cost.as_deref(), change);
         }
-        let name = call.call.name.clone().unwrap_or_default();
-        let trigger = match (call.call.kind, outcome) {
-            (CallKind::SubAgent, Outcome::SubAgent { ok, result, error }) => {
-                Trigger::SubAgentFinished(SubAgentFinished {
-                    id: call.call.id.clone(),
-                    ok,
-                    session_id: call.call.session_id.clone().unwrap_or_default(),
-                    agent_id: call.call.agent_id.clone().unwrap_or_default(),
-                    result,
-                    error,
-                })
+        match finished_trigger(&call, outcome) {
+            Some(trigger) => {
+                self.push_step(StoredTrigger::Plain { trigger }, change);
             }
-            (CallKind::LlmCall, Outcome::LlmOk(response)) => Trigger::LlmFinished(LlmFinished {
-                id: call.call.id.clone(),
-                ok: true,
-                truncated: response.finish_reason.as_deref() == Some("length"),
-                message: Some(DraftMessage {
-                    id: None,
-                    role: Role::Assistant,
-                    content: response.content.clone().filter(|c| !c.is_empty()).map(Into::into),
-                    tool_calls: response.tool_calls.clone().filter(|c| !c.is_empty()),
-                    tool_call_id: None,
-                    name: None,
-                }),
-                usage: response.usage,
-                cost: response.cost,
-                error: None,
-                code: None,
-                detail: None,
-            }),
-            (CallKind::LlmCall, Outcome::Failed { error, code, detail, .. }) => Trigger::LlmFinished(LlmFinished {
-                id: call.call.id.clone(),
-                ok: false,
-                message: None,
-                truncated: false,
-                usage: None,
-                cost: None,
-                error: Some(error),
-                code: Some(code.unwrap_or(ErrorCode::ProviderError)),
-                detail,
-            }),
-            (_, Outcome::ToolOk(result)) => Trigger::ToolFinished(ToolFinished {
-                id: call.call.id.clone(),
-                ok: true,
-                name,
-                result: Some(match result {
-                    Value::String(s) => s,
-                    other => subs_protocol::to_json(&other),
-                }),
-                error: None,
-            }),
-            (_, Outcome::Failed { error, .. }) => Trigger::ToolFinished(ToolFinished {
-                id: call.call.id.clone(),
-                ok: false,
-                name,
-                result: None,
-                error: Some(error),
-            }),
-            (kind, other) => {
-                tracing::error!(?kind, ?other, "an outcome that does not fit its call was dropped");
-                return;
+            None => {
+                tracing::error!(call = %call.call.id, kind = ?call.call.kind, "an outcome that does not fit its call was dropped")
             }
-        };
-        self.push_step(StoredTrigger::Plain { trigger }, change);
+        }
+    }
+
+    /// Schedules the next try of `call` when `outcome` is a retryable
+    /// failure and the call's retry policy has tries left: after its
+    /// backoff, or the provider's `retry_after`, whichever is later.
+    fn schedule_retry(&mut self, call: &CallRecord, outcome: &Outcome, ctx: &Ctx<'_>, change: &mut Change) -> bool {
+        let Outcome::Failed { retryable: true, retry_after_ms, .. } = outcome else { return false };
+        let policy = call.retry.as_ref().map(|p| ctx.retry_cap.apply(p)).filter(|p| call.call.attempt <= p.max_retries);
+        let Some(policy) = policy else { return false };
+        let backoff = clock::secs_to_ms(policy.backoff_secs(call.call.attempt));
+        let mut record = call.clone();
+        record.call.status = CallStatus::RetryScheduled;
+        record.retry_at_ms = Some(ctx.now_ms + backoff.max(retry_after_ms.unwrap_or(0)));
+        self.put_call(record, change);
+        true
     }
 
     /// Starts the next try of a call whose backoff has passed.
@@ -824,6 +787,89 @@ impl Session {
     }
 }
 
+/// A tool's result checked against the tool's output schema: one that does
+/// not match is a failure (not retried) naming what is wrong.
+fn checked_outcome(call: &CallRecord, outcome: Outcome) -> Outcome {
+    match (outcome, &call.spec) {
+        (Outcome::ToolOk(result), CallSpec::Tool { output, .. }) => match tools::check_result(output.as_ref(), &result)
+        {
+            Ok(()) => Outcome::ToolOk(result),
+            Err(e) => Outcome::Failed {
+                error: format!("the result does not match the tool's output schema: {e}"),
+                retryable: false,
+                code: None,
+                detail: Some(json!({"result": result})),
+                retry_after_ms: None,
+            },
+        },
+        (outcome, _) => outcome,
+    }
+}
+
+/// The trigger that tells the agent how `call` ended; `None` for an
+/// outcome of another kind of call.
+fn finished_trigger(call: &CallRecord, outcome: Outcome) -> Option<Trigger> {
+    let name = call.call.name.clone().unwrap_or_default();
+    let trigger = match (call.call.kind, outcome) {
+        (CallKind::SubAgent, Outcome::SubAgent { ok, result, error }) => Trigger::SubAgentFinished(SubAgentFinished {
+            id: call.call.id.clone(),
+            ok,
+            session_id: call.call.session_id.clone().unwrap_or_default(),
+            agent_id: call.call.agent_id.clone().unwrap_or_default(),
+            result,
+            error,
+        }),
+        (CallKind::LlmCall, Outcome::LlmOk(response)) => Trigger::LlmFinished(LlmFinished {
+            id: call.call.id.clone(),
+            ok: true,
+            truncated: response.finish_reason.as_deref() == Some("length"),
+            message: Some(DraftMessage {
+                id: None,
+                role: Role::Assistant,
+                content: response.content.clone().filter(|c| !c.is_empty()).map(Into::into),
+                tool_calls: response.tool_calls.clone().filter(|c| !c.is_empty()),
+                tool_call_id: None,
+                name: None,
+            }),
+            usage: response.usage,
+            cost: response.cost,
+            error: None,
+            code: None,
+            detail: None,
+        }),
+        (CallKind::LlmCall, Outcome::Failed { error, code, detail, .. }) => Trigger::LlmFinished(LlmFinished {
+            id: call.call.id.clone(),
+            ok: false,
+            message: None,
+            truncated: false,
+            usage: None,
+            cost: None,
+            error: Some(error),
+            code: Some(code.unwrap_or(ErrorCode::ProviderError)),
+            detail,
+        }),
+        (_, Outcome::ToolOk(result)) => Trigger::ToolFinished(ToolFinished {
+            id: call.call.id.clone(),
+            ok: true,
+            name,
+            result: Some(match result {
+                Value::String(s) => s,
+                other => subs_protocol::to_json(&other),
+            }),
+            error: None,
+        }),
+        (_, Outcome::Failed { error, .. }) => Trigger::ToolFinished(ToolFinished {
+            id: call.call.id.clone(),
+            ok: false,
+            name,
+            result: None,
+            error: Some(error),
+        }),
+        _ => return None,
+    };
+    Some(trigger)
+}
+
 /// The outcome a `tool.error` / `llm.error` action reports.
 fn failed(e: subs_protocol::action::CallError) -> Outcome {
     Outcome::Failed {
@@ -832,5 +878,195 @@ fn failed(e: subs_protocol::action::CallError) -> Outcome {
         code: e.code,
         detail: e.detail,
         retry_after_ms: None,
+    }
+}
+
+/// The named steps of ending a turn and settling a call, on sessions in
+/// memory with a `MemStore` behind the context.
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use subs_protocol::ToolInput;
+
+    use super::*;
+    use crate::store::{CallRecord, MemStore};
+
+    struct NoLimit;
+
+    impl SessionQuota for NoLimit {
+        fn refuse(&self, _: &str, _: u64) -> Option<String> {
+            None
+        }
+    }
+
+    const NOW: u64 = 1_000_000;
+
+    fn with_ctx<T>(f: impl FnOnce(&Ctx<'_>) -> T) -> T {
+        let store = MemStore::new();
+        let retry = RetryPolicy { timeout_secs: None, max_retries: 2, backoff_base_secs: 1.0, backoff_max_secs: 10.0 };
+        let cap = RetryCap::default();
+        f(&Ctx {
+            store: &store,
+            default_model: "subs/offline",
+            default_retry: &retry,
+            retry_cap: &cap,
+            default_stream: false,
+            now_ms: NOW,
+            quota: &NoLimit,
+        })
+    }
+
+    /// A session with turn `t1` open.
+    fn session() -> Session {
+        let mut session = Session::fresh(SessionKey::new("acme", "s"), "agent".to_owned(), Default::default(), 1);
+        session.record.turn = Some(TurnState { turn_id: "t1".to_owned(), client_tools: Vec::new(), started_ms: 5 });
+        session
+    }
+
+    fn call(id: &str, kind: &str, spec: CallSpec, retry: Option<RetryPolicy>) -> CallRecord {
+        let call = json!({"id": id, "kind": kind, "status": "pending", "attempt": 1, "name": "add", "session_id": format!("s.{id}")});
+        CallRecord {
+            call: serde_json::from_value(call).unwrap(),
+            turn_id: Some("t1".to_owned()),
+            retry,
+            retry_at_ms: None,
+            spec,
+        }
+    }
+
+    fn tool_spec(output: Option<Value>) -> CallSpec {
+        CallSpec::Tool { arguments: "{}".to_owned(), input: ToolInput::Valid { value: json!({}) }, output }
+    }
+
+    fn failed(retryable: bool, retry_after_ms: Option<u64>) -> Outcome {
+        Outcome::Failed { error: "busy".to_owned(), retryable, code: None, detail: None, retry_after_ms }
+    }
+
+    fn events(change: &Change) -> Vec<(String, Value)> {
+        change.events.iter().map(|(_, _, e)| (e.name.clone(), e.data.clone())).collect()
+    }
+
+    fn pushed_trigger(session: &Session) -> Trigger {
+        let (_, step) = session.steps.back().expect("a step was pushed");
+        session.trigger(&step.trigger)
+    }
+
+    #[test]
+    fn each_outcome_becomes_its_kind_of_finished_trigger() {
+        let tool = call("c1", "tool_call", tool_spec(None), None);
+        let Some(Trigger::ToolFinished(done)) = finished_trigger(&tool, Outcome::ToolOk(json!({"sum": 3}))) else {
+            panic!("a tool result finishes the tool")
+        };
+        assert_eq!((done.ok, done.result.as_deref(), done.name.as_str()), (true, Some(r#"{"sum":3}"#), "add"));
+        let Some(Trigger::ToolFinished(done)) = finished_trigger(&tool, failed(false, None)) else { panic!() };
+        assert_eq!((done.ok, done.error.as_deref()), (false, Some("busy")));
+        let llm = call("c2", "llm_call", CallSpec::SubAgent { tool_call_id: "x".to_owned() }, None);
+        let Some(Trigger::LlmFinished(done)) = finished_trigger(&llm, failed(true, None)) else { panic!() };
+        assert_eq!((done.ok, done.code), (false, Some(ErrorCode::ProviderError)));
+        let sub = Outcome::SubAgent { ok: true, result: Some("hi".to_owned()), error: None };
+        assert!(finished_trigger(&tool, sub).is_none(), "a child's end does not settle a tool call");
+    }
+
+    #[test]
+    fn a_result_outside_the_output_schema_fails_the_call_without_a_retry() {
+        with_ctx(|ctx| {
+            let mut session = session();
+            let schema = json!({"type": "object", "required": ["sum"]});
+            let retry =
+                RetryPolicy { timeout_secs: None, max_retries: 5, backoff_base_secs: 1.0, backoff_max_secs: 1.0 };
+            let mut change = Change::default();
+            session.put_call(call("c1", "tool_call", tool_spec(Some(schema)), Some(retry)), &mut change);
+            session.settle("c1", Outcome::ToolOk(json!({"total": 3})), ctx, &mut change);
+            assert!(session.calls.is_empty(), "settled, not retried");
+            let Trigger::ToolFinished(done) = pushed_trigger(&session) else { panic!("a tool.finished step") };
+            assert!(!done.ok);
+            assert!(done.error.unwrap().contains("does not match the tool's output schema"));
+        });
+    }
+
+    #[test]
+    fn a_retryable_failure_waits_for_the_later_of_backoff_and_retry_after() {
+        with_ctx(|ctx| {
+            let retry =
+                RetryPolicy { timeout_secs: None, max_retries: 2, backoff_base_secs: 2.0, backoff_max_secs: 10.0 };
+            for (retry_after, due) in [(None, NOW + 2_000), (Some(5_000), NOW + 5_000), (Some(500), NOW + 2_000)] {
+                let mut session = session();
+                let mut change = Change::default();
+                session.put_call(call("c1", "tool_call", tool_spec(None), Some(retry.clone())), &mut change);
+                session.settle("c1", failed(true, retry_after), ctx, &mut change);
+                let record = &session.calls["c1"];
+                assert_eq!((record.call.status, record.retry_at_ms), (CallStatus::RetryScheduled, Some(due)));
+                assert!(session.steps.is_empty(), "the agent hears nothing yet");
+            }
+            // Without a policy, or past its tries, the failure is final.
+            let mut session = session();
+            let mut change = Change::default();
+            session.put_call(call("c1", "tool_call", tool_spec(None), None), &mut change);
+            session.settle("c1", failed(true, None), ctx, &mut change);
+            assert!(session.calls.is_empty());
+            assert!(matches!(pushed_trigger(&session), Trigger::ToolFinished(done) if !done.ok));
+        });
+    }
+
+    #[test]
+    fn ending_a_turn_drops_its_calls_steps_and_interrupts_and_cancels_children() {
+        with_ctx(|ctx| {
+            let mut session = session();
+            let mut change = Change::default();
+            session.put_call(
+                call("c1", "sub_agent", CallSpec::SubAgent { tool_call_id: "x".to_owned() }, None),
+                &mut change,
+            );
+            session.settle("never", Outcome::ToolOk(json!(1)), ctx, &mut change);
+            session.push_step(StoredTrigger::Plain { trigger: Trigger::SessionStart }, &mut change);
+            session.record.interrupts.push(OpenInterrupt {
+                interrupt_id: "i1".to_owned(),
+                reason: "ask".to_owned(),
+                payload: None,
+            });
+            let mut change = Change::default();
+            session.end_turn(Some(json!({"answer": 42})), ctx, &mut change);
+            assert!(session.calls.is_empty() && session.steps.is_empty() && session.record.interrupts.is_empty());
+            assert!(session.record.turn.is_none());
+            assert_eq!(change.cancel, [SessionKey::new("acme", "s.c1")], "the child of the dropped call");
+            let turn = change.batch.ops.iter().find_map(|op| match op {
+                Op::PutTurn { turn_id, record, .. } if turn_id == "t1" => Some(record.clone()),
+                _ => None,
+            });
+            let turn = turn.expect("the turn's end is stored");
+            assert_eq!(
+                (turn.status, turn.data, turn.ended_ms),
+                (TurnStatus::Done, Some(json!({"answer": 42})), Some(NOW))
+            );
+            assert_eq!(events(&change), [("turn.done".to_owned(), json!({"turn_id": "t1", "data": {"answer": 42}}))]);
+        });
+    }
+
+    #[test]
+    fn a_child_reports_its_end_to_its_parent_and_a_failure_names_its_code() {
+        with_ctx(|ctx| {
+            let mut session = session();
+            session.record.parent = Some(ParentLink { session: "p".to_owned(), call_id: "pc".to_owned() });
+            let mut change = Change::default();
+            session.fail_turn("it broke", "tool_error", ctx, &mut change);
+            let expected = json!({"turn_id": "t1", "error": "it broke", "code": "tool_error"});
+            assert_eq!(events(&change), [("turn.failed".to_owned(), expected)]);
+            let report = change.batch.ops.iter().find_map(|op| match op {
+                Op::PushInbox { session, item } => Some((session.clone(), item.clone())),
+                _ => None,
+            });
+            let (parent, item) = report.expect("the parent hears of it");
+            assert_eq!(parent, SessionKey::new("acme", "p"));
+            assert_eq!(
+                item,
+                InboxItem::SubAgentFinished {
+                    call_id: "pc".to_owned(),
+                    ok: false,
+                    result: None,
+                    error: Some("it broke".to_owned())
+                }
+            );
+            assert_eq!(change.wake, [SessionKey::new("acme", "p")]);
+        });
     }
 }
