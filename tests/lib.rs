@@ -300,9 +300,10 @@ pub fn user_input(agent: &str, turn_id: Option<&str>, text: impl Into<String>) -
     })
 }
 
-/// A test engine on `store`, with the test agents registered.
-pub async fn start_engine(store: std::sync::Arc<dyn subs_engine::Store>) -> subs_engine::Engine {
-    let config = subs_engine::EngineConfig {
+/// The engine settings of the tests: quick retries, a 20 s deadline per
+/// delivery.
+pub fn test_config() -> subs_engine::EngineConfig {
+    subs_engine::EngineConfig {
         default_retry: subs_protocol::RetryPolicy {
             timeout_secs: Some(20.0),
             max_retries: 2,
@@ -310,10 +311,21 @@ pub async fn start_engine(store: std::sync::Arc<dyn subs_engine::Store>) -> subs
             backoff_max_secs: 0.05,
         },
         ..subs_engine::EngineConfig::default()
-    };
-    let engine = subs_engine::Engine::start(store, subs_engine::model::Models::with_offline(), config)
-        .await
-        .expect("the engine starts");
+    }
+}
+
+/// A test engine on `store`, with the test agents registered.
+pub async fn start_engine(store: std::sync::Arc<dyn subs_engine::Store>) -> subs_engine::Engine {
+    start_engine_with(store, subs_engine::model::Models::with_offline(), test_config()).await
+}
+
+/// [`start_engine`] with these models and settings.
+pub async fn start_engine_with(
+    store: std::sync::Arc<dyn subs_engine::Store>,
+    models: subs_engine::model::Models,
+    config: subs_engine::EngineConfig,
+) -> subs_engine::Engine {
+    let engine = subs_engine::Engine::start(store, models, config).await.expect("the engine starts");
     for (id, path) in [
         ("tools", guests::TOOLS),
         ("scenario", guests::TEST_SCENARIO),

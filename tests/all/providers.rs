@@ -16,7 +16,7 @@ use subs_protocol::{
     DraftMessage, ErrorCode, LlmFormat, LlmRequest, LlmResponse, LlmTool, ReasoningConfig, ReasoningEffort,
     StreamDelta, ToolCall,
 };
-use subs_tests::{TENANT, agent, guests};
+use subs_tests::TENANT;
 
 /// The key the fake provider is configured with; it must reach the server
 /// and nothing else.
@@ -535,19 +535,8 @@ in_both_formats!(
 async fn engine(models: Models) -> (subs_engine::Engine, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
-    let config = subs_engine::EngineConfig {
-        default_model: "fake/model".to_owned(),
-        default_retry: subs_protocol::RetryPolicy {
-            timeout_secs: Some(20.0),
-            max_retries: 2,
-            backoff_base_secs: 0.01,
-            backoff_max_secs: 0.05,
-        },
-        ..subs_engine::EngineConfig::default()
-    };
-    let engine = subs_engine::Engine::start(store, models, config).await.unwrap();
-    engine.register_agent(TENANT, "tools", Arc::new(agent(guests::TOOLS)));
-    (engine, dir)
+    let config = subs_engine::EngineConfig { default_model: "fake/model".to_owned(), ..subs_tests::test_config() };
+    (subs_tests::start_engine_with(store, models, config).await, dir)
 }
 
 async fn turn(engine: &subs_engine::Engine, text: &str) -> subs_engine::store::TurnRecord {
