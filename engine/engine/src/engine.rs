@@ -380,6 +380,13 @@ impl Engine {
         Engine { shared }
     }
 
+    /// The store the engine runs on: for the engine's own modules (the
+    /// agent registry, the records of tenants and keys); nothing outside
+    /// the engine writes to it.
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+        &self.shared.store
+    }
+
     /// Resumes every session with work left: not idle, or with items in
     /// its inbox.
     pub async fn resume(&self) -> Result<(), StartError> {
