@@ -18,6 +18,8 @@
 //! - [`model`]: LLM providers, among them the built-in offline model.
 //! - [`tools`]: JSON Schema checks of tool arguments and results.
 //! - [`events`]: events for clients and their fan-out.
+//! - `tenants`: each tenant's budget and session limit, and its use of
+//!   them.
 //! - [`retry`]: the operator's cap on retry policies.
 //! - [`clock`]: time as the loop records it.
 
@@ -28,6 +30,7 @@ pub mod follow;
 pub mod model;
 pub mod retry;
 mod session;
+mod tenants;
 pub mod tools;
 pub mod worker;
 

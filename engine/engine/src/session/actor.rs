@@ -18,10 +18,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use super::apply::{Accepted, Ctx, InputError, Outcome, SessionQuota};
+use super::apply::{Accepted, InputError, Outcome, SessionQuota};
+use super::env::Env;
 use super::{Change, Session, proposal, validate};
 use crate::clock;
-use crate::engine::Shared;
 use crate::events::{DeltaGate, Event};
 use crate::model::Money;
 use crate::store::{CallSpec, Op, SessionKey, StepStatus, StoreError, TurnStatus};
@@ -48,6 +48,24 @@ pub(crate) enum Msg {
     SetBudget { budget: Option<Money>, reply: oneshot::Sender<Result<(), InputError>> },
 }
 
+/// How an actor reaches the actors of other sessions (to wake them, or
+/// cancel their turns) and tells that it leaves: the engine's
+/// [`Directory`](super::directory::Directory), or a test's stand-in.
+pub(crate) trait Mailboxes: Send + Sync {
+    /// Wakes a session: its inbox has an item, or it was created.
+    fn wake(&self, key: &SessionKey);
+    /// Cancels a session's open turn without waiting for the answer.
+    fn cancel(&self, key: &SessionKey);
+    /// Lets an idle actor leave, unless a message reached it meanwhile
+    /// (then it must go on).
+    fn leave(&self, key: &SessionKey, rx: &mpsc::UnboundedReceiver<Msg>) -> bool;
+    /// Forgets an actor that stopped on a store failure.
+    fn forget(&self, key: &SessionKey);
+    /// Whether the session was unfinished when the engine started and is
+    /// loaded for the first time since (true once).
+    fn take_recovering(&self, key: &SessionKey) -> bool;
+}
+
 /// How long an actor whose session has gone quiet waits for another
 /// message before it leaves (and frees the session's memory).
 const LINGER: Duration = Duration::from_secs(1);
@@ -59,7 +77,8 @@ struct InFlight {
 }
 
 pub(crate) struct Actor {
-    shared: Arc<Shared>,
+    env: Arc<Env>,
+    mail: Arc<dyn Mailboxes>,
     key: SessionKey,
     session: Option<Session>,
     rx: mpsc::UnboundedReceiver<Msg>,
@@ -79,11 +98,16 @@ impl Drop for Actor {
 }
 
 impl Actor {
-    pub fn spawn(shared: Arc<Shared>, key: SessionKey) -> (mpsc::UnboundedSender<Msg>, JoinHandle<()>) {
+    pub fn spawn(
+        env: Arc<Env>,
+        mail: Arc<dyn Mailboxes>,
+        key: SessionKey,
+    ) -> (mpsc::UnboundedSender<Msg>, JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let span = tracing::info_span!("session", tenant = %key.tenant, session = %key.session);
         let actor = Actor {
-            shared,
+            env,
+            mail,
             key,
             session: None,
             rx,
@@ -112,7 +136,7 @@ impl Actor {
                 let linger = if self.session.is_some() { LINGER } else { Duration::ZERO };
                 match tokio::time::timeout(linger, self.rx.recv()).await {
                     Ok(msg) => msg,
-                    Err(_) if self.shared.retire(&self.key, &self.rx) => return,
+                    Err(_) if self.mail.leave(&self.key, &self.rx) => return,
                     Err(_) => continue,
                 }
             } else {
@@ -132,7 +156,7 @@ impl Actor {
     fn halt(&mut self, error: &StoreError) {
         tracing::error!(%error, "session stopped: the store failed");
         self.stop_tasks();
-        self.shared.forget(&self.key);
+        self.mail.forget(&self.key);
     }
 
     fn stop_tasks(&mut self) {
@@ -158,7 +182,7 @@ impl Actor {
     /// Makes a change durable, then acts on it.
     async fn commit(&mut self, mut change: Change) -> Result<(), StoreError> {
         let Some(session) = self.session.as_mut() else { return Ok(()) };
-        session.seal(&mut change, self.shared.config.clock.now_ms());
+        session.seal(&mut change, self.env.config.clock.now_ms());
         // Those waiting for a turn's end get its record from here rather
         // than reading the store again.
         let ended: Vec<_> = change
@@ -174,24 +198,22 @@ impl Actor {
                 _ => None,
             })
             .collect();
-        self.shared.store.commit(change.batch).await?;
-        self.shared
-            .hub
-            .publish_all(change.events.into_iter().map(|(key, seq, record)| (key, Event::stored(seq, record))));
+        self.env.store.commit(change.batch).await?;
+        self.env.hub.publish_all(change.events.into_iter().map(|(key, seq, record)| (key, Event::stored(seq, record))));
         for (key, turn_id, record) in ended {
-            self.shared.hub.turn_ended(&key, (turn_id, record));
+            self.env.hub.turn_ended(&key, (turn_id, record));
         }
         for key in change.wake {
-            self.shared.wake(&key);
+            self.mail.wake(&key);
         }
         for key in change.cancel {
-            self.shared.cancel_detached(&key);
+            self.mail.cancel(&key);
         }
         if !change.spent.is_zero() {
-            self.shared.add_spend(&self.key.tenant, change.spent);
+            self.env.tenants.add_spend(&self.key.tenant, change.spent);
         }
         if change.created > 0 {
-            self.shared.add_sessions(&self.key.tenant, change.created);
+            self.env.tenants.add_sessions(&self.key.tenant, change.created);
         }
         Ok(())
     }
@@ -201,9 +223,9 @@ impl Actor {
     /// and arm the timer for what comes due later.
     async fn pump(&mut self) -> Result<(), StoreError> {
         if !self.loaded {
-            self.session = Session::load(self.shared.store.as_ref(), &self.key).await?;
+            self.session = Session::load(self.env.store.as_ref(), &self.key).await?;
             self.loaded = true;
-            if self.session.is_some() && self.shared.take_recovering(&self.key) {
+            if self.session.is_some() && self.mail.take_recovering(&self.key) {
                 self.mark_interrupted().await?;
             }
         }
@@ -213,9 +235,9 @@ impl Actor {
         }
 
         if std::mem::take(&mut self.check_inbox) {
-            let items = self.shared.store.inbox(&self.key).await?;
+            let items = self.env.store.inbox(&self.key).await?;
             if !items.is_empty() {
-                let ctx = ctx(&self.shared);
+                let ctx = self.env.ctx();
                 let mut change = Change::default();
                 let session = self.session.as_mut().expect("checked above");
                 for (seq, item) in items {
@@ -225,7 +247,7 @@ impl Actor {
             }
         }
 
-        let now = self.shared.config.clock.now_ms();
+        let now = self.env.config.clock.now_ms();
         let due: Vec<String> = self
             .session()
             .calls
@@ -285,16 +307,16 @@ impl Actor {
             Some(budget) if spent >= budget => {
                 Some(format!("the session's budget of ${budget} is spent (${spent} used)"))
             }
-            _ => match self.shared.tenant_budget(&self.key.tenant) {
+            _ => match self.env.tenants.budget(&self.key.tenant) {
                 Some(budget) => {
-                    let used = self.shared.tenant_spent(&self.key.tenant).await?;
+                    let used = self.env.tenants.spent(&self.key.tenant).await?;
                     (used >= budget).then(|| format!("the tenant's budget of ${budget} is spent (${used} used)"))
                 }
                 None => None,
             },
         };
         let Some(error) = over else { return Ok(()) };
-        let ctx = ctx(&self.shared);
+        let ctx = self.env.ctx();
         let mut change = Change::default();
         let session = self.session.as_mut().expect("loaded");
         for id in waiting {
@@ -332,16 +354,16 @@ impl Actor {
         for call in to_start {
             let Some(request) = self.session().llm_request(&call) else { continue };
             let CallSpec::Llm { action, .. } = &call.spec else { continue };
-            let cap = &self.shared.config.retry_cap;
+            let cap = &self.env.config.retry_cap;
             let timeout = action.retry.as_ref().and_then(|r| cap.apply(r).timeout_secs).map(clock::secs);
             let deltas = (call.call.stream == Some(true)).then(|| self.delta_sink(&call.call.id));
-            let shared = self.shared.clone();
+            let env = self.env.clone();
             let tx = self.tx.clone();
             let (call_id, attempt) = (call.call.id.clone(), call.call.attempt);
             let span = tracing::info_span!("llm_call", call = %call_id, attempt, model = %request.model);
             let task = tokio::spawn(
                 async move {
-                    let outcome = shared.run_llm(request, deltas, timeout).await;
+                    let outcome = env.run_llm(request, deltas, timeout).await;
                     let _ = tx.send(Msg::CallDone { call_id, attempt, outcome: Box::new(outcome) });
                 }
                 .instrument(span),
@@ -357,16 +379,16 @@ impl Actor {
     /// [`StreamLimits`](crate::events::StreamLimits) for this decision or
     /// call alone.
     fn delta_sink(&self, call_id: &str) -> DeltaSink {
-        let shared = self.shared.clone();
+        let env = self.env.clone();
         let key = self.key.clone();
-        let gate = std::sync::Mutex::new(DeltaGate::new(shared.config.streams.clone(), call_id));
+        let gate = std::sync::Mutex::new(DeltaGate::new(env.config.streams.clone(), call_id));
         let warned = std::sync::atomic::AtomicBool::new(false);
         let call_id = call_id.to_owned();
         Arc::new(move |delta| {
             let admitted = gate.lock().unwrap_or_else(std::sync::PoisonError::into_inner).admit(&delta);
             match admitted {
                 Ok(frame) => {
-                    shared.hub.publish(&key, frame);
+                    env.hub.publish(&key, frame);
                     Ok(())
                 }
                 Err(refused) => {
@@ -388,11 +410,11 @@ impl Actor {
         }
         let session = self.session();
         let Some(&(seq, ref step)) = session.steps.front() else { return };
-        let now = self.shared.config.clock.now_ms();
+        let now = self.env.config.clock.now_ms();
         if step.retry_at_ms.is_some_and(|t| t > now) {
             return;
         }
-        let config = &self.shared.config;
+        let config = &self.env.config;
         let trigger = session.trigger(&step.trigger);
         let proposed = proposal::propose(session, seq, &trigger, &config.default_model);
         let policy = session.retry_policy(&config.default_retry, &config.retry_cap);
@@ -405,7 +427,7 @@ impl Actor {
         let kind = trigger.kind();
         let request = session.request(step, trigger, proposed, deadline_ms);
         let attempt = request.attempts;
-        let worker = self.shared.worker(&self.key.tenant, &session.record.agent_id);
+        let worker = self.env.agents.get(&self.key.tenant, &session.record.agent_id);
         let agent_id = session.record.agent_id.clone();
         let tx = self.tx.clone();
         let span = tracing::info_span!("decision", agent = %agent_id, step = seq, trigger = kind, attempt);
@@ -433,7 +455,7 @@ impl Actor {
     /// Arms one timer for the earliest backoff still to pass.
     fn arm_timer(&mut self) {
         let session = self.session();
-        let now = self.shared.config.clock.now_ms();
+        let now = self.env.config.clock.now_ms();
         let step_due =
             if self.delivery.is_none() { session.steps.front().and_then(|(_, s)| s.retry_at_ms) } else { None };
         let call_due = session
@@ -476,7 +498,7 @@ impl Actor {
                 if open {
                     self.stop_tasks();
                     let mut change = Change::default();
-                    let ctx = ctx(&self.shared);
+                    let ctx = self.env.ctx();
                     let session = self.session.as_mut().expect("open turn");
                     session.fail_turn("the turn was cancelled", "cancelled", &ctx, &mut change);
                     if let Err(e) = self.commit(change).await {
@@ -510,7 +532,7 @@ impl Actor {
                 if !current {
                     return Ok(());
                 }
-                let ctx = ctx(&self.shared);
+                let ctx = self.env.ctx();
                 let mut change = Change::default();
                 self.session.as_mut().expect("loaded").settle(&call_id, *outcome, &ctx, &mut change);
                 self.commit(change).await
@@ -535,7 +557,7 @@ impl Actor {
             Msg::Wake => {
                 self.check_inbox = true;
                 if let Some((due, _)) = &self.timer
-                    && *due <= self.shared.config.clock.now_ms()
+                    && *due <= self.env.config.clock.now_ms()
                 {
                     self.timer = None;
                 }
@@ -560,8 +582,8 @@ impl Actor {
                 let _ = reply.send(Err(InputError::NoSession(self.key.session.clone())));
                 return Ok(());
             }
-            self.shared.count_sessions(&self.key.tenant).await;
-            if let Some(refused) = self.shared.refuse(&self.key.tenant, 1) {
+            self.env.tenants.count_sessions(&self.key.tenant).await;
+            if let Some(refused) = self.env.tenants.refuse(&self.key.tenant, 1) {
                 let _ = reply.send(Err(InputError::LimitExceeded(refused)));
                 return Ok(());
             }
@@ -571,10 +593,9 @@ impl Actor {
                 ClientInput::ClientAction(a) => a.agent_id.clone(),
                 _ => unreachable!("checked above"),
             };
-            self.session =
-                Some(Session::fresh(self.key.clone(), agent_id, identity, self.shared.config.clock.now_ms()));
+            self.session = Some(Session::fresh(self.key.clone(), agent_id, identity, self.env.config.clock.now_ms()));
         }
-        let ctx = ctx(&self.shared);
+        let ctx = self.env.ctx();
         let mut change = Change { created: u64::from(fresh), ..Change::default() };
         let result = self.session.as_mut().expect("created above").accept_input(input, &ctx, &mut change).await;
         match result {
@@ -584,7 +605,7 @@ impl Actor {
                 // each commit), so it is read again. Refusals are rare;
                 // copying the whole session before every input, to restore
                 // it, cost more than this.
-                let reloaded = Session::load(self.shared.store.as_ref(), &self.key).await;
+                let reloaded = Session::load(self.env.store.as_ref(), &self.key).await;
                 let _ = reply.send(Err(e));
                 self.session = reloaded?;
                 Ok(())
@@ -618,8 +639,8 @@ impl Actor {
         }
         // A decision may spawn sessions: the limit is checked against the
         // count in memory.
-        self.shared.count_sessions(&self.key.tenant).await;
-        let ctx = ctx(&self.shared);
+        self.env.tenants.count_sessions(&self.key.tenant).await;
+        let ctx = self.env.ctx();
         let session = self.session.as_mut().expect("loaded");
         let trigger = session.trigger(&step.trigger);
         let outcome = match result {
@@ -665,16 +686,195 @@ impl Actor {
     }
 }
 
-/// What applying needs from the engine, borrowed from `shared` alone so
-/// the session can be borrowed mutably beside it.
-fn ctx(shared: &Shared) -> Ctx<'_> {
-    Ctx {
-        store: shared.store.as_ref(),
-        default_model: &shared.config.default_model,
-        default_retry: &shared.config.default_retry,
-        retry_cap: &shared.config.retry_cap,
-        default_stream: shared.config.default_stream,
-        now_ms: shared.config.clock.now_ms(),
-        quota: shared,
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use subs_protocol::DraftMessage;
+    use subs_protocol::client::ClientMessage;
+    use tokio::sync::Notify;
+
+    use super::*;
+    use crate::EngineConfig;
+    use crate::model::Models;
+    use crate::session::directory::Directory;
+    use crate::store::{MemStore, Store, TurnRecord};
+    use crate::worker::{BoxFuture, Worker};
+
+    const TENANT: &str = "acme";
+
+    /// Answers every delivery with the engine's proposal (a user message
+    /// becomes an offline-model call whose reply ends the turn), and
+    /// records each delivery's `attempts`.
+    #[derive(Default)]
+    struct Proposer {
+        attempts: Mutex<Vec<u32>>,
+    }
+
+    impl Worker for Proposer {
+        fn decide(&self, delivery: Delivery) -> BoxFuture<'_, Result<DecisionResponse, WorkerError>> {
+            self.attempts.lock().unwrap().push(delivery.request.attempts);
+            Box::pin(async move { Ok(delivery.request.proposed) })
+        }
+    }
+
+    /// Never answers; tells when a delivery starts and when it is given up.
+    #[derive(Default)]
+    struct Silent {
+        started: Notify,
+        given_up: Arc<Notify>,
+    }
+
+    struct NotifyOnDrop(Arc<Notify>);
+
+    impl Drop for NotifyOnDrop {
+        fn drop(&mut self) {
+            self.0.notify_one();
+        }
+    }
+
+    impl Worker for Silent {
+        fn decide(&self, _: Delivery) -> BoxFuture<'_, Result<DecisionResponse, WorkerError>> {
+            let guard = NotifyOnDrop(self.given_up.clone());
+            self.started.notify_one();
+            Box::pin(async move {
+                let _guard = guard;
+                std::future::pending().await
+            })
+        }
+    }
+
+    fn start(store: &MemStore, agent: Arc<dyn Worker>) -> (Arc<Env>, Arc<Directory>) {
+        let env = Env::new(Arc::new(store.clone()), Models::with_offline(), EngineConfig::default());
+        env.agents.register(TENANT, "agent", agent);
+        let env = Arc::new(env);
+        (env.clone(), Directory::new(env))
+    }
+
+    fn key(session: &str) -> SessionKey {
+        SessionKey::new(TENANT, session)
+    }
+
+    async fn say(directory: &Directory, session: &str, turn_id: &str) -> Result<Accepted, InputError> {
+        let input = ClientInput::ClientMessage(ClientMessage {
+            agent_id: "agent".to_owned(),
+            turn_id: Some(turn_id.to_owned()),
+            message: DraftMessage::user("hi"),
+            stream: None,
+        });
+        let (reply, answer) = oneshot::channel();
+        assert!(directory.send(&key(session), Msg::Input { input: Box::new((input, Default::default())), reply }));
+        answer.await.expect("the actor answers")
+    }
+
+    async fn cancel(directory: &Directory, session: &str) -> Result<bool, InputError> {
+        let (reply, answer) = oneshot::channel();
+        assert!(directory.send(&key(session), Msg::Cancel { reply }));
+        answer.await.expect("the actor answers")
+    }
+
+    /// Waits for the turn's end, as the actor announces it.
+    async fn ended(env: &Env, session: &str, turn_id: &str) -> TurnRecord {
+        loop {
+            let end = env.hub.turn_end(&key(session));
+            if let Some(turn) = env.store.turn(&key(session), turn_id).await.expect("a read of memory")
+                && matches!(turn.status, TurnStatus::Done | TurnStatus::Failed)
+            {
+                return turn;
+            }
+            end.await.expect("the hub lives");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_input_is_stored_before_it_is_answered_and_its_turn_runs_to_its_end() {
+        let store = MemStore::new();
+        let (env, directory) = start(&store, Arc::new(Proposer::default()));
+        say(&directory, "s", "t1").await.expect("accepted");
+        // Answered: the session and its turn are in the store already.
+        assert!(store.session(&key("s")).await.unwrap().is_some());
+        assert!(store.turn(&key("s"), "t1").await.unwrap().is_some());
+        assert_eq!(ended(&env, "s", "t1").await.status, TurnStatus::Done);
+    }
+
+    #[tokio::test]
+    async fn a_session_that_does_not_exist_takes_no_cancel_and_keeps_no_actor() {
+        let store = MemStore::new();
+        let (_, directory) = start(&store, Arc::new(Proposer::default()));
+        assert!(matches!(cancel(&directory, "nobody").await, Err(InputError::NoSession(s)) if s == "nobody"));
+        tokio::task::yield_now().await;
+        assert!(store.session(&key("nobody")).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn cancelling_gives_up_the_delivery_in_flight_and_fails_the_turn() {
+        let store = MemStore::new();
+        let silent = Arc::new(Silent::default());
+        let (env, directory) = start(&store, silent.clone());
+        let started = silent.started.notified();
+        say(&directory, "s", "t1").await.expect("accepted");
+        started.await;
+
+        let given_up = silent.given_up.notified();
+        assert!(cancel(&directory, "s").await.expect("cancelled"), "a turn was open");
+        given_up.await;
+        let turn = ended(&env, "s", "t1").await;
+        assert_eq!(turn.status, TurnStatus::Failed);
+        assert_eq!(turn.data.expect("the failure")["code"], "cancelled");
+        assert!(!cancel(&directory, "s").await.expect("answered"), "no turn open any more");
+    }
+
+    #[tokio::test]
+    async fn a_failed_commit_keeps_nothing_in_memory_or_in_the_store() {
+        let store = MemStore::new();
+        store.close();
+        let (_, directory) = start(&store, Arc::new(Proposer::default()));
+        let refused = say(&directory, "s", "t1").await.expect_err("the store refuses");
+        assert!(matches!(refused, InputError::Store(_)), "{refused:?}");
+        // The actor stopped and was forgotten: the next message starts a
+        // new one, which loads the session from the store (none).
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while directory.active() > 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the actor leaves");
+        assert!(store.session(&key("s")).await.unwrap().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_actor_leaves_after_lingering_and_its_session_is_reloaded_when_touched() {
+        let store = MemStore::new();
+        let (env, directory) = start(&store, Arc::new(Proposer::default()));
+        say(&directory, "s", "t1").await.expect("accepted");
+        assert_eq!(ended(&env, "s", "t1").await.status, TurnStatus::Done);
+        assert_eq!(directory.active(), 1, "lingering for the client's next message");
+
+        tokio::time::sleep(LINGER * 2).await;
+        assert_eq!(directory.active(), 0, "left once idle for {LINGER:?}");
+
+        say(&directory, "s", "t2").await.expect("accepted by a new actor");
+        assert_eq!(ended(&env, "s", "t2").await.status, TurnStatus::Done);
+        let messages = store.load(&key("s")).await.unwrap().expect("stored").messages;
+        assert_eq!(messages.len(), 4, "both turns' user and assistant messages: {messages:?}");
+    }
+
+    #[tokio::test]
+    async fn a_recovered_session_redelivers_its_front_step_with_a_higher_attempt() {
+        let store = MemStore::new();
+        let silent = Arc::new(Silent::default());
+        let (_, directory) = start(&store, silent.clone());
+        let started = silent.started.notified();
+        say(&directory, "s", "t1").await.expect("accepted");
+        started.await;
+        directory.kill().await; // Mid-delivery, as a crash.
+
+        let proposer = Arc::new(Proposer::default());
+        let (env, directory) = start(&store, proposer.clone());
+        directory.recover(&key("s"));
+        assert_eq!(ended(&env, "s", "t1").await.status, TurnStatus::Done);
+        let attempts = proposer.attempts.lock().unwrap().clone();
+        assert_eq!(attempts.first(), Some(&2), "the cut-short delivery counts: {attempts:?}");
     }
 }

@@ -12,9 +12,14 @@
 //! - [`validate`]: the rules a decision must keep to be applied.
 //! - [`apply`]: applying decisions, inputs and call outcomes.
 //! - [`actor`]: the task that drives one session.
+//! - [`env`]: what every actor works with (store, hub, agents, models,
+//!   tenants' limits, settings).
+//! - [`directory`]: the running actors, by session.
 
 pub(crate) mod actor;
 pub(crate) mod apply;
+pub(crate) mod directory;
+pub(crate) mod env;
 pub(crate) mod proposal;
 pub(crate) mod tree;
 pub(crate) mod validate;

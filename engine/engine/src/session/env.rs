@@ -1,0 +1,131 @@
+//! What a session actor works with: the store it loads from and commits
+//! to, the hub its events go out through, its agent, the model runner,
+//! its tenant's limits, and the engine's settings.
+//!
+//! The running actors themselves (which session has one, starting and
+//! retiring them, the sessions to recover) are not here: an actor reaches
+//! other sessions only through [`Mailboxes`](super::actor::Mailboxes).
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use subs_protocol::{ErrorCode, LlmRequest};
+
+use super::apply::{Ctx, Outcome};
+use crate::EngineConfig;
+use crate::events::Hub;
+use crate::model::{ModelError, Models};
+use crate::store::Store;
+use crate::tenants::Tenants;
+use crate::worker::{DeltaSink, Worker};
+
+/// What every session actor of an engine shares; see the
+/// [module docs](self).
+pub(crate) struct Env {
+    /// Where sessions are loaded from and committed to.
+    pub store: Arc<dyn Store>,
+    /// Where committed events and token deltas go out to subscribers.
+    pub hub: Hub,
+    /// The engine's settings.
+    pub config: EngineConfig,
+    /// The agent deciding for each session, by tenant and agent id.
+    pub agents: Agents,
+    /// The providers engine-run LLM calls go to.
+    pub models: Models,
+    /// Each tenant's budgets and session limits, and its use of them.
+    pub tenants: Tenants,
+}
+
+impl Env {
+    /// The environment of an engine on `store`, with no agents yet.
+    pub fn new(store: Arc<dyn Store>, models: Models, config: EngineConfig) -> Self {
+        Self {
+            hub: Hub::new(config.streams.clone()),
+            tenants: Tenants::new(store.clone()),
+            store,
+            config,
+            agents: Agents::default(),
+            models,
+        }
+    }
+
+    /// What applying a change needs, read at this moment.
+    pub fn ctx(&self) -> Ctx<'_> {
+        let config = &self.config;
+        Ctx {
+            store: self.store.as_ref(),
+            default_model: &config.default_model,
+            default_retry: &config.default_retry,
+            retry_cap: &config.retry_cap,
+            default_stream: config.default_stream,
+            now_ms: config.clock.now_ms(),
+            quota: &self.tenants,
+        }
+    }
+
+    /// Runs one try of an engine-run LLM call.
+    pub async fn run_llm(
+        &self,
+        mut request: LlmRequest,
+        deltas: Option<DeltaSink>,
+        timeout: Option<Duration>,
+    ) -> Outcome {
+        let (provider, model) = match self.models.resolve(&request.model) {
+            Ok(resolved) => resolved,
+            Err(e) => return failed(e),
+        };
+        request.model = model;
+        let call = provider.complete(request, deltas);
+        let result = match timeout {
+            Some(limit) => match tokio::time::timeout(limit, call).await {
+                Ok(result) => result,
+                Err(_) => {
+                    return Outcome::Failed {
+                        error: format!("the LLM call did not finish within {limit:?}"),
+                        retryable: true,
+                        code: Some(ErrorCode::DeadlineExceeded),
+                        detail: None,
+                        retry_after_ms: None,
+                    };
+                }
+            },
+            None => call.await,
+        };
+        match result {
+            Ok(response) => Outcome::LlmOk(response),
+            Err(e) => failed(e),
+        }
+    }
+}
+
+fn failed(e: ModelError) -> Outcome {
+    Outcome::Failed {
+        error: e.message.clone(),
+        retryable: e.retryable,
+        code: Some(e.code),
+        detail: e.detail.clone(),
+        retry_after_ms: e.retry_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+    }
+}
+
+/// The worker of each agent, by tenant and agent id.
+#[derive(Default)]
+pub(crate) struct Agents(RwLock<HashMap<(String, String), Arc<dyn Worker>>>);
+
+impl Agents {
+    /// Makes `worker` the agent `agent_id` of `tenant`.
+    pub fn register(&self, tenant: &str, agent_id: &str, worker: Arc<dyn Worker>) {
+        self.0.write().unwrap_or_else(PoisonError::into_inner).insert((tenant.to_owned(), agent_id.to_owned()), worker);
+    }
+
+    /// Removes the agent `agent_id` of `tenant`.
+    pub fn unregister(&self, tenant: &str, agent_id: &str) {
+        self.0.write().unwrap_or_else(PoisonError::into_inner).remove(&(tenant.to_owned(), agent_id.to_owned()));
+    }
+
+    /// The worker of `agent_id` for `tenant`.
+    pub fn get(&self, tenant: &str, agent_id: &str) -> Option<Arc<dyn Worker>> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner).get(&(tenant.to_owned(), agent_id.to_owned())).cloned()
+    }
+}
