@@ -1,6 +1,7 @@
 //! Time is injectable: an engine reading the time from tokio's clock
-//! (`TokioClock`), on paused time, runs backoffs of minutes without
-//! waiting for them, and records the times the paused clock gave.
+//! (`TokioClock`), on paused time, runs backoffs and decision deadlines
+//! of minutes without waiting for them, and records the times the paused
+//! clock gave.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -63,4 +64,43 @@ async fn retry_backoffs_run_on_paused_time() {
     // The turn's times are the paused clock's.
     let took = ended.ended_ms.expect("an end") - ended.started_ms;
     assert!(took >= 180_000, "the turn took {took} ms of the clock the engine reads");
+}
+
+/// Takes every delivery and never answers.
+struct Silent;
+
+impl Worker for Silent {
+    fn decide(&self, _: Delivery) -> BoxFuture<'_, Result<DecisionResponse, WorkerError>> {
+        Box::pin(std::future::pending())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_decision_deadline_of_ten_minutes_passes_on_paused_time() {
+    let config = EngineConfig {
+        default_retry: RetryPolicy {
+            timeout_secs: Some(600.0),
+            max_retries: 1,
+            backoff_base_secs: 30.0,
+            backoff_max_secs: 30.0,
+        },
+        clock: Arc::new(TokioClock::new()),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(Arc::new(MemStore::new()), subs_engine::model::Models::with_offline(), config);
+    engine.register_agent(TENANT, "silent", Arc::new(Silent));
+
+    let virtual_start = tokio::time::Instant::now();
+    let real_start = std::time::Instant::now();
+    engine.input(TENANT, "s", user_input("silent", Some("t"), "hi"), Default::default()).await.expect("accepted");
+    let ended = engine.wait_turn(TENANT, "s", "t").await.expect("the store answers");
+
+    // Two deliveries of 600 s each, 30 s apart, then the turn fails.
+    assert_eq!(ended.status, TurnStatus::Failed, "{ended:?}");
+    let data = ended.data.expect("the failure");
+    assert_eq!(data["code"], "decision_failed");
+    assert!(data["error"].as_str().is_some_and(|e| e.contains("600")), "the deadline is named: {data}");
+    let waited = virtual_start.elapsed();
+    assert!(waited >= Duration::from_secs(1230) && waited < Duration::from_secs(1300), "{waited:?}");
+    assert!(real_start.elapsed() < Duration::from_secs(10), "not waited in real time: {:?}", real_start.elapsed());
 }
