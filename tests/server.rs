@@ -130,8 +130,8 @@ impl TestServerBuilder {
         )
         .await
         .expect("the engine starts");
-        let agents = subs_server::AgentRegistry::new(engine.clone(), dyn_store.clone(), host, dir.clone())
-            .with_policies(self.policies);
+        let agents =
+            subs_engine::agents::AgentRegistry::new(engine.clone(), host, dir.clone()).with_policies(self.policies);
         let file = self.server_config.unwrap_or_else(|| subs_server::ServerConfig {
             default_limits: subs_server::Limits {
                 max_body_bytes: 64 << 10,

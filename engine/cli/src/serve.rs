@@ -14,11 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
+use subs_engine::agents::AgentRegistry;
 use subs_engine::model::{Models, ProvidersConfig, models_from_env};
 use subs_engine::store::{KeyRecord, Store};
 use subs_engine::worker::component::{Compiler, ComponentHost, HostConfig};
 use subs_engine::{Engine, EngineConfig, StreamLimits};
-use subs_server::{AgentRegistry, AppState, Keys, LiveConfig};
+use subs_server::{AppState, Keys, LiveConfig};
 use tokio::net::TcpListener;
 
 use crate::data;
@@ -139,7 +140,7 @@ async fn serve(setup: Setup) -> CliResult {
     // call its budget, its first spawn its session limit. (The router sets
     // the limits again; that is harmless.)
     let engine = Engine::open(dyn_store.clone(), models, config);
-    let agents = AgentRegistry::new(engine.clone(), dyn_store.clone(), host, dir)
+    let agents = AgentRegistry::new(engine.clone(), host, dir)
         .with_policies(file.agent_policies())
         .with_upload_policy(&file.upload_policy());
     // The config file's limits, with those the operator stored over them;

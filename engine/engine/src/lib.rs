@@ -9,6 +9,9 @@
 //!
 //! - [`engine`]: [`Engine`], the public face: inputs, cancel, snapshots,
 //!   events, agents; resumes unfinished sessions on start.
+//! - [`agents`]: the agent registry: every tenant's uploaded components
+//!   and HTTP workers, kept in the store and registered with the engine;
+//!   [`agents::uploads`]: what uploads may cost.
 //! - `session`: one session's state machine (tree, proposals, decision
 //!   rules, applying decisions) and the actor that drives it.
 //! - [`store`]: the durable store behind a trait; redb is the default.
@@ -21,6 +24,7 @@
 //! - [`retry`]: the operator's cap on retry policies.
 //! - [`clock`]: time as the loop records it.
 
+pub mod agents;
 pub mod clock;
 pub mod engine;
 pub mod events;

@@ -10,12 +10,13 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
+use subs_engine::agents::AgentRegistry;
 use subs_engine::store::{KeyRecord, MemStore};
 use subs_engine::worker::component::ComponentHost;
 use tower::ServiceExt as _;
 
 use crate::auth::hash_key;
-use crate::{AgentRegistry, AppState, Keys, Limits, ServerConfig, app};
+use crate::{ApiError, AppState, Keys, Limits, ServerConfig, app};
 
 const KEY: &str = "subs_acme_key_0000000000000000";
 
@@ -29,7 +30,7 @@ fn state(dir: &tempfile::TempDir) -> Arc<AppState> {
         subs_engine::EngineConfig::default(),
     );
     let host = ComponentHost::new().expect("a component host");
-    let agents = AgentRegistry::new(engine.clone(), store.clone(), host, dir.path().to_path_buf());
+    let agents = AgentRegistry::new(engine.clone(), host, dir.path().to_path_buf());
     let keys = Keys::new([KeyRecord {
         tenant: "acme".to_owned(),
         hash: hash_key(KEY),
@@ -125,4 +126,75 @@ async fn building_the_router_twice_changes_nothing() {
     let (status, answer) = send(&state, Method::GET, "/healthz", None, "").await;
     assert_eq!((status, answer), (StatusCode::OK, json!({"status": "ok"})));
     assert!(state.store.sessions(None).await.unwrap().is_empty());
+}
+
+/// The registry's refusals keep the statuses, codes, fields and words the
+/// API answered when the registry was the server's own.
+#[test]
+fn agent_errors_answer_their_documented_status() {
+    use subs_engine::agents::AgentError;
+    use subs_engine::store::StoreError;
+    use subs_engine::worker::component::LoadError;
+
+    let cases = [
+        (
+            AgentError::Invalid { field: "url", message: "not a URL".to_owned() },
+            (StatusCode::BAD_REQUEST, "invalid_input", Some("url"), "not a URL".to_owned()),
+        ),
+        (
+            AgentError::InvalidComponent(LoadError::World("no decide".to_owned())),
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_component",
+                None,
+                "the component does not fit the subs:agent world: no decide".to_owned(),
+            ),
+        ),
+        (
+            AgentError::UploadRate { per_hour: 3, next_in_secs: 1200 },
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                "limit_exceeded",
+                None,
+                "the tenant has used its 3 component uploads per hour (limit `max_uploads_per_hour`); the next is \
+                 allowed in 1200 s"
+                    .to_owned(),
+            ),
+        ),
+        (
+            AgentError::Compiling,
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                "limit_exceeded",
+                None,
+                "another upload of this tenant is being compiled; send this one when it is done".to_owned(),
+            ),
+        ),
+        (
+            AgentError::CompiledQuota { total: 3 << 20, bytes: 2 << 20, limit: 1 << 20 },
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "limit_exceeded",
+                None,
+                "the tenant's agents would hold 3 MiB of compiled code with this one (2 MiB), more than its 1 MiB \
+                 (limit `max_compiled_bytes`); remove agents it no longer needs"
+                    .to_owned(),
+            ),
+        ),
+        (
+            AgentError::Store(StoreError::Closed),
+            (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None, "the server is shutting down".to_owned()),
+        ),
+        (
+            AgentError::Internal("reading components/x.wasm: gone".to_owned()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal", None, "the server failed; see its logs".to_owned()),
+        ),
+    ];
+    for (error, (status, code, field, message)) in cases {
+        let answer = ApiError::from(error);
+        assert_eq!(
+            (answer.status, answer.code, answer.field.as_deref(), answer.message),
+            (status, code, field, message)
+        );
+    }
 }
