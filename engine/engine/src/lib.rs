@@ -8,7 +8,9 @@
 //! # Layout
 //!
 //! - [`engine`]: [`Engine`], the public face: inputs, cancel, snapshots,
-//!   events, agents; resumes unfinished sessions on start.
+//!   events, agents; resumes unfinished sessions on start. `records`
+//!   adds the records the server keeps beside sessions (tenants, keys),
+//!   so that it reaches the store only through the engine.
 //! - [`agents`]: the agent registry: every tenant's uploaded components
 //!   and HTTP workers, kept in the store and registered with the engine;
 //!   [`agents::uploads`]: what uploads may cost.
@@ -30,6 +32,7 @@ pub mod engine;
 pub mod events;
 pub mod follow;
 pub mod model;
+mod records;
 pub mod retry;
 mod session;
 pub mod tools;

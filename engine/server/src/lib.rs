@@ -47,7 +47,6 @@ use serde::{Deserialize, Serialize};
 use subs_engine::Engine;
 use subs_engine::agents::AgentRegistry;
 use subs_engine::model::Money;
-use subs_engine::store::Store;
 use tokio::net::TcpListener;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
@@ -108,12 +107,11 @@ impl ServerConfig {
     }
 }
 
-/// What every handler shares.
+/// What every handler shares. There is no store here: the server reaches
+/// it only through the engine and its agent registry.
 pub struct AppState {
     /// The engine.
     pub engine: Engine,
-    /// Its store (for keys and snapshots).
-    pub store: Arc<dyn Store>,
     /// The agents of every tenant.
     pub agents: AgentRegistry,
     /// The accepted API keys, the operator's among them.

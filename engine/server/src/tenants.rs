@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use subs_engine::Engine;
 use subs_engine::agents::AgentRegistry;
 use subs_engine::model::Money;
-use subs_engine::store::{Store, StoreError, TenantRecord};
+use subs_engine::store::{StoreError, TenantRecord};
 use subs_engine::worker::component::AgentPolicy;
 use subs_protocol::ProtocolError;
 
@@ -90,9 +90,10 @@ impl LiveConfig {
         Self { file, stored: RwLock::new(stored), writing: tokio::sync::Mutex::new(()) }
     }
 
-    /// The config file's settings with the tenants of `store` over them.
-    pub async fn load(file: ServerConfig, store: &dyn Store) -> Result<Self, StoreError> {
-        Ok(Self::new(file, store.tenants().await?))
+    /// The config file's settings with the tenants stored through
+    /// `engine` over them.
+    pub async fn load(file: ServerConfig, engine: &Engine) -> Result<Self, StoreError> {
+        Ok(Self::new(file, engine.tenant_records().await?))
     }
 
     /// What the config file says.

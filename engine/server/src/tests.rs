@@ -21,8 +21,9 @@ use crate::{ApiError, AppState, Keys, Limits, ServerConfig, app};
 const KEY: &str = "subs_acme_key_0000000000000000";
 
 /// State for one test: a fresh engine on a `MemStore`, one tenant key,
-/// bodies up to 1 KiB. The directory holds uploads (none here).
-fn state(dir: &tempfile::TempDir) -> Arc<AppState> {
+/// bodies up to 1 KiB. The directory holds uploads (none here). The store
+/// is answered beside the state, which has none, for tests to look into.
+fn state(dir: &tempfile::TempDir) -> (Arc<AppState>, Arc<dyn subs_engine::Store>) {
     let store: Arc<dyn subs_engine::Store> = Arc::new(MemStore::new());
     let engine = subs_engine::Engine::open(
         store.clone(),
@@ -42,7 +43,7 @@ fn state(dir: &tempfile::TempDir) -> Arc<AppState> {
         default_limits: Limits { max_body_bytes: 1024, ..Limits::default() },
         ..ServerConfig::default()
     };
-    Arc::new(AppState { engine, store, agents, keys, config: config.into(), metrics: Default::default() })
+    (Arc::new(AppState { engine, agents, keys, config: config.into(), metrics: Default::default() }), store)
 }
 
 /// Sends one request through the router; the status and the body as JSON.
@@ -65,7 +66,7 @@ fn code(answer: &Value) -> (&str, Option<&str>) {
 #[tokio::test]
 async fn unknown_routes_and_sessions_are_404() {
     let dir = tempfile::tempdir().unwrap();
-    let state = state(&dir);
+    let (state, _) = state(&dir);
     let (status, answer) = send(&state, Method::GET, "/v1/nowhere", Some(KEY), "").await;
     assert_eq!((status, code(&answer).0), (StatusCode::NOT_FOUND, "not_found"), "{answer}");
     let (status, answer) = send(&state, Method::GET, "/v1/sessions/nobody", Some(KEY), "").await;
@@ -77,7 +78,7 @@ async fn unknown_routes_and_sessions_are_404() {
 #[tokio::test]
 async fn requests_without_a_valid_key_are_401() {
     let dir = tempfile::tempdir().unwrap();
-    let state = state(&dir);
+    let (state, _) = state(&dir);
     for key in [None, Some("subs_wrong_key_000000000000000")] {
         let (status, answer) = send(&state, Method::GET, "/v1/sessions", key, "").await;
         assert_eq!((status, code(&answer).0), (StatusCode::UNAUTHORIZED, "unauthorized"), "{key:?}: {answer}");
@@ -92,7 +93,7 @@ async fn requests_without_a_valid_key_are_401() {
 #[tokio::test]
 async fn bad_bodies_get_the_documented_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let state = state(&dir);
+    let (state, store) = state(&dir);
     let routes = [
         (Method::POST, "/v1/sessions/s/input", r#"{"type": "client.message", "agent_id": "a"}"#, "message"),
         (Method::PUT, "/v1/sessions/s/budget", r#"{"budget": "lots"}"#, "budget"),
@@ -111,8 +112,8 @@ async fn bad_bodies_get_the_documented_errors() {
         let (status, answer) = send(&state, method, path, Some(KEY), &big).await;
         assert_eq!((status, code(&answer).0), (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"), "{path}: {answer}");
     }
-    assert!(state.store.sessions(None).await.unwrap().is_empty(), "nothing was stored");
-    assert!(state.store.agents(None).await.unwrap().is_empty(), "nothing was stored");
+    assert!(store.sessions(None).await.unwrap().is_empty(), "nothing was stored");
+    assert!(store.agents(None).await.unwrap().is_empty(), "nothing was stored");
 }
 
 /// Building the router reads the state and changes nothing: two routers
@@ -120,12 +121,12 @@ async fn bad_bodies_get_the_documented_errors() {
 #[tokio::test]
 async fn building_the_router_twice_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let state = state(&dir);
+    let (state, store) = state(&dir);
     let _first = app(state.clone());
     let _second = app(state.clone());
     let (status, answer) = send(&state, Method::GET, "/healthz", None, "").await;
     assert_eq!((status, answer), (StatusCode::OK, json!({"status": "ok"})));
-    assert!(state.store.sessions(None).await.unwrap().is_empty());
+    assert!(store.sessions(None).await.unwrap().is_empty());
 }
 
 /// The registry's refusals keep the statuses, codes, fields and words the
