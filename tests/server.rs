@@ -122,16 +122,15 @@ impl TestServerBuilder {
             (None, None) => crate::host().clone(),
         };
         let store = Arc::new(RedbStore::open(dir.join("subs.redb")).expect("the store opens"));
-        let dyn_store: Arc<dyn subs_engine::Store> = store.clone();
         let engine = subs_engine::Engine::start(
-            dyn_store.clone(),
+            store.clone(),
             subs_engine::model::Models::with_offline(),
             self.engine_config.unwrap_or_default(),
         )
         .await
         .expect("the engine starts");
-        let agents = subs_server::AgentRegistry::new(engine.clone(), dyn_store.clone(), host, dir.clone())
-            .with_policies(self.policies);
+        let agents =
+            subs_engine::agents::AgentRegistry::new(engine.clone(), host, dir.clone()).with_policies(self.policies);
         let file = self.server_config.unwrap_or_else(|| subs_server::ServerConfig {
             default_limits: subs_server::Limits {
                 max_body_bytes: 64 << 10,
@@ -145,7 +144,7 @@ impl TestServerBuilder {
             tenant_limits: self.tenant_limits.into_iter().chain(file.tenant_limits.clone()).collect(),
             ..file
         };
-        let config = subs_server::LiveConfig::load(file, &*dyn_store).await.expect("the tenants load");
+        let config = subs_server::LiveConfig::load(file, &engine).await.expect("the tenants load");
         config.apply_sandboxes(&agents).expect("the tenants' sandboxes apply");
         let failed = agents.load_all().await.expect("the agents load");
         assert!(failed.is_empty(), "stored agents failed to load: {failed:?}");
@@ -161,7 +160,6 @@ impl TestServerBuilder {
         let keys = subs_server::Keys::new(stored_keys).with_config_keys(file_keys).with_admin_keys(admin);
         let state = Arc::new(subs_server::AppState {
             engine: engine.clone(),
-            store: dyn_store,
             agents,
             keys,
             config,

@@ -89,3 +89,71 @@ fn the_session_loop_names_no_http_library() {
     }
     assert!(wrong.is_empty(), "the loop reaches HTTP directly:\n{}", wrong.join("\n"));
 }
+
+/// Ways of reaching the store directly: naming the trait as a type, or
+/// committing a batch.
+const STORE_BY_HAND: &[&str] =
+    &["dyn Store", "dyn subs_engine::Store", "dyn subs_engine::store::Store", "dyn subs_store::Store", ".commit("];
+
+/// The store's trait and batch types, which a `use` of the engine's (or the
+/// store crate's) paths must not bring in.
+const STORE_ITEMS: &[&str] = &["Store", "Batch", "Op"];
+
+/// Every `.rs` file under `dir`, in its subdirectories too.
+fn sources(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("a source directory") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            files.extend(sources(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// The server keeps nothing in the store by itself: sessions, agents,
+/// tenants and keys are read and written through the engine (its methods
+/// and its agent registry), so only the engine decides what goes into a
+/// batch. No source of `engine/server/src/` names the store trait as a
+/// type, commits a batch, or imports the trait or the batch types. The
+/// modules `lib.rs` declares under `#[cfg(test)]` are left out: a unit
+/// test builds the store its engine runs on and may look into it, as
+/// `tests/server.rs` does.
+#[test]
+fn the_server_reaches_the_store_only_through_the_engine() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/server/src");
+    let lib = std::fs::read_to_string(dir.join("lib.rs")).expect("the server's lib.rs");
+    let lines: Vec<&str> = lib.lines().map(str::trim).collect();
+    let test_only: Vec<std::path::PathBuf> = lines
+        .windows(2)
+        .filter(|pair| pair[0] == "#[cfg(test)]")
+        .filter_map(|pair| pair[1].strip_prefix("mod ")?.strip_suffix(';'))
+        .map(|module| dir.join(format!("{module}.rs")))
+        .collect();
+    let mut wrong = Vec::new();
+    for path in sources(&dir).into_iter().filter(|path| !test_only.contains(path)) {
+        let text = std::fs::read_to_string(&path).expect("a source file");
+        let code: Vec<&str> = text.lines().filter(|line| !line.trim_start().starts_with("//")).collect();
+        for line in &code {
+            for what in STORE_BY_HAND.iter().filter(|what| line.contains(*what)) {
+                wrong.push(format!("{} names `{what}`: {}", path.display(), line.trim()));
+            }
+        }
+        // A `use` may span lines (`use a::{` … `};`): each is read whole.
+        for (at, line) in code.iter().enumerate() {
+            let line = line.trim_start();
+            let line = line.strip_prefix("pub ").unwrap_or(line);
+            if !(line.starts_with("use subs_engine") || line.starts_with("use subs_store")) {
+                continue;
+            }
+            let end = code[at..].iter().position(|l| l.contains(';')).map_or(code.len(), |n| at + n + 1);
+            let used = code[at..end].iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ");
+            if used.split(|c: char| !(c.is_alphanumeric() || c == '_')).any(|item| STORE_ITEMS.contains(&item)) {
+                wrong.push(format!("{} imports the store's own types: {used}", path.display()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the server reaches the store directly:\n{}", wrong.join("\n"));
+}

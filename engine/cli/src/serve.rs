@@ -14,11 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
+use subs_engine::agents::AgentRegistry;
 use subs_engine::model::{Models, ProvidersConfig, models_from_env};
 use subs_engine::store::{KeyRecord, Store};
 use subs_engine::worker::component::{Compiler, ComponentHost, HostConfig};
 use subs_engine::{Engine, EngineConfig, StreamLimits};
-use subs_server::{AgentRegistry, AppState, Keys, LiveConfig};
+use subs_server::{AppState, Keys, LiveConfig};
 use tokio::net::TcpListener;
 
 use crate::data;
@@ -132,19 +133,18 @@ async fn serve(setup: Setup) -> CliResult {
     let compiler = Compiler::Child { program, args: vec![crate::COMPILE_CHILD.to_owned()] };
     let host = ComponentHost::with_config(HostConfig { compiler, ..file.host_config()? })
         .map_err(|e| CliError::failed(anyhow!(e)))?;
-    let dyn_store: Arc<dyn Store> = store.clone();
     let config = EngineConfig { default_model, streams, retry_cap: file.retry.cap(), ..EngineConfig::default() };
     // Agents and limits are in place before any session resumes: a
     // resumed session's first delivery must find its agent, its first LLM
     // call its budget, its first spawn its session limit. (The router sets
     // the limits again; that is harmless.)
-    let engine = Engine::open(dyn_store.clone(), models, config);
-    let agents = AgentRegistry::new(engine.clone(), dyn_store.clone(), host, dir)
+    let engine = Engine::open(store, models, config);
+    let agents = AgentRegistry::new(engine.clone(), host, dir)
         .with_policies(file.agent_policies())
         .with_upload_policy(&file.upload_policy());
     // The config file's limits, with those the operator stored over them;
     // the sandbox's before any agent is loaded.
-    let config = LiveConfig::load(file.server_config(), &*dyn_store).await.map_err(CliError::unavailable)?;
+    let config = LiveConfig::load(file.server_config(), &engine).await.map_err(CliError::unavailable)?;
     config.apply_sandboxes(&agents).map_err(|e| CliError::unavailable(anyhow!("a stored tenant sandbox: {e}")))?;
     for (tenant, agent, error) in agents.load_all().await.map_err(CliError::unavailable)? {
         eprintln!("warning: agent `{agent}` of tenant `{tenant}` was not loaded: {error}");
@@ -152,14 +152,9 @@ async fn serve(setup: Setup) -> CliResult {
     config.apply_to(&engine);
     engine.resume().await.map_err(CliError::unavailable)?;
     let (open, admin) = (keys.is_open(), keys.admin_enabled());
-    let state = Arc::new(AppState {
-        engine: engine.clone(),
-        store: dyn_store,
-        agents,
-        keys,
-        config,
-        metrics: Default::default(),
-    });
+    // The server gets the engine and the registry, not the store: all it
+    // keeps goes through them.
+    let state = Arc::new(AppState { engine: engine.clone(), agents, keys, config, metrics: Default::default() });
 
     println!("subs listening on http://{local}");
     if open {

@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, anyhow, bail};
 use serde::Deserialize;
 use subs_engine::StreamLimits;
+use subs_engine::agents::uploads::UploadPolicy;
 use subs_engine::model::{OFFLINE_MODEL, Price, ProviderConfig, ProvidersConfig};
 use subs_engine::retry::RetryCap;
 use subs_engine::store::KeyRecord;
 use subs_engine::worker::component::{AgentPolicy, CompileBudget, HostConfig, LimitOverrides, Limits as SandboxLimits};
-use subs_server::uploads::UploadPolicy;
 use subs_server::{Limits, ServerConfig};
 
 use crate::error::{CliError, CliResult};

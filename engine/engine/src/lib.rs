@@ -8,7 +8,12 @@
 //! # Layout
 //!
 //! - [`engine`]: [`Engine`], the public face: inputs, cancel, snapshots,
-//!   events, agents; resumes unfinished sessions on start.
+//!   events, agents; resumes unfinished sessions on start. `records`
+//!   adds the records the server keeps beside sessions (tenants, keys),
+//!   so that it reaches the store only through the engine.
+//! - [`agents`]: the agent registry: every tenant's uploaded components
+//!   and HTTP workers, kept in the store and registered with the engine;
+//!   [`agents::uploads`]: what uploads may cost.
 //! - `session`: one session's state machine (tree, proposals, decision
 //!   rules, applying decisions) and the actor that drives it.
 //! - [`store`]: the durable store behind a trait; redb is the default.
@@ -23,11 +28,13 @@
 //! - [`retry`]: the operator's cap on retry policies.
 //! - [`clock`]: time as the loop records it.
 
+pub mod agents;
 pub mod clock;
 pub mod engine;
 pub mod events;
 pub mod follow;
 pub mod model;
+mod records;
 pub mod retry;
 mod session;
 mod tenants;

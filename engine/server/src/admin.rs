@@ -22,7 +22,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use subs_engine::store::{Batch, KeyRecord, Op, TenantRecord, valid_id};
+use subs_engine::store::{KeyRecord, TenantRecord, valid_id};
 use utoipa::ToSchema;
 
 use crate::AppState;
@@ -245,9 +245,7 @@ impl AppState {
         // must not reach the store.
         crate::tenants::overlay(self.config.file().limits(&record.tenant), &record.limits)
             .map_err(|e| ApiError::invalid(e.field().unwrap_or("limits"), e.message()))?;
-        let mut batch = Batch::new();
-        batch.push(Op::PutTenant(record.clone()));
-        self.store.commit(batch).await?;
+        self.engine.put_tenant_record(record.clone()).await?;
         let tenant = record.tenant.clone();
         self.config.put(record).map_err(|e| ApiError::internal(&e))?;
         self.config.apply_tenant(&self.engine, &tenant);
@@ -373,15 +371,10 @@ pub async fn delete_tenant(
             "tenant `{tenant}` is in the config file ([tenants.{tenant}] or [[keys]]): remove it there and restart"
         )));
     }
-    let keys: Vec<KeyRecord> = state.keys.of_tenant(&tenant).into_iter().map(|(k, _)| k).collect();
-    let mut batch = Batch::new();
-    for key in &keys {
-        batch.push(Op::DeleteKey { tenant: tenant.clone(), hash: key.hash.clone() });
-    }
-    batch.push(Op::DeleteTenant { tenant: tenant.clone() });
-    state.store.commit(batch).await?;
-    for key in &keys {
-        state.keys.remove(&key.hash);
+    let hashes: Vec<String> = state.keys.of_tenant(&tenant).into_iter().map(|(k, _)| k.hash).collect();
+    state.engine.delete_tenant(&tenant, &hashes).await?;
+    for hash in &hashes {
+        state.keys.remove(hash);
     }
     state.config.remove(&tenant);
     state.config.apply_tenant(&state.engine, &tenant);
@@ -390,17 +383,17 @@ pub async fn delete_tenant(
     // No key reaches its sessions any more; what they were doing stops too
     // (no more LLM calls charged to a tenant that is gone).
     let mut cancelled_turns = 0;
-    for session in state.store.unfinished().await?.into_iter().filter(|key| key.tenant == tenant) {
-        match state.engine.cancel(&tenant, &session.session).await {
+    for session in state.engine.unfinished_sessions(&tenant).await? {
+        match state.engine.cancel(&tenant, &session).await {
             Ok(true) => cancelled_turns += 1,
             Ok(false) => {}
             Err(error) => {
-                tracing::warn!(%tenant, session = %session.session, %error, "a deleted tenant's turn was not cancelled")
+                tracing::warn!(%tenant, %session, %error, "a deleted tenant's turn was not cancelled")
             }
         }
     }
-    tracing::info!(%tenant, revoked_keys = keys.len(), cancelled_turns, "tenant deleted");
-    Ok(Json(TenantDeleted { tenant, deleted: true, revoked_keys: keys.len(), cancelled_turns }))
+    tracing::info!(%tenant, revoked_keys = hashes.len(), cancelled_turns, "tenant deleted");
+    Ok(Json(TenantDeleted { tenant, deleted: true, revoked_keys: hashes.len(), cancelled_turns }))
 }
 
 /// A tenant's limits: those that apply now, what the operator set, and
@@ -554,9 +547,7 @@ pub async fn create_key(
         name: body.name,
         created_ms: now_ms(),
     };
-    let mut batch = Batch::new();
-    batch.push(Op::PutKey(record.clone()));
-    state.store.commit(batch).await?;
+    state.engine.put_key_record(record.clone()).await?;
     state.keys.insert(record.clone());
     tracing::info!(tenant = %record.tenant, prefix = %record.prefix, "key created");
     let KeyRecord { tenant, hash, prefix, name, created_ms } = record;
@@ -616,9 +607,7 @@ pub async fn revoke_key(
             "that key is in the config file ([[keys]]): remove it there and restart the server",
         ));
     }
-    let mut batch = Batch::new();
-    batch.push(Op::DeleteKey { tenant: record.tenant.clone(), hash: record.hash.clone() });
-    state.store.commit(batch).await?;
+    state.engine.delete_key_record(&record.tenant, &record.hash).await?;
     state.keys.remove(&record.hash);
     tracing::info!(tenant = %record.tenant, prefix = %record.prefix, "key revoked");
     Ok(Json(Revoked { tenant: record.tenant, hash: record.hash, prefix: record.prefix, revoked: true }))

@@ -1,14 +1,10 @@
-//! Agents: uploaded components and registered HTTP workers, by tenant.
+//! The agent routes: uploading components, registering HTTP workers,
+//! reading and removing agents, by tenant.
 //!
-//! Each upload is a version, named by its content digest. A component's
-//! bytes are kept in the data directory by digest (`components/<hex>.wasm`)
-//! and checked before they are accepted: it must compile and fit the
-//! `subs:agent` world. The store keeps which version is current; decisions
-//! use the current version. Compiled components are cached by digest under
-//! `compiled/`, so a restart loads them without compiling.
+//! What an agent is and how its versions are kept is the engine's
+//! registry ([`subs_engine::agents`]); these handlers check the request,
+//! apply the tenant's limits and answer the registry's records as views.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Json;
@@ -17,38 +13,13 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-use subs_engine::Engine;
-use subs_engine::store::{AgentRecord, AgentVersion, AgentWorker, Batch, Op, Store, StoreError, valid_id};
-use subs_engine::worker::Worker;
-use subs_engine::worker::component::{AgentPolicy, ComponentAgent, ComponentHost, LoadError};
-use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
+use subs_engine::store::{AgentRecord, AgentWorker, valid_id};
 use utoipa::ToSchema;
 
+use crate::AppState;
 use crate::auth::Tenant;
 use crate::body;
 use crate::error::{ApiError, ErrorBody};
-use crate::uploads::{UploadPolicy, Uploads};
-use crate::{AppState, Limits};
-
-/// The agents of every tenant, kept in the store and registered with the
-/// engine.
-pub struct AgentRegistry {
-    engine: Engine,
-    store: Arc<dyn Store>,
-    host: ComponentHost,
-    /// Where component bytes are kept, by digest.
-    dir: PathBuf,
-    /// One upload at a time: an upload reads, then replaces, the record.
-    writing: tokio::sync::Mutex<()>,
-    /// Sandbox policies of particular agents.
-    policies: HashMap<(String, String), AgentPolicy>,
-    /// Compiles in progress, upload meters, compiled-code quotas.
-    uploads: Uploads,
-    /// The components registered with the engine, by tenant and agent, so
-    /// that a tenant's agents can be bound again when its sandbox changes.
-    components: std::sync::Mutex<HashMap<(String, String), ComponentAgent>>,
-}
 
 /// An agent as clients see it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -126,265 +97,6 @@ impl From<&AgentRecord> for AgentView {
     }
 }
 
-impl AgentRegistry {
-    /// A registry keeping component bytes under `dir/components` and
-    /// their compiled code under `dir/compiled`.
-    pub fn new(engine: Engine, store: Arc<dyn Store>, host: ComponentHost, dir: PathBuf) -> Self {
-        let host = host.with_compile_cache(dir.join("compiled"));
-        Self {
-            engine,
-            store,
-            host,
-            dir: dir.join("components"),
-            writing: tokio::sync::Mutex::new(()),
-            policies: HashMap::new(),
-            uploads: Uploads::new(&UploadPolicy::default()),
-            components: Default::default(),
-        }
-    }
-
-    /// Sets the sandbox policy of `tenant`'s agents in place of the config
-    /// file's (`None`: the file's again), and binds its loaded agents to it
-    /// at once: their next decisions run under it.
-    pub fn set_tenant_sandbox(&self, tenant: &str, policy: Option<AgentPolicy>) -> Result<(), ApiError> {
-        self.host.set_tenant_policy(tenant, policy).map_err(|e| ApiError::invalid("limits.sandbox", e.to_string()))?;
-        let components = self.components.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for ((t, agent_id), agent) in components.iter().filter(|((t, _), _)| t == tenant) {
-            let policy = self.policies.get(&(t.clone(), agent_id.clone())).cloned().unwrap_or_default();
-            match agent.for_agent(t, agent_id, &policy) {
-                Ok(rebound) => self.engine.register_agent(t, agent_id, Arc::new(rebound)),
-                Err(e) => {
-                    tracing::error!(tenant = %t, agent = %agent_id, error = %e, "agent not bound to the new sandbox")
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The sandbox policy of `tenant`'s agents in the config file.
-    pub fn configured_sandbox(&self, tenant: &str) -> AgentPolicy {
-        self.host.configured_tenant_policy(tenant)
-    }
-
-    /// Keeps track of what `tenant`'s agent `agent_id` runs as now.
-    fn registered(&self, tenant: &str, agent_id: &str, component: Option<ComponentAgent>) {
-        let mut components = self.components.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let key = (tenant.to_owned(), agent_id.to_owned());
-        match component {
-            Some(agent) => {
-                self.uploads.set_compiled(tenant, agent_id, Some(agent.compiled_bytes()));
-                components.insert(key, agent);
-            }
-            None => {
-                self.uploads.set_compiled(tenant, agent_id, None);
-                components.remove(&key);
-            }
-        }
-    }
-
-    /// How many uploads compile at once on this server.
-    pub fn with_upload_policy(mut self, policy: &UploadPolicy) -> Self {
-        self.uploads = Uploads::new(policy);
-        self
-    }
-
-    /// Sandbox policies of particular agents, by `(tenant, agent)`, over
-    /// their tenant's (the operator's config; uploads cannot set them).
-    pub fn with_policies(mut self, policies: HashMap<(String, String), AgentPolicy>) -> Self {
-        self.policies = policies;
-        self
-    }
-
-    /// Registers every stored agent with the engine. An agent that cannot
-    /// be loaded (its component file is gone, or does not compile with
-    /// this engine) is reported and left out; its sessions' deliveries fail
-    /// until it is uploaded again.
-    pub async fn load_all(&self) -> Result<Vec<(String, String, String)>, StoreError> {
-        let mut failures = Vec::new();
-        for record in self.store.agents(None).await? {
-            match self.worker(&record.tenant, &record.agent_id, &record.current).await {
-                Ok((worker, component)) => {
-                    self.registered(&record.tenant, &record.agent_id, component);
-                    self.engine.register_agent(&record.tenant, &record.agent_id, worker);
-                }
-                Err(e) => {
-                    tracing::error!(tenant = %record.tenant, agent = %record.agent_id, error = %e.message, "agent not loaded");
-                    failures.push((record.tenant, record.agent_id, e.message));
-                }
-            }
-        }
-        Ok(failures)
-    }
-
-    /// Whether `tenant` has an agent `agent_id`.
-    pub async fn exists(&self, tenant: &str, agent_id: &str) -> Result<bool, StoreError> {
-        Ok(self.store.agent(tenant, agent_id).await?.is_some())
-    }
-
-    fn component_path(&self, digest: &str) -> PathBuf {
-        self.dir.join(format!("{}.wasm", digest.trim_start_matches("sha256:")))
-    }
-
-    /// The worker of a version of `tenant`'s agent `agent_id`, and the
-    /// component when it is one.
-    async fn worker(
-        &self,
-        tenant: &str,
-        agent_id: &str,
-        version: &AgentVersion,
-    ) -> Result<(Arc<dyn Worker>, Option<ComponentAgent>), ApiError> {
-        match &version.worker {
-            AgentWorker::Component { .. } => {
-                let path = self.component_path(&version.digest);
-                let bytes = tokio::fs::read(&path)
-                    .await
-                    .map_err(|e| ApiError::internal(&format!("reading {}: {e}", path.display())))?;
-                let agent = self.compile(tenant, agent_id, bytes).await?;
-                Ok((Arc::new(agent.clone()), Some(agent)))
-            }
-            AgentWorker::Http { url, secret } => {
-                let mut options = HttpWorkerOptions::new();
-                if let Some(secret) = secret {
-                    options = options.secret(secret);
-                }
-                let worker = HttpWorker::new(url, options).map_err(|e| ApiError {
-                    field: Some("url".to_owned()),
-                    ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", e.to_string())
-                })?;
-                Ok((Arc::new(worker), None))
-            }
-        }
-    }
-
-    /// Checks and compiles a component off the async threads (see
-    /// `ComponentHost::load_as`); a component that does not fit the world,
-    /// its limits or the compile budget is the uploader's error.
-    async fn compile(&self, tenant: &str, agent_id: &str, bytes: Vec<u8>) -> Result<ComponentAgent, ApiError> {
-        let host = self.host.clone();
-        let policy = self.policies.get(&(tenant.to_owned(), agent_id.to_owned())).cloned().unwrap_or_default();
-        let (tenant, agent_id) = (tenant.to_owned(), agent_id.to_owned());
-        tokio::task::spawn_blocking(move || host.load_as(&tenant, &agent_id, &policy, &bytes))
-            .await
-            .map_err(|e| ApiError::internal(&e))?
-            .map_err(|e| match e {
-                LoadError::Engine(_) | LoadError::Cache(_) => ApiError::internal(&e),
-                e => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_component", e.to_string()),
-            })
-    }
-
-    /// Makes `version` the current version of the agent; returns the agent
-    /// and whether anything changed.
-    async fn put(
-        &self,
-        tenant: &str,
-        agent_id: &str,
-        version: AgentVersion,
-        worker: Arc<dyn Worker>,
-    ) -> Result<(AgentRecord, bool), ApiError> {
-        let _writing = self.writing.lock().await;
-        let record = match self.store.agent(tenant, agent_id).await? {
-            Some(current) if current.current.digest == version.digest => return Ok((current, false)),
-            Some(mut record) => {
-                let previous = std::mem::replace(&mut record.current, version);
-                record.history.retain(|v| v.digest != record.current.digest);
-                record.history.push(previous);
-                record
-            }
-            None => AgentRecord {
-                tenant: tenant.to_owned(),
-                agent_id: agent_id.to_owned(),
-                created_ms: version.created_ms,
-                current: version,
-                history: Vec::new(),
-            },
-        };
-        let mut batch = Batch::new();
-        batch.push(Op::PutAgent(record.clone()));
-        self.store.commit(batch).await?;
-        self.engine.register_agent(tenant, agent_id, worker);
-        Ok((record, true))
-    }
-
-    /// Takes one upload from the tenant's hourly allowance, before its
-    /// body is read.
-    pub fn meter_upload(&self, tenant: &str, limits: &Limits) -> Result<(), ApiError> {
-        self.uploads.meter(tenant, limits.max_uploads_per_hour)
-    }
-
-    /// Uploads a component as the agent's new version: checked, compiled
-    /// (one compile per tenant at a time) and held to the tenant's
-    /// compiled-code quota before anything of it is kept.
-    pub async fn put_component(
-        &self,
-        tenant: &str,
-        agent_id: &str,
-        bytes: Vec<u8>,
-        limits: &Limits,
-    ) -> Result<(AgentRecord, bool), ApiError> {
-        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
-        let size = bytes.len() as u64;
-        let path = self.component_path(&digest);
-        let turn = self.uploads.turn(tenant).await?;
-        let agent = self.compile(tenant, agent_id, bytes.clone()).await?;
-        drop(turn);
-        self.uploads.check_quota(tenant, agent_id, agent.compiled_bytes(), limits.max_compiled_bytes)?;
-        let worker: Arc<dyn Worker> = Arc::new(agent.clone());
-        if !path.exists() {
-            tokio::fs::create_dir_all(&self.dir).await.map_err(|e| ApiError::internal(&e))?;
-            // Write then rename, so a crash never leaves a torn file under
-            // a digest's name.
-            let partial = path.with_extension("partial");
-            tokio::fs::write(&partial, &bytes).await.map_err(|e| ApiError::internal(&e))?;
-            tokio::fs::rename(&partial, &path).await.map_err(|e| ApiError::internal(&e))?;
-        }
-        let version = AgentVersion {
-            digest,
-            worker: AgentWorker::Component { bytes: size },
-            created_ms: subs_engine::clock::now_ms(),
-        };
-        let put = self.put(tenant, agent_id, version, worker).await?;
-        self.registered(tenant, agent_id, Some(agent));
-        Ok(put)
-    }
-
-    /// Registers an HTTP worker as the agent's new version.
-    pub async fn put_http(
-        &self,
-        tenant: &str,
-        agent_id: &str,
-        agent: HttpAgent,
-    ) -> Result<(AgentRecord, bool), ApiError> {
-        let mut hasher = Sha256::new();
-        hasher.update(agent.url.as_bytes());
-        hasher.update([0]);
-        hasher.update(agent.secret.as_deref().unwrap_or_default().as_bytes());
-        let version = AgentVersion {
-            digest: format!("sha256:{}", hex::encode(hasher.finalize())),
-            worker: AgentWorker::Http { url: agent.url, secret: agent.secret },
-            created_ms: subs_engine::clock::now_ms(),
-        };
-        let (worker, _) = self.worker(tenant, agent_id, &version).await?;
-        let put = self.put(tenant, agent_id, version, worker).await?;
-        self.registered(tenant, agent_id, None);
-        Ok(put)
-    }
-
-    /// Removes an agent. Its sessions stay; their deliveries fail (and are
-    /// retried per policy) until an agent of that id is uploaded again.
-    pub async fn delete(&self, tenant: &str, agent_id: &str) -> Result<bool, ApiError> {
-        let _writing = self.writing.lock().await;
-        if self.store.agent(tenant, agent_id).await?.is_none() {
-            return Ok(false);
-        }
-        let mut batch = Batch::new();
-        batch.push(Op::DeleteAgent { tenant: tenant.to_owned(), agent_id: agent_id.to_owned() });
-        self.store.commit(batch).await?;
-        self.engine.unregister_agent(tenant, agent_id);
-        self.registered(tenant, agent_id, None);
-        Ok(true)
-    }
-}
-
 fn checked_agent_id(agent_id: &str) -> Result<(), ApiError> {
     if valid_id(agent_id) {
         Ok(())
@@ -439,13 +151,13 @@ pub async fn put(
     let media = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
     let (record, changed) = match media.as_str() {
         "application/wasm" => {
-            state.agents.meter_upload(&tenant, &limits)?;
+            state.agents.meter_upload(&tenant, limits.max_uploads_per_hour)?;
             let bytes = body::bytes(body, limits.max_component_bytes).await?;
-            state.agents.put_component(&tenant, &agent_id, bytes.to_vec(), &limits).await?
+            state.agents.put_component(&tenant, &agent_id, bytes.to_vec(), limits.max_compiled_bytes).await?
         }
         "application/json" => {
-            let agent: HttpAgent = body::json(body, limits.max_body_bytes).await?;
-            state.agents.put_http(&tenant, &agent_id, agent).await?
+            let HttpAgent { url, secret } = body::json(body, limits.max_body_bytes).await?;
+            state.agents.put_http(&tenant, &agent_id, url, secret).await?
         }
         other => {
             return Err(ApiError::new(
@@ -472,7 +184,7 @@ pub async fn get(
     Tenant(tenant): Tenant,
     Path(agent_id): Path<String>,
 ) -> Result<Json<AgentView>, ApiError> {
-    let record = state.store.agent(&tenant, &agent_id).await?.ok_or_else(|| ApiError::no_agent(&agent_id))?;
+    let record = state.agents.agent(&tenant, &agent_id).await?.ok_or_else(|| ApiError::no_agent(&agent_id))?;
     Ok(Json(AgentView::from(&record)))
 }
 
@@ -487,7 +199,7 @@ pub async fn list(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
 ) -> Result<Json<Vec<AgentView>>, ApiError> {
-    Ok(Json(state.store.agents(Some(&tenant)).await?.iter().map(AgentView::from).collect()))
+    Ok(Json(state.agents.agents(&tenant).await?.iter().map(AgentView::from).collect()))
 }
 
 /// Removes an agent. Its sessions stay, and resume once an agent of that

@@ -11,7 +11,6 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
 use subs_engine::model::Money;
-use subs_engine::store::SessionKey;
 use utoipa::ToSchema;
 
 use crate::AppState;
@@ -79,13 +78,12 @@ pub async fn session_budget(
             ..ApiError::new(axum::http::StatusCode::BAD_REQUEST, "invalid_input", "a budget cannot be negative")
         });
     }
-    let key = SessionKey::new(&tenant, &session_id);
     let not_found = || ApiError::no_session(&session_id);
-    if state.store.session(&key).await?.is_none() {
+    if !state.engine.session_exists(&tenant, &session_id).await? {
         return Err(not_found());
     }
     state.engine.set_session_budget(&tenant, &session_id, body.budget).await?;
-    let record = state.store.session(&key).await?.ok_or_else(not_found)?;
+    let record = state.engine.session_record(&tenant, &session_id).await?.ok_or_else(not_found)?;
     Ok(Json(SessionBudget {
         session_id,
         budget: record.budget,

@@ -7,6 +7,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use subs_engine::InputError;
+use subs_engine::agents::AgentError;
 use subs_engine::store::StoreError;
 use subs_protocol::ProtocolError;
 
@@ -138,6 +139,26 @@ impl From<StoreError> for ApiError {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the server is shutting down")
             }
             other => Self::internal(&other),
+        }
+    }
+}
+
+impl From<AgentError> for ApiError {
+    /// Every kind of refusal is matched by name: a new kind must be given
+    /// its status here rather than fall into a catch-all.
+    fn from(error: AgentError) -> Self {
+        let message = error.to_string();
+        match error {
+            AgentError::Invalid { field, .. } => Self::invalid(field, message),
+            AgentError::InvalidComponent(_) => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_component", message)
+            }
+            AgentError::UploadRate { .. } | AgentError::Compiling => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "limit_exceeded", message)
+            }
+            AgentError::CompiledQuota { .. } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "limit_exceeded", message),
+            AgentError::Store(error) => error.into(),
+            AgentError::Internal(_) => Self::internal(&message),
         }
     }
 }

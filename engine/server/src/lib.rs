@@ -14,9 +14,9 @@
 //! - [`sessions`]: input, snapshot, list, cancel.
 //! - [`stream`]: server-sent events: a session's events (replay, then
 //!   live) and a single turn's.
-//! - [`agents`]: uploading components and registering HTTP workers.
-//! - [`uploads`]: what uploads may cost: compiles at once, upload rates,
-//!   compiled-code quotas.
+//! - [`agents`]: uploading components and registering HTTP workers, over
+//!   the engine's agent registry ([`subs_engine::agents`], which also
+//!   meters uploads).
 //! - [`budgets`]: what sessions and tenants spent, and their budgets.
 //! - [`metrics`]: `/healthz` and Prometheus `/metrics`.
 //! - [`openapi`]: the OpenAPI document, generated from the handlers.
@@ -32,7 +32,6 @@ pub mod openapi;
 pub mod sessions;
 pub mod stream;
 pub mod tenants;
-pub mod uploads;
 
 #[cfg(test)]
 mod tests;
@@ -46,12 +45,11 @@ use axum::http::{HeaderValue, Method, header};
 use axum::serve::ListenerExt as _;
 use serde::{Deserialize, Serialize};
 use subs_engine::Engine;
+use subs_engine::agents::AgentRegistry;
 use subs_engine::model::Money;
-use subs_engine::store::Store;
 use tokio::net::TcpListener;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-pub use self::agents::AgentRegistry;
 pub use self::auth::{Keys, LOCAL_TENANT};
 pub use self::error::ApiError;
 pub use self::tenants::LiveConfig;
@@ -109,12 +107,11 @@ impl ServerConfig {
     }
 }
 
-/// What every handler shares.
+/// What every handler shares. There is no store here: the server reaches
+/// it only through the engine and its agent registry.
 pub struct AppState {
     /// The engine.
     pub engine: Engine,
-    /// Its store (for agents and keys, and snapshots).
-    pub store: Arc<dyn Store>,
     /// The agents of every tenant.
     pub agents: AgentRegistry,
     /// The accepted API keys, the operator's among them.

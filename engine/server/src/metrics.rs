@@ -51,7 +51,7 @@ pub struct Health {
     tag = "operations"
 )]
 pub async fn healthz(State(state): State<Arc<AppState>>) -> Result<axum::Json<Health>, crate::ApiError> {
-    state.store.keys().await?;
+    state.engine.check_store().await?;
     Ok(axum::Json(Health { status: "ok".to_owned() }))
 }
 

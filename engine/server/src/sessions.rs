@@ -10,7 +10,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::Value;
-use subs_engine::store::{OpenInterrupt, SessionKey, SessionRecord, SessionStatus, valid_id};
+use subs_engine::store::{OpenInterrupt, SessionRecord, SessionStatus, valid_id};
 use subs_protocol::{AgentConfig, Call, ClientInput, Message, MessageTree, WorkerIdentity};
 use utoipa::ToSchema;
 
@@ -145,8 +145,7 @@ pub async fn input(
 ) -> Result<Response, ApiError> {
     let limits = state.config.limits(&tenant);
     let input: ClientInput = body::json(body, limits.max_body_bytes).await?;
-    let key = SessionKey::new(&tenant, &session_id);
-    let existing = state.store.session(&key).await?;
+    let existing = state.engine.session_record(&tenant, &session_id).await?;
 
     let (agent_id, wants_stream) = match &input {
         ClientInput::ClientMessage(m) => (Some(&m.agent_id), m.stream == Some(true)),
@@ -295,7 +294,7 @@ pub async fn cancel(
     Tenant(tenant): Tenant,
     Path(session_id): Path<String>,
 ) -> Result<Json<Cancelled>, ApiError> {
-    if state.store.session(&SessionKey::new(&tenant, &session_id)).await?.is_none() {
+    if !state.engine.session_exists(&tenant, &session_id).await? {
         return Err(ApiError::no_session(&session_id));
     }
     let cancelled = state.engine.cancel(&tenant, &session_id).await?;

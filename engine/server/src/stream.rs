@@ -27,7 +27,6 @@ use futures::stream::{self, BoxStream};
 use subs_engine::Engine;
 use subs_engine::events::{Frame, Subscription, TooManyStreams};
 use subs_engine::follow::{Follow, FollowError};
-use subs_engine::store::SessionKey;
 use subs_protocol::{EventKind, SessionEvent};
 
 use crate::AppState;
@@ -68,7 +67,7 @@ pub async fn events(
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<EventStream, ApiError> {
-    if state.store.session(&SessionKey::new(&tenant, &session_id)).await?.is_none() {
+    if !state.engine.session_exists(&tenant, &session_id).await? {
         return Err(ApiError::no_session(&session_id));
     }
     let header = headers.get("last-event-id").map(|v| v.to_str().unwrap_or("not text"));

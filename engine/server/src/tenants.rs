@@ -14,13 +14,14 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 use subs_engine::Engine;
+use subs_engine::agents::AgentRegistry;
 use subs_engine::model::Money;
-use subs_engine::store::{Store, StoreError, TenantRecord};
+use subs_engine::store::{StoreError, TenantRecord};
 use subs_engine::worker::component::AgentPolicy;
 use subs_protocol::ProtocolError;
 
 use crate::error::ApiError;
-use crate::{AgentRegistry, Limits, ServerConfig};
+use crate::{Limits, ServerConfig};
 
 /// The key of the component sandbox's limits in a tenant's limits object.
 /// Stored for the component host; not one of [`Limits`]' fields.
@@ -89,9 +90,10 @@ impl LiveConfig {
         Self { file, stored: RwLock::new(stored), writing: tokio::sync::Mutex::new(()) }
     }
 
-    /// The config file's settings with the tenants of `store` over them.
-    pub async fn load(file: ServerConfig, store: &dyn Store) -> Result<Self, StoreError> {
-        Ok(Self::new(file, store.tenants().await?))
+    /// The config file's settings with the tenants stored through
+    /// `engine` over them.
+    pub async fn load(file: ServerConfig, engine: &Engine) -> Result<Self, StoreError> {
+        Ok(Self::new(file, engine.tenant_records().await?))
     }
 
     /// What the config file says.
@@ -122,7 +124,7 @@ impl LiveConfig {
     /// with what the operator stored over it, field by field.
     pub fn apply_sandbox(&self, agents: &AgentRegistry, tenant: &str) -> Result<(), ApiError> {
         let policy = self.sandbox(tenant).map(|stored| sandbox_policy(agents.configured_sandbox(tenant), &stored));
-        agents.set_tenant_sandbox(tenant, policy)
+        Ok(agents.set_tenant_sandbox(tenant, policy)?)
     }
 
     /// [`apply_sandbox`](Self::apply_sandbox) for every stored tenant: at

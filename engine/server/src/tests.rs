@@ -10,18 +10,20 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
+use subs_engine::agents::AgentRegistry;
 use subs_engine::store::{KeyRecord, MemStore};
 use subs_engine::worker::component::ComponentHost;
 use tower::ServiceExt as _;
 
 use crate::auth::hash_key;
-use crate::{AgentRegistry, AppState, Keys, Limits, ServerConfig, app};
+use crate::{ApiError, AppState, Keys, Limits, ServerConfig, app};
 
 const KEY: &str = "subs_acme_key_0000000000000000";
 
 /// State for one test: a fresh engine on a `MemStore`, one tenant key,
-/// bodies up to 1 KiB. The directory holds uploads (none here).
-fn state(dir: &tempfile::TempDir) -> Arc<AppState> {
+/// bodies up to 1 KiB. The directory holds uploads (none here). The store
+/// is answered beside the state, which has none, for tests to look into.
+fn state(dir: &tempfile::TempDir) -> (Arc<AppState>, Arc<dyn subs_engine::Store>) {
     let store: Arc<dyn subs_engine::Store> = Arc::new(MemStore::new());
     let engine = subs_engine::Engine::open(
         store.clone(),
@@ -29,7 +31,7 @@ fn state(dir: &tempfile::TempDir) -> Arc<AppState> {
         subs_engine::EngineConfig::default(),
     );
     let host = ComponentHost::new().expect("a component host");
-    let agents = AgentRegistry::new(engine.clone(), store.clone(), host, dir.path().to_path_buf());
+    let agents = AgentRegistry::new(engine.clone(), host, dir.path().to_path_buf());
     let keys = Keys::new([KeyRecord {
         tenant: "acme".to_owned(),
         hash: hash_key(KEY),
@@ -41,7 +43,7 @@ fn state(dir: &tempfile::TempDir) -> Arc<AppState> {
         default_limits: Limits { max_body_bytes: 1024, ..Limits::default() },
         ..ServerConfig::default()
     };
-    Arc::new(AppState { engine, store, agents, keys, config: config.into(), metrics: Default::default() })
+    (Arc::new(AppState { engine, agents, keys, config: config.into(), metrics: Default::default() }), store)
 }
 
 /// Sends one request through the router; the status and the body as JSON.
@@ -64,7 +66,7 @@ fn code(answer: &Value) -> (&str, Option<&str>) {
 #[tokio::test]
 async fn unknown_routes_and_sessions_are_404() {
     let dir = tempfile::tempdir().unwrap();
-    let state = state(&dir);
+    let (state, _) = state(&dir);
     let (status, answer) = send(&state, Method::GET, "/v1/nowhere", Some(KEY), "").await;
     assert_eq!((status, code(&answer).0), (StatusCode::NOT_FOUND, "not_found"), "{answer}");
     let (status, answer) = send(&state, Method::GET, "/v1/sessions/nobody", Some(KEY), "").await;
@@ -76,7 +78,7 @@ async fn unknown_routes_and_sessions_are_404() {
 #[tokio::test]
 async fn requests_without_a_valid_key_are_401() {
     let dir = tempfile::tempdir().unwrap();
-    let state = state(&dir);
+    let (state, _) = state(&dir);
     for key in [None, Some("subs_wrong_key_000000000000000")] {
         let (status, answer) = send(&state, Method::GET, "/v1/sessions", key, "").await;
         assert_eq!((status, code(&answer).0), (StatusCode::UNAUTHORIZED, "unauthorized"), "{key:?}: {answer}");
@@ -91,7 +93,7 @@ async fn requests_without_a_valid_key_are_401() {
 #[tokio::test]
 async fn bad_bodies_get_the_documented_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let state = state(&dir);
+    let (state, store) = state(&dir);
     let routes = [
         (Method::POST, "/v1/sessions/s/input", r#"{"type": "client.message", "agent_id": "a"}"#, "message"),
         (Method::PUT, "/v1/sessions/s/budget", r#"{"budget": "lots"}"#, "budget"),
@@ -110,8 +112,8 @@ async fn bad_bodies_get_the_documented_errors() {
         let (status, answer) = send(&state, method, path, Some(KEY), &big).await;
         assert_eq!((status, code(&answer).0), (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"), "{path}: {answer}");
     }
-    assert!(state.store.sessions(None).await.unwrap().is_empty(), "nothing was stored");
-    assert!(state.store.agents(None).await.unwrap().is_empty(), "nothing was stored");
+    assert!(store.sessions(None).await.unwrap().is_empty(), "nothing was stored");
+    assert!(store.agents(None).await.unwrap().is_empty(), "nothing was stored");
 }
 
 /// Building the router reads the state and changes nothing: two routers
@@ -119,10 +121,81 @@ async fn bad_bodies_get_the_documented_errors() {
 #[tokio::test]
 async fn building_the_router_twice_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let state = state(&dir);
+    let (state, store) = state(&dir);
     let _first = app(state.clone());
     let _second = app(state.clone());
     let (status, answer) = send(&state, Method::GET, "/healthz", None, "").await;
     assert_eq!((status, answer), (StatusCode::OK, json!({"status": "ok"})));
-    assert!(state.store.sessions(None).await.unwrap().is_empty());
+    assert!(store.sessions(None).await.unwrap().is_empty());
+}
+
+/// The registry's refusals keep the statuses, codes, fields and words the
+/// API answered when the registry was the server's own.
+#[test]
+fn agent_errors_answer_their_documented_status() {
+    use subs_engine::agents::AgentError;
+    use subs_engine::store::StoreError;
+    use subs_engine::worker::component::LoadError;
+
+    let cases = [
+        (
+            AgentError::Invalid { field: "url", message: "not a URL".to_owned() },
+            (StatusCode::BAD_REQUEST, "invalid_input", Some("url"), "not a URL".to_owned()),
+        ),
+        (
+            AgentError::InvalidComponent(LoadError::World("no decide".to_owned())),
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_component",
+                None,
+                "the component does not fit the subs:agent world: no decide".to_owned(),
+            ),
+        ),
+        (
+            AgentError::UploadRate { per_hour: 3, next_in_secs: 1200 },
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                "limit_exceeded",
+                None,
+                "the tenant has used its 3 component uploads per hour (limit `max_uploads_per_hour`); the next is \
+                 allowed in 1200 s"
+                    .to_owned(),
+            ),
+        ),
+        (
+            AgentError::Compiling,
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                "limit_exceeded",
+                None,
+                "another upload of this tenant is being compiled; send this one when it is done".to_owned(),
+            ),
+        ),
+        (
+            AgentError::CompiledQuota { total: 3 << 20, bytes: 2 << 20, limit: 1 << 20 },
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "limit_exceeded",
+                None,
+                "the tenant's agents would hold 3 MiB of compiled code with this one (2 MiB), more than its 1 MiB \
+                 (limit `max_compiled_bytes`); remove agents it no longer needs"
+                    .to_owned(),
+            ),
+        ),
+        (
+            AgentError::Store(StoreError::Closed),
+            (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None, "the server is shutting down".to_owned()),
+        ),
+        (
+            AgentError::Internal("reading components/x.wasm: gone".to_owned()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal", None, "the server failed; see its logs".to_owned()),
+        ),
+    ];
+    for (error, (status, code, field, message)) in cases {
+        let answer = ApiError::from(error);
+        assert_eq!(
+            (answer.status, answer.code, answer.field.as_deref(), answer.message),
+            (status, code, field, message)
+        );
+    }
 }

@@ -5,8 +5,9 @@
 //! (seconds of both cores and up to the compile budget's memory, see
 //! docs/security.md). So compiles run at most [`UploadPolicy::concurrent`]
 //! at a time on the server and one at a time per tenant: a tenant's second
-//! upload while its first compiles is answered 429 at once rather than
-//! held (with its body) in memory. Each tenant's uploads are metered by a
+//! upload while its first compiles is refused at once
+//! ([`AgentError::Compiling`], 429 on the API) rather than held (with its
+//! body) in memory. Each tenant's uploads are metered by a
 //! bucket of `max_uploads_per_hour`, refilled evenly, checked before the
 //! body is read; and the compiled code of its current agents is counted
 //! against `max_compiled_bytes`.
@@ -15,9 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
-
-use crate::error::ApiError;
+use super::AgentError;
 
 /// How uploads are shared on this server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +72,7 @@ impl Uploads {
 
     /// Takes one upload from `tenant`'s bucket of `per_hour`, or says when
     /// the next one is allowed.
-    pub fn meter(&self, tenant: &str, per_hour: u32) -> Result<(), ApiError> {
+    pub fn meter(&self, tenant: &str, per_hour: u32) -> Result<(), AgentError> {
         let capacity = f64::from(per_hour);
         let per_sec = capacity / 3600.0;
         let now = Instant::now();
@@ -86,36 +85,24 @@ impl Uploads {
             return Ok(());
         }
         let wait = if per_sec > 0.0 { Duration::from_secs_f64((1.0 - *tokens) / per_sec) } else { Duration::MAX };
-        Err(ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "limit_exceeded",
-            format!(
-                "the tenant has used its {per_hour} component uploads per hour (limit `max_uploads_per_hour`); \
-                 the next is allowed in {} s",
-                wait.as_secs().saturating_add(1)
-            ),
-        ))
+        Err(AgentError::UploadRate { per_hour, next_in_secs: wait.as_secs().saturating_add(1) })
     }
 
     /// Waits for a compile slot for `tenant`; refuses at once while one of
     /// its uploads is compiling.
-    pub async fn turn(&self, tenant: &str) -> Result<CompileTurn<'_>, ApiError> {
+    pub async fn turn(&self, tenant: &str) -> Result<CompileTurn<'_>, AgentError> {
         if !self.state().compiling.insert(tenant.to_owned()) {
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "limit_exceeded",
-                "another upload of this tenant is being compiled; send this one when it is done",
-            ));
+            return Err(AgentError::Compiling);
         }
         let unmark = Unmark { uploads: self, tenant };
-        let permit = self.compiles.acquire().await.map_err(|e| ApiError::internal(&e))?;
+        let permit = self.compiles.acquire().await.map_err(|e| AgentError::Internal(e.to_string()))?;
         std::mem::forget(unmark);
         Ok(CompileTurn { uploads: self, tenant: tenant.to_owned(), _permit: permit })
     }
 
     /// Refuses an agent of `bytes` compiled bytes in place of the current
     /// version of `agent_id` when the tenant's total would pass `limit`.
-    pub fn check_quota(&self, tenant: &str, agent_id: &str, bytes: u64, limit: u64) -> Result<(), ApiError> {
+    pub fn check_quota(&self, tenant: &str, agent_id: &str, bytes: u64, limit: u64) -> Result<(), AgentError> {
         let state = self.state();
         let others: u64 = state
             .compiled
@@ -125,17 +112,7 @@ impl Uploads {
         if others.saturating_add(bytes) <= limit {
             return Ok(());
         }
-        Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "limit_exceeded",
-            format!(
-                "the tenant's agents would hold {} MiB of compiled code with this one ({} MiB), more than its \
-                 {} MiB (limit `max_compiled_bytes`); remove agents it no longer needs",
-                (others + bytes) >> 20,
-                bytes >> 20,
-                limit >> 20
-            ),
-        ))
+        Err(AgentError::CompiledQuota { total: others.saturating_add(bytes), bytes, limit })
     }
 
     /// Records the compiled size of `tenant`'s agent `agent_id`'s current
@@ -179,8 +156,8 @@ mod tests {
             uploads.meter("t", 3).unwrap();
         }
         let err = uploads.meter("t", 3).unwrap_err();
-        assert_eq!(err.status, StatusCode::TOO_MANY_REQUESTS);
-        assert!(err.message.contains("max_uploads_per_hour"), "{}", err.message);
+        assert!(matches!(err, AgentError::UploadRate { per_hour: 3, .. }), "{err:?}");
+        assert!(err.to_string().contains("max_uploads_per_hour"), "{err}");
         uploads.meter("other", 3).expect("tenants have their own buckets");
     }
 
@@ -188,7 +165,7 @@ mod tests {
     async fn one_compile_per_tenant_at_a_time() {
         let uploads = Uploads::new(&UploadPolicy { concurrent: 4 });
         let turn = uploads.turn("t").await.unwrap();
-        assert_eq!(uploads.turn("t").await.err().map(|e| e.status), Some(StatusCode::TOO_MANY_REQUESTS));
+        assert!(matches!(uploads.turn("t").await.err(), Some(AgentError::Compiling)));
         let _other = uploads.turn("u").await.unwrap();
         drop(turn);
         let _again = uploads.turn("t").await.expect("the tenant's turn ended");
@@ -201,7 +178,8 @@ mod tests {
         uploads.set_compiled("t", "b", Some(30));
         uploads.check_quota("t", "a", 70, 100).expect("a's old version is replaced");
         let err = uploads.check_quota("t", "c", 20, 100).unwrap_err();
-        assert!(err.message.contains("max_compiled_bytes"), "{}", err.message);
+        assert!(matches!(err, AgentError::CompiledQuota { total: 110, bytes: 20, limit: 100 }), "{err:?}");
+        assert!(err.to_string().contains("max_compiled_bytes"), "{err}");
         uploads.set_compiled("t", "b", None);
         uploads.check_quota("t", "c", 20, 100).unwrap();
     }

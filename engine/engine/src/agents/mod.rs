@@ -1,0 +1,376 @@
+//! Agents: uploaded components and registered HTTP workers, by tenant.
+//!
+//! Each upload is a version, named by its content digest. A component's
+//! bytes are kept in the data directory by digest (`components/<hex>.wasm`)
+//! and checked before they are accepted: it must compile and fit the
+//! `subs:agent` world. The store keeps which version is current; decisions
+//! use the current version. Compiled components are cached by digest under
+//! `compiled/`, so a restart loads them without compiling.
+//!
+//! The registry lives beside the loop rather than in the HTTP server so
+//! that the server reaches the store only through the engine: it asks the
+//! registry, which keeps the records and registers the workers.
+
+pub mod uploads;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use self::uploads::{UploadPolicy, Uploads};
+use crate::Engine;
+use crate::store::{AgentRecord, AgentVersion, AgentWorker, Batch, Op, StoreError};
+use crate::worker::Worker;
+use crate::worker::component::{AgentPolicy, ComponentAgent, ComponentHost, LoadError};
+use crate::worker::http::{HttpWorker, HttpWorkerOptions};
+
+/// Why the registry refused or failed a change, told apart so that the
+/// API can answer each with its own status. The enum is exhaustive on
+/// purpose: a new kind of failure must be given a status where it is
+/// mapped, not fall into a catch-all.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Something given is not usable: `field` names it (`url`,
+    /// `limits.sandbox`).
+    #[error("{message}")]
+    Invalid {
+        /// The offending field, as the request names it.
+        field: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The bytes are not a component the engine will run: not WebAssembly,
+    /// not of the `subs:agent` world, over the compile budget, or unable to
+    /// start under their limits.
+    #[error(transparent)]
+    InvalidComponent(LoadError),
+    /// The tenant used its hourly allowance of uploads.
+    #[error(
+        "the tenant has used its {per_hour} component uploads per hour (limit `max_uploads_per_hour`); the next is \
+         allowed in {next_in_secs} s"
+    )]
+    UploadRate {
+        /// The allowance.
+        per_hour: u32,
+        /// Seconds until the next upload is allowed.
+        next_in_secs: u64,
+    },
+    /// Another upload of the tenant is compiling; this one is refused
+    /// rather than held, with its body, until that one is done.
+    #[error("another upload of this tenant is being compiled; send this one when it is done")]
+    Compiling,
+    /// The tenant's agents would hold more compiled code than it may.
+    #[error(
+        "the tenant's agents would hold {} MiB of compiled code with this one ({} MiB), more than its {} MiB (limit \
+         `max_compiled_bytes`); remove agents it no longer needs",
+        total >> 20,
+        bytes >> 20,
+        limit >> 20
+    )]
+    CompiledQuota {
+        /// What the tenant's agents would hold with this one, in bytes.
+        total: u64,
+        /// What this one holds, in bytes.
+        bytes: u64,
+        /// The tenant's `max_compiled_bytes`.
+        limit: u64,
+    },
+    /// The store failed (or is closed).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Something of the server's own failed (a file of the data directory,
+    /// the compile task): nothing the caller can fix.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// The agents of every tenant, kept in the store and registered with the
+/// engine.
+pub struct AgentRegistry {
+    engine: Engine,
+    host: ComponentHost,
+    /// Where component bytes are kept, by digest.
+    dir: PathBuf,
+    /// One upload at a time: an upload reads, then replaces, the record.
+    writing: tokio::sync::Mutex<()>,
+    /// Sandbox policies of particular agents.
+    policies: HashMap<(String, String), AgentPolicy>,
+    /// Compiles in progress, upload meters, compiled-code quotas.
+    uploads: Uploads,
+    /// The components registered with the engine, by tenant and agent, so
+    /// that a tenant's agents can be bound again when its sandbox changes.
+    components: std::sync::Mutex<HashMap<(String, String), ComponentAgent>>,
+}
+
+impl AgentRegistry {
+    /// A registry keeping its records in `engine`'s store, component bytes
+    /// under `dir/components` and their compiled code under `dir/compiled`.
+    pub fn new(engine: Engine, host: ComponentHost, dir: PathBuf) -> Self {
+        let host = host.with_compile_cache(dir.join("compiled"));
+        Self {
+            engine,
+            host,
+            dir: dir.join("components"),
+            writing: tokio::sync::Mutex::new(()),
+            policies: HashMap::new(),
+            uploads: Uploads::new(&UploadPolicy::default()),
+            components: Default::default(),
+        }
+    }
+
+    /// Sets the sandbox policy of `tenant`'s agents in place of the config
+    /// file's (`None`: the file's again), and binds its loaded agents to it
+    /// at once: their next decisions run under it.
+    pub fn set_tenant_sandbox(&self, tenant: &str, policy: Option<AgentPolicy>) -> Result<(), AgentError> {
+        self.host
+            .set_tenant_policy(tenant, policy)
+            .map_err(|e| AgentError::Invalid { field: "limits.sandbox", message: e.to_string() })?;
+        let components = self.components.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for ((t, agent_id), agent) in components.iter().filter(|((t, _), _)| t == tenant) {
+            let policy = self.policies.get(&(t.clone(), agent_id.clone())).cloned().unwrap_or_default();
+            match agent.for_agent(t, agent_id, &policy) {
+                Ok(rebound) => self.engine.register_agent(t, agent_id, Arc::new(rebound)),
+                Err(e) => {
+                    tracing::error!(tenant = %t, agent = %agent_id, error = %e, "agent not bound to the new sandbox")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The sandbox policy of `tenant`'s agents in the config file.
+    pub fn configured_sandbox(&self, tenant: &str) -> AgentPolicy {
+        self.host.configured_tenant_policy(tenant)
+    }
+
+    /// Keeps track of what `tenant`'s agent `agent_id` runs as now.
+    fn registered(&self, tenant: &str, agent_id: &str, component: Option<ComponentAgent>) {
+        let mut components = self.components.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = (tenant.to_owned(), agent_id.to_owned());
+        match component {
+            Some(agent) => {
+                self.uploads.set_compiled(tenant, agent_id, Some(agent.compiled_bytes()));
+                components.insert(key, agent);
+            }
+            None => {
+                self.uploads.set_compiled(tenant, agent_id, None);
+                components.remove(&key);
+            }
+        }
+    }
+
+    /// How many uploads compile at once on this server.
+    pub fn with_upload_policy(mut self, policy: &UploadPolicy) -> Self {
+        self.uploads = Uploads::new(policy);
+        self
+    }
+
+    /// Sandbox policies of particular agents, by `(tenant, agent)`, over
+    /// their tenant's (the operator's config; uploads cannot set them).
+    pub fn with_policies(mut self, policies: HashMap<(String, String), AgentPolicy>) -> Self {
+        self.policies = policies;
+        self
+    }
+
+    /// Registers every stored agent with the engine. An agent that cannot
+    /// be loaded (its component file is gone, or does not compile with
+    /// this engine) is reported, as `(tenant, agent, why)`, and left out;
+    /// its sessions' deliveries fail until it is uploaded again.
+    pub async fn load_all(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+        let mut failures = Vec::new();
+        for record in self.engine.store().agents(None).await? {
+            match self.worker(&record.tenant, &record.agent_id, &record.current).await {
+                Ok((worker, component)) => {
+                    self.registered(&record.tenant, &record.agent_id, component);
+                    self.engine.register_agent(&record.tenant, &record.agent_id, worker);
+                }
+                Err(e) => {
+                    tracing::error!(tenant = %record.tenant, agent = %record.agent_id, error = %e, "agent not loaded");
+                    failures.push((record.tenant, record.agent_id, e.to_string()));
+                }
+            }
+        }
+        Ok(failures)
+    }
+
+    /// Whether `tenant` has an agent `agent_id`.
+    pub async fn exists(&self, tenant: &str, agent_id: &str) -> Result<bool, StoreError> {
+        Ok(self.engine.store().agent(tenant, agent_id).await?.is_some())
+    }
+
+    /// The record of `tenant`'s agent `agent_id`: its current version and
+    /// those before it. `None` when the tenant has no such agent.
+    pub async fn agent(&self, tenant: &str, agent_id: &str) -> Result<Option<AgentRecord>, StoreError> {
+        self.engine.store().agent(tenant, agent_id).await
+    }
+
+    /// The records of `tenant`'s agents, by id.
+    pub async fn agents(&self, tenant: &str) -> Result<Vec<AgentRecord>, StoreError> {
+        self.engine.store().agents(Some(tenant)).await
+    }
+
+    fn component_path(&self, digest: &str) -> PathBuf {
+        self.dir.join(format!("{}.wasm", digest.trim_start_matches("sha256:")))
+    }
+
+    /// The worker of a version of `tenant`'s agent `agent_id`, and the
+    /// component when it is one.
+    async fn worker(
+        &self,
+        tenant: &str,
+        agent_id: &str,
+        version: &AgentVersion,
+    ) -> Result<(Arc<dyn Worker>, Option<ComponentAgent>), AgentError> {
+        match &version.worker {
+            AgentWorker::Component { .. } => {
+                let path = self.component_path(&version.digest);
+                let bytes = tokio::fs::read(&path)
+                    .await
+                    .map_err(|e| AgentError::Internal(format!("reading {}: {e}", path.display())))?;
+                let agent = self.compile(tenant, agent_id, bytes).await?;
+                Ok((Arc::new(agent.clone()), Some(agent)))
+            }
+            AgentWorker::Http { url, secret } => {
+                let mut options = HttpWorkerOptions::new();
+                if let Some(secret) = secret {
+                    options = options.secret(secret);
+                }
+                let worker = HttpWorker::new(url, options)
+                    .map_err(|e| AgentError::Invalid { field: "url", message: e.to_string() })?;
+                Ok((Arc::new(worker), None))
+            }
+        }
+    }
+
+    /// Checks and compiles a component off the async threads (see
+    /// `ComponentHost::load_as`); a component that does not fit the world,
+    /// its limits or the compile budget is the uploader's error.
+    async fn compile(&self, tenant: &str, agent_id: &str, bytes: Vec<u8>) -> Result<ComponentAgent, AgentError> {
+        let host = self.host.clone();
+        let policy = self.policies.get(&(tenant.to_owned(), agent_id.to_owned())).cloned().unwrap_or_default();
+        let (tenant, agent_id) = (tenant.to_owned(), agent_id.to_owned());
+        tokio::task::spawn_blocking(move || host.load_as(&tenant, &agent_id, &policy, &bytes))
+            .await
+            .map_err(|e| AgentError::Internal(e.to_string()))?
+            .map_err(|e| match e {
+                LoadError::Engine(_) | LoadError::Cache(_) => AgentError::Internal(e.to_string()),
+                e => AgentError::InvalidComponent(e),
+            })
+    }
+
+    /// Makes `version` the current version of the agent; returns the agent
+    /// and whether anything changed.
+    async fn put(
+        &self,
+        tenant: &str,
+        agent_id: &str,
+        version: AgentVersion,
+        worker: Arc<dyn Worker>,
+    ) -> Result<(AgentRecord, bool), AgentError> {
+        let _writing = self.writing.lock().await;
+        let record = match self.engine.store().agent(tenant, agent_id).await? {
+            Some(current) if current.current.digest == version.digest => return Ok((current, false)),
+            Some(mut record) => {
+                let previous = std::mem::replace(&mut record.current, version);
+                record.history.retain(|v| v.digest != record.current.digest);
+                record.history.push(previous);
+                record
+            }
+            None => AgentRecord {
+                tenant: tenant.to_owned(),
+                agent_id: agent_id.to_owned(),
+                created_ms: version.created_ms,
+                current: version,
+                history: Vec::new(),
+            },
+        };
+        let mut batch = Batch::new();
+        batch.push(Op::PutAgent(record.clone()));
+        self.engine.store().commit(batch).await?;
+        self.engine.register_agent(tenant, agent_id, worker);
+        Ok((record, true))
+    }
+
+    /// Takes one upload from the tenant's allowance of `per_hour`, before
+    /// its body is read: a refused upload costs no memory and no compile.
+    pub fn meter_upload(&self, tenant: &str, per_hour: u32) -> Result<(), AgentError> {
+        self.uploads.meter(tenant, per_hour)
+    }
+
+    /// Uploads a component as the agent's new version: checked, compiled
+    /// (one compile per tenant at a time) and held to the tenant's
+    /// compiled-code quota, `max_compiled_bytes`, before anything of it is
+    /// kept.
+    pub async fn put_component(
+        &self,
+        tenant: &str,
+        agent_id: &str,
+        bytes: Vec<u8>,
+        max_compiled_bytes: u64,
+    ) -> Result<(AgentRecord, bool), AgentError> {
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+        let size = bytes.len() as u64;
+        let path = self.component_path(&digest);
+        let turn = self.uploads.turn(tenant).await?;
+        let agent = self.compile(tenant, agent_id, bytes.clone()).await?;
+        drop(turn);
+        self.uploads.check_quota(tenant, agent_id, agent.compiled_bytes(), max_compiled_bytes)?;
+        let worker: Arc<dyn Worker> = Arc::new(agent.clone());
+        if !path.exists() {
+            let internal = |e: std::io::Error| AgentError::Internal(e.to_string());
+            tokio::fs::create_dir_all(&self.dir).await.map_err(internal)?;
+            // Write then rename, so a crash never leaves a torn file under
+            // a digest's name.
+            let partial = path.with_extension("partial");
+            tokio::fs::write(&partial, &bytes).await.map_err(internal)?;
+            tokio::fs::rename(&partial, &path).await.map_err(internal)?;
+        }
+        let version =
+            AgentVersion { digest, worker: AgentWorker::Component { bytes: size }, created_ms: crate::clock::now_ms() };
+        let put = self.put(tenant, agent_id, version, worker).await?;
+        self.registered(tenant, agent_id, Some(agent));
+        Ok(put)
+    }
+
+    /// Registers the HTTP worker at `url` as the agent's new version; its
+    /// requests are signed with `secret` when there is one.
+    pub async fn put_http(
+        &self,
+        tenant: &str,
+        agent_id: &str,
+        url: String,
+        secret: Option<String>,
+    ) -> Result<(AgentRecord, bool), AgentError> {
+        let mut hasher = Sha256::new();
+        hasher.update(url.as_bytes());
+        hasher.update([0]);
+        hasher.update(secret.as_deref().unwrap_or_default().as_bytes());
+        let version = AgentVersion {
+            digest: format!("sha256:{}", hex::encode(hasher.finalize())),
+            worker: AgentWorker::Http { url, secret },
+            created_ms: crate::clock::now_ms(),
+        };
+        let (worker, _) = self.worker(tenant, agent_id, &version).await?;
+        let put = self.put(tenant, agent_id, version, worker).await?;
+        self.registered(tenant, agent_id, None);
+        Ok(put)
+    }
+
+    /// Removes an agent. Its sessions stay; their deliveries fail (and are
+    /// retried per policy) until an agent of that id is uploaded again.
+    /// `false` when the tenant had no such agent.
+    pub async fn delete(&self, tenant: &str, agent_id: &str) -> Result<bool, StoreError> {
+        let _writing = self.writing.lock().await;
+        if self.engine.store().agent(tenant, agent_id).await?.is_none() {
+            return Ok(false);
+        }
+        let mut batch = Batch::new();
+        batch.push(Op::DeleteAgent { tenant: tenant.to_owned(), agent_id: agent_id.to_owned() });
+        self.engine.store().commit(batch).await?;
+        self.engine.unregister_agent(tenant, agent_id);
+        self.registered(tenant, agent_id, None);
+        Ok(true)
+    }
+}
