@@ -157,3 +157,20 @@ fn the_server_reaches_the_store_only_through_the_engine() {
     }
     assert!(wrong.is_empty(), "the server reaches the store directly:\n{}", wrong.join("\n"));
 }
+
+/// A session actor works with its environment (`session/env.rs`) and
+/// reaches other sessions through the `Mailboxes` trait: outside its unit
+/// tests, `session/actor.rs` names neither the engine nor the directory of
+/// running actors, so the two do not import each other again.
+#[test]
+fn the_session_actor_knows_neither_the_engine_nor_the_directory() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/engine/src/session/actor.rs");
+    let text = std::fs::read_to_string(&path).expect("the actor's source");
+    let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+    let wrong: Vec<&str> = code
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .filter(|line| ["crate::engine", "crate::Engine", "directory::", "Directory"].iter().any(|w| line.contains(w)))
+        .collect();
+    assert!(wrong.is_empty(), "{} reaches past its environment:\n{}", path.display(), wrong.join("\n"));
+}
