@@ -674,10 +674,8 @@ async fn tenants_are_kept_replaced_and_removed<B: Backend>(backend: &mut B) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use super::*;
-    use crate::{BoxFuture, StoreResult, StoreStats};
+    use crate::fault::FaultyStore;
 
     struct Mem;
 
@@ -696,89 +694,17 @@ mod tests {
         run(&mut Mem).await;
     }
 
-    /// A store that acknowledges each batch before applying it, and applies
-    /// it only after the next one: it reorders commits.
-    #[derive(Default)]
-    struct Reordering {
-        inner: MemStore,
-        held: Mutex<Option<Batch>>,
-    }
-
-    impl Store for Reordering {
-        fn commit(&self, batch: Batch) -> BoxFuture<'_, StoreResult<()>> {
-            Box::pin(async move {
-                let held = self.held.lock().unwrap().replace(batch.clone());
-                if let Some(held) = held {
-                    self.held.lock().unwrap().take();
-                    self.inner.commit(batch).await?;
-                    self.inner.commit(held).await?;
-                }
-                Ok(())
-            })
-        }
-        fn session<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<SessionRecord>>> {
-            self.inner.session(key)
-        }
-        fn sessions<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
-            self.inner.sessions(tenant)
-        }
-        fn unfinished(&self) -> BoxFuture<'_, StoreResult<Vec<SessionKey>>> {
-            self.inner.unfinished()
-        }
-        fn messages<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, MessageRecord)>>> {
-            self.inner.messages(key)
-        }
-        fn steps<'a>(&'a self, key: &'a SessionKey, from: u64) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
-            self.inner.steps(key, from)
-        }
-        fn calls<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>> {
-            self.inner.calls(key)
-        }
-        fn agents<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<AgentRecord>>> {
-            self.inner.agents(tenant)
-        }
-        fn agent<'a>(&'a self, tenant: &'a str, id: &'a str) -> BoxFuture<'a, StoreResult<Option<AgentRecord>>> {
-            self.inner.agent(tenant, id)
-        }
-        fn keys(&self) -> BoxFuture<'_, StoreResult<Vec<KeyRecord>>> {
-            self.inner.keys()
-        }
-        fn tenants(&self) -> BoxFuture<'_, StoreResult<Vec<TenantRecord>>> {
-            self.inner.tenants()
-        }
-        fn events<'a>(
-            &'a self,
-            key: &'a SessionKey,
-            after: Option<u64>,
-            limit: usize,
-        ) -> BoxFuture<'a, StoreResult<Vec<(u64, EventRecord)>>> {
-            self.inner.events(key, after, limit)
-        }
-        fn turn<'a>(&'a self, key: &'a SessionKey, id: &'a str) -> BoxFuture<'a, StoreResult<Option<TurnRecord>>> {
-            self.inner.turn(key, id)
-        }
-        fn inbox<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, InboxItem)>>> {
-            self.inner.inbox(key)
-        }
-    }
-
-    impl StoreAdmin for Reordering {
-        fn stats(&self) -> StoreResult<StoreStats> {
-            self.inner.stats()
-        }
-        fn stored_bytes(&self) -> BoxFuture<'_, StoreResult<u64>> {
-            self.inner.stored_bytes()
-        }
-    }
-
+    /// A store that reorders commits ([`FaultyStore::reorder_commits`]).
     struct Broken;
 
     impl Backend for Broken {
-        type Store = Reordering;
-        async fn open(&mut self) -> Reordering {
-            Reordering::default()
+        type Store = FaultyStore<MemStore>;
+        async fn open(&mut self) -> FaultyStore<MemStore> {
+            let store = FaultyStore::new(MemStore::new());
+            store.reorder_commits();
+            store
         }
-        async fn reopen(&mut self, store: Reordering) -> Reordering {
+        async fn reopen(&mut self, store: FaultyStore<MemStore>) -> FaultyStore<MemStore> {
             store
         }
     }

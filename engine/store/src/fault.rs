@@ -1,12 +1,13 @@
-//! [`FaultyStore`]: a test tool that wraps a [`Store`] to make it crash or
-//! slow down on cue.
+//! [`FaultyStore`]: a test tool that wraps a [`Store`] to make it crash,
+//! slow down or reorder its commits on cue.
 //!
 //! Not for production. Crash-recovery tests drive an engine on a
 //! `FaultyStore`, let it "crash" after a chosen number of commits (every
 //! later commit fails, nothing more is written), drop the engine, and start
 //! a new one on the same file to check that it resumes from exactly what
 //! was committed. The slow-disk delay makes commits take long enough for
-//! races (cancellation, shutdown, concurrent sessions) to show.
+//! races (cancellation, shutdown, concurrent sessions) to show. Reordered
+//! commits are the broken store the conformance suite must catch.
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -66,6 +67,11 @@ struct State {
     refused: u64,
     /// How long each commit waits before it reaches the inner store.
     delay: Duration,
+    /// Whether commits are acknowledged first and applied in swapped
+    /// pairs (see [`FaultyStore::reorder_commits`]).
+    reorder: bool,
+    /// The acknowledged batch waiting for the next one, when reordering.
+    held: Option<Batch>,
 }
 
 impl<S: Store> FaultyStore<S> {
@@ -105,6 +111,15 @@ impl<S: Store> FaultyStore<S> {
     /// paused clock control it.
     pub fn set_commit_delay(&self, delay: Duration) {
         self.state().delay = delay;
+    }
+
+    /// Breaks the store's promise of order, as a write-back cache that
+    /// reorders writes would: from now on each commit is acknowledged at
+    /// once, the first of each pair is held back, and it is applied only
+    /// after the one that follows it. Nothing that relies on commit order
+    /// can pass on such a store; the conformance suite proves it fails.
+    pub fn reorder_commits(&self) {
+        self.state().reorder = true;
     }
 
     /// Commits passed through to the inner store so far.
@@ -166,7 +181,22 @@ impl<S: Store> Store for FaultyStore<S> {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
-            self.inner.commit(batch).await
+            let earlier = {
+                let mut state = self.state();
+                if !state.reorder {
+                    None
+                } else if let Some(earlier) = state.held.take() {
+                    Some(earlier)
+                } else {
+                    state.held = Some(batch);
+                    return Ok(());
+                }
+            };
+            self.inner.commit(batch).await?;
+            match earlier {
+                Some(earlier) => self.inner.commit(earlier).await,
+                None => Ok(()),
+            }
         })
     }
 
