@@ -15,7 +15,7 @@ use crate::session::actor::Msg;
 pub use crate::session::apply::{Accepted, InputError};
 use crate::session::directory::Directory;
 use crate::session::env::Env;
-use crate::store::{CallRecord, SessionKey, SessionRecord, Store, StoreError, TurnRecord, TurnStatus, valid_id};
+use crate::store::{CallRecord, SessionKey, SessionRecord, Store, StoreError, TurnRecord, valid_id};
 use crate::worker::Worker;
 
 /// How the engine behaves where agents say nothing.
@@ -341,23 +341,7 @@ impl Engine {
 
     /// Waits until the turn has ended and returns it.
     pub async fn wait_turn(&self, tenant: &str, session: &str, turn_id: &str) -> Result<TurnRecord, StoreError> {
-        let key = SessionKey::new(tenant, session);
-        loop {
-            // Listening starts before the store is read, so an end
-            // committed in between is not missed.
-            let ended = self.env.hub.turn_end(&key);
-            if let Some(turn) = self.env.store.turn(&key, turn_id).await?
-                && matches!(turn.status, TurnStatus::Done | TurnStatus::Failed)
-            {
-                return Ok(turn);
-            }
-            // The end of another of the session's turns (one queued before
-            // this) sends us back to listening and reading.
-            let (ended_id, record) = ended.await.map_err(|_| StoreError::Closed)?;
-            if ended_id == turn_id {
-                return Ok(record);
-            }
-        }
+        self.env.wait_turn(&SessionKey::new(tenant, session), turn_id).await
     }
 
     /// What the store has done: counters, cheap to read.

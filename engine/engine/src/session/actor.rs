@@ -773,17 +773,8 @@ mod tests {
         answer.await.expect("the actor answers")
     }
 
-    /// Waits for the turn's end, as the actor announces it.
     async fn ended(env: &Env, session: &str, turn_id: &str) -> TurnRecord {
-        loop {
-            let end = env.hub.turn_end(&key(session));
-            if let Some(turn) = env.store.turn(&key(session), turn_id).await.expect("a read of memory")
-                && matches!(turn.status, TurnStatus::Done | TurnStatus::Failed)
-            {
-                return turn;
-            }
-            end.await.expect("the hub lives");
-        }
+        env.wait_turn(&key(session), turn_id).await.expect("a read of memory")
     }
 
     #[tokio::test]

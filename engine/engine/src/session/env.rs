@@ -16,7 +16,7 @@ use super::apply::{Ctx, Outcome};
 use crate::EngineConfig;
 use crate::events::Hub;
 use crate::model::{ModelError, Models};
-use crate::store::Store;
+use crate::store::{SessionKey, Store, StoreError, TurnRecord, TurnStatus};
 use crate::tenants::Tenants;
 use crate::worker::{DeltaSink, Worker};
 
@@ -61,6 +61,26 @@ impl Env {
             default_stream: config.default_stream,
             now_ms: config.clock.now_ms(),
             quota: &self.tenants,
+        }
+    }
+
+    /// Waits until the session's turn `turn_id` has ended and returns it.
+    pub async fn wait_turn(&self, key: &SessionKey, turn_id: &str) -> Result<TurnRecord, StoreError> {
+        loop {
+            // Listening starts before the store is read, so an end
+            // committed in between is not missed.
+            let ended = self.hub.turn_end(key);
+            if let Some(turn) = self.store.turn(key, turn_id).await?
+                && matches!(turn.status, TurnStatus::Done | TurnStatus::Failed)
+            {
+                return Ok(turn);
+            }
+            // The end of another of the session's turns (one queued before
+            // this) sends us back to listening and reading.
+            let (ended_id, record) = ended.await.map_err(|_| StoreError::Closed)?;
+            if ended_id == turn_id {
+                return Ok(record);
+            }
         }
     }
 
