@@ -23,6 +23,7 @@ use self::uploads::{UploadPolicy, Uploads};
 use crate::Engine;
 use crate::store::{AgentRecord, AgentVersion, AgentWorker, Batch, Op, StoreError};
 use crate::worker::Worker;
+use crate::worker::component::cache::write_atomically;
 use crate::worker::component::{AgentPolicy, ComponentAgent, ComponentHost, LoadError};
 use crate::worker::http::{HttpWorker, HttpWorkerOptions};
 
@@ -319,13 +320,13 @@ impl AgentRegistry {
         self.uploads.check_quota(tenant, agent_id, agent.compiled_bytes(), max_compiled_bytes)?;
         let worker: Arc<dyn Worker> = Arc::new(agent.clone());
         if !path.exists() {
-            let internal = |e: std::io::Error| AgentError::Internal(e.to_string());
-            tokio::fs::create_dir_all(&self.dir).await.map_err(internal)?;
-            // Write then rename, so a crash never leaves a torn file under
-            // a digest's name.
-            let partial = path.with_extension("partial");
-            tokio::fs::write(&partial, &bytes).await.map_err(internal)?;
-            tokio::fs::rename(&partial, &path).await.map_err(internal)?;
+            // Written whole or not at all (a crash never leaves a torn file
+            // under a digest's name), as the compile caches write theirs.
+            let dir = self.dir.clone();
+            tokio::task::spawn_blocking(move || write_atomically(&dir, &path, &bytes))
+                .await
+                .map_err(|e| AgentError::Internal(e.to_string()))?
+                .map_err(|e| AgentError::Internal(e.to_string()))?;
         }
         let version =
             AgentVersion { digest, worker: AgentWorker::Component { bytes: size }, created_ms: crate::clock::now_ms() };

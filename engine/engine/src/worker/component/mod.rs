@@ -35,7 +35,7 @@
 //! (panics still print backtraces); the host warns at start when it is not.
 
 mod bindings;
-mod cache;
+pub(crate) mod cache;
 mod compile;
 mod componentize;
 mod cpu;
