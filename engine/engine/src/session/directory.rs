@@ -52,7 +52,6 @@ impl Directory {
         if self.closed.load(Ordering::Acquire) {
             return false;
         }
-        let Some(me) = self.me.upgrade() else { return false };
         let mut actors = lock(&self.actors);
         if let Some((tx, _)) = actors.get(key) {
             if tx.send(msg).is_ok() {
@@ -61,6 +60,7 @@ impl Directory {
             actors.remove(key);
             return false;
         }
+        let Some(me) = self.me.upgrade() else { return false };
         let (tx, task) = Actor::spawn(self.env.clone(), me, key.clone());
         let sent = tx.send(msg).is_ok();
         actors.insert(key.clone(), (tx, task));
