@@ -95,13 +95,14 @@ pub async fn exec(args: RunArgs) -> CliResult {
         &dir.join(settings::STORE_FILE),
         "is a `subs serve` using this data directory? Run without --data, or send the message to the server",
     )?);
-    let config = EngineConfig {
+    let mut config = EngineConfig {
         default_model,
         default_stream: true,
         streams: file.streams.limits()?,
         retry_cap: file.retry.cap(),
         ..EngineConfig::default()
     };
+    file.timeouts.apply(&mut config)?;
     let engine = Engine::open(store.clone(), models, config);
     engine.register_agent(LOCAL_TENANT, AGENT_ID, worker);
     engine.resume().await.map_err(CliError::unavailable)?;

@@ -133,7 +133,8 @@ async fn serve(setup: Setup) -> CliResult {
     let compiler = Compiler::Child { program, args: vec![crate::COMPILE_CHILD.to_owned()] };
     let host = ComponentHost::with_config(HostConfig { compiler, ..file.host_config()? })
         .map_err(|e| CliError::failed(anyhow!(e)))?;
-    let config = EngineConfig { default_model, streams, retry_cap: file.retry.cap(), ..EngineConfig::default() };
+    let mut config = EngineConfig { default_model, streams, retry_cap: file.retry.cap(), ..EngineConfig::default() };
+    file.timeouts.apply(&mut config)?;
     // Agents and limits are in place before any session resumes: a
     // resumed session's first delivery must find its agent, its first LLM
     // call its budget, its first spawn its session limit. (The router sets

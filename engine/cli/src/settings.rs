@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow, bail};
 use serde::Deserialize;
-use subs_engine::StreamLimits;
 use subs_engine::agents::uploads::UploadPolicy;
 use subs_engine::model::{OFFLINE_MODEL, Price, ProviderConfig, ProvidersConfig};
 use subs_engine::retry::RetryCap;
 use subs_engine::store::KeyRecord;
 use subs_engine::worker::component::{AgentPolicy, CompileBudget, HostConfig, LimitOverrides, Limits as SandboxLimits};
+use subs_engine::{EngineConfig, StreamLimits};
 use subs_server::{Limits, ServerConfig};
 
 use crate::error::{CliError, CliResult};
@@ -73,6 +73,46 @@ pub struct ConfigFile {
     pub retry: RetryEntry,
     /// `[streams]`: what token deltas and event streams may hold.
     pub streams: StreamsEntry,
+    /// `[timeouts]`: how long deliveries and calls may take when no retry
+    /// policy says.
+    pub timeouts: TimeoutsEntry,
+}
+
+/// `[timeouts]` as written: the engine's defaults for deliveries and for
+/// tries of calls whose retry policies set no `timeout_secs`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimeoutsEntry {
+    /// One delivery of a decision, in seconds.
+    pub decision_secs: Option<f64>,
+    /// One try of a call (its deadline), in seconds.
+    pub call_secs: Option<f64>,
+}
+
+impl TimeoutsEntry {
+    /// The longest timeout the table takes: a day.
+    const MAX_SECS: f64 = 86_400.0;
+
+    /// Sets the engine's defaults from this table.
+    ///
+    /// # Errors
+    /// A value that is not a number of seconds above 0 and at most a day.
+    pub fn apply(&self, config: &mut EngineConfig) -> CliResult<()> {
+        for (key, value, target) in [
+            ("decision_secs", self.decision_secs, &mut config.decision_timeout),
+            ("call_secs", self.call_secs, &mut config.call_timeout),
+        ] {
+            let Some(secs) = value else { continue };
+            if !(secs > 0.0 && secs <= Self::MAX_SECS) {
+                return Err(CliError::usage(anyhow!(
+                    "`[timeouts] {key}` must be a number of seconds above 0 and at most {}, not {secs}",
+                    Self::MAX_SECS
+                )));
+            }
+            *target = std::time::Duration::from_secs_f64(secs);
+        }
+        Ok(())
+    }
 }
 
 /// `[compile]` as written.
@@ -611,6 +651,20 @@ mod tests {
         let zero = parse("[streams]\nsubscriber_buffer_bytes = 0\n").unwrap().streams.limits().unwrap_err();
         assert!(zero.to_string().contains("subscriber_buffer_bytes"), "{zero}");
         assert!(parse("[streams]\nmax_deltas = 3\n").is_err(), "unknown keys are refused");
+    }
+
+    #[test]
+    fn timeouts_set_the_engine_defaults_and_refuse_nonsense() {
+        let mut config = EngineConfig::default();
+        parse("[timeouts]\ncall_secs = 2.5\n").unwrap().timeouts.apply(&mut config).unwrap();
+        assert_eq!(config.call_timeout, std::time::Duration::from_millis(2500));
+        assert_eq!(config.decision_timeout, EngineConfig::default().decision_timeout, "untouched");
+        for bad in ["0", "-1", "nan", "100000"] {
+            let file = parse(&format!("[timeouts]\ndecision_secs = {bad}\n")).unwrap();
+            let err = file.timeouts.apply(&mut config).unwrap_err();
+            assert!(err.to_string().contains("`[timeouts] decision_secs`"), "{err}");
+        }
+        assert!(parse("[timeouts]\ntool_secs = 3\n").is_err(), "unknown keys are refused");
     }
 
     #[test]
