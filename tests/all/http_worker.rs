@@ -49,9 +49,9 @@ async fn scenario(t: &TestEngine, session: &str, agent: &str) {
 
 /// What a session recorded, as JSON: the snapshot (messages, tree, state,
 /// config, calls), every step (trigger, decision, attempts) and every
-/// stored event, with ids replaced by their order of appearance and the
+/// stored event, with ids replaced by their order of appearance, the
 /// times `get_time` returned replaced by a placeholder (after checking
-/// they lie in `window`).
+/// they lie in `window`), and calls' deadlines by another.
 async fn recorded(t: &TestEngine, session: &str, window: (u64, u64)) -> Value {
     let Snapshot { record, messages, message_tree, calls } = t.snapshot(session).await;
     let key = SessionKey::new(TENANT, session);
@@ -119,6 +119,10 @@ fn normalize(value: &mut Value, ids: &mut HashMap<String, String>, window: (u64,
                 {
                     assert!((window.0..=window.1).contains(&ms), "get_time returned {ms}, outside {window:?}");
                     *v = json!("<ms>");
+                } else if key == "deadline" && v.is_string() {
+                    // A call's deadline is its start plus its timeout:
+                    // an instant of this run.
+                    *v = json!("<deadline>");
                 } else {
                     normalize(v, ids, window);
                 }

@@ -11,6 +11,7 @@ mod llm_retries;
 mod load;
 mod loop_scenarios;
 mod paused_time;
+mod protocol_rules;
 mod providers;
 mod pyjs;
 mod recovery;

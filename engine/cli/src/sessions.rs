@@ -167,7 +167,9 @@ async fn show(args: ShowArgs) -> CliResult {
     }
     human.finish()?;
     for call in session.get("calls").and_then(Value::as_array).into_iter().flatten() {
-        println!("in flight: {} {} ({})", str_at(call, "kind"), str_at(call, "id"), str_at(call, "status"));
+        let deadline =
+            call.get("deadline").and_then(Value::as_str).map(|d| format!(", deadline {d}")).unwrap_or_default();
+        println!("call: {} {} ({}{deadline})", str_at(call, "kind"), str_at(call, "id"), str_at(call, "status"));
     }
     for interrupt in session.get("interrupts").and_then(Value::as_array).into_iter().flatten() {
         println!("waiting: interrupt {}", interrupt.get("interrupt_id").and_then(Value::as_str).unwrap_or("?"));

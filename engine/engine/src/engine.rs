@@ -33,6 +33,10 @@ pub struct EngineConfig {
     /// How long one delivery may take when the retry policy sets no
     /// `timeout_secs`.
     pub decision_timeout: Duration,
+    /// How long one try of a call (tool, LLM) may take when neither its
+    /// retry policy nor the agent's sets `timeout_secs`: the call's
+    /// `deadline` is its start plus this.
+    pub call_timeout: Duration,
     /// Whether LLM calls stream token deltas when neither the call nor the
     /// agent's config says (`subs run` turns it on to show tokens as they
     /// come).
@@ -57,6 +61,7 @@ impl Default for EngineConfig {
             },
             retry_cap: RetryCap::default(),
             decision_timeout: Duration::from_secs(60),
+            call_timeout: Duration::from_secs(300),
             default_stream: false,
             streams: StreamLimits::default(),
             clock: Arc::new(crate::clock::SystemClock),
@@ -73,7 +78,8 @@ pub struct Snapshot {
     pub messages: Vec<Message>,
     /// Every message.
     pub message_tree: MessageTree,
-    /// Calls in flight.
+    /// The open turn's calls, in the order they were made: queued, in
+    /// flight, and settled (until the turn ends).
     pub calls: Vec<CallRecord>,
 }
 
@@ -247,10 +253,12 @@ impl Engine {
         let Some(loaded) = store.load(&key).await? else { return Ok(None) };
         let tree = Tree::from_records(loaded.messages.into_iter().map(|(_, r)| r));
         let head = loaded.record.head_id.as_deref();
+        let mut calls = loaded.calls;
+        calls.sort_by_key(|c| c.order);
         Ok(Some(Snapshot {
             messages: tree.path(head).into_iter().cloned().collect(),
             message_tree: tree.to_protocol(head),
-            calls: loaded.calls,
+            calls,
             record: loaded.record,
         }))
     }

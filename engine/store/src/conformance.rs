@@ -140,6 +140,8 @@ pub mod sample {
         CallRecord {
             call: serde_json::from_value(json!({"id": id, "kind": "sub_agent", "status": "pending", "attempt": 1}))
                 .expect("a valid call"),
+            order: 0,
+            deadline_ms: None,
             turn_id: None,
             retry: None,
             retry_at_ms: None,

@@ -117,6 +117,13 @@ pub struct SessionRecord {
     pub updated_ms: u64,
 }
 
+/// Numbers left out of stored records when zero (their default), so
+/// records written before the field existed read and compare the same.
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Sequence numbers a session hands out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Counters {
@@ -128,6 +135,10 @@ pub struct Counters {
     pub message: u64,
     /// The next engine-minted id (calls, interrupts, turns).
     pub id: u64,
+    /// The next call: calls are numbered in the order they were created,
+    /// so calls held by an interrupt start in that order.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub call: u64,
 }
 
 /// The session and call a sub-agent session reports to.
@@ -304,11 +315,19 @@ impl StepRecord {
     }
 }
 
-/// An in-flight call.
+/// A call of the open turn: queued, in flight, or settled (`completed` /
+/// `failed`, kept until the turn ends).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallRecord {
     /// The call as workers see it (`calls` of a request).
     pub call: Call,
+    /// The call's number in its session: the order calls were created.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub order: u64,
+    /// When the current try must be settled by (Unix ms); `call.deadline`
+    /// is the same instant as text. `None`: no deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
     /// The turn it belongs to.
     pub turn_id: Option<String>,
     /// How it is retried.

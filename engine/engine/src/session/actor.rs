@@ -24,7 +24,7 @@ use super::{Change, Session, proposal, validate};
 use crate::clock;
 use crate::events::{DeltaGate, Event};
 use crate::model::Money;
-use crate::store::{CallSpec, Op, SessionKey, StepStatus, StoreError, TurnStatus};
+use crate::store::{Op, SessionKey, StepStatus, StoreError, TurnStatus};
 use crate::worker::{Delivery, DeltaSink, ERROR_TEXT_BYTES, WorkerError, clip};
 
 /// What an actor is told.
@@ -176,7 +176,7 @@ impl Actor {
             && self.running.is_empty()
             && self.timer.is_none()
             && !self.check_inbox
-            && self.session.as_ref().is_none_or(|s| s.steps.is_empty())
+            && self.session.as_ref().is_none_or(|s| s.next_step().is_none())
     }
 
     /// Makes a change durable, then acts on it.
@@ -256,13 +256,15 @@ impl Actor {
             .map(|c| c.call.id.clone())
             .collect();
         if !due.is_empty() {
+            let ctx = self.env.ctx();
             let mut change = Change::default();
             let session = self.session.as_mut().expect("loaded");
             for id in due {
-                session.retry_call(&id, &mut change);
+                session.retry_call(&id, &ctx, &mut change);
             }
             self.commit(change).await?;
         }
+        self.expire_calls(now).await?;
 
         self.refuse_over_budget().await?;
         self.start_engine_calls();
@@ -271,14 +273,43 @@ impl Actor {
         Ok(())
     }
 
-    /// Counts a possibly cut-short delivery of the front step, durably, so
+    /// Fails the tries of calls whose deadline has passed. A delivery
+    /// running one of them (its `tool.execute` or `llm.execute`) is given
+    /// up with it.
+    async fn expire_calls(&mut self, now: u64) -> Result<(), StoreError> {
+        let expired: Vec<String> = self
+            .session()
+            .open_calls()
+            .filter(|c| c.call.status == CallStatus::Pending && c.deadline_ms.is_some_and(|t| t <= now))
+            .map(|c| c.call.id.clone())
+            .collect();
+        if expired.is_empty() {
+            return Ok(());
+        }
+        let ctx = self.env.ctx();
+        let mut change = Change::default();
+        let session = self.session.as_mut().expect("loaded");
+        for id in &expired {
+            tracing::info!(call = %id, "a call's deadline passed");
+            session.expire(id, &ctx, &mut change);
+        }
+        if let Some(delivery) = &self.delivery
+            && !session.steps.iter().any(|(seq, _)| *seq == delivery.seq)
+            && let Some(delivery) = self.delivery.take()
+        {
+            delivery.task.abort();
+        }
+        self.commit(change).await
+    }
+
+    /// Counts a possibly cut-short delivery of the next step, durably, so
     /// that its redelivery (and one after a further crash) carries a higher
     /// `attempts` than any delivery before.
     async fn mark_interrupted(&mut self) -> Result<(), StoreError> {
         let session = self.session.as_mut().expect("loaded");
-        let Some((seq, front)) = session.steps.front_mut() else { return Ok(()) };
-        front.interrupted += 1;
-        let seq = *seq;
+        let Some(&(seq, _)) = session.next_step() else { return Ok(()) };
+        let Some((_, next)) = session.steps.iter_mut().find(|(s, _)| *s == seq) else { return Ok(()) };
+        next.interrupted += 1;
         let mut change = Change::default();
         session.store_step(seq, &mut change);
         self.commit(change).await
@@ -353,9 +384,8 @@ impl Actor {
             .collect();
         for call in to_start {
             let Some(request) = self.session().llm_request(&call) else { continue };
-            let CallSpec::Llm { action, .. } = &call.spec else { continue };
-            let cap = &self.env.config.retry_cap;
-            let timeout = action.retry.as_ref().and_then(|r| cap.apply(r).timeout_secs).map(clock::secs);
+            let now = self.env.config.clock.now_ms();
+            let timeout = call.deadline_ms.map(|t| Duration::from_millis(t.saturating_sub(now)));
             let deltas = (call.call.stream == Some(true)).then(|| self.delta_sink(&call.call.id));
             let env = self.env.clone();
             let tx = self.tx.clone();
@@ -402,14 +432,14 @@ impl Actor {
         })
     }
 
-    /// Sends the front step to the worker, unless a delivery is out or the
+    /// Sends the next step to the worker, unless a delivery is out or the
     /// step waits for its backoff.
     fn start_delivery(&mut self) {
         if self.delivery.is_some() {
             return;
         }
         let session = self.session();
-        let Some(&(seq, ref step)) = session.steps.front() else { return };
+        let Some(&(seq, ref step)) = session.next_step() else { return };
         let now = self.env.config.clock.now_ms();
         if step.retry_at_ms.is_some_and(|t| t > now) {
             return;
@@ -457,12 +487,14 @@ impl Actor {
         let session = self.session();
         let now = self.env.config.clock.now_ms();
         let step_due =
-            if self.delivery.is_none() { session.steps.front().and_then(|(_, s)| s.retry_at_ms) } else { None };
+            if self.delivery.is_none() { session.next_step().and_then(|(_, s)| s.retry_at_ms) } else { None };
         let call_due = session
-            .calls
-            .values()
-            .filter(|c| c.call.status == CallStatus::RetryScheduled)
-            .filter_map(|c| c.retry_at_ms)
+            .open_calls()
+            .filter_map(|c| match c.call.status {
+                CallStatus::RetryScheduled => c.retry_at_ms,
+                CallStatus::Pending => c.deadline_ms,
+                _ => None,
+            })
             .min();
         let due = step_due.into_iter().chain(call_due).filter(|t| *t > now).min();
         match (due, &self.timer) {
@@ -633,10 +665,10 @@ impl Actor {
         attempt: u32,
         result: Result<DecisionResponse, WorkerError>,
     ) -> Result<(), StoreError> {
-        let Some((front, step)) = self.session.as_ref().and_then(|s| s.steps.front().cloned()) else { return Ok(()) };
-        if front != seq {
+        let Some(step) = self.session.as_ref().and_then(|s| s.steps.iter().find(|(s, _)| *s == seq).cloned()) else {
             return Ok(());
-        }
+        };
+        let (_, step) = step;
         // A decision may spawn sessions: the limit is checked against the
         // count in memory.
         self.env.tenants.count_sessions(&self.key.tenant).await;
@@ -667,7 +699,7 @@ impl Actor {
             Err((error, retryable)) => {
                 tracing::warn!(step = seq, attempt, %error, "decision failed");
                 let policy = session.retry_policy(ctx.default_retry, ctx.retry_cap);
-                let (_, front) = session.steps.front_mut().expect("checked above");
+                let (_, front) = session.steps.iter_mut().find(|(s, _)| *s == seq).expect("checked above");
                 let deliveries = attempt.saturating_sub(front.interrupted);
                 front.attempts = deliveries;
                 front.error = Some(error.clone());

@@ -38,6 +38,9 @@ pub(crate) struct Ctx<'a> {
     pub default_stream: bool,
     /// Now (Unix ms).
     pub now_ms: u64,
+    /// How long a try of a call may take when no retry policy sets
+    /// `timeout_secs` (ms).
+    pub call_timeout_ms: u64,
     /// The tenants' session limits.
     pub quota: &'a (dyn SessionQuota + Sync),
 }
@@ -181,6 +184,9 @@ impl Session {
                     },
                     change,
                 );
+                if !self.paused() {
+                    self.release_queued(ctx, change);
+                }
                 Ok(Accepted { turn_id: self.record.turn.as_ref().map(|t| t.turn_id.clone()), existing: false })
             }
             ClientInput::ToolResult(r) => {
@@ -203,12 +209,18 @@ impl Session {
         }
     }
 
+    /// A client settles only client tool calls that wait for it: a call
+    /// the agent's worker runs is the worker's to settle.
     fn check_client_settle(&self, id: &str, attempt: Option<u32>) -> Result<(), InputError> {
         let call = self
-            .calls
-            .get(id)
+            .open_call(id)
             .filter(|c| c.call.kind == CallKind::ToolCall && c.call.status == CallStatus::Pending)
             .ok_or_else(|| InputError::Conflict(format!("no tool call `{id}` is waiting for a result")))?;
+        if call.call.handler != Some(Handler::Client) {
+            return Err(InputError::Conflict(format!(
+                "tool call `{id}` is run by the agent's worker; a client settles only client tool calls"
+            )));
+        }
         match attempt {
             Some(a) if a != call.call.attempt => {
                 Err(InputError::Conflict(format!("tool call `{id}` is on attempt {}, not {a}", call.call.attempt)))
@@ -389,7 +401,11 @@ impl Session {
     fn drop_what_is_left(&mut self, change: &mut Change) {
         let leftover: Vec<String> = self.calls.keys().cloned().collect();
         for call_id in leftover {
+            // A child exists for a sub-agent call that started and is not
+            // settled; a queued one never had one.
             if let Some(call) = self.remove_call(&call_id, change)
+                && !super::is_settled(&call)
+                && call.call.status != CallStatus::Queued
                 && let Some(child) = call.call.session_id
             {
                 change.cancel.push(SessionKey::new(&self.record.key.tenant, child));
@@ -500,8 +516,12 @@ impl Session {
             let id = self.record_message(message, change);
             step.recorded.push(id);
         }
+        // Calls made while an interrupt is open, or by the decision that
+        // opens one (before or after its `interrupt` action), wait queued
+        // for the branch to resume.
+        let hold = self.paused() || decision.actions().iter().any(|a| matches!(a, Action::Interrupt(_)));
         for action in decision.actions().iter().cloned() {
-            self.apply_action(action, trigger, ctx, change);
+            self.apply_action(action, trigger, hold, ctx, change);
         }
         step.status = StepStatus::Applied;
         step.decision = Some(decision);
@@ -512,15 +532,15 @@ impl Session {
         }
     }
 
-    fn apply_action(&mut self, action: Action, trigger: &Trigger, ctx: &Ctx<'_>, change: &mut Change) {
+    fn apply_action(&mut self, action: Action, trigger: &Trigger, hold: bool, ctx: &Ctx<'_>, change: &mut Change) {
         let execute_id = |kind| match (kind, trigger) {
             (CallKind::ToolCall, Trigger::ToolExecute(t)) => Some(t.id.clone()),
             (CallKind::LlmCall, Trigger::LlmExecute(t)) => Some(t.id.clone()),
             _ => None,
         };
         match action {
-            Action::LlmCall(call) => self.start_llm_call(call, ctx, change),
-            Action::ToolCall(call) => self.start_tool_call(call, change),
+            Action::LlmCall(call) => self.start_llm_call(call, hold, ctx, change),
+            Action::ToolCall(call) => self.start_tool_call(call, hold, ctx, change),
             Action::ToolResult(r) => {
                 if let Some(id) = r.id.or_else(|| execute_id(CallKind::ToolCall)) {
                     self.settle(&id, Outcome::ToolOk(r.result), ctx, change);
@@ -544,7 +564,7 @@ impl Session {
                     }
                 }
             }
-            Action::SubAgentSpawn(spawn) => self.spawn_sub_agent(spawn, ctx, change),
+            Action::SubAgentSpawn(spawn) => self.spawn_sub_agent(spawn, hold, ctx, change),
             Action::MessageSend(send) => {
                 if send.session_id == self.record.key.session {
                     self.record_message(send.message, change);
@@ -569,7 +589,7 @@ impl Session {
         }
     }
 
-    fn start_llm_call(&mut self, call: LlmCall, ctx: &Ctx<'_>, change: &mut Change) {
+    fn start_llm_call(&mut self, call: LlmCall, hold: bool, ctx: &Ctx<'_>, change: &mut Change) {
         let config = self.record.agent.clone();
         let id = call.id.clone().unwrap_or_else(|| self.mint("llm"));
         let handler = call.handler.or(config.as_ref().and_then(|c| c.handler)).unwrap_or(LlmHandler::Server);
@@ -596,20 +616,24 @@ impl Session {
             ..call
         };
         let mut record = self.new_call(
-            id.clone(),
+            id,
             CallKind::LlmCall,
             Some(handler.into()),
             Some(retry),
             CallSpec::Llm { action: resolved, system, format: config.as_ref().and_then(|c| c.format) },
+            hold,
         );
         record.call.stream = Some(stream);
-        self.put_call(record, change);
-        if handler == LlmHandler::Worker {
-            self.push_step(StoredTrigger::LlmExecute { call_id: id, attempt: 1 }, change);
-        }
+        self.add_call(record, hold, ctx, change);
     }
 
-    fn start_tool_call(&mut self, call: subs_protocol::action::ToolCall, change: &mut Change) {
+    fn start_tool_call(
+        &mut self,
+        call: subs_protocol::action::ToolCall,
+        hold: bool,
+        ctx: &Ctx<'_>,
+        change: &mut Change,
+    ) {
         let id = call.id.clone().unwrap_or_else(|| self.mint("call"));
         // A string is the model's raw argument text; anything else is the
         // arguments themselves.
@@ -621,16 +645,117 @@ impl Session {
         let input = tools::check_arguments(tool.as_ref().and_then(|t| t.input.as_ref()), &raw);
         let handler = call.handler.or(tool.as_ref().and_then(|t| t.handler)).unwrap_or(ToolHandler::Worker);
         let mut record = self.new_call(
-            id.clone(),
+            id,
             CallKind::ToolCall,
             Some(handler.into()),
             call.retry.clone(),
             CallSpec::Tool { arguments: raw.clone(), input: input.clone(), output: tool.and_then(|t| t.output) },
+            hold,
         );
         record.call.name = Some(call.name.clone());
         record.call.arguments = Some(raw.clone());
+        self.add_call(record, hold, ctx, change);
+    }
+
+    /// Adds a new call to the turn: held (`queued`) as it is, else started.
+    fn add_call(&mut self, record: CallRecord, hold: bool, ctx: &Ctx<'_>, change: &mut Change) {
+        if hold {
+            self.put_call(record, change);
+        } else {
+            // `begin_try` stores it, with its deadline.
+            let id = record.call.id.clone();
+            self.calls.insert(id.clone(), record);
+            self.begin_try(&id, ctx, change);
+        }
+    }
+
+    /// Starts a try of a pending call: sets its deadline, then hands it
+    /// to whoever runs it (an `llm.execute` or `tool.execute` step, a
+    /// `tool.call` event, a child session's turn; the actor starts
+    /// engine-run LLM calls).
+    pub fn begin_try(&mut self, call_id: &str, ctx: &Ctx<'_>, change: &mut Change) {
+        let Some(mut record) = self.calls.get(call_id).cloned() else { return };
+        let timeout_ms = self.call_timeout_ms(&record, ctx);
+        record.deadline_ms = timeout_ms.map(|t| ctx.now_ms.saturating_add(t));
+        record.call.deadline = record.deadline_ms.map(clock::rfc3339);
+        let (kind, handler, attempt) = (record.call.kind, record.call.handler, record.call.attempt);
         self.put_call(record, change);
-        self.dispatch_tool(&id, change);
+        match kind {
+            CallKind::LlmCall if handler == Some(Handler::Worker) => {
+                self.push_step(StoredTrigger::LlmExecute { call_id: call_id.to_owned(), attempt }, change);
+            }
+            CallKind::LlmCall => {}
+            CallKind::ToolCall => self.dispatch_tool(call_id, change),
+            CallKind::SubAgent => self.start_child(call_id, ctx, change),
+        }
+    }
+
+    /// How long a try of `call` may take (ms): its own retry policy's
+    /// `timeout_secs`, else the agent's, else the engine's default; a
+    /// client tool call and a sub-agent call only by their own policy.
+    fn call_timeout_ms(&self, call: &CallRecord, ctx: &Ctx<'_>) -> Option<u64> {
+        let own = match &call.spec {
+            CallSpec::Llm { action, .. } => action.retry.as_ref(),
+            _ => call.retry.as_ref(),
+        };
+        let own = own.map(|p| ctx.retry_cap.apply(p)).and_then(|p| p.timeout_secs);
+        if call.call.kind == CallKind::SubAgent || call.call.handler == Some(Handler::Client) {
+            return own.map(clock::secs_to_ms);
+        }
+        let agent = self.agent_retry().map(|p| ctx.retry_cap.apply(p)).and_then(|p| p.timeout_secs);
+        Some(own.or(agent).map_or(ctx.call_timeout_ms, clock::secs_to_ms))
+    }
+
+    /// Starts the calls an interrupt held, in the order they were made,
+    /// once no interrupt is open.
+    fn release_queued(&mut self, ctx: &Ctx<'_>, change: &mut Change) {
+        let queued: Vec<String> = self
+            .calls_in_order()
+            .into_iter()
+            .filter(|c| c.call.status == CallStatus::Queued)
+            .map(|c| c.call.id.clone())
+            .collect();
+        for id in queued {
+            if let Some(record) = self.calls.get_mut(&id) {
+                record.call.status = CallStatus::Pending;
+            }
+            self.begin_try(&id, ctx, change);
+        }
+    }
+
+    /// Fails the current try of an in-flight call whose deadline has
+    /// passed (`deadline_exceeded`, retried per the call's policy). The
+    /// step that was to run it is dropped: a worker's late answer to it
+    /// would settle a try that is over.
+    pub fn expire(&mut self, call_id: &str, ctx: &Ctx<'_>, change: &mut Change) {
+        let Some(call) = self.open_call(call_id).filter(|c| c.call.status == CallStatus::Pending).cloned() else {
+            return;
+        };
+        let runs_call = |t: &StoredTrigger| match t {
+            StoredTrigger::LlmExecute { call_id: id, .. } => id == call_id,
+            StoredTrigger::Plain { trigger: Trigger::ToolExecute(t) } => t.id == call_id,
+            _ => false,
+        };
+        let stale: Vec<(u64, StepRecord)> = self.steps.iter().filter(|(_, s)| runs_call(&s.trigger)).cloned().collect();
+        for (seq, step) in stale {
+            self.finish_step(step, seq, StepStatus::Dropped, change);
+        }
+        let what = match call.call.kind {
+            CallKind::LlmCall => "LLM call",
+            CallKind::ToolCall => "tool call",
+            CallKind::SubAgent => "sub-agent call",
+        };
+        let outcome = Outcome::Failed {
+            error: format!(
+                "{what} `{call_id}` was not settled by its deadline ({})",
+                call.call.deadline.as_deref().unwrap_or("unknown")
+            ),
+            retryable: true,
+            code: Some(ErrorCode::DeadlineExceeded),
+            detail: None,
+            retry_after_ms: None,
+        };
+        self.settle(call_id, outcome, ctx, change);
     }
 
     /// Hands a pending tool call to whoever runs it: a `tool.execute` step
@@ -660,50 +785,72 @@ impl Session {
         }
     }
 
-    fn spawn_sub_agent(&mut self, spawn: subs_protocol::action::SubAgentSpawn, ctx: &Ctx<'_>, change: &mut Change) {
-        // The child's first input is the model's arguments for this call.
-        let arguments = self
-            .path()
-            .into_iter()
-            .rev()
-            .flat_map(|m| m.tool_calls.iter().flatten())
-            .find(|c| c.id == spawn.tool_call_id)
-            .map_or_else(|| "{}".to_owned(), |c| c.function.arguments.clone());
+    fn spawn_sub_agent(
+        &mut self,
+        spawn: subs_protocol::action::SubAgentSpawn,
+        hold: bool,
+        ctx: &Ctx<'_>,
+        change: &mut Change,
+    ) {
         let mut record = self.new_call(
             spawn.tool_call_id.clone(),
             CallKind::SubAgent,
             None,
             spawn.retry.clone(),
-            CallSpec::SubAgent { tool_call_id: spawn.tool_call_id.clone() },
+            CallSpec::SubAgent { tool_call_id: spawn.tool_call_id },
+            hold,
         );
-        record.call.agent_id = Some(spawn.agent_id.clone());
-        record.call.session_id = Some(spawn.session_id.clone());
-        self.put_call(record, change);
+        record.call.agent_id = Some(spawn.agent_id);
+        record.call.session_id = Some(spawn.session_id);
+        self.add_call(record, hold, ctx, change);
+    }
 
-        // Over the tenant's session limit the child is not created: the
-        // call fails at once and the agent learns why from its
-        // `sub_agent.finished`.
-        if let Some(error) = ctx.quota.refuse(&self.record.key.tenant, change.created + 1) {
-            let outcome = Outcome::SubAgent { ok: false, result: None, error: Some(error) };
-            self.settle(&spawn.tool_call_id, outcome, ctx, change);
+    /// Starts a try of a sub-agent call: the first creates the child
+    /// session, whose turn is a user message holding the model's
+    /// arguments for the call; a retry starts a new turn of the same
+    /// child from that message, on a branch of its own.
+    fn start_child(&mut self, call_id: &str, ctx: &Ctx<'_>, change: &mut Change) {
+        let Some(call) = self.calls.get(call_id).cloned() else { return };
+        let (Some(agent_id), Some(child_id)) = (call.call.agent_id.clone(), call.call.session_id.clone()) else {
             return;
-        }
-        let child_key = SessionKey::new(&self.record.key.tenant, &spawn.session_id);
-        let mut child = Session::fresh(child_key.clone(), spawn.agent_id, self.record.identity.clone(), ctx.now_ms);
-        child.record.ancestry = self.record.ancestry.iter().cloned().chain([self.record.key.session.clone()]).collect();
-        child.record.parent =
-            Some(ParentLink { session: self.record.key.session.clone(), call_id: spawn.tool_call_id });
-        change.batch.push(Op::PutSession(child.record));
-        change.created += 1;
+        };
+        let arguments = self
+            .path()
+            .into_iter()
+            .rev()
+            .flat_map(|m| m.tool_calls.iter().flatten())
+            .find(|c| c.id == call_id)
+            .map_or_else(|| "{}".to_owned(), |c| c.function.arguments.clone());
+        let child_key = SessionKey::new(&self.record.key.tenant, &child_id);
+        let turn_id = if call.call.attempt == 1 {
+            // Over the tenant's session limit the child is not created:
+            // the call fails at once, without a retry, and the agent
+            // learns why from its `sub_agent.finished`.
+            if let Some(error) = ctx.quota.refuse(&self.record.key.tenant, change.created + 1) {
+                if let Some(record) = self.calls.get_mut(call_id) {
+                    record.retry = None;
+                }
+                let outcome = Outcome::SubAgent { ok: false, result: None, error: Some(error) };
+                self.settle(call_id, outcome, ctx, change);
+                return;
+            }
+            let mut child = Session::fresh(child_key.clone(), agent_id, self.record.identity.clone(), ctx.now_ms);
+            child.record.ancestry =
+                self.record.ancestry.iter().cloned().chain([self.record.key.session.clone()]).collect();
+            child.record.parent =
+                Some(ParentLink { session: self.record.key.session.clone(), call_id: call_id.to_owned() });
+            change.batch.push(Op::PutSession(child.record));
+            change.created += 1;
+            "spawn".to_owned()
+        } else {
+            format!("spawn_{}", call.call.attempt)
+        };
         let start = TurnStart::Messages {
             fork_id: None,
             new: vec![DraftMessage::new(Role::User, arguments)],
             client: ClientContext::default(),
         };
-        change.batch.push(Op::PushInbox {
-            session: child_key.clone(),
-            item: InboxItem::Start { turn_id: "spawn".to_owned(), start },
-        });
+        change.batch.push(Op::PushInbox { session: child_key.clone(), item: InboxItem::Start { turn_id, start } });
         change.wake.push(child_key);
     }
 
@@ -711,13 +858,22 @@ impl Session {
 
     /// Settles a call (or schedules its retry), producing the trigger that
     /// reports it.
+    /// The call stays in the turn's `calls`, `completed` or `failed`,
+    /// until the turn ends.
     pub fn settle(&mut self, call_id: &str, outcome: Outcome, ctx: &Ctx<'_>, change: &mut Change) {
-        let Some(call) = self.calls.get(call_id).cloned() else { return };
+        let Some(call) = self.open_call(call_id).cloned() else { return };
         let outcome = checked_outcome(&call, outcome);
         if self.schedule_retry(&call, &outcome, ctx, change) {
             return;
         }
-        self.remove_call(call_id, change);
+        let mut settled = call.clone();
+        settled.call.status = match &outcome {
+            Outcome::ToolOk(_) | Outcome::LlmOk(_) | Outcome::SubAgent { ok: true, .. } => CallStatus::Completed,
+            Outcome::SubAgent { ok: false, .. } | Outcome::Failed { .. } => CallStatus::Failed,
+        };
+        settled.retry_at_ms = None;
+        settled.deadline_ms = None;
+        self.put_call(settled, change);
         if let Outcome::LlmOk(response) = &outcome {
             self.account(response.usage.as_ref(), response.cost.as_deref(), change);
         }
@@ -734,32 +890,34 @@ impl Session {
     /// Schedules the next try of `call` when `outcome` is a retryable
     /// failure and the call's retry policy has tries left: after its
     /// backoff, or the provider's `retry_after`, whichever is later.
+    /// A sub-agent whose turn failed is re-run the same way.
     fn schedule_retry(&mut self, call: &CallRecord, outcome: &Outcome, ctx: &Ctx<'_>, change: &mut Change) -> bool {
-        let Outcome::Failed { retryable: true, retry_after_ms, .. } = outcome else { return false };
+        let retry_after_ms = match outcome {
+            Outcome::Failed { retryable: true, retry_after_ms, .. } => retry_after_ms,
+            Outcome::SubAgent { ok: false, .. } => &None,
+            _ => return false,
+        };
         let policy = call.retry.as_ref().map(|p| ctx.retry_cap.apply(p)).filter(|p| call.call.attempt <= p.max_retries);
         let Some(policy) = policy else { return false };
         let backoff = clock::secs_to_ms(policy.backoff_secs(call.call.attempt));
         let mut record = call.clone();
         record.call.status = CallStatus::RetryScheduled;
         record.retry_at_ms = Some(ctx.now_ms + backoff.max(retry_after_ms.unwrap_or(0)));
+        record.deadline_ms = None;
+        record.call.deadline = None;
         self.put_call(record, change);
         true
     }
 
     /// Starts the next try of a call whose backoff has passed.
-    pub fn retry_call(&mut self, call_id: &str, change: &mut Change) {
-        let Some(mut record) = self.calls.get(call_id).cloned() else { return };
+    pub fn retry_call(&mut self, call_id: &str, ctx: &Ctx<'_>, change: &mut Change) {
+        let Some(record) = self.calls.get_mut(call_id).filter(|c| c.call.status == CallStatus::RetryScheduled) else {
+            return;
+        };
         record.call.attempt += 1;
         record.call.status = CallStatus::Pending;
         record.retry_at_ms = None;
-        let is_worker_llm = record.call.kind == CallKind::LlmCall && record.call.handler == Some(Handler::Worker);
-        let attempt = record.call.attempt;
-        self.put_call(record, change);
-        if is_worker_llm {
-            self.push_step(StoredTrigger::LlmExecute { call_id: call_id.to_owned(), attempt }, change);
-        } else {
-            self.dispatch_tool(call_id, change);
-        }
+        self.begin_try(call_id, ctx, change);
     }
 
     // ---- the inbox -----------------------------------------------------------
@@ -769,7 +927,7 @@ impl Session {
         change.batch.push(Op::DeleteInbox { session: self.key().clone(), seq });
         match item {
             InboxItem::SubAgentFinished { call_id, ok, result, error } => {
-                if self.calls.contains_key(&call_id) {
+                if self.open_call(&call_id).is_some_and(|c| c.call.status == CallStatus::Pending) {
                     self.settle(&call_id, Outcome::SubAgent { ok, result, error }, ctx, change);
                 }
             }
@@ -912,6 +1070,7 @@ mod tests {
             retry_cap: &cap,
             default_stream: false,
             now_ms: NOW,
+            call_timeout_ms: 300_000,
             quota: &NoLimit,
         })
     }
@@ -927,6 +1086,8 @@ mod tests {
         let call = json!({"id": id, "kind": kind, "status": "pending", "attempt": 1, "name": "add", "session_id": format!("s.{id}")});
         CallRecord {
             call: serde_json::from_value(call).unwrap(),
+            order: 0,
+            deadline_ms: None,
             turn_id: Some("t1".to_owned()),
             retry,
             retry_at_ms: None,
@@ -977,7 +1138,7 @@ mod tests {
             let mut change = Change::default();
             session.put_call(call("c1", "tool_call", tool_spec(Some(schema)), Some(retry)), &mut change);
             session.settle("c1", Outcome::ToolOk(json!({"total": 3})), ctx, &mut change);
-            assert!(session.calls.is_empty(), "settled, not retried");
+            assert_eq!(session.calls["c1"].call.status, CallStatus::Failed, "settled, not retried");
             let Trigger::ToolFinished(done) = pushed_trigger(&session) else { panic!("a tool.finished step") };
             assert!(!done.ok);
             assert!(done.error.unwrap().contains("does not match the tool's output schema"));
@@ -1003,7 +1164,8 @@ mod tests {
             let mut change = Change::default();
             session.put_call(call("c1", "tool_call", tool_spec(None), None), &mut change);
             session.settle("c1", failed(true, None), ctx, &mut change);
-            assert!(session.calls.is_empty());
+            assert_eq!(session.calls["c1"].call.status, CallStatus::Failed, "kept, settled, until the turn ends");
+            assert_eq!(session.open_calls().count(), 0);
             assert!(matches!(pushed_trigger(&session), Trigger::ToolFinished(done) if !done.ok));
         });
     }

@@ -60,6 +60,7 @@ impl Env {
             retry_cap: &config.retry_cap,
             default_stream: config.default_stream,
             now_ms: config.clock.now_ms(),
+            call_timeout_ms: u64::try_from(config.call_timeout.as_millis()).unwrap_or(u64::MAX),
             quota: &self.tenants,
         }
     }

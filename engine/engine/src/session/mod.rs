@@ -52,7 +52,8 @@ pub(crate) struct Session {
     pub record: SessionRecord,
     /// Every message.
     pub tree: Tree,
-    /// Calls in flight, by id.
+    /// The open turn's calls, by id: queued, in flight, and settled ones
+    /// (kept, as `completed` or `failed`, until the turn ends).
     pub calls: BTreeMap<String, CallRecord>,
     /// Steps not yet finished, in order.
     pub steps: VecDeque<(u64, StepRecord)>,
@@ -167,9 +168,41 @@ impl Session {
         tools
     }
 
-    /// In-flight tool and sub-agent calls.
+    /// Tool and sub-agent calls not settled yet (queued or in flight).
     pub fn pending_calls(&self) -> usize {
-        self.calls.values().filter(|c| c.call.kind != CallKind::LlmCall).count()
+        self.open_calls().filter(|c| c.call.kind != CallKind::LlmCall).count()
+    }
+
+    /// The calls not settled yet: queued, in flight, or waiting for a
+    /// retry.
+    pub fn open_calls(&self) -> impl Iterator<Item = &CallRecord> {
+        self.calls.values().filter(|c| !is_settled(c))
+    }
+
+    /// The call `id`, if it is not settled yet.
+    pub fn open_call(&self, id: &str) -> Option<&CallRecord> {
+        self.calls.get(id).filter(|c| !is_settled(c))
+    }
+
+    /// Whether an interrupt is open: the branch is paused, and only
+    /// `interrupt.resumed` and the execution of calls already in flight
+    /// are delivered (see docs/loop.md, "Interrupts").
+    pub fn paused(&self) -> bool {
+        !self.record.interrupts.is_empty()
+    }
+
+    /// The step to deliver next: an `interrupt.resumed` first (a resume is
+    /// answered at once), else, while paused, the first step that runs a
+    /// call already in flight (`tool.execute`, `llm.execute`), else the
+    /// first step.
+    pub fn next_step(&self) -> Option<&(u64, StepRecord)> {
+        let resumed = |t: &StoredTrigger| matches!(t, StoredTrigger::Plain { trigger: Trigger::InterruptResumed(_) });
+        let executes = |t: &StoredTrigger| {
+            matches!(t, StoredTrigger::LlmExecute { .. } | StoredTrigger::Plain { trigger: Trigger::ToolExecute(_) })
+        };
+        self.steps.iter().find(|(_, s)| resumed(&s.trigger)).or_else(|| {
+            if self.paused() { self.steps.iter().find(|(_, s)| executes(&s.trigger)) } else { self.steps.front() }
+        })
     }
 
     /// Whether steps after `seq` will settle tool or sub-agent calls: those
@@ -217,13 +250,18 @@ impl Session {
         self.record.budget.as_deref().and_then(|b| b.parse().ok())
     }
 
-    /// Recomputes the status from what is open and in flight.
+    /// Recomputes the status from what is open and in flight: `waiting`
+    /// while an interrupt is open, or while only clients and sub-agents
+    /// can move the turn.
     pub fn refresh_status(&mut self) {
         self.record.status = if self.record.turn.is_none() {
             SessionStatus::Idle
-        } else if self.steps.is_empty()
-            && self.calls.values().all(|c| c.call.handler == Some(Handler::Client) || c.call.kind == CallKind::SubAgent)
-            && (!self.record.interrupts.is_empty() || !self.calls.is_empty())
+        } else if self.paused()
+            || (self.steps.is_empty()
+                && self.open_calls().next().is_some()
+                && self
+                    .open_calls()
+                    .all(|c| c.call.handler == Some(Handler::Client) || c.call.kind == CallKind::SubAgent))
         {
             SessionStatus::Waiting
         } else {
@@ -232,12 +270,10 @@ impl Session {
     }
 
     /// Whether the open turn has nothing left: no step to decide, no call
-    /// in flight, no interrupt open. Such a turn ends as if by `done`.
+    /// queued or in flight, no interrupt open. Such a turn ends as if by
+    /// `done`.
     pub fn turn_is_exhausted(&self) -> bool {
-        self.record.turn.is_some()
-            && self.steps.is_empty()
-            && self.calls.is_empty()
-            && self.record.interrupts.is_empty()
+        self.record.turn.is_some() && self.steps.is_empty() && self.open_calls().next().is_none() && !self.paused()
     }
 
     // ---- writes ------------------------------------------------------------
@@ -435,7 +471,7 @@ impl Session {
             proposed,
             state: self.record.state.clone(),
             agent: self.record.agent.clone(),
-            calls: self.calls.values().map(|c| c.call.clone()).collect(),
+            calls: self.calls_in_order().into_iter().map(|c| c.call.clone()).collect(),
             pending_calls: u32::try_from(self.pending_calls()).unwrap_or(u32::MAX),
             messages,
             message_tree,
@@ -448,21 +484,34 @@ impl Session {
 }
 
 impl Session {
-    /// A new call, pending on its first try, anchored at the head of the
-    /// active path and belonging to the open turn.
+    /// The open turn's calls in the order they were created.
+    pub fn calls_in_order(&self) -> Vec<&CallRecord> {
+        let mut calls: Vec<&CallRecord> = self.calls.values().collect();
+        calls.sort_by_key(|c| c.order);
+        calls
+    }
+
+    /// A new call, pending on its first try (or `queued`, when `held`),
+    /// anchored at the head of the active path and belonging to the open
+    /// turn.
     pub fn new_call(
-        &self,
+        &mut self,
         id: String,
         kind: CallKind,
         handler: Option<Handler>,
         retry: Option<RetryPolicy>,
         spec: CallSpec,
+        held: bool,
     ) -> CallRecord {
+        let order = self.record.next.call;
+        self.record.next.call += 1;
         CallRecord {
+            order,
+            deadline_ms: None,
             call: Call {
                 id,
                 kind,
-                status: CallStatus::Pending,
+                status: if held { CallStatus::Queued } else { CallStatus::Pending },
                 attempt: 1,
                 deadline: None,
                 anchor: self.record.head_id.clone(),
@@ -479,6 +528,12 @@ impl Session {
             spec,
         }
     }
+}
+
+/// Whether a call is settled (`completed` or `failed`): kept in the open
+/// turn's `calls` for workers to see, but no longer in flight.
+pub(crate) fn is_settled(call: &CallRecord) -> bool {
+    matches!(call.call.status, CallStatus::Completed | CallStatus::Failed)
 }
 
 /// Adds the numbers of `add` into `total`, field by field.

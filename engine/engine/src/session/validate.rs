@@ -35,6 +35,7 @@ pub(crate) async fn validate(
     let mut settled = HashSet::new();
     let mut new_calls = HashSet::new();
     let mut done_at = None;
+    let mut interrupt_at = None;
     for (i, action) in decision.actions().iter().enumerate() {
         let at = |rule: String| format!("actions[{i}] ({}): {rule}", action.kind());
         if let Some(done) = done_at {
@@ -87,7 +88,8 @@ pub(crate) async fn validate(
                     return Err(at(format!("session_id `{}` is not a valid id", spawn.session_id)));
                 }
                 let child = SessionKey::new(&session.record.key.tenant, &spawn.session_id);
-                if store.session(&child).await.map_err(|e| at(e.to_string()))?.is_some() {
+                let queued = session.open_calls().any(|c| c.call.session_id.as_deref() == Some(&spawn.session_id));
+                if queued || store.session(&child).await.map_err(|e| at(e.to_string()))?.is_some() {
                     return Err(at(format!("session `{}` already exists", spawn.session_id)));
                 }
                 check_new_call_id(session, &spawn.tool_call_id, &mut new_calls).map_err(at)?;
@@ -98,6 +100,7 @@ pub(crate) async fn validate(
                 }
             }
             Action::Interrupt(interrupt) => {
+                interrupt_at.get_or_insert(i);
                 if let Some(id) = &interrupt.interrupt_id {
                     if !valid_id(id) {
                         return Err(at(format!("interrupt_id `{id}` is not a valid id")));
@@ -107,7 +110,15 @@ pub(crate) async fn validate(
                     }
                 }
             }
-            Action::Done(_) => done_at = Some(i),
+            Action::Done(_) => {
+                if let Some(interrupt) = interrupt_at {
+                    return Err(at(format!(
+                        "a decision that opens an interrupt (actions[{interrupt}]) cannot end the turn: the \
+                         interrupt pauses the turn until it is resumed"
+                    )));
+                }
+                done_at = Some(i);
+            }
         }
     }
 
@@ -151,9 +162,12 @@ fn check_settle(
             ));
         }
     };
-    let Some(call) = session.calls.get(id) else {
+    let Some(call) = session.open_call(id) else {
         return Err(format!("call `{id}` is not in flight"));
     };
+    if call.call.status == subs_protocol::CallStatus::Queued {
+        return Err(format!("call `{id}` is queued behind an open interrupt and has not started"));
+    }
     if call.call.kind != kind {
         return Err(format!("call `{id}` is a {:?} call, not a {kind:?} call", call.call.kind));
     }
@@ -176,7 +190,7 @@ fn check_new_call_id(session: &Session, id: &str, new_calls: &mut HashSet<String
     if !valid_id(id) {
         return Err(format!("call id `{id}` is not a valid id"));
     }
-    if session.calls.contains_key(id) || !new_calls.insert(id.to_owned()) {
+    if session.open_call(id).is_some() || !new_calls.insert(id.to_owned()) {
         return Err(format!("a call with id `{id}` is already in flight"));
     }
     Ok(())

@@ -5,6 +5,9 @@
 //! - `interrupt …`: records the message and raises an interrupt instead of
 //!   calling the model; `interrupt.resumed` then answers with the payload
 //!   and ends the turn;
+//! - `hold …`: raises the interrupt `hold` and calls `add` with 2 and 3 in
+//!   the same decision (the call waits for the resume); once resumed the
+//!   ordinary loop goes on;
 //! - `invalid …`: answers with a decision that settles a call that is not
 //!   in flight, which the engine must reject every time;
 //! - `count …`: counts the turn in its state (`{"turns": n}`);
@@ -88,6 +91,24 @@ impl Agent for Scenario {
                         payload: Some(json!({"question": text})),
                     };
                     Ok(decision.with_action(interrupt))
+                } else if text.starts_with("hold") {
+                    // A call made by the decision that opens an interrupt
+                    // waits, queued, for the resume.
+                    let interrupt = subs_sdk::action::Interrupt {
+                        interrupt_id: Some("hold".to_owned()),
+                        reason: "hold the call".to_owned(),
+                        payload: None,
+                    };
+                    let add = subs_sdk::action::ToolCall {
+                        id: None,
+                        name: "add".to_owned(),
+                        arguments: json!({"a": 2, "b": 3}),
+                        handler: None,
+                        retry: None,
+                    };
+                    let mut decision = request.proposed;
+                    decision.actions = None;
+                    Ok(decision.with_action(interrupt).with_action(add))
                 } else if text.starts_with("invalid") {
                     Ok(DecisionResponse::new().with_action(subs_sdk::action::ToolResult {
                         id: Some("nope".to_owned()),
@@ -113,6 +134,8 @@ impl Agent for Scenario {
             Trigger::ClientAction(action) if action.name == "ping" => {
                 Ok(DecisionResponse::new().with_message(DraftMessage::assistant("pong")).with_action(Action::done()))
             }
+            // The held call runs now: the ordinary loop takes it from here.
+            Trigger::InterruptResumed(resumed) if resumed.interrupt_id == "hold" => Ok(request.proposed),
             Trigger::InterruptResumed(resumed) => {
                 let payload = resumed.payload.clone().unwrap_or(Value::Null);
                 Ok(DecisionResponse::new()
