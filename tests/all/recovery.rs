@@ -140,6 +140,32 @@ async fn a_restarted_engine_resumes_a_waiting_session() {
     assert_eq!(t.transcript("wait").await, ["user: interrupt me", r#"assistant: resumed with "ok""#]);
 }
 
+#[tokio::test]
+async fn a_call_held_by_an_interrupt_stays_queued_across_a_restart() {
+    let t = TestEngine::start().await;
+    let turn = t.send("held", "scenario", "hold it").await;
+    let mut events = t.engine.subscribe(TENANT, "held").unwrap();
+    while t.snapshot("held").await.record.status != subs_engine::store::SessionStatus::Waiting {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv()).await;
+    }
+    let dir = t.crash().await;
+    let t = TestEngine::start_in(dir).await;
+    let calls = t.snapshot("held").await.calls;
+    let statuses: Vec<_> = calls.iter().map(|c| c.call.status).collect();
+    assert_eq!(statuses, [subs_protocol::CallStatus::Queued], "still held after the restart");
+    let resume = subs_protocol::ClientInput::InterruptResume(subs_protocol::client::InterruptResume {
+        interrupt_id: "hold".to_owned(),
+        payload: None,
+    });
+    t.engine.input(TENANT, "held", resume, Default::default()).await.unwrap();
+    assert_eq!(t.wait("held", &turn).await.status, TurnStatus::Done);
+    let transcript = t.transcript("held").await;
+    assert_eq!(
+        transcript[..2],
+        ["user: hold it".to_owned(), format!("tool: {{\"sum\":5.0}} (answers {})", calls[0].call.id)]
+    );
+}
+
 /// Records each delivery's `attempts`; answers `proposed`, or never (a
 /// delivery the coming crash cuts short) when `hang` is set.
 struct Attempts {

@@ -1170,6 +1170,104 @@ mod tests {
         });
     }
 
+    fn resume(session: &mut Session, id: &str, ctx: &Ctx<'_>, change: &mut Change) {
+        let input = ClientInput::InterruptResume(subs_protocol::client::InterruptResume {
+            interrupt_id: id.to_owned(),
+            payload: None,
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(session.accept_input(input, ctx, change)).expect("the interrupt is open");
+    }
+
+    #[test]
+    fn calls_made_with_an_interrupt_wait_queued_until_the_last_resume_then_start_in_order() {
+        with_ctx(|ctx| {
+            let mut session = session();
+            let mut change = Change::default();
+            let seq = session.push_step(StoredTrigger::Plain { trigger: Trigger::SessionStart }, &mut change);
+            let step = session.steps[0].1.clone();
+            let tool = |id: &str| {
+                Action::ToolCall(subs_protocol::action::ToolCall {
+                    id: Some(id.to_owned()),
+                    name: "add".to_owned(),
+                    arguments: json!({}),
+                    handler: None,
+                    retry: None,
+                })
+            };
+            let interrupt = |id: &str| {
+                Action::Interrupt(subs_protocol::action::Interrupt {
+                    interrupt_id: Some(id.to_owned()),
+                    reason: "wait".to_owned(),
+                    payload: None,
+                })
+            };
+            let decision = DecisionResponse::new()
+                .with_action(tool("b"))
+                .with_action(interrupt("i1"))
+                .with_action(interrupt("i2"))
+                .with_action(tool("a"));
+            session.apply_decision(seq, step, decision, &Trigger::SessionStart, ctx, &mut change);
+            for id in ["a", "b"] {
+                let call = &session.calls[id].call;
+                assert_eq!((call.status, call.deadline.as_deref()), (CallStatus::Queued, None), "{id}");
+            }
+            assert!(session.steps.is_empty(), "nothing runs a queued call");
+            session.refresh_status();
+            assert_eq!(session.record.status, SessionStatus::Waiting);
+
+            // The first resume is delivered; the calls stay held.
+            resume(&mut session, "i1", ctx, &mut change);
+            assert!(
+                matches!(session.next_step().map(|(_, s)| &s.trigger), Some(StoredTrigger::Plain { trigger: Trigger::InterruptResumed(r) }) if r.interrupt_id == "i1")
+            );
+            assert_eq!(session.calls["a"].call.status, CallStatus::Queued);
+
+            // The last one starts them in the order they were made, each
+            // with its deadline; its own trigger goes first.
+            resume(&mut session, "i2", ctx, &mut change);
+            let executes: Vec<String> = session
+                .steps
+                .iter()
+                .filter_map(|(_, s)| match &s.trigger {
+                    StoredTrigger::Plain { trigger: Trigger::ToolExecute(t) } => Some(t.id.clone()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(executes, ["b", "a"]);
+            let deadline = clock::rfc3339(NOW + 300_000);
+            assert_eq!(session.calls["a"].call.deadline.as_deref(), Some(deadline.as_str()));
+            assert!(
+                matches!(session.next_step().map(|(_, s)| &s.trigger), Some(StoredTrigger::Plain { trigger: Trigger::InterruptResumed(r) }) if r.interrupt_id == "i1")
+            );
+        });
+    }
+
+    #[test]
+    fn an_expired_try_drops_its_execute_step_and_is_retried_with_a_new_deadline() {
+        with_ctx(|ctx| {
+            let mut session = session();
+            let mut change = Change::default();
+            let retry =
+                RetryPolicy { timeout_secs: Some(2.0), max_retries: 1, backoff_base_secs: 1.0, backoff_max_secs: 1.0 };
+            session.add_call(call("c1", "tool_call", tool_spec(None), Some(retry)), false, ctx, &mut change);
+            assert_eq!(session.calls["c1"].deadline_ms, Some(NOW + 2_000));
+            assert_eq!(session.steps.len(), 1, "its tool.execute");
+            session.expire("c1", ctx, &mut change);
+            assert!(session.steps.is_empty(), "the expired try's tool.execute is dropped");
+            let record = &session.calls["c1"];
+            assert_eq!((record.call.status, record.call.deadline.as_deref()), (CallStatus::RetryScheduled, None));
+            session.retry_call("c1", ctx, &mut change);
+            let Trigger::ToolExecute(execute) = pushed_trigger(&session) else { panic!("a new tool.execute") };
+            assert_eq!((execute.attempt, execute.deadline), (2, Some(clock::rfc3339(NOW + 2_000))));
+            // Past its retries, the expiry settles the call as failed.
+            session.expire("c1", ctx, &mut change);
+            assert_eq!(session.calls["c1"].call.status, CallStatus::Failed);
+            let Trigger::ToolFinished(done) = pushed_trigger(&session) else { panic!("a tool.finished") };
+            assert!(done.error.unwrap().contains("not settled by its deadline"));
+        });
+    }
+
     #[test]
     fn ending_a_turn_drops_its_calls_steps_and_interrupts_and_cancels_children() {
         with_ctx(|ctx| {
