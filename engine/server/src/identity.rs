@@ -44,6 +44,15 @@ pub fn check(identity: &WorkerIdentity, field: &str) -> Result<(), ApiError> {
                 format!("metadata key `{shown}…` is {} bytes: keys are 1 to {MAX_METADATA_BYTES}", key.len()),
             ));
         }
+        if key.chars().any(char::is_control) {
+            return Err(ApiError::invalid(format!("{field}.metadata"), "metadata keys have no control characters"));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(ApiError::invalid(
+                format!("{field}.metadata.{key}"),
+                "metadata values have no control characters",
+            ));
+        }
         if value.len() > MAX_METADATA_BYTES {
             return Err(ApiError::invalid(
                 format!("{field}.metadata.{key}"),
@@ -83,6 +92,8 @@ mod tests {
         assert_eq!(field(&identity(None, &[(&longer, "v")])).as_deref(), Some("identity.metadata"));
         assert_eq!(field(&identity(None, &[("", "v")])).as_deref(), Some("identity.metadata"));
         assert_eq!(field(&identity(None, &[("plan", &longer)])).as_deref(), Some("identity.metadata.plan"));
+        assert_eq!(field(&identity(None, &[("plan", "a\u{7}")])).as_deref(), Some("identity.metadata.plan"));
+        assert_eq!(field(&identity(None, &[("a\tb", "v")])).as_deref(), Some("identity.metadata"));
         let keys: Vec<String> = (0..=MAX_METADATA_ENTRIES).map(|n| format!("k{n}")).collect();
         let many: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "v")).collect();
         assert_eq!(field(&identity(None, &many)).as_deref(), Some("identity.metadata"));
