@@ -274,6 +274,21 @@ impl Engine {
         self.env.store.sessions_page(tenant, after, limit).await
     }
 
+    /// At most `limit` sessions of `tenant` owned by `identity` (their
+    /// identity's id), with ids after `after`, ordered by id, looking at
+    /// no more than `scan` of the tenant's sessions: see
+    /// [`Store::sessions_of_identity`].
+    pub async fn sessions_of_identity(
+        &self,
+        tenant: &str,
+        identity: &str,
+        after: Option<&str>,
+        limit: usize,
+        scan: usize,
+    ) -> Result<crate::store::FilteredPage, StoreError> {
+        self.env.store.sessions_of_identity(tenant, identity, after, limit, scan).await
+    }
+
     /// How many sessions `tenant` has, spawned ones included. Counted in
     /// the store once per tenant, then kept in memory as sessions are
     /// created, so checking a quota on every new session costs nothing.

@@ -867,6 +867,17 @@ pub fn client_input() -> BoxedStrategy<ClientInput> {
     prop_oneof![client_message, client_messages, client_action, interrupt_resume, tool_result, tool_error,].boxed()
 }
 
+/// Any [`PostedInput`](crate::PostedInput): any input, with an identity
+/// when it is one that may carry one.
+pub fn posted_input() -> BoxedStrategy<crate::PostedInput> {
+    (client_input(), option::of(worker_identity()))
+        .prop_map(|(input, identity)| {
+            let identity = identity.filter(|_| crate::PostedInput::takes_identity(&input));
+            crate::PostedInput { input, identity }
+        })
+        .boxed()
+}
+
 // ---- session events ----------------------------------------------------
 
 /// Any [`SessionEvent`](crate::SessionEvent), all seven kinds. Optional

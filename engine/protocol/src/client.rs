@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::json::tagged_union;
-use crate::{ClientContext, DraftMessage};
+use crate::{ClientContext, DraftMessage, WorkerIdentity};
 
 /// What a client sends a session. Tagged by `"type"` on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -137,4 +137,83 @@ pub struct ToolError {
     /// The try it answers; omitted: the current one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
+}
+
+/// A [`ClientInput`] as a client posts it to a session: the input, and
+/// the `identity` of the session's owner, a field beside the input's own
+/// on the wire:
+///
+/// ```json
+/// {"type": "client.message", "agent_id": "a", "message": {…}, "identity": {"id": "user-1"}}
+/// ```
+///
+/// Only the inputs that create a session (`client.message`,
+/// `client.messages`, `client.action`) take an `identity`; it is the
+/// owner of the session they create, which workers see in every
+/// decision request. The input itself never holds it: the engine takes
+/// the owner beside the input, when the session is created.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PostedInput {
+    /// The input.
+    pub input: ClientInput,
+    /// The owner of the session the input creates, if it names one.
+    pub identity: Option<WorkerIdentity>,
+}
+
+impl PostedInput {
+    /// The input without an identity.
+    pub fn new(input: ClientInput) -> Self {
+        Self { input, identity: None }
+    }
+
+    /// Whether this kind of input may carry an identity: one that can
+    /// create a session.
+    pub fn takes_identity(input: &ClientInput) -> bool {
+        matches!(input, ClientInput::ClientMessage(_) | ClientInput::ClientMessages(_) | ClientInput::ClientAction(_))
+    }
+}
+
+impl From<ClientInput> for PostedInput {
+    fn from(input: ClientInput) -> Self {
+        Self::new(input)
+    }
+}
+
+impl Serialize for PostedInput {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error as _, SerializeMap as _};
+        let Value::Object(fields) = crate::to_value(&self.input) else {
+            return Err(S::Error::custom("a client input is a JSON object"));
+        };
+        let mut map = serializer.serialize_map(Some(fields.len() + usize::from(self.identity.is_some())))?;
+        for (key, value) in &fields {
+            map.serialize_entry(key, value)?;
+        }
+        if let Some(identity) = &self.identity {
+            map.serialize_entry("identity", identity)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for PostedInput {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut value = Value::deserialize(deserializer)?;
+        let identity = match value.as_object_mut().and_then(|fields| fields.remove("identity")) {
+            None | Some(Value::Null) => None,
+            Some(identity) => Some(
+                crate::from_value::<WorkerIdentity>(identity).map_err(|e| D::Error::custom(e.in_field("identity")))?,
+            ),
+        };
+        let input: ClientInput = crate::from_value(value).map_err(D::Error::custom)?;
+        if identity.is_some() && !Self::takes_identity(&input) {
+            return Err(D::Error::custom(format_args!(
+                "identity: `{}` takes no identity: only the inputs that create a session (client.message, \
+                 client.messages, client.action) do",
+                input.kind()
+            )));
+        }
+        Ok(Self { input, identity })
+    }
 }

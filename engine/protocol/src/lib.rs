@@ -52,7 +52,7 @@ pub mod wit;
 pub mod arbitrary;
 
 pub use action::Action;
-pub use client::ClientInput;
+pub use client::{ClientInput, PostedInput};
 pub use config::{AgentConfig, AgentTool, Handler, LlmFormat, LlmHandler, RetryPolicy, SubAgent, ToolHandler};
 pub use decision::{Call, CallKind, CallStatus, DecisionRequest, DecisionResponse, WorkerIdentity};
 pub use error::ProtocolError;

@@ -365,6 +365,41 @@ fn arrays_are_not_objects() {
     assert_eq!(err.field(), Some("state"), "{err}");
 }
 
+/// A posted input's `identity` is read with the input: its errors name
+/// `identity.…`, and an input that creates no session takes none.
+#[test]
+fn a_posted_inputs_identity_is_checked_with_the_input() {
+    use subs_protocol::PostedInput;
+    let message = r#""type":"client.message","agent_id":"a","message":{"role":"user","content":"hi"}"#;
+    let posted: PostedInput =
+        from_json(&format!(r#"{{{message},"identity":{{"id":"u1","metadata":{{"plan":"pro"}}}}}}"#)).unwrap();
+    assert_eq!(posted.identity.as_ref().and_then(|i| i.id.as_deref()), Some("u1"));
+    assert!(matches!(posted.input, ClientInput::ClientMessage(_)));
+    let bare: PostedInput = from_json(&format!(r#"{{{message},"identity":null}}"#)).unwrap();
+    assert_eq!(bare.identity, None);
+    assert_error::<PostedInput>(
+        &format!(r#"{{{message},"identity":{{"id":5}}}}"#),
+        Some("identity.id"),
+        &["invalid type"],
+    );
+    assert_error::<PostedInput>(
+        &format!(r#"{{{message},"identity":{{"metadata":{{"k":1}}}}}}"#),
+        Some("identity.metadata.k"),
+        &["invalid type"],
+    );
+    assert_error::<PostedInput>(&format!(r#"{{{message},"identity":[]}}"#), Some("identity"), &["invalid type"]);
+    assert_error::<PostedInput>(
+        r#"{"type":"tool.error","id":"c","error":"no","retryable":false,"identity":{"id":"u1"}}"#,
+        Some("identity"),
+        &["tool.error", "takes no identity"],
+    );
+    assert_error::<PostedInput>(
+        r#"{"type":"client.message","agent_id":"a","identity":{}}"#,
+        None,
+        &["missing field `message`"],
+    );
+}
+
 // ---- bad JSON -----------------------------------------------------------
 
 #[test]

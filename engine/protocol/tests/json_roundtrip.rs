@@ -72,6 +72,11 @@ proptest! {
     }
 
     #[test]
+    fn posted_input(v in arbitrary::posted_input()) {
+        round_trip(&v)?;
+    }
+
+    #[test]
     fn stream_delta(v in arbitrary::stream_delta()) {
         round_trip(&v)?;
     }

@@ -16,6 +16,13 @@
 //! Browsers' `EventSource` cannot set headers, so the events endpoint also
 //! takes `?token=`: a token minted by `POST /v1/tokens`, valid for a few
 //! minutes, signed with a secret that lives only in this process.
+//!
+//! `POST /v1/tokens` with a body mints an **end-user token** instead: the
+//! same signature over the tenant, an expiry, an identity and optionally
+//! one session. It reaches only the sessions of its identity (and of its
+//! session, when it names one), through the routes that take a [`Caller`]:
+//! input, snapshots, listing, cancel and events. Every route that takes a
+//! [`Tenant`] or the [`Operator`] refuses it with 403.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -24,8 +31,10 @@ use std::time::Duration;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use hmac::{Hmac, KeyInit, Mac};
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use subs_engine::store::KeyRecord;
+use subs_engine::store::{KeyRecord, SessionRecord, valid_id};
+use subs_protocol::WorkerIdentity;
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -35,6 +44,61 @@ pub const LOCAL_TENANT: &str = "local";
 
 /// How long an event-stream token lives.
 pub const TOKEN_TTL: Duration = Duration::from_secs(300);
+
+/// How long an end-user token lives unless its `ttl_secs` says.
+pub const USER_TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
+
+/// The longest `ttl_secs` an end-user token may ask for.
+pub const MAX_USER_TOKEN_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How an end-user token starts, which tells it from keys and
+/// event-stream tokens.
+pub const USER_TOKEN_PREFIX: &str = "subs_user_";
+
+/// An end user: who an end-user token stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndUser {
+    /// The tenant whose key minted the token.
+    pub tenant: String,
+    /// The owner of the sessions the token reaches, and of those it
+    /// creates. Always has an id.
+    pub identity: WorkerIdentity,
+    /// The one session the token reaches, when it names one.
+    pub session_id: Option<String>,
+}
+
+impl EndUser {
+    /// The identity's id.
+    pub fn id(&self) -> &str {
+        self.identity.id.as_deref().unwrap_or_default()
+    }
+
+    /// Whether the token may name session `session_id` at all (its own
+    /// session, when it names one).
+    pub fn may_name(&self, session_id: &str) -> bool {
+        self.session_id.as_deref().is_none_or(|own| own == session_id)
+    }
+
+    /// Whether the token reaches the session `record`: one the token may
+    /// name, owned by its identity.
+    pub fn may_reach(&self, record: &SessionRecord) -> bool {
+        self.may_name(&record.key.session) && record.identity.id.as_deref() == Some(self.id())
+    }
+}
+
+/// What an end-user token carries, signed.
+#[derive(Serialize, Deserialize)]
+struct Claims {
+    /// The tenant.
+    t: String,
+    /// Expiry, Unix seconds.
+    e: u64,
+    /// The identity.
+    i: WorkerIdentity,
+    /// The one session, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    s: Option<String>,
+}
 
 /// Where a tenant key comes from, which says how it can be revoked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
@@ -162,10 +226,54 @@ impl Keys {
     }
 
     fn sign(&self, tenant: &str, expires: u64) -> String {
+        self.mac(&format!("{tenant}.{expires}"))
+    }
+
+    /// The HMAC of `message` under this process's token secret: the one
+    /// signer of every token.
+    fn mac(&self, message: &str) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.token_secret).expect("HMAC takes any key length");
-        mac.update(format!("{tenant}.{expires}").as_bytes());
+        mac.update(message.as_bytes());
         hex::encode(mac.finalize().into_bytes())
     }
+
+    /// An end-user token for `user`, valid until `expires` (Unix seconds):
+    /// [`USER_TOKEN_PREFIX`], the claims as hex of their JSON, `.`, and
+    /// their signature.
+    pub fn user_token(&self, user: &EndUser, expires: u64) -> String {
+        let claims =
+            Claims { t: user.tenant.clone(), e: expires, i: user.identity.clone(), s: user.session_id.clone() };
+        let payload = hex::encode(serde_json::to_vec(&claims).expect("claims are JSON"));
+        format!("{USER_TOKEN_PREFIX}{payload}.{}", self.mac(&user_message(&payload)))
+    }
+
+    /// The end user of a valid, unexpired end-user token.
+    pub fn user_of_token(&self, token: &str, now: u64) -> Option<EndUser> {
+        let (payload, mac) = token.strip_prefix(USER_TOKEN_PREFIX)?.split_once('.')?;
+        let expected = self.mac(&user_message(payload));
+        if !constant_time_eq(mac.as_bytes(), expected.as_bytes()) {
+            return None;
+        }
+        let claims: Claims = serde_json::from_slice(&hex::decode(payload).ok()?).ok()?;
+        (claims.e >= now && claims.i.id.is_some()).then_some(EndUser {
+            tenant: claims.t,
+            identity: claims.i,
+            session_id: claims.s,
+        })
+    }
+
+    /// Whether `tenant` has a key (of the store or the config file): an
+    /// end-user token works only while its tenant does.
+    pub fn has_tenant(&self, tenant: &str) -> bool {
+        self.read().values().any(|(k, _)| k.tenant == tenant)
+    }
+}
+
+/// What an end-user token's signature covers. A `/` appears in no
+/// event-stream token's signed text (a tenant name and digits), so no
+/// signature of one kind is ever one of the other.
+fn user_message(payload: &str) -> String {
+    format!("user/{payload}")
 }
 
 /// Hex SHA-256 of a key, as stored.
@@ -218,21 +326,58 @@ impl FromRequestParts<Arc<AppState>> for Tenant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, ApiError> {
-        authenticate(parts, state, false)
+        let caller = authenticate(parts, state, Accept { users: false, stream_tokens: false })?;
+        Ok(Tenant(caller.tenant))
     }
 }
 
-/// The calling tenant for event streams: a bearer key, or a `token` query
-/// parameter from `POST /v1/tokens`.
+/// Who calls a session route: a tenant (by its key), or an end user (by an
+/// end-user token, as `Authorization: Bearer` or `?token=`), who reaches
+/// only the sessions [`EndUser::may_reach`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamTenant(pub String);
+pub struct Caller {
+    /// The tenant.
+    pub tenant: String,
+    /// The end user, when an end-user token authenticated the request.
+    pub user: Option<EndUser>,
+}
 
-impl FromRequestParts<Arc<AppState>> for StreamTenant {
+impl Caller {
+    /// Whether the caller reaches the session `record`: every session of
+    /// its tenant for a key, its own for an end user.
+    pub fn may_reach(&self, record: &SessionRecord) -> bool {
+        self.user.as_ref().is_none_or(|user| user.may_reach(record))
+    }
+}
+
+impl FromRequestParts<Arc<AppState>> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, ApiError> {
-        authenticate(parts, state, true).map(|Tenant(t)| StreamTenant(t))
+        authenticate(parts, state, Accept { users: true, stream_tokens: false })
     }
+}
+
+/// The caller of an event stream: a [`Caller`], or a tenant by an
+/// event-stream token from `POST /v1/tokens` as `?token=`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamCaller(pub Caller);
+
+impl FromRequestParts<Arc<AppState>> for StreamCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        authenticate(parts, state, Accept { users: true, stream_tokens: true }).map(StreamCaller)
+    }
+}
+
+/// The credentials a route takes besides tenant keys.
+#[derive(Debug, Clone, Copy)]
+struct Accept {
+    /// End-user tokens (refused with 403 otherwise).
+    users: bool,
+    /// Event-stream tokens as `?token=`.
+    stream_tokens: bool,
 }
 
 /// The key of `Authorization: Bearer <key>`, if the header is there.
@@ -246,14 +391,52 @@ fn bearer(parts: &Parts) -> Result<Option<&str>, ApiError> {
     Ok(Some(key.trim()))
 }
 
-fn authenticate(parts: &Parts, state: &AppState, token_allowed: bool) -> Result<Tenant, ApiError> {
+/// The `token` query parameter, if any.
+fn query_token(parts: &Parts) -> Option<&str> {
+    parts.uri.query().into_iter().flat_map(|q| q.split('&')).find_map(|kv| kv.strip_prefix("token="))
+}
+
+/// The end user of the request's end-user token (bearer or `?token=`), if
+/// it presents one; 401 when it is invalid, expired, or its tenant has
+/// no key left.
+fn end_user(parts: &Parts, keys: &Keys) -> Result<Option<EndUser>, ApiError> {
+    let token = match bearer(parts)? {
+        Some(key) => Some(key),
+        None => query_token(parts),
+    };
+    let Some(token) = token.filter(|t| t.starts_with(USER_TOKEN_PREFIX)) else { return Ok(None) };
+    let user = keys
+        .user_of_token(token, subs_engine::clock::now_ms() / 1000)
+        .filter(|user| keys.is_open() || keys.has_tenant(&user.tenant))
+        .ok_or_else(|| ApiError::unauthorized("the end-user token is invalid or expired"))?;
+    Ok(Some(user))
+}
+
+/// 403 for an end-user token on a route it may not use.
+fn not_for_end_users() -> ApiError {
+    ApiError::forbidden(
+        "an end-user token reaches only its own sessions (input, snapshots, listing, cancel, events); this route \
+         takes the tenant's key",
+    )
+}
+
+fn authenticate(parts: &Parts, state: &AppState, accept: Accept) -> Result<Caller, ApiError> {
     let keys = &state.keys;
+    // An end-user token is honoured even by a server without keys: it only
+    // ever narrows what the request reaches.
+    if let Some(user) = end_user(parts, keys)? {
+        if !accept.users {
+            return Err(not_for_end_users());
+        }
+        return Ok(Caller { tenant: user.tenant.clone(), user: Some(user) });
+    }
+    let tenant = |tenant: String| Caller { tenant, user: None };
     if keys.is_open() {
-        return Ok(Tenant(LOCAL_TENANT.to_owned()));
+        return Ok(tenant(LOCAL_TENANT.to_owned()));
     }
     if let Some(key) = bearer(parts)? {
-        if let Some(tenant) = keys.tenant_of(key) {
-            return Ok(Tenant(tenant));
+        if let Some(name) = keys.tenant_of(key) {
+            return Ok(tenant(name));
         }
         if keys.is_admin(key) {
             return Err(ApiError::forbidden(
@@ -262,14 +445,13 @@ fn authenticate(parts: &Parts, state: &AppState, token_allowed: bool) -> Result<
         }
         return Err(ApiError::unauthorized("unknown API key"));
     }
-    if token_allowed {
-        let token = parts.uri.query().into_iter().flat_map(|q| q.split('&')).find_map(|kv| kv.strip_prefix("token="));
-        if let Some(token) = token {
-            return keys
-                .tenant_of_token(token, subs_engine::clock::now_ms() / 1000)
-                .map(Tenant)
-                .ok_or_else(|| ApiError::unauthorized("the token is invalid or expired"));
-        }
+    if accept.stream_tokens
+        && let Some(token) = query_token(parts)
+    {
+        return keys
+            .tenant_of_token(token, subs_engine::clock::now_ms() / 1000)
+            .map(tenant)
+            .ok_or_else(|| ApiError::unauthorized("the token is invalid or expired"));
     }
     Err(ApiError::unauthorized("an API key is required: `Authorization: Bearer <key>`"))
 }
@@ -286,6 +468,9 @@ impl FromRequestParts<Arc<AppState>> for Operator {
         let keys = &state.keys;
         if !keys.admin_enabled() {
             return Err(ApiError::admin_disabled());
+        }
+        if end_user(parts, keys)?.is_some() {
+            return Err(not_for_end_users());
         }
         let Some(key) = bearer(parts)? else {
             return Err(ApiError::unauthorized("the admin API needs the operator key: `Authorization: Bearer <key>`"));
@@ -334,6 +519,59 @@ mod tests {
         assert_eq!(keys.tenant_of_token("garbage", 0), None);
         let other = Keys::new([]);
         assert_eq!(other.tenant_of_token(&token, 99), None, "another process's secret");
+    }
+
+    #[test]
+    fn user_tokens_carry_their_claims_expire_and_cannot_be_forged() {
+        let keys = keys();
+        let user = EndUser {
+            tenant: "acme".to_owned(),
+            identity: WorkerIdentity {
+                id: Some("alice".to_owned()),
+                metadata: Some([("plan".to_owned(), "pro".to_owned())].into()),
+            },
+            session_id: Some("s1".to_owned()),
+        };
+        let token = keys.user_token(&user, 100);
+        assert!(token.starts_with(USER_TOKEN_PREFIX));
+        assert_eq!(keys.user_of_token(&token, 100), Some(user.clone()));
+        assert_eq!(keys.user_of_token(&token, 101), None, "expired");
+        let (payload, mac) = token.split_once('.').unwrap();
+        let mut other = user.clone();
+        other.identity.id = Some("mallory".to_owned());
+        let forged_payload = keys.user_token(&other, 100).split_once('.').unwrap().0.to_owned();
+        assert_eq!(keys.user_of_token(&format!("{forged_payload}.{mac}"), 0), None, "another identity, same mac");
+        assert_eq!(keys.user_of_token(&format!("{payload}.00"), 0), None, "a wrong signature");
+        assert_eq!(keys.user_of_token(&token, 0).map(|u| u.id().to_owned()).as_deref(), Some("alice"));
+        assert_eq!(Keys::new([]).user_of_token(&token, 0), None, "another process's secret");
+        assert_eq!(keys.user_of_token("subs_user_zz.00", 0), None, "not hex");
+        assert_eq!(keys.tenant_of_token(&token, 0), None, "not an event-stream token");
+        assert_eq!(keys.user_of_token(&keys.token("acme", 100), 0), None, "an event-stream token is no user's");
+        assert!(keys.has_tenant("acme") && !keys.has_tenant("other"));
+    }
+
+    #[test]
+    fn an_end_user_reaches_only_sessions_of_its_identity_and_session() {
+        use subs_engine::store::SessionKey;
+        let record = |session: &str, owner: Option<&str>| {
+            let mut r = subs_engine::store::conformance::sample::session(
+                &SessionKey::new("acme", session),
+                subs_engine::store::SessionStatus::Idle,
+            );
+            r.identity.id = owner.map(str::to_owned);
+            r
+        };
+        let alice = |session: Option<&str>| EndUser {
+            tenant: "acme".to_owned(),
+            identity: WorkerIdentity { id: Some("alice".to_owned()), metadata: None },
+            session_id: session.map(str::to_owned),
+        };
+        assert!(alice(None).may_reach(&record("s1", Some("alice"))));
+        assert!(!alice(None).may_reach(&record("s1", Some("bob"))));
+        assert!(!alice(None).may_reach(&record("s1", None)), "a session without an owner is the tenant's");
+        assert!(alice(Some("s1")).may_reach(&record("s1", Some("alice"))));
+        assert!(!alice(Some("s1")).may_reach(&record("s2", Some("alice"))), "only the token's session");
+        assert!(Caller { tenant: "acme".to_owned(), user: None }.may_reach(&record("s1", Some("bob"))));
     }
 
     #[test]
@@ -397,28 +635,90 @@ mod tests {
     }
 }
 
-/// A short-lived token for event streams.
+/// A short-lived token: for event streams, or for an end user.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct Token {
-    /// Pass as `?token=` to `GET /v1/sessions/{id}/events`.
+    /// Pass as `?token=` to `GET /v1/sessions/{id}/events`; an end-user
+    /// token also as `Authorization: Bearer` (or `?token=`) on the session
+    /// routes it may use.
     pub token: String,
     /// When it stops working (Unix seconds).
     pub expires_at: u64,
+    /// An end-user token's identity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub identity: Option<WorkerIdentity>,
+    /// The one session an end-user token reaches, when it names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
-/// Mints a token that authenticates the calling tenant's event streams for
-/// five minutes, for clients (browsers' `EventSource`) that cannot send an
-/// `Authorization` header.
+/// What `POST /v1/tokens` takes to mint an end-user token.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenRequest {
+    /// The end user: the owner of the sessions the token reaches and
+    /// creates. Its `id` is required.
+    #[schema(value_type = Object)]
+    pub identity: WorkerIdentity,
+    /// The one session the token reaches; every session of the identity
+    /// when absent.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// How long the token lives, in seconds: 1 to 86,400 (24 hours);
+    /// default 900 (15 minutes).
+    #[serde(default)]
+    pub ttl_secs: Option<u64>,
+}
+
+/// Mints a short-lived token. Without a body: a token that authenticates
+/// the calling tenant's event streams as `?token=` for five minutes, for
+/// clients (browsers' `EventSource`) that cannot send an `Authorization`
+/// header. With a body `{identity, session_id?, ttl_secs?}`: an end-user
+/// token, which reaches only the sessions of that identity (see
+/// docs/security.md).
 #[utoipa::path(
     post,
     path = "/v1/tokens",
-    responses((status = 200, body = Token), (status = 401, body = crate::error::ErrorBody)),
+    request_body(content = Option<TokenRequest>, description = "Optional: mints an end-user token", content_type = "application/json"),
+    responses(
+        (status = 200, body = Token),
+        (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody),
+        (status = 403, description = "An end-user token cannot mint tokens", body = crate::error::ErrorBody),
+    ),
     tag = "auth"
 )]
 pub async fn mint_token(
     axum::extract::State(state): axum::extract::State<Arc<AppState>>,
     Tenant(tenant): Tenant,
-) -> axum::Json<Token> {
-    let expires_at = subs_engine::clock::now_ms() / 1000 + TOKEN_TTL.as_secs();
-    axum::Json(Token { token: state.keys.token(&tenant, expires_at), expires_at })
+    body: axum::body::Body,
+) -> Result<axum::Json<Token>, ApiError> {
+    let now = subs_engine::clock::now_ms() / 1000;
+    let limit = state.config.limits(&tenant).max_body_bytes;
+    let Some(request) = crate::body::optional_json::<TokenRequest>(body, limit).await? else {
+        let expires_at = now + TOKEN_TTL.as_secs();
+        let token = state.keys.token(&tenant, expires_at);
+        return Ok(axum::Json(Token { token, expires_at, identity: None, session_id: None }));
+    };
+    crate::identity::check(&request.identity, "identity")?;
+    if request.identity.id.is_none() {
+        return Err(ApiError::invalid("identity.id", "an end-user token's identity needs an `id`"));
+    }
+    if let Some(session) = request.session_id.as_deref().filter(|s| !valid_id(s)) {
+        return Err(ApiError::invalid(
+            "session_id",
+            format!("`{session}` is not a valid session id (1-128 of A-Z a-z 0-9 _ - . :)"),
+        ));
+    }
+    let max = MAX_USER_TOKEN_TTL.as_secs();
+    let ttl = match request.ttl_secs {
+        None => USER_TOKEN_TTL.as_secs(),
+        Some(ttl) if (1..=max).contains(&ttl) => ttl,
+        Some(ttl) => return Err(ApiError::invalid("ttl_secs", format!("{ttl} is not from 1 to {max} seconds"))),
+    };
+    let user = EndUser { tenant, identity: request.identity, session_id: request.session_id };
+    let expires_at = now + ttl;
+    let token = state.keys.user_token(&user, expires_at);
+    Ok(axum::Json(Token { token, expires_at, identity: Some(user.identity), session_id: user.session_id }))
 }

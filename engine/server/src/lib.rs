@@ -7,7 +7,9 @@
 //! # Layout
 //!
 //! - [`error`]: the one error shape and the status of every failure.
-//! - [`auth`]: API keys, tenants, the operator, event-stream tokens.
+//! - [`auth`]: API keys, tenants, the operator, event-stream and end-user
+//!   tokens.
+//! - [`identity`]: session owners and their bounds.
 //! - [`tenants`]: limits as they are now: the config file's, with the
 //!   operator's changes over them.
 //! - [`admin`]: the operator's API: tenants, their limits, their keys.
@@ -27,6 +29,7 @@ pub mod auth;
 pub mod body;
 pub mod budgets;
 pub mod error;
+pub mod identity;
 pub mod metrics;
 pub mod openapi;
 pub mod sessions;

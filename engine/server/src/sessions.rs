@@ -11,10 +11,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::Value;
 use subs_engine::store::{OpenInterrupt, SessionRecord, SessionStatus, valid_id};
-use subs_protocol::{AgentConfig, Call, ClientInput, Message, MessageTree, WorkerIdentity};
+use subs_protocol::{AgentConfig, Call, ClientInput, Message, MessageTree, PostedInput, WorkerIdentity};
 use utoipa::ToSchema;
 
-use crate::auth::Tenant;
+use crate::auth::Caller;
 use crate::body;
 use crate::error::{ApiError, ErrorBody};
 use crate::{AppState, stream};
@@ -90,6 +90,9 @@ pub struct SessionSummary {
     pub status: SessionStatus,
     /// Ancestor session ids (non-empty for sub-agent sessions).
     pub ancestry: Vec<String>,
+    /// The session's owner (`WorkerIdentity`; `{}` when none was given).
+    #[schema(value_type = Object)]
+    pub identity: WorkerIdentity,
     /// Creation time (Unix ms).
     pub created_ms: u64,
     /// Last change (Unix ms).
@@ -103,6 +106,7 @@ impl From<&SessionRecord> for SessionSummary {
             agent_id: r.agent_id.clone(),
             status: r.status,
             ancestry: r.ancestry.clone(),
+            identity: r.identity.clone(),
             created_ms: r.created_ms,
             updated_ms: r.updated_ms,
         }
@@ -118,8 +122,11 @@ pub struct Cancelled {
 
 /// Sends input to a session: a `ClientInput` (see docs/protocol.md).
 /// `client.message`, `client.messages` and `client.action` create the
-/// session on first use; with `"stream": true` the answer is the turn's
-/// event stream instead of `202`.
+/// session on first use, owned by their `identity` if they carry one (or
+/// by an end-user token's identity, whatever the body says); with
+/// `"stream": true` the answer is the turn's event stream instead of
+/// `202`. A session's identity never changes: an input naming another one
+/// for an existing session is refused with 409.
 #[utoipa::path(
     post,
     path = "/v1/sessions/{session_id}/input",
@@ -131,7 +138,7 @@ pub struct Cancelled {
         (status = 400, description = "Malformed input", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, description = "Unknown session or agent", body = ErrorBody),
-        (status = 409, description = "Nothing waits with that id; another agent's session", body = ErrorBody),
+        (status = 409, description = "Nothing waits with that id; another agent's session; another identity than the session's", body = ErrorBody),
         (status = 413, body = ErrorBody),
         (status = 429, description = "The tenant's session limit; with \"stream\": true, its limit of open event streams", body = ErrorBody),
     ),
@@ -139,13 +146,40 @@ pub struct Cancelled {
 )]
 pub async fn input(
     State(state): State<Arc<AppState>>,
-    Tenant(tenant): Tenant,
+    caller: Caller,
     Path(session_id): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let tenant = caller.tenant.clone();
     let limits = state.config.limits(&tenant);
-    let input: ClientInput = body::json(body, limits.max_body_bytes).await?;
+    let PostedInput { input, identity } = body::json(body, limits.max_body_bytes).await?;
+    if caller.user.as_ref().is_some_and(|user| !user.may_name(&session_id)) {
+        return Err(ApiError::no_session(&session_id));
+    }
     let existing = state.engine.session_record(&tenant, &session_id).await?;
+    if let Some(existing) = existing.as_ref().filter(|r| !caller.may_reach(r)) {
+        return Err(ApiError::no_session(&existing.key.session));
+    }
+    // An end user's sessions are its token's identity's, whatever the body
+    // says; a tenant's, what its input names (checked, and fixed once
+    // the session exists).
+    let identity = match (&caller.user, identity) {
+        (Some(user), _) => Some(user.identity.clone()),
+        (None, Some(identity)) => {
+            crate::identity::check(&identity, "identity")?;
+            if let Some(existing) = existing.as_ref().filter(|r| r.identity != identity) {
+                return Err(ApiError {
+                    field: Some("identity".to_owned()),
+                    ..ApiError::conflict(format!(
+                        "session `{}` belongs to another identity; a session's identity never changes",
+                        existing.key.session
+                    ))
+                });
+            }
+            Some(identity)
+        }
+        (None, None) => None,
+    };
 
     let (agent_id, wants_stream) = match &input {
         ClientInput::ClientMessage(m) => (Some(&m.agent_id), m.stream == Some(true)),
@@ -172,7 +206,7 @@ pub async fn input(
     // with all its streams open is refused without its input being
     // accepted, so retrying it later cannot send it twice.
     let live = if wants_stream { Some(stream::subscribe(&state.engine, &tenant, &session_id)?) } else { None };
-    let accepted = state.engine.input(&tenant, &session_id, input, WorkerIdentity::default()).await?;
+    let accepted = state.engine.input(&tenant, &session_id, input, identity.unwrap_or_default()).await?;
     match (&accepted.turn_id, live) {
         (Some(turn_id), Some(live)) => {
             let from = if accepted.existing { None } else { after };
@@ -196,11 +230,15 @@ pub async fn input(
 )]
 pub async fn snapshot(
     State(state): State<Arc<AppState>>,
-    Tenant(tenant): Tenant,
+    caller: Caller,
     Path(session_id): Path<String>,
 ) -> Result<Json<SessionView>, ApiError> {
-    let snapshot =
-        state.engine.snapshot(&tenant, &session_id).await?.ok_or_else(|| ApiError::no_session(&session_id))?;
+    let snapshot = state
+        .engine
+        .snapshot(&caller.tenant, &session_id)
+        .await?
+        .filter(|snapshot| caller.may_reach(&snapshot.record))
+        .ok_or_else(|| ApiError::no_session(&session_id))?;
     let r = snapshot.record;
     Ok(Json(SessionView {
         session_id: r.key.session,
@@ -226,15 +264,22 @@ pub const MAX_PAGE: usize = 1000;
 /// How many sessions a page holds unless its `limit` says otherwise.
 pub const DEFAULT_PAGE: usize = 100;
 
+/// How many sessions one page of a listing filtered by `identity` looks
+/// at, at most: a page of an owner with few sessions among many may hold
+/// fewer than `limit`, even none, and still name a next one.
+pub const MAX_SCAN: usize = 10 * MAX_PAGE;
+
 /// The tenant's sessions, ordered by id, a page at a time: `limit` of them
-/// (default 100, at most 1000) after the id `after`. When more follow, the
-/// `Link` header names the next page (`rel="next"`).
+/// (default 100, at most 1000) after the id `after`; with `identity`, only
+/// those of that owner (an end-user token lists only its own). When more
+/// may follow, the `Link` header names the next page (`rel="next"`).
 #[utoipa::path(
     get,
     path = "/v1/sessions",
     params(
         ("limit" = Option<usize>, Query, description = "sessions per page, 1 to 1000 (default 100)"),
         ("after" = Option<String>, Query, description = "the id after which the page starts"),
+        ("identity" = Option<String>, Query, description = "only the sessions whose identity has this id"),
     ),
     responses(
         (status = 200, body = Vec<SessionSummary>, headers(("link" = String, description = "the next page, when there is one"))),
@@ -245,9 +290,10 @@ pub const DEFAULT_PAGE: usize = 100;
 )]
 pub async fn list(
     State(state): State<Arc<AppState>>,
-    Tenant(tenant): Tenant,
+    caller: Caller,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
+    let tenant = &caller.tenant;
     let bad = |field: &str, message: String| ApiError {
         field: Some(field.to_owned()),
         ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", message)
@@ -263,14 +309,45 @@ pub async fn list(
     if let Some(after) = after.filter(|after| !valid_id(after)) {
         return Err(bad("after", format!("`{after}` is not a session id")));
     }
-    // One more than the page, to know whether another follows.
-    let mut sessions = state.engine.sessions_page(&tenant, after, limit + 1).await?;
-    let more = sessions.len() > limit;
-    sessions.truncate(limit);
-    let next = match sessions.last() {
-        Some(last) if more => Some(format!("</v1/sessions?limit={limit}&after={}>; rel=\"next\"", last.key.session)),
-        _ => None,
+    let identity = match query.get("identity") {
+        Some(id) if id.is_empty() || id.len() > crate::identity::MAX_ID_BYTES => {
+            return Err(bad("identity", format!("an identity id is 1 to {} bytes", crate::identity::MAX_ID_BYTES)));
+        }
+        other => other.map(String::as_str),
     };
+    let (sessions, next_after) = match (&caller.user, identity) {
+        // An end user lists its own sessions; naming another owner lists
+        // nothing, as that owner's sessions do not exist for it.
+        (Some(user), Some(id)) if id != user.id() => (Vec::new(), None),
+        (Some(user), _) => match &user.session_id {
+            // A token for one session lists that one, if it is its own.
+            Some(own) => {
+                let record = state.engine.session_record(tenant, own).await?;
+                let past = |r: &SessionRecord| after.is_none_or(|after| r.key.session.as_str() > after);
+                (record.filter(|r| user.may_reach(r) && past(r)).into_iter().collect(), None)
+            }
+            None => {
+                let page = state.engine.sessions_of_identity(tenant, user.id(), after, limit, MAX_SCAN).await?;
+                (page.sessions, page.next_after)
+            }
+        },
+        (None, Some(id)) => {
+            let page = state.engine.sessions_of_identity(tenant, id, after, limit, MAX_SCAN).await?;
+            (page.sessions, page.next_after)
+        }
+        (None, None) => {
+            // One more than the page, to know whether another follows.
+            let mut sessions = state.engine.sessions_page(tenant, after, limit + 1).await?;
+            let more = sessions.len() > limit;
+            sessions.truncate(limit);
+            let next = sessions.last().filter(|_| more).map(|last| last.key.session.clone());
+            (sessions, next)
+        }
+    };
+    let next = next_after.map(|after| {
+        let filter = identity.map(|id| format!("&identity={}", percent_encode(id))).unwrap_or_default();
+        format!("</v1/sessions?limit={limit}&after={after}{filter}>; rel=\"next\"")
+    });
     let page: Vec<SessionSummary> = sessions.iter().map(SessionSummary::from).collect();
     let mut response = Json(page).into_response();
     if let Some(link) = next.and_then(|link| HeaderValue::from_str(&link).ok()) {
@@ -291,12 +368,27 @@ pub async fn list(
 )]
 pub async fn cancel(
     State(state): State<Arc<AppState>>,
-    Tenant(tenant): Tenant,
+    caller: Caller,
     Path(session_id): Path<String>,
 ) -> Result<Json<Cancelled>, ApiError> {
-    if !state.engine.session_exists(&tenant, &session_id).await? {
+    let record = state.engine.session_record(&caller.tenant, &session_id).await?;
+    if !record.is_some_and(|r| caller.may_reach(&r)) {
         return Err(ApiError::no_session(&session_id));
     }
-    let cancelled = state.engine.cancel(&tenant, &session_id).await?;
+    let cancelled = state.engine.cancel(&caller.tenant, &session_id).await?;
     Ok(Json(Cancelled { cancelled }))
+}
+
+/// `text` with every byte outside the unreserved characters of RFC 3986
+/// percent-encoded, for a query parameter's value.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }

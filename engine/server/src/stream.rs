@@ -30,7 +30,7 @@ use subs_engine::follow::{Follow, FollowError};
 use subs_protocol::{EventKind, SessionEvent};
 
 use crate::AppState;
-use crate::auth::StreamTenant;
+use crate::auth::StreamCaller;
 use crate::error::{ApiError, ErrorBody};
 
 /// How often an idle stream sends a comment, so proxies keep it open.
@@ -41,7 +41,8 @@ pub type EventStream = Sse<axum::response::sse::KeepAliveStream<BoxStream<'stati
 
 /// The session's events: those stored after `Last-Event-ID` (or
 /// `?after=N`; all when neither is given), then live ones as they happen.
-/// Browsers may authenticate with `?token=` from `POST /v1/tokens`.
+/// Browsers may authenticate with `?token=` from `POST /v1/tokens` (an
+/// event-stream token, or an end-user token for its own sessions).
 #[utoipa::path(
     get,
     path = "/v1/sessions/{session_id}/events",
@@ -62,14 +63,16 @@ pub type EventStream = Sse<axum::response::sse::KeepAliveStream<BoxStream<'stati
 )]
 pub async fn events(
     State(state): State<Arc<AppState>>,
-    StreamTenant(tenant): StreamTenant,
+    StreamCaller(caller): StreamCaller,
     Path(session_id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<EventStream, ApiError> {
-    if !state.engine.session_exists(&tenant, &session_id).await? {
+    let record = state.engine.session_record(&caller.tenant, &session_id).await?;
+    if !record.is_some_and(|r| caller.may_reach(&r)) {
         return Err(ApiError::no_session(&session_id));
     }
+    let tenant = caller.tenant;
     let header = headers.get("last-event-id").map(|v| v.to_str().unwrap_or("not text"));
     let after = match header.or(query.get("after").map(String::as_str)) {
         None => None,

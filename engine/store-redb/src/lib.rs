@@ -103,9 +103,9 @@ use tokio::sync::oneshot;
 #[allow(unused_imports)]
 use self::{encode::*, read::*, recovery::*, schema::*, writer::*};
 use subs_store::{
-    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, MessageRecord, Op,
-    SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats,
-    TenantRecord, TurnRecord, ready,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, FilteredPage, IdentityScan, InboxItem, KeyRecord,
+    LoadedSession, MessageRecord, Op, SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin,
+    StoreError, StoreResult, StoreStats, TenantRecord, TurnRecord, ready,
 };
 
 /// The most batches one write transaction takes. Bounds how long the first
@@ -354,6 +354,17 @@ impl Store for RedbStore {
         limit: usize,
     ) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
         ready(self.read_page_of_sessions(tenant, after, limit))
+    }
+
+    fn sessions_of_identity<'a>(
+        &'a self,
+        tenant: &'a str,
+        identity: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+        scan: usize,
+    ) -> BoxFuture<'a, StoreResult<FilteredPage>> {
+        ready(self.read_sessions_of_identity(tenant, identity, after, limit, scan))
     }
 
     fn session_count<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, StoreResult<u64>> {

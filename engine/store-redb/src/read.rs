@@ -33,6 +33,31 @@ impl RedbStore {
         self.scan_sessions(Some(tenant), after, limit)
     }
 
+    pub(crate) fn read_sessions_of_identity(
+        &self,
+        tenant: &str,
+        identity: &str,
+        after: Option<&str>,
+        limit: usize,
+        scan: usize,
+    ) -> Result<FilteredPage, StoreError> {
+        self.read(|txn| {
+            let table = open_read(txn, LOG, name::LOG)?;
+            let mut filter = IdentityScan::new(identity, limit, scan);
+            // In one tenant's prefix, storage keys are in session id order;
+            // each record is decoded to read its owner (no index of owners
+            // is kept), which `scan` bounds.
+            each_session(&table, Some(tenant), after, |session| {
+                let Some(record) = table.get((session, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))? else {
+                    return Ok(ControlFlow::Continue(()));
+                };
+                let record = decode::<SessionRecord>(name::SESSIONS, record.value())?;
+                Ok(filter.offer(&record))
+            })?;
+            Ok(filter.finish())
+        })
+    }
+
     pub(crate) fn read_session_count(&self, tenant: &str) -> Result<u64, StoreError> {
         self.read(|txn| {
             let table = open_read(txn, LOG, name::LOG)?;

@@ -32,6 +32,8 @@
 //!   when its commit returns;
 //! - **recovery**: `unfinished` follows status and inbox, across reopen;
 //! - **paging**: `sessions_page` and `session_count` agree with `sessions`;
+//! - **owners**: `sessions_of_identity` pages through one tenant's sessions
+//!   of one owner, looking at no more than its `scan` per page;
 //! - **event replay**: `events` from every id and with every page size
 //!   returns exactly the events after it;
 //! - **inbox numbers** increase across the store and across reopens, and
@@ -74,6 +76,7 @@ pub async fn run<B: Backend>(backend: &mut B) {
     concurrent_commits_all_land(backend).await;
     unfinished_follows_status_and_inbox_across_reopen(backend).await;
     events_replay_from_every_id(backend).await;
+    sessions_are_filtered_by_owner_within_a_bounded_scan(backend).await;
     inbox_numbers_keep_increasing_across_reopen(backend).await;
     agents_and_keys_are_kept_per_tenant(backend).await;
     tenants_are_kept_replaced_and_removed(backend).await;
@@ -263,6 +266,60 @@ async fn assert_full_batch(property: &str, store: &dyn Store, key: &SessionKey) 
     assert_eq!(store.turn(key, "turn-1").await.unwrap(), Some(turn(TurnStatus::Running)), "{}", at("turn"));
     let inbox: Vec<_> = store.inbox(key).await.unwrap().into_iter().map(|(_, i)| i).collect();
     assert_eq!(inbox, [item("hello")], "{}", at("inbox"));
+}
+
+async fn sessions_are_filtered_by_owner_within_a_bounded_scan<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: sessions are filtered by owner within a bounded scan";
+    let store = backend.open().await;
+    let owned = |id: &str, owner: Option<&str>| {
+        let mut record = sample::session(&key(id), SessionStatus::Idle);
+        record.identity.id = owner.map(str::to_owned);
+        Op::PutSession(record)
+    };
+    // Of t1's sessions a0..a9, alice owns a1, a4, a5 and a8; `alice` of
+    // another tenant, and `alice2` (a prefix match), are not hers.
+    let mut ops = Vec::new();
+    for n in 0..10 {
+        let owner = match n {
+            1 | 4 | 5 | 8 => Some("alice"),
+            2 => Some("alice2"),
+            3 => Some("bob"),
+            _ => None,
+        };
+        ops.push(owned(&format!("a{n}"), owner));
+    }
+    let mut elsewhere = sample::session(&SessionKey::new("t", "a0"), SessionStatus::Idle);
+    elsewhere.identity.id = Some("alice".to_owned());
+    ops.push(Op::PutSession(elsewhere));
+    store.commit(batch(ops)).await.unwrap();
+
+    let page = async |identity, after, limit, scan| {
+        let page = store.sessions_of_identity("t1", identity, after, limit, scan).await.unwrap();
+        let ids: Vec<String> = page.sessions.into_iter().map(|record| record.key.session).collect();
+        (ids, page.next_after)
+    };
+    let ids = |ids: &[&str]| ids.iter().map(|id| (*id).to_owned()).collect::<Vec<_>>();
+    let next = |id: &str| Some(id.to_owned());
+    assert_eq!(page("alice", None, 10, 100).await, (ids(&["a1", "a4", "a5", "a8"]), None), "{P}: every one");
+    assert_eq!(page("alice", None, 2, 100).await, (ids(&["a1", "a4"]), next("a4")), "{P}: a full page");
+    assert_eq!(page("alice", Some("a4"), 2, 100).await, (ids(&["a5", "a8"]), next("a8")), "{P}: the next page");
+    assert_eq!(page("alice", Some("a8"), 2, 100).await, (ids(&[]), None), "{P}: the last page");
+    // The scan stops after `scan` sessions, matching or not, and says
+    // where it stopped.
+    assert_eq!(page("alice", None, 10, 3).await, (ids(&["a1"]), next("a2")), "{P}: a bounded scan");
+    assert_eq!(page("alice", Some("a2"), 10, 1).await, (ids(&[]), next("a3")), "{P}: a scan with no match");
+    assert_eq!(
+        page("alice", Some("a3x"), 10, 3).await,
+        (ids(&["a4", "a5"]), next("a6")),
+        "{P}: after an id not stored"
+    );
+    assert_eq!(page("bob", None, 10, 100).await, (ids(&["a3"]), None), "{P}: another owner");
+    assert_eq!(page("carol", None, 10, 100).await, (ids(&[]), None), "{P}: no such owner");
+    assert_eq!(page("alice", Some("a9"), 10, 100).await, (ids(&[]), None), "{P}: after the last");
+    assert_eq!(page("alice", None, 0, 100).await, (ids(&[]), None), "{P}: an empty page");
+    let other = store.sessions_of_identity("t", "alice", None, 10, 100).await.unwrap();
+    assert_eq!(other.sessions.len(), 1, "{P}: tenant t");
+    assert_eq!(store.sessions_of_identity("nobody", "alice", None, 10, 100).await.unwrap().sessions.len(), 0, "{P}");
 }
 
 async fn reads_return_what_the_ops_wrote<B: Backend>(backend: &mut B) {

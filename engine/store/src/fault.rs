@@ -29,9 +29,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::{
-    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, MessageRecord,
-    SessionKey, SessionRecord, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats, TenantRecord,
-    TurnRecord,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, FilteredPage, InboxItem, KeyRecord, LoadedSession,
+    MessageRecord, SessionKey, SessionRecord, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats,
+    TenantRecord, TurnRecord,
 };
 
 /// A [`Store`] that passes everything to `inner` until it is told to
@@ -219,6 +219,17 @@ impl<S: Store> Store for FaultyStore<S> {
         limit: usize,
     ) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
         self.inner.sessions_page(tenant, after, limit)
+    }
+
+    fn sessions_of_identity<'a>(
+        &'a self,
+        tenant: &'a str,
+        identity: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+        scan: usize,
+    ) -> BoxFuture<'a, StoreResult<FilteredPage>> {
+        self.inner.sessions_of_identity(tenant, identity, after, limit, scan)
     }
 
     fn unfinished(&self) -> BoxFuture<'_, StoreResult<Vec<SessionKey>>> {

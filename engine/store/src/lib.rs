@@ -270,6 +270,33 @@ pub trait Store: StoreAdmin + Send + Sync + 'static {
         })
     }
 
+    /// At most `limit` sessions of `tenant` whose owner is `identity` (the
+    /// id of their [`WorkerIdentity`](subs_protocol::WorkerIdentity)), with
+    /// ids after `after` (from the first when `None`), ordered by id,
+    /// looking at no more than `scan` of the tenant's sessions: a page of a
+    /// listing filtered by owner, whose cost is bounded by `scan` however
+    /// few sessions match. [`IdentityScan`] is the rule; a backend feeds it
+    /// its sessions in id order.
+    fn sessions_of_identity<'a>(
+        &'a self,
+        tenant: &'a str,
+        identity: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+        scan: usize,
+    ) -> BoxFuture<'a, StoreResult<FilteredPage>> {
+        Box::pin(async move {
+            let mut filter = IdentityScan::new(identity, limit, scan);
+            let sessions = self.sessions(Some(tenant)).await?.into_iter();
+            for record in sessions.filter(|s| after.is_none_or(|after| s.key.session.as_str() > after)) {
+                if filter.offer(&record).is_break() {
+                    break;
+                }
+            }
+            Ok(filter.finish())
+        })
+    }
+
     /// How many sessions `tenant` has: `sessions(Some(tenant)).len()`,
     /// which implementations should answer without decoding the records.
     fn session_count<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, StoreResult<u64>> {
@@ -334,6 +361,60 @@ pub trait Store: StoreAdmin + Send + Sync + 'static {
 
     /// The session's inbox, oldest first.
     fn inbox<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, InboxItem)>>>;
+}
+
+/// A page of sessions filtered by owner: see
+/// [`Store::sessions_of_identity`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FilteredPage {
+    /// The sessions that matched, ordered by id.
+    pub sessions: Vec<SessionRecord>,
+    /// Where the next page starts (after this id) when the scan stopped
+    /// with sessions left to look at, because the page was full or `scan`
+    /// sessions were looked at; `None` when it looked at every session
+    /// there is.
+    pub next_after: Option<String>,
+}
+
+/// Filters sessions offered in id order by owner, into a page of at most
+/// `limit`, looking at no more than `scan` of them: the one rule of
+/// [`Store::sessions_of_identity`] for every backend.
+#[derive(Debug)]
+pub struct IdentityScan<'a> {
+    identity: &'a str,
+    limit: usize,
+    scan: usize,
+    looked_at: usize,
+    last: Option<String>,
+    page: FilteredPage,
+}
+
+impl<'a> IdentityScan<'a> {
+    /// A filter for sessions owned by `identity`. With `limit` or `scan`
+    /// 0, the page is empty and has no next.
+    pub fn new(identity: &'a str, limit: usize, scan: usize) -> Self {
+        Self { identity, limit, scan, looked_at: 0, last: None, page: FilteredPage::default() }
+    }
+
+    /// Offers the next session, in id order. `Break` when the page is
+    /// done: `record` was not looked at, and the next page starts with it.
+    pub fn offer(&mut self, record: &SessionRecord) -> std::ops::ControlFlow<()> {
+        if self.page.sessions.len() >= self.limit || self.looked_at >= self.scan {
+            self.page.next_after = self.last.take();
+            return std::ops::ControlFlow::Break(());
+        }
+        self.looked_at += 1;
+        self.last = Some(record.key.session.clone());
+        if record.identity.id.as_deref() == Some(self.identity) {
+            self.page.sessions.push(record.clone());
+        }
+        std::ops::ControlFlow::Continue(())
+    }
+
+    /// The page: what matched, and where the next starts.
+    pub fn finish(self) -> FilteredPage {
+        self.page
+    }
 }
 
 /// What operators and benchmarks ask of a store, apart from sessions.

@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::{
-    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, MessageRecord, Op, SessionKey,
-    SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats, TenantRecord,
-    TurnRecord, ready,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, FilteredPage, IdentityScan, InboxItem, KeyRecord,
+    MessageRecord, Op, SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin, StoreError,
+    StoreResult, StoreStats, TenantRecord, TurnRecord, ready,
 };
 
 /// Records of one session, keyed by its storage key and then by number
@@ -158,6 +158,28 @@ impl Store for MemStore {
 
     fn sessions<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
         self.read(|s| s.sessions.values().filter(|r| tenant.is_none_or(|t| r.key.tenant == t)).cloned().collect())
+    }
+
+    fn sessions_of_identity<'a>(
+        &'a self,
+        tenant: &'a str,
+        identity: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+        scan: usize,
+    ) -> BoxFuture<'a, StoreResult<FilteredPage>> {
+        use std::ops::Bound;
+        self.read(|s| {
+            let from = SessionKey::new(tenant, after.unwrap_or_default());
+            let from = if after.is_some() { Bound::Excluded(from) } else { Bound::Included(from) };
+            let mut filter = IdentityScan::new(identity, limit, scan);
+            for (key, record) in s.sessions.range((from, Bound::Unbounded)) {
+                if key.tenant != tenant || filter.offer(record).is_break() {
+                    break;
+                }
+            }
+            filter.finish()
+        })
     }
 
     fn unfinished(&self) -> BoxFuture<'_, StoreResult<Vec<SessionKey>>> {
