@@ -12,7 +12,7 @@ use crate::model::{Models, Money, OFFLINE_MODEL};
 use crate::retry::RetryCap;
 use crate::session::Tree;
 use crate::session::actor::Msg;
-pub use crate::session::apply::{Accepted, InputError};
+pub use crate::session::apply::{Accepted, InputError, Sender};
 use crate::session::directory::Directory;
 use crate::session::env::Env;
 use crate::store::{CallRecord, SessionKey, SessionRecord, Store, StoreError, TurnRecord, valid_id};
@@ -224,9 +224,25 @@ impl Engine {
         input: ClientInput,
         identity: WorkerIdentity,
     ) -> Result<Accepted, InputError> {
+        // The default identity is no owner at all: it reaches any session.
+        let identity = Some(identity).filter(|i| *i != WorkerIdentity::default());
+        self.input_from(tenant, session, input, Sender::Tenant(identity)).await
+    }
+
+    /// Sends an input for `sender`, whose right to the session the
+    /// session's actor checks against the session's owner in the same
+    /// step that accepts the input (so two inputs creating the same
+    /// session at once cannot both pass a check made before).
+    pub async fn input_from(
+        &self,
+        tenant: &str,
+        session: &str,
+        input: ClientInput,
+        sender: Sender,
+    ) -> Result<Accepted, InputError> {
         let key = checked_key(tenant, session)?;
         let (reply, answer) = oneshot::channel();
-        if !self.directory.send(&key, Msg::Input { input: Box::new((input, identity)), reply }) {
+        if !self.directory.send(&key, Msg::Input { input: Box::new((input, sender)), reply }) {
             return Err(InputError::ShuttingDown);
         }
         answer.await.unwrap_or(Err(InputError::ShuttingDown))

@@ -10,6 +10,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::Value;
+use subs_engine::Sender;
 use subs_engine::store::{OpenInterrupt, SessionRecord, SessionStatus, valid_id};
 use subs_protocol::{AgentConfig, Call, ClientInput, Message, MessageTree, PostedInput, WorkerIdentity};
 use utoipa::ToSchema;
@@ -163,8 +164,8 @@ pub async fn input(
     // An end user's sessions are its token's identity's, whatever the body
     // says; a tenant's, what its input names (checked, and fixed once
     // the session exists).
-    let identity = match (&caller.user, identity) {
-        (Some(user), _) => Some(user.identity.clone()),
+    let sender = match (&caller.user, identity) {
+        (Some(user), _) => Sender::Owner(user.identity.clone()),
         (None, Some(identity)) => {
             crate::identity::check(&identity, "identity")?;
             if let Some(existing) = existing.as_ref().filter(|r| r.identity != identity) {
@@ -176,9 +177,9 @@ pub async fn input(
                     ))
                 });
             }
-            Some(identity)
+            Sender::Tenant(Some(identity))
         }
-        (None, None) => None,
+        (None, None) => Sender::Tenant(None),
     };
 
     let (agent_id, wants_stream) = match &input {
@@ -206,7 +207,10 @@ pub async fn input(
     // with all its streams open is refused without its input being
     // accepted, so retrying it later cannot send it twice.
     let live = if wants_stream { Some(stream::subscribe(&state.engine, &tenant, &session_id)?) } else { None };
-    let accepted = state.engine.input(&tenant, &session_id, input, identity.unwrap_or_default()).await?;
+    // The session's actor checks the owner again as it accepts the input:
+    // the checks above read the session before a concurrent input may
+    // have created it.
+    let accepted = state.engine.input_from(&tenant, &session_id, input, sender).await?;
     match (&accepted.turn_id, live) {
         (Some(turn_id), Some(live)) => {
             let from = if accepted.existing { None } else { after };

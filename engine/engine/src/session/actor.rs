@@ -13,12 +13,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use subs_protocol::{CallKind, CallStatus, ClientInput, DecisionResponse, Handler, Trigger, WorkerIdentity};
+use subs_protocol::{CallKind, CallStatus, ClientInput, DecisionResponse, Handler, Trigger};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use super::apply::{Accepted, InputError, Outcome, SessionQuota};
+use super::apply::{Accepted, InputError, Outcome, Sender, SessionQuota};
 use super::env::Env;
 use super::{Change, Session, proposal, validate};
 use crate::clock;
@@ -35,7 +35,7 @@ use crate::worker::{Delivery, DeltaSink, ERROR_TEXT_BYTES, WorkerError, clip};
 /// 11 KiB block per actor).
 pub(crate) enum Msg {
     /// A client input; the reply says whether it was accepted.
-    Input { input: Box<(ClientInput, WorkerIdentity)>, reply: oneshot::Sender<Result<Accepted, InputError>> },
+    Input { input: Box<(ClientInput, Sender)>, reply: oneshot::Sender<Result<Accepted, InputError>> },
     /// Stop the open turn; the reply says whether a turn was open.
     Cancel { reply: oneshot::Sender<Result<bool, InputError>> },
     /// A delivery ended.
@@ -522,8 +522,8 @@ impl Actor {
     async fn handle(&mut self, msg: Msg) -> Result<(), StoreError> {
         match msg {
             Msg::Input { input, reply } => {
-                let (input, identity) = *input;
-                self.on_input(input, identity, reply).await
+                let (input, sender) = *input;
+                self.on_input(input, sender, reply).await
             }
             Msg::Cancel { reply } => {
                 let open = self.session.as_ref().is_some_and(|s| s.record.turn.is_some());
@@ -601,7 +601,7 @@ impl Actor {
     async fn on_input(
         &mut self,
         input: ClientInput,
-        identity: WorkerIdentity,
+        sender: Sender,
         reply: oneshot::Sender<Result<Accepted, InputError>>,
     ) -> Result<(), StoreError> {
         let starts_turn = matches!(
@@ -609,6 +609,12 @@ impl Actor {
             ClientInput::ClientMessage(_) | ClientInput::ClientMessages(_) | ClientInput::ClientAction(_)
         );
         let fresh = self.session.is_none();
+        if let Some(session) = &self.session
+            && let Some(refused) = sender.refuse(&self.key.session, &session.record.identity)
+        {
+            let _ = reply.send(Err(refused));
+            return Ok(());
+        }
         if fresh {
             if !starts_turn {
                 let _ = reply.send(Err(InputError::NoSession(self.key.session.clone())));
@@ -625,6 +631,7 @@ impl Actor {
                 ClientInput::ClientAction(a) => a.agent_id.clone(),
                 _ => unreachable!("checked above"),
             };
+            let identity = sender.identity();
             self.session = Some(Session::fresh(self.key.clone(), agent_id, identity, self.env.config.clock.now_ms()));
         }
         let ctx = self.env.ctx();
@@ -795,7 +802,7 @@ mod tests {
             stream: None,
         });
         let (reply, answer) = oneshot::channel();
-        assert!(directory.send(&key(session), Msg::Input { input: Box::new((input, Default::default())), reply }));
+        assert!(directory.send(&key(session), Msg::Input { input: Box::new((input, Sender::Tenant(None))), reply }));
         answer.await.expect("the actor answers")
     }
 

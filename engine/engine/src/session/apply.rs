@@ -120,6 +120,41 @@ impl InputError {
     }
 }
 
+/// Who sends an input, as far as the session's owner goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sender {
+    /// The tenant (an API key): a new session gets `identity` (or none);
+    /// an existing session whose owner is not `identity` refuses the input
+    /// as a conflict; `None` reaches any session.
+    Tenant(Option<subs_protocol::WorkerIdentity>),
+    /// An end user: a new session is theirs; a session owned by another
+    /// id does not exist for them.
+    Owner(subs_protocol::WorkerIdentity),
+}
+
+impl Sender {
+    /// The owner a session this input creates gets.
+    pub fn identity(&self) -> subs_protocol::WorkerIdentity {
+        match self {
+            Sender::Tenant(identity) => identity.clone().unwrap_or_default(),
+            Sender::Owner(identity) => identity.clone(),
+        }
+    }
+
+    /// Why the sender may not send to a session owned by `owner`, if it
+    /// may not.
+    pub fn refuse(&self, session: &str, owner: &subs_protocol::WorkerIdentity) -> Option<InputError> {
+        match self {
+            Sender::Tenant(Some(identity)) if identity != owner => Some(InputError::Conflict(format!(
+                "session `{session}` belongs to another identity; a session's identity never changes"
+            ))),
+            // An end user is known by the id alone.
+            Sender::Owner(identity) if identity.id != owner.id => Some(InputError::NoSession(session.to_owned())),
+            _ => None,
+        }
+    }
+}
+
 /// What accepting an input produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Accepted {
