@@ -674,3 +674,37 @@ async fn an_unreadable_native_response_fails_the_turn_saying_why() {
     assert!(error.contains("is neither an OpenAI Chat Completions response"), "{error}");
     assert_eq!(t.transcript("n").await, ["user: hi"], "nothing recorded is lost");
 }
+
+#[tokio::test]
+async fn images_of_worker_replies_reach_the_recorded_message() {
+    use subs_protocol::LlmFormat::{Anthropic, Openai};
+    let url = "https://img.example/cat.png";
+    let parts = json!([{"type": "text", "text": "a cat"}, {"type": "image_url", "image_url": {"url": url}}]);
+    // An `LlmResponse` with `images`, and each provider's own body.
+    let replies: [(subs_protocol::LlmFormat, fn(subs_protocol::LlmFormat) -> Value); 3] = [
+        (Anthropic, |_| json!({"model": "x", "content": "a cat", "images": [{"url": "https://img.example/cat.png"}]})),
+        (Openai, |_| {
+            json!({"model": "m", "choices": [{"message": {"role": "assistant", "content": "a cat",
+                "images": [{"type": "image_url", "image_url": {"url": "https://img.example/cat.png"}}]},
+                "finish_reason": "stop"}]})
+        }),
+        (Anthropic, |_| {
+            json!({"model": "m", "stop_reason": "end_turn", "content": [{"type": "text", "text": "a cat"},
+                {"type": "image", "source": {"type": "url", "url": "https://img.example/cat.png"}}]})
+        }),
+    ];
+    for (format, reply) in replies {
+        let (t, status, _) = native_turn(format, reply).await;
+        assert_eq!(status, TurnStatus::Done, "{format:?}");
+        let snapshot = t.snapshot("n").await;
+        let assistant = snapshot.messages.last().unwrap();
+        assert_eq!(serde_json::to_value(&assistant.content).unwrap(), parts, "{format:?}");
+        // The `llm.finished` trigger carried the same message.
+        let steps = t.store.steps(&SessionKey::new(TENANT, "n"), 0).await.unwrap();
+        let finished = steps.iter().find_map(|(_, s)| match &s.trigger {
+            subs_engine::store::StoredTrigger::Plain { trigger: Trigger::LlmFinished(f) } => f.message.clone(),
+            _ => None,
+        });
+        assert_eq!(serde_json::to_value(finished.unwrap().content).unwrap(), parts, "{format:?}");
+    }
+}

@@ -21,7 +21,8 @@
 //!   an event stream.
 //! - `openai.rs`, `anthropic.rs`: the two wire formats — request bodies,
 //!   responses, stream events; `reply.rs` assembles a reply from either's
-//!   pieces; `http.rs` maps HTTP failures to
+//!   pieces ([`assistant_message`] is the message a reply is recorded
+//!   as); `http.rs` maps HTTP failures to
 //!   [`ModelError`]s.
 //! - [`native`]: the formats as pure translations ([`to_native`],
 //!   [`from_native`]) for worker-handled calls.
@@ -56,6 +57,7 @@ pub use self::native::{from_native, to_native};
 pub use self::offline::OfflineProvider;
 pub use self::price::{Money, MoneyError, Price, PriceTable, TokenUsage, add_cost};
 pub use self::provider::HttpProvider;
+pub use self::reply::assistant_message;
 use crate::worker::{BoxFuture, DeltaSink};
 
 /// The built-in offline model's full name: the default model for demos and
