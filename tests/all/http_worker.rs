@@ -574,11 +574,14 @@ async fn stream_replies_hand_deltas_to_the_sink_and_honour_error_events() {
 
 // ---- LLM calls in a provider's own format ----------------------------------
 
+/// What a [`NativeLlm`] answers an `llm.execute` in a format with.
+type NativeReply = fn(subs_protocol::LlmFormat) -> Value;
+
 /// Handles its own LLM calls in `format`: checks that `llm.execute` carries
 /// the provider's request body, and answers with `reply(format)`.
 struct NativeLlm {
     format: subs_protocol::LlmFormat,
-    reply: fn(subs_protocol::LlmFormat) -> Value,
+    reply: NativeReply,
     seen: Arc<Mutex<Vec<Value>>>,
 }
 
@@ -617,11 +620,16 @@ fn native_reply(format: subs_protocol::LlmFormat) -> Value {
     }
 }
 
-async fn native_turn(
+async fn native_turn(format: subs_protocol::LlmFormat, reply: NativeReply) -> (TestEngine, TurnStatus, Vec<Value>) {
+    native_turn_on(TestEngine::start().await, format, reply).await
+}
+
+/// [`native_turn`] on the engine `t`.
+async fn native_turn_on(
+    t: TestEngine,
     format: subs_protocol::LlmFormat,
-    reply: fn(subs_protocol::LlmFormat) -> Value,
+    reply: NativeReply,
 ) -> (TestEngine, TurnStatus, Vec<Value>) {
-    let t = TestEngine::start().await;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let url = serve(subs_http_worker::router(NativeLlm { format, reply, seen: seen.clone() })).await;
     t.engine.register_agent(TENANT, "native", http_worker(&url, HttpWorkerOptions::new()));
@@ -681,7 +689,7 @@ async fn images_of_worker_replies_reach_the_recorded_message() {
     let url = "https://img.example/cat.png";
     let parts = json!([{"type": "text", "text": "a cat"}, {"type": "image_url", "image_url": {"url": url}}]);
     // An `LlmResponse` with `images`, and each provider's own body.
-    let replies: [(subs_protocol::LlmFormat, fn(subs_protocol::LlmFormat) -> Value); 3] = [
+    let replies: [(subs_protocol::LlmFormat, NativeReply); 3] = [
         (Anthropic, |_| json!({"model": "x", "content": "a cat", "images": [{"url": "https://img.example/cat.png"}]})),
         (Openai, |_| {
             json!({"model": "m", "choices": [{"message": {"role": "assistant", "content": "a cat",
@@ -708,3 +716,44 @@ async fn images_of_worker_replies_reach_the_recorded_message() {
         assert_eq!(serde_json::to_value(finished.unwrap().content).unwrap(), parts, "{format:?}");
     }
 }
+
+/// A worker's answer to an `llm.execute` is priced as the engine prices its
+/// own calls when it states no cost: by the call's model (here
+/// `anthropic/claude-test`, $1 in / $2 out per million tokens), from the
+/// usage in the provider's body or the `LlmResponse`. The cost adds to the
+/// session and to the tenant's spend; a stated cost is kept.
+#[tokio::test]
+async fn worker_answered_llm_calls_are_priced_and_counted() {
+    use subs_engine::model::{Models, Price, PriceTable};
+    use subs_protocol::LlmFormat::{Anthropic, Openai};
+    let replies: [(subs_protocol::LlmFormat, NativeReply, &str); 4] = [
+        // 5 prompt tokens at $1/M and 2 completion tokens at $2/M.
+        (Openai, native_reply, "0.000009"),
+        (Anthropic, native_reply, "0.000009"),
+        (
+            Anthropic,
+            |_| json!({"model": "x", "content": "hi", "usage": {"prompt_tokens": 10, "completion_tokens": 0}}),
+            "0.00001",
+        ),
+        (Openai, |_| json!({"model": "x", "content": "hi", "cost": "0.5", "usage": {"prompt_tokens": 10}}), "0.5"),
+    ];
+    for (format, reply, cost) in replies {
+        let mut prices = PriceTable::builtin();
+        prices.insert("anthropic/claude-test", Price::per_million("1", "2"));
+        let t = TestEngine::start_with_models(Models::with_offline().with_prices(prices)).await;
+        let (t, status, _) = native_turn_on(t, format, reply).await;
+        assert_eq!(status, TurnStatus::Done, "{format:?}");
+        let snapshot = t.snapshot("n").await;
+        assert_eq!(snapshot.record.cost.as_deref(), Some(cost), "{format:?}");
+        assert!(snapshot.record.usage.as_object().is_some_and(|u| !u.is_empty()), "{}", snapshot.record.usage);
+        assert_eq!(t.engine.tenant_spent(TENANT).await.unwrap().to_string(), cost, "{format:?}");
+        // `llm.finished` reports the same cost to the agent.
+        let steps = t.store.steps(&SessionKey::new(TENANT, "n"), 0).await.unwrap();
+        let reported = steps.iter().find_map(|(_, s)| match &s.trigger {
+            subs_engine::store::StoredTrigger::Plain { trigger: Trigger::LlmFinished(f) } => f.cost.clone(),
+            _ => None,
+        });
+        assert_eq!(reported.as_deref(), Some(cost), "{format:?}");
+    }
+}
+

@@ -84,20 +84,47 @@ pub trait Provider: Send + Sync {
     ) -> BoxFuture<'_, Result<LlmResponse, ModelError>>;
 }
 
-/// The providers the engine can call, by name.
+/// The providers the engine can call, by name, and the price table its
+/// LLM calls are priced with.
 ///
-/// Cheap to clone (providers are shared), so the loop can hold one per
-/// session task.
-#[derive(Clone, Default)]
+/// Cheap to clone (providers and prices are shared), so the loop can hold
+/// one per session task.
+#[derive(Clone)]
 pub struct Models {
     /// Ordered so listings and error messages come out the same every time.
     providers: BTreeMap<String, Arc<dyn Provider>>,
+    /// What calls cost: the providers' own (HTTP providers price their
+    /// replies themselves) and the replies workers give for calls they
+    /// handle, which the loop prices.
+    prices: Arc<PriceTable>,
+}
+
+impl Default for Models {
+    fn default() -> Self {
+        Self { providers: BTreeMap::new(), prices: Arc::new(PriceTable::builtin()) }
+    }
 }
 
 impl Models {
-    /// A registry with no providers.
+    /// A registry with no providers, pricing with the built-in prices.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// This registry pricing with `prices` instead. Providers already
+    /// registered keep the table they were built with;
+    /// [`models_from_config`] gives the registry and its HTTP providers the
+    /// same table.
+    #[must_use]
+    pub fn with_prices(mut self, prices: PriceTable) -> Self {
+        self.prices = Arc::new(prices);
+        self
+    }
+
+    /// The price table of calls whose reply came without a cost (worker-
+    /// handled calls, above all).
+    pub fn prices(&self) -> &PriceTable {
+        &self.prices
     }
 
     /// A registry with the built-in offline provider registered as `subs`,

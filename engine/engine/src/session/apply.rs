@@ -40,6 +40,8 @@ pub(crate) struct Ctx<'a> {
     pub now_ms: u64,
     /// The tenants' session limits.
     pub quota: &'a (dyn SessionQuota + Sync),
+    /// What LLM calls cost: prices replies that come without a cost.
+    pub prices: &'a crate::model::PriceTable,
 }
 
 /// Whether a tenant may have more sessions.
@@ -713,7 +715,10 @@ impl Session {
     /// reports it.
     pub fn settle(&mut self, call_id: &str, outcome: Outcome, ctx: &Ctx<'_>, change: &mut Change) {
         let Some(call) = self.calls.get(call_id).cloned() else { return };
-        let outcome = checked_outcome(&call, outcome);
+        let mut outcome = checked_outcome(&call, outcome);
+        if let (Outcome::LlmOk(response), CallSpec::Llm { action, .. }) = (&mut outcome, &call.spec) {
+            ctx.prices.price_reply(action.model.as_deref().unwrap_or_default(), response);
+        }
         if self.schedule_retry(&call, &outcome, ctx, change) {
             return;
         }
@@ -906,6 +911,7 @@ mod tests {
             default_stream: false,
             now_ms: NOW,
             quota: &NoLimit,
+            prices: &crate::model::PriceTable::builtin(),
         })
     }
 

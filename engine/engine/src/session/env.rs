@@ -61,6 +61,7 @@ impl Env {
             default_stream: config.default_stream,
             now_ms: config.clock.now_ms(),
             quota: &self.tenants,
+            prices: self.models.prices(),
         }
     }
 
