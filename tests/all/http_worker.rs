@@ -757,3 +757,104 @@ async fn worker_answered_llm_calls_are_priced_and_counted() {
     }
 }
 
+// ---- proposals and tool arguments ------------------------------------------
+
+/// Passes `proposed` through and records every request; at session start
+/// it declares `own_tools` (each run by `router`, which answers its
+/// `tool.execute`s).
+struct Recorder {
+    router: subs_sdk::prelude::ToolRouter,
+    seen: Arc<Mutex<Vec<DecisionRequest>>>,
+}
+
+impl subs_sdk::Agent for Recorder {
+    fn decide(&self, request: DecisionRequest, _cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
+        self.seen.lock().unwrap().push(request.clone());
+        match &request.trigger {
+            Trigger::SessionStart if !self.router.tools().is_empty() => {
+                let config = AgentConfig::new("subs/offline").with_tools(self.router.tools());
+                Ok(request.proposed.with_agent(config))
+            }
+            Trigger::ToolExecute(call) => Ok(DecisionResponse::new().with_action(self.router.execute(call))),
+            _ => Ok(request.proposed),
+        }
+    }
+}
+
+/// An engine with a [`Recorder`] served over HTTP as agent `recorder`.
+async fn recorder(router: subs_sdk::prelude::ToolRouter) -> (TestEngine, Arc<Mutex<Vec<DecisionRequest>>>) {
+    let t = TestEngine::start().await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let url = serve(subs_http_worker::router(Recorder { router, seen: seen.clone() })).await;
+    t.engine.register_agent(TENANT, "recorder", http_worker(&url, HttpWorkerOptions::new()));
+    (t, seen)
+}
+
+/// A turn's client tools are layered onto every proposal: `proposed.agent`
+/// lists them after the config's tools and the proposal's `llm.call`
+/// offers them, so a worker that passes the proposal through keeps them;
+/// the model's call of one goes to the client as `tool.call`; and the
+/// stored config does not keep them after the turn.
+#[tokio::test]
+async fn client_tools_are_layered_onto_proposals_and_not_kept() {
+    use subs_protocol::client::{ClientMessages, ToolResult};
+    use subs_protocol::{Action as A, AgentTool, ClientContext, ClientInput, DraftMessage, ToolHandler};
+    let add = AgentTool::new("add").input(json!({"type": "object", "properties": {"a": {"type": "number"}}}));
+    let router = subs_sdk::prelude::ToolRouter::new().tool(add, |_: Value| Ok::<_, String>(json!(1)));
+    let (t, seen) = recorder(router).await;
+    let mut events = t.engine.subscribe(TENANT, "ct").unwrap();
+    let confirm = AgentTool::new("confirm")
+        .description("Asks the user.")
+        .input(json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}));
+    let input = ClientInput::ClientMessages(ClientMessages {
+        agent_id: "recorder".to_owned(),
+        turn_id: Some("t1".to_owned()),
+        messages: vec![DraftMessage::user(r#"use tool confirm with {"ok": true}"#)],
+        stream: None,
+        client: Some(ClientContext { tools: Some(vec![confirm]), ..ClientContext::default() }),
+    });
+    t.engine.input(TENANT, "ct", input, Default::default()).await.unwrap();
+    let call = loop {
+        let event = tokio::time::timeout(Duration::from_secs(30), events.recv()).await.unwrap().unwrap();
+        if event.name == "tool.call" {
+            break event.data;
+        }
+    };
+    assert_eq!((call["name"].as_str(), call["arguments"].as_str()), (Some("confirm"), Some(r#"{"ok":true}"#)));
+    let id = call["id"].as_str().unwrap().to_owned();
+    let result = ClientInput::ToolResult(ToolResult { id, attempt: None, result: Some(json!("yes")) });
+    t.engine.input(TENANT, "ct", result, Default::default()).await.unwrap();
+    assert_eq!(t.wait("ct", "t1").await.status, TurnStatus::Done);
+    assert_eq!(t.transcript("ct").await.last().unwrap(), "assistant: confirm returned yes.");
+
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.len() >= 4, "{seen:?}");
+    for request in &seen {
+        let what = request.trigger.kind();
+        let agent = request.proposed.agent.as_ref().unwrap_or_else(|| panic!("{what}: no proposed agent"));
+        let names: Vec<&str> = agent.tools.iter().flatten().map(|t| t.name.as_str()).collect();
+        // The config's own tool (from session start on), then the client's.
+        assert_eq!(names.last(), Some(&"confirm"), "{what}: {names:?}");
+        let client = agent.tools.iter().flatten().find(|t| t.name == "confirm").unwrap();
+        assert_eq!(client.handler, Some(ToolHandler::Client), "{what}");
+        for action in request.proposed.actions.iter().flatten() {
+            if let A::LlmCall(call) = action {
+                let offered: Vec<&str> = call.tools.iter().flatten().map(|t| t.name.as_str()).collect();
+                assert_eq!(offered, ["add", "confirm"], "{what}");
+            }
+        }
+    }
+    assert!(
+        seen.iter().any(|r| r.proposed.actions.iter().flatten().any(|a| matches!(a, A::LlmCall(_)))),
+        "a proposal made an llm.call"
+    );
+    // Passed through every time, yet the stored config has only its own tool.
+    let stored = t.snapshot("ct").await.record.agent.unwrap();
+    let names: Vec<&str> = stored.tools.iter().flatten().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["add"]);
+    // The next turn, without client tools, proposes no config change.
+    assert_eq!(t.chat("ct", "recorder", "hi").await.status, TurnStatus::Done);
+    let last = t.snapshot("ct").await.record.agent.unwrap();
+    assert_eq!(last, stored);
+}
+
