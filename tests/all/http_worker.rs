@@ -858,3 +858,32 @@ async fn client_tools_are_layered_onto_proposals_and_not_kept() {
     assert_eq!(last, stored);
 }
 
+/// A declared tool without an input schema takes no arguments: called with
+/// some, its `tool.execute` input is `invalid` saying so (and the SDK's
+/// router answers with that error); called with none, it is `valid`.
+#[tokio::test]
+async fn a_tool_without_an_input_schema_takes_no_arguments() {
+    use subs_protocol::{AgentTool, ToolInput};
+    let router = subs_sdk::prelude::ToolRouter::new()
+        .tool(AgentTool::new("ping").description("Pings."), |_: Value| Ok::<_, String>("pong"));
+    let (t, seen) = recorder(router).await;
+    assert_eq!(t.chat("p", "recorder", r#"use tool ping with {"x": 1}"#).await.status, TurnStatus::Done);
+    assert_eq!(t.chat("p", "recorder", "use tool ping").await.status, TurnStatus::Done);
+    let inputs: Vec<ToolInput> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|r| match &r.trigger {
+            Trigger::ToolExecute(call) => Some(call.input.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(inputs.len(), 2, "{inputs:?}");
+    let ToolInput::Invalid { value, error } = &inputs[0] else { panic!("{inputs:?}") };
+    assert_eq!(value, &json!({"x": 1}));
+    assert!(error.contains("tool `ping` takes no arguments (it declares no input schema)"), "{error}");
+    assert_eq!(inputs[1], ToolInput::Valid { value: json!({}) });
+    let transcript = t.transcript("p").await;
+    assert!(transcript[2].contains("takes no arguments"), "{transcript:?}");
+    assert_eq!(transcript.last().unwrap(), "assistant: ping returned pong.");
+}

@@ -620,7 +620,7 @@ impl Session {
             other => subs_protocol::to_json(other),
         };
         let tool = self.tool(&call.name).cloned();
-        let input = tools::check_arguments(tool.as_ref().and_then(|t| t.input.as_ref()), &raw);
+        let input = tools::check_arguments(tool.as_ref(), &raw);
         let handler = call.handler.or(tool.as_ref().and_then(|t| t.handler)).unwrap_or(ToolHandler::Worker);
         let mut record = self.new_call(
             id.clone(),
