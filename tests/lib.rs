@@ -207,6 +207,16 @@ impl TestEngine {
         Self { engine, store, dir }
     }
 
+    /// Starts an engine on a fresh store with these models (and prices).
+    pub async fn start_with_models(models: subs_engine::model::Models) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = std::sync::Arc::new(
+            subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).expect("the store opens"),
+        );
+        let engine = start_engine_with(store.clone(), models, test_config()).await;
+        Self { engine, store, dir }
+    }
+
     /// Sends `text` as a user message to `session` of `agent` and waits for
     /// the turn to end.
     pub async fn chat(&self, session: &str, agent: &str, text: &str) -> subs_engine::store::TurnRecord {

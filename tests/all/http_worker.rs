@@ -578,11 +578,14 @@ async fn stream_replies_hand_deltas_to_the_sink_and_honour_error_events() {
 
 // ---- LLM calls in a provider's own format ----------------------------------
 
+/// What a [`NativeLlm`] answers an `llm.execute` in a format with.
+type NativeReply = fn(subs_protocol::LlmFormat) -> Value;
+
 /// Handles its own LLM calls in `format`: checks that `llm.execute` carries
 /// the provider's request body, and answers with `reply(format)`.
 struct NativeLlm {
     format: subs_protocol::LlmFormat,
-    reply: fn(subs_protocol::LlmFormat) -> Value,
+    reply: NativeReply,
     seen: Arc<Mutex<Vec<Value>>>,
 }
 
@@ -621,11 +624,16 @@ fn native_reply(format: subs_protocol::LlmFormat) -> Value {
     }
 }
 
-async fn native_turn(
+async fn native_turn(format: subs_protocol::LlmFormat, reply: NativeReply) -> (TestEngine, TurnStatus, Vec<Value>) {
+    native_turn_on(TestEngine::start().await, format, reply).await
+}
+
+/// [`native_turn`] on the engine `t`.
+async fn native_turn_on(
+    t: TestEngine,
     format: subs_protocol::LlmFormat,
-    reply: fn(subs_protocol::LlmFormat) -> Value,
+    reply: NativeReply,
 ) -> (TestEngine, TurnStatus, Vec<Value>) {
-    let t = TestEngine::start().await;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let url = serve(subs_http_worker::router(NativeLlm { format, reply, seen: seen.clone() })).await;
     t.engine.register_agent(TENANT, "native", http_worker(&url, HttpWorkerOptions::new()));
@@ -677,4 +685,209 @@ async fn an_unreadable_native_response_fails_the_turn_saying_why() {
     let error = step.and_then(|s| s.error).expect("the rejected decision is recorded");
     assert!(error.contains("is neither an OpenAI Chat Completions response"), "{error}");
     assert_eq!(t.transcript("n").await, ["user: hi"], "nothing recorded is lost");
+}
+
+#[tokio::test]
+async fn images_of_worker_replies_reach_the_recorded_message() {
+    use subs_protocol::LlmFormat::{Anthropic, Openai};
+    let url = "https://img.example/cat.png";
+    let parts = json!([{"type": "text", "text": "a cat"}, {"type": "image_url", "image_url": {"url": url}}]);
+    // An `LlmResponse` with `images`, and each provider's own body.
+    let replies: [(subs_protocol::LlmFormat, NativeReply); 3] = [
+        (Anthropic, |_| json!({"model": "x", "content": "a cat", "images": [{"url": "https://img.example/cat.png"}]})),
+        (Openai, |_| {
+            json!({"model": "m", "choices": [{"message": {"role": "assistant", "content": "a cat",
+                "images": [{"type": "image_url", "image_url": {"url": "https://img.example/cat.png"}}]},
+                "finish_reason": "stop"}]})
+        }),
+        (Anthropic, |_| {
+            json!({"model": "m", "stop_reason": "end_turn", "content": [{"type": "text", "text": "a cat"},
+                {"type": "image", "source": {"type": "url", "url": "https://img.example/cat.png"}}]})
+        }),
+    ];
+    for (format, reply) in replies {
+        let (t, status, _) = native_turn(format, reply).await;
+        assert_eq!(status, TurnStatus::Done, "{format:?}");
+        let snapshot = t.snapshot("n").await;
+        let assistant = snapshot.messages.last().unwrap();
+        assert_eq!(serde_json::to_value(&assistant.content).unwrap(), parts, "{format:?}");
+        // The `llm.finished` trigger carried the same message.
+        let steps = t.store.steps(&SessionKey::new(TENANT, "n"), 0).await.unwrap();
+        let finished = steps.iter().find_map(|(_, s)| match &s.trigger {
+            subs_engine::store::StoredTrigger::Plain { trigger: Trigger::LlmFinished(f) } => f.message.clone(),
+            _ => None,
+        });
+        assert_eq!(serde_json::to_value(finished.unwrap().content).unwrap(), parts, "{format:?}");
+    }
+}
+
+/// A worker's answer to an `llm.execute` is priced as the engine prices its
+/// own calls when it states no cost: by the call's model (here
+/// `anthropic/claude-test`, $1 in / $2 out per million tokens), from the
+/// usage in the provider's body or the `LlmResponse`. The cost adds to the
+/// session and to the tenant's spend; a stated cost is kept.
+#[tokio::test]
+async fn worker_answered_llm_calls_are_priced_and_counted() {
+    use subs_engine::model::{Models, Price, PriceTable};
+    use subs_protocol::LlmFormat::{Anthropic, Openai};
+    let replies: [(subs_protocol::LlmFormat, NativeReply, &str); 4] = [
+        // 5 prompt tokens at $1/M and 2 completion tokens at $2/M.
+        (Openai, native_reply, "0.000009"),
+        (Anthropic, native_reply, "0.000009"),
+        (
+            Anthropic,
+            |_| json!({"model": "x", "content": "hi", "usage": {"prompt_tokens": 10, "completion_tokens": 0}}),
+            "0.00001",
+        ),
+        (Openai, |_| json!({"model": "x", "content": "hi", "cost": "0.5", "usage": {"prompt_tokens": 10}}), "0.5"),
+    ];
+    for (format, reply, cost) in replies {
+        let mut prices = PriceTable::builtin();
+        prices.insert("anthropic/claude-test", Price::per_million("1", "2"));
+        let t = TestEngine::start_with_models(Models::with_offline().with_prices(prices)).await;
+        let (t, status, _) = native_turn_on(t, format, reply).await;
+        assert_eq!(status, TurnStatus::Done, "{format:?}");
+        let snapshot = t.snapshot("n").await;
+        assert_eq!(snapshot.record.cost.as_deref(), Some(cost), "{format:?}");
+        assert!(snapshot.record.usage.as_object().is_some_and(|u| !u.is_empty()), "{}", snapshot.record.usage);
+        assert_eq!(t.engine.tenant_spent(TENANT).await.unwrap().to_string(), cost, "{format:?}");
+        // `llm.finished` reports the same cost to the agent.
+        let steps = t.store.steps(&SessionKey::new(TENANT, "n"), 0).await.unwrap();
+        let reported = steps.iter().find_map(|(_, s)| match &s.trigger {
+            subs_engine::store::StoredTrigger::Plain { trigger: Trigger::LlmFinished(f) } => f.cost.clone(),
+            _ => None,
+        });
+        assert_eq!(reported.as_deref(), Some(cost), "{format:?}");
+    }
+}
+
+// ---- proposals and tool arguments ------------------------------------------
+
+/// Passes `proposed` through and records every request; at session start
+/// it declares `own_tools` (each run by `router`, which answers its
+/// `tool.execute`s).
+struct Recorder {
+    router: subs_sdk::prelude::ToolRouter,
+    seen: Arc<Mutex<Vec<DecisionRequest>>>,
+}
+
+impl subs_sdk::Agent for Recorder {
+    fn decide(&self, request: DecisionRequest, _cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
+        self.seen.lock().unwrap().push(request.clone());
+        match &request.trigger {
+            Trigger::SessionStart if !self.router.tools().is_empty() => {
+                let config = AgentConfig::new("subs/offline").with_tools(self.router.tools());
+                Ok(request.proposed.with_agent(config))
+            }
+            Trigger::ToolExecute(call) => Ok(DecisionResponse::new().with_action(self.router.execute(call))),
+            _ => Ok(request.proposed),
+        }
+    }
+}
+
+/// An engine with a [`Recorder`] served over HTTP as agent `recorder`.
+async fn recorder(router: subs_sdk::prelude::ToolRouter) -> (TestEngine, Arc<Mutex<Vec<DecisionRequest>>>) {
+    let t = TestEngine::start().await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let url = serve(subs_http_worker::router(Recorder { router, seen: seen.clone() })).await;
+    t.engine.register_agent(TENANT, "recorder", http_worker(&url, HttpWorkerOptions::new()));
+    (t, seen)
+}
+
+/// A turn's client tools are layered onto every proposal: `proposed.agent`
+/// lists them after the config's tools and the proposal's `llm.call`
+/// offers them, so a worker that passes the proposal through keeps them;
+/// the model's call of one goes to the client as `tool.call`; and the
+/// stored config does not keep them after the turn.
+#[tokio::test]
+async fn client_tools_are_layered_onto_proposals_and_not_kept() {
+    use subs_protocol::client::{ClientMessages, ToolResult};
+    use subs_protocol::{Action as A, AgentTool, ClientContext, ClientInput, DraftMessage, ToolHandler};
+    let add = AgentTool::new("add").input(json!({"type": "object", "properties": {"a": {"type": "number"}}}));
+    let router = subs_sdk::prelude::ToolRouter::new().tool(add, |_: Value| Ok::<_, String>(json!(1)));
+    let (t, seen) = recorder(router).await;
+    let mut events = t.engine.subscribe(TENANT, "ct").unwrap();
+    let confirm = AgentTool::new("confirm")
+        .description("Asks the user.")
+        .input(json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}));
+    let input = ClientInput::ClientMessages(ClientMessages {
+        agent_id: "recorder".to_owned(),
+        turn_id: Some("t1".to_owned()),
+        messages: vec![DraftMessage::user(r#"use tool confirm with {"ok": true}"#)],
+        stream: None,
+        client: Some(ClientContext { tools: Some(vec![confirm]), ..ClientContext::default() }),
+    });
+    t.engine.input(TENANT, "ct", input, Default::default()).await.unwrap();
+    let call = loop {
+        let event = tokio::time::timeout(Duration::from_secs(30), events.recv()).await.unwrap().unwrap();
+        if event.name == "tool.call" {
+            break event.data;
+        }
+    };
+    assert_eq!((call["name"].as_str(), call["arguments"].as_str()), (Some("confirm"), Some(r#"{"ok":true}"#)));
+    let id = call["id"].as_str().unwrap().to_owned();
+    let result = ClientInput::ToolResult(ToolResult { id, attempt: None, result: Some(json!("yes")) });
+    t.engine.input(TENANT, "ct", result, Default::default()).await.unwrap();
+    assert_eq!(t.wait("ct", "t1").await.status, TurnStatus::Done);
+    assert_eq!(t.transcript("ct").await.last().unwrap(), "assistant: confirm returned yes.");
+
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.len() >= 4, "{seen:?}");
+    for request in &seen {
+        let what = request.trigger.kind();
+        let agent = request.proposed.agent.as_ref().unwrap_or_else(|| panic!("{what}: no proposed agent"));
+        let names: Vec<&str> = agent.tools.iter().flatten().map(|t| t.name.as_str()).collect();
+        // The config's own tool (from session start on), then the client's.
+        assert_eq!(names.last(), Some(&"confirm"), "{what}: {names:?}");
+        let client = agent.tools.iter().flatten().find(|t| t.name == "confirm").unwrap();
+        assert_eq!(client.handler, Some(ToolHandler::Client), "{what}");
+        for action in request.proposed.actions.iter().flatten() {
+            if let A::LlmCall(call) = action {
+                let offered: Vec<&str> = call.tools.iter().flatten().map(|t| t.name.as_str()).collect();
+                assert_eq!(offered, ["add", "confirm"], "{what}");
+            }
+        }
+    }
+    assert!(
+        seen.iter().any(|r| r.proposed.actions.iter().flatten().any(|a| matches!(a, A::LlmCall(_)))),
+        "a proposal made an llm.call"
+    );
+    // Passed through every time, yet the stored config has only its own tool.
+    let stored = t.snapshot("ct").await.record.agent.unwrap();
+    let names: Vec<&str> = stored.tools.iter().flatten().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["add"]);
+    // The next turn, without client tools, proposes no config change.
+    assert_eq!(t.chat("ct", "recorder", "hi").await.status, TurnStatus::Done);
+    let last = t.snapshot("ct").await.record.agent.unwrap();
+    assert_eq!(last, stored);
+}
+
+/// A declared tool without an input schema takes no arguments: called with
+/// some, its `tool.execute` input is `invalid` saying so (and the SDK's
+/// router answers with that error); called with none, it is `valid`.
+#[tokio::test]
+async fn a_tool_without_an_input_schema_takes_no_arguments() {
+    use subs_protocol::{AgentTool, ToolInput};
+    let router = subs_sdk::prelude::ToolRouter::new()
+        .tool(AgentTool::new("ping").description("Pings."), |_: Value| Ok::<_, String>("pong"));
+    let (t, seen) = recorder(router).await;
+    assert_eq!(t.chat("p", "recorder", r#"use tool ping with {"x": 1}"#).await.status, TurnStatus::Done);
+    assert_eq!(t.chat("p", "recorder", "use tool ping").await.status, TurnStatus::Done);
+    let inputs: Vec<ToolInput> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|r| match &r.trigger {
+            Trigger::ToolExecute(call) => Some(call.input.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(inputs.len(), 2, "{inputs:?}");
+    let ToolInput::Invalid { value, error } = &inputs[0] else { panic!("{inputs:?}") };
+    assert_eq!(value, &json!({"x": 1}));
+    assert!(error.contains("tool `ping` takes no arguments (it declares no input schema)"), "{error}");
+    assert_eq!(inputs[1], ToolInput::Valid { value: json!({}) });
+    let transcript = t.transcript("p").await;
+    assert!(transcript[2].contains("takes no arguments"), "{transcript:?}");
+    assert_eq!(transcript.last().unwrap(), "assistant: ping returned pong.");
 }

@@ -528,6 +528,7 @@ in_both_formats!(
     keys_are_sent_but_never_logged,
     engine_turn_with_a_tool,
     engine_turn_retries_after_429,
+    generated_images_are_recorded_and_sent_back,
 );
 
 /// An engine on a fresh store whose default model is `fake/model`, with
@@ -643,4 +644,60 @@ async fn engine_turn_retries_after_429(format: LlmFormat) {
     assert_eq!(fake.remaining(), 0);
     let snapshot = engine.snapshot(TENANT, "s").await.unwrap().unwrap();
     assert_eq!(subs_tests::describe(snapshot.messages.last().unwrap()), "assistant: Hello after waiting.");
+}
+
+/// A reply's generated images (OpenAI: the message's `images`, as
+/// OpenRouter sends them; Anthropic: `image` blocks), streamed or not, are
+/// recorded as `image_url` parts of the assistant message after its text;
+/// the next request sends them back as the format allows. Streamed here;
+/// the HTTP worker tests read the same bodies whole.
+async fn generated_images_are_recorded_and_sent_back(format: LlmFormat) {
+    let fake = FakeProvider::start().await;
+    let (png, url) = ("data:image/png;base64,iVBORw0KGgo=", "https://img.example/cat.png");
+    fake.push(Reply::text("Here it is.").with_images(&[png, url]));
+    fake.push(Reply::pieces(&[]).with_images(&[url]));
+    fake.push(Reply::text("Nice."));
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
+    let config = subs_engine::EngineConfig {
+        default_model: "fake/model".to_owned(),
+        default_stream: true,
+        ..subs_tests::test_config()
+    };
+    let engine = subs_tests::start_engine_with(store, models(&fake, format), config).await;
+    for (turn, text) in [("t1", "draw a cat"), ("t2", "again"), ("t3", "thanks")] {
+        assert_eq!(numbered_turn(&engine, turn, text).await.status, TurnStatus::Done);
+    }
+
+    let snapshot = engine.snapshot(TENANT, "s").await.unwrap().unwrap();
+    let content = |i: usize| serde_json::to_value(&snapshot.messages[i].content).unwrap();
+    assert_eq!(
+        content(1),
+        json!([{"type": "text", "text": "Here it is."},
+            {"type": "image_url", "image_url": {"url": png}}, {"type": "image_url", "image_url": {"url": url}}]),
+        "{format:?}"
+    );
+    assert_eq!(content(3), json!([{"type": "image_url", "image_url": {"url": url}}]), "{format:?}");
+    assert_eq!(content(5), json!("Nice."), "without images the content stays a string");
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(requests[1].stream());
+    let messages = requests[2].body["messages"].as_array().unwrap().clone();
+    let assistants: Vec<&Value> = messages.iter().filter(|m| m["role"] == "assistant").collect();
+    match format {
+        LlmFormat::Openai => {
+            assert_eq!(assistants[0]["content"], "Here it is.");
+            assert_eq!(
+                assistants[0]["images"],
+                json!([{"type": "image_url", "image_url": {"url": png}}, {"type": "image_url", "image_url": {"url": url}}])
+            );
+            assert_eq!(assistants[1]["images"], json!([{"type": "image_url", "image_url": {"url": url}}]));
+        }
+        LlmFormat::Anthropic => {
+            // Anthropic takes images only from the user.
+            assert_eq!(assistants[0]["content"], json!([{"type": "text", "text": "Here it is."}]));
+            assert!(!requests[2].body.to_string().contains("img.example"), "{}", requests[2].body);
+        }
+    }
 }

@@ -10,10 +10,12 @@
 //!
 //! # Choices
 //!
-//! - An omitted `input` schema means "no arguments": any JSON object passes,
-//!   because models routinely send `{}` (and sometimes stray keys) for tools
-//!   that take nothing, and rejecting those would fail calls that can only
-//!   succeed. An omitted `output` schema accepts any result.
+//! - A declared tool with no `input` schema takes no arguments: `{}`, blank
+//!   text and `null` pass (as `{}`), any other object is `invalid` with an
+//!   error saying the tool takes none — the model reads it and can call
+//!   again without them. A tool that is not declared at all (nothing to
+//!   check against) accepts any object. An omitted `output` schema accepts
+//!   any result.
 //! - Empty (or all-whitespace) argument text is read as `{}`: some providers
 //!   stream a tool call without arguments as an empty string.
 //! - Drafts follow the schema's `$schema` (2020-12 when it has none); `format`
@@ -34,7 +36,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use jsonschema::{ValidationError, Validator};
 use serde_json::Value;
-use subs_protocol::ToolInput;
+use subs_protocol::{AgentTool, ToolInput};
 
 /// How many problems one error text lists; the rest are counted.
 pub const MAX_REPORTED: usize = 8;
@@ -53,15 +55,19 @@ pub fn check_schema(schema: &Value) -> Result<(), String> {
     compiled(schema).map(|_| ())
 }
 
-/// Reads a tool call's raw argument text and checks it against the tool's
-/// input schema (`None`: the tool takes no arguments, any object passes).
+/// Reads a tool call's raw argument text and checks it against the input
+/// schema of `tool`, the declared tool called (`None`: no tool of that name
+/// is declared, and any object passes).
 ///
 /// - `malformed`: the text is not JSON, or is JSON but not an object; the
 ///   error is the parser's message or says what was found instead.
 /// - `invalid`: an object that breaks the schema (or the schema itself is
-///   unusable, so nothing can be vouched for); the error lists each problem.
-/// - `valid`: an object that conforms.
-pub fn check_arguments(schema: Option<&Value>, raw: &str) -> ToolInput {
+///   unusable, so nothing can be vouched for), the error listing each
+///   problem; or, for a declared tool without an input schema (which takes
+///   no arguments), an object with any key.
+/// - `valid`: an object that conforms; for a tool without an input schema,
+///   `{}`, blank text or `null` (read as `{}`).
+pub fn check_arguments(tool: Option<&AgentTool>, raw: &str) -> ToolInput {
     let value = if raw.trim().is_empty() {
         Value::Object(serde_json::Map::new())
     } else {
@@ -70,12 +76,15 @@ pub fn check_arguments(schema: Option<&Value>, raw: &str) -> ToolInput {
             Err(e) => return ToolInput::Malformed { error: format!("the arguments are not valid JSON: {e}") },
         }
     };
+    if let Some(tool) = tool.filter(|t| t.input.is_none()) {
+        return no_arguments(&tool.name, value);
+    }
     if !value.is_object() {
         return ToolInput::Malformed {
             error: format!("the arguments must be a JSON object, not {}", subs_protocol::value_kind(&value)),
         };
     }
-    let Some(schema) = schema else {
+    let Some(schema) = tool.and_then(|t| t.input.as_ref()) else {
         return ToolInput::Valid { value };
     };
     match validate(schema, &value) {
@@ -84,6 +93,31 @@ pub fn check_arguments(schema: Option<&Value>, raw: &str) -> ToolInput {
             ToolInput::Invalid { value, error: format!("the tool's input schema is not usable: {e}") }
         }
         Err(Problem::Instance(error)) => ToolInput::Invalid { value, error },
+    }
+}
+
+/// The check of `value`, the arguments of tool `name`, which declares no
+/// input schema and so takes none: `{}` and `null` pass (as `{}`), another
+/// object is invalid, naming its keys, anything else malformed.
+fn no_arguments(name: &str, value: Value) -> ToolInput {
+    match value {
+        Value::Null => ToolInput::Valid { value: Value::Object(serde_json::Map::new()) },
+        Value::Object(ref o) if o.is_empty() => ToolInput::Valid { value },
+        Value::Object(ref o) => {
+            let keys: Vec<String> = o.keys().take(MAX_REPORTED).map(|k| format!("`{k}`")).collect();
+            let more = if o.len() > keys.len() { format!(" and {} more", o.len() - keys.len()) } else { String::new() };
+            let error = shorten(
+                format!(
+                    "tool `{name}` takes no arguments (it declares no input schema), but the call gives {}{more}",
+                    keys.join(", ")
+                ),
+                MAX_PROBLEM_CHARS,
+            );
+            ToolInput::Invalid { value, error }
+        }
+        other => ToolInput::Malformed {
+            error: format!("the arguments must be a JSON object, not {}", subs_protocol::value_kind(&other)),
+        },
     }
 }
 
@@ -200,6 +234,16 @@ mod tests {
 
     use super::*;
 
+    /// A tool `t` declared with `schema`.
+    fn declared(schema: Value) -> AgentTool {
+        AgentTool::new("t").input(schema)
+    }
+
+    /// `add`, declared with [`add_schema`].
+    fn add() -> AgentTool {
+        AgentTool::new("add").input(add_schema())
+    }
+
     fn add_schema() -> Value {
         json!({
             "type": "object",
@@ -211,13 +255,13 @@ mod tests {
 
     #[test]
     fn conforming_arguments_are_valid() {
-        let input = check_arguments(Some(&add_schema()), r#"{"a": 1, "b": 2}"#);
+        let input = check_arguments(Some(&add()), r#"{"a": 1, "b": 2}"#);
         assert_eq!(input, ToolInput::Valid { value: json!({"a": 1, "b": 2}) });
     }
 
     #[test]
     fn text_that_is_not_json_is_malformed_with_the_parser_message() {
-        let ToolInput::Malformed { error } = check_arguments(Some(&add_schema()), "{a: 1}") else {
+        let ToolInput::Malformed { error } = check_arguments(Some(&add()), "{a: 1}") else {
             panic!("expected malformed");
         };
         assert!(error.contains("not valid JSON"), "{error}");
@@ -237,20 +281,38 @@ mod tests {
     #[test]
     fn empty_text_reads_as_no_arguments() {
         assert_eq!(check_arguments(None, "  "), ToolInput::Valid { value: json!({}) });
-        let ToolInput::Invalid { error, .. } = check_arguments(Some(&add_schema()), "") else {
+        let ToolInput::Invalid { error, .. } = check_arguments(Some(&add()), "") else {
             panic!("expected invalid");
         };
         assert!(error.contains("\"a\" is a required property"), "{error}");
     }
 
     #[test]
-    fn without_a_schema_any_object_is_valid() {
+    fn an_undeclared_tool_takes_any_object() {
         assert_eq!(check_arguments(None, r#"{"x": [1]}"#), ToolInput::Valid { value: json!({"x": [1]}) });
     }
 
     #[test]
+    fn a_declared_tool_without_a_schema_takes_no_arguments() {
+        let clock = AgentTool::new("clock");
+        for raw in ["", "  ", "{}", " { } ", "null"] {
+            assert_eq!(check_arguments(Some(&clock), raw), ToolInput::Valid { value: json!({}) }, "{raw:?}");
+        }
+        let ToolInput::Invalid { value, error } = check_arguments(Some(&clock), r#"{"x": 1, "y": 2}"#) else {
+            panic!("expected invalid");
+        };
+        assert_eq!(value, json!({"x": 1, "y": 2}));
+        assert_eq!(error, "tool `clock` takes no arguments (it declares no input schema), but the call gives `x`, `y`");
+        assert!(matches!(check_arguments(Some(&clock), "[1]"), ToolInput::Malformed { .. }));
+        assert!(matches!(check_arguments(Some(&clock), "{x"), ToolInput::Malformed { .. }));
+        let many = format!("{{{}}}", (0..20).map(|i| format!("\"k{i}\": 1")).collect::<Vec<_>>().join(","));
+        let ToolInput::Invalid { error, .. } = check_arguments(Some(&clock), &many) else { panic!("expected invalid") };
+        assert!(error.ends_with(&format!("and {} more", 20 - MAX_REPORTED)), "{error}");
+    }
+
+    #[test]
     fn invalid_arguments_name_every_problem_with_its_place() {
-        let input = check_arguments(Some(&add_schema()), r#"{"a": "one", "b": -1, "c": true}"#);
+        let input = check_arguments(Some(&add()), r#"{"a": "one", "b": -1, "c": true}"#);
         let ToolInput::Invalid { value, error } = input else {
             panic!("expected invalid, got {input:?}");
         };
@@ -274,7 +336,9 @@ mod tests {
     fn large_values_are_cut_in_messages() {
         let schema = json!({"type": "object", "properties": {"s": {"maxLength": 3}}});
         let long = "é".repeat(5000);
-        let ToolInput::Invalid { error, .. } = check_arguments(Some(&schema), &json!({ "s": long }).to_string()) else {
+        let ToolInput::Invalid { error, .. } =
+            check_arguments(Some(&declared(schema.clone())), &json!({ "s": long }).to_string())
+        else {
             panic!("expected invalid");
         };
         assert!(error.chars().count() <= MAX_PROBLEM_CHARS + 1, "{} chars", error.chars().count());
@@ -311,7 +375,7 @@ mod tests {
             json!({"type": "string", "pattern": "(unclosed"}),
         ] {
             assert!(check_schema(&schema).is_err(), "{schema} should not compile");
-            let input = check_arguments(Some(&schema), "{}");
+            let input = check_arguments(Some(&declared(schema.clone())), "{}");
             let ToolInput::Invalid { error, .. } = input else {
                 panic!("expected invalid for {schema}, got {input:?}");
             };
@@ -329,15 +393,15 @@ mod tests {
             "properties": {"n": {"$ref": "#/$defs/n"}}
         });
         assert_eq!(check_schema(&schema), Ok(()));
-        assert!(matches!(check_arguments(Some(&schema), r#"{"n": 1}"#), ToolInput::Valid { .. }));
-        assert!(matches!(check_arguments(Some(&schema), r#"{"n": "1"}"#), ToolInput::Invalid { .. }));
+        assert!(matches!(check_arguments(Some(&declared(schema.clone())), r#"{"n": 1}"#), ToolInput::Valid { .. }));
+        assert!(matches!(check_arguments(Some(&declared(schema.clone())), r#"{"n": "1"}"#), ToolInput::Invalid { .. }));
     }
 
     #[test]
     fn the_cache_stays_bounded() {
         for i in 0..CACHE_CAPACITY + 10 {
             let schema = json!({"type": "object", "properties": {format!("p{i}"): {"type": "integer"}}});
-            assert!(matches!(check_arguments(Some(&schema), "{}"), ToolInput::Valid { .. }));
+            assert!(matches!(check_arguments(Some(&declared(schema.clone())), "{}"), ToolInput::Valid { .. }));
         }
         assert!(CACHE.lock().unwrap().len() <= CACHE_CAPACITY);
     }

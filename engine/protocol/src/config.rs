@@ -198,7 +198,8 @@ pub struct AgentTool {
     /// What it does, for the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// JSON Schema for the arguments; omitted: no arguments.
+    /// JSON Schema for the arguments; omitted: the tool takes no arguments
+    /// (the engine finds a call with any `invalid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
     /// JSON Schema results must satisfy; a violating result settles the call

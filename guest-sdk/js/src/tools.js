@@ -146,7 +146,9 @@ export function check(schema, value) {
  * A tool: its declaration (what the model sees: `name`, `description`,
  * `input` and `output` JSON Schemas, `handler`) and its code, which gets
  * the arguments and the `tool.execute` trigger (`id`, `attempt`,
- * `deadline`) and returns the result (any JSON) or throws.
+ * `deadline`) and returns the result (any JSON) or throws. A tool declared
+ * without `input` takes no arguments: the engine finds a call with any
+ * `invalid` (declare `{type: 'object'}` to take any object).
  *
  * @param {{name: string, description?: string, input?: object, output?: object, handler?: 'worker' | 'client'}} declaration
  * @param {(args: any, call: any) => unknown} run

@@ -51,6 +51,9 @@ fn openai_events(reply: &Reply, model: &str, include_usage: bool) -> Vec<String>
     if let Some(refusal) = &reply.refusal {
         events.push(chunk(json!({"refusal": refusal}), Value::Null));
     }
+    if !reply.images.is_empty() {
+        events.push(chunk(json!({"images": openai_images(reply)}), Value::Null));
+    }
     for (index, call) in reply.tool_calls.iter().enumerate() {
         events.push(chunk(
             json!({"tool_calls": [{"index": index, "id": call.id, "type": "function",
@@ -72,6 +75,20 @@ fn openai_events(reply: &Reply, model: &str, include_usage: bool) -> Vec<String>
     }
     events.push("data: [DONE]\n\n".to_owned());
     events
+}
+
+/// The images as OpenRouter sends them.
+fn openai_images(reply: &Reply) -> Value {
+    reply.images.iter().map(|url| json!({"type": "image_url", "image_url": {"url": url}})).collect()
+}
+
+/// An Anthropic `image` block for `url`.
+fn anthropic_image(url: &str) -> Value {
+    let source = match url.strip_prefix("data:").and_then(|rest| rest.split_once(";base64,")) {
+        Some((media_type, data)) => json!({"type": "base64", "media_type": media_type, "data": data}),
+        None => json!({"type": "url", "url": url}),
+    };
+    json!({"type": "image", "source": source})
 }
 
 fn openai_finish(reply: &Reply) -> String {
@@ -128,6 +145,12 @@ fn anthropic_events(reply: &Reply, model: &str) -> Vec<String> {
             events.push(anthropic_event(json!({"type": "content_block_delta", "index": index,
                 "delta": {"type": "text_delta", "text": piece}})));
         }
+        events.push(anthropic_event(json!({"type": "content_block_stop", "index": index})));
+        index += 1;
+    }
+    for url in &reply.images {
+        events.push(anthropic_event(json!({"type": "content_block_start", "index": index,
+            "content_block": anthropic_image(url)})));
         events.push(anthropic_event(json!({"type": "content_block_stop", "index": index})));
         index += 1;
     }
@@ -191,6 +214,9 @@ pub fn body(format: Format, reply: &Reply, model: &str) -> Value {
             if !tool_calls.is_empty() {
                 message["tool_calls"] = json!(tool_calls);
             }
+            if !reply.images.is_empty() {
+                message["images"] = openai_images(reply);
+            }
             json!({"id": "chatcmpl-fake", "object": "chat.completion", "created": CREATED, "model": model,
                 "choices": [{"index": 0, "message": message, "finish_reason": openai_finish(reply)}],
                 "usage": openai_usage(reply)})
@@ -203,6 +229,7 @@ pub fn body(format: Format, reply: &Reply, model: &str) -> Value {
             if !reply.text.is_empty() {
                 content.push(json!({"type": "text", "text": reply.full_text()}));
             }
+            content.extend(reply.images.iter().map(|url| anthropic_image(url)));
             for c in &reply.tool_calls {
                 let input: Value = serde_json::from_str(&c.arguments()).unwrap_or_else(|_| json!({}));
                 content.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));

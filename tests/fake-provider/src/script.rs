@@ -18,6 +18,10 @@ pub struct Reply {
     pub reasoning_key: Option<String>,
     /// Tool calls, in order.
     pub tool_calls: Vec<ScriptedCall>,
+    /// Generated images, by URL or `data:` URL (OpenAI: the message's or a
+    /// delta's `images`, as OpenRouter sends them; Anthropic: `image`
+    /// blocks).
+    pub images: Vec<String>,
     /// A refusal: OpenAI's `refusal` field; Anthropic's `stop_reason:
     /// refusal`.
     pub refusal: Option<String>,
@@ -212,6 +216,13 @@ impl Reply {
     #[must_use]
     pub fn with_reasoning_key(mut self, key: &str) -> Reply {
         self.reasoning_key = Some(key.into());
+        self
+    }
+
+    /// Adds generated images (URLs or `data:` URLs).
+    #[must_use]
+    pub fn with_images(mut self, urls: &[&str]) -> Reply {
+        self.images = urls.iter().map(|u| (*u).to_owned()).collect();
         self
     }
 

@@ -9,7 +9,11 @@
 //!   tool results share one user turn, as Anthropic requires).
 //! - Images by URL or `data:` URL and PDF files pass as `image` and
 //!   `document` blocks; audio and video parts are refused (Anthropic cannot
-//!   take them) with a non-retryable error.
+//!   take them) with a non-retryable error. An assistant message's images
+//!   are left out (Anthropic takes images only in user turns).
+//! - Claude does not generate images, so its replies hold no `image` blocks
+//!   today; should one come, it is read as an image of the reply (a
+//!   `base64` source as a `data:` URL).
 //! - `max_tokens` is required: the request's `max_completion_tokens`, else
 //!   the provider's default. Reasoning becomes `thinking: {type: enabled,
 //!   budget_tokens}`: the budget is `reasoning.max_tokens`, else by effort
@@ -192,8 +196,29 @@ fn source(url: &str) -> Value {
     json!({"type": "url", "url": url})
 }
 
+/// The URL of an `image` block of a reply: its `url` source as is, a
+/// `base64` source as a `data:` URL.
+fn image_block_url(block: &Value) -> Option<String> {
+    let source = block.get("source")?;
+    match str_at(source, "type") {
+        Some("base64") => {
+            let media_type = str_at(source, "media_type").unwrap_or("application/octet-stream");
+            Some(format!("data:{media_type};base64,{}", str_at(source, "data")?))
+        }
+        _ => str_at(source, "url").map(str::to_owned),
+    }
+}
+
 fn assistant_blocks(m: &DraftMessage, index: usize) -> Result<Vec<Value>, ModelError> {
-    let mut blocks = content_blocks(m.content.as_ref(), index)?;
+    // Anthropic takes images only from the user: images a model generated
+    // (through another provider) stay out of the assistant's turn.
+    let content = match &m.content {
+        Some(Content::Parts(parts)) => {
+            Some(Content::Parts(parts.iter().filter(|p| !matches!(p, ContentPart::ImageUrl { .. })).cloned().collect()))
+        }
+        other => other.clone(),
+    };
+    let mut blocks = content_blocks(content.as_ref(), index)?;
     for call in m.tool_calls.iter().flatten() {
         let input = match serde_json::from_str::<Value>(&call.function.arguments) {
             Ok(object @ Value::Object(_)) => object,
@@ -256,6 +281,7 @@ pub(crate) fn read_response(body: &Value, mut reply: ReplyBuilder) -> Result<Llm
         match str_at(block, "type") {
             Some("text") => reply.text(str_at(block, "text").unwrap_or_default()),
             Some("thinking") => reply.reasoning(str_at(block, "thinking").unwrap_or_default()),
+            Some("image") => reply.image(&image_block_url(block).unwrap_or_default()),
             Some("tool_use") => {
                 let input =
                     block.get("input").filter(|i| !i.is_null()).map_or_else(|| "{}".to_owned(), Value::to_string);
@@ -310,6 +336,7 @@ impl StreamReader {
                 match str_at(block, "type") {
                     Some("text") => self.reply.text(str_at(block, "text").unwrap_or_default()),
                     Some("thinking") => self.reply.reasoning(str_at(block, "thinking").unwrap_or_default()),
+                    Some("image") => self.reply.image(&image_block_url(block).unwrap_or_default()),
                     Some("tool_use") => {
                         self.tool_blocks.push(index);
                         // The input streams as `input_json_delta`s; a

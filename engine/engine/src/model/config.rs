@@ -328,7 +328,8 @@ fn checked_url(name: &str, url: &str) -> Result<String, ConfigError> {
 
 /// The registry for `config` and `env`: the offline model (`subs`), the
 /// built-in providers, and the configured ones, all pricing calls with
-/// [`ProvidersConfig::price_table`]. `env` reads a variable; see
+/// [`ProvidersConfig::price_table`] (which is also the registry's
+/// [`Models::prices`]). `env` reads a variable; see
 /// [`models_from_env`] for the process environment.
 pub fn models_from_config(
     config: &ProvidersConfig,
@@ -337,6 +338,7 @@ pub fn models_from_config(
     let client = config.http_client()?;
     let prices = Arc::new(config.price_table());
     let mut models = Models::with_offline();
+    models.prices = Arc::clone(&prices);
     for settings in config.resolve(env)? {
         let name = settings.name.clone();
         models.register(&name, Arc::new(HttpProvider::new(settings, client.clone(), Arc::clone(&prices))));

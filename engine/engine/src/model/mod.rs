@@ -21,7 +21,8 @@
 //!   an event stream.
 //! - `openai.rs`, `anthropic.rs`: the two wire formats — request bodies,
 //!   responses, stream events; `reply.rs` assembles a reply from either's
-//!   pieces; `http.rs` maps HTTP failures to
+//!   pieces ([`assistant_message`] is the message a reply is recorded
+//!   as); `http.rs` maps HTTP failures to
 //!   [`ModelError`]s.
 //! - [`native`]: the formats as pure translations ([`to_native`],
 //!   [`from_native`]) for worker-handled calls.
@@ -56,6 +57,7 @@ pub use self::native::{from_native, to_native};
 pub use self::offline::OfflineProvider;
 pub use self::price::{Money, MoneyError, Price, PriceTable, TokenUsage, add_cost};
 pub use self::provider::HttpProvider;
+pub use self::reply::assistant_message;
 use crate::worker::{BoxFuture, DeltaSink};
 
 /// The built-in offline model's full name: the default model for demos and
@@ -82,20 +84,47 @@ pub trait Provider: Send + Sync {
     ) -> BoxFuture<'_, Result<LlmResponse, ModelError>>;
 }
 
-/// The providers the engine can call, by name.
+/// The providers the engine can call, by name, and the price table its
+/// LLM calls are priced with.
 ///
-/// Cheap to clone (providers are shared), so the loop can hold one per
-/// session task.
-#[derive(Clone, Default)]
+/// Cheap to clone (providers and prices are shared), so the loop can hold
+/// one per session task.
+#[derive(Clone)]
 pub struct Models {
     /// Ordered so listings and error messages come out the same every time.
     providers: BTreeMap<String, Arc<dyn Provider>>,
+    /// What calls cost: the providers' own (HTTP providers price their
+    /// replies themselves) and the replies workers give for calls they
+    /// handle, which the loop prices.
+    prices: Arc<PriceTable>,
+}
+
+impl Default for Models {
+    fn default() -> Self {
+        Self { providers: BTreeMap::new(), prices: Arc::new(PriceTable::builtin()) }
+    }
 }
 
 impl Models {
-    /// A registry with no providers.
+    /// A registry with no providers, pricing with the built-in prices.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// This registry pricing with `prices` instead. Providers already
+    /// registered keep the table they were built with;
+    /// [`models_from_config`] gives the registry and its HTTP providers the
+    /// same table.
+    #[must_use]
+    pub fn with_prices(mut self, prices: PriceTable) -> Self {
+        self.prices = Arc::new(prices);
+        self
+    }
+
+    /// The price table of calls whose reply came without a cost (worker-
+    /// handled calls, above all).
+    pub fn prices(&self) -> &PriceTable {
+        &self.prices
     }
 
     /// A registry with the built-in offline provider registered as `subs`,

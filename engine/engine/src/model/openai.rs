@@ -8,6 +8,11 @@
 //! - `max_completion_tokens` and `temperature` pass through; reasoning
 //!   passes as `reasoning_effort` (OpenAI has no thinking budget, so
 //!   `reasoning.max_tokens` is not sent).
+//! - Images a model generates come as the message's (or the delta's)
+//!   `images`, `[{"type": "image_url", "image_url": {"url": …}}]` (as
+//!   OpenRouter sends them), or as `image_url` parts of an array content;
+//!   an assistant message's `image_url` parts go back as its `images`, its
+//!   text as its content (Chat Completions takes only text there).
 //! - Streaming asks for `stream_options.include_usage`, so usage arrives in
 //!   a last chunk with no choices. `delta.tool_calls` fragments join per
 //!   `index`; the id and name come on a call's first fragment, arguments
@@ -16,11 +21,11 @@
 //!   stream ends with `data: [DONE]`; without it the reply is incomplete.
 
 use serde_json::{Map, Value, json};
-use subs_protocol::{Content, DraftMessage, LlmRequest, LlmResponse, Role};
+use subs_protocol::{Content, ContentPart, DraftMessage, LlmRequest, LlmResponse, Role};
 
 use super::ModelError;
 use super::http::{ProviderSays, quote};
-use super::reply::ReplyBuilder;
+use super::reply::{ReplyBuilder, image_url};
 use super::sse::SseEvent;
 
 /// The request body for `request` (whose `model` is sent as is).
@@ -77,6 +82,13 @@ fn message(m: &DraftMessage) -> Value {
     match m.role {
         Role::Assistant => {
             let calls = m.tool_calls.as_ref().filter(|c| !c.is_empty());
+            // Chat Completions takes only text in an assistant's content:
+            // images the model made go back the way they came, as the
+            // message's `images`.
+            let (content, images) = assistant_images(m.content.as_ref(), content);
+            if !images.is_empty() {
+                out.insert("images".into(), Value::Array(images));
+            }
             let content = match (content, calls) {
                 (Some(Value::String(s)), Some(_)) if s.is_empty() => Value::Null,
                 (Some(c), _) => c,
@@ -102,6 +114,21 @@ fn message(m: &DraftMessage) -> Value {
     Value::Object(out)
 }
 
+/// An assistant message's content without its images, and the images as
+/// `{"type": "image_url", "image_url": {url}}` parts. Content without
+/// images is left as it is.
+fn assistant_images(content: Option<&Content>, as_json: Option<Value>) -> (Option<Value>, Vec<Value>) {
+    let Some(Content::Parts(parts)) = content else { return (as_json, Vec::new()) };
+    let (images, rest): (Vec<&ContentPart>, Vec<&ContentPart>) =
+        parts.iter().partition(|p| matches!(p, ContentPart::ImageUrl { .. }));
+    if images.is_empty() {
+        return (as_json, Vec::new());
+    }
+    let images = images.into_iter().map(|p| serde_json::to_value(p).unwrap_or(Value::Null)).collect();
+    let text = Content::Parts(rest.into_iter().cloned().collect()).text();
+    (Some(json!(text)), images)
+}
+
 /// The reply in a non-streamed response body; the builder's sink, if any,
 /// gets it as deltas (for a server that ignored `stream: true`).
 pub(crate) fn read_response(body: &Value, mut reply: ReplyBuilder) -> Result<LlmResponse, ModelError> {
@@ -125,9 +152,19 @@ pub(crate) fn read_response(body: &Value, mut reply: ReplyBuilder) -> Result<Llm
         Some(content @ Value::Array(_)) => {
             if let Ok(content) = serde_json::from_value::<Content>(content.clone()) {
                 reply.text(&content.text());
+                if let Content::Parts(parts) = &content {
+                    for part in parts {
+                        if let ContentPart::ImageUrl { image_url } = part {
+                            reply.image(&image_url.url);
+                        }
+                    }
+                }
             }
         }
         _ => {}
+    }
+    for image in message.get("images").and_then(Value::as_array).into_iter().flatten() {
+        reply.image(image_url(image).unwrap_or_default());
     }
     if let Some(refusal) = message.get("refusal").and_then(Value::as_str) {
         reply.refusal(refusal);
@@ -233,6 +270,9 @@ impl StreamReader {
         }
         if let Some(text) = str_at(delta, "refusal") {
             self.reply.refusal(text);
+        }
+        for image in delta.get("images").and_then(Value::as_array).into_iter().flatten() {
+            self.reply.image(image_url(image).unwrap_or_default());
         }
         for fragment in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
             let id = str_at(fragment, "id");

@@ -15,6 +15,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
+use subs_protocol::LlmResponse;
 
 /// Decimal digits kept after the dollar's point.
 const SCALE: u32 = 18;
@@ -383,6 +384,35 @@ impl PriceTable {
     /// counts — never a made-up zero.
     pub fn cost(&self, model: &str, usage: &Value) -> Option<Money> {
         self.get(model)?.cost(&TokenUsage::from_usage(usage)?)
+    }
+
+    /// What a reply to a call of `model` (a full `provider/model` name)
+    /// that used `usage` cost: at `model`'s price, else at the price of the
+    /// model the reply says answered (`answered`, the provider's own name,
+    /// or a full name of `model`'s provider). `None` as for
+    /// [`cost`](Self::cost).
+    pub fn reply_cost(&self, model: &str, answered: &str, usage: &Value) -> Option<Money> {
+        self.cost(model, usage).or_else(|| {
+            let (provider, _) = model.split_once('/')?;
+            let own = answered.strip_prefix(provider).and_then(|a| a.strip_prefix('/')).unwrap_or(answered);
+            if own.is_empty() {
+                return None;
+            }
+            self.cost(&format!("{provider}/{own}"), usage)
+        })
+    }
+
+    /// Gives `response`, a reply to a call of `model` (a full
+    /// `provider/model` name), its cost when it came without one: priced
+    /// from its usage by [`reply_cost`](Self::reply_cost). A cost the reply
+    /// states is kept; without usage or a price it stays absent.
+    pub fn price_reply(&self, model: &str, response: &mut LlmResponse) {
+        if response.cost.is_some() {
+            return;
+        }
+        if let Some(usage) = &response.usage {
+            response.cost = self.reply_cost(model, &response.model, usage).map(|m| m.to_string());
+        }
     }
 }
 

@@ -135,11 +135,7 @@ impl HttpProvider {
         let answered = if answer.model.is_empty() { request.model.clone() } else { answer.model };
         let usage = answer.usage.as_ref();
         answer.cost = usage
-            .and_then(|u| {
-                self.prices
-                    .cost(&format!("{name}/{}", request.model), u)
-                    .or_else(|| self.prices.cost(&format!("{name}/{answered}"), u))
-            })
+            .and_then(|u| self.prices.reply_cost(&format!("{name}/{}", request.model), &answered, u))
             .map(|m| m.to_string());
         answer.model = format!("{name}/{answered}");
         Ok(answer)

@@ -1,9 +1,13 @@
 //! Putting a reply together piece by piece, the same way for both wire
 //! formats: text, reasoning and tool-call fragments go to the [`DeltaSink`]
-//! as they arrive and into the final [`LlmResponse`].
+//! as they arrive and into the final [`LlmResponse`]; generated images are
+//! kept beside them. [`assistant_message`] is the message a reply is
+//! recorded as.
 
 use serde_json::{Value, json};
-use subs_protocol::{LlmResponse, StreamDelta, ToolCall, ToolCallDelta};
+use subs_protocol::{
+    Content, ContentPart, DraftMessage, LlmResponse, Role, StreamDelta, ToolCall, ToolCallDelta, UrlRef,
+};
 
 use super::ModelError;
 use crate::worker::DeltaSink;
@@ -30,6 +34,9 @@ pub(crate) struct ReplyBuilder {
     refusal: String,
     /// In the order they first appeared.
     calls: Vec<PartialCall>,
+    /// Generated images, in order (not streamed: a delta has no place for
+    /// them).
+    images: Vec<UrlRef>,
     /// Why the reply ended, in the engine's words (`stop`, `length`,
     /// `tool_calls`, `content_filter`, `refusal`, …); set by the format.
     pub finish_reason: Option<String>,
@@ -47,6 +54,7 @@ impl ReplyBuilder {
             content: String::new(),
             refusal: String::new(),
             calls: Vec::new(),
+            images: Vec::new(),
             finish_reason: None,
             usage: None,
         }
@@ -73,6 +81,13 @@ impl ReplyBuilder {
     pub fn reasoning(&mut self, text: &str) {
         if !text.is_empty() && self.show_reasoning {
             self.emit(StreamDelta { reasoning: Some(text.to_owned()), ..StreamDelta::default() });
+        }
+    }
+
+    /// A generated image, by URL or `data:` URL; an empty URL is ignored.
+    pub fn image(&mut self, url: &str) {
+        if !url.is_empty() {
+            self.images.push(UrlRef { url: url.to_owned() });
         }
     }
 
@@ -171,8 +186,48 @@ impl ReplyBuilder {
             finish_reason: Some(finish_reason),
             usage: self.usage,
             cost: None,
-            images: None,
+            images: (!self.images.is_empty()).then_some(self.images),
         })
+    }
+}
+
+/// The assistant message that records `response`: its text, its generated
+/// images as `image_url` parts after the text, and its tool calls. Without
+/// images the content is a plain string (none when the text is empty); with
+/// images it is a list of parts (a `text` part first when there is text).
+/// Images with an empty URL are left out.
+pub fn assistant_message(response: &LlmResponse) -> DraftMessage {
+    let text = response.content.clone().filter(|c| !c.is_empty());
+    let images: Vec<&UrlRef> = response.images.iter().flatten().filter(|i| !i.url.is_empty()).collect();
+    let content = if images.is_empty() {
+        text.map(Content::Text)
+    } else {
+        let text = text.map(|text| ContentPart::Text { text });
+        let images = images.into_iter().map(|i| ContentPart::ImageUrl { image_url: i.clone() });
+        Some(Content::Parts(text.into_iter().chain(images).collect()))
+    };
+    DraftMessage {
+        id: None,
+        role: Role::Assistant,
+        content,
+        tool_calls: response.tool_calls.clone().filter(|c| !c.is_empty()),
+        tool_call_id: None,
+        name: None,
+    }
+}
+
+/// An image of a reply given as an OpenAI-style part
+/// (`{"type": "image_url", "image_url": {"url": …}}`, as OpenRouter sends
+/// them), or as a bare `{"url": …}` or URL string: its URL.
+pub(crate) fn image_url(image: &Value) -> Option<&str> {
+    match image {
+        Value::String(url) => Some(url),
+        Value::Object(o) => match o.get("image_url") {
+            Some(Value::String(url)) => Some(url),
+            Some(inner) => inner.get("url").and_then(Value::as_str),
+            None => o.get("url").and_then(Value::as_str),
+        },
+        _ => None,
     }
 }
 

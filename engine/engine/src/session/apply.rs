@@ -43,6 +43,8 @@ pub(crate) struct Ctx<'a> {
     pub call_timeout_ms: u64,
     /// The tenants' session limits.
     pub quota: &'a (dyn SessionQuota + Sync),
+    /// What LLM calls cost: prices replies that come without a cost.
+    pub prices: &'a crate::model::PriceTable,
 }
 
 /// Whether a tenant may have more sessions.
@@ -542,7 +544,7 @@ impl Session {
     ) {
         self.steps.retain(|(s, _)| *s != seq);
         if let Some(agent) = &decision.agent {
-            self.record.agent = Some(agent.clone());
+            self.record.agent = Some(super::proposal::without_client_tools(agent, super::proposal::client_tools(self)));
         }
         if let Some(state) = decision.state.clone().filter(|s| !s.is_null()) {
             self.record.state = state;
@@ -677,7 +679,7 @@ impl Session {
             other => subs_protocol::to_json(other),
         };
         let tool = self.tool(&call.name).cloned();
-        let input = tools::check_arguments(tool.as_ref().and_then(|t| t.input.as_ref()), &raw);
+        let input = tools::check_arguments(tool.as_ref(), &raw);
         let handler = call.handler.or(tool.as_ref().and_then(|t| t.handler)).unwrap_or(ToolHandler::Worker);
         let mut record = self.new_call(
             id,
@@ -892,12 +894,14 @@ impl Session {
     // ---- calls ---------------------------------------------------------------
 
     /// Settles a call (or schedules its retry), producing the trigger that
-    /// reports it.
-    /// The call stays in the turn's `calls`, `completed` or `failed`,
+    /// reports it. The call stays in the turn's `calls`, `completed` or `failed`,
     /// until the turn ends.
     pub fn settle(&mut self, call_id: &str, outcome: Outcome, ctx: &Ctx<'_>, change: &mut Change) {
         let Some(call) = self.open_call(call_id).cloned() else { return };
-        let outcome = checked_outcome(&call, outcome);
+        let mut outcome = checked_outcome(&call, outcome);
+        if let (Outcome::LlmOk(response), CallSpec::Llm { action, .. }) = (&mut outcome, &call.spec) {
+            ctx.prices.price_reply(action.model.as_deref().unwrap_or_default(), response);
+        }
         if self.schedule_retry(&call, &outcome, ctx, change) {
             return;
         }
@@ -1016,14 +1020,7 @@ fn finished_trigger(call: &CallRecord, outcome: Outcome) -> Option<Trigger> {
             id: call.call.id.clone(),
             ok: true,
             truncated: response.finish_reason.as_deref() == Some("length"),
-            message: Some(DraftMessage {
-                id: None,
-                role: Role::Assistant,
-                content: response.content.clone().filter(|c| !c.is_empty()).map(Into::into),
-                tool_calls: response.tool_calls.clone().filter(|c| !c.is_empty()),
-                tool_call_id: None,
-                name: None,
-            }),
+            message: Some(crate::model::assistant_message(&response)),
             usage: response.usage,
             cost: response.cost,
             error: None,
@@ -1107,6 +1104,7 @@ mod tests {
             now_ms: NOW,
             call_timeout_ms: 300_000,
             quota: &NoLimit,
+            prices: &crate::model::PriceTable::builtin(),
         })
     }
 

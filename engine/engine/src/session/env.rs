@@ -62,6 +62,7 @@ impl Env {
             now_ms: config.clock.now_ms(),
             call_timeout_ms: u64::try_from(config.call_timeout.as_millis()).unwrap_or(u64::MAX),
             quota: &self.tenants,
+            prices: self.models.prices(),
         }
     }
 

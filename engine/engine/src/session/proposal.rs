@@ -4,13 +4,84 @@
 
 use serde_json::{Value, json};
 use subs_protocol::action::{SubAgentSpawn, ToolCall};
-use subs_protocol::{Action, AgentConfig, DecisionResponse, DraftMessage, Role, ToolCall as ModelToolCall, Trigger};
+use subs_protocol::{
+    Action, AgentConfig, AgentTool, DecisionResponse, DraftMessage, Role, ToolCall as ModelToolCall, Trigger,
+};
 
 use super::Session;
 use crate::store::valid_id;
 
-/// The proposal for `trigger`, the trigger of step `seq`.
+/// The proposal for `trigger`, the trigger of step `seq`: the ordinary
+/// loop's next step, with the open turn's client tools layered on (see
+/// [`with_client_tools`]).
 pub(crate) fn propose(session: &Session, seq: u64, trigger: &Trigger, default_model: &str) -> DecisionResponse {
+    with_client_tools(session, ordinary(session, seq, trigger, default_model), default_model)
+}
+
+/// The open turn's client tools: none without an open turn.
+pub(crate) fn client_tools(session: &Session) -> &[AgentTool] {
+    session.record.turn.as_ref().map_or(&[], |t| t.client_tools.as_slice())
+}
+
+/// `proposed` as a worker sees it when the open turn has client tools: its
+/// `agent` is the config it sets, else the current one, else one with
+/// `default_model`, with the client tools appended (those whose names no
+/// tool or sub-agent of that config takes, the first of a name), and each
+/// `llm.call` that names no tools offers the model's tools
+/// ([`Session::llm_tools`]). A worker that copies or edits the proposal
+/// keeps them; [`without_client_tools`] keeps them out of the stored
+/// config. Without client tools the proposal is left as it is.
+fn with_client_tools(session: &Session, mut proposal: DecisionResponse, default_model: &str) -> DecisionResponse {
+    let client = client_tools(session);
+    if client.is_empty() {
+        return proposal;
+    }
+    let mut agent = proposal
+        .agent
+        .take()
+        .or_else(|| session.record.agent.clone())
+        .unwrap_or_else(|| AgentConfig::new(default_model));
+    let mut tools = agent.tools.take().unwrap_or_default();
+    for tool in client {
+        let taken =
+            tools.iter().any(|t| t.name == tool.name) || agent.sub_agents.iter().flatten().any(|s| s.id == tool.name);
+        if !taken {
+            tools.push(tool.clone());
+        }
+    }
+    agent.tools = Some(tools);
+    proposal.agent = Some(agent);
+    for action in proposal.actions.iter_mut().flatten() {
+        if let Action::LlmCall(call) = action
+            && call.tools.is_none()
+        {
+            call.tools = Some(session.llm_tools());
+        }
+    }
+    proposal
+}
+
+/// `agent` as a decision sets it, without the tools that equal one of the
+/// open turn's `client_tools` exactly: a worker that returns its proposal
+/// (whose config lists the client tools) does not make them part of its
+/// config beyond the turn. A config left with no tools after that has
+/// `tools` omitted. A tool of the same name that differs in any field is
+/// the agent's own, and kept.
+pub(crate) fn without_client_tools(agent: &AgentConfig, client_tools: &[AgentTool]) -> AgentConfig {
+    let mut agent = agent.clone();
+    if let Some(tools) = &mut agent.tools {
+        let before = tools.len();
+        tools.retain(|t| !client_tools.contains(t));
+        if tools.is_empty() && before > 0 {
+            agent.tools = None;
+        }
+    }
+    agent
+}
+
+/// What an ordinary agent loop does next for `trigger` (the table in
+/// docs/loop.md, "Proposals").
+fn ordinary(session: &Session, seq: u64, trigger: &Trigger, default_model: &str) -> DecisionResponse {
     match trigger {
         Trigger::SessionStart => DecisionResponse::new().with_agent(AgentConfig::new(default_model)),
         Trigger::ClientMessages(t) => {
