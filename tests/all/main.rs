@@ -7,6 +7,7 @@ mod architecture;
 mod bad_guests;
 mod examples;
 mod http_worker;
+mod ids;
 mod llm_retries;
 mod load;
 mod loop_scenarios;
