@@ -323,8 +323,15 @@ async fn sessions_are_listed_a_page_at_a_time() {
     let (status, last) = s.call(GET, "/v1/sessions?after=d", None, None).await;
     assert_eq!((status, last), (StatusCode::OK, json!([])));
 
-    for (query, field) in [("limit=0", "limit"), ("limit=1001", "limit"), ("limit=ten", "limit"), ("after=..", "after")]
-    {
+    // `after=..` is an id like any other; a control character is not.
+    assert_eq!(s.call(GET, "/v1/sessions?after=..", None, None).await.1.as_array().unwrap().len(), 5);
+    for (query, field) in [
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("limit=ten", "limit"),
+        ("after=a%0Ab", "after"),
+        ("after=", "after"),
+    ] {
         let (status, error) = s.call(GET, &format!("/v1/sessions?{query}"), None, None).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {error}");
         assert_eq!(error["code"], "invalid_input", "{query}");

@@ -312,11 +312,15 @@ async fn inputs_for_unknown_sessions_and_bad_ids_are_refused() {
     let resume = ClientInput::InterruptResume(InterruptResume { interrupt_id: "x".to_owned(), payload: None });
     let err = t.engine.input(TENANT, "nobody", resume, Default::default()).await.unwrap_err();
     assert!(matches!(err, InputError::NoSession(_)), "{err}");
+    // `../etc` is an id like any other (ids never become paths): unknown.
+    let resume = ClientInput::InterruptResume(InterruptResume { interrupt_id: "x".to_owned(), payload: None });
+    let err = t.engine.input(TENANT, "../etc", resume, Default::default()).await.unwrap_err();
+    assert!(matches!(err, InputError::NoSession(_)), "{err}");
     let err = t
         .engine
         .input(
             TENANT,
-            "../etc",
+            "line\nbreak",
             ClientInput::InterruptResume(InterruptResume { interrupt_id: "x".to_owned(), payload: None }),
             Default::default(),
         )

@@ -8,6 +8,7 @@ mod bad_guests;
 mod examples;
 mod http_worker;
 mod identity;
+mod ids;
 mod llm_retries;
 mod load;
 mod loop_scenarios;

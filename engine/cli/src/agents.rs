@@ -8,7 +8,7 @@ use reqwest::Method;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 
-use crate::client::{Client, ClientArgs, checked_id};
+use crate::client::{Client, ClientArgs, checked_name};
 use crate::error::{CliError, CliResult};
 use crate::progress::Spinner;
 
@@ -76,7 +76,7 @@ pub async fn exec(command: AgentsCommand) -> CliResult {
 
 async fn put(args: PutArgs) -> CliResult {
     let client = Client::new(&args.client)?;
-    let id = checked_id("agent", &args.id)?;
+    let id = checked_name("agent id", &args.id)?;
     let path = format!("/v1/agents/{id}");
     let (request, spinner) = match (&args.file, &args.url) {
         (Some(file), _) => {
@@ -126,7 +126,7 @@ async fn list(args: ListArgs) -> CliResult {
 
 async fn rm(args: RmArgs) -> CliResult {
     let client = Client::new(&args.client)?;
-    let id = checked_id("agent", &args.id)?;
+    let id = checked_name("agent id", &args.id)?;
     client.send(client.request(Method::DELETE, &format!("/v1/agents/{id}"))).await?;
     if args.client.json {
         println!("{}", json!({ "agent_id": id, "removed": true }));

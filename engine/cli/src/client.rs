@@ -151,16 +151,44 @@ fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// `id` checked to be a session or agent id (`A-Z a-z 0-9 _ - . :`, not
-/// starting with `.`), so it is one path segment as is: a mistyped id
-/// must not turn into another path.
-pub fn checked_id<'a>(what: &str, id: &'a str) -> CliResult<&'a str> {
+/// `name` checked to be an agent or tenant name (1 to 128 of `A-Z a-z 0-9
+/// _ - . :`, not starting with `.`), so it is one path segment as is: a
+/// mistyped name must not turn into another path.
+pub fn checked_name<'a>(what: &str, name: &'a str) -> CliResult<&'a str> {
+    if subs_engine::store::valid_name(name) {
+        Ok(name)
+    } else {
+        Err(CliError::usage(anyhow!("`{name}` is not a valid {what} ({})", subs_engine::store::NAME_RULE)))
+    }
+}
+
+/// `id` checked to be a session id: any text of 1 to 256 bytes without
+/// control characters (`/`, spaces and unicode included).
+pub fn checked_session(id: &str) -> CliResult<&str> {
     if subs_engine::store::valid_id(id) {
         Ok(id)
     } else {
         Err(CliError::usage(anyhow!(
-            "`{id}` is not a valid {what} id (1-128 of A-Z a-z 0-9 _ - . :, not starting with .)"
+            "`{}` is not a valid session id ({})",
+            id.escape_debug(),
+            subs_engine::store::ID_RULE
         )))
+    }
+}
+
+/// The API path of session `id` followed by `tail` (`""`, `"/input"`,
+/// `"/events"`): the id percent-encoded, so that whatever it holds (`/`,
+/// `?`, `%`, spaces) it stays one path segment naming this session.
+pub fn session_path(id: &str, tail: &str) -> String {
+    format!("/v1/sessions/{}{tail}", subs_server::sessions::encode_id(id))
+}
+
+/// The path of the page of at most `limit` sessions after the session id
+/// `after` (from the first when `None`), `after` percent-encoded.
+pub fn sessions_page_path(limit: usize, after: Option<&str>) -> String {
+    match after {
+        None => format!("/v1/sessions?limit={limit}"),
+        Some(after) => format!("/v1/sessions?limit={limit}&after={}", subs_server::sessions::encode_id(after)),
     }
 }
 
@@ -169,10 +197,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_are_checked() {
-        assert_eq!(checked_id("session", "demo.1:a_b-c").unwrap(), "demo.1:a_b-c");
-        for bad in ["../x", "..", "a b", "a/b", ""] {
-            assert!(checked_id("session", bad).is_err(), "{bad}");
+    fn names_are_checked() {
+        assert_eq!(checked_name("agent", "demo.1:a_b-c").unwrap(), "demo.1:a_b-c");
+        for bad in ["../x", "..", "a b", "a/b", "", "ü"] {
+            assert!(checked_name("agent", bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn session_ids_are_any_text_and_go_encoded_into_urls() {
+        for good in ["s1", "chat/ü 1:x", "../..", " a ", "a?b#c&d=e+f%2F"] {
+            assert_eq!(checked_session(good).unwrap(), good);
+        }
+        for bad in ["", "a\nb", "a\0", &"x".repeat(257)] {
+            assert!(checked_session(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(session_path("s1", ""), "/v1/sessions/s1");
+        assert_eq!(session_path("chat/ü 1:x", "/events"), "/v1/sessions/chat%2F%C3%BC%201%3Ax/events");
+        assert_eq!(session_path("../..", "/input"), "/v1/sessions/..%2F../input");
+        assert_eq!(session_path("a?b#c&d=e+f%2F", ""), "/v1/sessions/a%3Fb%23c%26d%3De%2Bf%252F");
+        assert_eq!(sessions_page_path(10, None), "/v1/sessions?limit=10");
+        assert_eq!(sessions_page_path(10, Some("a b&after=z")), "/v1/sessions?limit=10&after=a%20b%26after%3Dz");
+        // What reqwest sends is what was built: nothing re-encoded or
+        // decoded on the way.
+        let client = Client::with_key("http://127.0.0.1:1", None, "").unwrap();
+        let request = client.request(Method::GET, &session_path("chat/ü 1:x", "/events")).build().unwrap();
+        assert_eq!(request.url().path(), "/v1/sessions/chat%2F%C3%BC%201%3Ax/events");
+        let request = client.request(Method::GET, &sessions_page_path(5, Some("ü/1"))).build().unwrap();
+        assert_eq!(request.url().query(), Some("limit=5&after=%C3%BC%2F1"));
     }
 }

@@ -14,7 +14,7 @@ use anyhow::anyhow;
 use reqwest::Method;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
-use subs_engine::store::{Batch, KeyRecord, Op, Store as _, TenantRecord, valid_id};
+use subs_engine::store::{Batch, KeyRecord, NAME_RULE, Op, Store as _, TenantRecord, valid_name};
 use subs_server::auth::{hash_key, key_prefix, names_key, new_key};
 use subs_store_redb::RedbStore;
 
@@ -121,11 +121,8 @@ async fn with_store<T>(args: &DataArgs, work: impl AsyncFnOnce(&RedbStore) -> Cl
 }
 
 async fn create(args: CreateArgs) -> CliResult {
-    if !valid_id(&args.tenant) {
-        return Err(CliError::usage(anyhow!(
-            "`{}` is not a valid tenant name (1-128 of A-Z a-z 0-9 _ - . :, not starting with .)",
-            args.tenant
-        )));
+    if !valid_name(&args.tenant) {
+        return Err(CliError::usage(anyhow!("`{}` is not a valid tenant name ({NAME_RULE})", args.tenant)));
     }
     if !args.data.offline() {
         return create_online(args).await;

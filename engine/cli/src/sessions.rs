@@ -13,7 +13,7 @@ use anyhow::anyhow;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::client::{Client, ClientArgs, checked_id};
+use crate::client::{Client, ClientArgs, checked_name, checked_session, session_path, sessions_page_path};
 use crate::error::{CliError, CliResult};
 use crate::render::{Audience, Human, TurnView, json_line};
 use subs_protocol::sse::SseParser;
@@ -104,10 +104,7 @@ async fn list(args: ListArgs) -> CliResult {
     // The API answers a page at a time; the command lists every session.
     let mut sessions: Vec<Value> = Vec::new();
     loop {
-        let path = match sessions.last() {
-            None => format!("/v1/sessions?limit={PAGE}"),
-            Some(last) => format!("/v1/sessions?limit={PAGE}&after={}", str_at(last, "session_id")),
-        };
+        let path = sessions_page_path(PAGE, sessions.last().map(|last| str_at(last, "session_id")));
         let page = client.json(client.request(Method::GET, &path)).await?;
         let page = page.as_array().cloned().unwrap_or_default();
         let full = page.len() == PAGE;
@@ -141,8 +138,8 @@ async fn list(args: ListArgs) -> CliResult {
 
 async fn show(args: ShowArgs) -> CliResult {
     let client = Client::new(&args.client)?;
-    let id = checked_id("session", &args.id)?;
-    let session = client.json(client.request(Method::GET, &format!("/v1/sessions/{id}"))).await?;
+    let id = checked_session(&args.id)?;
+    let session = client.json(client.request(Method::GET, &session_path(id, ""))).await?;
     if args.client.json {
         println!("{session}");
         return Ok(());
@@ -179,15 +176,12 @@ async fn show(args: ShowArgs) -> CliResult {
 
 async fn send(args: SendArgs) -> CliResult {
     let client = Client::new(&args.client)?;
-    let id = checked_id("session", &args.id)?;
+    let id = checked_session(&args.id)?;
     let agent = match &args.agent {
-        Some(agent) => checked_id("agent", agent)?.to_owned(),
+        Some(agent) => checked_name("agent id", agent)?.to_owned(),
         None => {
-            let response = client
-                .request(Method::GET, &format!("/v1/sessions/{id}"))
-                .send()
-                .await
-                .map_err(|e| client.transport(&e))?;
+            let response =
+                client.request(Method::GET, &session_path(id, "")).send().await.map_err(|e| client.transport(&e))?;
             if response.status() == StatusCode::NOT_FOUND {
                 return Err(CliError::usage(anyhow!(
                     "session `{id}` does not exist: pass --agent to start it with an agent"
@@ -208,7 +202,7 @@ async fn send(args: SendArgs) -> CliResult {
         "stream": true,
     });
     let request = client
-        .request(Method::POST, &format!("/v1/sessions/{id}/input"))
+        .request(Method::POST, &session_path(id, "/input"))
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .header(reqwest::header::ACCEPT, "text/event-stream")
         .body(input.to_string());
@@ -247,7 +241,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 async fn tail(args: TailArgs) -> CliResult {
     let client = Client::new(&args.client)?;
-    let id = checked_id("session", &args.id)?.to_owned();
+    let id = checked_session(&args.id)?.to_owned();
     let mut printer = Printer { json: args.client.json, human: Human::new(std::io::stdout(), Audience::Watcher) };
     follow(&client, &id, args.after, &mut |id, event, data| printer.print(id, event, data)).await
 }
@@ -281,7 +275,7 @@ pub async fn follow(client: &Client, session: &str, after: Option<u64>, on_event
     let mut backoff = BACKOFF_FIRST;
     loop {
         let mut request = client
-            .request(Method::GET, &format!("/v1/sessions/{session}/events"))
+            .request(Method::GET, &session_path(session, "/events"))
             .header(reqwest::header::ACCEPT, "text/event-stream");
         if let Some(last) = last {
             request = request.header("Last-Event-ID", last.to_string());

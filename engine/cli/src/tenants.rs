@@ -8,7 +8,7 @@ use reqwest::header::CONTENT_TYPE;
 use serde_json::{Map, Value, json};
 
 use crate::admin::AdminArgs;
-use crate::client::{Client, checked_id};
+use crate::client::{Client, checked_name};
 use crate::error::{CliError, CliResult};
 
 /// `subs tenants …`.
@@ -53,7 +53,7 @@ pub struct ListArgs {
 /// `subs tenants create`.
 #[derive(Debug, clap::Args)]
 pub struct CreateArgs {
-    /// The tenant's name (1-128 of A-Z a-z 0-9 _ - . :).
+    /// The tenant's name (1 to 128 of A-Z a-z 0-9 _ - . :, not starting with .).
     #[arg(value_name = "TENANT")]
     pub tenant: String,
     /// A limit, `FIELD=VALUE` (see `set-limits`); repeat for more.
@@ -121,7 +121,7 @@ pub async fn exec(command: TenantsCommand) -> CliResult {
 }
 
 fn path(tenant: &str) -> CliResult<String> {
-    Ok(format!("/v1/admin/tenants/{}", checked_id("tenant", tenant)?))
+    Ok(format!("/v1/admin/tenants/{}", checked_name("tenant name", tenant)?))
 }
 
 async fn list(args: ListArgs) -> CliResult {

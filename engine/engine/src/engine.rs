@@ -15,7 +15,7 @@ use crate::session::actor::Msg;
 pub use crate::session::apply::{Accepted, InputError, Sender};
 use crate::session::directory::Directory;
 use crate::session::env::Env;
-use crate::store::{CallRecord, SessionKey, SessionRecord, Store, StoreError, TurnRecord, valid_id};
+use crate::store::{CallRecord, ID_RULE, SessionKey, SessionRecord, Store, StoreError, TurnRecord, valid_id};
 use crate::worker::Worker;
 
 /// How the engine behaves where agents say nothing.
@@ -405,7 +405,7 @@ impl Engine {
 fn checked_key(tenant: &str, session: &str) -> Result<SessionKey, InputError> {
     if !valid_id(session) {
         return Err(InputError::Invalid {
-            message: format!("`{session}` is not a valid session id (1-128 of A-Z a-z 0-9 _ - . :)"),
+            message: format!("`{session}` is not a valid session id ({ID_RULE})"),
             field: Some("session_id".to_owned()),
         });
     }
@@ -436,11 +436,18 @@ mod tests {
     #[tokio::test]
     async fn a_session_id_outside_the_id_rules_is_refused_naming_the_field() {
         let engine = engine();
-        let refused = engine.input("acme", "not/valid", hello(), WorkerIdentity::default()).await;
-        let Err(InputError::Invalid { message, field }) = refused else { panic!("refused as invalid: {refused:?}") };
-        assert_eq!(field.as_deref(), Some("session_id"));
-        assert!(message.contains("not/valid"), "{message}");
-        assert_eq!(engine.active_sessions(), 0, "no actor for an invalid id");
+        for bad in ["not\nvalid", "", &"x".repeat(subs_protocol::MAX_ID_BYTES + 1)] {
+            let refused = engine.input("acme", bad, hello(), WorkerIdentity::default()).await;
+            let Err(InputError::Invalid { message, field }) = refused else {
+                panic!("refused as invalid: {refused:?}")
+            };
+            assert_eq!(field.as_deref(), Some("session_id"));
+            assert!(message.contains(ID_RULE), "{message}");
+            assert_eq!(engine.active_sessions(), 0, "no actor for an invalid id");
+        }
+        // `/`, spaces and unicode are an id like any other.
+        let accepted = engine.input("acme", "is/valid ü", hello(), WorkerIdentity::default()).await;
+        assert!(accepted.is_ok(), "{accepted:?}");
     }
 
     #[tokio::test]

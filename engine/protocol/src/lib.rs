@@ -57,7 +57,7 @@ pub use config::{AgentConfig, AgentTool, Handler, LlmFormat, LlmHandler, RetryPo
 pub use decision::{Call, CallKind, CallStatus, DecisionRequest, DecisionResponse, WorkerIdentity};
 pub use error::ProtocolError;
 pub use event::{EventError, EventKind, SessionEvent};
-pub use id::valid_id;
+pub use id::{ID_RULE, MAX_ID_BYTES, MAX_NAME_BYTES, NAME_RULE, valid_id, valid_name};
 pub use json::{from_json, from_json_slice, from_value, to_json, to_value, value_kind};
 pub use llm::{
     ErrorCode, LlmRequest, LlmResponse, LlmTool, ReasoningConfig, ReasoningEffort, StreamDelta, ToolCallDelta,

@@ -22,7 +22,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use subs_engine::store::{KeyRecord, TenantRecord, valid_id};
+use subs_engine::store::{KeyRecord, NAME_RULE, TenantRecord, valid_name};
 use utoipa::ToSchema;
 
 use crate::AppState;
@@ -180,13 +180,10 @@ pub struct TenantDeleted {
 }
 
 fn checked_tenant(tenant: &str) -> Result<(), ApiError> {
-    if valid_id(tenant) {
+    if valid_name(tenant) {
         Ok(())
     } else {
-        Err(ApiError::invalid(
-            "tenant",
-            format!("`{tenant}` is not a valid tenant name (1-128 of A-Z a-z 0-9 _ - . :, not starting with .)"),
-        ))
+        Err(ApiError::invalid("tenant", format!("`{tenant}` is not a valid tenant name ({NAME_RULE})")))
     }
 }
 

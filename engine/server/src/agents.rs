@@ -13,7 +13,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
-use subs_engine::store::{AgentRecord, AgentWorker, valid_id};
+use subs_engine::store::{AgentRecord, AgentWorker, NAME_RULE, valid_name};
 use utoipa::ToSchema;
 
 use crate::AppState;
@@ -98,7 +98,7 @@ impl From<&AgentRecord> for AgentView {
 }
 
 fn checked_agent_id(agent_id: &str) -> Result<(), ApiError> {
-    if valid_id(agent_id) {
+    if valid_name(agent_id) {
         Ok(())
     } else {
         Err(ApiError {
@@ -106,7 +106,7 @@ fn checked_agent_id(agent_id: &str) -> Result<(), ApiError> {
             ..ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_input",
-                format!("`{agent_id}` is not a valid agent id (1-128 of A-Z a-z 0-9 _ - . :, not starting with .)"),
+                format!("`{agent_id}` is not a valid agent id ({NAME_RULE})"),
             )
         })
     }

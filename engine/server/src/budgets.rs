@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use subs_engine::model::Money;
 use utoipa::ToSchema;
@@ -17,6 +17,7 @@ use crate::AppState;
 use crate::auth::Tenant;
 use crate::body;
 use crate::error::{ApiError, ErrorBody};
+use crate::sessions::SessionPath;
 
 /// The body of `PUT …/budget`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -67,7 +68,7 @@ pub struct TenantUsage {
 pub async fn session_budget(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
-    Path(session_id): Path<String>,
+    SessionPath(session_id): SessionPath,
     body: Body,
 ) -> Result<Json<SessionBudget>, ApiError> {
     let limit = state.config.limits(&tenant).max_body_bytes;

@@ -8,10 +8,11 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Serialize;
 use serde_json::Value;
 use subs_engine::Sender;
-use subs_engine::store::{OpenInterrupt, SessionRecord, SessionStatus, valid_id};
+use subs_engine::store::{ID_RULE, OpenInterrupt, SessionRecord, SessionStatus, valid_id};
 use subs_protocol::{AgentConfig, Call, ClientInput, Message, MessageTree, PostedInput, WorkerIdentity};
 use utoipa::ToSchema;
 
@@ -19,6 +20,51 @@ use crate::auth::Caller;
 use crate::body;
 use crate::error::{ApiError, ErrorBody};
 use crate::{AppState, stream};
+
+/// What URLs escape in an id: everything but RFC 3986's unreserved
+/// characters (`A-Z a-z 0-9 - . _ ~`), so an encoded id is one path
+/// segment and one query value (`/`, `%`, `+`, `&`, `=`, `#`, `?` and
+/// spaces all escaped).
+const ID_ESCAPED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// `id` percent-encoded (UTF-8), to be put in a URL as one path segment or
+/// query value: the API decodes it back to the same string. Session,
+/// message and call ids may hold `/`, spaces or any other character.
+///
+/// ```
+/// assert_eq!(subs_server::sessions::encode_id("chat/ü 1:x").to_string(), "chat%2F%C3%BC%201%3Ax");
+/// assert_eq!(subs_server::sessions::encode_id("s-1.a_b~").to_string(), "s-1.a_b~");
+/// ```
+pub fn encode_id(id: &str) -> impl std::fmt::Display + '_ {
+    utf8_percent_encode(id, ID_ESCAPED)
+}
+
+/// The session id of a `/v1/sessions/{session_id}…` path, percent-decoded
+/// (`%2F` is a `/` of the id, not a path separator) and checked against the
+/// id rule. A path whose id does not decode to UTF-8, or breaks the rule,
+/// is answered 400 `invalid_input` naming `session_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionPath(pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for SessionPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state).await.map_err(|_| {
+            ApiError::invalid(
+                "session_id",
+                "the session id in the path is not percent-encoded UTF-8 (encode every byte outside A-Z a-z 0-9 - . _ ~)",
+            )
+        })?;
+        if !valid_id(&id) {
+            return Err(ApiError::invalid(
+                "session_id",
+                format!("`{}` is not a valid session id ({ID_RULE})", id.escape_debug()),
+            ));
+        }
+        Ok(Self(id))
+    }
+}
 
 /// What `POST …/input` answers when it does not stream.
 #[derive(Debug, Serialize, ToSchema)]
@@ -131,7 +177,7 @@ pub struct Cancelled {
 #[utoipa::path(
     post,
     path = "/v1/sessions/{session_id}/input",
-    params(("session_id" = String, Path, description = "The session (1-128 of A-Z a-z 0-9 _ - . :)")),
+    params(("session_id" = String, Path, description = "The session: 1 to 256 bytes of UTF-8 without control characters, percent-encoded")),
     request_body(content = Object, description = "A ClientInput", content_type = "application/json"),
     responses(
         (status = 202, description = "Stored; the turn runs", body = InputAccepted),
@@ -148,7 +194,7 @@ pub struct Cancelled {
 pub async fn input(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    Path(session_id): Path<String>,
+    SessionPath(session_id): SessionPath,
     body: Body,
 ) -> Result<Response, ApiError> {
     let tenant = caller.tenant.clone();
@@ -235,7 +281,7 @@ pub async fn input(
 pub async fn snapshot(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    Path(session_id): Path<String>,
+    SessionPath(session_id): SessionPath,
 ) -> Result<Json<SessionView>, ApiError> {
     let snapshot = state
         .engine
@@ -311,7 +357,7 @@ pub async fn list(
     };
     let after = query.get("after").map(String::as_str);
     if let Some(after) = after.filter(|after| !valid_id(after)) {
-        return Err(bad("after", format!("`{after}` is not a session id")));
+        return Err(bad("after", format!("`{}` is not a session id ({ID_RULE})", after.escape_debug())));
     }
     let identity = match query.get("identity") {
         Some(id) if id.is_empty() || id.len() > crate::identity::MAX_ID_BYTES => {
@@ -349,8 +395,8 @@ pub async fn list(
         }
     };
     let next = next_after.map(|after| {
-        let filter = identity.map(|id| format!("&identity={}", percent_encode(id))).unwrap_or_default();
-        format!("</v1/sessions?limit={limit}&after={after}{filter}>; rel=\"next\"")
+        let filter = identity.map(|id| format!("&identity={}", encode_id(id))).unwrap_or_default();
+        format!("</v1/sessions?limit={limit}&after={}{filter}>; rel=\"next\"", encode_id(&after))
     });
     let page: Vec<SessionSummary> = sessions.iter().map(SessionSummary::from).collect();
     let mut response = Json(page).into_response();
@@ -373,7 +419,7 @@ pub async fn list(
 pub async fn cancel(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    Path(session_id): Path<String>,
+    SessionPath(session_id): SessionPath,
 ) -> Result<Json<Cancelled>, ApiError> {
     let record = state.engine.session_record(&caller.tenant, &session_id).await?;
     if !record.is_some_and(|r| caller.may_reach(&r)) {
@@ -381,18 +427,4 @@ pub async fn cancel(
     }
     let cancelled = state.engine.cancel(&caller.tenant, &session_id).await?;
     Ok(Json(Cancelled { cancelled }))
-}
-
-/// `text` with every byte outside the unreserved characters of RFC 3986
-/// percent-encoded, for a query parameter's value.
-fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }

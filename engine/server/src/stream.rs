@@ -20,7 +20,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::stream::{self, BoxStream};
@@ -32,6 +32,7 @@ use subs_protocol::{EventKind, SessionEvent};
 use crate::AppState;
 use crate::auth::StreamCaller;
 use crate::error::{ApiError, ErrorBody};
+use crate::sessions::SessionPath;
 
 /// How often an idle stream sends a comment, so proxies keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -64,7 +65,7 @@ pub type EventStream = Sse<axum::response::sse::KeepAliveStream<BoxStream<'stati
 pub async fn events(
     State(state): State<Arc<AppState>>,
     StreamCaller(caller): StreamCaller,
-    Path(session_id): Path<String>,
+    SessionPath(session_id): SessionPath,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<EventStream, ApiError> {

@@ -158,13 +158,12 @@ pub(crate) fn log_of(logs: &mut Vec<(SessionKey, Vec<u8>)>, session: SessionKey)
     &mut logs[at].1
 }
 
-/// The session's storage key. Ids are validated where they enter the
-/// engine; one with a `/` here would be read back as another session.
+/// The session's storage key, `tenant/session`. Tenant names are
+/// validated where they enter the engine; one with a `/` here would be read
+/// back as another tenant's session. Session ids may hold anything, `/`
+/// included: the first `/` ends the tenant.
 pub(crate) fn storage_key(key: &SessionKey) -> String {
-    debug_assert!(
-        !key.tenant.contains('/') && !key.session.contains('/'),
-        "session key {key:?} holds a '/'; ids must pass valid_id"
-    );
+    debug_assert!(!key.tenant.contains('/'), "tenant of session key {key:?} holds a '/'; tenants must pass valid_name");
     key.storage_key()
 }
 

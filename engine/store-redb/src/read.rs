@@ -255,9 +255,14 @@ impl RedbStore {
 
 /// Calls `f` with the storage key of every session in `log` (of `tenant`
 /// only, when given; after the session id `after` of that tenant, when
-/// given too) in key order, until `f` breaks. Ids hold no `/`, so
-/// `tenant/` prefixes exactly this tenant's keys. From each session's
-/// first entry the next session is one seek past it: no history is read.
+/// given too) in key order, until `f` breaks. Tenant names hold no `/`,
+/// so `tenant/` prefixes exactly this tenant's keys (session ids may hold
+/// `/`: `t/a/b` is tenant `t`'s session `a/b`). Keys are ordered by their
+/// string first, so the entries of one session are contiguous and each
+/// session is visited once, `t/a` before `t/a/b`. From each session's
+/// first entry the next session is one seek past it (`session + "\0"`,
+/// the smallest string after it; ids hold no control characters): no
+/// history is read.
 pub(crate) fn each_session(
     table: &ReadOnlyTable<(&'static str, u64), &'static [u8]>,
     tenant: Option<&str>,

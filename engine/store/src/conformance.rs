@@ -22,6 +22,9 @@
 //! - **reads**: every read returns what the ops wrote, in the documented
 //!   order, and nothing of another session or tenant (ids chosen so that
 //!   one is a prefix of another, as strings and as storage keys);
+//! - **any session id**: ids holding `/`, spaces, `%`, unicode, or being a
+//!   prefix of another (`a` and `a/b`, `a.b`, `a b`) each read, list and
+//!   page as their own session, before and after a reopen;
 //! - **ops in order**: a batch applies its ops in order, and a later
 //!   commit's writes replace an earlier one's;
 //! - **atomic and durable**: a committed batch is wholly there after a
@@ -70,6 +73,7 @@ pub trait Backend {
 /// first property that does not hold.
 pub async fn run<B: Backend>(backend: &mut B) {
     reads_return_what_the_ops_wrote(backend).await;
+    any_session_id_keeps_its_own_records(backend).await;
     ops_apply_in_order(backend).await;
     a_committed_batch_survives_a_reopen(backend).await;
     a_crash_between_commits_keeps_exactly_the_commits_before_it(backend).await;
@@ -438,6 +442,99 @@ async fn reads_return_what_the_ops_wrote<B: Backend>(backend: &mut B) {
     assert_eq!(store.inbox(&s10).await.unwrap().len(), 1, "{P}: another session's inbox");
     let loaded = store.load(&s1).await.unwrap().expect("s1 loads");
     assert_eq!(seqs(loaded.steps), [8, 9], "{P}: load reads steps from first_open_step");
+    backend.reopen(store).await;
+}
+
+/// Session ids are any text without control characters (see
+/// [`valid_id`](crate::valid_id)): each of these is one session, whose
+/// reads see nothing of the others, although as strings (and as
+/// `tenant/session` storage keys) many are prefixes of others.
+const AWKWARD_IDS: [&str; 12] =
+    ["a", "a/b", "a/", "a.b", "a b", "a/b/c", "/a", "ab", "chat/ü 1:x", "a%2Fb", " a ", "日本/語"];
+
+async fn any_session_id_keeps_its_own_records<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: any session id keeps its own records";
+    let store = backend.open().await;
+    // Tenant `t` with session `1/a` is storage key `t/1/a`: it must not be
+    // read as tenant `t1`'s session `a`.
+    let foreign = SessionKey::new("t", "1/a");
+    let mut ops = vec![Op::PutSession(session(&foreign, SessionStatus::Running))];
+    ops.push(Op::PutEvent { session: foreign.clone(), seq: 0, record: event(1000) });
+    for (n, id) in AWKWARD_IDS.iter().enumerate() {
+        let s = key(id);
+        let n = n as u64;
+        // Every other session is running, so `unfinished` lists it.
+        let status = if n.is_multiple_of(2) { SessionStatus::Running } else { SessionStatus::Idle };
+        ops.push(Op::PutSession(session(&s, status)));
+        for seq in 0..2 {
+            ops.push(Op::PutMessage { session: s.clone(), seq, record: message(&format!("{id}#{seq}")) });
+            ops.push(Op::PutStep { session: s.clone(), seq, record: step(&format!("{id}#{seq}")) });
+            ops.push(Op::PutEvent { session: s.clone(), seq, record: event(n * 10 + seq) });
+        }
+        ops.push(Op::PutCall { session: s.clone(), record: call(&format!("{id}/call")) });
+        ops.push(Op::PutTurn { session: s.clone(), turn_id: id.to_string(), record: turn(TurnStatus::Running) });
+        ops.push(Op::PushInbox { session: s.clone(), item: item(id) });
+    }
+    store.commit(batch(ops)).await.unwrap();
+
+    let check = async |store: &B::Store, when: &str| {
+        let mut sorted: Vec<&str> = AWKWARD_IDS.to_vec();
+        sorted.sort_unstable();
+        let listed: Vec<String> =
+            store.sessions(Some("t1")).await.unwrap().into_iter().map(|r| r.key.session).collect();
+        assert_eq!(listed, sorted, "{P} ({when}): sessions of t1, by id");
+        assert_eq!(store.session_count("t1").await.unwrap(), sorted.len() as u64, "{P} ({when}): session_count");
+        let listed: Vec<String> = store.sessions(Some("t")).await.unwrap().into_iter().map(|r| r.key.session).collect();
+        assert_eq!(listed, ["1/a"], "{P} ({when}): sessions of t");
+        for (at, after) in sorted.iter().enumerate() {
+            let page: Vec<String> =
+                store.sessions_page("t1", Some(after), 100).await.unwrap().into_iter().map(|r| r.key.session).collect();
+            assert_eq!(page, sorted[at + 1..], "{P} ({when}): page after {after:?}");
+            let page: Vec<String> =
+                store.sessions_page("t1", Some(after), 1).await.unwrap().into_iter().map(|r| r.key.session).collect();
+            assert_eq!(page, sorted[at + 1..].iter().take(1).copied().collect::<Vec<_>>(), "{P} ({when}): one after");
+        }
+        let unfinished = store.unfinished().await.unwrap();
+        // Every `t1` session has an inbox item, `t`'s is running: each is
+        // unfinished, once.
+        let mut all: Vec<SessionKey> = AWKWARD_IDS.iter().map(|id| key(id)).chain([foreign.clone()]).collect();
+        all.sort();
+        assert_eq!(unfinished, all, "{P} ({when}): unfinished");
+        for (n, id) in AWKWARD_IDS.iter().enumerate() {
+            let s = key(id);
+            let n = n as u64;
+            let at = |what: &str| format!("{P} ({when}): {what} of session {id:?}");
+            let record = store.session(&s).await.unwrap().expect("the session is stored");
+            assert_eq!(record.key, s, "{}", at("record"));
+            let messages = store.messages(&s).await.unwrap();
+            assert_eq!(
+                messages,
+                [(0, message(&format!("{id}#0"))), (1, message(&format!("{id}#1")))],
+                "{}",
+                at("messages")
+            );
+            let steps = store.steps(&s, 0).await.unwrap();
+            assert_eq!(steps, [(0, step(&format!("{id}#0"))), (1, step(&format!("{id}#1")))], "{}", at("steps"));
+            assert_eq!(store.steps(&s, 1).await.unwrap(), steps[1..], "{}", at("steps from 1"));
+            let events = store.events(&s, None, 10).await.unwrap();
+            assert_eq!(events, [(0, event(n * 10)), (1, event(n * 10 + 1))], "{}", at("events"));
+            assert_eq!(store.events(&s, Some(0), 10).await.unwrap(), events[1..], "{}", at("events after 0"));
+            assert_eq!(store.calls(&s).await.unwrap(), [call(&format!("{id}/call"))], "{}", at("calls"));
+            let inbox: Vec<InboxItem> = store.inbox(&s).await.unwrap().into_iter().map(|(_, i)| i).collect();
+            assert_eq!(inbox, [item(id)], "{}", at("inbox"));
+            for other in AWKWARD_IDS {
+                let expected = (other == *id).then(|| turn(TurnStatus::Running));
+                assert_eq!(store.turn(&s, other).await.unwrap(), expected, "{}", at(&format!("turn {other:?}")));
+            }
+            let loaded = store.load(&s).await.unwrap().expect("the session loads");
+            assert_eq!((loaded.messages, loaded.steps), (messages, steps), "{}", at("load"));
+        }
+        assert_eq!(store.events(&foreign, None, 10).await.unwrap(), [(0, event(1000))], "{P} ({when}): t's events");
+        assert!(store.session(&key("1/a")).await.unwrap().is_none(), "{P} ({when}): t1's `1/a` is not t's");
+    };
+    check(&store, "as committed").await;
+    let store = backend.reopen(store).await;
+    check(&store, "after a reopen").await;
     backend.reopen(store).await;
 }
 

@@ -27,8 +27,11 @@ impl SessionKey {
     }
 
     /// The key as one string, `tenant/session`, for stores that key by
-    /// strings. Unambiguous because ids may not contain `/` (see
-    /// [`valid_id`]).
+    /// strings. Unambiguous because tenant names may not contain `/` (see
+    /// [`valid_name`]): the first `/` ends the tenant, and the session id
+    /// after it may hold any character, `/` included. A store that scans
+    /// by prefix must still stop at the exact key: `t/a` is a prefix of
+    /// `t/a/b` and `t/a.b`, which are other sessions.
     pub fn storage_key(&self) -> String {
         format!("{}/{}", self.tenant, self.session)
     }
@@ -46,7 +49,7 @@ impl fmt::Display for SessionKey {
     }
 }
 
-pub use subs_protocol::valid_id;
+pub use subs_protocol::{ID_RULE, NAME_RULE, valid_id, valid_name};
 
 /// Where a session is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -18,7 +18,7 @@ use super::{Change, Session};
 use crate::clock;
 use crate::retry::RetryCap;
 use crate::store::{
-    CallRecord, CallSpec, InboxItem, Op, OpenInterrupt, ParentLink, QueuedInput, SessionKey, SessionRecord,
+    CallRecord, CallSpec, ID_RULE, InboxItem, Op, OpenInterrupt, ParentLink, QueuedInput, SessionKey, SessionRecord,
     SessionStatus, StepRecord, StepStatus, Store, StoredTrigger, TurnRecord, TurnStart, TurnState, TurnStatus,
     valid_id,
 };
@@ -286,7 +286,7 @@ impl Session {
         }
         let turn_id = match turn_id {
             Some(id) if !valid_id(id) => {
-                return Err(InputError::invalid(format!("turn_id `{id}` is not a valid id"), "turn_id"));
+                return Err(InputError::invalid(format!("turn_id `{id}` is not a valid id ({ID_RULE})"), "turn_id"));
             }
             Some(id) => {
                 if ctx.store.turn(self.key(), id).await.map_err(|e| InputError::Store(e.to_string()))?.is_some() {
@@ -347,7 +347,10 @@ impl Session {
             if let Some(id) = &message.id {
                 let field = format!("messages[{}].id", reconciled.new_from + i);
                 if !valid_id(id) {
-                    return Err(InputError::invalid(format!("message id `{id}` is not a valid id"), &field));
+                    return Err(InputError::invalid(
+                        format!("message id `{id}` is not a valid id ({ID_RULE})"),
+                        &field,
+                    ));
                 }
                 if self.tree.contains(id) || !seen.insert(id) {
                     return Err(InputError::Invalid {

@@ -155,14 +155,20 @@ fn tool_call_action(session: &Session, call: &ModelToolCall) -> Action {
 }
 
 /// The id of the child session answering tool call `tool_call_id`:
-/// `<parent>.<tool call>` when that is a valid id, else a digest of both.
+/// `<parent>.<tool call>` when that is a valid id (any characters, at most
+/// `MAX_ID_BYTES`), else `sub_` and a digest of both, which is always
+/// valid. Deterministic, so a step redone after a crash spawns the same
+/// child.
 pub(crate) fn child_session_id(parent: &str, tool_call_id: &str) -> String {
     let id = format!("{parent}.{tool_call_id}");
     if valid_id(&id) {
         return id;
     }
     // FNV-1a: stable across processes and versions, unlike `DefaultHasher`.
-    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    // The parent's length goes in first, so that `a` + `b.c` and `a.b` +
+    // `c` differ.
+    let bytes = (parent.len() as u64).to_le_bytes().into_iter().chain(id.bytes());
+    let hash = bytes.fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
     format!("sub_{hash:016x}")
 }
 
@@ -179,9 +185,29 @@ mod tests {
     #[test]
     fn child_ids_are_valid() {
         assert_eq!(child_session_id("s1", "call_1"), "s1.call_1");
-        let long = "x".repeat(120);
-        let id = child_session_id(&long, "call/1");
-        assert!(valid_id(&id), "{id}");
-        assert_eq!(id, child_session_id(&long, "call/1"));
+        // Any parent and model call id: `/`, spaces, unicode are kept.
+        assert_eq!(child_session_id("chat/ü 1", "call/ü 1"), "chat/ü 1.call/ü 1");
+        assert_eq!(child_session_id("s", "toolu_01A09q90qw90lq917835lq9"), "s.toolu_01A09q90qw90lq917835lq9");
+        let longest = "ü".repeat(subs_protocol::MAX_ID_BYTES / 2);
+        for (parent, call) in [
+            (longest.as_str(), "call/1"),
+            ("s1", longest.as_str()),
+            (longest.as_str(), longest.as_str()),
+            ("s1", "call\n1"),
+            ("x".repeat(200).as_str(), "y".repeat(56).as_str()),
+        ] {
+            let id = child_session_id(parent, call);
+            assert!(valid_id(&id), "{parent:?} + {call:?}: {id}");
+            assert_eq!(id, child_session_id(parent, call), "stable");
+        }
+        // Exactly at the bound the plain form is kept; one byte over, the
+        // digest, distinct for distinct parents and calls.
+        let (parent, call) = ("x".repeat(200), "y".repeat(55));
+        assert_eq!(child_session_id(&parent, &call).len(), subs_protocol::MAX_ID_BYTES);
+        let over = child_session_id(&parent, &format!("{call}y"));
+        assert!(over.starts_with("sub_"), "{over}");
+        assert_ne!(over, child_session_id(&parent, &format!("{call}z")));
+        let (a, b) = ("a".repeat(200), "b".repeat(60));
+        assert_ne!(child_session_id(&a, &format!("{b}.c")), child_session_id(&format!("{a}.{b}"), "c"));
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use subs_protocol::{Action, AgentConfig, CallKind, DecisionResponse, Handler, Trigger};
 
 use super::Session;
-use crate::store::{SessionKey, Store, valid_id};
+use crate::store::{ID_RULE, NAME_RULE, SessionKey, Store, valid_id, valid_name};
 use crate::tools;
 
 /// Checks `decision`, the answer to `trigger`, against the session.
@@ -24,7 +24,7 @@ pub(crate) async fn validate(
     for (i, message) in decision.messages().iter().enumerate() {
         if let Some(id) = &message.id {
             if !valid_id(id) {
-                return Err(format!("messages[{i}].id `{id}` is not a valid id (1-128 of A-Z a-z 0-9 _ - . :)"));
+                return Err(format!("messages[{i}].id `{id}` is not a valid id ({ID_RULE})"));
             }
             if session.tree.contains(id) || !new_ids.insert(id.clone()) {
                 return Err(format!("messages[{i}].id `{id}` is already recorded in this session"));
@@ -85,7 +85,7 @@ pub(crate) async fn validate(
                     )));
                 }
                 if !valid_id(&spawn.session_id) {
-                    return Err(at(format!("session_id `{}` is not a valid id", spawn.session_id)));
+                    return Err(at(format!("session_id `{}` is not a valid id ({ID_RULE})", spawn.session_id)));
                 }
                 let child = SessionKey::new(&session.record.key.tenant, &spawn.session_id);
                 let queued = session.open_calls().any(|c| c.call.session_id.as_deref() == Some(&spawn.session_id));
@@ -103,7 +103,7 @@ pub(crate) async fn validate(
                 interrupt_at.get_or_insert(i);
                 if let Some(id) = &interrupt.interrupt_id {
                     if !valid_id(id) {
-                        return Err(at(format!("interrupt_id `{id}` is not a valid id")));
+                        return Err(at(format!("interrupt_id `{id}` is not a valid id ({ID_RULE})")));
                     }
                     if session.record.interrupts.iter().any(|i| &i.interrupt_id == id) {
                         return Err(at(format!("interrupt `{id}` is already open")));
@@ -188,7 +188,7 @@ fn check_settle(
 
 fn check_new_call_id(session: &Session, id: &str, new_calls: &mut HashSet<String>) -> Result<(), String> {
     if !valid_id(id) {
-        return Err(format!("call id `{id}` is not a valid id"));
+        return Err(format!("call id `{id}` is not a valid id ({ID_RULE})"));
     }
     if session.open_call(id).is_some() || !new_calls.insert(id.to_owned()) {
         return Err(format!("a call with id `{id}` is already in flight"));
@@ -238,8 +238,8 @@ pub(crate) fn check_config(agent: &AgentConfig) -> Result<(), String> {
         }
     }
     for (i, sub) in agent.sub_agents.iter().flatten().enumerate() {
-        if !valid_id(&sub.id) {
-            return Err(format!("sub_agents[{i}].id `{}` is not a valid agent id", sub.id));
+        if !valid_name(&sub.id) {
+            return Err(format!("sub_agents[{i}].id `{}` is not a valid agent id ({NAME_RULE})", sub.id));
         }
         if !names.insert(sub.id.as_str()) {
             return Err(format!("sub_agents[{i}].id `{}` is also the name of a tool", sub.id));
