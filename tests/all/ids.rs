@@ -221,6 +221,7 @@ const MODEL_CALL_ID: &str = "call/ü 1";
 /// engine's proposal, so the tool call itself is the engine's own.
 struct ModelWithOddIds {
     seen: Arc<Mutex<Vec<Value>>>,
+    call_id: String,
 }
 
 impl subs_sdk::Agent for ModelWithOddIds {
@@ -238,7 +239,7 @@ impl subs_sdk::Agent for ModelWithOddIds {
                     json!({"model": "test/model", "content": "found it", "finish_reason": "stop"})
                 } else {
                     json!({"model": "test/model", "finish_reason": "tool_calls", "tool_calls": [{
-                        "id": MODEL_CALL_ID, "type": "function",
+                        "id": self.call_id, "type": "function",
                         "function": {"name": "lookup", "arguments": "{\"q\": \"x\"}"},
                     }]})
                 };
@@ -257,7 +258,8 @@ impl subs_sdk::Agent for ModelWithOddIds {
 async fn a_model_tool_call_id_with_slash_and_unicode_runs_the_tool_loop() {
     let s = Server::start(&[]).await;
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let addr = subs_tests::serve_loopback(subs_http_worker::router(ModelWithOddIds { seen: seen.clone() })).await;
+    let model = ModelWithOddIds { seen: seen.clone(), call_id: MODEL_CALL_ID.to_owned() };
+    let addr = subs_tests::serve_loopback(subs_http_worker::router(model)).await;
     let (status, agent) = s.call(PUT, "/v1/agents/odd", None, Some(json!({"url": format!("http://{addr}/")}))).await;
     assert!(status.is_success(), "{agent}");
 
@@ -272,4 +274,25 @@ async fn a_model_tool_call_id_with_slash_and_unicode_runs_the_tool_loop() {
     assert_eq!(messages[2]["tool_call_id"], MODEL_CALL_ID, "{snapshot}");
     assert_eq!(messages[3]["content"], "found it");
     assert_eq!(snapshot["status"], "idle");
+}
+
+#[tokio::test]
+async fn a_model_tool_call_id_the_rule_refuses_is_replaced_and_the_loop_runs() {
+    let s = Server::start(&[]).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    for (session, id) in [("long", "x".repeat(300)), ("ctl", "call\u{7}1".to_owned())] {
+        let model = ModelWithOddIds { seen: seen.clone(), call_id: id.clone() };
+        let addr = subs_tests::serve_loopback(subs_http_worker::router(model)).await;
+        let worker = json!({"url": format!("http://{addr}/")});
+        assert!(s.call(PUT, &format!("/v1/agents/{session}"), None, Some(worker)).await.0.is_success());
+        turn(&s, session, session, "look it up").await;
+        let (_, snapshot) = s.call(GET, &format!("/v1/sessions/{session}"), None, None).await;
+        let messages = snapshot["messages"].as_array().unwrap();
+        assert_eq!((messages.len(), &snapshot["status"]), (4, &json!("idle")), "{snapshot}");
+        let replaced = messages[1]["tool_calls"][0]["id"].as_str().unwrap();
+        assert!(replaced.starts_with("call_") && replaced.len() == 21, "{session}: {replaced}");
+        assert_eq!(messages[2]["tool_call_id"], replaced, "the tool message answers the replacement");
+        assert_eq!(seen.lock().unwrap().last().unwrap(), replaced, "tool.execute carries it");
+        assert_eq!(messages[3]["content"], "found it");
+    }
 }

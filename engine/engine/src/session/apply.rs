@@ -1023,7 +1023,13 @@ fn finished_trigger(call: &CallRecord, outcome: Outcome) -> Option<Trigger> {
             id: call.call.id.clone(),
             ok: true,
             truncated: response.finish_reason.as_deref() == Some("length"),
-            message: Some(crate::model::assistant_message(&response)),
+            message: Some({
+                let mut message = crate::model::assistant_message(&response);
+                for call in message.tool_calls.iter_mut().flatten() {
+                    call.id = super::proposal::usable_call_id(&call.id);
+                }
+                message
+            }),
             usage: response.usage,
             cost: response.cost,
             error: None,

@@ -164,12 +164,24 @@ pub(crate) fn child_session_id(parent: &str, tool_call_id: &str) -> String {
     if valid_id(&id) {
         return id;
     }
-    // FNV-1a: stable across processes and versions, unlike `DefaultHasher`.
     // The parent's length goes in first, so that `a` + `b.c` and `a.b` +
     // `c` differ.
-    let bytes = (parent.len() as u64).to_le_bytes().into_iter().chain(id.bytes());
-    let hash = bytes.fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    let hash = fnv1a((parent.len() as u64).to_le_bytes().into_iter().chain(id.bytes()));
     format!("sub_{hash:016x}")
+}
+
+/// A model's tool-call id as the session records it: as the model wrote
+/// it when it is a valid id, else `call_` and a digest of it (an id over
+/// the length bound, or with control characters, would make the engine's
+/// own proposal break the id rule). The same text always gives the same id,
+/// so a redone step records the same.
+pub(crate) fn usable_call_id(id: &str) -> String {
+    if valid_id(id) { id.to_owned() } else { format!("call_{:016x}", fnv1a(id.bytes())) }
+}
+
+/// FNV-1a: stable across processes and versions, unlike `DefaultHasher`.
+fn fnv1a(bytes: impl Iterator<Item = u8>) -> u64 {
+    bytes.fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// The text of a child's last assistant message, its result when its
@@ -181,6 +193,17 @@ pub(crate) fn last_assistant_text(session: &Session) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_model_call_id_the_rule_refuses_is_replaced_by_a_stable_one() {
+        assert_eq!(usable_call_id("call/ü 1"), "call/ü 1");
+        for bad in ["x".repeat(300), "call\n1".to_owned(), String::new()] {
+            let id = usable_call_id(&bad);
+            assert!(valid_id(&id) && id.starts_with("call_"), "{id}");
+            assert_eq!(id, usable_call_id(&bad));
+        }
+        assert_ne!(usable_call_id(&"x".repeat(300)), usable_call_id(&"x".repeat(301)));
+    }
 
     #[test]
     fn child_ids_are_valid() {
