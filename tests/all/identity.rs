@@ -313,7 +313,7 @@ async fn bad_token_bodies_and_identities_are_clear_400s() {
         (json!({"identity": {"id": "a"}, "ttl_secs": 0}), "ttl_secs"),
         (json!({"identity": {"id": "a"}, "ttl_secs": 86401}), "ttl_secs"),
         (json!({"identity": {"id": "a"}, "ttl_secs": -1}), "ttl_secs"),
-        (json!({"identity": {"id": "a"}, "session_id": "a/b"}), "session_id"),
+        (json!({"identity": {"id": "a"}, "session_id": "a\u{1}b"}), "session_id"),
         (json!({"identity": {"id": "a"}, "scope": "all"}), "scope"),
     ] {
         let (status, answer) = s.call(Method::POST, "/v1/tokens", KEY, Some(body.clone())).await;

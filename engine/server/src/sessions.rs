@@ -103,7 +103,8 @@ pub struct SessionView {
     /// Every message (`MessageTree`).
     #[schema(value_type = Object)]
     pub message_tree: MessageTree,
-    /// Calls in flight (`Call[]`).
+    /// The open turn's calls (`Call[]`): queued, in flight, and settled
+    /// ones (`completed` / `failed`) until the turn ends.
     #[schema(value_type = Vec<Object>)]
     pub calls: Vec<Call>,
     /// Interrupts waiting for `interrupt.resume`.
