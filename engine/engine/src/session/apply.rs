@@ -547,7 +547,7 @@ impl Session {
     ) {
         self.steps.retain(|(s, _)| *s != seq);
         if let Some(agent) = &decision.agent {
-            self.record.agent = Some(super::proposal::without_client_tools(agent, super::proposal::client_tools(self)));
+            self.record.agent = Some(super::proposal::without_client_tools(agent, self.client_tools()));
         }
         if let Some(state) = decision.state.clone().filter(|s| !s.is_null()) {
             self.record.state = state;

@@ -115,7 +115,12 @@ impl Session {
     /// A declared tool: the config's, or one the open turn's client added.
     pub fn tool(&self, name: &str) -> Option<&AgentTool> {
         let config = self.record.agent.as_ref().and_then(|a| a.tool(name));
-        config.or_else(|| self.record.turn.as_ref()?.client_tools.iter().find(|t| t.name == name))
+        config.or_else(|| self.client_tools().iter().find(|t| t.name == name))
+    }
+
+    /// The open turn's client tools: none without an open turn.
+    pub fn client_tools(&self) -> &[AgentTool] {
+        self.record.turn.as_ref().map_or(&[], |t| t.client_tools.as_slice())
     }
 
     /// Whether `name` is a sub-agent of the current config.
@@ -139,7 +144,7 @@ impl Session {
     pub fn llm_tools(&self) -> Vec<LlmTool> {
         let agent = self.record.agent.as_ref();
         let declared = agent.and_then(|a| a.tools.as_deref()).unwrap_or_default();
-        let client = self.record.turn.as_ref().map(|t| t.client_tools.as_slice()).unwrap_or_default();
+        let client = self.client_tools();
         let mut tools: Vec<LlmTool> = declared
             .iter()
             .chain(client)

@@ -18,11 +18,6 @@ pub(crate) fn propose(session: &Session, seq: u64, trigger: &Trigger, default_mo
     with_client_tools(session, ordinary(session, seq, trigger, default_model), default_model)
 }
 
-/// The open turn's client tools: none without an open turn.
-pub(crate) fn client_tools(session: &Session) -> &[AgentTool] {
-    session.record.turn.as_ref().map_or(&[], |t| t.client_tools.as_slice())
-}
-
 /// `proposed` as a worker sees it when the open turn has client tools: its
 /// `agent` is the config it sets, else the current one, else one with
 /// `default_model`, with the client tools appended (those whose names no
@@ -32,7 +27,7 @@ pub(crate) fn client_tools(session: &Session) -> &[AgentTool] {
 /// keeps them; [`without_client_tools`] keeps them out of the stored
 /// config. Without client tools the proposal is left as it is.
 fn with_client_tools(session: &Session, mut proposal: DecisionResponse, default_model: &str) -> DecisionResponse {
-    let client = client_tools(session);
+    let client = session.client_tools();
     if client.is_empty() {
         return proposal;
     }
