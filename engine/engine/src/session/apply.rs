@@ -766,7 +766,8 @@ impl Session {
     /// Fails the current try of an in-flight call whose deadline has
     /// passed (`deadline_exceeded`, retried per the call's policy). The
     /// step that was to run it is dropped: a worker's late answer to it
-    /// would settle a try that is over.
+    /// would settle a try that is over. A sub-agent's child has its turn
+    /// cancelled, and the call fails as a child's failed turn does.
     pub fn expire(&mut self, call_id: &str, ctx: &Ctx<'_>, change: &mut Change) {
         let Some(call) = self.open_call(call_id).filter(|c| c.call.status == CallStatus::Pending).cloned() else {
             return;
@@ -785,15 +786,22 @@ impl Session {
             CallKind::ToolCall => "tool call",
             CallKind::SubAgent => "sub-agent call",
         };
-        let outcome = Outcome::Failed {
-            error: format!(
-                "{what} `{call_id}` was not settled by its deadline ({})",
-                call.call.deadline.as_deref().unwrap_or("unknown")
-            ),
-            retryable: true,
-            code: Some(ErrorCode::DeadlineExceeded),
-            detail: None,
-            retry_after_ms: None,
+        let error = format!(
+            "{what} `{call_id}` was not settled by its deadline ({})",
+            call.call.deadline.as_deref().unwrap_or("unknown")
+        );
+        let outcome = match &call.call.session_id {
+            Some(child) if call.call.kind == CallKind::SubAgent => {
+                change.cancel.push(SessionKey::new(&self.record.key.tenant, child));
+                Outcome::SubAgent { ok: false, result: None, error: Some(error) }
+            }
+            _ => Outcome::Failed {
+                error,
+                retryable: true,
+                code: Some(ErrorCode::DeadlineExceeded),
+                detail: None,
+                retry_after_ms: None,
+            },
         };
         self.settle(call_id, outcome, ctx, change);
     }
@@ -1307,6 +1315,27 @@ mod tests {
             assert_eq!(session.calls["c1"].call.status, CallStatus::Failed);
             let Trigger::ToolFinished(done) = pushed_trigger(&session) else { panic!("a tool.finished") };
             assert!(done.error.unwrap().contains("not settled by its deadline"));
+        });
+    }
+
+    #[test]
+    fn an_expired_sub_agent_call_cancels_its_child_and_reports_the_failure() {
+        with_ctx(|ctx| {
+            let mut session = session();
+            let mut change = Change::default();
+            let retry =
+                RetryPolicy { timeout_secs: Some(2.0), max_retries: 0, backoff_base_secs: 1.0, backoff_max_secs: 1.0 };
+            let spec = CallSpec::SubAgent { tool_call_id: "c1".to_owned() };
+            let mut record = call("c1", "sub_agent", spec, Some(retry));
+            record.call.agent_id = Some("helper".to_owned());
+            session.add_call(record, false, ctx, &mut change);
+            assert_eq!(session.calls["c1"].deadline_ms, Some(NOW + 2_000), "the spawn's policy sets a deadline");
+            let mut change = Change::default();
+            session.expire("c1", ctx, &mut change);
+            assert_eq!(change.cancel, [SessionKey::new("acme", "s.c1")], "the child's turn is stopped");
+            assert_eq!(session.calls["c1"].call.status, CallStatus::Failed);
+            let Trigger::SubAgentFinished(done) = pushed_trigger(&session) else { panic!("a sub_agent.finished") };
+            assert!(!done.ok && done.error.unwrap().contains("not settled by its deadline"));
         });
     }
 
