@@ -215,19 +215,17 @@ pub async fn input(
         (Some(user), _) => Sender::Owner(user.identity.clone()),
         (None, Some(identity)) => {
             crate::identity::check(&identity, "identity")?;
-            if let Some(existing) = existing.as_ref().filter(|r| r.identity != identity) {
-                return Err(ApiError {
-                    field: Some("identity".to_owned()),
-                    ..ApiError::conflict(format!(
-                        "session `{}` belongs to another identity; a session's identity never changes",
-                        existing.key.session
-                    ))
-                });
-            }
             Sender::Tenant(Some(identity))
         }
         (None, None) => Sender::Tenant(None),
     };
+    // The engine's own rule, answered here with the field it concerns;
+    // the session's actor applies it again as it accepts the input.
+    if let Some(existing) = &existing
+        && let Some(refused) = sender.refuse(&existing.key.session, &existing.identity)
+    {
+        return Err(ApiError { field: Some("identity".to_owned()), ..ApiError::from(refused) });
+    }
 
     let (agent_id, wants_stream) = match &input {
         ClientInput::ClientMessage(m) => (Some(&m.agent_id), m.stream == Some(true)),
