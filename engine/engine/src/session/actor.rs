@@ -293,10 +293,7 @@ impl Actor {
             tracing::info!(call = %id, "a call's deadline passed");
             session.expire(id, &ctx, &mut change);
         }
-        if let Some(delivery) = &self.delivery
-            && !session.steps.iter().any(|(seq, _)| *seq == delivery.seq)
-            && let Some(delivery) = self.delivery.take()
-        {
+        if let Some(delivery) = self.delivery.take_if(|d| !session.steps.iter().any(|(seq, _)| *seq == d.seq)) {
             delivery.task.abort();
         }
         self.commit(change).await
@@ -672,10 +669,10 @@ impl Actor {
         attempt: u32,
         result: Result<DecisionResponse, WorkerError>,
     ) -> Result<(), StoreError> {
-        let Some(step) = self.session.as_ref().and_then(|s| s.steps.iter().find(|(s, _)| *s == seq).cloned()) else {
+        let Some((_, step)) = self.session.as_ref().and_then(|s| s.steps.iter().find(|(s, _)| *s == seq).cloned())
+        else {
             return Ok(());
         };
-        let (_, step) = step;
         // A decision may spawn sessions: the limit is checked against the
         // count in memory.
         self.env.tenants.count_sessions(&self.key.tenant).await;
