@@ -136,6 +136,13 @@ pub(crate) fn encode(batch: Batch) -> Result<Vec<Write>, StoreError> {
             Op::DeleteTenant { tenant } => {
                 Write::DeleteNamed { table: NamedTable::Tenants, key: tenant, id: TENANT_SLOT.to_owned() }
             }
+            // Only a store several nodes share is forwarded requests.
+            Op::PutReply { .. } | Op::DeleteReply { .. } => {
+                return Err(StoreError::Unsupported(
+                    "answers to forwarded requests are kept only by a store several nodes share; a redb store has one \
+                     node",
+                ));
+            }
         };
         writes.push(write);
     }

@@ -423,6 +423,11 @@ impl Store for RedbStore {
     fn inbox<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, InboxItem)>>> {
         ready(self.read_inbox(key))
     }
+
+    fn reply<'a>(&'a self, _id: &'a str) -> BoxFuture<'a, StoreResult<Option<serde_json::Value>>> {
+        // Nothing is forwarded to a store one node owns (see `encode`).
+        ready(Ok(None))
+    }
 }
 
 impl StoreAdmin for RedbStore {

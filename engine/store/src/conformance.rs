@@ -205,7 +205,7 @@ pub mod sample {
 
     /// A batch of `ops`.
     pub fn batch(ops: impl IntoIterator<Item = Op>) -> Batch {
-        Batch { ops: ops.into_iter().collect() }
+        Batch::of(ops)
     }
 
     /// One batch holding every kind of session op for `key`.

@@ -236,6 +236,14 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.unfinished()
     }
 
+    fn reply<'a>(&'a self, id: &'a str) -> BoxFuture<'a, StoreResult<Option<serde_json::Value>>> {
+        self.inner.reply(id)
+    }
+
+    fn shared(&self) -> Option<&dyn crate::shared::Shared> {
+        self.inner.shared()
+    }
+
     fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<LoadedSession>>> {
         self.inner.load(key)
     }

@@ -35,6 +35,7 @@ pub mod conformance;
 pub mod fault;
 pub mod mem;
 pub mod records;
+pub mod shared;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -145,6 +146,20 @@ pub enum Op {
         /// The tenant.
         tenant: String,
     },
+    /// Stores the answer to a request another node forwarded through a
+    /// session's inbox ([`InboxItem::Request`]), in the commit that acts on
+    /// it.
+    PutReply {
+        /// The request's id.
+        id: String,
+        /// The answer.
+        reply: serde_json::Value,
+    },
+    /// Forgets an answer its requester has read.
+    DeleteReply {
+        /// The request's id.
+        id: String,
+    },
 }
 
 /// Writes that become durable together or not at all.
@@ -152,12 +167,32 @@ pub enum Op {
 pub struct Batch {
     /// The writes, applied in order.
     pub ops: Vec<Op>,
+    /// On a [`Shared`](shared::Shared) store: the session whose lease the
+    /// batch is written under, and the lease's token. The batch is
+    /// applied only while that token is still the session's lease;
+    /// otherwise its commit fails with [`StoreError::Fenced`] and nothing
+    /// of it is written. Stores used by one node ignore it.
+    pub fence: Option<Fence>,
+}
+
+/// A session's lease token a batch is written under: see [`Batch::fence`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// The session.
+    pub key: SessionKey,
+    /// Its lease's token, as granted to this node.
+    pub token: u64,
 }
 
 impl Batch {
     /// An empty batch.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A batch of `ops`, unfenced.
+    pub fn of(ops: impl IntoIterator<Item = Op>) -> Self {
+        Self { ops: ops.into_iter().collect(), fence: None }
     }
 
     /// Adds a write.
@@ -226,6 +261,20 @@ pub enum StoreError {
     /// takes no more writes.
     #[error("the store is closed")]
     Closed,
+    /// The store does not do what was asked (e.g. keep answers to
+    /// forwarded requests, which only a shared store does).
+    #[error("this store does not support that: {0}")]
+    Unsupported(&'static str),
+    /// The batch was written under a lease this node no longer holds
+    /// (see [`Batch::fence`]): another node acts for the session now.
+    /// Nothing of the batch was written.
+    #[error("session {session} is leased to another node now (fencing token {token} is stale); nothing was written")]
+    Fenced {
+        /// The session.
+        session: SessionKey,
+        /// The stale token.
+        token: u64,
+    },
 }
 
 impl StoreError {
@@ -361,6 +410,17 @@ pub trait Store: StoreAdmin + Send + Sync + 'static {
 
     /// The session's inbox, oldest first.
     fn inbox<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, InboxItem)>>>;
+
+    /// The answer stored for a forwarded request ([`Op::PutReply`]).
+    /// Requests are forwarded only between nodes sharing a store: a store
+    /// one node owns may refuse `PutReply` and answer `None` here.
+    fn reply<'a>(&'a self, id: &'a str) -> BoxFuture<'a, StoreResult<Option<serde_json::Value>>>;
+
+    /// Leases and notices, when several engine nodes share the store;
+    /// `None` for a store one node owns.
+    fn shared(&self) -> Option<&dyn shared::Shared> {
+        None
+    }
 }
 
 /// A page of sessions filtered by owner: see

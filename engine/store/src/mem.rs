@@ -38,6 +38,8 @@ struct State {
     /// By (tenant, hash).
     keys: BTreeMap<(String, String), KeyRecord>,
     tenants: BTreeMap<String, TenantRecord>,
+    /// Answers to forwarded requests, by request id.
+    replies: BTreeMap<String, serde_json::Value>,
     stats: StoreStats,
     closed: bool,
 }
@@ -130,6 +132,12 @@ impl State {
             }
             Op::DeleteTenant { tenant } => {
                 self.tenants.remove(&tenant);
+            }
+            Op::PutReply { id, reply } => {
+                self.replies.insert(id, reply);
+            }
+            Op::DeleteReply { id } => {
+                self.replies.remove(&id);
             }
         }
     }
@@ -244,6 +252,10 @@ impl Store for MemStore {
     fn inbox<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, InboxItem)>>> {
         self.read(|s| of_session(&s.inbox, &key.storage_key(), 0).map(|(k, v)| (*k, v.clone())).collect())
     }
+
+    fn reply<'a>(&'a self, id: &'a str) -> BoxFuture<'a, StoreResult<Option<serde_json::Value>>> {
+        self.read(|s| s.replies.get(id).cloned())
+    }
 }
 
 impl StoreAdmin for MemStore {
@@ -269,6 +281,7 @@ impl StoreAdmin for MemStore {
             bytes += s.agents.values().map(|v| size(v)).sum::<u64>();
             bytes += s.keys.values().map(|v| size(v)).sum::<u64>();
             bytes += s.tenants.values().map(|v| size(v)).sum::<u64>();
+            bytes += s.replies.values().map(|v| size(v)).sum::<u64>();
             bytes
         })
     }

@@ -440,6 +440,16 @@ pub enum InboxItem {
         /// What starts it.
         start: TurnStart,
     },
+    /// A request for the session's actor (an input, a cancel) that a node
+    /// not holding the session's lease received and forwarded to the
+    /// node that does; the answer goes back as [`Op::PutReply`](crate::Op::PutReply)
+    /// under `id`. The engine gives `request` and the answer their shape.
+    Request {
+        /// Names the request and its answer, unique across the store.
+        id: String,
+        /// What is asked.
+        request: Value,
+    },
 }
 
 /// An agent: the worker that decides for its sessions, and its history.

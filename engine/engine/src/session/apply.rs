@@ -991,6 +991,12 @@ impl Session {
                     let _ = self.start_turn(turn_id, start, ctx, change);
                 }
             }
+            // The actor answers forwarded requests before it takes in the
+            // rest of the inbox (they need the actor, not just the
+            // session); one reaching here has nobody to answer.
+            InboxItem::Request { id, .. } => {
+                tracing::warn!(session = %self.key(), request = %id, "a forwarded request reached the session itself; dropped");
+            }
         }
     }
 }

@@ -1,0 +1,163 @@
+//! What a store shared by several engine nodes adds to [`Store`]: leases
+//! on sessions, with fencing tokens, and notices from one node to the
+//! others.
+//!
+//! One node at a time acts for a session: the one holding its **lease**.
+//! A node [`claim`](Shared::claim)s a session's lease when work for it
+//! arrives (an input, a wake, a session found orphaned); every grant
+//! carries a new **fencing token**, higher than any granted before. Every
+//! batch the node then commits for that session names the token in its
+//! [`Batch::fence`](crate::Batch::fence), and the store applies it only
+//! while the token is still the lease's: a node that lost the lease
+//! (paused, partitioned, slow) gets [`StoreError::Fenced`] and writes
+//! nothing for that session again.
+//!
+//! Liveness is per node, not per session: the store keeps a heartbeat for
+//! each node (renewed by the store itself every
+//! [`SharedSettings::renew`]) and a lease counts as held while its node's
+//! heartbeat is younger than [`SharedSettings::lease`]. A node that stops
+//! renewing loses every lease it holds at once, and the others take its
+//! unfinished sessions over ([`Shared::orphans`]). A node whose actor for
+//! a session goes quiet [`release`](Shared::release)s the lease, so the
+//! next input to any node claims it at once.
+//!
+//! Nodes hear of each other's commits through [`Notice`]s: the store
+//! sends them itself, from the ops of each committed batch, so nothing
+//! the engine writes can forget one.
+//!
+//! [`StoreError::Fenced`]: crate::StoreError::Fenced
+
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+
+use crate::{BoxFuture, SessionKey, StoreResult};
+
+/// A session's lease as granted to this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// The fencing token: higher than any granted before it, for any
+    /// session.
+    pub token: u64,
+}
+
+/// The answer to a [`Shared::claim`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The lease is this node's, with a new token.
+    Granted(Lease),
+    /// Another live node holds it.
+    HeldBy {
+        /// The node holding it.
+        node: String,
+    },
+}
+
+/// A session found with work left and nobody live acting for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Orphan {
+    /// The session.
+    pub key: SessionKey,
+    /// Whether its last holder died holding it (a crash: its next
+    /// delivery may have been cut short and counts as an attempt), rather
+    /// than releasing it cleanly with items left in its inbox.
+    pub crashed: bool,
+}
+
+/// What one node tells the others, sent by the store as a batch commits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// Events `first..=last` of a session were committed.
+    Events {
+        /// The session.
+        key: SessionKey,
+        /// The first event's sequence number.
+        first: u64,
+        /// The last event's sequence number.
+        last: u64,
+    },
+    /// An item was pushed to a session's inbox.
+    Inbox {
+        /// The receiving session.
+        key: SessionKey,
+    },
+    /// The answer to a forwarded request was stored
+    /// ([`Op::PutReply`](crate::Op::PutReply)).
+    Reply {
+        /// The request's id.
+        id: String,
+    },
+    /// Agents, keys or tenants changed.
+    Records,
+}
+
+/// A [`Notice`] and the node it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Noticed {
+    /// The node whose commit sent it.
+    pub from: String,
+    /// What it says.
+    pub notice: Notice,
+}
+
+/// Lease timing, in the settings of a shared store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedSettings {
+    /// How long a node's leases outlive its last heartbeat: how long a
+    /// dead node's sessions wait before another node takes them.
+    pub lease: Duration,
+    /// How often a node renews its heartbeat; well under `lease`, so a
+    /// slow renewal does not lose the leases.
+    pub renew: Duration,
+}
+
+impl Default for SharedSettings {
+    fn default() -> Self {
+        Self { lease: Duration::from_secs(10), renew: Duration::from_secs(2) }
+    }
+}
+
+impl SharedSettings {
+    /// Why these settings cannot work, if they cannot.
+    pub fn check(&self) -> Result<(), String> {
+        if self.lease.is_zero() || self.renew.is_zero() {
+            return Err("`lease_secs` and `renew_secs` must be above zero".to_owned());
+        }
+        if self.renew * 2 > self.lease {
+            return Err(format!(
+                "`renew_secs` ({:?}) must be at most half of `lease_secs` ({:?}), so one late renewal does not lose \
+                 every lease",
+                self.renew, self.lease
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A store shared by several engine nodes; see the [module docs](self).
+pub trait Shared: Send + Sync {
+    /// This node's name, unique among the nodes (and across restarts: a
+    /// restarted process is a new node).
+    fn node(&self) -> &str;
+
+    /// Claims the session's lease for this node: granted, with a new
+    /// token, when nobody holds it, when its holder released it or died
+    /// (its heartbeat is older than the lease), or when this node holds it
+    /// already; otherwise the live node holding it.
+    fn claim<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Claim>>;
+
+    /// Gives the lease up, if `token` is still its token; the next claim
+    /// from any node is granted at once.
+    fn release<'a>(&'a self, key: &'a SessionKey, token: u64) -> BoxFuture<'a, StoreResult<()>>;
+
+    /// At most `limit` sessions with work left (not idle, or items in
+    /// their inbox) that no live node holds: their holder died, or
+    /// released them with items left in the inbox, or they never had a
+    /// holder.
+    fn orphans(&self, limit: usize) -> BoxFuture<'_, StoreResult<Vec<Orphan>>>;
+
+    /// Notices from the other nodes' commits, from now on (this node's own
+    /// are not sent to it). A receiver that lags loses the oldest; it
+    /// should then treat every session it follows as changed.
+    fn listen(&self) -> broadcast::Receiver<Noticed>;
+}
