@@ -156,6 +156,14 @@ pub trait Shared: Send + Sync {
     /// holder.
     fn orphans(&self, limit: usize) -> BoxFuture<'_, StoreResult<Vec<Orphan>>>;
 
+    /// Keeps a component's bytes under their digest (`sha256:<hex>`), so
+    /// every node can load an agent uploaded to any of them. Storing the
+    /// same digest again changes nothing.
+    fn put_blob<'a>(&'a self, digest: &'a str, bytes: &'a [u8]) -> BoxFuture<'a, StoreResult<()>>;
+
+    /// A component's bytes by digest.
+    fn blob<'a>(&'a self, digest: &'a str) -> BoxFuture<'a, StoreResult<Option<Vec<u8>>>>;
+
     /// Notices from the other nodes' commits, from now on (this node's own
     /// are not sent to it). A receiver that lags loses the oldest; it
     /// should then treat every session it follows as changed.
