@@ -7,6 +7,10 @@
 //! holds it (a server reads the store's keys when it starts): that is how
 //! a first key is made without an operator key. A key is printed once,
 //! when it is created; only its SHA-256 is stored.
+//!
+//! Only a redb store is opened directly: where the config file keeps
+//! sessions in PostgreSQL (`[store] url`), keys are managed through a
+//! running server's admin API.
 
 use std::path::PathBuf;
 
@@ -108,6 +112,13 @@ pub async fn exec(command: KeysCommand) -> CliResult {
 /// The store of the data directory, closed when done.
 async fn with_store<T>(args: &DataArgs, work: impl AsyncFnOnce(&RedbStore) -> CliResult<T>) -> CliResult<T> {
     let file = settings::load(args.config.as_deref())?;
+    if let settings::StoreChoice::Postgres { url, .. } = settings::store(None, &file)? {
+        return Err(CliError::usage(anyhow!(
+            "the config file keeps sessions in PostgreSQL ({}): manage keys through a running server's admin API \
+             (leave out --data and --config, and give the operator key: --admin-key or SUBS_ADMIN_KEY)",
+            subs_store_postgres::redact(&url)
+        )));
+    }
     let dir = settings::data_dir(args.data.as_deref(), &file)?;
     data::prepare(&dir)?;
     let store = data::open_store(

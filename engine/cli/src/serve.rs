@@ -2,9 +2,10 @@
 //!
 //! Order matters for the errors people see: the settings are checked
 //! first (a bad config file, a bad address, a default model nobody
-//! serves), then the data directory and the store (unwritable, locked),
-//! then the address is bound (taken) — all before the engine resumes a
-//! single session. Then the stored agents are loaded, the address is
+//! serves, a store URL that is not PostgreSQL's), then the data directory
+//! and the store (unwritable, locked, a database unreachable), then the
+//! address is bound (taken) — all before the engine resumes a single
+//! session. Then the stored agents are loaded, the address is
 //! printed, and requests are served until Ctrl-C or SIGTERM; the store
 //! is closed on the way out.
 
@@ -22,7 +23,7 @@ use subs_engine::{Engine, EngineConfig, StreamLimits};
 use subs_server::{AppState, Keys, LiveConfig};
 use tokio::net::TcpListener;
 
-use crate::data;
+use crate::data::{self, ServedStore};
 use crate::error::{CliError, CliResult};
 use crate::settings::{self, ConfigFile};
 
@@ -39,11 +40,19 @@ pub struct ServeArgs {
     /// 127.0.0.1:7878]
     #[arg(long, value_name = "ADDR", env = "SUBS_LISTEN")]
     pub listen: Option<String>,
-    /// The data directory: the store (`subs.redb`) and uploaded components
-    /// (`components/`). [default: a per-user data directory, e.g.
-    /// ~/.local/share/subs]
+    /// The data directory: the store (`subs.redb`, unless --store names
+    /// another) and uploaded components (`components/`, this node's own
+    /// even when the store is shared). [default: a per-user data
+    /// directory, e.g. ~/.local/share/subs]
     #[arg(long, value_name = "DIR", env = "SUBS_DATA")]
     pub data: Option<PathBuf>,
+    /// Keep sessions in this PostgreSQL database
+    /// (postgres://user:password@host:port/database), which several
+    /// servers may share, instead of redb in the data directory. Prefer
+    /// the environment variable or the config file's `[store] url` when
+    /// the URL holds a password: a flag shows in the process list.
+    #[arg(long, value_name = "URL", env = "SUBS_STORE", hide_env_values = true)]
+    pub store: Option<String>,
     /// The model for agents that name none. [default: subs/offline]
     #[arg(long, value_name = "MODEL", env = "SUBS_DEFAULT_MODEL")]
     pub default_model: Option<String>,
@@ -64,6 +73,7 @@ pub async fn exec(args: ServeArgs) -> CliResult {
     let file = settings::load(args.config.as_deref())?;
     let listen = settings::listen(args.listen.as_deref(), &file);
     let dir = settings::data_dir(args.data.as_deref(), &file)?;
+    let choice = settings::store(args.store.as_deref(), &file)?;
     let default_model = settings::default_model(args.default_model.as_deref(), &file);
     let addr = resolve(&listen).await?;
     let models = models(&file.providers_config())?;
@@ -73,12 +83,18 @@ pub async fn exec(args: ServeArgs) -> CliResult {
     let admin_keys = file.admin_key_hashes(args.admin_key.as_deref())?;
 
     data::prepare(&dir)?;
-    let store = Arc::new(data::open_store(
-        &dir.join(settings::STORE_FILE),
+    let store = ServedStore::open(
+        &choice,
+        &dir,
         "is another `subs serve` running on this data directory? Stop it, or pass another --data",
-    )?);
+    )
+    .await?;
+    if let ServedStore::Postgres(store) = &store {
+        let node = store.shared().map(|shared| shared.node().to_owned()).unwrap_or_default();
+        eprintln!("sessions are kept in PostgreSQL at {} (this node: {node})", store.url());
+    }
     let served =
-        serve(Setup { store: store.clone(), dir, addr, models, default_model, streams, config_keys, admin_keys, file })
+        serve(Setup { store: store.store(), dir, addr, models, default_model, streams, config_keys, admin_keys, file })
             .await;
     let closed = store.close().await.context("closing the store");
     served?;
@@ -88,7 +104,7 @@ pub async fn exec(args: ServeArgs) -> CliResult {
 
 /// What `serve` needs, checked.
 struct Setup {
-    store: Arc<subs_store_redb::RedbStore>,
+    store: Arc<dyn Store>,
     dir: PathBuf,
     addr: SocketAddr,
     models: Models,

@@ -12,9 +12,11 @@ use subs_engine::agents::uploads::UploadPolicy;
 use subs_engine::model::{OFFLINE_MODEL, Price, ProviderConfig, ProvidersConfig};
 use subs_engine::retry::RetryCap;
 use subs_engine::store::KeyRecord;
+use subs_engine::store::shared::SharedSettings;
 use subs_engine::worker::component::{AgentPolicy, CompileBudget, HostConfig, LimitOverrides, Limits as SandboxLimits};
 use subs_engine::{EngineConfig, StreamLimits};
 use subs_server::{Limits, ServerConfig};
+use subs_store_postgres::{MAX_NODE_NAME, PgOptions, redact};
 
 use crate::error::{CliError, CliResult};
 
@@ -76,6 +78,111 @@ pub struct ConfigFile {
     /// `[timeouts]`: how long deliveries and calls may take when no retry
     /// policy says.
     pub timeouts: TimeoutsEntry,
+    /// `[store]`: where sessions are kept: redb in the data directory
+    /// (nothing set), or a PostgreSQL database several nodes share.
+    pub store: StoreEntry,
+}
+
+/// `[store]` as written: a PostgreSQL database (`url`) and how this node
+/// takes part in sharing it. Without `url`, sessions are kept in redb in
+/// the data directory and nothing else here may be set.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreEntry {
+    /// `postgres://user:password@host:port/database`.
+    pub url: Option<String>,
+    /// How long a node's leases outlive its last heartbeat, in seconds.
+    pub lease_secs: Option<f64>,
+    /// How often a node renews its heartbeat, in seconds.
+    pub renew_secs: Option<f64>,
+    /// This node's name among the nodes sharing the database.
+    pub node: Option<String>,
+    /// Connections to the database for reads (besides the writer's, the
+    /// heartbeat's and the notice listener's).
+    pub pool: Option<u32>,
+}
+
+/// Where `subs serve` keeps sessions.
+#[derive(Debug, Clone)]
+pub enum StoreChoice {
+    /// redb, in the data directory (`subs.redb`).
+    Redb,
+    /// A PostgreSQL database, which several nodes may share.
+    Postgres {
+        /// Its URL (password included: show it with [`redact`]).
+        url: String,
+        /// This node's part in sharing it.
+        options: PgOptions,
+    },
+}
+
+/// The most database connections `[store] pool` takes.
+pub const MAX_POOL: u32 = 1000;
+
+/// The store: `flag` (`--store`, or `SUBS_STORE`: clap reads the flag
+/// first), then the file's `[store] url`, then redb in the data directory.
+///
+/// # Errors
+/// A URL that is not `postgres://` or `postgresql://`; lease settings that
+/// [`SharedSettings::check`] refuses; a pool of 0 or above [`MAX_POOL`];
+/// an empty node name; any `[store]` setting without a URL to apply to.
+pub fn store(flag: Option<&str>, file: &ConfigFile) -> CliResult<StoreChoice> {
+    let entry = &file.store;
+    let url = flag.filter(|url| !url.is_empty()).or(entry.url.as_deref().filter(|url| !url.is_empty()));
+    let Some(url) = url else {
+        let set: Vec<&str> = [
+            ("lease_secs", entry.lease_secs.is_some()),
+            ("renew_secs", entry.renew_secs.is_some()),
+            ("node", entry.node.is_some()),
+            ("pool", entry.pool.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect();
+        if !set.is_empty() {
+            return Err(CliError::usage(anyhow!(
+                "`[store] {}` applies to a PostgreSQL store only: set `[store] url` (or --store, SUBS_STORE) too, or \
+                 leave it out to keep sessions in redb in the data directory",
+                set.join("`, `")
+            )));
+        }
+        return Ok(StoreChoice::Redb);
+    };
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(CliError::usage(anyhow!(
+            "the store `{}` is not a PostgreSQL URL (postgres://user:password@host:port/database); leave the store \
+             unset to keep sessions in redb in the data directory",
+            redact(url)
+        )));
+    }
+    let defaults = SharedSettings::default();
+    let secs = |key: &str, value: Option<f64>, default: std::time::Duration| match value {
+        None => Ok(default),
+        Some(secs) if secs.is_finite() && secs > 0.0 && secs <= 86_400.0 => {
+            Ok(std::time::Duration::from_secs_f64(secs))
+        }
+        Some(secs) => Err(CliError::usage(anyhow!(
+            "`[store] {key}` must be a number of seconds above 0 and at most a day, not {secs}"
+        ))),
+    };
+    let shared = SharedSettings {
+        lease: secs("lease_secs", entry.lease_secs, defaults.lease)?,
+        renew: secs("renew_secs", entry.renew_secs, defaults.renew)?,
+    };
+    shared.check().map_err(|why| CliError::usage(anyhow!("[store]: {why}")))?;
+    let pool = entry.pool.unwrap_or(PgOptions::default().pool);
+    if pool == 0 || pool > MAX_POOL {
+        return Err(CliError::usage(anyhow!("`[store] pool` must be 1 to {MAX_POOL} connections, not {pool}")));
+    }
+    if let Some(node) = &entry.node
+        && (node.is_empty() || node.len() > MAX_NODE_NAME || node.chars().any(char::is_control))
+    {
+        return Err(CliError::usage(anyhow!(
+            "`[store] node` must be 1 to {MAX_NODE_NAME} bytes without control characters, not {node:?}"
+        )));
+    }
+    let options = PgOptions { node: entry.node.clone(), shared, pool, ..PgOptions::default() };
+    Ok(StoreChoice::Postgres { url: url.to_owned(), options })
 }
 
 /// `[timeouts]` as written: the engine's defaults for deliveries and for
@@ -703,6 +810,56 @@ mod tests {
         assert_eq!(default_model(None, &ConfigFile::default()), OFFLINE_MODEL);
         assert_eq!(data_dir(Some(Path::new("/d")), &file).unwrap(), Path::new("/d"));
         assert_eq!(data_dir(None, &file).unwrap(), Path::new("/srv/subs"));
+    }
+
+    #[test]
+    fn the_store_is_redb_unless_a_postgres_url_is_given() {
+        assert!(matches!(store(None, &ConfigFile::default()).unwrap(), StoreChoice::Redb));
+        assert!(matches!(store(Some(""), &ConfigFile::default()).unwrap(), StoreChoice::Redb), "an empty SUBS_STORE");
+        let file = parse(
+            "[store]\nurl = \"postgres://file@db/subs\"\nlease_secs = 20\nrenew_secs = 5\nnode = \"eu-1\"\npool = 3\n",
+        )
+        .unwrap();
+        // The flag (or SUBS_STORE, which clap reads when the flag is
+        // absent) wins over the file; the file's other settings still
+        // apply.
+        let StoreChoice::Postgres { url, options } = store(Some("postgresql://flag@db/subs"), &file).unwrap() else {
+            panic!("a PostgreSQL store")
+        };
+        assert_eq!(url, "postgresql://flag@db/subs");
+        assert_eq!(options.shared.lease, std::time::Duration::from_secs(20));
+        assert_eq!(options.shared.renew, std::time::Duration::from_secs(5));
+        assert_eq!((options.node.as_deref(), options.pool), (Some("eu-1"), 3));
+        let StoreChoice::Postgres { url, options } = store(None, &file).unwrap() else { panic!("a PostgreSQL store") };
+        assert_eq!(url, "postgres://file@db/subs");
+        assert_eq!(options.node.as_deref(), Some("eu-1"));
+        let StoreChoice::Postgres { options, .. } = store(Some("postgres://h/db"), &ConfigFile::default()).unwrap()
+        else {
+            panic!("a PostgreSQL store")
+        };
+        assert_eq!(options.shared, SharedSettings::default());
+        assert_eq!((options.node, options.pool), (None, PgOptions::default().pool));
+    }
+
+    #[test]
+    fn store_settings_are_checked() {
+        let err = |text: &str, flag: Option<&str>| store(flag, &parse(text).unwrap()).unwrap_err().to_string();
+        let url = "[store]\nurl = \"postgres://u:secret@db/subs\"\n";
+        let half = err(&format!("{url}lease_secs = 4\nrenew_secs = 3\n"), None);
+        assert!(half.contains("at most half"), "{half}");
+        let zero = err(&format!("{url}renew_secs = 0\n"), None);
+        assert!(zero.contains("`[store] renew_secs`"), "{zero}");
+        let nan = err(&format!("{url}lease_secs = nan\n"), None);
+        assert!(nan.contains("`[store] lease_secs`"), "{nan}");
+        let pool = err(&format!("{url}pool = 0\n"), None);
+        assert!(pool.contains("`[store] pool`"), "{pool}");
+        let node = err(&format!("{url}node = \"\"\n"), None);
+        assert!(node.contains("`[store] node`"), "{node}");
+        let orphan = err("[store]\nlease_secs = 30\npool = 2\n", None);
+        assert!(orphan.contains("`[store] lease_secs`, `pool`") && orphan.contains("url"), "{orphan}");
+        let mysql = err("", Some("mysql://u:secret@db/subs"));
+        assert!(mysql.contains("mysql://u:***@db/subs") && !mysql.contains("secret"), "{mysql}");
+        assert!(parse("[store]\nuri = \"postgres://db\"\n").is_err(), "unknown keys are refused");
     }
 
     #[test]

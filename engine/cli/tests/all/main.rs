@@ -3,6 +3,7 @@
 
 mod admin;
 mod crash;
+mod postgres;
 mod run;
 mod serve;
 mod tail;
@@ -31,6 +32,7 @@ pub fn subs() -> Command {
     for var in [
         "SUBS_LISTEN",
         "SUBS_DATA",
+        "SUBS_STORE",
         "SUBS_DEFAULT_MODEL",
         "SUBS_CONFIG",
         "SUBS_SERVER",
