@@ -65,7 +65,9 @@ fn crates_depend_only_the_way_the_architecture_says() {
         wrong.extend(check(&all, krate, &agent_side, &["wasmtime", "redb"]));
     }
     wrong.extend(check(&all, "subs-store", &["subs-protocol"], HTTP));
-    wrong.extend(check(&all, "subs-store-redb", &["subs-protocol", "subs-store"], HTTP));
+    for backend in ["subs-store-redb", "subs-store-postgres"] {
+        wrong.extend(check(&all, backend, &["subs-protocol", "subs-store"], HTTP));
+    }
     wrong.extend(check(&all, "subs-engine", &["subs-protocol", "subs-store"], &["axum", "redb"]));
     wrong.extend(check(&all, "subs-server", &["subs-protocol", "subs-store", "subs-engine"], &["redb"]));
     assert!(wrong.is_empty(), "dependencies against docs/architecture.md:\n{}", wrong.join("\n"));
