@@ -10,7 +10,17 @@
 //! ```text
 //! cargo bench -p subs-tests --bench turns
 //! BENCH_LEVELS=1,16,256,1024 BENCH_SECONDS=5 BENCH_IDLE=10000 cargo bench -p subs-tests --bench turns
+//! BENCH_PG_LEVELS=1,16,256 BENCH_IDLE=0 cargo bench -p subs-tests --bench turns
 //! ```
+//!
+//! The same levels then run on PostgreSQL (`BENCH_PG_LEVELS`, default
+//! 1,16,256; empty: none), on a throwaway local cluster
+//! (`subs_store_postgres::testing`, `fsync` and `synchronous_commit` on),
+//! and a last table sets the two backends side by side: steps/s at 16 and
+//! 256 sessions and the turn p50 of one session. Where PostgreSQL is not
+//! installed its runs are skipped, saying so. For PostgreSQL the writer
+//! column is the CPU time of the database server's processes per step
+//! (the store's writer is a task of this process, counted in its CPU).
 //!
 //! Each concurrency level runs on a fresh store: N concurrent clients, each
 //! sending one user message after another for `BENCH_SECONDS` (default 3),
@@ -25,9 +35,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use subs_engine::store::StoreAdmin as _;
 use subs_engine::store::{SessionKey, Store, TurnStatus};
 use subs_engine::{Engine, EngineConfig};
+use subs_store_postgres::PgStore;
+use subs_store_postgres::testing::TestCluster;
 use subs_store_redb::RedbStore;
 
 const TENANT: &str = "bench";
@@ -53,28 +64,114 @@ fn main() {
         runtime.block_on(restarted(std::path::PathBuf::from(path)));
         return;
     }
-    runtime.block_on(run(levels, Duration::from_secs_f64(seconds), idle));
+    let pg_levels: Vec<usize> = std::env::var("BENCH_PG_LEVELS")
+        .ok()
+        .map(|l| l.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 16, 256]);
+    runtime.block_on(run(levels, pg_levels, Duration::from_secs_f64(seconds), idle));
 }
 
 struct Bench {
     engine: Engine,
-    store: Arc<RedbStore>,
-    _dir: tempfile::TempDir,
+    store: BenchStore,
+}
+
+/// The store a level runs on.
+enum BenchStore {
+    Redb { store: Arc<RedbStore>, _dir: tempfile::TempDir },
+    Postgres { store: Arc<PgStore>, cluster: &'static TestCluster },
+}
+
+/// Which backend a level runs on.
+#[derive(Clone, Copy)]
+enum Backend {
+    Redb,
+    Postgres(&'static TestCluster),
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Redb => "redb",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+}
+
+impl BenchStore {
+    fn store(&self) -> Arc<dyn Store> {
+        match self {
+            BenchStore::Redb { store, .. } => store.clone(),
+            BenchStore::Postgres { store, .. } => store.clone(),
+        }
+    }
+
+    fn redb(&self) -> &RedbStore {
+        match self {
+            BenchStore::Redb { store, .. } => store,
+            BenchStore::Postgres { .. } => panic!("this part of the bench runs on redb only"),
+        }
+    }
+
+    async fn close(&self) {
+        match self {
+            BenchStore::Redb { store, .. } => store.close().await.expect("the store closes"),
+            BenchStore::Postgres { store, .. } => store.close().await.expect("the store closes"),
+        }
+    }
+
+    /// The database file's size (redb); PostgreSQL's files are the
+    /// server's and not counted.
+    fn file_bytes(&self) -> u64 {
+        match self {
+            BenchStore::Redb { store, .. } => std::fs::metadata(store.path()).map_or(0, |m| m.len()),
+            BenchStore::Postgres { .. } => 0,
+        }
+    }
+
+    /// CPU time of the store's own writer: redb's writer threads, or the
+    /// PostgreSQL server's processes.
+    fn writer_cpu(&self) -> WriterCpu {
+        match self {
+            BenchStore::Redb { .. } => WriterCpu::Threads(writer_cpu_times()),
+            BenchStore::Postgres { cluster, .. } => WriterCpu::Server(server_cpu(cluster)),
+        }
+    }
 }
 
 async fn start() -> Bench {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let (engine, store) = start_on(&dir.path().join("subs.redb")).await;
-    Bench { engine, store, _dir: dir }
+    start_with(Backend::Redb).await
+}
+
+async fn start_with(backend: Backend) -> Bench {
+    let store = match backend {
+        Backend::Redb => {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let store = Arc::new(RedbStore::open(dir.path().join("subs.redb")).expect("the store opens"));
+            BenchStore::Redb { store, _dir: dir }
+        }
+        Backend::Postgres(cluster) => {
+            let store = PgStore::open(&cluster.fresh_database(), subs_store_postgres::PgOptions::default())
+                .await
+                .expect("the PostgreSQL store opens");
+            BenchStore::Postgres { store: Arc::new(store), cluster }
+        }
+    };
+    let engine = start_engine(store.store()).await;
+    Bench { engine, store }
 }
 
 async fn start_on(path: &std::path::Path) -> (Engine, Arc<RedbStore>) {
     let store = Arc::new(RedbStore::open(path).expect("the store opens"));
-    let engine = Engine::start(store.clone(), subs_engine::model::Models::with_offline(), EngineConfig::default())
+    (start_engine(store.clone()).await, store)
+}
+
+async fn start_engine(store: Arc<dyn Store>) -> Engine {
+    let engine = Engine::start(store, subs_engine::model::Models::with_offline(), EngineConfig::default())
         .await
         .expect("the engine starts");
     engine.register_agent(TENANT, "passthrough", Arc::new(subs_tests::agent(subs_tests::guests::PASSTHROUGH_LEAN)));
-    (engine, store)
+    engine
 }
 
 /// Set in a child process of this bench: the store file it opens, to
@@ -135,8 +232,9 @@ struct Level {
     stored_bytes: u64,
 }
 
-async fn level(sessions: usize, length: Duration) -> Level {
-    let bench = start().await;
+async fn level(backend: Backend, sessions: usize, length: Duration) -> Level {
+    let bench = start_with(backend).await;
+    let store = bench.store.store();
     let engine = bench.engine.clone();
     // One warm-up turn per session, so every session exists (and the
     // component is warm) before the clock starts.
@@ -149,11 +247,11 @@ async fn level(sessions: usize, length: Duration) -> Level {
     for task in warm {
         task.await.expect("warm-up");
     }
-    let before = bench.store.stats().expect("stats");
-    let steps_before = count_steps(&bench.store, sessions, 1).await;
+    let before = store.stats().expect("stats");
+    let steps_before = count_steps(&*store, sessions, 1).await;
 
     let cpu_before = cpu_time();
-    let writer_before = writer_cpu_times();
+    let writer_before = bench.store.writer_cpu();
     let start = Instant::now();
     let until = start + length;
     let tasks: Vec<_> = (0..sessions)
@@ -185,12 +283,13 @@ async fn level(sessions: usize, length: Duration) -> Level {
     }
     let elapsed = start.elapsed();
     let cpu = cpu_time().saturating_sub(cpu_before);
-    let writer_cpu = writer_cpu_since(&writer_before);
-    let after = bench.store.stats().expect("stats");
-    let steps = count_steps(&bench.store, sessions, conversations).await - steps_before;
+    let writer_cpu = writer_before.since(&bench.store.writer_cpu());
+    let after = store.stats().expect("stats");
+    let steps = count_steps(&*store, sessions, conversations).await - steps_before;
     latencies.sort();
-    let file_bytes = std::fs::metadata(bench.store.path()).map_or(0, |m| m.len());
-    let stored_bytes = bench.store.stored_bytes().await.expect("the store's size");
+    let file_bytes = bench.store.file_bytes();
+    let stored_bytes = store.stored_bytes().await.expect("the store's size");
+    drop(store);
     // Lingering actors would otherwise free this level's engine and store
     // (its page cache) during the next measurement.
     shut(&bench).await;
@@ -212,11 +311,11 @@ async fn level(sessions: usize, length: Duration) -> Level {
 /// Stops the bench's engine (its actors at once) and closes its store.
 async fn shut(bench: &Bench) {
     bench.engine.clone().kill().await;
-    bench.store.close().await.expect("the store closes");
+    bench.store.close().await;
 }
 
 /// Steps stored by the first `conversations` conversations of each client.
-async fn count_steps(store: &RedbStore, sessions: usize, conversations: usize) -> u64 {
+async fn count_steps(store: &dyn Store, sessions: usize, conversations: usize) -> u64 {
     let mut steps = 0;
     for s in 0..sessions {
         for c in 0..conversations {
@@ -254,12 +353,50 @@ fn writer_cpu_times() -> std::collections::HashMap<std::ffi::OsString, Duration>
         .collect()
 }
 
-/// CPU time the writer threads used since `before`.
-fn writer_cpu_since(before: &std::collections::HashMap<std::ffi::OsString, Duration>) -> Duration {
-    writer_cpu_times()
-        .into_iter()
-        .map(|(tid, now)| now.saturating_sub(before.get(&tid).copied().unwrap_or_default()))
-        .sum()
+/// CPU time a store's writer has used so far.
+enum WriterCpu {
+    /// redb's writer threads, by thread id.
+    Threads(std::collections::HashMap<std::ffi::OsString, Duration>),
+    /// The PostgreSQL server's processes.
+    Server(Duration),
+}
+
+impl WriterCpu {
+    /// The CPU time used between `self` and `now`.
+    fn since(&self, now: &WriterCpu) -> Duration {
+        match (self, now) {
+            (WriterCpu::Threads(before), WriterCpu::Threads(now)) => {
+                now.iter().map(|(tid, now)| now.saturating_sub(before.get(tid).copied().unwrap_or_default())).sum()
+            }
+            (WriterCpu::Server(before), WriterCpu::Server(now)) => now.saturating_sub(*before),
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// CPU time of the cluster's server processes (Linux): the postmaster's
+/// own and that of its children, the live ones read one by one and the
+/// ended ones counted by the postmaster (its `cutime` and `cstime`).
+fn server_cpu(cluster: &TestCluster) -> Duration {
+    let Some(postmaster) = cluster.postmaster_pid() else { return Duration::ZERO };
+    let stat_of = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+    let ticks = |stat: &str, skip: usize, take: usize| -> u64 {
+        let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        rest.split_whitespace().skip(skip).take(take).filter_map(|f| f.parse::<u64>().ok()).sum()
+    };
+    let mut total = stat_of(&postmaster.to_string()).map_or(0, |stat| ticks(&stat, 11, 4));
+    let Ok(processes) = std::fs::read_dir("/proc") else { return Duration::ZERO };
+    for process in processes.flatten() {
+        let name = process.file_name();
+        let Some(pid) = name.to_str().filter(|pid| pid.bytes().all(|b| b.is_ascii_digit())) else { continue };
+        let Some(stat) = stat_of(pid) else { continue };
+        // The parent pid is the 2nd field after the command name.
+        let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        if rest.split_whitespace().nth(1).and_then(|ppid| ppid.parse::<u32>().ok()) == Some(postmaster) {
+            total += ticks(&stat, 11, 2);
+        }
+    }
+    Duration::from_millis(total * 10)
 }
 
 /// User + system time from a `stat` line of procfs.
@@ -338,10 +475,10 @@ async fn idle_sessions(count: usize) -> serde_json::Value {
     // engine kept a count), counting them in the store (once per tenant
     // and process), and reading the count the engine keeps after that.
     let t = Instant::now();
-    let listed = bench.store.sessions(Some(TENANT)).await.expect("sessions").len() as u64;
+    let listed = bench.store.redb().sessions(Some(TENANT)).await.expect("sessions").len() as u64;
     let list_time = t.elapsed();
     let t = Instant::now();
-    let counted = bench.store.session_count(TENANT).await.expect("a count");
+    let counted = bench.store.redb().session_count(TENANT).await.expect("a count");
     let count_time = t.elapsed();
     bench.engine.session_count(TENANT).await.expect("a count");
     let t = Instant::now();
@@ -361,7 +498,7 @@ async fn idle_sessions(count: usize) -> serde_json::Value {
     // of all these sessions, against one started on an empty store, each in
     // a process of its own (so nothing of this process's history counts).
     let total = count + ACTIVE_WAVE;
-    let file = bench.store.path().to_path_buf();
+    let file = bench.store.redb().path().to_path_buf();
     shut(&bench).await;
     let on_stored = restarted_rss(&file);
     let empty_dir = tempfile::tempdir().expect("a temporary directory");
@@ -423,10 +560,54 @@ async fn wait_for_actors(engine: &Engine) {
     }
 }
 
-async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
-    println!("turns through the durable loop: passthrough component + offline model + redb, {length:?} per level\n");
+async fn run(levels: Vec<usize>, pg_levels: Vec<usize>, length: Duration, idle: usize) {
+    let mut rows = Vec::new();
+    let mut summary = Vec::new();
+    let postgres = if pg_levels.is_empty() { None } else { TestCluster::shared() };
+    if !pg_levels.is_empty() && postgres.is_none() {
+        println!("postgres: skipped (PostgreSQL is not installed; see the line above)\n");
+    }
+    let runs =
+        [(Backend::Redb, levels)].into_iter().chain(postgres.map(|cluster| (Backend::Postgres(cluster), pg_levels)));
+    for (backend, levels) in runs {
+        let (backend_rows, backend_summary) = run_levels(backend, levels, length).await;
+        rows.extend(backend_rows);
+        summary.push(backend_summary);
+    }
+    println!("\nside by side: steps/s at 16 and 256 sessions, and the turn p50 of one session\n");
+    println!("{:>10} {:>14} {:>15} {:>17}", "backend", "16: steps/s", "256: steps/s", "1: turn p50");
+    for (name, sixteen, many, one) in &summary {
+        let cell = |v: Option<f64>, unit: &str| v.map_or("-".to_owned(), |v| format!("{v:.0}{unit}"));
+        let p50 = one.map_or("-".to_owned(), |ms| format!("{ms:.2} ms"));
+        println!("{:>10} {:>14} {:>15} {:>17}", name, cell(*sixteen, ""), cell(*many, ""), p50);
+    }
+    let side_by_side: Vec<_> = summary
+        .iter()
+        .map(|(name, sixteen, many, one)| {
+            json!({"backend": name, "steps_per_sec_16": sixteen, "steps_per_sec_256": many, "turn_p50_ms_1": one})
+        })
+        .collect();
+    let idle = if idle > 0 { idle_sessions(idle).await } else { serde_json::Value::Null };
+    let out = json!({"bench": "turns", "levels": rows, "side_by_side": side_by_side, "idle": idle});
+    subs_tests::bench::write_json("turns", &out);
+}
+
+/// What the side-by-side table shows of a backend: its name, steps/s at
+/// 16 and at 256 sessions, and the turn p50 (ms) of one session.
+type Summary = (&'static str, Option<f64>, Option<f64>, Option<f64>);
+
+async fn run_levels(backend: Backend, levels: Vec<usize>, length: Duration) -> (Vec<serde_json::Value>, Summary) {
+    let what = match backend {
+        Backend::Redb => "redb",
+        Backend::Postgres(_) => "PostgreSQL (local, fsync and synchronous_commit on)",
+    };
+    println!("turns through the durable loop: passthrough component + offline model + {what}, {length:?} per level\n");
+    let writer_column = match backend {
+        Backend::Redb => "writer µs/step***",
+        Backend::Postgres(_) => "server µs/step***",
+    };
     println!(
-        "{:>9} {:>8} {:>9} {:>10} {:>10} {:>11} {:>11} {:>12} {:>13} {:>14} {:>16} {:>16}",
+        "{:>9} {:>8} {:>9} {:>10} {:>10} {:>11} {:>11} {:>12} {:>13} {:>14} {:>17} {:>16}",
         "sessions",
         "turns",
         "turns/s",
@@ -437,13 +618,14 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
         "step p50*",
         "fsyncs/step",
         "CPU µs/step**",
-        "writer µs/step***",
+        writer_column,
         "file/stored MiB"
     );
     let mut rows = Vec::new();
+    let mut summary: Summary = (backend.name(), None, None, None);
     for sessions in levels {
         let rss_before = rss_kib();
-        let l = level(sessions, length).await;
+        let l = level(backend, sessions, length).await;
         let rss_after = rss_kib();
         let secs = l.elapsed.as_secs_f64();
         let steps_per_turn = l.steps as f64 / l.turns.max(1) as f64;
@@ -452,12 +634,19 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
         let step_p50 = p50.div_f64(steps_per_turn.max(1.0));
         let cpu_per_step = l.cpu.as_secs_f64() * 1e6 / l.steps.max(1) as f64;
         let writer_per_step = l.writer_cpu.as_secs_f64() * 1e6 / l.steps.max(1) as f64;
+        let steps_per_sec = l.steps as f64 / secs;
+        match sessions {
+            1 => summary.3 = Some(ms(p50)),
+            16 => summary.1 = Some(steps_per_sec),
+            256 => summary.2 = Some(steps_per_sec),
+            _ => {}
+        }
         println!(
-            "{:>9} {:>8} {:>9.0} {:>10.0} {:>10.1} {:>9.2}ms {:>9.2}ms {:>10.3}ms {:>13.3} {:>14.0} {:>16.0} {:>7.1} / {:>6.1}",
+            "{:>9} {:>8} {:>9.0} {:>10.0} {:>10.1} {:>9.2}ms {:>9.2}ms {:>10.3}ms {:>13.3} {:>14.0} {:>17.0} {:>7.1} / {:>6.1}",
             l.sessions,
             l.turns,
             l.turns as f64 / secs,
-            l.steps as f64 / secs,
+            steps_per_sec,
             steps_per_turn,
             ms(p50),
             ms(p99),
@@ -469,11 +658,12 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
             l.stored_bytes as f64 / MIB,
         );
         rows.push(json!({
+            "backend": backend.name(),
             "sessions": l.sessions,
             "turns": l.turns,
             "seconds": secs,
             "turns_per_sec": l.turns as f64 / secs,
-            "steps_per_sec": l.steps as f64 / secs,
+            "steps_per_sec": steps_per_sec,
             "steps_per_turn": steps_per_turn,
             "turn_p50_ms": ms(p50),
             "turn_p99_ms": ms(p99),
@@ -493,10 +683,13 @@ async fn run(levels: Vec<usize>, length: Duration, idle: usize) {
     println!(
         "** CPU time of the whole process (engine, component, store writer, clients) per step; unlike the rates, little affected by other load on the machine"
     );
-    println!(
-        "*** CPU time of the store's single writer thread per step: 1 s / this is the most steps per second the writer allows"
-    );
-    let idle = if idle > 0 { idle_sessions(idle).await } else { serde_json::Value::Null };
-    let out = json!({"bench": "turns", "levels": rows, "idle": idle});
-    subs_tests::bench::write_json("turns", &out);
+    match backend {
+        Backend::Redb => println!(
+            "*** CPU time of the store's single writer thread per step: 1 s / this is the most steps per second the writer allows\n"
+        ),
+        Backend::Postgres(_) => {
+            println!("*** CPU time of the PostgreSQL server's processes per step (not in **); file size not counted\n")
+        }
+    }
+    (rows, summary)
 }

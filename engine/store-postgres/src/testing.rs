@@ -185,6 +185,13 @@ impl TestCluster {
         self.port
     }
 
+    /// The server's process id (its postmaster), from its data directory;
+    /// `None` if it cannot be read.
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        let pid = std::fs::read_to_string(self.dir.join("data").join("postmaster.pid")).ok()?;
+        pid.lines().next()?.trim().parse().ok()
+    }
+
     /// The URL of the cluster's `postgres` database, as its superuser.
     pub fn url(&self) -> String {
         self.database_url("postgres")
