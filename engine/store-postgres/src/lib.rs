@@ -1,0 +1,985 @@
+//! [`PgStore`]: the [`Store`] in a PostgreSQL database that several engine
+//! nodes share, with leases, fencing and notices ([`Shared`]).
+//!
+//! # What is in the database
+//!
+//! Every record is the bytes of its JSON (`bytea`; `serde_json`, as the
+//! other backends), beside the columns queries need. Schema 1
+//! (`migrations/0001_store.sql`):
+//!
+//! | table | key | value, and columns for queries |
+//! | --- | --- | --- |
+//! | `sessions` | (tenant, id) | [`SessionRecord`]; `active` (status not idle, indexed), `identity` (its owner's id) |
+//! | `messages`, `steps`, `events` | (tenant, session, seq) | [`MessageRecord`], [`StepRecord`], [`EventRecord`] |
+//! | `calls`, `turns` | (tenant, session, id) | [`CallRecord`], [`TurnRecord`] |
+//! | `inbox` | (tenant, session, seq) | [`InboxItem`]; numbers from the sequence `inbox_seq` |
+//! | `agents`, `api_keys`, `tenants` | (tenant, id) | [`AgentRecord`], [`KeyRecord`], [`TenantRecord`] |
+//! | `replies` | request id | the answer to a forwarded request, and when it was stored |
+//! | `blobs` | digest | a component's bytes |
+//! | `nodes` | name | when the node's heartbeat expires |
+//! | `leases` | (tenant, session) | the node holding the lease (NULL once released) and its fencing token, from the sequence `lease_tokens` |
+//!
+//! Text keys use the `"C"` collation, so lists come in byte order, as from
+//! the other backends. The schema is versioned with sqlx's migrations,
+//! embedded in the binary and applied by [`PgStore::open`]; a database
+//! migrated by a newer binary is refused (see [`schema_version`]).
+//!
+//! # Writes: group commit
+//!
+//! [`Store::commit`] encodes the batch on the caller's task and queues it
+//! (a bounded queue: when it is full, commits wait for room). One writer
+//! task, on a connection of its own, takes every batch waiting (at most
+//! [`MAX_GROUP`]) and writes them in one transaction: the rows of the whole
+//! group go into each table with one multi-row statement
+//! (`INSERT … SELECT * FROM UNNEST(…) ON CONFLICT … DO UPDATE`,
+//! `DELETE … USING UNNEST(…)`),
+//! keeping the last write of each key so the group means what its ops
+//! applied in order mean. The commit is durable when it returns: the
+//! store expects PostgreSQL's `synchronous_commit` and `fsync` on, and
+//! warns at open if they are not. A transaction of a few statements costs
+//! about what one batch alone would, so under load many batches share it.
+//!
+//! If a statement fails, the group's batches are tried again one by one,
+//! so one bad batch fails alone. A group that failed because the
+//! connection broke, or that PostgreSQL chose as a deadlock victim, is
+//! tried once more as a whole. If the COMMIT itself fails, its outcome is
+//! unknown and every batch of the group gets the error; none is written
+//! again.
+//!
+//! # Several nodes: leases, fencing, notices
+//!
+//! See [`subs_store::shared`] for what they mean. Here:
+//!
+//! - every node has a row in `nodes`, renewed every
+//!   [`SharedSettings::renew`] by a task on its own connection, that
+//!   expires [`SharedSettings::lease`] after the last renewal, judged by
+//!   the database's clock (`now()`), never by the nodes'. Closing or
+//!   dropping the store deletes the row, so others take its sessions at
+//!   once;
+//! - [`Shared::claim`] upserts the session's `leases` row with a new token
+//!   unless a live node other than this one holds it;
+//! - in the group's transaction the writer first locks, with one `SELECT …
+//!   FOR SHARE`, the lease rows of the sessions whose batches are fenced,
+//!   and compares tokens: a stale batch fails with [`StoreError::Fenced`]
+//!   and writes nothing, the others commit (why this is race-free is told
+//!   in `writer.rs`);
+//! - the writer sends the notices of the group's batches (their events,
+//!   inbox items, replies, and changes to agents, keys or tenants) with
+//!   `pg_notify` inside the transaction, so they are delivered when, and
+//!   only if, it commits: one NOTIFY per transaction carrying the group's
+//!   notices, more only where the payload would pass 8000 bytes. A task
+//!   listening on [`NOTICE_CHANNEL`] passes the other nodes' notices to
+//!   [`Shared::listen`]'s receivers (see [`notice`] for what happens when
+//!   it reconnects).
+//!
+//! # Reads
+//!
+//! Reads go through a pool of connections ([`PgOptions::pool`]).
+//! [`Store::load`] reads a session's record, messages, calls and open steps
+//! in one `REPEATABLE READ, READ ONLY` transaction, so all four describe
+//! one moment.
+//!
+//! # Not supported
+//!
+//! TLS to the database (sqlx is built without it): reach PostgreSQL over a
+//! private network, a Unix socket (`postgres:///subs?host=/run/postgresql`)
+//! or a local TLS proxy.
+
+mod encode;
+mod node;
+pub mod notice;
+mod schema;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod writer;
+
+use std::str::FromStr as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::{ConnectOptions as _, Connection as _, Row as _};
+use subs_store::shared::{Claim, Lease, Noticed, Orphan, Shared, SharedSettings};
+use subs_store::{
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, FilteredPage, InboxItem, KeyRecord, LoadedSession,
+    MessageRecord, SessionKey, SessionRecord, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats,
+    TenantRecord, TurnRecord,
+};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::encode::{decode, table};
+pub use crate::node::{MAX_NODE_NAME, generated_name};
+pub use crate::notice::NOTICE_CHANNEL;
+pub use crate::schema::schema_version;
+pub use crate::writer::MAX_GROUP;
+
+/// Batches that may wait for the writer; commits beyond wait for room.
+pub const QUEUE: usize = 8 * MAX_GROUP;
+
+/// How to open a [`PgStore`].
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// This node's name in leases and notices: unique among live nodes.
+    /// `None`: [`generated_name`] (`host-pid-random`), which is new for
+    /// every process, as [`Shared::node`] asks. A name given here and used
+    /// again by a restarted process is taken over: the sessions its
+    /// previous process held count as crashed.
+    pub node: Option<String>,
+    /// Lease timing: how long a node's leases outlive its last heartbeat,
+    /// and how often it renews it.
+    pub shared: SharedSettings,
+    /// Connections for reads, claims and blobs (the writer, the heartbeat
+    /// and the listener have one each besides).
+    pub pool: u32,
+    /// How long connecting may take before the store gives up.
+    pub connect_timeout: Duration,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self { node: None, shared: SharedSettings::default(), pool: 8, connect_timeout: Duration::from_secs(10) }
+    }
+}
+
+/// What the writer has done, for [`StoreAdmin::stats`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    /// Batches written.
+    pub(crate) batches: AtomicU64,
+    /// Transactions committed that wrote at least one batch.
+    pub(crate) commits: AtomicU64,
+}
+
+/// The [`Store`] in PostgreSQL; see the [module docs](self).
+///
+/// Share it as `Arc<PgStore>` (or `Arc<dyn Store>`). Shut it down with
+/// [`close`](Self::close); dropping it does the same in the background
+/// (the tasks it started finish on the runtime it was opened on).
+pub struct PgStore {
+    /// The database, without its password, for errors.
+    url: String,
+    node: String,
+    pool: PgPool,
+    /// Where commits queue for the writer; `None` once closed.
+    queue: Mutex<Option<mpsc::Sender<writer::Request>>>,
+    tasks: Mutex<Tasks>,
+    /// Tells the heartbeat and the listener to stop.
+    stop: watch::Sender<bool>,
+    notices: broadcast::Sender<Noticed>,
+    counters: Arc<Counters>,
+    closed: AtomicBool,
+    /// Shared with the heartbeat task, which skips renewals while set.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    paused: Arc<AtomicBool>,
+}
+
+#[derive(Default)]
+struct Tasks {
+    writer: Option<JoinHandle<()>>,
+    heartbeat: Option<JoinHandle<()>>,
+    listener: Option<JoinHandle<()>>,
+    /// The listener's pool (one connection), closed last.
+    listener_pool: Option<PgPool>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").field("url", &self.url).field("node", &self.node).finish_non_exhaustive()
+    }
+}
+
+/// `url` with its password (in the user info or a `password=` parameter)
+/// replaced by `***`, for messages and logs.
+pub fn redact(url: &str) -> String {
+    let mut out = url.to_owned();
+    if let Some(scheme_end) = out.find("://") {
+        let rest = scheme_end + 3;
+        let authority_end = out[rest..].find(['/', '?', '#']).map_or(out.len(), |end| rest + end);
+        if let Some(at) = out[rest..authority_end].rfind('@') {
+            let userinfo = &out[rest..rest + at];
+            if let Some(colon) = userinfo.find(':') {
+                out.replace_range(rest + colon + 1..rest + at, "***");
+            }
+        }
+    }
+    if let Some(query) = out.find('?') {
+        let (head, params) = out.split_at(query + 1);
+        let params: Vec<String> = params
+            .split('&')
+            .map(|param| match param.split_once('=') {
+                Some((name, _)) if name.eq_ignore_ascii_case("password") => format!("{name}=***"),
+                _ => param.to_owned(),
+            })
+            .collect();
+        out = format!("{head}{}", params.join("&"));
+    }
+    out
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/database`;
+    /// see sqlx's `PgConnectOptions` for the parameters), applies the
+    /// migrations this binary has that it lacks, registers this node and
+    /// starts its writer, its heartbeat and its notice listener.
+    ///
+    /// Fails, naming the URL without its password, when the URL is not
+    /// one, the database cannot be reached within
+    /// [`PgOptions::connect_timeout`], its schema is newer than this
+    /// binary's, or a live node has the same name.
+    pub async fn open(url: &str, options: PgOptions) -> Result<PgStore, StoreError> {
+        let shown = redact(url);
+        let PgOptions { node, shared, pool, connect_timeout } = options;
+        shared.check().map_err(|why| StoreError::io(format!("cannot open the store in {shown}"), why))?;
+        let node = node.unwrap_or_else(generated_name);
+        node::check_name(&node).map_err(|why| StoreError::io(format!("cannot open the store in {shown}"), why))?;
+        let connect = PgConnectOptions::from_str(url)
+            .map_err(|err| StoreError::io(format!("{shown} is not a PostgreSQL URL"), err))?
+            .application_name("subs")
+            .disable_statement_logging();
+        let unreachable = |err: sqlx::Error| StoreError::io(format!("cannot connect to {shown}"), err);
+        let pool = PgPoolOptions::new()
+            .max_connections(pool.max(1))
+            .acquire_timeout(connect_timeout)
+            .connect_with(connect.clone())
+            .await
+            .map_err(unreachable)?;
+        schema::migrate(&pool, &shown).await?;
+
+        let dedicated = async || {
+            tokio::time::timeout(connect_timeout, PgConnection::connect_with(&connect))
+                .await
+                .map_err(|_| StoreError::io(format!("cannot connect to {shown}"), "timed out"))?
+                .map_err(unreachable)
+        };
+        let mut heartbeat_conn = dedicated().await?;
+        node::warn_if_not_durable(&mut heartbeat_conn, &shown).await;
+        node::register(&mut heartbeat_conn, &node, &shared, &shown).await?;
+        let writer_conn = dedicated().await?;
+        let listener_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(connect_timeout)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .connect_lazy_with(connect.clone());
+        let listener = notice::connect(&listener_pool).await.map_err(unreachable)?;
+
+        let counters = Arc::new(Counters::default());
+        let (stop, stopping) = watch::channel(false);
+        let (notices, _) = broadcast::channel(notice::NOTICE_BUFFER);
+        let paused = Arc::new(AtomicBool::new(false));
+        let (queue, requests) = mpsc::channel(QUEUE);
+        let writer = writer::Writer {
+            options: connect.clone(),
+            connect_timeout,
+            conn: Some(writer_conn),
+            node: node.clone(),
+            counters: Arc::clone(&counters),
+        };
+        let heartbeat = node::Heartbeat {
+            options: connect,
+            conn: Some(heartbeat_conn),
+            node: node.clone(),
+            settings: shared,
+            paused: Arc::clone(&paused),
+        };
+        let tasks = Tasks {
+            writer: Some(tokio::spawn(writer::run(writer, requests))),
+            heartbeat: Some(tokio::spawn(node::run(heartbeat, stopping.clone()))),
+            listener: Some(tokio::spawn(notice::run(
+                listener,
+                listener_pool.clone(),
+                node.clone(),
+                notices.clone(),
+                stopping,
+            ))),
+            listener_pool: Some(listener_pool),
+        };
+        Ok(PgStore {
+            url: shown,
+            node,
+            pool,
+            queue: Mutex::new(Some(queue)),
+            tasks: Mutex::new(tasks),
+            stop,
+            notices,
+            counters,
+            closed: AtomicBool::new(false),
+            paused,
+        })
+    }
+
+    /// The database's URL, without its password.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Shuts the store down: commits from now on fail with
+    /// [`StoreError::Closed`], those already queued are written and
+    /// answered, then the heartbeat stops and the node's row is deleted
+    /// (its leases are free for other nodes at once), and the connections
+    /// are closed. Reads after `close` fail with [`StoreError::Closed`].
+    /// Closing twice is harmless.
+    pub async fn close(&self) -> StoreResult<()> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        drop(lock(&self.queue).take());
+        let writer = lock(&self.tasks).writer.take();
+        if let Some(writer) = writer {
+            // It ends once the queue is drained.
+            let _ = writer.await;
+        }
+        self.stop.send_replace(true);
+        let (heartbeat, listener, listener_pool) = {
+            let mut tasks = lock(&self.tasks);
+            (tasks.heartbeat.take(), tasks.listener.take(), tasks.listener_pool.take())
+        };
+        if let Some(heartbeat) = heartbeat {
+            let _ = heartbeat.await;
+        }
+        if let Some(listener) = listener {
+            let _ = listener.await;
+        }
+        if let Some(pool) = listener_pool {
+            pool.close().await;
+        }
+        self.pool.close().await;
+        Ok(())
+    }
+
+    /// Stops (or restarts) renewing this node's heartbeat, as a node that
+    /// hangs would: its leases lapse after [`SharedSettings::lease`].
+    #[cfg(feature = "testing")]
+    pub fn pause_heartbeat(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Relaxed);
+    }
+
+    fn open_check(&self) -> StoreResult<()> {
+        if self.closed.load(Ordering::Relaxed) { Err(StoreError::Closed) } else { Ok(()) }
+    }
+
+    /// Encodes `batch` and queues it: at once when the queue has room (so
+    /// commits called one after another are written in that order),
+    /// otherwise once the future is polled and room is made.
+    fn enqueue(&self, batch: Batch) -> StoreResult<Queued> {
+        let encoded = encode::encode(batch)?;
+        let queue = lock(&self.queue);
+        let queue = queue.as_ref().ok_or(StoreError::Closed)?;
+        if encoded.writes.is_empty() {
+            return Ok(Queued::Nothing);
+        }
+        let (answer, outcome) = oneshot::channel();
+        match queue.try_send(writer::Request { batch: encoded, answer }) {
+            Ok(()) => Ok(Queued::Waiting(outcome)),
+            Err(mpsc::error::TrySendError::Full(request)) => Ok(Queued::Full(queue.clone(), request, outcome)),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(StoreError::Closed),
+        }
+    }
+
+    /// Runs `read` on a pooled connection, unless the store is closed;
+    /// `op` names what it does in errors.
+    async fn fetch_all(&self, op: impl FnOnce() -> String, query: Query<'_>) -> StoreResult<Vec<PgRow>> {
+        self.open_check()?;
+        query.fetch_all(&self.pool).await.map_err(|err| StoreError::io(op(), err))
+    }
+
+    async fn fetch_optional(&self, op: impl FnOnce() -> String, query: Query<'_>) -> StoreResult<Option<PgRow>> {
+        self.open_check()?;
+        query.fetch_optional(&self.pool).await.map_err(|err| StoreError::io(op(), err))
+    }
+}
+
+type Query<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+enum Queued {
+    Nothing,
+    Waiting(oneshot::Receiver<StoreResult<()>>),
+    Full(mpsc::Sender<writer::Request>, writer::Request, oneshot::Receiver<StoreResult<()>>),
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::SeqCst);
+        // The writer drains the queue and stops; the heartbeat deletes the
+        // node's row and stops; the listener stops.
+        drop(lock(&self.queue).take());
+        self.stop.send_replace(true);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A column of `row`, or corruption of `table`.
+fn column<'r, T>(row: &'r PgRow, at: usize, table: &'static str) -> StoreResult<T>
+where
+    T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
+    row.try_get(at).map_err(|err| StoreError::Corrupt { table, message: err.to_string() })
+}
+
+/// A record stored as JSON in column `at` of `row`.
+fn record<T: serde::de::DeserializeOwned>(row: &PgRow, at: usize, table: &'static str) -> StoreResult<T> {
+    decode(table, column::<&[u8]>(row, at, table)?)
+}
+
+/// A sequence number stored in column `at` of `row`.
+fn seq(row: &PgRow, at: usize, table: &'static str) -> StoreResult<u64> {
+    let seq: i64 = column(row, at, table)?;
+    u64::try_from(seq).map_err(|_| StoreError::Corrupt { table, message: format!("sequence number {seq}") })
+}
+
+/// Rows of (seq, record).
+fn numbered<T: serde::de::DeserializeOwned>(rows: &[PgRow], table: &'static str) -> StoreResult<Vec<(u64, T)>> {
+    rows.iter().map(|row| Ok((seq(row, 0, table)?, record(row, 1, table)?))).collect()
+}
+
+fn records<T: serde::de::DeserializeOwned>(rows: &[PgRow], table: &'static str) -> StoreResult<Vec<T>> {
+    rows.iter().map(|row| record(row, 0, table)).collect()
+}
+
+/// A count or limit for SQL: at most `i64::MAX`.
+fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+const SESSION: &str = "SELECT record FROM sessions WHERE tenant = $1 AND id = $2";
+const MESSAGES: &str = "SELECT seq, record FROM messages WHERE tenant = $1 AND session = $2 ORDER BY seq";
+const STEPS: &str = "SELECT seq, record FROM steps WHERE tenant = $1 AND session = $2 AND seq >= $3 ORDER BY seq";
+const CALLS: &str = "SELECT record FROM calls WHERE tenant = $1 AND session = $2 ORDER BY call_id";
+
+impl Store for PgStore {
+    /// Queues the batch as soon as it is called (when the queue has room;
+    /// see [`QUEUE`]), so commits made one after another by one task are
+    /// written in that order. Dropping the returned future does not take
+    /// the batch back: it may still be committed.
+    fn commit(&self, batch: Batch) -> BoxFuture<'_, StoreResult<()>> {
+        let queued = self.enqueue(batch);
+        Box::pin(async move {
+            let outcome = match queued? {
+                Queued::Nothing => return Ok(()),
+                Queued::Waiting(outcome) => outcome,
+                Queued::Full(queue, request, outcome) => {
+                    queue.send(request).await.map_err(|_| StoreError::Closed)?;
+                    outcome
+                }
+            };
+            // The writer answers every batch it takes, unless it died.
+            outcome.await.unwrap_or(Err(StoreError::Closed))
+        })
+    }
+
+    fn session<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<SessionRecord>>> {
+        Box::pin(async move {
+            let query = sqlx::query(SESSION).bind(&key.tenant).bind(&key.session);
+            let row = self.fetch_optional(|| format!("cannot read session {key} from {}", self.url), query).await?;
+            row.map(|row| record(&row, 0, table::SESSIONS)).transpose()
+        })
+    }
+
+    fn sessions<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
+        Box::pin(async move {
+            let query = match tenant {
+                Some(tenant) => sqlx::query("SELECT record FROM sessions WHERE tenant = $1 ORDER BY id").bind(tenant),
+                None => sqlx::query("SELECT record FROM sessions ORDER BY tenant, id"),
+            };
+            let rows = self.fetch_all(|| format!("cannot list the sessions in {}", self.url), query).await?;
+            records(&rows, table::SESSIONS)
+        })
+    }
+
+    fn sessions_page<'a>(
+        &'a self,
+        tenant: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
+        Box::pin(async move {
+            if limit == 0 {
+                self.open_check()?;
+                return Ok(Vec::new());
+            }
+            // Session ids are never empty: after "" is from the first.
+            let query = sqlx::query("SELECT record FROM sessions WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $3")
+                .bind(tenant)
+                .bind(after.unwrap_or_default())
+                .bind(self::limit(limit));
+            let rows =
+                self.fetch_all(|| format!("cannot list the sessions of {tenant} in {}", self.url), query).await?;
+            records(&rows, table::SESSIONS)
+        })
+    }
+
+    /// Reads the ids of at most `scan` sessions (plus one, to know whether
+    /// there are more) and the records of those `identity` owns only.
+    fn sessions_of_identity<'a>(
+        &'a self,
+        tenant: &'a str,
+        identity: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+        scan: usize,
+    ) -> BoxFuture<'a, StoreResult<FilteredPage>> {
+        Box::pin(async move {
+            if limit == 0 || scan == 0 {
+                self.open_check()?;
+                return Ok(FilteredPage::default());
+            }
+            let query = sqlx::query(
+                "SELECT id, CASE WHEN identity = $3 THEN record END FROM sessions \
+                 WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $4",
+            )
+            .bind(tenant)
+            .bind(after.unwrap_or_default())
+            .bind(identity)
+            .bind(self::limit(scan).saturating_add(1));
+            let rows =
+                self.fetch_all(|| format!("cannot list the sessions of {tenant} in {}", self.url), query).await?;
+            let mut offered = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let id: String = column(row, 0, table::SESSIONS)?;
+                let owned = column::<Option<&[u8]>>(row, 1, table::SESSIONS)?
+                    .map(|bytes| decode::<SessionRecord>(table::SESSIONS, bytes))
+                    .transpose()?;
+                offered.push((id, owned));
+            }
+            Ok(identity_page(offered, limit, scan))
+        })
+    }
+
+    fn session_count<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, StoreResult<u64>> {
+        Box::pin(async move {
+            let query = sqlx::query("SELECT count(*) FROM sessions WHERE tenant = $1").bind(tenant);
+            let rows =
+                self.fetch_all(|| format!("cannot count the sessions of {tenant} in {}", self.url), query).await?;
+            let count: i64 = rows.first().map_or(Ok(0), |row| column(row, 0, table::SESSIONS))?;
+            Ok(u64::try_from(count).unwrap_or(0))
+        })
+    }
+
+    fn unfinished(&self) -> BoxFuture<'_, StoreResult<Vec<SessionKey>>> {
+        Box::pin(async move {
+            let query = sqlx::query(
+                "SELECT tenant, id FROM sessions WHERE active UNION SELECT tenant, session FROM inbox ORDER BY 1, 2",
+            );
+            let rows = self.fetch_all(|| format!("cannot list the unfinished sessions in {}", self.url), query).await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(SessionKey::new(
+                        column::<String>(row, 0, table::SESSIONS)?,
+                        column::<String>(row, 1, table::SESSIONS)?,
+                    ))
+                })
+                .collect()
+        })
+    }
+
+    fn load<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<LoadedSession>>> {
+        Box::pin(async move {
+            self.open_check()?;
+            let failed = |err: sqlx::Error| StoreError::io(format!("cannot load session {key} from {}", self.url), err);
+            let mut tx =
+                self.pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await.map_err(failed)?;
+            let row = sqlx::query(SESSION).bind(&key.tenant).bind(&key.session).fetch_optional(&mut *tx).await;
+            let Some(row) = row.map_err(failed)? else {
+                tx.commit().await.map_err(failed)?;
+                return Ok(None);
+            };
+            let record: SessionRecord = self::record(&row, 0, table::SESSIONS)?;
+            let messages =
+                sqlx::query(MESSAGES).bind(&key.tenant).bind(&key.session).fetch_all(&mut *tx).await.map_err(failed)?;
+            let calls =
+                sqlx::query(CALLS).bind(&key.tenant).bind(&key.session).fetch_all(&mut *tx).await.map_err(failed)?;
+            let steps = match i64::try_from(record.first_open_step) {
+                Ok(from) => sqlx::query(STEPS)
+                    .bind(&key.tenant)
+                    .bind(&key.session)
+                    .bind(from)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(failed)?,
+                Err(_) => Vec::new(),
+            };
+            tx.commit().await.map_err(failed)?;
+            Ok(Some(LoadedSession {
+                messages: numbered(&messages, table::MESSAGES)?,
+                calls: records(&calls, table::CALLS)?,
+                steps: numbered(&steps, table::STEPS)?,
+                record,
+            }))
+        })
+    }
+
+    fn messages<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, MessageRecord)>>> {
+        Box::pin(async move {
+            let query = sqlx::query(MESSAGES).bind(&key.tenant).bind(&key.session);
+            let rows = self.fetch_all(|| format!("cannot read the messages of {key} from {}", self.url), query).await?;
+            numbered(&rows, table::MESSAGES)
+        })
+    }
+
+    fn steps<'a>(&'a self, key: &'a SessionKey, from: u64) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
+        Box::pin(async move {
+            let Ok(from) = i64::try_from(from) else {
+                self.open_check()?;
+                return Ok(Vec::new());
+            };
+            let query = sqlx::query(STEPS).bind(&key.tenant).bind(&key.session).bind(from);
+            let rows = self.fetch_all(|| format!("cannot read the steps of {key} from {}", self.url), query).await?;
+            numbered(&rows, table::STEPS)
+        })
+    }
+
+    fn calls<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>> {
+        Box::pin(async move {
+            let query = sqlx::query(CALLS).bind(&key.tenant).bind(&key.session);
+            let rows = self.fetch_all(|| format!("cannot read the calls of {key} from {}", self.url), query).await?;
+            records(&rows, table::CALLS)
+        })
+    }
+
+    fn agents<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<AgentRecord>>> {
+        Box::pin(async move {
+            let query = match tenant {
+                Some(tenant) => {
+                    sqlx::query("SELECT record FROM agents WHERE tenant = $1 ORDER BY agent_id").bind(tenant)
+                }
+                None => sqlx::query("SELECT record FROM agents ORDER BY tenant, agent_id"),
+            };
+            let rows = self.fetch_all(|| format!("cannot list the agents in {}", self.url), query).await?;
+            records(&rows, table::AGENTS)
+        })
+    }
+
+    fn agent<'a>(&'a self, tenant: &'a str, agent_id: &'a str) -> BoxFuture<'a, StoreResult<Option<AgentRecord>>> {
+        Box::pin(async move {
+            let query = sqlx::query("SELECT record FROM agents WHERE tenant = $1 AND agent_id = $2")
+                .bind(tenant)
+                .bind(agent_id);
+            let row = self
+                .fetch_optional(|| format!("cannot read agent {agent_id} of {tenant} from {}", self.url), query)
+                .await?;
+            row.map(|row| record(&row, 0, table::AGENTS)).transpose()
+        })
+    }
+
+    fn keys(&self) -> BoxFuture<'_, StoreResult<Vec<KeyRecord>>> {
+        Box::pin(async move {
+            let query = sqlx::query("SELECT record FROM api_keys ORDER BY tenant, hash");
+            let rows = self.fetch_all(|| format!("cannot list the API keys in {}", self.url), query).await?;
+            records(&rows, table::KEYS)
+        })
+    }
+
+    fn tenants(&self) -> BoxFuture<'_, StoreResult<Vec<TenantRecord>>> {
+        Box::pin(async move {
+            let query = sqlx::query("SELECT record FROM tenants ORDER BY tenant");
+            let rows = self.fetch_all(|| format!("cannot list the tenants in {}", self.url), query).await?;
+            records(&rows, table::TENANTS)
+        })
+    }
+
+    fn events<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        after: Option<u64>,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<(u64, EventRecord)>>> {
+        Box::pin(async move {
+            // No stored event is numbered above i64::MAX.
+            let after = match after.map(i64::try_from) {
+                None => -1,
+                Some(Ok(after)) => after,
+                Some(Err(_)) => {
+                    self.open_check()?;
+                    return Ok(Vec::new());
+                }
+            };
+            if limit == 0 {
+                self.open_check()?;
+                return Ok(Vec::new());
+            }
+            let query = sqlx::query(
+                "SELECT seq, record FROM events WHERE tenant = $1 AND session = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+            )
+            .bind(&key.tenant)
+            .bind(&key.session)
+            .bind(after)
+            .bind(self::limit(limit));
+            let rows = self.fetch_all(|| format!("cannot read the events of {key} from {}", self.url), query).await?;
+            numbered(&rows, table::EVENTS)
+        })
+    }
+
+    fn turn<'a>(&'a self, key: &'a SessionKey, turn_id: &'a str) -> BoxFuture<'a, StoreResult<Option<TurnRecord>>> {
+        Box::pin(async move {
+            let query = sqlx::query("SELECT record FROM turns WHERE tenant = $1 AND session = $2 AND turn_id = $3")
+                .bind(&key.tenant)
+                .bind(&key.session)
+                .bind(turn_id);
+            let row =
+                self.fetch_optional(|| format!("cannot read turn {turn_id} of {key} from {}", self.url), query).await?;
+            row.map(|row| record(&row, 0, table::TURNS)).transpose()
+        })
+    }
+
+    fn inbox<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, InboxItem)>>> {
+        Box::pin(async move {
+            let query = sqlx::query("SELECT seq, item FROM inbox WHERE tenant = $1 AND session = $2 ORDER BY seq")
+                .bind(&key.tenant)
+                .bind(&key.session);
+            let rows = self.fetch_all(|| format!("cannot read the inbox of {key} from {}", self.url), query).await?;
+            numbered(&rows, table::INBOX)
+        })
+    }
+
+    fn reply<'a>(&'a self, id: &'a str) -> BoxFuture<'a, StoreResult<Option<serde_json::Value>>> {
+        Box::pin(async move {
+            let query = sqlx::query("SELECT reply FROM replies WHERE id = $1").bind(id);
+            let row = self.fetch_optional(|| format!("cannot read reply {id} from {}", self.url), query).await?;
+            row.map(|row| record(&row, 0, table::REPLIES)).transpose()
+        })
+    }
+
+    fn shared(&self) -> Option<&dyn Shared> {
+        Some(self)
+    }
+}
+
+/// [`IdentityScan`](subs_store::IdentityScan)'s rule over rows read in id
+/// order, each with its record when `identity` owns it: at most `limit`
+/// matches among at most `scan` sessions looked at, and where the next page
+/// starts if sessions were left unlooked at.
+fn identity_page(rows: Vec<(String, Option<SessionRecord>)>, limit: usize, scan: usize) -> FilteredPage {
+    let mut page = FilteredPage::default();
+    let mut last = None;
+    for (looked_at, (id, owned)) in rows.into_iter().enumerate() {
+        if page.sessions.len() >= limit || looked_at >= scan {
+            page.next_after = last;
+            return page;
+        }
+        last = Some(id);
+        page.sessions.extend(owned);
+    }
+    page
+}
+
+impl StoreAdmin for PgStore {
+    /// Counted by this process since it opened the store: batches written,
+    /// and transactions that wrote them (each one durable commit).
+    fn stats(&self) -> StoreResult<StoreStats> {
+        self.open_check()?;
+        Ok(StoreStats {
+            batches: self.counters.batches.load(Ordering::Relaxed),
+            commits: self.counters.commits.load(Ordering::Relaxed),
+        })
+    }
+
+    /// The bytes of the keys and values stored, summed with `octet_length`
+    /// over every table of records (not component blobs, leases or nodes,
+    /// and not PostgreSQL's own overhead: pages, tuple headers, indexes,
+    /// dead rows). Reads every row.
+    fn stored_bytes(&self) -> BoxFuture<'_, StoreResult<u64>> {
+        Box::pin(async move {
+            let query = sqlx::query(
+                "SELECT (\
+                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(id) + octet_length(record)), 0) FROM sessions) + \
+                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(session) + 8 + octet_length(record)), 0) FROM messages) + \
+                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(session) + 8 + octet_length(record)), 0) FROM steps) + \
+                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(session) + 8 + octet_length(record)), 0) FROM events) + \
+                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(session) + octet_length(call_id) + octet_length(record)), 0) FROM calls) + \
+                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(session) + octet_length(turn_id) + octet_length(record)), 0) FROM turns) + \
+                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(session) + 8 + octet_length(item)), 0) FROM inbox) + \
+                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(agent_id) + octet_length(record)), 0) FROM agents) + \
+                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(hash) + octet_length(record)), 0) FROM api_keys) + \
+                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(record)), 0) FROM tenants) + \
+                 (SELECT coalesce(sum(octet_length(id) + octet_length(reply)), 0) FROM replies))::int8",
+            );
+            let rows = self.fetch_all(|| format!("cannot measure the store in {}", self.url), query).await?;
+            let bytes: i64 = rows.first().map_or(Ok(0), |row| column(row, 0, table::SESSIONS))?;
+            Ok(u64::try_from(bytes).unwrap_or(0))
+        })
+    }
+}
+
+impl Shared for PgStore {
+    fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// An upsert of the lease row that takes a new token unless a live
+    /// node other than this one holds it; when it does not, a read of who
+    /// does (a second statement, which sees what a concurrent claim the
+    /// upsert waited for committed).
+    fn claim<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Claim>> {
+        Box::pin(async move {
+            let (tenant, session) = encode::session_key(key)?;
+            let op = || format!("cannot claim session {key} in {}", self.url);
+            // The holder may die or release between the two statements:
+            // then the claim is tried again.
+            for _ in 0..3 {
+                let query = sqlx::query(
+                    "INSERT INTO leases AS l (tenant, session, node, token) VALUES ($1, $2, $3, nextval('lease_tokens')) \
+                     ON CONFLICT (tenant, session) DO UPDATE SET node = EXCLUDED.node, token = EXCLUDED.token \
+                     WHERE l.node IS NULL OR l.node = EXCLUDED.node \
+                        OR NOT EXISTS (SELECT 1 FROM nodes n WHERE n.name = l.node AND n.expires > now()) \
+                     RETURNING token",
+                )
+                .bind(&tenant)
+                .bind(&session)
+                .bind(&self.node);
+                if let Some(row) = self.fetch_optional(op, query).await? {
+                    let token: i64 = column(&row, 0, table::LEASES)?;
+                    let token = u64::try_from(token)
+                        .map_err(|_| StoreError::Corrupt { table: table::LEASES, message: format!("token {token}") })?;
+                    return Ok(Claim::Granted(Lease { token }));
+                }
+                let query = sqlx::query(
+                    "SELECT l.node FROM leases l JOIN nodes n ON n.name = l.node AND n.expires > now() \
+                     WHERE l.tenant = $1 AND l.session = $2 AND l.node <> $3",
+                )
+                .bind(&tenant)
+                .bind(&session)
+                .bind(&self.node);
+                if let Some(row) = self.fetch_optional(op, query).await? {
+                    return Ok(Claim::HeldBy { node: column(&row, 0, table::LEASES)? });
+                }
+            }
+            Err(StoreError::io(op(), "the lease kept changing hands; try again"))
+        })
+    }
+
+    fn release<'a>(&'a self, key: &'a SessionKey, token: u64) -> BoxFuture<'a, StoreResult<()>> {
+        Box::pin(async move {
+            let Ok(token) = i64::try_from(token) else {
+                self.open_check()?;
+                return Ok(());
+            };
+            let query = sqlx::query("UPDATE leases SET node = NULL WHERE tenant = $1 AND session = $2 AND token = $3")
+                .bind(&key.tenant)
+                .bind(&key.session)
+                .bind(token);
+            self.fetch_all(|| format!("cannot release session {key} in {}", self.url), query).await?;
+            Ok(())
+        })
+    }
+
+    /// Sessions with work left (status not idle, or inbox items) whose
+    /// lease row is missing or whose holder is not live (`crashed`), and
+    /// released sessions with inbox items (not `crashed`); by key.
+    fn orphans(&self, limit: usize) -> BoxFuture<'_, StoreResult<Vec<Orphan>>> {
+        Box::pin(async move {
+            if limit == 0 {
+                self.open_check()?;
+                return Ok(Vec::new());
+            }
+            let query = sqlx::query(
+                "WITH unfinished AS (\
+                   SELECT tenant, id AS session FROM sessions WHERE active \
+                   UNION SELECT tenant, session FROM inbox) \
+                 SELECT u.tenant, u.session, l.tenant IS NULL OR l.node IS NOT NULL AS crashed \
+                 FROM unfinished u LEFT JOIN leases l ON l.tenant = u.tenant AND l.session = u.session \
+                 WHERE l.tenant IS NULL \
+                    OR (l.node IS NOT NULL AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.name = l.node AND n.expires > now())) \
+                    OR (l.node IS NULL AND EXISTS (SELECT 1 FROM inbox i WHERE i.tenant = u.tenant AND i.session = u.session)) \
+                 ORDER BY u.tenant, u.session LIMIT $1",
+            )
+            .bind(self::limit(limit));
+            let rows = self.fetch_all(|| format!("cannot look for orphaned sessions in {}", self.url), query).await?;
+            rows.iter()
+                .map(|row| {
+                    let key = SessionKey::new(
+                        column::<String>(row, 0, table::LEASES)?,
+                        column::<String>(row, 1, table::LEASES)?,
+                    );
+                    Ok(Orphan { key, crashed: column(row, 2, table::LEASES)? })
+                })
+                .collect()
+        })
+    }
+
+    fn put_blob<'a>(&'a self, digest: &'a str, bytes: &'a [u8]) -> BoxFuture<'a, StoreResult<()>> {
+        Box::pin(async move {
+            encode::text(digest, "a component digest")?;
+            let query =
+                sqlx::query("INSERT INTO blobs (digest, bytes) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING")
+                    .bind(digest)
+                    .bind(bytes);
+            self.fetch_all(|| format!("cannot store component {digest} in {}", self.url), query).await?;
+            Ok(())
+        })
+    }
+
+    fn blob<'a>(&'a self, digest: &'a str) -> BoxFuture<'a, StoreResult<Option<Vec<u8>>>> {
+        Box::pin(async move {
+            let query = sqlx::query("SELECT bytes FROM blobs WHERE digest = $1").bind(digest);
+            let row =
+                self.fetch_optional(|| format!("cannot read component {digest} from {}", self.url), query).await?;
+            row.map(|row| column::<Vec<u8>>(&row, 0, table::BLOBS)).transpose()
+        })
+    }
+
+    fn listen(&self) -> broadcast::Receiver<Noticed> {
+        self.notices.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use subs_store::conformance::sample;
+    use subs_store::{IdentityScan, SessionStatus};
+
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact("postgres://u:p@ss@h/db"), "postgres://u:***@h/db");
+        assert_eq!(
+            redact("postgresql://h/db?user=u&password=x&sslmode=disable"),
+            "postgresql://h/db?user=u&password=***&sslmode=disable"
+        );
+        assert_eq!(redact("postgres:///db?host=/run/postgresql"), "postgres:///db?host=/run/postgresql");
+        assert_eq!(redact("not a url"), "not a url");
+    }
+
+    /// The SQL-fed page follows `IdentityScan`, the rule every backend
+    /// shares, for every limit and scan over a mix of owners.
+    #[test]
+    fn identity_pages_follow_the_shared_rule() {
+        let sessions: Vec<SessionRecord> = (0..9)
+            .map(|n| {
+                let mut record = sample::session(&sample::key(&format!("s{n}")), SessionStatus::Idle);
+                record.identity.id = (n % 3 == 0).then(|| "me".to_owned());
+                record
+            })
+            .collect();
+        for limit in 0..5 {
+            for scan in 0..12 {
+                for from in 0..sessions.len() {
+                    let mut rule = IdentityScan::new("me", limit, scan);
+                    for record in &sessions[from..] {
+                        if rule.offer(record).is_break() {
+                            break;
+                        }
+                    }
+                    let rows = sessions[from..]
+                        .iter()
+                        .take(scan + 1)
+                        .map(|r| (r.key.session.clone(), (r.identity.id.as_deref() == Some("me")).then(|| r.clone())))
+                        .collect();
+                    let page = if limit == 0 || scan == 0 {
+                        FilteredPage::default()
+                    } else {
+                        identity_page(rows, limit, scan)
+                    };
+                    assert_eq!(page, rule.finish(), "limit {limit}, scan {scan}, from {from}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,621 @@
+//! The PostgreSQL store on a real server: the conformance suite, and what
+//! only a store several nodes share has (migrations, group commit,
+//! leases, fencing, orphans, notices, blobs, replies).
+//!
+//! Every test makes a database of its own in the process's throwaway
+//! cluster (`subs_store_postgres::testing`), so they run in parallel; each
+//! is skipped, saying so once, where PostgreSQL is not installed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Executor as _, Row as _};
+use subs_store::conformance::sample::*;
+use subs_store::conformance::{self, Backend};
+use subs_store::shared::{Claim, Notice, Noticed, Orphan, Shared, SharedSettings};
+use subs_store::{Batch, Fence, Op, SessionKey, SessionStatus, Store, StoreAdmin, StoreError};
+use subs_store_postgres::testing::TestCluster;
+use subs_store_postgres::{NOTICE_CHANNEL, PgOptions, PgStore, schema_version};
+use tokio::sync::broadcast;
+
+/// The cluster, or the end of the test (skipped) where there is none.
+macro_rules! cluster {
+    () => {
+        match TestCluster::shared() {
+            Some(cluster) => cluster,
+            None => return,
+        }
+    };
+}
+
+fn options() -> PgOptions {
+    PgOptions { pool: 4, ..PgOptions::default() }
+}
+
+/// Leases of a second, renewed every 200 ms: lapses are quick to wait for.
+fn short_leases() -> PgOptions {
+    PgOptions {
+        shared: SharedSettings { lease: Duration::from_secs(1), renew: Duration::from_millis(200) },
+        ..options()
+    }
+}
+
+async fn open(url: &str, options: PgOptions) -> PgStore {
+    PgStore::open(url, options).await.expect("the store opens")
+}
+
+/// A pool on `url` for looking under the store.
+async fn raw(url: &str) -> sqlx::PgPool {
+    PgPoolOptions::new().max_connections(2).connect(url).await.expect("a raw connection")
+}
+
+fn shared(store: &PgStore) -> &dyn Shared {
+    store.shared().expect("a PostgreSQL store is shared")
+}
+
+async fn claim(store: &PgStore, key: &SessionKey) -> Claim {
+    shared(store).claim(key).await.expect("the claim is answered")
+}
+
+async fn granted(store: &PgStore, key: &SessionKey) -> u64 {
+    match claim(store, key).await {
+        Claim::Granted(lease) => lease.token,
+        other => panic!("{} could not claim {key}: {other:?}", shared(store).node()),
+    }
+}
+
+fn fenced(ops: impl IntoIterator<Item = Op>, key: &SessionKey, token: u64) -> Batch {
+    Batch { ops: ops.into_iter().collect(), fence: Some(Fence { key: key.clone(), token }) }
+}
+
+/// Fresh databases; a reopen closes the store and opens its database
+/// again, as a restarted node would (with a new node name).
+struct Pg(&'static TestCluster);
+
+impl Backend for Pg {
+    type Store = PgStore;
+
+    async fn open(&mut self) -> PgStore {
+        open(&self.0.fresh_database(), options()).await
+    }
+
+    async fn reopen(&mut self, store: PgStore) -> PgStore {
+        // No password in the test cluster's URLs: the shown URL is the URL.
+        let url = store.url().to_owned();
+        store.close().await.expect("close");
+        drop(store);
+        open(&url, options()).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_store_conforms() {
+    let cluster = cluster!();
+    conformance::run(&mut Pg(cluster)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_database_is_migrated_and_opening_again_changes_nothing() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let store = open(&url, options()).await;
+    store.commit(full_batch(&key("s1"))).await.unwrap();
+    // A second node opens the same database at once: nothing to migrate.
+    let second = open(&url, options()).await;
+    assert_eq!(second.session(&key("s1")).await.unwrap(), Some(session(&key("s1"), SessionStatus::Running)));
+    second.close().await.unwrap();
+    store.close().await.unwrap();
+    let store = open(&url, options()).await;
+    let db = raw(&url).await;
+    let versions: Vec<i64> = sqlx::query("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+        .fetch_all(&db)
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(versions, [schema_version()]);
+    assert_eq!(store.session(&key("s1")).await.unwrap(), Some(session(&key("s1"), SessionStatus::Running)));
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_migrated_by_a_newer_binary_is_refused_naming_both_versions() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    open(&url, options()).await.close().await.unwrap();
+    let db = raw(&url).await;
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'from the future', true, '\\x00', 0)",
+    )
+    .execute(&db)
+    .await
+    .unwrap();
+    let err = PgStore::open(&url, options()).await.expect_err("a newer schema is refused").to_string();
+    assert!(err.contains("9999") && err.contains("from the future"), "{err}");
+    assert!(err.contains(&format!("version {}", schema_version())), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_is_named_without_its_password() {
+    let options = PgOptions { connect_timeout: Duration::from_secs(3), ..options() };
+    let err = PgStore::open("postgres://subs:hunter2@127.0.0.1:1/subs", options).await.unwrap_err().to_string();
+    assert!(err.contains("postgres://subs:***@127.0.0.1:1/subs"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+    let err = PgStore::open("mysql://nope", PgOptions::default()).await.unwrap_err().to_string();
+    assert!(err.contains("mysql://nope"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_commits_share_transactions() {
+    let cluster = cluster!();
+    let store = Arc::new(open(&cluster.fresh_database(), options()).await);
+    let tasks: Vec<_> = (0..300)
+        .map(|n| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let key = key(&format!("s{n}"));
+                let mut ops = vec![
+                    Op::PutSession(session(&key, SessionStatus::Running)),
+                    Op::PutMessage { session: key.clone(), seq: 0, record: message(&format!("m{n}")) },
+                    Op::PutEvent { session: key.clone(), seq: 0, record: event(n) },
+                    Op::PushInbox { session: key.clone(), item: item("x") },
+                ];
+                if n % 3 == 0 {
+                    ops.push(Op::PutCall { session: key.clone(), record: call("c") });
+                }
+                store.commit(batch(ops)).await
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.batches, 300);
+    assert!(stats.commits * 2 < stats.batches, "no group commit: {stats:?}");
+    for n in 0..300 {
+        let key = key(&format!("s{n}"));
+        assert_eq!(store.messages(&key).await.unwrap(), [(0, message(&format!("m{n}")))]);
+        assert_eq!(store.inbox(&key).await.unwrap().len(), 1);
+    }
+    assert_eq!(store.unfinished().await.unwrap().len(), 300);
+    store.close().await.unwrap();
+}
+
+/// Within one group, a later write of a key replaces an earlier one, a
+/// delete after a put deletes, a put after a delete puts, whichever
+/// batches they are in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_means_its_batches_applied_in_order() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let store = open(&url, options()).await;
+    let s = key("s");
+    store.commit(batch([Op::PutCall { session: s.clone(), record: call("old") }])).await.unwrap();
+    let with_state = |n: u64| {
+        let mut record = session(&s, SessionStatus::Running);
+        record.state = json!({"n": n});
+        Op::PutSession(record)
+    };
+    let held = hold_tenants(&url).await;
+    let first = store.commit(blocker());
+    held.until_the_writer_waits().await;
+    let commits = [
+        store.commit(batch([with_state(1), Op::PutCall { session: s.clone(), record: call("a") }])),
+        store.commit(batch([
+            with_state(2),
+            Op::DeleteCall { session: s.clone(), call_id: "a".to_owned() },
+            Op::DeleteCall { session: s.clone(), call_id: "old".to_owned() },
+        ])),
+        store.commit(batch([Op::PutCall { session: s.clone(), record: call("old") }, with_state(3)])),
+    ];
+    let before = store.stats().unwrap();
+    held.release().await;
+    first.await.unwrap();
+    for commit in commits {
+        commit.await.unwrap();
+    }
+    let after = store.stats().unwrap();
+    assert_eq!(
+        (after.batches - before.batches, after.commits - before.commits),
+        (4, 2),
+        "the blocker, then one group of three"
+    );
+    let mut expected = session(&s, SessionStatus::Running);
+    expected.state = json!({"n": 3});
+    assert_eq!(store.session(&s).await.unwrap(), Some(expected));
+    assert_eq!(store.calls(&s).await.unwrap(), [call("old")]);
+    store.close().await.unwrap();
+}
+
+/// A lock on `tenants` held by another connection: the writer's next
+/// transaction that writes a tenant waits for it, and batches committed
+/// meanwhile queue up and form one group when it is let go.
+struct WriterHeld {
+    db: sqlx::PgPool,
+    conn: sqlx::pool::PoolConnection<sqlx::Postgres>,
+}
+
+async fn hold_tenants(url: &str) -> WriterHeld {
+    let db = raw(url).await;
+    let mut conn = db.acquire().await.unwrap();
+    conn.execute("BEGIN").await.unwrap();
+    conn.execute("LOCK TABLE tenants IN EXCLUSIVE MODE").await.unwrap();
+    WriterHeld { db, conn }
+}
+
+impl WriterHeld {
+    /// Waits until some transaction of this database waits for a lock:
+    /// the writer, on the one held.
+    async fn until_the_writer_waits(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let waiting: i64 = sqlx::query(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted \
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            )
+            .fetch_one(&self.db)
+            .await
+            .unwrap()
+            .get(0);
+            if waiting > 0 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the writer never waited for the lock");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn release(mut self) {
+        self.conn.execute("COMMIT").await.unwrap();
+    }
+}
+
+/// A batch that makes the writer wait while `tenants` is held.
+fn blocker() -> Batch {
+    batch([Op::PutTenant(tenant("blocker", json!({}), 1))])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_lost_its_lease_is_fenced_and_its_neighbours_commit() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let (a, b) = (open(&url, short_leases()).await, open(&url, short_leases()).await);
+    let (s, other) = (key("s"), key("other"));
+    let token_a = granted(&a, &s).await;
+    assert_eq!(claim(&b, &s).await, Claim::HeldBy { node: shared(&a).node().to_owned() }, "held while A lives");
+    a.commit(fenced([Op::PutSession(session(&s, SessionStatus::Running))], &s, token_a)).await.unwrap();
+    let other_token = granted(&a, &other).await;
+
+    // A hangs: its heartbeat stops, and B takes the session over once the
+    // lease has lapsed (by the database's clock).
+    a.pause_heartbeat(true);
+    let started = Instant::now();
+    let token_b = loop {
+        match claim(&b, &s).await {
+            Claim::Granted(lease) => break lease.token,
+            Claim::HeldBy { .. } => {
+                assert!(started.elapsed() < Duration::from_secs(10), "A's lease never lapsed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert!(started.elapsed() >= Duration::from_millis(500), "the lease lapsed too early: {:?}", started.elapsed());
+    assert!(token_b > token_a, "tokens increase: {token_a} then {token_b}");
+
+    // A, unaware, commits three batches that form one group: the stale
+    // one fails and writes nothing; the unfenced one and the one under a
+    // token still current land.
+    let stale = fenced(
+        [
+            Op::PutSession(session(&s, SessionStatus::Idle)),
+            Op::PutEvent { session: s.clone(), seq: 0, record: event(0) },
+            Op::PushInbox { session: other.clone(), item: item("from a stale node") },
+        ],
+        &s,
+        token_a,
+    );
+    let held = hold_tenants(&url).await;
+    let first = a.commit(blocker());
+    held.until_the_writer_waits().await;
+    let before = a.stats().unwrap();
+    let commits = [
+        a.commit(stale),
+        a.commit(batch([Op::PutSession(session(&key("free"), SessionStatus::Idle))])),
+        a.commit(fenced([Op::PutSession(session(&other, SessionStatus::Running))], &other, other_token)),
+    ];
+    held.release().await;
+    first.await.unwrap();
+    let [stale, free, current] = commits;
+    match stale.await {
+        Err(StoreError::Fenced { session, token }) => assert_eq!((session, token), (s.clone(), token_a)),
+        other => panic!("a stale token must be fenced: {other:?}"),
+    }
+    free.await.unwrap();
+    current.await.unwrap();
+    let after = a.stats().unwrap();
+    assert_eq!((after.batches - before.batches, after.commits - before.commits), (3, 2), "one group of three");
+    assert_eq!(a.session(&s).await.unwrap(), Some(session(&s, SessionStatus::Running)), "nothing of it was written");
+    assert!(a.events(&s, None, 10).await.unwrap().is_empty());
+    assert!(a.inbox(&other).await.unwrap().is_empty());
+    assert_eq!(a.session(&key("free")).await.unwrap(), Some(session(&key("free"), SessionStatus::Idle)));
+    assert_eq!(a.session(&other).await.unwrap(), Some(session(&other, SessionStatus::Running)));
+    // B, the new holder, writes.
+    b.commit(fenced([Op::PutSession(session(&s, SessionStatus::Idle))], &s, token_b)).await.unwrap();
+    assert_eq!(b.session(&s).await.unwrap(), Some(session(&s, SessionStatus::Idle)));
+    // A's heartbeat resumes: the session stays B's.
+    a.pause_heartbeat(false);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(claim(&a, &s).await, Claim::HeldBy { node: shared(&b).node().to_owned() });
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_lease_is_claimed_at_once_and_fences_its_old_holder() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let (a, b) = (open(&url, options()).await, open(&url, options()).await);
+    let s = key("s");
+    let first = granted(&a, &s).await;
+    let again = granted(&a, &s).await;
+    assert!(again > first, "a claim by the holder is granted with a new token");
+    // A stale token releases nothing.
+    shared(&a).release(&s, first).await.unwrap();
+    assert!(matches!(claim(&b, &s).await, Claim::HeldBy { .. }));
+    shared(&a).release(&s, again).await.unwrap();
+    let token_b = granted(&b, &s).await;
+    assert!(token_b > again);
+    let err = a.commit(fenced([Op::PutSession(session(&s, SessionStatus::Idle))], &s, again)).await.unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
+    // Released and never claimed again: fenced too.
+    shared(&b).release(&s, token_b).await.unwrap();
+    let err = b.commit(fenced([Op::PutSession(session(&s, SessionStatus::Idle))], &s, token_b)).await.unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
+    // A session never claimed has no lease to write under.
+    let err =
+        a.commit(fenced([Op::PutSession(session(&key("n"), SessionStatus::Idle))], &key("n"), 1)).await.unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_node_frees_its_leases_at_once() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let (a, b) = (open(&url, options()).await, open(&url, options()).await);
+    let s = key("s");
+    granted(&a, &s).await;
+    assert!(matches!(claim(&b, &s).await, Claim::HeldBy { .. }));
+    a.close().await.unwrap();
+    granted(&b, &s).await;
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_names_are_unique_among_live_nodes_and_a_restart_takes_over() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let named = || PgOptions { node: Some("node-x".to_owned()), ..options() };
+    let first = open(&url, named()).await;
+    assert_eq!(shared(&first).node(), "node-x");
+    let err = PgStore::open(&url, named()).await.unwrap_err().to_string();
+    assert!(err.contains("node-x") && err.contains("unique"), "{err}");
+    let s = key("s");
+    first.commit(batch([Op::PutSession(session(&s, SessionStatus::Running))])).await.unwrap();
+    granted(&first, &s).await;
+    // Killed: its row stays, as a crash leaves it, until its heartbeat
+    // expires; made expired here rather than waited for.
+    first.pause_heartbeat(true);
+    let db = raw(&url).await;
+    sqlx::query("UPDATE nodes SET expires = now() - interval '1 second' WHERE name = 'node-x'")
+        .execute(&db)
+        .await
+        .unwrap();
+    std::mem::forget(first);
+    // Restarted under the same name, it does not hold what its previous
+    // process held: that session crashed.
+    let second = open(&url, named()).await;
+    let orphans = shared(&second).orphans(10).await.unwrap();
+    assert_eq!(orphans, [Orphan { key: s.clone(), crashed: true }]);
+    granted(&second, &s).await;
+    assert!(shared(&second).orphans(10).await.unwrap().is_empty());
+    second.close().await.unwrap();
+    for bad in ["", "a\u{7}b"] {
+        let err = PgStore::open(&url, PgOptions { node: Some(bad.to_owned()), ..options() }).await.unwrap_err();
+        assert!(err.to_string().contains("node name"), "{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_are_crashed_or_released_with_mail() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let (live, dying) = (open(&url, options()).await, open(&url, short_leases()).await);
+    let running = |name: &str| Op::PutSession(session(&key(name), SessionStatus::Running));
+    let idle = |name: &str| Op::PutSession(session(&key(name), SessionStatus::Idle));
+    live.commit(batch([
+        running("held-by-live"),
+        running("held-by-dead"),
+        running("never-held"),
+        idle("idle"),
+        idle("released-with-mail"),
+        Op::PushInbox { session: key("released-with-mail"), item: item("x") },
+        Op::PutSession(session(&key("released-waiting"), SessionStatus::Waiting)),
+        Op::PushInbox { session: key("unborn"), item: item("x") },
+    ]))
+    .await
+    .unwrap();
+    granted(&live, &key("held-by-live")).await;
+    granted(&dying, &key("held-by-dead")).await;
+    for name in ["released-with-mail", "released-waiting"] {
+        let token = granted(&live, &key(name)).await;
+        shared(&live).release(&key(name), token).await.unwrap();
+    }
+    dying.pause_heartbeat(true);
+    let expected = [
+        Orphan { key: key("held-by-dead"), crashed: true },
+        Orphan { key: key("never-held"), crashed: true },
+        Orphan { key: key("released-with-mail"), crashed: false },
+        Orphan { key: key("unborn"), crashed: true },
+    ];
+    let started = Instant::now();
+    loop {
+        let orphans = shared(&live).orphans(100).await.unwrap();
+        if orphans == expected {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "orphans: {orphans:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(shared(&live).orphans(2).await.unwrap(), expected[..2]);
+    assert!(shared(&live).orphans(0).await.unwrap().is_empty());
+    live.close().await.unwrap();
+    dying.close().await.unwrap();
+}
+
+/// Waits (at most 10 s) for the next notice.
+async fn next(receiver: &mut broadcast::Receiver<Noticed>) -> Noticed {
+    tokio::time::timeout(Duration::from_secs(10), receiver.recv()).await.expect("a notice in time").expect("a notice")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notices_reach_the_other_nodes_in_one_notify_per_commit() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let (a, b) = (open(&url, options()).await, open(&url, options()).await);
+    let (mut to_a, mut to_b) = (shared(&a).listen(), shared(&b).listen());
+    let mut raw = sqlx::postgres::PgListener::connect(&url).await.unwrap();
+    raw.listen(NOTICE_CHANNEL).await.unwrap();
+    let (s1, s2) = (key("s1"), key("s2"));
+    a.commit(batch([
+        Op::PutEvent { session: s1.clone(), seq: 4, record: event(4) },
+        Op::PutEvent { session: s1.clone(), seq: 5, record: event(5) },
+        Op::PutEvent { session: s2.clone(), seq: 0, record: event(0) },
+        Op::PushInbox { session: s2.clone(), item: item("x") },
+        Op::PutReply { id: "req-1".to_owned(), reply: json!({"ok": true}) },
+        Op::PutAgent(agent("t1", "x")),
+        Op::PutSession(session(&s1, SessionStatus::Running)),
+    ]))
+    .await
+    .unwrap();
+    let from = shared(&a).node().to_owned();
+    let expected = [
+        Notice::Events { key: s1.clone(), first: 4, last: 5 },
+        Notice::Events { key: s2.clone(), first: 0, last: 0 },
+        Notice::Inbox { key: s2.clone() },
+        Notice::Reply { id: "req-1".to_owned() },
+        Notice::Records,
+    ];
+    for notice in &expected {
+        assert_eq!(next(&mut to_b).await, Noticed { from: from.clone(), notice: notice.clone() });
+    }
+    // One NOTIFY carried them all.
+    let notification = tokio::time::timeout(Duration::from_secs(10), raw.recv()).await.unwrap().unwrap();
+    let payload: serde_json::Value = serde_json::from_str(notification.payload()).unwrap();
+    assert_eq!(payload["f"], json!(from));
+    assert_eq!(payload["n"].as_array().map(Vec::len), Some(5), "{payload}");
+    // A batch writing nothing of note sends nothing.
+    a.commit(batch([Op::PutSession(session(&s1, SessionStatus::Idle))])).await.unwrap();
+
+    // Many notices: several NOTIFYs, each under the limit, all delivered.
+    let long = |n: usize| key(&format!("{n}-{}", "x".repeat(200)));
+    let ops: Vec<Op> = (0..100).map(|n| Op::PutEvent { session: long(n), seq: 1, record: event(1) }).collect();
+    a.commit(batch(ops)).await.unwrap();
+    let mut heard = Vec::new();
+    for _ in 0..100 {
+        heard.push(next(&mut to_b).await.notice);
+    }
+    let mut sent: Vec<Notice> = (0..100).map(|n| Notice::Events { key: long(n), first: 1, last: 1 }).collect();
+    sent.sort_by_key(|notice| format!("{notice:?}"));
+    heard.sort_by_key(|notice| format!("{notice:?}"));
+    assert_eq!(heard, sent);
+    let mut payloads = 0;
+    let mut notices = 0;
+    while notices < 100 {
+        let notification = tokio::time::timeout(Duration::from_secs(10), raw.recv()).await.unwrap().unwrap();
+        assert!(notification.payload().len() < 8000);
+        let payload: serde_json::Value = serde_json::from_str(notification.payload()).unwrap();
+        notices += payload["n"].as_array().map_or(0, Vec::len);
+        payloads += 1;
+    }
+    assert!((2..10).contains(&payloads), "{payloads} payloads for 100 notices");
+
+    // B's commit reaches A; neither hears itself.
+    b.commit(batch([Op::PushInbox { session: s1.clone(), item: item("y") }])).await.unwrap();
+    assert_eq!(
+        next(&mut to_a).await,
+        Noticed { from: shared(&b).node().to_owned(), notice: Notice::Inbox { key: s1 } }
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(to_a.try_recv().is_err(), "A hears only B");
+    assert!(to_b.try_recv().is_err(), "B hears only A");
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blobs_and_replies_round_trip() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let (a, b) = (open(&url, options()).await, open(&url, options()).await);
+    let bytes: Vec<u8> = (0..300_000u32).map(|n| (n % 251) as u8).collect();
+    shared(&a).put_blob("sha256:abc", &bytes).await.unwrap();
+    shared(&a).put_blob("sha256:abc", b"ignored: the digest is stored").await.unwrap();
+    assert_eq!(shared(&b).blob("sha256:abc").await.unwrap(), Some(bytes));
+    assert_eq!(shared(&b).blob("sha256:nope").await.unwrap(), None);
+
+    let reply = json!({"status": 202, "turn_id": "t-1"});
+    a.commit(batch([Op::PutReply { id: "r1".to_owned(), reply: reply.clone() }])).await.unwrap();
+    assert_eq!(b.reply("r1").await.unwrap(), Some(reply));
+    assert_eq!(b.reply("r2").await.unwrap(), None);
+    b.commit(batch([Op::DeleteReply { id: "r1".to_owned() }])).await.unwrap();
+    assert_eq!(a.reply("r1").await.unwrap(), None);
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_record_is_corrupt_not_a_panic() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let store = open(&url, options()).await;
+    let db = raw(&url).await;
+    db.execute(
+        "INSERT INTO sessions VALUES ('t1', 's1', true, NULL, '\\x7b6e6f74206a736f6e'); \
+         INSERT INTO events VALUES ('t1', 's1', 0, '\\x7b6e6f74'); \
+         INSERT INTO messages VALUES ('t1', 's1', -1, '\\x7b7d'); \
+         INSERT INTO steps VALUES ('t1', 's1', 0, '\\x7b22737461747573223a227765697264227d')",
+    )
+    .await
+    .unwrap();
+    let corrupt = |result: Result<_, StoreError>, table: &str| match result {
+        Err(StoreError::Corrupt { table: found, .. }) => assert_eq!(found, table),
+        other => panic!("{table}: {other:?}"),
+    };
+    corrupt(store.session(&key("s1")).await.map(|_| ()), "sessions");
+    corrupt(store.sessions(None).await.map(|_| ()), "sessions");
+    corrupt(store.load(&key("s1")).await.map(|_| ()), "sessions");
+    corrupt(store.events(&key("s1"), None, 10).await.map(|_| ()), "events");
+    corrupt(store.steps(&key("s1"), 0).await.map(|_| ()), "steps");
+    corrupt(store.messages(&key("s1")).await.map(|_| ()), "messages");
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_store_takes_nothing_more() {
+    let cluster = cluster!();
+    let store = open(&cluster.fresh_database(), options()).await;
+    store.commit(full_batch(&key("s1"))).await.unwrap();
+    store.close().await.unwrap();
+    assert!(matches!(store.commit(full_batch(&key("s2"))).await, Err(StoreError::Closed)));
+    assert!(matches!(store.session(&key("s1")).await, Err(StoreError::Closed)));
+    assert!(matches!(store.stats(), Err(StoreError::Closed)));
+    assert!(matches!(shared(&store).claim(&key("s1")).await, Err(StoreError::Closed)));
+    store.close().await.unwrap();
+}
