@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use subs_engine::store::{SessionKey, TurnStatus};
 use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions, ReplyProblem};
 use subs_engine::worker::{Delivery, Worker, WorkerError};
-use subs_engine::{Snapshot, Store};
+use subs_engine::Snapshot;
 use subs_http_worker::WorkerOptions;
 use subs_protocol::{DecisionRequest, DecisionResponse, StreamDelta, Trigger};
 use subs_sdk::prelude::{Action, AgentConfig, Context, DecideError};
