@@ -227,6 +227,12 @@ impl TestEngine {
         Some(Self::open_postgres(dir, url).await)
     }
 
+    /// Starts an engine on the PostgreSQL database at `url`, as one more
+    /// node beside any other engine on it.
+    pub async fn on_postgres(url: String) -> Self {
+        Self::open_postgres(tempfile::tempdir().expect("a temporary directory"), url).await
+    }
+
     async fn open_postgres(dir: tempfile::TempDir, url: String) -> Self {
         let store = subs_store_postgres::PgStore::open(&url, subs_store_postgres::PgOptions::default())
             .await
