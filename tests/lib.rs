@@ -183,9 +183,19 @@ pub struct TestEngine {
     /// The engine.
     pub engine: subs_engine::Engine,
     /// The store under it.
-    pub store: std::sync::Arc<subs_store_redb::RedbStore>,
+    pub store: std::sync::Arc<dyn subs_engine::Store>,
     /// Keeps the directory alive.
     pub dir: tempfile::TempDir,
+    /// What the store is: a redb file in `dir`, or a PostgreSQL database.
+    backend: Backend,
+}
+
+/// Where a [`TestEngine`] keeps its sessions.
+enum Backend {
+    /// The redb store in the test's directory, kept to be closed.
+    Redb(std::sync::Arc<subs_store_redb::RedbStore>),
+    /// A database of the test cluster, by URL.
+    Postgres(String),
 }
 
 /// The tenant of every test session.
@@ -200,21 +210,60 @@ impl TestEngine {
 
     /// Starts an engine on the store in `dir` (resuming what it holds).
     pub async fn start_in(dir: tempfile::TempDir) -> Self {
-        let store = std::sync::Arc::new(
+        let redb = std::sync::Arc::new(
             subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).expect("the store opens"),
         );
+        let engine = start_engine(redb.clone()).await;
+        Self { engine, store: redb.clone(), dir, backend: Backend::Redb(redb) }
+    }
+
+    /// Starts an engine on a fresh database of the test PostgreSQL
+    /// cluster; `None` (the test is skipped, saying so) where PostgreSQL
+    /// is not installed.
+    pub async fn start_on_postgres() -> Option<Self> {
+        let cluster = subs_store_postgres::testing::TestCluster::shared()?;
+        let url = cluster.fresh_database();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        Some(Self::open_postgres(dir, url).await)
+    }
+
+    /// Starts an engine on the PostgreSQL database at `url`, as one more
+    /// node beside any other engine on it.
+    pub async fn on_postgres(url: String) -> Self {
+        Self::open_postgres(tempfile::tempdir().expect("a temporary directory"), url).await
+    }
+
+    async fn open_postgres(dir: tempfile::TempDir, url: String) -> Self {
+        let store = subs_store_postgres::PgStore::open(&url, subs_store_postgres::PgOptions::default())
+            .await
+            .expect("the PostgreSQL store opens");
+        let store: std::sync::Arc<dyn subs_engine::Store> = std::sync::Arc::new(store);
         let engine = start_engine(store.clone()).await;
-        Self { engine, store, dir }
+        Self { engine, store, dir, backend: Backend::Postgres(url) }
+    }
+
+    /// Stops the engine as a crash would and starts another on the same
+    /// store, which resumes what it holds.
+    pub async fn restart(self) -> Self {
+        match &self.backend {
+            Backend::Redb(_) => Self::start_in(self.crash().await).await,
+            Backend::Postgres(url) => {
+                let url = url.clone();
+                self.engine.kill().await;
+                drop(self.store);
+                Self::open_postgres(self.dir, url).await
+            }
+        }
     }
 
     /// Starts an engine on a fresh store with these models (and prices).
     pub async fn start_with_models(models: subs_engine::model::Models) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let store = std::sync::Arc::new(
+        let redb = std::sync::Arc::new(
             subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).expect("the store opens"),
         );
-        let engine = start_engine_with(store.clone(), models, test_config()).await;
-        Self { engine, store, dir }
+        let engine = start_engine_with(redb.clone(), models, test_config()).await;
+        Self { engine, store: redb.clone(), dir, backend: Backend::Redb(redb) }
     }
 
     /// Sends `text` as a user message to `session` of `agent` and waits for
@@ -253,11 +302,15 @@ impl TestEngine {
     }
 
     /// Stops the engine as a crash would and closes the store, returning
-    /// the directory for a restart.
+    /// the directory for a restart (on redb; see [`restart`](Self::restart)
+    /// for any store).
     pub async fn crash(self) -> tempfile::TempDir {
         self.engine.kill().await;
-        self.store.close().await.expect("the store closes");
+        if let Backend::Redb(redb) = &self.backend {
+            redb.close().await.expect("the store closes");
+        }
         drop(self.store);
+        drop(self.backend);
         self.dir
     }
 }

@@ -1,5 +1,8 @@
 //! The durable loop, end to end: real components deciding, the offline
-//! model answering, a real redb file underneath.
+//! model answering, a real store underneath: each scenario runs on a redb
+//! file (`loop_scenarios::redb::…`) and on a PostgreSQL database
+//! (`loop_scenarios::postgres::…`, skipped, saying so, where PostgreSQL is
+//! not installed).
 
 use serde_json::json;
 use subs_engine::store::{SessionStatus, TurnStatus};
@@ -13,9 +16,7 @@ async fn event_names(engine: &Engine, session: &str) -> Vec<String> {
     engine.events(TENANT, session, None, 1000).await.unwrap().into_iter().map(|e| e.name).collect()
 }
 
-#[tokio::test]
-async fn a_chat_turn() {
-    let t = TestEngine::start().await;
+async fn a_chat_turn(t: TestEngine) {
     let turn = t.chat("chat", "helper", "hello there").await;
     assert_eq!(turn.status, TurnStatus::Done);
     assert_eq!(t.transcript("chat").await, ["user: hello there", "assistant: You said: hello there"]);
@@ -25,9 +26,7 @@ async fn a_chat_turn() {
     assert_eq!(snapshot.record.agent.unwrap().model, "subs/offline", "passthrough keeps the proposed config");
 }
 
-#[tokio::test]
-async fn a_tool_loop_with_two_parallel_calls() {
-    let t = TestEngine::start().await;
+async fn a_tool_loop_with_two_parallel_calls(t: TestEngine) {
     let turn =
         t.chat("tools", "tools", r#"use tool add with {"a": 1, "b": 2} and use tool add with {"a": 3, "b": 4}"#).await;
     assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
@@ -47,9 +46,7 @@ async fn a_tool_loop_with_two_parallel_calls() {
     assert!(answer.contains("3") && answer.contains("7"), "{answer}");
 }
 
-#[tokio::test]
-async fn a_client_tool() {
-    let t = TestEngine::start().await;
+async fn a_client_tool(t: TestEngine) {
     let mut events = t.engine.subscribe(TENANT, "client").unwrap();
     let confirm = AgentTool::new("confirm")
         .description("Asks the user to confirm.")
@@ -91,9 +88,7 @@ async fn a_client_tool() {
     assert_eq!(transcript[3], r#"assistant: confirm returned {"confirmed":true}."#);
 }
 
-#[tokio::test]
-async fn an_interrupt_and_its_resume() {
-    let t = TestEngine::start().await;
+async fn an_interrupt_and_its_resume(t: TestEngine) {
     let turn = t.send("approve", "scenario", "interrupt before you go on").await;
     // Wait for the interrupt to be stored.
     let mut events = t.engine.subscribe(TENANT, "approve").unwrap();
@@ -120,9 +115,7 @@ async fn an_interrupt_and_its_resume() {
     );
 }
 
-#[tokio::test]
-async fn a_sub_agent() {
-    let t = TestEngine::start().await;
+async fn a_sub_agent(t: TestEngine) {
     // Counted once in the store (none yet), then kept as sessions are made.
     assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 0);
     let turn = t.chat("parent", "scenario", r#"use tool helper with {"prompt": "say hi"}"#).await;
@@ -146,7 +139,7 @@ async fn a_sub_agent() {
     // The spawned child counts as one of the tenant's sessions, in memory
     // and, after a restart, in the store.
     assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 2);
-    let t = TestEngine::start_in(t.crash().await).await;
+    let t = t.restart().await;
     assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 2);
     t.chat("another", "helper", "hello").await;
     t.chat("another", "helper", "again").await;
@@ -154,9 +147,7 @@ async fn a_sub_agent() {
     assert_eq!(t.engine.session_count("elsewhere").await.unwrap(), 0);
 }
 
-#[tokio::test]
-async fn a_sub_agent_beyond_the_session_limit_fails_its_call() {
-    let t = TestEngine::start().await;
+async fn a_sub_agent_beyond_the_session_limit_fails_its_call(t: TestEngine) {
     t.engine.set_tenant_session_limit(TENANT, Some(1));
     let turn = t.chat("parent", "scenario", r#"use tool helper with {"prompt": "say hi"}"#).await;
     assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
@@ -177,9 +168,7 @@ async fn a_sub_agent_beyond_the_session_limit_fails_its_call() {
     assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 2);
 }
 
-#[tokio::test]
-async fn an_edit_forks_a_branch() {
-    let t = TestEngine::start().await;
+async fn an_edit_forks_a_branch(t: TestEngine) {
     t.chat("edit", "helper", "first").await;
     t.chat("edit", "helper", "second").await;
     let before = t.snapshot("edit").await.messages;
@@ -227,9 +216,7 @@ async fn an_edit_forks_a_branch() {
     assert_eq!(t.snapshot("edit").await.message_tree.nodes.len(), 7);
 }
 
-#[tokio::test]
-async fn the_same_turn_id_twice_is_one_turn() {
-    let t = TestEngine::start().await;
+async fn the_same_turn_id_twice_is_one_turn(t: TestEngine) {
     let input = || subs_tests::user_input("helper", Some("once"), "only once");
     let first = t.engine.input(TENANT, "idem", input(), Default::default()).await.unwrap();
     assert!(!first.existing);
@@ -246,9 +233,7 @@ async fn the_same_turn_id_twice_is_one_turn() {
 /// when a turn queued before it ends first (its end wakes the waiter too):
 /// the first turn here fails (after retried deliveries), the second is
 /// done.
-#[tokio::test]
-async fn waiting_for_a_queued_turn_returns_that_turn() {
-    let t = TestEngine::start().await;
+async fn waiting_for_a_queued_turn_returns_that_turn(t: TestEngine) {
     let first = t.send("queue", "scenario", "invalid please").await;
     let second = t.send("queue", "scenario", "count once").await;
     let waited = tokio::time::timeout(std::time::Duration::from_secs(30), t.engine.wait_turn(TENANT, "queue", &second))
@@ -261,9 +246,7 @@ async fn waiting_for_a_queued_turn_returns_that_turn() {
     assert_eq!(failed.status, TurnStatus::Failed, "an ended turn, from the store: {failed:?}");
 }
 
-#[tokio::test]
-async fn an_invalid_decision_is_rejected_retried_then_fails_the_turn() {
-    let t = TestEngine::start().await;
+async fn an_invalid_decision_is_rejected_retried_then_fails_the_turn(t: TestEngine) {
     t.chat("bad", "scenario", "count once").await;
     let before = t.snapshot("bad").await;
 
@@ -286,9 +269,7 @@ async fn an_invalid_decision_is_rejected_retried_then_fails_the_turn() {
     assert_eq!(t.snapshot("bad").await.record.state, json!({"turns": 2}));
 }
 
-#[tokio::test]
-async fn cancel_stops_a_turn_and_keeps_the_session() {
-    let t = TestEngine::start().await;
+async fn cancel_stops_a_turn_and_keeps_the_session(t: TestEngine) {
     let turn = t.send("stop", "scenario", "interrupt and wait").await;
     let mut events = t.engine.subscribe(TENANT, "stop").unwrap();
     while t.snapshot("stop").await.record.status != SessionStatus::Waiting {
@@ -306,9 +287,7 @@ async fn cancel_stops_a_turn_and_keeps_the_session() {
     assert_eq!(t.chat("stop", "scenario", "count after cancel").await.status, TurnStatus::Done);
 }
 
-#[tokio::test]
-async fn inputs_for_unknown_sessions_and_bad_ids_are_refused() {
-    let t = TestEngine::start().await;
+async fn inputs_for_unknown_sessions_and_bad_ids_are_refused(t: TestEngine) {
     let resume = ClientInput::InterruptResume(InterruptResume { interrupt_id: "x".to_owned(), payload: None });
     let err = t.engine.input(TENANT, "nobody", resume, Default::default()).await.unwrap_err();
     assert!(matches!(err, InputError::NoSession(_)), "{err}");
@@ -329,9 +308,7 @@ async fn inputs_for_unknown_sessions_and_bad_ids_are_refused() {
     assert!(matches!(err, InputError::Invalid { .. }), "{err}");
 }
 
-#[tokio::test]
-async fn a_client_action_and_a_decision_that_leaves_nothing_to_wait_for() {
-    let t = TestEngine::start().await;
+async fn a_client_action_and_a_decision_that_leaves_nothing_to_wait_for(t: TestEngine) {
     let action = |name: &str| {
         ClientInput::ClientAction(subs_protocol::client::ClientAction {
             agent_id: "scenario".to_owned(),
@@ -353,16 +330,12 @@ async fn a_client_action_and_a_decision_that_leaves_nothing_to_wait_for() {
     assert_eq!(turn.data, None);
 }
 
-#[tokio::test]
-async fn message_send_writes_into_the_session() {
-    let t = TestEngine::start().await;
+async fn message_send_writes_into_the_session(t: TestEngine) {
     assert_eq!(t.chat("note", "scenario", "note this").await.status, TurnStatus::Done);
     assert_eq!(t.transcript("note").await, ["user: note this", "assistant: noted"]);
 }
 
-#[tokio::test]
-async fn tool_arguments_and_results_are_checked_against_their_schemas() {
-    let t = TestEngine::start().await;
+async fn tool_arguments_and_results_are_checked_against_their_schemas(t: TestEngine) {
     // Arguments that break the input schema reach the tool as `invalid`;
     // the agent's router answers with an error naming the problem.
     t.chat("schemas", "scenario", r#"use tool add with {"a": "one", "b": 2}"#).await;
@@ -375,3 +348,44 @@ async fn tool_arguments_and_results_are_checked_against_their_schemas() {
     let tool = &transcript[transcript.len() - 2];
     assert!(tool.contains("does not match the tool's output schema"), "{transcript:?}");
 }
+
+/// Each scenario, as a test on each store.
+macro_rules! on_every_store {
+    ($($scenario:ident),* $(,)?) => {
+        mod redb {
+            $(
+                #[tokio::test]
+                async fn $scenario() {
+                    super::$scenario(subs_tests::TestEngine::start().await).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $scenario() {
+                    let Some(t) = subs_tests::TestEngine::start_on_postgres().await else { return };
+                    super::$scenario(t).await;
+                }
+            )*
+        }
+    };
+}
+
+on_every_store!(
+    a_chat_turn,
+    a_tool_loop_with_two_parallel_calls,
+    a_client_tool,
+    an_interrupt_and_its_resume,
+    a_sub_agent,
+    a_sub_agent_beyond_the_session_limit_fails_its_call,
+    an_edit_forks_a_branch,
+    the_same_turn_id_twice_is_one_turn,
+    waiting_for_a_queued_turn_returns_that_turn,
+    an_invalid_decision_is_rejected_retried_then_fails_the_turn,
+    cancel_stops_a_turn_and_keeps_the_session,
+    inputs_for_unknown_sessions_and_bad_ids_are_refused,
+    a_client_action_and_a_decision_that_leaves_nothing_to_wait_for,
+    message_send_writes_into_the_session,
+    tool_arguments_and_results_are_checked_against_their_schemas,
+);

@@ -12,6 +12,7 @@ mod ids;
 mod llm_retries;
 mod load;
 mod loop_scenarios;
+mod nodes;
 mod paused_time;
 mod protocol_rules;
 mod providers;

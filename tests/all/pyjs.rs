@@ -8,7 +8,6 @@ use std::collections::HashMap;
 
 use reqwest::StatusCode;
 use serde_json::Value;
-use subs_engine::Store as _;
 use subs_engine::store::{SessionKey, StepStatus, TurnStatus};
 use subs_engine::worker::component::{AgentPolicy, ComponentHost, HostConfig};
 use subs_tests::{TENANT, TestEngine, guests};

@@ -47,6 +47,9 @@ pub struct EngineConfig {
     /// Where the loop reads the time: the system's clock, or in tests one
     /// that follows tokio's paused time (see [`crate::clock`]).
     pub clock: Arc<dyn crate::clock::Clock>,
+    /// When several nodes share the store: how often this node looks for
+    /// sessions whose node died, to take them over.
+    pub takeover_scan: Duration,
 }
 
 impl Default for EngineConfig {
@@ -65,6 +68,7 @@ impl Default for EngineConfig {
             default_stream: false,
             streams: StreamLimits::default(),
             clock: Arc::new(crate::clock::SystemClock),
+            takeover_scan: Duration::from_secs(2),
         }
     }
 }
@@ -99,6 +103,23 @@ pub struct Engine {
     env: Arc<Env>,
     /// The sessions' running actors.
     directory: Arc<Directory>,
+    /// When the store is shared: the tasks hearing other nodes and taking
+    /// sessions over, and the count of record changes heard.
+    cluster: Arc<Cluster>,
+}
+
+/// The background of a node sharing its store with others.
+struct Cluster {
+    tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    records: tokio::sync::watch::Sender<u64>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for task in self.tasks.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..) {
+            task.abort();
+        }
+    }
 }
 
 impl Engine {
@@ -117,9 +138,30 @@ impl Engine {
 
     /// An engine on `store` that runs nothing until [`Engine::resume`] (or
     /// an input) wakes a session.
+    ///
+    /// On a store several nodes share, the engine also starts hearing the
+    /// other nodes and taking over the sessions of nodes that died (see
+    /// docs/deployment.md); this needs a tokio runtime.
     pub fn open(store: Arc<dyn Store>, models: Models, config: EngineConfig) -> Self {
+        let scan = config.takeover_scan;
         let env = Arc::new(Env::new(store, models, config));
-        Engine { directory: Directory::new(env.clone()), env }
+        let directory = Directory::new(env.clone());
+        let (records, _) = tokio::sync::watch::channel(0);
+        let tasks = crate::cluster::start(env.clone(), directory.clone(), records.clone(), scan);
+        let cluster = Arc::new(Cluster { tasks: std::sync::Mutex::new(tasks), records });
+        Engine { directory, env, cluster }
+    }
+
+    /// Counts the changes other nodes made to agents, keys and tenants
+    /// (on a shared store; it never moves otherwise): whatever keeps them
+    /// in memory reloads them when it moves.
+    pub fn records_changed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.cluster.records.subscribe()
+    }
+
+    /// This node's name, when several nodes share the store.
+    pub fn node(&self) -> Option<&str> {
+        self.env.store.shared().map(|s| s.node())
     }
 
     /// The store the engine runs on: for the engine's own modules (the
@@ -130,8 +172,21 @@ impl Engine {
     }
 
     /// Resumes every session with work left: not idle, or with items in
-    /// its inbox.
+    /// its inbox. On a shared store, only those no live node acts for
+    /// (their node died, or they never had one); the others go on where
+    /// they are.
     pub async fn resume(&self) -> Result<(), StartError> {
+        if let Some(shared) = self.store().shared() {
+            for orphan in shared.orphans(usize::MAX).await? {
+                tracing::info!(session = %orphan.key, crashed = orphan.crashed, "resuming");
+                if orphan.crashed {
+                    self.directory.recover(&orphan.key);
+                } else {
+                    self.directory.send(&orphan.key, Msg::Wake);
+                }
+            }
+            return Ok(());
+        }
         for key in self.store().unfinished().await? {
             tracing::info!(session = %key, "resuming");
             self.directory.recover(&key);
@@ -398,6 +453,9 @@ impl Engine {
     /// aborted where it is, nothing more is written. Whatever was committed
     /// stays; a new engine on the same store resumes from there.
     pub async fn kill(self) {
+        for task in self.cluster.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain(..) {
+            task.abort();
+        }
         self.directory.kill().await;
     }
 }

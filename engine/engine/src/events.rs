@@ -433,6 +433,12 @@ impl Hub {
         rx
     }
 
+    /// Whether anyone follows the session or waits for one of its turns.
+    pub fn watched(&self, key: &SessionKey) -> bool {
+        let channels = self.channels();
+        channels.by_session.contains_key(key) || channels.turn_waiters.contains_key(key)
+    }
+
     /// Sessions with subscribers.
     #[cfg(test)]
     pub fn channels_held(&self) -> usize {

@@ -27,9 +27,12 @@
 //!   them.
 //! - [`retry`]: the operator's cap on retry policies.
 //! - [`clock`]: time as the loop records it.
+//! - `cluster`: when several nodes share the store, the notices between
+//!   them and the takeover of sessions whose node died.
 
 pub mod agents;
 pub mod clock;
+mod cluster;
 pub mod engine;
 pub mod events;
 pub mod follow;

@@ -72,6 +72,34 @@ impl Engine {
         self.store().commit(batch).await
     }
 
+    /// Every stored tenant key (hashes): what a node sharing the store
+    /// reloads when another node changed them.
+    pub async fn key_records(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        self.store().keys().await
+    }
+
+    /// A secret every node sharing the store agrees on, by name: made by
+    /// the first node that asks and kept in the store (readable by anyone
+    /// who can read the database, like everything else in it). `None` on a
+    /// store one node owns, whose secrets may be its own.
+    pub async fn shared_secret(&self, name: &str) -> Result<Option<[u8; 32]>, StoreError> {
+        let Some(shared) = self.store().shared() else { return Ok(None) };
+        let slot = format!("secret:{name}");
+        if shared.blob(&slot).await?.is_none() {
+            let mut secret = [0u8; 32];
+            // Two nodes making it at once: the first stored wins (storing
+            // a name again changes nothing), and both read that one below.
+            getrandom::fill(&mut secret).map_err(|e| StoreError::io("making a secret", e.to_string()))?;
+            shared.put_blob(&slot, &secret).await?;
+        }
+        let stored = shared.blob(&slot).await?.unwrap_or_default();
+        let secret: [u8; 32] = stored.as_slice().try_into().map_err(|_| StoreError::Corrupt {
+            table: "blobs",
+            message: format!("the shared secret `{name}` is {} bytes, not 32", stored.len()),
+        })?;
+        Ok(Some(secret))
+    }
+
     /// Whether the store answers a read: the health check's question. It
     /// reads the keys, a table small on every server.
     pub async fn check_store(&self) -> Result<(), StoreError> {

@@ -8,13 +8,26 @@
 //! nothing. The session loop checks the session limit while it applies a
 //! decision, which does not wait on the store: [`Tenants::count_sessions`]
 //! makes sure the count is in memory before.
+//!
+//! When several nodes share the store, each node adds only what its own
+//! sessions spend and create; the sums are then read from the store again
+//! once they are [`SHARED_STALE_AFTER`] old, so a tenant's limits hold
+//! across nodes within that much.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use crate::model::Money;
 use crate::session::apply::SessionQuota;
 use crate::store::{Store, StoreError};
+
+/// How old a tenant's sums may grow, on a store several nodes share,
+/// before they are read from the store again.
+pub(crate) const SHARED_STALE_AFTER: Duration = Duration::from_secs(5);
+
+/// A sum read from the store, and when.
+type Summed<T> = Mutex<HashMap<String, (T, Instant)>>;
 
 /// Every tenant's limits and use; see the [module docs](self).
 pub(crate) struct Tenants {
@@ -24,21 +37,43 @@ pub(crate) struct Tenants {
     /// How many sessions each tenant may have.
     session_limits: PerTenant<u64>,
     /// What each tenant's sessions have cost, once summed.
-    spend: Mutex<HashMap<String, Money>>,
+    spend: Summed<Money>,
     /// How many sessions each tenant has, once counted.
-    session_counts: Mutex<HashMap<String, u64>>,
+    session_counts: Summed<u64>,
+    /// How old a sum may grow before it is read again: never, unless
+    /// other nodes share the store.
+    stale_after: Option<Duration>,
 }
 
 impl Tenants {
     /// No limits yet; use is read from `store` when first asked for.
     pub fn new(store: Arc<dyn Store>) -> Self {
+        let stale_after = store.shared().map(|_| SHARED_STALE_AFTER);
         Self {
             store,
             budgets: PerTenant::default(),
             session_limits: PerTenant::default(),
             spend: Mutex::default(),
             session_counts: Mutex::default(),
+            stale_after,
         }
+    }
+
+    /// The tenant's sum in `map`, unless it is too old to trust.
+    fn fresh<T: Copy>(&self, map: &Summed<T>, tenant: &str) -> Option<T> {
+        let (value, at) = *lock(map).get(tenant)?;
+        self.stale_after.is_none_or(|limit| at.elapsed() < limit).then_some(value)
+    }
+
+    /// Keeps `sum`, just read: the first kept wins while it is fresh, so
+    /// two readers agree; a stale one is replaced.
+    fn keep<T: Copy>(&self, map: &Summed<T>, tenant: &str, sum: T) -> T {
+        let mut map = lock(map);
+        let entry = map.entry(tenant.to_owned()).or_insert((sum, Instant::now()));
+        if self.stale_after.is_some_and(|limit| entry.1.elapsed() >= limit) {
+            *entry = (sum, Instant::now());
+        }
+        entry.0
     }
 
     /// Sets the tenant's own budget (`None`: none, whatever the default).
@@ -76,8 +111,8 @@ impl Tenants {
 
     /// What the tenant's sessions have cost so far.
     pub async fn spent(&self, tenant: &str) -> Result<Money, StoreError> {
-        if let Some(spent) = lock(&self.spend).get(tenant) {
-            return Ok(*spent);
+        if let Some(spent) = self.fresh(&self.spend, tenant) {
+            return Ok(spent);
         }
         let sum: Money = self
             .store
@@ -89,16 +124,16 @@ impl Tenants {
         // A call that settled while the store was read counted nothing (the
         // tenant had no sum yet) and is in the sum when its commit came
         // first; the first sum stored wins, so two readers agree.
-        Ok(*lock(&self.spend).entry(tenant.to_owned()).or_insert(sum))
+        Ok(self.keep(&self.spend, tenant, sum))
     }
 
     /// How many sessions the tenant has.
     pub async fn sessions(&self, tenant: &str) -> Result<u64, StoreError> {
-        if let Some(count) = lock(&self.session_counts).get(tenant) {
-            return Ok(*count);
+        if let Some(count) = self.fresh(&self.session_counts, tenant) {
+            return Ok(count);
         }
         let count = self.store.session_count(tenant).await?;
-        Ok(*lock(&self.session_counts).entry(tenant.to_owned()).or_insert(count))
+        Ok(self.keep(&self.session_counts, tenant, count))
     }
 
     /// Makes sure the tenant's sessions are counted in memory when it has
@@ -115,14 +150,14 @@ impl Tenants {
 
     /// Counts sessions just created (and committed) for their tenant.
     pub fn add_sessions(&self, tenant: &str, created: u64) {
-        if let Some(count) = lock(&self.session_counts).get_mut(tenant) {
+        if let Some((count, _)) = lock(&self.session_counts).get_mut(tenant) {
             *count += created;
         }
     }
 
     /// Counts a settled (and committed) call's cost for its tenant.
     pub fn add_spend(&self, tenant: &str, cost: Money) {
-        if let Some(spent) = lock(&self.spend).get_mut(tenant) {
+        if let Some((spent, _)) = lock(&self.spend).get_mut(tenant) {
             *spent = *spent + cost;
         }
     }
@@ -133,7 +168,7 @@ impl SessionQuota for Tenants {
     /// makes sure of before a session applies anything.
     fn refuse(&self, tenant: &str, creating: u64) -> Option<String> {
         let max = self.session_limits.get(tenant)?;
-        match lock(&self.session_counts).get(tenant).copied() {
+        match lock(&self.session_counts).get(tenant).map(|(count, _)| *count) {
             Some(count) if count.saturating_add(creating) <= max => None,
             Some(_) => Some(format!("the tenant has its maximum of {max} sessions")),
             None => Some("the tenant's sessions could not be counted".to_owned()),

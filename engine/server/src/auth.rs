@@ -148,6 +148,24 @@ impl Keys {
         self
     }
 
+    /// Signs tokens with `secret` instead of a secret of this process's
+    /// own: every node sharing a store signs with the same one, so a token
+    /// minted by one is accepted by all.
+    pub fn with_token_secret(mut self, secret: [u8; 32]) -> Self {
+        self.token_secret = secret;
+        self
+    }
+
+    /// Replaces the store's keys with `records` (what another node sharing
+    /// the store changed); the config file's keys stay as they are.
+    pub fn replace_stored(&self, records: impl IntoIterator<Item = KeyRecord>) {
+        let mut by_hash = self.write();
+        by_hash.retain(|_, (_, source)| !matches!(source, KeySource::Store));
+        for record in records {
+            by_hash.entry(record.hash.clone()).or_insert((record, KeySource::Store));
+        }
+    }
+
     /// Adds operator keys, by SHA-256 (hex): they enable the admin API.
     pub fn with_admin_keys(mut self, hashes: impl IntoIterator<Item = String>) -> Self {
         self.admin.extend(hashes.into_iter().map(|h| h.to_ascii_lowercase()));

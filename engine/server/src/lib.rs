@@ -126,6 +126,29 @@ pub struct AppState {
     pub metrics: metrics::Metrics,
 }
 
+impl AppState {
+    /// Reads agents, keys and tenants from the store again and applies
+    /// them: what a node sharing its store does when another node changed
+    /// them ([`Engine::records_changed`]). Tenants the store no longer has
+    /// get the config file's limits back.
+    pub async fn reload_records(&self) -> Result<(), subs_engine::store::StoreError> {
+        let before: Vec<String> = self.config.records().into_iter().map(|r| r.tenant).collect();
+        self.config.replace_stored(self.engine.tenant_records().await?).await;
+        self.keys.replace_stored(self.engine.key_records().await?);
+        self.config.apply_to(&self.engine);
+        for tenant in before {
+            self.config.apply_tenant(&self.engine, &tenant);
+        }
+        if let Err(error) = self.config.apply_sandboxes(&self.agents) {
+            tracing::warn!(%error, "a stored tenant sandbox");
+        }
+        for (tenant, agent, error) in self.agents.sync().await? {
+            tracing::warn!(%tenant, %agent, %error, "an agent changed by another node was not loaded");
+        }
+        Ok(())
+    }
+}
+
 /// The API's router. Building it changes nothing: [`serve`] applies the
 /// configured limits to the engine.
 pub fn app(state: Arc<AppState>) -> Router {

@@ -174,6 +174,15 @@ impl LiveConfig {
         }
     }
 
+    /// Replaces the stored tenants with `records` (what another node
+    /// sharing the store changed), as [`new`](Self::new) reads them.
+    pub async fn replace_stored(&self, records: impl IntoIterator<Item = TenantRecord>) {
+        let _writing = self.writing().await;
+        let fresh = Self::new(self.file.clone(), records);
+        let stored = fresh.stored.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *self.write() = stored;
+    }
+
     /// Held while an admin change is made.
     pub(crate) async fn writing(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.writing.lock().await

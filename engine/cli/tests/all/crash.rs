@@ -19,9 +19,14 @@
 //! after its result was committed" is a fact the harness observes, not a
 //! guess about timing.
 //!
+//! The same harness runs several nodes on one PostgreSQL database: each
+//! input (and each retry of it) goes to a node picked at random, one node
+//! at a time is killed and restarted, and the checks read every session
+//! from a node other than the one that ran it.
+//!
 //! `CRASH_SEED`, `CRASH_SESSIONS`, `CRASH_TURNS`, `CRASH_KILLS` change the
-//! run; the seed is printed either way. docs/reliability.md has the longer
-//! form.
+//! run (`CRASH_PG_SESSIONS`, `CRASH_PG_KILLS` the PostgreSQL one); the seed
+//! is printed either way. docs/reliability.md has the longer form.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -51,24 +56,39 @@ struct Plan {
     sessions: usize,
     /// Turns each session runs, one after the other.
     turns: usize,
-    /// Times the server is killed.
+    /// Times a server is killed.
     kills: usize,
+    /// Servers sharing the store (one at a time is killed).
+    nodes: usize,
 }
 
 impl Plan {
     /// The CI form, or what the `CRASH_*` variables say.
     fn from_env() -> Plan {
+        Self::read("CRASH_", 20, 5, 1)
+    }
+
+    /// The CI form on PostgreSQL: three nodes, 100 sessions, 10 kills.
+    fn postgres_from_env() -> Plan {
+        Self::read("CRASH_PG_", 100, 10, 3)
+    }
+
+    fn read(prefix: &str, sessions: u64, kills: u64, nodes: u64) -> Plan {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let number = |name: &str, default: u64| {
             var(name).map_or(default, |v| v.parse().unwrap_or_else(|_| panic!("{name}={v} is not a number")))
         };
         let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let fresh = u64::try_from(clock.as_nanos() % u128::from(u64::MAX)).unwrap_or(1);
+        let count = |name: &str, default: u64| {
+            usize::try_from(number(&format!("{prefix}{name}"), default)).expect("a count that fits")
+        };
         Plan {
             seed: number("CRASH_SEED", fresh),
-            sessions: usize::try_from(number("CRASH_SESSIONS", 20)).unwrap_or(20),
-            turns: usize::try_from(number("CRASH_TURNS", 2)).unwrap_or(2),
-            kills: usize::try_from(number("CRASH_KILLS", 5)).unwrap_or(5),
+            sessions: count("SESSIONS", sessions),
+            turns: count("TURNS", 2),
+            kills: count("KILLS", kills),
+            nodes: count("NODES", nodes).max(1),
         }
     }
 }
@@ -238,7 +258,8 @@ struct Up {
 
 /// What the sessions share.
 struct Shared {
-    url: String,
+    /// Every node's URL.
+    urls: Vec<String>,
     seed: u64,
     turns: usize,
     ledger: Arc<Ledger>,
@@ -254,6 +275,19 @@ fn client() -> reqwest::Client {
     reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("an HTTP client")
 }
 
+impl Shared {
+    /// The node try `n` of a session's turn goes to: one at random, seeded.
+    fn url_for(&self, session: &str, turn: usize, n: u64) -> &str {
+        let pick = Rng(self.seed ^ fnv(session) ^ (turn as u64) << 32 ^ n).below(self.urls.len() as u64);
+        &self.urls[usize::try_from(pick).unwrap_or(0)]
+    }
+}
+
+/// How many times a turn's input is sent to another node after a stream
+/// broke, when several nodes serve: each kill breaks the streams of the
+/// node killed, and a forwarded input may wait out a dead holder's lease.
+const NODE_TRIES: u64 = 200;
+
 /// Runs a session's turns to their end, across restarts. `Err` says what
 /// went wrong.
 async fn run_session(shared: Arc<Shared>, session: String) -> Result<(), String> {
@@ -267,13 +301,24 @@ async fn run_session(shared: Arc<Shared>, session: String) -> Result<(), String>
             "stream": true,
         });
         let mut tries_on_the_last_server = 0;
+        let mut tries = 0;
         loop {
             let up = *shared.up.borrow();
-            let outcome = stream_turn(&shared, &session, &turn_id, &body).await;
+            let url = shared.url_for(&session, turn, tries);
+            tries += 1;
+            let outcome = stream_turn(&shared, url, &session, &turn_id, &body).await;
             match outcome {
                 Ok(true) => break,
                 Ok(false) => {}
                 Err(violation) => return Err(violation),
+            }
+            if shared.urls.len() > 1 {
+                // Another node serves: send the same input there.
+                if tries > NODE_TRIES {
+                    return Err(format!("{session} {turn_id}: {NODE_TRIES} streams broke"));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
             }
             // The stream broke. A kill explains that: wait for the
             // restart. On the last server nothing does.
@@ -297,8 +342,8 @@ async fn run_session(shared: Arc<Shared>, session: String) -> Result<(), String>
 /// Sends the turn's input and reads its stream: `Ok(true)` when it ended
 /// with `turn.done`, `Ok(false)` when the connection failed or broke first,
 /// `Err` when the server answered something it must not.
-async fn stream_turn(shared: &Shared, session: &str, turn_id: &str, body: &Value) -> Result<bool, String> {
-    let url = format!("{}/v1/sessions/{session}/input", shared.url);
+async fn stream_turn(shared: &Shared, url: &str, session: &str, turn_id: &str, body: &Value) -> Result<bool, String> {
+    let url = format!("{url}/v1/sessions/{session}/input");
     let Ok(mut response) =
         shared.http.post(url).header("content-type", "application/json").body(body.to_string()).send().await
     else {
@@ -328,38 +373,41 @@ async fn stream_turn(shared: &Shared, session: &str, turn_id: &str, body: &Value
     Ok(false)
 }
 
-/// A server with the fake provider as provider `fake` and the counting
-/// worker registered as agent [`AGENT`].
+/// Servers with the fake provider as provider `fake` and the counting
+/// worker registered as agent [`AGENT`]: one on redb, or several on one
+/// PostgreSQL database (`store`), each with a data directory of its own.
 struct Setup {
-    /// Holds the config file and the data directory.
-    _dir: tempfile::TempDir,
-    args: Vec<String>,
+    /// Holds the config file and the data directories.
+    dir: tempfile::TempDir,
+    config: std::path::PathBuf,
     ledger: Arc<Ledger>,
 }
 
 impl Setup {
-    async fn new(fake: &FakeProvider) -> Setup {
+    async fn new(fake: &FakeProvider, store: Option<&str>) -> Setup {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let config = dir.path().join("subs.toml");
-        let toml =
+        let mut toml =
             format!("[[providers]]\nname = \"fake\"\nformat = \"openai\"\nbase_url = \"{}\"\n", fake.openai_base_url());
+        if let Some(url) = store {
+            // Short leases: a killed node's sessions are taken over within
+            // two seconds.
+            toml.push_str(&format!("\n[store]\nurl = \"{url}\"\nlease_secs = 2\nrenew_secs = 1\n"));
+        }
         std::fs::write(&config, toml).expect("the config file is written");
-        let data = dir.path().join("data");
-        let args = ["--data", path(&data), "--config", path(&config), "--default-model", "fake/crash-model"]
-            .map(str::to_owned)
-            .to_vec();
-        Setup { _dir: dir, args, ledger: Arc::default() }
+        Setup { dir, config, ledger: Arc::default() }
     }
 
-    fn start(&self, listen: &str) -> Server {
-        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+    fn start(&self, node: usize, listen: &str) -> Server {
+        let data = self.dir.path().join(format!("data-{node}"));
+        let args = ["--data", path(&data), "--config", path(&self.config), "--default-model", "fake/crash-model"];
         Server::start_with(&args, listen)
     }
 
-    /// Starts the server in the background (starting blocks on its output).
-    async fn restart(self: &Arc<Self>, listen: String) -> Server {
+    /// Starts a node in the background (starting blocks on its output).
+    async fn restart(self: &Arc<Self>, node: usize, listen: String) -> Server {
         let setup = Arc::clone(self);
-        tokio::task::spawn_blocking(move || setup.start(&listen)).await.expect("the server starts")
+        tokio::task::spawn_blocking(move || setup.start(node, &listen)).await.expect("the server starts")
     }
 }
 
@@ -454,6 +502,7 @@ async fn replay(url: &str, session: &str, last_turn: &str) -> Result<Vec<(Option
 /// The checks of one session after the killed run: its problems.
 async fn check_session(
     url: &str,
+    replay_url: &str,
     session: &str,
     turns: usize,
     reference: &[Value],
@@ -500,7 +549,7 @@ async fn check_session(
 
     // The replay from the first event is the history, each event once.
     let last_turn = format!("turn-{turns}");
-    match replay(url, session, &last_turn).await {
+    match replay(replay_url, session, &last_turn).await {
         Err(problem) => problems.push(problem),
         Ok(events) => {
             let ids: Vec<u64> = events.iter().filter_map(|e| e.0).collect();
@@ -567,19 +616,46 @@ async fn killed_at_random_instants_the_engine_loses_and_repeats_nothing() {
         "crash harness: CRASH_SEED={} CRASH_SESSIONS={} CRASH_TURNS={} CRASH_KILLS={}",
         plan.seed, plan.sessions, plan.turns, plan.kills
     );
+    run(plan, || None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_on_postgres_killed_one_at_a_time_lose_and_repeat_nothing() {
+    let Some(cluster) = subs_store_postgres::testing::TestCluster::shared() else { return };
+    let plan = Plan::postgres_from_env();
+    eprintln!(
+        "crash harness (PostgreSQL): CRASH_SEED={} CRASH_PG_SESSIONS={} CRASH_PG_TURNS={} CRASH_PG_KILLS={} \
+         CRASH_PG_NODES={}",
+        plan.seed, plan.sessions, plan.turns, plan.kills, plan.nodes
+    );
+    run(plan, || Some(cluster.fresh_database())).await;
+}
+
+/// Starts a setup's nodes on free ports.
+async fn start_nodes(setup: &Arc<Setup>, nodes: usize) -> Vec<Server> {
+    let mut servers = Vec::with_capacity(nodes);
+    for node in 0..nodes {
+        servers.push(setup.restart(node, "127.0.0.1:0".to_owned()).await);
+    }
+    servers
+}
+
+/// One fault-free run, then one killed run of the same sessions, on stores
+/// made by `store` (a PostgreSQL database's URL; redb when `None`).
+async fn run(plan: Plan, store: impl Fn() -> Option<String>) {
     let fake = FakeProvider::start().await;
     fake.respond_with(respond);
     let sessions = names(plan.sessions);
 
     // The fault-free run: the histories to match, and how long the work
     // takes when nothing stops it.
-    let clean = Setup::new(&fake).await;
+    let clean = Arc::new(Setup::new(&fake, store().as_deref()).await);
     let worker_url = worker(Arc::clone(&clean.ledger)).await;
-    let server = clean.start("127.0.0.1:0");
-    register(&server.url, &worker_url).await;
+    let servers = start_nodes(&clean, plan.nodes).await;
+    register(&servers[0].url, &worker_url).await;
     let (_up, up) = watch::channel(Up { generation: 0, last: true });
     let shared = Arc::new(Shared {
-        url: server.url.clone(),
+        urls: servers.iter().map(|s| s.url.clone()).collect(),
         seed: plan.seed,
         turns: plan.turns,
         ledger: Arc::clone(&clean.ledger),
@@ -593,24 +669,24 @@ async fn killed_at_random_instants_the_engine_loses_and_repeats_nothing() {
     assert!(problems.is_empty(), "the fault-free run failed: {problems:#?}");
     let mut reference = HashMap::new();
     for session in &sessions {
-        let messages = without_ids(&snapshot(&server.url, session).await["messages"]);
+        let messages = without_ids(&snapshot(&servers[0].url, session).await["messages"]);
         assert_eq!(messages.len(), 5 * plan.turns, "{session}: user, tool calls, two results, answer per turn");
         reference.insert(session.clone(), messages);
     }
     assert!(lock(&clean.ledger.executions).values().all(|ran| ran.len() == 1), "without kills each tool runs once");
-    drop(server);
+    drop(servers);
 
     // The killed run. Kill k comes at a random instant of the k-th
     // server's life, at most a (kills+1)-th of the fault-free run's
-    // length, so every kill lands while work is left.
-    let killed = Arc::new(Setup::new(&fake).await);
+    // length, so every kill lands while work is left; with several nodes,
+    // a node picked at random is killed and restarted on its port.
+    let killed = Arc::new(Setup::new(&fake, store().as_deref()).await);
     let worker_url = worker(Arc::clone(&killed.ledger)).await;
-    let mut server = killed.start("127.0.0.1:0");
-    let addr = server.addr.clone();
-    register(&server.url, &worker_url).await;
+    let mut servers = start_nodes(&killed, plan.nodes).await;
+    register(&servers[0].url, &worker_url).await;
     let (up_tx, up) = watch::channel(Up { generation: 0, last: plan.kills == 0 });
     let shared = Arc::new(Shared {
-        url: server.url.clone(),
+        urls: servers.iter().map(|s| s.url.clone()).collect(),
         seed: plan.seed,
         turns: plan.turns,
         ledger: Arc::clone(&killed.ledger),
@@ -633,10 +709,13 @@ async fn killed_at_random_instants_the_engine_loses_and_repeats_nothing() {
         if shared.finished.load(Ordering::SeqCst) < total {
             mid_turn += 1;
         }
+        let node = usize::try_from(rng.below(plan.nodes as u64)).unwrap_or(0);
         let at = killed.ledger.tick();
+        let server = &mut servers[node];
         server.process.child.kill().expect("SIGKILL is sent");
         server.process.child.wait().expect("the killed server is reaped");
-        server = killed.restart(addr.clone()).await;
+        let addr = server.addr.clone();
+        *server = killed.restart(node, addr).await;
         let ready = killed.ledger.tick();
         lock(&killed.ledger.kills).push(Kill { at, ready });
         up_tx.send_replace(Up { generation: k, last: k == plan.kills });
@@ -647,9 +726,14 @@ async fn killed_at_random_instants_the_engine_loses_and_repeats_nothing() {
     let mut reruns = Vec::new();
     let mut checks = tokio::task::JoinSet::new();
     for session in &sessions {
-        let (url, session, reference) = (server.url.clone(), session.clone(), reference[session].clone());
+        // Read from two nodes (the same one on redb): any node answers
+        // for any session, its stream gap-free.
+        let at = usize::try_from(fnv(session) % plan.nodes as u64).unwrap_or(0);
+        let url = servers[at].url.clone();
+        let replay_url = servers[(at + 1) % plan.nodes].url.clone();
+        let (session, reference) = (session.clone(), reference[session].clone());
         let (ledger, turns) = (Arc::clone(&killed.ledger), plan.turns);
-        checks.spawn(async move { check_session(&url, &session, turns, &reference, &ledger).await });
+        checks.spawn(async move { check_session(&url, &replay_url, &session, turns, &reference, &ledger).await });
     }
     while let Some(checked) = checks.join_next().await {
         let (found, again) = checked.expect("a check finishes");
@@ -665,10 +749,11 @@ async fn killed_at_random_instants_the_engine_loses_and_repeats_nothing() {
         problems.push(format!("{executed_calls} distinct calls ran; {committed_calls} were recorded"));
     }
     eprintln!(
-        "crash harness: seed {} · {} sessions × {} turns · {} kills ({mid_turn} with turns open) · \
+        "crash harness: seed {} · {} node(s) · {} sessions × {} turns · {} kills ({mid_turn} with turns open) · \
          fault-free {fault_free:?}, killed {elapsed:?} · {executions} tool executions for {committed_calls} results \
          (run again: {reruns:?}) · {} violations",
         plan.seed,
+        plan.nodes,
         plan.sessions,
         plan.turns,
         plan.kills,
@@ -676,4 +761,129 @@ async fn killed_at_random_instants_the_engine_loses_and_repeats_nothing() {
     );
     let shown = problems.iter().take(20).cloned().collect::<Vec<_>>().join("\n");
     assert!(problems.is_empty(), "seed {}: {} violations (the first 20):\n{shown}", plan.seed, problems.len());
+}
+
+/// The `tools` example, counting executions, whose first tool execution
+/// waits until the test opens the gate: the node that sent it is then
+/// paused with the call in flight.
+struct Gated {
+    counting: Counting,
+    gate: Arc<Gate>,
+}
+
+#[derive(Default)]
+struct Gate {
+    /// Whether the first execution started, and whether it may finish.
+    state: Mutex<(bool, bool)>,
+    changed: std::sync::Condvar,
+}
+
+impl Gate {
+    fn wait_started(&self) {
+        let state = lock(&self.state);
+        let (state, timeout) = self
+            .changed
+            .wait_timeout_while(state, Duration::from_secs(30), |(started, _)| !*started)
+            .unwrap_or_else(PoisonError::into_inner);
+        assert!(state.0 && !timeout.timed_out(), "the first tool execution started");
+    }
+
+    fn open(&self) {
+        lock(&self.state).1 = true;
+        self.changed.notify_all();
+    }
+}
+
+impl Agent for Gated {
+    fn decide(&self, request: DecisionRequest, cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
+        if matches!(request.trigger, Trigger::ToolExecute(_)) {
+            let mut state = lock(&self.gate.state);
+            if !state.0 {
+                state.0 = true;
+                self.gate.changed.notify_all();
+                let _ = self.gate.changed.wait_timeout_while(state, Duration::from_secs(60), |(_, open)| !*open);
+            }
+        }
+        self.counting.decide(request, cx)
+    }
+}
+
+/// Sends a signal to a process, as an operator (or the OS) would.
+fn signal(server: &Server, signal: &str) {
+    let pid = server.process.child.id().to_string();
+    let status = std::process::Command::new("kill").args([signal, &pid]).status().expect("kill runs");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_paused_past_its_lease_is_fenced_and_gives_the_session_up() {
+    let Some(cluster) = subs_store_postgres::testing::TestCluster::shared() else { return };
+    let fake = FakeProvider::start().await;
+    fake.respond_with(respond);
+    let setup = Arc::new(Setup::new(&fake, Some(&cluster.fresh_database())).await);
+    let gate = Arc::new(Gate::default());
+    let worker_url = {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
+        let addr = listener.local_addr().expect("a bound address");
+        let counting = Counting { tools: tools::Tools::new(), ledger: Arc::clone(&setup.ledger) };
+        let app = subs_http_worker::router(Gated { counting, gate: Arc::clone(&gate) });
+        tokio::spawn(subs_http_worker::serve_router(listener, app, std::future::pending()));
+        format!("http://{addr}/")
+    };
+    let mut a = setup.restart(0, "127.0.0.1:0".to_owned()).await;
+    let b = setup.restart(1, "127.0.0.1:0".to_owned()).await;
+    register(&a.url, &worker_url).await;
+
+    // Node A takes the session and sends the first tool execution, which
+    // waits at the gate; then A is stopped.
+    let body = json!({
+        "type": "client.message",
+        "agent_id": AGENT,
+        "turn_id": "turn-1",
+        "message": {"role": "user", "content": prompt(1, "s", 1)},
+    });
+    let sent = client()
+        .post(format!("{}/v1/sessions/s/input", a.url))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("node A answers");
+    assert_eq!(sent.status(), 202, "the input is accepted by node A");
+    let waiting = Arc::clone(&gate);
+    tokio::task::spawn_blocking(move || waiting.wait_started()).await.expect("the gate is watched");
+    let at = setup.ledger.tick();
+    signal(&a, "-STOP");
+
+    // Node B takes the session over once A's lease lapses, runs the call
+    // again (A's try never committed) and ends the turn.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let snap = snapshot(&b.url, "s").await;
+        if snap["status"] == "idle" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node B did not finish the turn: {snap}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ready = setup.ledger.tick();
+    lock(&setup.ledger.kills).push(Kill { at, ready });
+    let history = without_ids(&snapshot(&b.url, "s").await["messages"]);
+
+    // A goes on: its call's result comes back and its commit is refused;
+    // it says so and writes nothing.
+    signal(&a, "-CONT");
+    gate.open();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !a.process.stderr_text().contains("lease was lost to another node") {
+        assert!(Instant::now() < deadline, "node A did not give the session up: {}", a.process.stderr_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Whatever A still holds in flight is gone: the session is B's history,
+    // read from either node, each call with one result, the turn ended once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (problems, _) = check_session(&a.url, &b.url, "s", 1, &history, &setup.ledger).await;
+    assert!(problems.is_empty(), "{problems:#?}");
+    let ran: usize = lock(&setup.ledger.executions).values().map(Vec::len).sum();
+    assert_eq!(ran, 3, "two calls; the first ran on A (cut off) and again on B");
 }

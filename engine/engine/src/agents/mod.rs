@@ -103,6 +103,9 @@ pub struct AgentRegistry {
     /// The components registered with the engine, by tenant and agent, so
     /// that a tenant's agents can be bound again when its sandbox changes.
     components: std::sync::Mutex<HashMap<(String, String), ComponentAgent>>,
+    /// The version registered with the engine, by tenant and agent, so that
+    /// [`sync`](Self::sync) loads only what changed.
+    digests: std::sync::Mutex<HashMap<(String, String), String>>,
 }
 
 impl AgentRegistry {
@@ -118,6 +121,7 @@ impl AgentRegistry {
             policies: HashMap::new(),
             uploads: Uploads::new(&UploadPolicy::default()),
             components: Default::default(),
+            digests: Default::default(),
         }
     }
 
@@ -180,18 +184,54 @@ impl AgentRegistry {
     /// this engine) is reported, as `(tenant, agent, why)`, and left out;
     /// its sessions' deliveries fail until it is uploaded again.
     pub async fn load_all(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+        self.sync().await
+    }
+
+    /// Brings the agents registered with the engine in line with the
+    /// store: loads those whose current version changed (or that are new)
+    /// and unregisters those removed. What another node sharing the store
+    /// uploaded is served here after this; see
+    /// [`Engine::records_changed`]. Failures are reported as by
+    /// [`load_all`](Self::load_all).
+    pub async fn sync(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+        let _writing = self.writing.lock().await;
         let mut failures = Vec::new();
+        let mut stored = std::collections::HashSet::new();
         for record in self.engine.store().agents(None).await? {
+            let key = (record.tenant.clone(), record.agent_id.clone());
+            stored.insert(key.clone());
+            if self.digests.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key)
+                == Some(&record.current.digest)
+            {
+                continue;
+            }
             match self.worker(&record.tenant, &record.agent_id, &record.current).await {
                 Ok((worker, component)) => {
                     self.registered(&record.tenant, &record.agent_id, component);
                     self.engine.register_agent(&record.tenant, &record.agent_id, worker);
+                    self.digests
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(key, record.current.digest);
                 }
                 Err(e) => {
                     tracing::error!(tenant = %record.tenant, agent = %record.agent_id, error = %e, "agent not loaded");
                     failures.push((record.tenant, record.agent_id, e.to_string()));
                 }
             }
+        }
+        let gone: Vec<(String, String)> = self
+            .digests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .keys()
+            .filter(|key| !stored.contains(*key))
+            .cloned()
+            .collect();
+        for (tenant, agent_id) in gone {
+            self.engine.unregister_agent(&tenant, &agent_id);
+            self.registered(&tenant, &agent_id, None);
+            self.digests.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&(tenant, agent_id));
         }
         Ok(failures)
     }
@@ -227,9 +267,20 @@ impl AgentRegistry {
         match &version.worker {
             AgentWorker::Component { .. } => {
                 let path = self.component_path(&version.digest);
-                let bytes = tokio::fs::read(&path)
-                    .await
-                    .map_err(|e| AgentError::Internal(format!("reading {}: {e}", path.display())))?;
+                let bytes = match tokio::fs::read(&path).await {
+                    Ok(bytes) => bytes,
+                    // Uploaded to another node sharing the store: its bytes
+                    // are in the store, and kept here from now on.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.engine.store().shared().is_some() => {
+                        let shared = self.engine.store().shared().expect("checked");
+                        let bytes = shared.blob(&version.digest).await?.ok_or_else(|| {
+                            AgentError::Internal(format!("the store has no component {}", version.digest))
+                        })?;
+                        self.keep_bytes(&path, bytes.clone()).await?;
+                        bytes
+                    }
+                    Err(e) => return Err(AgentError::Internal(format!("reading {}: {e}", path.display()))),
+                };
                 let agent = self.compile(tenant, agent_id, bytes).await?;
                 Ok((Arc::new(agent.clone()), Some(agent)))
             }
@@ -291,6 +342,10 @@ impl AgentRegistry {
         batch.push(Op::PutAgent(record.clone()));
         self.engine.store().commit(batch).await?;
         self.engine.register_agent(tenant, agent_id, worker);
+        self.digests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert((tenant.to_owned(), agent_id.to_owned()), record.current.digest.clone());
         Ok((record, true))
     }
 
@@ -319,20 +374,30 @@ impl AgentRegistry {
         drop(turn);
         self.uploads.check_quota(tenant, agent_id, agent.compiled_bytes(), max_compiled_bytes)?;
         let worker: Arc<dyn Worker> = Arc::new(agent.clone());
+        // In the shared store before the record naming it, so that no node
+        // reads a version whose bytes it cannot fetch.
+        if let Some(shared) = self.engine.store().shared() {
+            shared.put_blob(&digest, &bytes).await?;
+        }
         if !path.exists() {
-            // Written whole or not at all (a crash never leaves a torn file
-            // under a digest's name), as the compile caches write theirs.
-            let dir = self.dir.clone();
-            tokio::task::spawn_blocking(move || write_atomically(&dir, &path, &bytes))
-                .await
-                .map_err(|e| AgentError::Internal(e.to_string()))?
-                .map_err(|e| AgentError::Internal(e.to_string()))?;
+            self.keep_bytes(&path, bytes).await?;
         }
         let version =
             AgentVersion { digest, worker: AgentWorker::Component { bytes: size }, created_ms: crate::clock::now_ms() };
         let put = self.put(tenant, agent_id, version, worker).await?;
         self.registered(tenant, agent_id, Some(agent));
         Ok(put)
+    }
+
+    /// Writes a component's bytes under its digest's name, whole or not at
+    /// all (a crash never leaves a torn file there), as the compile caches
+    /// write theirs.
+    async fn keep_bytes(&self, path: &std::path::Path, bytes: Vec<u8>) -> Result<(), AgentError> {
+        let (dir, path) = (self.dir.clone(), path.to_owned());
+        tokio::task::spawn_blocking(move || write_atomically(&dir, &path, &bytes))
+            .await
+            .map_err(|e| AgentError::Internal(e.to_string()))?
+            .map_err(|e| AgentError::Internal(e.to_string()))
     }
 
     /// Registers the HTTP worker at `url` as the agent's new version; its
@@ -372,6 +437,10 @@ impl AgentRegistry {
         self.engine.store().commit(batch).await?;
         self.engine.unregister_agent(tenant, agent_id);
         self.registered(tenant, agent_id, None);
+        self.digests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&(tenant.to_owned(), agent_id.to_owned()));
         Ok(true)
     }
 }

@@ -20,11 +20,13 @@ use tracing::Instrument;
 
 use super::apply::{Accepted, InputError, Outcome, Sender, SessionQuota};
 use super::env::Env;
+use super::forward::{self, Reply, Request};
 use super::{Change, Session, proposal, validate};
 use crate::clock;
 use crate::events::{DeltaGate, Event};
 use crate::model::Money;
-use crate::store::{Op, SessionKey, StepStatus, StoreError, TurnStatus};
+use crate::store::shared::Claim;
+use crate::store::{Fence, InboxItem, Op, SessionKey, StepStatus, StoreError, TurnStatus};
 use crate::worker::{Delivery, DeltaSink, ERROR_TEXT_BYTES, WorkerError, clip};
 
 /// What an actor is told.
@@ -88,6 +90,44 @@ pub(crate) struct Actor {
     timer: Option<(u64, JoinHandle<()>)>,
     loaded: bool,
     check_inbox: bool,
+    /// On a shared store: the token of the session's lease, held by this
+    /// node while the actor lives; every commit is fenced by it.
+    lease: Option<u64>,
+    /// On a shared store: another node holds the session's lease, so this
+    /// actor only forwards what it is sent to that node (through the
+    /// session's inbox) and leaves.
+    remote: bool,
+}
+
+/// Where the answer to a request goes: back to a caller on this node, or,
+/// for a request another node forwarded through the inbox, into the store
+/// in the commit that acts on it.
+enum Answer<T> {
+    Local(oneshot::Sender<Result<T, InputError>>),
+    Forwarded { id: String, seq: u64 },
+}
+
+/// A request's result, as a forwarded request's stored answer.
+trait Replied: Sized {
+    fn reply(result: &Result<Self, InputError>) -> Reply;
+}
+
+impl Replied for Accepted {
+    fn reply(result: &Result<Self, InputError>) -> Reply {
+        Reply::input(result)
+    }
+}
+
+impl Replied for bool {
+    fn reply(result: &Result<Self, InputError>) -> Reply {
+        Reply::cancel(result)
+    }
+}
+
+impl Replied for () {
+    fn reply(result: &Result<Self, InputError>) -> Reply {
+        Reply::done(result)
+    }
 }
 
 impl Drop for Actor {
@@ -117,6 +157,8 @@ impl Actor {
             timer: None,
             loaded: false,
             check_inbox: true,
+            lease: None,
+            remote: false,
         };
         let task = tokio::spawn(actor.run().instrument(span));
         (tx, task)
@@ -125,6 +167,9 @@ impl Actor {
     async fn run(mut self) {
         loop {
             if let Err(e) = self.pump().await {
+                if self.fenced(&e) {
+                    continue;
+                }
                 self.halt(&e);
                 return;
             }
@@ -136,7 +181,10 @@ impl Actor {
                 let linger = if self.session.is_some() { LINGER } else { Duration::ZERO };
                 match tokio::time::timeout(linger, self.rx.recv()).await {
                     Ok(msg) => msg,
-                    Err(_) if self.mail.leave(&self.key, &self.rx) => return,
+                    Err(_) if self.mail.leave(&self.key, &self.rx) => {
+                        self.release().await;
+                        return;
+                    }
                     Err(_) => continue,
                 }
             } else {
@@ -144,9 +192,40 @@ impl Actor {
             };
             let Some(msg) = msg else { return };
             if let Err(e) = self.handle(msg).await {
+                if self.fenced(&e) {
+                    continue;
+                }
                 self.halt(&e);
                 return;
             }
+        }
+    }
+
+    /// After a commit refused because another node took the session's
+    /// lease: what is in memory is given up (the other node acts for the
+    /// session now, from the store), and the actor only forwards from
+    /// here on. False for any other error.
+    fn fenced(&mut self, error: &StoreError) -> bool {
+        if !matches!(error, StoreError::Fenced { .. }) {
+            return false;
+        }
+        tracing::warn!(%error, "the session's lease was lost to another node; giving the session up");
+        self.stop_tasks();
+        self.session = None;
+        self.lease = None;
+        self.remote = true;
+        self.check_inbox = false;
+        true
+    }
+
+    /// Gives the session's lease up as the actor leaves, so that the next
+    /// input to any node claims it at once.
+    async fn release(&mut self) {
+        let (Some(token), Some(shared)) = (self.lease.take(), self.env.store.shared()) else { return };
+        if let Err(error) = shared.release(&self.key, token).await {
+            // The lease lapses with this node's heartbeat, or goes back to
+            // this node at its next claim.
+            tracing::warn!(%error, "the session's lease could not be released");
         }
     }
 
@@ -179,10 +258,16 @@ impl Actor {
             && self.session.as_ref().is_none_or(|s| s.next_step().is_none())
     }
 
-    /// Makes a change durable, then acts on it.
+    /// Makes a change durable, then acts on it. A change without a session
+    /// in memory (the answer to a forwarded request for a session that
+    /// does not exist) is committed as it is.
     async fn commit(&mut self, mut change: Change) -> Result<(), StoreError> {
-        let Some(session) = self.session.as_mut() else { return Ok(()) };
-        session.seal(&mut change, self.env.config.clock.now_ms());
+        match self.session.as_mut() {
+            Some(session) => session.seal(&mut change, self.env.config.clock.now_ms()),
+            None if change.batch.is_empty() => return Ok(()),
+            None => {}
+        }
+        change.batch.fence = self.lease.map(|token| Fence { key: self.key.clone(), token });
         // Those waiting for a turn's end get its record from here rather
         // than reading the store again.
         let ended: Vec<_> = change
@@ -222,6 +307,23 @@ impl Actor {
     /// whose backoff passed, start engine-run calls, deliver the next step,
     /// and arm the timer for what comes due later.
     async fn pump(&mut self) -> Result<(), StoreError> {
+        if !self.loaded
+            && let Some(shared) = self.env.store.shared()
+        {
+            match shared.claim(&self.key).await? {
+                Claim::Granted(lease) => self.lease = Some(lease.token),
+                Claim::HeldBy { node } => {
+                    tracing::debug!(holder = %node, "the session is leased to another node; forwarding to it");
+                    self.loaded = true;
+                    self.remote = true;
+                    self.mail.take_recovering(&self.key);
+                }
+            }
+        }
+        if self.remote {
+            self.check_inbox = false;
+            return Ok(());
+        }
         if !self.loaded {
             self.session = Session::load(self.env.store.as_ref(), &self.key).await?;
             self.loaded = true;
@@ -229,22 +331,13 @@ impl Actor {
                 self.mark_interrupted().await?;
             }
         }
-        if self.session.is_none() {
-            self.check_inbox = false;
-            return Ok(());
+        // Requests forwarded by other nodes may wait in the inbox of a
+        // session that does not exist yet (an input creating it).
+        if std::mem::take(&mut self.check_inbox) && (self.session.is_some() || self.lease.is_some()) {
+            self.take_inbox().await?;
         }
-
-        if std::mem::take(&mut self.check_inbox) {
-            let items = self.env.store.inbox(&self.key).await?;
-            if !items.is_empty() {
-                let ctx = self.env.ctx();
-                let mut change = Change::default();
-                let session = self.session.as_mut().expect("checked above");
-                for (seq, item) in items {
-                    session.take_inbox(seq, item, &ctx, &mut change);
-                }
-                self.commit(change).await?;
-            }
+        if self.session.is_none() {
+            return Ok(());
         }
 
         let now = self.env.config.clock.now_ms();
@@ -271,6 +364,102 @@ impl Actor {
         self.start_delivery();
         self.arm_timer();
         Ok(())
+    }
+
+    /// Takes in the inbox in order: items for the session are applied,
+    /// requests forwarded by other nodes are answered, each in a commit
+    /// of its own.
+    async fn take_inbox(&mut self) -> Result<(), StoreError> {
+        let items = self.env.store.inbox(&self.key).await?;
+        let env = self.env.clone();
+        let mut change = Change::default();
+        for (seq, item) in items {
+            match item {
+                InboxItem::Request { id, request } => {
+                    if !change.batch.is_empty() {
+                        self.commit(std::mem::take(&mut change)).await?;
+                    }
+                    self.on_request(seq, id, request).await?;
+                }
+                item => {
+                    // Items for a session that does not exist wait, as
+                    // they always have, until it does.
+                    if let Some(session) = self.session.as_mut() {
+                        session.take_inbox(seq, item, &env.ctx(), &mut change);
+                    }
+                }
+            }
+        }
+        if !change.batch.is_empty() {
+            self.commit(change).await?;
+        }
+        Ok(())
+    }
+
+    /// Acts on a request another node forwarded, and stores the answer
+    /// with what it changed.
+    async fn on_request(&mut self, seq: u64, id: String, request: serde_json::Value) -> Result<(), StoreError> {
+        let request = match serde_json::from_value::<Request>(request) {
+            Ok(request) => request,
+            Err(e) => {
+                let error = InputError::Store(format!("the forwarded request {id} is unreadable: {e}"));
+                return self.respond::<()>(Answer::Forwarded { id, seq }, Err(error), Change::default(), false).await;
+            }
+        };
+        match request {
+            Request::Input { input, sender } => {
+                self.on_input(input, sender.into(), Answer::Forwarded { id, seq }).await
+            }
+            Request::Cancel => self.on_cancel(Answer::Forwarded { id, seq }).await,
+            Request::SetBudget { budget } => match forward::budget(budget) {
+                Ok(budget) => self.on_set_budget(budget, Answer::Forwarded { id, seq }).await,
+                Err(e) => self.respond::<()>(Answer::Forwarded { id, seq }, Err(e), Change::default(), false).await,
+            },
+        }
+    }
+
+    /// Answers a request once `change` (what acting on it wrote) is
+    /// durable: a local caller after the commit, a forwarded request by
+    /// storing its answer in that same commit. A failed commit answers a
+    /// local caller with the store's error; a forwarded request stays in
+    /// the inbox, to be acted on again when the session is reloaded.
+    /// `always` commits even a change that writes nothing but the
+    /// session's record.
+    async fn respond<T: Replied>(
+        &mut self,
+        answer: Answer<T>,
+        result: Result<T, InputError>,
+        mut change: Change,
+        always: bool,
+    ) -> Result<(), StoreError> {
+        let reply = match &answer {
+            Answer::Forwarded { id, seq } => {
+                let reply = serde_json::to_value(T::reply(&result)).unwrap_or_default();
+                change.batch.push(Op::DeleteInbox { session: self.key.clone(), seq: *seq });
+                change.batch.push(Op::PutReply { id: id.clone(), reply });
+                Some(id.clone())
+            }
+            Answer::Local(_) => None,
+        };
+        let committed = if change.batch.is_empty() && !always { Ok(()) } else { self.commit(change).await };
+        match (answer, committed) {
+            (Answer::Local(tx), Ok(())) => {
+                let _ = tx.send(result);
+                Ok(())
+            }
+            (Answer::Local(tx), Err(e)) => {
+                let _ = tx.send(Err(InputError::Store(e.to_string())));
+                Err(e)
+            }
+            (Answer::Forwarded { .. }, committed) => {
+                if let Some(id) = reply
+                    && committed.is_ok()
+                {
+                    self.env.replies.signal(&id);
+                }
+                committed
+            }
+        }
     }
 
     /// Fails the tries of calls whose deadline has passed. A delivery
@@ -516,32 +705,58 @@ impl Actor {
         }
     }
 
+    /// Forwards a request to the node holding the session's lease, in a
+    /// task of its own, and answers the caller when that node has.
+    fn forward<T: Send + 'static>(
+        &self,
+        request: Request,
+        reply: oneshot::Sender<Result<T, InputError>>,
+        read: fn(Reply) -> Option<T>,
+    ) {
+        let (env, mail, key) = (self.env.clone(), self.mail.clone(), self.key.clone());
+        tokio::spawn(
+            async move {
+                let answer = forward::send(&env, mail.as_ref(), &key, request).await.and_then(|reply| {
+                    let shown = format!("{reply:?}");
+                    read(reply).ok_or_else(|| InputError::Store(format!("the session's node answered {shown}")))
+                });
+                let _ = reply.send(answer);
+            }
+            .in_current_span(),
+        );
+    }
+
     async fn handle(&mut self, msg: Msg) -> Result<(), StoreError> {
+        if self.remote {
+            match msg {
+                Msg::Input { input, reply } => {
+                    let (input, sender) = *input;
+                    let request = Request::Input { input, sender: sender.into() };
+                    self.forward(request, reply, |r| match r {
+                        Reply::Accepted { turn_id, existing } => Some(Accepted { turn_id, existing }),
+                        _ => None,
+                    });
+                }
+                Msg::Cancel { reply } => self.forward(Request::Cancel, reply, |r| match r {
+                    Reply::Cancelled { open } => Some(open),
+                    _ => None,
+                }),
+                Msg::SetBudget { budget, reply } => {
+                    let request = Request::SetBudget { budget: budget.map(|b| b.to_string()) };
+                    self.forward(request, reply, |r| matches!(r, Reply::Done).then_some(()));
+                }
+                // The holder hears of the store's changes itself; what
+                // this node's own tasks report is stale.
+                Msg::Wake | Msg::Decided { .. } | Msg::CallDone { .. } => {}
+            }
+            return Ok(());
+        }
         match msg {
             Msg::Input { input, reply } => {
                 let (input, sender) = *input;
-                self.on_input(input, sender, reply).await
+                self.on_input(input, sender, Answer::Local(reply)).await
             }
-            Msg::Cancel { reply } => {
-                let open = self.session.as_ref().is_some_and(|s| s.record.turn.is_some());
-                if open {
-                    self.stop_tasks();
-                    let mut change = Change::default();
-                    let ctx = self.env.ctx();
-                    let session = self.session.as_mut().expect("open turn");
-                    session.fail_turn("the turn was cancelled", "cancelled", &ctx, &mut change);
-                    if let Err(e) = self.commit(change).await {
-                        let _ = reply.send(Err(InputError::Store(e.to_string())));
-                        return Err(e);
-                    }
-                }
-                let _ = reply.send(if self.session.is_some() {
-                    Ok(open)
-                } else {
-                    Err(InputError::NoSession(self.key.session.clone()))
-                });
-                Ok(())
-            }
+            Msg::Cancel { reply } => self.on_cancel(Answer::Local(reply)).await,
             Msg::Decided { seq, attempt, result } => {
                 if !self.delivery.as_ref().is_some_and(|d| d.seq == seq && d.attempt == attempt) {
                     return Ok(()); // A delivery the actor no longer waits for.
@@ -566,23 +781,7 @@ impl Actor {
                 self.session.as_mut().expect("loaded").settle(&call_id, *outcome, &ctx, &mut change);
                 self.commit(change).await
             }
-            Msg::SetBudget { budget, reply } => {
-                let Some(session) = self.session.as_mut() else {
-                    let _ = reply.send(Err(InputError::NoSession(self.key.session.clone())));
-                    return Ok(());
-                };
-                session.record.budget = budget.map(|b| b.to_string());
-                match self.commit(Change::default()).await {
-                    Ok(()) => {
-                        let _ = reply.send(Ok(()));
-                        Ok(())
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(InputError::Store(e.to_string())));
-                        Err(e)
-                    }
-                }
-            }
+            Msg::SetBudget { budget, reply } => self.on_set_budget(budget, Answer::Local(reply)).await,
             Msg::Wake => {
                 self.check_inbox = true;
                 if let Some((due, _)) = &self.timer
@@ -595,11 +794,35 @@ impl Actor {
         }
     }
 
+    async fn on_cancel(&mut self, answer: Answer<bool>) -> Result<(), StoreError> {
+        let open = self.session.as_ref().is_some_and(|s| s.record.turn.is_some());
+        let mut change = Change::default();
+        if open {
+            self.stop_tasks();
+            let ctx = self.env.ctx();
+            let session = self.session.as_mut().expect("open turn");
+            session.fail_turn("the turn was cancelled", "cancelled", &ctx, &mut change);
+        }
+        let result =
+            if self.session.is_some() { Ok(open) } else { Err(InputError::NoSession(self.key.session.clone())) };
+        self.respond(answer, result, change, false).await
+    }
+
+    async fn on_set_budget(&mut self, budget: Option<Money>, answer: Answer<()>) -> Result<(), StoreError> {
+        let Some(session) = self.session.as_mut() else {
+            let refused = Err(InputError::NoSession(self.key.session.clone()));
+            return self.respond(answer, refused, Change::default(), false).await;
+        };
+        session.record.budget = budget.map(|b| b.to_string());
+        // Nothing but the session's record changes: the commit stores it.
+        self.respond(answer, Ok(()), Change::default(), true).await
+    }
+
     async fn on_input(
         &mut self,
         input: ClientInput,
         sender: Sender,
-        reply: oneshot::Sender<Result<Accepted, InputError>>,
+        answer: Answer<Accepted>,
     ) -> Result<(), StoreError> {
         let starts_turn = matches!(
             input,
@@ -609,18 +832,16 @@ impl Actor {
         if let Some(session) = &self.session
             && let Some(refused) = sender.refuse(&self.key.session, &session.record.identity)
         {
-            let _ = reply.send(Err(refused));
-            return Ok(());
+            return self.respond(answer, Err(refused), Change::default(), false).await;
         }
         if fresh {
             if !starts_turn {
-                let _ = reply.send(Err(InputError::NoSession(self.key.session.clone())));
-                return Ok(());
+                let refused = Err(InputError::NoSession(self.key.session.clone()));
+                return self.respond(answer, refused, Change::default(), false).await;
             }
             self.env.tenants.count_sessions(&self.key.tenant).await;
             if let Some(refused) = self.env.tenants.refuse(&self.key.tenant, 1) {
-                let _ = reply.send(Err(InputError::LimitExceeded(refused)));
-                return Ok(());
+                return self.respond(answer, Err(InputError::LimitExceeded(refused)), Change::default(), false).await;
             }
             let agent_id = match &input {
                 ClientInput::ClientMessage(m) => m.agent_id.clone(),
@@ -641,25 +862,10 @@ impl Actor {
                 // each commit), so it is read again. Refusals are rare;
                 // copying the whole session before every input, to restore
                 // it, cost more than this.
-                let reloaded = Session::load(self.env.store.as_ref(), &self.key).await;
-                let _ = reply.send(Err(e));
-                self.session = reloaded?;
-                Ok(())
+                self.session = Session::load(self.env.store.as_ref(), &self.key).await?;
+                self.respond(answer, Err(e), Change::default(), false).await
             }
-            Ok(accepted) if change.batch.is_empty() => {
-                let _ = reply.send(Ok(accepted));
-                Ok(())
-            }
-            Ok(accepted) => match self.commit(change).await {
-                Ok(()) => {
-                    let _ = reply.send(Ok(accepted));
-                    Ok(())
-                }
-                Err(e) => {
-                    let _ = reply.send(Err(InputError::Store(e.to_string())));
-                    Err(e)
-                }
-            },
+            Ok(accepted) => self.respond(answer, Ok(accepted), change, false).await,
         }
     }
 

@@ -70,7 +70,11 @@ impl Directory {
     /// Wakes a session that was unfinished when the store was opened; its
     /// first load counts a delivery the stop may have cut short.
     pub fn recover(&self, key: &SessionKey) {
-        lock(&self.recovering).insert(key.clone());
+        // An actor already running has loaded the session: nothing of a
+        // crash is left for it to count.
+        if !lock(&self.actors).contains_key(key) {
+            lock(&self.recovering).insert(key.clone());
+        }
         self.send(key, Msg::Wake);
     }
 

@@ -35,6 +35,8 @@ pub(crate) struct Env {
     pub models: Models,
     /// Each tenant's budgets and session limits, and its use of them.
     pub tenants: Tenants,
+    /// Callers waiting for answers to requests forwarded to other nodes.
+    pub replies: super::forward::Replies,
 }
 
 impl Env {
@@ -47,6 +49,7 @@ impl Env {
             config,
             agents: Agents::default(),
             models,
+            replies: Default::default(),
         }
     }
 

@@ -15,11 +15,14 @@
 //! - [`env`]: what every actor works with (store, hub, agents, models,
 //!   tenants' limits, settings).
 //! - [`directory`]: the running actors, by session.
+//! - [`forward`]: requests forwarded to the node acting for a session,
+//!   when several nodes share a store.
 
 pub(crate) mod actor;
 pub(crate) mod apply;
 pub(crate) mod directory;
 pub(crate) mod env;
+pub(crate) mod forward;
 pub(crate) mod proposal;
 pub(crate) mod tree;
 pub(crate) mod validate;
