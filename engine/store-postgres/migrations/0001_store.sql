@@ -6,68 +6,76 @@
 -- backends (and Rust's String) order keys, whatever the database's
 -- locale; and so the primary keys serve those orders.
 
+-- Every session key (tenant, session id) is given a number, `sid`, the
+-- first time anything is written for it; a session's records are keyed
+-- by it. B-tree searches on one int8 cost a fraction of those on two text
+-- columns, and every row written is searched twice (ON CONFLICT's check,
+-- then the index insert). Numbers are never reused or changed.
+CREATE TABLE session_ids (
+    sid     int8 GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant  text COLLATE "C" NOT NULL,
+    session text COLLATE "C" NOT NULL,
+    UNIQUE (tenant, session)
+);
+
 -- A session's record; `active` (status not idle) and `identity` (its
 -- owner's id) are copied out of it for `unfinished` and
 -- `sessions_of_identity`. The record is rewritten at every step: room
--- left in each page lets PostgreSQL update it in place (HOT).
+-- left in each page lets PostgreSQL update it in place (HOT), touching no
+-- index.
 CREATE TABLE sessions (
+    sid      int8 PRIMARY KEY,
     tenant   text COLLATE "C" NOT NULL,
     id       text COLLATE "C" NOT NULL,
     active   boolean NOT NULL,
     identity text COLLATE "C",
     record   bytea NOT NULL,
-    PRIMARY KEY (tenant, id)
+    UNIQUE (tenant, id)
 ) WITH (fillfactor = 70);
 CREATE INDEX sessions_active ON sessions (tenant, id) WHERE active;
 
 -- A session's history, by sequence number.
 CREATE TABLE messages (
-    tenant  text COLLATE "C" NOT NULL,
-    session text COLLATE "C" NOT NULL,
-    seq     int8 NOT NULL,
-    record  bytea NOT NULL,
-    PRIMARY KEY (tenant, session, seq)
+    sid    int8 NOT NULL,
+    seq    int8 NOT NULL,
+    record bytea NOT NULL,
+    PRIMARY KEY (sid, seq)
 );
 CREATE TABLE steps (
-    tenant  text COLLATE "C" NOT NULL,
-    session text COLLATE "C" NOT NULL,
-    seq     int8 NOT NULL,
-    record  bytea NOT NULL,
-    PRIMARY KEY (tenant, session, seq)
+    sid    int8 NOT NULL,
+    seq    int8 NOT NULL,
+    record bytea NOT NULL,
+    PRIMARY KEY (sid, seq)
 ) WITH (fillfactor = 80);
 CREATE TABLE events (
-    tenant  text COLLATE "C" NOT NULL,
-    session text COLLATE "C" NOT NULL,
-    seq     int8 NOT NULL,
-    record  bytea NOT NULL,
-    PRIMARY KEY (tenant, session, seq)
+    sid    int8 NOT NULL,
+    seq    int8 NOT NULL,
+    record bytea NOT NULL,
+    PRIMARY KEY (sid, seq)
 );
 
 -- Calls in flight and turns, by id.
 CREATE TABLE calls (
-    tenant  text COLLATE "C" NOT NULL,
-    session text COLLATE "C" NOT NULL,
+    sid     int8 NOT NULL,
     call_id text COLLATE "C" NOT NULL,
     record  bytea NOT NULL,
-    PRIMARY KEY (tenant, session, call_id)
+    PRIMARY KEY (sid, call_id)
 ) WITH (fillfactor = 80);
 CREATE TABLE turns (
-    tenant  text COLLATE "C" NOT NULL,
-    session text COLLATE "C" NOT NULL,
+    sid     int8 NOT NULL,
     turn_id text COLLATE "C" NOT NULL,
     record  bytea NOT NULL,
-    PRIMARY KEY (tenant, session, turn_id)
+    PRIMARY KEY (sid, turn_id)
 ) WITH (fillfactor = 80);
 
 -- What other sessions sent a session; numbers from one sequence, so they
 -- increase across the store and are never reused.
 CREATE SEQUENCE inbox_seq;
 CREATE TABLE inbox (
-    tenant  text COLLATE "C" NOT NULL,
-    session text COLLATE "C" NOT NULL,
-    seq     int8 NOT NULL,
-    item    bytea NOT NULL,
-    PRIMARY KEY (tenant, session, seq)
+    sid  int8 NOT NULL,
+    seq  int8 NOT NULL,
+    item bytea NOT NULL,
+    PRIMARY KEY (sid, seq)
 );
 
 -- Per tenant.

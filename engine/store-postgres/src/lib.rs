@@ -9,18 +9,21 @@
 //!
 //! | table | key | value, and columns for queries |
 //! | --- | --- | --- |
-//! | `sessions` | (tenant, id) | [`SessionRecord`]; `active` (status not idle, indexed), `identity` (its owner's id) |
-//! | `messages`, `steps`, `events` | (tenant, session, seq) | [`MessageRecord`], [`StepRecord`], [`EventRecord`] |
-//! | `calls`, `turns` | (tenant, session, id) | [`CallRecord`], [`TurnRecord`] |
-//! | `inbox` | (tenant, session, seq) | [`InboxItem`]; numbers from the sequence `inbox_seq` |
+//! | `session_ids` | (tenant, session) | the session's number, `sid`, given the first time anything is written for it |
+//! | `sessions` | sid; also (tenant, id) | [`SessionRecord`]; `active` (status not idle, indexed), `identity` (its owner's id) |
+//! | `messages`, `steps`, `events` | (sid, seq) | [`MessageRecord`], [`StepRecord`], [`EventRecord`] |
+//! | `calls`, `turns` | (sid, id) | [`CallRecord`], [`TurnRecord`] |
+//! | `inbox` | (sid, seq) | [`InboxItem`]; numbers from the sequence `inbox_seq` |
 //! | `agents`, `api_keys`, `tenants` | (tenant, id) | [`AgentRecord`], [`KeyRecord`], [`TenantRecord`] |
 //! | `replies` | request id | the answer to a forwarded request, and when it was stored |
 //! | `blobs` | digest | a component's bytes |
 //! | `nodes` | name | when the node's heartbeat expires |
 //! | `leases` | (tenant, session) | the node holding the lease (NULL once released) and its fencing token, from the sequence `lease_tokens` |
 //!
-//! Text keys use the `"C"` collation, so lists come in byte order, as from
-//! the other backends. The schema is versioned with sqlx's migrations,
+//! A session's rows are keyed by its number rather than its two texts: a
+//! B-tree search on one integer costs a fraction of one on two strings,
+//! and every row written is searched twice. Text keys use the `"C"`
+//! collation, so lists come in byte order, as from the other backends. The schema is versioned with sqlx's migrations,
 //! embedded in the binary and applied by [`PgStore::open`]; a database
 //! migrated by a newer binary is refused (see [`schema_version`]).
 //!
@@ -29,22 +32,25 @@
 //! [`Store::commit`] encodes the batch on the caller's task and queues it
 //! (a bounded queue: when it is full, commits wait for room). One writer
 //! task, on a connection of its own, takes every batch waiting (at most
-//! [`MAX_GROUP`]) and writes them in one transaction: the rows of the whole
-//! group go into each table with one multi-row statement
-//! (`INSERT … SELECT * FROM UNNEST(…) ON CONFLICT … DO UPDATE`,
-//! `DELETE … USING UNNEST(…)`),
-//! keeping the last write of each key so the group means what its ops
-//! applied in order mean. The commit is durable when it returns: the
-//! store expects PostgreSQL's `synchronous_commit` and `fsync` on, and
-//! warns at open if they are not. A transaction of a few statements costs
-//! about what one batch alone would, so under load many batches share it.
+//! [`MAX_GROUP`]) and writes them with one statement, which is its own
+//! transaction: its parts write each table with the rows of the whole
+//! group (`INSERT … SELECT * FROM UNNEST(…) ON CONFLICT … DO UPDATE`, and
+//! deletes by lists of keys), keeping the last write of each key so the
+//! group means what its ops applied in order mean. One round trip writes
+//! the group (two when it holds sessions never written before, which get
+//! their numbers first). The commit is durable when it returns: the store
+//! expects PostgreSQL's `synchronous_commit` and `fsync` on, and warns at
+//! open if they are not. Under load many batches share a statement and
+//! its WAL flush.
 //!
-//! If a statement fails, the group's batches are tried again one by one,
-//! so one bad batch fails alone. A group that failed because the
-//! connection broke, or that PostgreSQL chose as a deadlock victim, is
-//! tried once more as a whole. If the COMMIT itself fails, its outcome is
+//! If PostgreSQL refuses the statement, the group's batches are tried
+//! again one by one, so one bad batch fails alone; one it chose as a
+//! deadlock or serialization victim is tried once more as a whole. If the
+//! connection fails while the statement is in flight, its outcome is
 //! unknown and every batch of the group gets the error; none is written
-//! again.
+//! again (a connection idle for more than a second is checked before a
+//! group is sent on it, so a connection that died while idle costs
+//! nothing).
 //!
 //! # Several nodes: leases, fencing, notices
 //!
@@ -58,14 +64,14 @@
 //!   once;
 //! - [`Shared::claim`] upserts the session's `leases` row with a new token
 //!   unless a live node other than this one holds it;
-//! - in the group's transaction the writer first locks, with one `SELECT …
-//!   FOR SHARE`, the lease rows of the sessions whose batches are fenced,
-//!   and compares tokens: a stale batch fails with [`StoreError::Fenced`]
-//!   and writes nothing, the others commit (why this is race-free is told
-//!   in `writer.rs`);
+//! - the group's statement first locks (`FOR SHARE`) the lease rows of the
+//!   sessions whose batches are fenced and writes only if every token is
+//!   current; otherwise the stale batches fail with [`StoreError::Fenced`]
+//!   and write nothing, and the statement runs again for the others (why
+//!   this is race-free is told in `writer.rs`);
 //! - the writer sends the notices of the group's batches (their events,
 //!   inbox items, replies, and changes to agents, keys or tenants) with
-//!   `pg_notify` inside the transaction, so they are delivered when, and
+//!   `pg_notify` inside the statement, so they are delivered when, and
 //!   only if, it commits: one NOTIFY per transaction carrying the group's
 //!   notices, more only where the payload would pass 8000 bytes. A task
 //!   listening on [`NOTICE_CHANNEL`] passes the other nodes' notices to
@@ -99,7 +105,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
-use sqlx::{ConnectOptions as _, Connection as _, Row as _};
+use sqlx::{ConnectOptions as _, Connection as _, Executor as _, Row as _};
 use subs_store::shared::{Claim, Lease, Noticed, Orphan, Shared, SharedSettings};
 use subs_store::{
     AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, FilteredPage, InboxItem, KeyRecord, LoadedSession,
@@ -239,9 +245,13 @@ impl PgStore {
             .application_name("subs")
             .disable_statement_logging();
         let unreachable = |err: sqlx::Error| StoreError::io(format!("cannot connect to {shown}"), err);
+        // No round trip to check a connection each time one is taken: a
+        // read that meets a connection that died while idle is tried once
+        // more, on another.
         let pool = PgPoolOptions::new()
             .max_connections(pool.max(1))
             .acquire_timeout(connect_timeout)
+            .test_before_acquire(false)
             .connect_with(connect.clone())
             .await
             .map_err(unreachable)?;
@@ -256,7 +266,11 @@ impl PgStore {
         let mut heartbeat_conn = dedicated().await?;
         node::warn_if_not_durable(&mut heartbeat_conn, &shown).await;
         node::register(&mut heartbeat_conn, &node, &shared, &shown).await?;
-        let writer_conn = dedicated().await?;
+        let mut writer_conn = dedicated().await?;
+        writer_conn
+            .execute(writer::WRITER_SETTINGS)
+            .await
+            .map_err(|err| StoreError::io(format!("cannot set up the writer's connection to {shown}"), err))?;
         let listener_pool = PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(connect_timeout)
@@ -274,8 +288,10 @@ impl PgStore {
             options: connect.clone(),
             connect_timeout,
             conn: Some(writer_conn),
+            used: std::time::Instant::now(),
             node: node.clone(),
             counters: Arc::clone(&counters),
+            sids: std::collections::HashMap::new(),
         };
         let heartbeat = node::Heartbeat {
             options: connect,
@@ -380,18 +396,40 @@ impl PgStore {
 
     /// Runs `read` on a pooled connection, unless the store is closed;
     /// `op` names what it does in errors.
-    async fn fetch_all(&self, op: impl FnOnce() -> String, query: Query<'_>) -> StoreResult<Vec<PgRow>> {
+    async fn fetch_all<'q>(
+        &self,
+        op: impl FnOnce() -> String,
+        query: impl Fn() -> Query<'q>,
+    ) -> StoreResult<Vec<PgRow>> {
         self.open_check()?;
-        query.fetch_all(&self.pool).await.map_err(|err| StoreError::io(op(), err))
+        match query().fetch_all(&self.pool).await {
+            Err(err) if broken(&err) => query().fetch_all(&self.pool).await,
+            result => result,
+        }
+        .map_err(|err| StoreError::io(op(), err))
     }
 
-    async fn fetch_optional(&self, op: impl FnOnce() -> String, query: Query<'_>) -> StoreResult<Option<PgRow>> {
+    async fn fetch_optional<'q>(
+        &self,
+        op: impl FnOnce() -> String,
+        query: impl Fn() -> Query<'q>,
+    ) -> StoreResult<Option<PgRow>> {
         self.open_check()?;
-        query.fetch_optional(&self.pool).await.map_err(|err| StoreError::io(op(), err))
+        match query().fetch_optional(&self.pool).await {
+            Err(err) if broken(&err) => query().fetch_optional(&self.pool).await,
+            result => result,
+        }
+        .map_err(|err| StoreError::io(op(), err))
     }
 }
 
 type Query<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+/// Whether `err` says the connection was lost, rather than the query
+/// refused: a read is then tried once more, on another connection.
+fn broken(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Io(_) | sqlx::Error::Protocol(_))
+}
 
 enum Queued {
     Nothing,
@@ -447,9 +485,19 @@ fn limit(n: usize) -> i64 {
 }
 
 const SESSION: &str = "SELECT record FROM sessions WHERE tenant = $1 AND id = $2";
-const MESSAGES: &str = "SELECT seq, record FROM messages WHERE tenant = $1 AND session = $2 ORDER BY seq";
-const STEPS: &str = "SELECT seq, record FROM steps WHERE tenant = $1 AND session = $2 AND seq >= $3 ORDER BY seq";
-const CALLS: &str = "SELECT record FROM calls WHERE tenant = $1 AND session = $2 ORDER BY call_id";
+/// The session's record and number, and what `load` reads by number.
+const LOAD_SESSION: &str = "SELECT record, sid FROM sessions WHERE tenant = $1 AND id = $2";
+const LOAD_MESSAGES: &str = "SELECT seq, record FROM messages WHERE sid = $1 ORDER BY seq";
+const LOAD_CALLS: &str = "SELECT record FROM calls WHERE sid = $1 ORDER BY call_id";
+const LOAD_STEPS: &str = "SELECT seq, record FROM steps WHERE sid = $1 AND seq >= $2 ORDER BY seq";
+/// Reads of a session's records find its number first (`$1`, `$2`: its
+/// key).
+const MESSAGES: &str = "SELECT seq, record FROM messages \
+    WHERE sid = (SELECT sid FROM session_ids WHERE tenant = $1 AND session = $2) ORDER BY seq";
+const STEPS: &str = "SELECT seq, record FROM steps \
+    WHERE sid = (SELECT sid FROM session_ids WHERE tenant = $1 AND session = $2) AND seq >= $3 ORDER BY seq";
+const CALLS: &str = "SELECT record FROM calls \
+    WHERE sid = (SELECT sid FROM session_ids WHERE tenant = $1 AND session = $2) ORDER BY call_id";
 
 impl Store for PgStore {
     /// Queues the batch as soon as it is called (when the queue has room;
@@ -474,7 +522,7 @@ impl Store for PgStore {
 
     fn session<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<SessionRecord>>> {
         Box::pin(async move {
-            let query = sqlx::query(SESSION).bind(&key.tenant).bind(&key.session);
+            let query = || sqlx::query(SESSION).bind(&key.tenant).bind(&key.session);
             let row = self.fetch_optional(|| format!("cannot read session {key} from {}", self.url), query).await?;
             row.map(|row| record(&row, 0, table::SESSIONS)).transpose()
         })
@@ -482,7 +530,7 @@ impl Store for PgStore {
 
     fn sessions<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
         Box::pin(async move {
-            let query = match tenant {
+            let query = || match tenant {
                 Some(tenant) => sqlx::query("SELECT record FROM sessions WHERE tenant = $1 ORDER BY id").bind(tenant),
                 None => sqlx::query("SELECT record FROM sessions ORDER BY tenant, id"),
             };
@@ -503,10 +551,12 @@ impl Store for PgStore {
                 return Ok(Vec::new());
             }
             // Session ids are never empty: after "" is from the first.
-            let query = sqlx::query("SELECT record FROM sessions WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $3")
-                .bind(tenant)
-                .bind(after.unwrap_or_default())
-                .bind(self::limit(limit));
+            let query = || {
+                sqlx::query("SELECT record FROM sessions WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $3")
+                    .bind(tenant)
+                    .bind(after.unwrap_or_default())
+                    .bind(self::limit(limit))
+            };
             let rows =
                 self.fetch_all(|| format!("cannot list the sessions of {tenant} in {}", self.url), query).await?;
             records(&rows, table::SESSIONS)
@@ -528,14 +578,16 @@ impl Store for PgStore {
                 self.open_check()?;
                 return Ok(FilteredPage::default());
             }
-            let query = sqlx::query(
-                "SELECT id, CASE WHEN identity = $3 THEN record END FROM sessions \
+            let query = || {
+                sqlx::query(
+                    "SELECT id, CASE WHEN identity = $3 THEN record END FROM sessions \
                  WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $4",
-            )
-            .bind(tenant)
-            .bind(after.unwrap_or_default())
-            .bind(identity)
-            .bind(self::limit(scan).saturating_add(1));
+                )
+                .bind(tenant)
+                .bind(after.unwrap_or_default())
+                .bind(identity)
+                .bind(self::limit(scan).saturating_add(1))
+            };
             let rows =
                 self.fetch_all(|| format!("cannot list the sessions of {tenant} in {}", self.url), query).await?;
             let mut offered = Vec::with_capacity(rows.len());
@@ -552,7 +604,7 @@ impl Store for PgStore {
 
     fn session_count<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, StoreResult<u64>> {
         Box::pin(async move {
-            let query = sqlx::query("SELECT count(*) FROM sessions WHERE tenant = $1").bind(tenant);
+            let query = || sqlx::query("SELECT count(*) FROM sessions WHERE tenant = $1").bind(tenant);
             let rows =
                 self.fetch_all(|| format!("cannot count the sessions of {tenant} in {}", self.url), query).await?;
             let count: i64 = rows.first().map_or(Ok(0), |row| column(row, 0, table::SESSIONS))?;
@@ -562,9 +614,13 @@ impl Store for PgStore {
 
     fn unfinished(&self) -> BoxFuture<'_, StoreResult<Vec<SessionKey>>> {
         Box::pin(async move {
-            let query = sqlx::query(
-                "SELECT tenant, id FROM sessions WHERE active UNION SELECT tenant, session FROM inbox ORDER BY 1, 2",
-            );
+            let query = || {
+                sqlx::query(
+                    "SELECT tenant, id FROM sessions WHERE active \
+                 UNION SELECT k.tenant, k.session FROM (SELECT DISTINCT sid FROM inbox) i JOIN session_ids k ON k.sid = i.sid \
+                 ORDER BY 1, 2",
+                )
+            };
             let rows = self.fetch_all(|| format!("cannot list the unfinished sessions in {}", self.url), query).await?;
             rows.iter()
                 .map(|row| {
@@ -583,24 +639,17 @@ impl Store for PgStore {
             let failed = |err: sqlx::Error| StoreError::io(format!("cannot load session {key} from {}", self.url), err);
             let mut tx =
                 self.pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await.map_err(failed)?;
-            let row = sqlx::query(SESSION).bind(&key.tenant).bind(&key.session).fetch_optional(&mut *tx).await;
+            let row = sqlx::query(LOAD_SESSION).bind(&key.tenant).bind(&key.session).fetch_optional(&mut *tx).await;
             let Some(row) = row.map_err(failed)? else {
                 tx.commit().await.map_err(failed)?;
                 return Ok(None);
             };
             let record: SessionRecord = self::record(&row, 0, table::SESSIONS)?;
-            let messages =
-                sqlx::query(MESSAGES).bind(&key.tenant).bind(&key.session).fetch_all(&mut *tx).await.map_err(failed)?;
-            let calls =
-                sqlx::query(CALLS).bind(&key.tenant).bind(&key.session).fetch_all(&mut *tx).await.map_err(failed)?;
+            let sid: i64 = column(&row, 1, table::SESSIONS)?;
+            let messages = sqlx::query(LOAD_MESSAGES).bind(sid).fetch_all(&mut *tx).await.map_err(failed)?;
+            let calls = sqlx::query(LOAD_CALLS).bind(sid).fetch_all(&mut *tx).await.map_err(failed)?;
             let steps = match i64::try_from(record.first_open_step) {
-                Ok(from) => sqlx::query(STEPS)
-                    .bind(&key.tenant)
-                    .bind(&key.session)
-                    .bind(from)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(failed)?,
+                Ok(from) => sqlx::query(LOAD_STEPS).bind(sid).bind(from).fetch_all(&mut *tx).await.map_err(failed)?,
                 Err(_) => Vec::new(),
             };
             tx.commit().await.map_err(failed)?;
@@ -615,7 +664,7 @@ impl Store for PgStore {
 
     fn messages<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, MessageRecord)>>> {
         Box::pin(async move {
-            let query = sqlx::query(MESSAGES).bind(&key.tenant).bind(&key.session);
+            let query = || sqlx::query(MESSAGES).bind(&key.tenant).bind(&key.session);
             let rows = self.fetch_all(|| format!("cannot read the messages of {key} from {}", self.url), query).await?;
             numbered(&rows, table::MESSAGES)
         })
@@ -627,7 +676,7 @@ impl Store for PgStore {
                 self.open_check()?;
                 return Ok(Vec::new());
             };
-            let query = sqlx::query(STEPS).bind(&key.tenant).bind(&key.session).bind(from);
+            let query = || sqlx::query(STEPS).bind(&key.tenant).bind(&key.session).bind(from);
             let rows = self.fetch_all(|| format!("cannot read the steps of {key} from {}", self.url), query).await?;
             numbered(&rows, table::STEPS)
         })
@@ -635,7 +684,7 @@ impl Store for PgStore {
 
     fn calls<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>> {
         Box::pin(async move {
-            let query = sqlx::query(CALLS).bind(&key.tenant).bind(&key.session);
+            let query = || sqlx::query(CALLS).bind(&key.tenant).bind(&key.session);
             let rows = self.fetch_all(|| format!("cannot read the calls of {key} from {}", self.url), query).await?;
             records(&rows, table::CALLS)
         })
@@ -643,7 +692,7 @@ impl Store for PgStore {
 
     fn agents<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<AgentRecord>>> {
         Box::pin(async move {
-            let query = match tenant {
+            let query = || match tenant {
                 Some(tenant) => {
                     sqlx::query("SELECT record FROM agents WHERE tenant = $1 ORDER BY agent_id").bind(tenant)
                 }
@@ -656,9 +705,9 @@ impl Store for PgStore {
 
     fn agent<'a>(&'a self, tenant: &'a str, agent_id: &'a str) -> BoxFuture<'a, StoreResult<Option<AgentRecord>>> {
         Box::pin(async move {
-            let query = sqlx::query("SELECT record FROM agents WHERE tenant = $1 AND agent_id = $2")
-                .bind(tenant)
-                .bind(agent_id);
+            let query = || {
+                sqlx::query("SELECT record FROM agents WHERE tenant = $1 AND agent_id = $2").bind(tenant).bind(agent_id)
+            };
             let row = self
                 .fetch_optional(|| format!("cannot read agent {agent_id} of {tenant} from {}", self.url), query)
                 .await?;
@@ -668,7 +717,7 @@ impl Store for PgStore {
 
     fn keys(&self) -> BoxFuture<'_, StoreResult<Vec<KeyRecord>>> {
         Box::pin(async move {
-            let query = sqlx::query("SELECT record FROM api_keys ORDER BY tenant, hash");
+            let query = || sqlx::query("SELECT record FROM api_keys ORDER BY tenant, hash");
             let rows = self.fetch_all(|| format!("cannot list the API keys in {}", self.url), query).await?;
             records(&rows, table::KEYS)
         })
@@ -676,7 +725,7 @@ impl Store for PgStore {
 
     fn tenants(&self) -> BoxFuture<'_, StoreResult<Vec<TenantRecord>>> {
         Box::pin(async move {
-            let query = sqlx::query("SELECT record FROM tenants ORDER BY tenant");
+            let query = || sqlx::query("SELECT record FROM tenants ORDER BY tenant");
             let rows = self.fetch_all(|| format!("cannot list the tenants in {}", self.url), query).await?;
             records(&rows, table::TENANTS)
         })
@@ -702,13 +751,16 @@ impl Store for PgStore {
                 self.open_check()?;
                 return Ok(Vec::new());
             }
-            let query = sqlx::query(
-                "SELECT seq, record FROM events WHERE tenant = $1 AND session = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+            let query = || {
+                sqlx::query(
+                "SELECT seq, record FROM events WHERE sid = (SELECT sid FROM session_ids WHERE tenant = $1 AND session = $2) \
+                 AND seq > $3 ORDER BY seq LIMIT $4",
             )
             .bind(&key.tenant)
             .bind(&key.session)
             .bind(after)
-            .bind(self::limit(limit));
+            .bind(self::limit(limit))
+            };
             let rows = self.fetch_all(|| format!("cannot read the events of {key} from {}", self.url), query).await?;
             numbered(&rows, table::EVENTS)
         })
@@ -716,10 +768,15 @@ impl Store for PgStore {
 
     fn turn<'a>(&'a self, key: &'a SessionKey, turn_id: &'a str) -> BoxFuture<'a, StoreResult<Option<TurnRecord>>> {
         Box::pin(async move {
-            let query = sqlx::query("SELECT record FROM turns WHERE tenant = $1 AND session = $2 AND turn_id = $3")
+            let query = || {
+                sqlx::query(
+                    "SELECT record FROM turns \
+                 WHERE sid = (SELECT sid FROM session_ids WHERE tenant = $1 AND session = $2) AND turn_id = $3",
+                )
                 .bind(&key.tenant)
                 .bind(&key.session)
-                .bind(turn_id);
+                .bind(turn_id)
+            };
             let row =
                 self.fetch_optional(|| format!("cannot read turn {turn_id} of {key} from {}", self.url), query).await?;
             row.map(|row| record(&row, 0, table::TURNS)).transpose()
@@ -728,9 +785,14 @@ impl Store for PgStore {
 
     fn inbox<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, InboxItem)>>> {
         Box::pin(async move {
-            let query = sqlx::query("SELECT seq, item FROM inbox WHERE tenant = $1 AND session = $2 ORDER BY seq")
+            let query = || {
+                sqlx::query(
+                "SELECT seq, item FROM inbox WHERE sid = (SELECT sid FROM session_ids WHERE tenant = $1 AND session = $2) \
+                 ORDER BY seq",
+            )
                 .bind(&key.tenant)
-                .bind(&key.session);
+                .bind(&key.session)
+            };
             let rows = self.fetch_all(|| format!("cannot read the inbox of {key} from {}", self.url), query).await?;
             numbered(&rows, table::INBOX)
         })
@@ -738,7 +800,7 @@ impl Store for PgStore {
 
     fn reply<'a>(&'a self, id: &'a str) -> BoxFuture<'a, StoreResult<Option<serde_json::Value>>> {
         Box::pin(async move {
-            let query = sqlx::query("SELECT reply FROM replies WHERE id = $1").bind(id);
+            let query = || sqlx::query("SELECT reply FROM replies WHERE id = $1").bind(id);
             let row = self.fetch_optional(|| format!("cannot read reply {id} from {}", self.url), query).await?;
             row.map(|row| record(&row, 0, table::REPLIES)).transpose()
         })
@@ -784,20 +846,23 @@ impl StoreAdmin for PgStore {
     /// dead rows). Reads every row.
     fn stored_bytes(&self) -> BoxFuture<'_, StoreResult<u64>> {
         Box::pin(async move {
-            let query = sqlx::query(
-                "SELECT (\
+            let query = || {
+                sqlx::query(
+                    "SELECT (\
                  (SELECT coalesce(sum(octet_length(tenant) + octet_length(id) + octet_length(record)), 0) FROM sessions) + \
-                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(session) + 8 + octet_length(record)), 0) FROM messages) + \
-                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(session) + 8 + octet_length(record)), 0) FROM steps) + \
-                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(session) + 8 + octet_length(record)), 0) FROM events) + \
-                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(session) + octet_length(call_id) + octet_length(record)), 0) FROM calls) + \
-                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(session) + octet_length(turn_id) + octet_length(record)), 0) FROM turns) + \
-                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(session) + 8 + octet_length(item)), 0) FROM inbox) + \
+                 (SELECT coalesce(sum(8 + octet_length(tenant) + octet_length(session)), 0) FROM session_ids) + \
+                 (SELECT coalesce(sum(16 + octet_length(record)), 0) FROM messages) + \
+                 (SELECT coalesce(sum(16 + octet_length(record)), 0) FROM steps) + \
+                 (SELECT coalesce(sum(16 + octet_length(record)), 0) FROM events) + \
+                 (SELECT coalesce(sum(8 + octet_length(call_id) + octet_length(record)), 0) FROM calls) + \
+                 (SELECT coalesce(sum(8 + octet_length(turn_id) + octet_length(record)), 0) FROM turns) + \
+                 (SELECT coalesce(sum(16 + octet_length(item)), 0) FROM inbox) + \
                  (SELECT coalesce(sum(octet_length(tenant) + octet_length(agent_id) + octet_length(record)), 0) FROM agents) + \
                  (SELECT coalesce(sum(octet_length(tenant) + octet_length(hash) + octet_length(record)), 0) FROM api_keys) + \
                  (SELECT coalesce(sum(octet_length(tenant) + octet_length(record)), 0) FROM tenants) + \
                  (SELECT coalesce(sum(octet_length(id) + octet_length(reply)), 0) FROM replies))::int8",
-            );
+                )
+            };
             let rows = self.fetch_all(|| format!("cannot measure the store in {}", self.url), query).await?;
             let bytes: i64 = rows.first().map_or(Ok(0), |row| column(row, 0, table::SESSIONS))?;
             Ok(u64::try_from(bytes).unwrap_or(0))
@@ -821,7 +886,8 @@ impl Shared for PgStore {
             // The holder may die or release between the two statements:
             // then the claim is tried again.
             for _ in 0..3 {
-                let query = sqlx::query(
+                let query = || {
+                    sqlx::query(
                     "INSERT INTO leases AS l (tenant, session, node, token) VALUES ($1, $2, $3, nextval('lease_tokens')) \
                      ON CONFLICT (tenant, session) DO UPDATE SET node = EXCLUDED.node, token = EXCLUDED.token \
                      WHERE l.node IS NULL OR l.node = EXCLUDED.node \
@@ -830,20 +896,23 @@ impl Shared for PgStore {
                 )
                 .bind(&tenant)
                 .bind(&session)
-                .bind(&self.node);
+                .bind(&self.node)
+                };
                 if let Some(row) = self.fetch_optional(op, query).await? {
                     let token: i64 = column(&row, 0, table::LEASES)?;
                     let token = u64::try_from(token)
                         .map_err(|_| StoreError::Corrupt { table: table::LEASES, message: format!("token {token}") })?;
                     return Ok(Claim::Granted(Lease { token }));
                 }
-                let query = sqlx::query(
-                    "SELECT l.node FROM leases l JOIN nodes n ON n.name = l.node AND n.expires > now() \
+                let query = || {
+                    sqlx::query(
+                        "SELECT l.node FROM leases l JOIN nodes n ON n.name = l.node AND n.expires > now() \
                      WHERE l.tenant = $1 AND l.session = $2 AND l.node <> $3",
-                )
-                .bind(&tenant)
-                .bind(&session)
-                .bind(&self.node);
+                    )
+                    .bind(&tenant)
+                    .bind(&session)
+                    .bind(&self.node)
+                };
                 if let Some(row) = self.fetch_optional(op, query).await? {
                     return Ok(Claim::HeldBy { node: column(&row, 0, table::LEASES)? });
                 }
@@ -858,10 +927,12 @@ impl Shared for PgStore {
                 self.open_check()?;
                 return Ok(());
             };
-            let query = sqlx::query("UPDATE leases SET node = NULL WHERE tenant = $1 AND session = $2 AND token = $3")
-                .bind(&key.tenant)
-                .bind(&key.session)
-                .bind(token);
+            let query = || {
+                sqlx::query("UPDATE leases SET node = NULL WHERE tenant = $1 AND session = $2 AND token = $3")
+                    .bind(&key.tenant)
+                    .bind(&key.session)
+                    .bind(token)
+            };
             self.fetch_all(|| format!("cannot release session {key} in {}", self.url), query).await?;
             Ok(())
         })
@@ -876,18 +947,20 @@ impl Shared for PgStore {
                 self.open_check()?;
                 return Ok(Vec::new());
             }
-            let query = sqlx::query(
-                "WITH unfinished AS (\
-                   SELECT tenant, id AS session FROM sessions WHERE active \
-                   UNION SELECT tenant, session FROM inbox) \
+            let query = || {
+                sqlx::query(
+                "WITH mail AS (SELECT k.tenant, k.session FROM (SELECT DISTINCT sid FROM inbox) i \
+                   JOIN session_ids k ON k.sid = i.sid), \
+                 unfinished AS (SELECT tenant, id AS session FROM sessions WHERE active UNION SELECT * FROM mail) \
                  SELECT u.tenant, u.session, l.tenant IS NULL OR l.node IS NOT NULL AS crashed \
                  FROM unfinished u LEFT JOIN leases l ON l.tenant = u.tenant AND l.session = u.session \
                  WHERE l.tenant IS NULL \
                     OR (l.node IS NOT NULL AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.name = l.node AND n.expires > now())) \
-                    OR (l.node IS NULL AND EXISTS (SELECT 1 FROM inbox i WHERE i.tenant = u.tenant AND i.session = u.session)) \
+                    OR (l.node IS NULL AND EXISTS (SELECT 1 FROM mail m WHERE m.tenant = u.tenant AND m.session = u.session)) \
                  ORDER BY u.tenant, u.session LIMIT $1",
             )
-            .bind(self::limit(limit));
+            .bind(self::limit(limit))
+            };
             let rows = self.fetch_all(|| format!("cannot look for orphaned sessions in {}", self.url), query).await?;
             rows.iter()
                 .map(|row| {
@@ -904,10 +977,11 @@ impl Shared for PgStore {
     fn put_blob<'a>(&'a self, digest: &'a str, bytes: &'a [u8]) -> BoxFuture<'a, StoreResult<()>> {
         Box::pin(async move {
             encode::text(digest, "a component digest")?;
-            let query =
+            let query = || {
                 sqlx::query("INSERT INTO blobs (digest, bytes) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING")
                     .bind(digest)
-                    .bind(bytes);
+                    .bind(bytes)
+            };
             self.fetch_all(|| format!("cannot store component {digest} in {}", self.url), query).await?;
             Ok(())
         })
@@ -915,7 +989,7 @@ impl Shared for PgStore {
 
     fn blob<'a>(&'a self, digest: &'a str) -> BoxFuture<'a, StoreResult<Option<Vec<u8>>>> {
         Box::pin(async move {
-            let query = sqlx::query("SELECT bytes FROM blobs WHERE digest = $1").bind(digest);
+            let query = || sqlx::query("SELECT bytes FROM blobs WHERE digest = $1").bind(digest);
             let row =
                 self.fetch_optional(|| format!("cannot read component {digest} from {}", self.url), query).await?;
             row.map(|row| column::<Vec<u8>>(&row, 0, table::BLOBS)).transpose()
