@@ -104,7 +104,8 @@ pub(crate) async fn run(mut heartbeat: Heartbeat, mut stop: watch::Receiver<bool
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The first tick is now: the node was registered a moment ago.
     ticks.tick().await;
-    let mut housekept = Instant::now();
+    // The first renewal also does the housekeeping, then once a period.
+    let mut housekept: Option<Instant> = None;
     loop {
         tokio::select! {
             () = stopped(&mut stop) => break,
@@ -127,8 +128,8 @@ pub(crate) async fn run(mut heartbeat: Heartbeat, mut stop: watch::Receiver<bool
                 heartbeat.conn = None;
             }
         }
-        if housekept.elapsed() >= HOUSEKEEPING {
-            housekept = Instant::now();
+        if housekept.is_none_or(|at| at.elapsed() >= HOUSEKEEPING) {
+            housekept = Some(Instant::now());
             match tokio::time::timeout(heartbeat.settings.renew, heartbeat.housekeeping()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => tracing::debug!(%error, "the store's housekeeping failed"),

@@ -5,8 +5,9 @@
 //!
 //! A round trip to the server costs more than writing a row, and each
 //! statement has a fixed cost on the server; so a group is written by one
-//! statement ([`GROUP`]) whose parts (`WITH` queries) write each table
-//! with the rows of the whole group (`INSERT … SELECT * FROM UNNEST(…) ON
+//! statement (built by `GroupWrites::statement`) whose parts (`WITH`
+//! queries) write each table the group touches with the rows of the whole
+//! group (`INSERT … SELECT * FROM UNNEST(…) ON
 //! CONFLICT … DO UPDATE`, `DELETE … USING UNNEST(…)`) and send the
 //! group's notices (`pg_notify`, delivered at commit). A statement outside
 //! an explicit transaction is one: it commits, durably, before its answer
@@ -44,7 +45,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgRow};
+use sqlx::error::BoxDynError;
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgRow};
 use sqlx::{Connection as _, Executor as _, Row as _};
 use subs_store::{StoreError, StoreResult};
 use tokio::sync::{mpsc, oneshot};
@@ -237,10 +239,12 @@ impl Writer {
             if group.is_empty() {
                 break;
             }
-            let writes = GroupWrites::collect(&group, &self.sids);
             let payloads = notice::payloads(&self.node, group.iter().flat_map(|batch| &batch.notices));
+            let (sql, arguments) = GroupWrites::collect(&group, &self.sids)
+                .statement(payloads)
+                .map_err(|err| Failure::Refused(sqlx::Error::Encode(err)))?;
             let conn = self.connection().await.map_err(failure)?;
-            let row = writes.query(payloads).fetch_one(&mut *conn).await.map_err(failure)?;
+            let row = sqlx::query_with(&sql, arguments).fetch_one(&mut *conn).await.map_err(failure)?;
             let answer = Answer::read(&row).map_err(failure)?;
             if answer.ok {
                 self.counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -312,91 +316,6 @@ const SIDS: &str = "WITH k AS (SELECT * FROM UNNEST($1::text[], $2::text[]) AS k
     SELECT sid, tenant, session FROM new \
     UNION ALL SELECT s.sid, k.tenant, k.session FROM k \
     CROSS JOIN LATERAL (SELECT sid FROM session_ids WHERE tenant = k.tenant AND session = k.session LIMIT 1) s";
-
-/// The statement that writes a group: see the [module docs](self). Every
-/// part writes only if `held` (every fence token is current), and the
-/// answer says so, with the fenced sessions' current tokens (three arrays
-/// read from one materialized `fences`, so in one order). `fences` finds
-/// each (session, token) asked for in the lease table's index: one
-/// lookup per fenced batch, not a comparison of every pair.
-const GROUP: &str = "\
-WITH fences AS (
-    SELECT l.tenant, l.session, l.token, w.token AS wanted
-    FROM UNNEST($1::text[], $2::text[], $3::int8[]) AS w(tenant, session, token)
-    CROSS JOIN LATERAL (
-        SELECT tenant, session, token FROM leases
-        WHERE tenant = w.tenant AND session = w.session AND node IS NOT NULL LIMIT 1 FOR SHARE
-    ) l
-), held AS (
-    SELECT count(*) FILTER (WHERE token = wanted) = cardinality($3::int8[]) AS ok FROM fences
-), s AS (
-    INSERT INTO sessions (sid, tenant, id, active, identity, record)
-    SELECT * FROM UNNEST($6::int8[], $7::text[], $8::text[], $9::bool[], $10::text[], $11::bytea[]) WHERE (SELECT ok FROM held)
-    ON CONFLICT (sid) DO UPDATE SET active = EXCLUDED.active, identity = EXCLUDED.identity, record = EXCLUDED.record
-), m AS (
-    INSERT INTO messages (sid, seq, record) SELECT * FROM UNNEST($12::int8[], $13::int8[], $14::bytea[]) WHERE (SELECT ok FROM held)
-    ON CONFLICT (sid, seq) DO UPDATE SET record = EXCLUDED.record
-), st AS (
-    INSERT INTO steps (sid, seq, record) SELECT * FROM UNNEST($15::int8[], $16::int8[], $17::bytea[]) WHERE (SELECT ok FROM held)
-    ON CONFLICT (sid, seq) DO UPDATE SET record = EXCLUDED.record
-), e AS (
-    INSERT INTO events (sid, seq, record) SELECT * FROM UNNEST($18::int8[], $19::int8[], $20::bytea[]) WHERE (SELECT ok FROM held)
-    ON CONFLICT (sid, seq) DO UPDATE SET record = EXCLUDED.record
-), cp AS (
-    INSERT INTO calls (sid, call_id, record) SELECT * FROM UNNEST($21::int8[], $22::text[], $23::bytea[]) WHERE (SELECT ok FROM held)
-    ON CONFLICT (sid, call_id) DO UPDATE SET record = EXCLUDED.record
-), cd AS (
-    DELETE FROM calls WHERE (SELECT ok FROM held) AND ctid = ANY(ARRAY(
-        SELECT r.ctid FROM UNNEST($24::int8[], $25::text[]) AS d(sid, id)
-        CROSS JOIN LATERAL (SELECT ctid FROM calls WHERE sid = d.sid AND call_id = d.id LIMIT 1) r))
-), tp AS (
-    INSERT INTO turns (sid, turn_id, record) SELECT * FROM UNNEST($26::int8[], $27::text[], $28::bytea[]) WHERE (SELECT ok FROM held)
-    ON CONFLICT (sid, turn_id) DO UPDATE SET record = EXCLUDED.record
-), td AS (
-    DELETE FROM turns WHERE (SELECT ok FROM held) AND ctid = ANY(ARRAY(
-        SELECT r.ctid FROM UNNEST($29::int8[], $30::text[]) AS d(sid, id)
-        CROSS JOIN LATERAL (SELECT ctid FROM turns WHERE sid = d.sid AND turn_id = d.id LIMIT 1) r))
-), ip AS (
-    INSERT INTO inbox (sid, seq, item)
-    SELECT u.sid, nextval('inbox_seq'), u.item FROM UNNEST($31::int8[], $32::bytea[]) WITH ORDINALITY AS u(sid, item, n)
-    WHERE (SELECT ok FROM held) ORDER BY u.n
-), idl AS (
-    DELETE FROM inbox WHERE (SELECT ok FROM held) AND ctid = ANY(ARRAY(
-        SELECT r.ctid FROM UNNEST($33::int8[], $34::int8[]) AS d(sid, seq)
-        CROSS JOIN LATERAL (SELECT ctid FROM inbox WHERE sid = d.sid AND seq = d.seq LIMIT 1) r))
-), ap AS (
-    INSERT INTO agents (tenant, agent_id, record) SELECT * FROM UNNEST($35::text[], $36::text[], $37::bytea[]) WHERE (SELECT ok FROM held)
-    ON CONFLICT (tenant, agent_id) DO UPDATE SET record = EXCLUDED.record
-), ad AS (
-    DELETE FROM agents WHERE (SELECT ok FROM held) AND ctid = ANY(ARRAY(
-        SELECT r.ctid FROM UNNEST($38::text[], $39::text[]) AS d(a, b)
-        CROSS JOIN LATERAL (SELECT ctid FROM agents WHERE tenant = d.a AND agent_id = d.b LIMIT 1) r))
-), kp AS (
-    INSERT INTO api_keys (tenant, hash, record) SELECT * FROM UNNEST($40::text[], $41::text[], $42::bytea[]) WHERE (SELECT ok FROM held)
-    ON CONFLICT (tenant, hash) DO UPDATE SET record = EXCLUDED.record
-), kd AS (
-    DELETE FROM api_keys WHERE (SELECT ok FROM held) AND ctid = ANY(ARRAY(
-        SELECT r.ctid FROM UNNEST($43::text[], $44::text[]) AS d(a, b)
-        CROSS JOIN LATERAL (SELECT ctid FROM api_keys WHERE tenant = d.a AND hash = d.b LIMIT 1) r))
-), tnp AS (
-    INSERT INTO tenants (tenant, record) SELECT * FROM UNNEST($45::text[], $46::bytea[]) WHERE (SELECT ok FROM held)
-    ON CONFLICT (tenant) DO UPDATE SET record = EXCLUDED.record
-), tnd AS (
-    DELETE FROM tenants WHERE (SELECT ok FROM held) AND ctid = ANY(ARRAY(
-        SELECT r.ctid FROM UNNEST($47::text[]) AS d(a)
-        CROSS JOIN LATERAL (SELECT ctid FROM tenants WHERE tenant = d.a LIMIT 1) r))
-), rp AS (
-    INSERT INTO replies (id, reply) SELECT * FROM UNNEST($48::text[], $49::bytea[]) WHERE (SELECT ok FROM held)
-    ON CONFLICT (id) DO UPDATE SET reply = EXCLUDED.reply, stored = now()
-), rd AS (
-    DELETE FROM replies WHERE (SELECT ok FROM held) AND ctid = ANY(ARRAY(
-        SELECT r.ctid FROM UNNEST($50::text[]) AS d(a)
-        CROSS JOIN LATERAL (SELECT ctid FROM replies WHERE id = d.a LIMIT 1) r))
-), n AS (
-    SELECT pg_notify($4, p) FROM UNNEST($5::text[]) AS p WHERE (SELECT ok FROM held)
-)
-SELECT (SELECT ok FROM held), (SELECT count(*) FROM n),
-    ARRAY(SELECT tenant FROM fences), ARRAY(SELECT session FROM fences), ARRAY(SELECT token FROM fences)";
 
 /// What the group's statement answered.
 struct Answer {
@@ -503,37 +422,76 @@ impl<'a> GroupWrites<'a> {
         writes
     }
 
-    /// The group's statement, its parameters bound; `payloads` are its
-    /// notices.
-    fn query(self, payloads: Vec<String>) -> sqlx::query::Query<'a, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    /// The group's statement and its parameters; `payloads` are its
+    /// notices. See the [module docs](self): the parts of the statement
+    /// are those of the tables the group writes (a statement's fixed cost
+    /// grows with its parts, and most groups write a few tables), every
+    /// part writing only if `held` (every fence token is current; without
+    /// fences there is nothing to hold). Its answer: whether it wrote, how
+    /// many payloads it sent, and the current tokens of the fenced
+    /// sessions (three arrays read from one materialized `fences`, so in
+    /// one order).
+    fn statement(self, payloads: Vec<String>) -> Result<(String, PgArguments), BoxDynError> {
         let GroupWrites { fences, sessions, seq, by_id, pushes, inbox_deletes, records } = self;
-        let mut tenants = Vec::with_capacity(fences.len());
-        let mut ids = Vec::with_capacity(fences.len());
-        let mut tokens = Vec::with_capacity(fences.len());
-        for (tenant, session, token) in fences {
-            tenants.push(tenant);
-            ids.push(session);
-            tokens.push(token);
+        let mut sql = Statement::<'a>::default();
+        let fenced = !fences.is_empty();
+        if fenced {
+            let mut tenants = Vec::with_capacity(fences.len());
+            let mut ids = Vec::with_capacity(fences.len());
+            let mut tokens = Vec::with_capacity(fences.len());
+            for (tenant, session, token) in fences {
+                tenants.push(tenant);
+                ids.push(session);
+                tokens.push(token);
+            }
+            let [t, s, k] = [sql.param(tenants)?, sql.param(ids)?, sql.param(tokens)?];
+            // One index lookup per (session, token) asked for, not a
+            // comparison of every pair.
+            sql.part(format!(
+                "fences AS (SELECT l.tenant, l.session, l.token, w.token AS wanted \
+                 FROM UNNEST({t}::text[], {s}::text[], {k}::int8[]) AS w(tenant, session, token) \
+                 CROSS JOIN LATERAL (SELECT tenant, session, token FROM leases \
+                   WHERE tenant = w.tenant AND session = w.session AND node IS NOT NULL LIMIT 1 FOR SHARE) l)"
+            ));
+            sql.part(format!(
+                "held AS (SELECT count(*) FILTER (WHERE token = wanted) = cardinality({k}::int8[]) AS ok FROM fences)"
+            ));
         }
-        let mut query =
-            sqlx::query(GROUP).bind(tenants).bind(ids).bind(tokens).bind(notice::NOTICE_CHANNEL).bind(payloads);
+        let gate = if fenced { "(SELECT ok FROM held)" } else { "true" };
 
-        let n = sessions.len();
-        let (mut sids, mut tenants, mut ids) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-        let (mut active, mut identities, mut values) =
-            (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-        for (sid, (tenant, id, is_active, identity, record)) in sessions {
-            sids.push(sid);
-            tenants.push(tenant);
-            ids.push(id);
-            active.push(is_active);
-            identities.push(identity);
-            values.push(record);
+        if !sessions.is_empty() {
+            let n = sessions.len();
+            let (mut sids, mut tenants, mut ids) =
+                (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+            let (mut active, mut identities, mut values) =
+                (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+            for (sid, (tenant, id, is_active, identity, record)) in sessions {
+                sids.push(sid);
+                tenants.push(tenant);
+                ids.push(id);
+                active.push(is_active);
+                identities.push(identity);
+                values.push(record);
+            }
+            let [a, b, c, d, e, f] = [
+                sql.param(sids)?,
+                sql.param(tenants)?,
+                sql.param(ids)?,
+                sql.param(active)?,
+                sql.param(identities)?,
+                sql.param(values)?,
+            ];
+            sql.part(format!(
+                "s AS (INSERT INTO sessions (sid, tenant, id, active, identity, record) \
+                 SELECT * FROM UNNEST({a}::int8[], {b}::text[], {c}::text[], {d}::bool[], {e}::text[], {f}::bytea[]) \
+                 WHERE {gate} ON CONFLICT (sid) DO UPDATE \
+                 SET active = EXCLUDED.active, identity = EXCLUDED.identity, record = EXCLUDED.record)"
+            ));
         }
-        query = query.bind(sids).bind(tenants).bind(ids).bind(active).bind(identities).bind(values);
-
-        // Messages, steps, events: $12 to $20.
-        for rows in seq {
+        for (table, rows) in ["messages", "steps", "events"].into_iter().zip(seq) {
+            if rows.is_empty() {
+                continue;
+            }
             let (mut sids, mut seqs, mut values) =
                 (Vec::with_capacity(rows.len()), Vec::with_capacity(rows.len()), Vec::with_capacity(rows.len()));
             for ((sid, seq), record) in rows {
@@ -541,31 +499,165 @@ impl<'a> GroupWrites<'a> {
                 seqs.push(seq);
                 values.push(record);
             }
-            query = query.bind(sids).bind(seqs).bind(values);
+            let [a, b, c] = [sql.param(sids)?, sql.param(seqs)?, sql.param(values)?];
+            sql.part(format!(
+                "{table} AS (INSERT INTO {table} (sid, seq, record) \
+                 SELECT * FROM UNNEST({a}::int8[], {b}::int8[], {c}::bytea[]) WHERE {gate} \
+                 ON CONFLICT (sid, seq) DO UPDATE SET record = EXCLUDED.record)"
+            ));
         }
-        // Calls, turns: $21 to $30.
-        for rows in by_id {
+        for ((table, id), rows) in [("calls", "call_id"), ("turns", "turn_id")].into_iter().zip(by_id) {
             let (puts, values, deletes) = split(rows);
-            let (put_sids, put_ids): (Vec<i64>, Vec<&str>) = puts.into_iter().unzip();
-            let (deleted_sids, deleted_ids): (Vec<i64>, Vec<&str>) = deletes.into_iter().unzip();
-            query = query.bind(put_sids).bind(put_ids).bind(values).bind(deleted_sids).bind(deleted_ids);
+            if !puts.is_empty() {
+                let (sids, ids): (Vec<i64>, Vec<&str>) = puts.into_iter().unzip();
+                let [a, b, c] = [sql.param(sids)?, sql.param(ids)?, sql.param(values)?];
+                sql.part(format!(
+                    "{table}_put AS (INSERT INTO {table} (sid, {id}, record) \
+                     SELECT * FROM UNNEST({a}::int8[], {b}::text[], {c}::bytea[]) WHERE {gate} \
+                     ON CONFLICT (sid, {id}) DO UPDATE SET record = EXCLUDED.record)"
+                ));
+            }
+            if !deletes.is_empty() {
+                let (sids, ids): (Vec<i64>, Vec<&str>) = deletes.into_iter().unzip();
+                let [a, b] = [sql.param(sids)?, sql.param(ids)?];
+                sql.delete(
+                    table,
+                    &format!("UNNEST({a}::int8[], {b}::text[]) AS d(sid, id)"),
+                    &format!("sid = d.sid AND {id} = d.id"),
+                    gate,
+                );
+            }
         }
-        let (sids, items): (Vec<i64>, Vec<&[u8]>) = pushes.into_iter().unzip();
-        let (deleted_sids, deleted_seqs): (Vec<i64>, Vec<i64>) = inbox_deletes.into_iter().unzip();
-        query = query.bind(sids).bind(items).bind(deleted_sids).bind(deleted_seqs);
-        // Agents and keys (two key parts), tenants and replies (one): $35
-        // to $50.
-        for (at, rows) in records.into_iter().enumerate() {
+        if !pushes.is_empty() {
+            let (sids, items): (Vec<i64>, Vec<&[u8]>) = pushes.into_iter().unzip();
+            let [a, b] = [sql.param(sids)?, sql.param(items)?];
+            // Numbers are handed out in the items' order: PostgreSQL
+            // evaluates a volatile function of the select list after its
+            // ORDER BY.
+            sql.part(format!(
+                "inbox_put AS (INSERT INTO inbox (sid, seq, item) \
+                 SELECT u.sid, nextval('inbox_seq'), u.item FROM UNNEST({a}::int8[], {b}::bytea[]) \
+                 WITH ORDINALITY AS u(sid, item, n) WHERE {gate} ORDER BY u.n)"
+            ));
+        }
+        if !inbox_deletes.is_empty() {
+            let (sids, seqs): (Vec<i64>, Vec<i64>) = inbox_deletes.into_iter().unzip();
+            let [a, b] = [sql.param(sids)?, sql.param(seqs)?];
+            sql.delete(
+                "inbox",
+                &format!("UNNEST({a}::int8[], {b}::int8[]) AS d(sid, seq)"),
+                "sid = d.sid AND seq = d.seq",
+                gate,
+            );
+        }
+        let tables = [
+            ("agents", Some("agent_id"), "record"),
+            ("api_keys", Some("hash"), "record"),
+            ("tenants", None, "record"),
+            ("replies", None, "reply"),
+        ];
+        for ((table, second, value), rows) in tables.into_iter().zip(records) {
+            let first = if table == "replies" { "id" } else { "tenant" };
             let (puts, values, deletes) = split(rows);
-            let (put_a, put_b): (Vec<&str>, Vec<&str>) = puts.into_iter().unzip();
-            let (deleted_a, deleted_b): (Vec<&str>, Vec<&str>) = deletes.into_iter().unzip();
-            query = if at < 2 {
-                query.bind(put_a).bind(put_b).bind(values).bind(deleted_a).bind(deleted_b)
-            } else {
-                query.bind(put_a).bind(values).bind(deleted_a)
-            };
+            if !puts.is_empty() {
+                let (a_keys, b_keys): (Vec<&str>, Vec<&str>) = puts.into_iter().unzip();
+                let a = sql.param(a_keys)?;
+                let (columns, unnest, conflict) = match second {
+                    Some(second) => {
+                        let b = sql.param(b_keys)?;
+                        (
+                            format!("{first}, {second}"),
+                            format!("{a}::text[], {b}::text[]"),
+                            format!("{first}, {second}"),
+                        )
+                    }
+                    None => (first.to_owned(), format!("{a}::text[]"), first.to_owned()),
+                };
+                let v = sql.param(values)?;
+                let stored = if table == "replies" { ", stored = now()" } else { "" };
+                sql.part(format!(
+                    "{table}_put AS (INSERT INTO {table} ({columns}, {value}) \
+                     SELECT * FROM UNNEST({unnest}, {v}::bytea[]) WHERE {gate} \
+                     ON CONFLICT ({conflict}) DO UPDATE SET {value} = EXCLUDED.{value}{stored})"
+                ));
+            }
+            if !deletes.is_empty() {
+                let (a_keys, b_keys): (Vec<&str>, Vec<&str>) = deletes.into_iter().unzip();
+                let a = sql.param(a_keys)?;
+                match second {
+                    Some(second) => {
+                        let b = sql.param(b_keys)?;
+                        let from = format!("UNNEST({a}::text[], {b}::text[]) AS d(a, b)");
+                        sql.delete(table, &from, &format!("{first} = d.a AND {second} = d.b"), gate);
+                    }
+                    None => sql.delete(table, &format!("UNNEST({a}::text[]) AS d(a)"), &format!("{first} = d.a"), gate),
+                }
+            }
         }
-        query
+        let notified = if payloads.is_empty() {
+            "0".to_owned()
+        } else {
+            let [channel, payloads] = [sql.param(notice::NOTICE_CHANNEL)?, sql.param(payloads)?];
+            sql.part(format!(
+                "n AS (SELECT pg_notify({channel}, p) FROM UNNEST({payloads}::text[]) AS p WHERE {gate})"
+            ));
+            "(SELECT count(*) FROM n)".to_owned()
+        };
+        let answer = if fenced {
+            format!(
+                "SELECT (SELECT ok FROM held), {notified}, ARRAY(SELECT tenant FROM fences), \
+                 ARRAY(SELECT session FROM fences), ARRAY(SELECT token FROM fences)"
+            )
+        } else {
+            format!("SELECT true, {notified}, '{{}}'::text[], '{{}}'::text[], '{{}}'::int8[]")
+        };
+        Ok(sql.finish(&answer))
+    }
+}
+
+/// A statement being built: its `WITH` parts and their parameters
+/// (encoded as they are bound, so they borrow the group's rows only
+/// meanwhile).
+#[derive(Default)]
+struct Statement<'a> {
+    parts: Vec<String>,
+    arguments: PgArguments,
+    count: usize,
+    rows: std::marker::PhantomData<&'a ()>,
+}
+
+impl<'a> Statement<'a> {
+    /// Binds `value` as the next parameter; its placeholder (`$n`).
+    fn param<T>(&mut self, value: T) -> Result<String, BoxDynError>
+    where
+        T: 'a + sqlx::Encode<'a, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        <PgArguments as sqlx::Arguments<'a>>::add(&mut self.arguments, value)?;
+        self.count += 1;
+        Ok(format!("${}", self.count))
+    }
+
+    fn part(&mut self, part: String) {
+        self.parts.push(part);
+    }
+
+    /// Deletes the rows of `table` whose keys `from` lists (`d`), where
+    /// `matches` (a condition on `table` and `d`): one index lookup per
+    /// key, in a `LATERAL` subquery with `LIMIT 1`, which the planner
+    /// cannot turn inside out (scanning the table for each key) whatever
+    /// the statistics said when it planned.
+    fn delete(&mut self, table: &str, from: &str, matches: &str, gate: &str) {
+        let name = format!("{table}_delete");
+        self.part(format!(
+            "{name} AS (DELETE FROM {table} WHERE {gate} AND ctid = ANY(ARRAY(\
+             SELECT r.ctid FROM {from} CROSS JOIN LATERAL (SELECT ctid FROM {table} WHERE {matches} LIMIT 1) r)))"
+        ));
+    }
+
+    fn finish(self, answer: &str) -> (String, PgArguments) {
+        let sql =
+            if self.parts.is_empty() { answer.to_owned() } else { format!("WITH {} {answer}", self.parts.join(", ")) };
+        (sql, self.arguments)
     }
 }
 

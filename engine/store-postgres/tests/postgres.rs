@@ -580,6 +580,34 @@ async fn blobs_and_replies_round_trip() {
     b.close().await.unwrap();
 }
 
+/// An answer nobody came for is deleted after an hour, by whichever
+/// node's heartbeat gets to it (each does soon after it starts, then once
+/// a minute).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_nobody_read_are_deleted_after_an_hour() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let store = open(&url, options()).await;
+    store
+        .commit(batch([
+            Op::PutReply { id: "old".to_owned(), reply: json!(1) },
+            Op::PutReply { id: "new".to_owned(), reply: json!(2) },
+        ]))
+        .await
+        .unwrap();
+    let db = raw(&url).await;
+    db.execute("UPDATE replies SET stored = now() - interval '61 minutes' WHERE id = 'old'").await.unwrap();
+    store.close().await.unwrap();
+    let store = open(&url, short_leases()).await;
+    let started = Instant::now();
+    while store.reply("old").await.unwrap().is_some() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the old reply is still there");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(store.reply("new").await.unwrap(), Some(json!(2)));
+    store.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_record_is_corrupt_not_a_panic() {
     let cluster = cluster!();
