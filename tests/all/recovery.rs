@@ -1,8 +1,9 @@
 //! Recovery: the engine stopped between every pair of steps of a tool-loop
 //! turn (aborted without shutdown, as a crash would; the store refusing
-//! every write after the k-th commit), then restarted on the same redb
-//! file, finishes the turn with the same history as a run that never
-//! stopped, and runs each tool once per committed result.
+//! every write after the k-th commit), then restarted on the same store
+//! (a redb file; a PostgreSQL database), finishes the turn with the same
+//! history as a run that never stopped, and runs each tool once per
+//! committed result.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -66,11 +67,59 @@ async fn history(engine: &subs_engine::Engine, session: &str) -> Vec<Message> {
     engine.snapshot(TENANT, session).await.unwrap().unwrap().messages
 }
 
+/// A store the crash test opens, crashes and opens again: a redb file, or
+/// a database of the test PostgreSQL cluster.
+trait Place {
+    type Store: subs_engine::Store;
+    /// Opens the store (again).
+    async fn open(&self) -> Self::Store;
+    /// Closes it, as the end of a process does.
+    async fn close(store: &Self::Store);
+}
+
+struct RedbFile(tempfile::TempDir);
+
+impl Place for RedbFile {
+    type Store = RedbStore;
+
+    async fn open(&self) -> RedbStore {
+        RedbStore::open(self.0.path().join("subs.redb")).unwrap()
+    }
+
+    async fn close(store: &RedbStore) {
+        store.close().await.unwrap();
+    }
+}
+
+struct Database(String);
+
+impl Place for Database {
+    type Store = subs_store_postgres::PgStore;
+
+    async fn open(&self) -> subs_store_postgres::PgStore {
+        subs_store_postgres::PgStore::open(&self.0, Default::default()).await.unwrap()
+    }
+
+    async fn close(store: &subs_store_postgres::PgStore) {
+        store.close().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_turn_survives_a_crash_between_any_two_steps() {
+    survives_a_crash_between_any_two_steps(|| RedbFile(tempfile::tempdir().unwrap())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_tool_turn_survives_a_crash_between_any_two_steps() {
+    let Some(cluster) = subs_store_postgres::testing::TestCluster::shared() else { return };
+    survives_a_crash_between_any_two_steps(|| Database(cluster.fresh_database())).await;
+}
+
+async fn survives_a_crash_between_any_two_steps<P: Place>(fresh: impl Fn() -> P) {
     // The reference: one run that never stops, counting its commits.
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(FaultyStore::new(RedbStore::open(dir.path().join("subs.redb")).unwrap()));
+    let place = fresh();
+    let store = Arc::new(FaultyStore::new(place.open().await));
     let executions = Arc::new(Mutex::new(HashMap::new()));
     let engine = counting_engine(store.clone(), &executions).await;
     run_turn(&engine, "s").await;
@@ -78,6 +127,7 @@ async fn a_tool_turn_survives_a_crash_between_any_two_steps() {
     let reference = history(&engine, "s").await;
     let steps = store.commits();
     engine.kill().await;
+    P::close(store.inner()).await;
     assert_eq!(reference.len(), 5, "user, tool calls, two results, answer");
     assert!(executions.lock().unwrap().values().all(|n| *n == 1));
     assert!(steps >= 8, "a tool turn takes several steps, got {steps}");
@@ -85,20 +135,19 @@ async fn a_tool_turn_survives_a_crash_between_any_two_steps() {
 
     // Crash after each commit k (the input's own commit is the first).
     for k in 1..steps {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("subs.redb");
-        let store = Arc::new(FaultyStore::new(RedbStore::open(&path).unwrap()));
+        let place = fresh();
+        let store = Arc::new(FaultyStore::new(place.open().await));
         store.crash_after(k);
         let executions = Arc::new(Mutex::new(HashMap::new()));
         let engine = counting_engine(store.clone(), &executions).await;
         run_turn(&engine, "s").await;
         tokio::time::timeout(std::time::Duration::from_secs(30), store.wait_crashed()).await.expect("the crash comes");
         engine.kill().await;
-        store.inner().close().await.unwrap();
+        P::close(store.inner()).await;
         drop(store);
 
-        // Restart on the same file: the turn resumes and finishes.
-        let store = Arc::new(RedbStore::open(&path).unwrap());
+        // Restart on the same store: the turn resumes and finishes.
+        let store = Arc::new(place.open().await);
         let key = subs_engine::store::SessionKey::new(TENANT, "s");
         use subs_engine::Store as _;
         let stored = store.turn(&key, "the-turn").await.unwrap().expect("the input was committed");
@@ -115,7 +164,7 @@ async fn a_tool_turn_survives_a_crash_between_any_two_steps() {
         let extra: u32 = executions.values().map(|n| n - 1).sum();
         assert!(extra <= 1, "crash after commit {k}: a tool ran again after its result was stored: {executions:?}");
         engine.kill().await;
-        store.close().await.unwrap();
+        P::close(&store).await;
     }
 }
 

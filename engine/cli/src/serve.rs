@@ -156,6 +156,12 @@ async fn serve(setup: Setup) -> CliResult {
     // call its budget, its first spawn its session limit. (The router sets
     // the limits again; that is harmless.)
     let engine = Engine::open(store, models, config);
+    // Nodes sharing a store sign tokens alike, so any node takes a token
+    // another minted.
+    let keys = match engine.shared_secret("tokens").await.map_err(CliError::unavailable)? {
+        Some(secret) => keys.with_token_secret(secret),
+        None => keys,
+    };
     let agents = AgentRegistry::new(engine.clone(), host, dir)
         .with_policies(file.agent_policies())
         .with_upload_policy(&file.upload_policy());
@@ -172,6 +178,18 @@ async fn serve(setup: Setup) -> CliResult {
     // The server gets the engine and the registry, not the store: all it
     // keeps goes through them.
     let state = Arc::new(AppState { engine: engine.clone(), agents, keys, config, metrics: Default::default() });
+    // What other nodes sharing the store change (agents, keys, tenants)
+    // is served here too once reloaded.
+    let reloading = {
+        let (state, mut changed) = (state.clone(), engine.records_changed());
+        tokio::spawn(async move {
+            while changed.changed().await.is_ok() {
+                if let Err(error) = state.reload_records().await {
+                    tracing::warn!(%error, "the agents, keys and tenants other nodes changed could not be reloaded");
+                }
+            }
+        })
+    };
 
     println!("subs listening on http://{local}");
     if open {
@@ -205,6 +223,7 @@ async fn serve(setup: Setup) -> CliResult {
         }
     };
     // Committed work is safe; what runs now resumes at the next start.
+    reloading.abort();
     engine.kill().await;
     match result {
         Ok(Ok(())) => Ok(()),

@@ -117,7 +117,9 @@ async fn publish(env: &Env, key: &SessionKey, first: u64, last: u64) -> Result<(
 
 /// Every `scan`, takes over the sessions no live node acts for.
 async fn take_over(env: Arc<Env>, directory: Arc<Directory>, scan: Duration) {
-    let mut ticks = tokio::time::interval(scan);
+    // The first scan comes one period after start: `Engine::resume` has
+    // just taken over what was orphaned then.
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + scan, scan);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;

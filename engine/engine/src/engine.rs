@@ -139,16 +139,14 @@ impl Engine {
     /// An engine on `store` that runs nothing until [`Engine::resume`] (or
     /// an input) wakes a session.
     ///
-    /// On a store several nodes share, the engine also starts hearing the
-    /// other nodes and taking over the sessions of nodes that died (see
-    /// docs/deployment.md); this needs a tokio runtime.
+    /// On a store several nodes share, [`resume`](Self::resume) also
+    /// starts hearing the other nodes and taking over the sessions of
+    /// nodes that died (see docs/deployment.md).
     pub fn open(store: Arc<dyn Store>, models: Models, config: EngineConfig) -> Self {
-        let scan = config.takeover_scan;
         let env = Arc::new(Env::new(store, models, config));
         let directory = Directory::new(env.clone());
         let (records, _) = tokio::sync::watch::channel(0);
-        let tasks = crate::cluster::start(env.clone(), directory.clone(), records.clone(), scan);
-        let cluster = Arc::new(Cluster { tasks: std::sync::Mutex::new(tasks), records });
+        let cluster = Arc::new(Cluster { tasks: std::sync::Mutex::default(), records });
         Engine { directory, env, cluster }
     }
 
@@ -177,6 +175,16 @@ impl Engine {
     /// they are.
     pub async fn resume(&self) -> Result<(), StartError> {
         if let Some(shared) = self.store().shared() {
+            // Started here, not at `open`: the sessions they wake must find
+            // their agents, registered in between.
+            {
+                let mut tasks = self.cluster.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if tasks.is_empty() {
+                    let (env, directory, records) =
+                        (self.env.clone(), self.directory.clone(), self.cluster.records.clone());
+                    tasks.extend(crate::cluster::start(env, directory, records, self.env.config.takeover_scan));
+                }
+            }
             for orphan in shared.orphans(usize::MAX).await? {
                 tracing::info!(session = %orphan.key, crashed = orphan.crashed, "resuming");
                 if orphan.crashed {

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use subs_store::shared::Notice;
 use subs_store::{Batch, Fence, Op, SessionKey, SessionStatus, StoreError};
 
@@ -304,19 +303,7 @@ pub(crate) fn text<'a>(value: &'a str, what: &str) -> Result<&'a str, StoreError
     Ok(value)
 }
 
-/// A record's JSON.
-pub(crate) fn json(table: &'static str, value: &impl Serialize) -> Result<Vec<u8>, StoreError> {
-    // Room for a session record (about 450 bytes) without regrowing.
-    let mut out = Vec::with_capacity(512);
-    serde_json::to_writer(&mut out, value)
-        .map_err(|err| StoreError::io(format!("cannot encode a record for {table}"), err))?;
-    Ok(out)
-}
-
-/// A record from its JSON.
-pub(crate) fn decode<T: DeserializeOwned>(table: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
-    serde_json::from_slice(bytes).map_err(|err| StoreError::Corrupt { table, message: err.to_string() })
-}
+pub(crate) use subs_store::{decode_record as decode, encode_record as json};
 
 #[cfg(test)]
 mod tests {

@@ -174,17 +174,7 @@ pub(crate) fn storage_key(key: &SessionKey) -> String {
     key.storage_key()
 }
 
-pub(crate) fn encode_value(table: &'static str, value: &impl Serialize) -> Result<Vec<u8>, StoreError> {
-    // Room for a session record (about 450 bytes) without regrowing.
-    let mut out = Vec::with_capacity(512);
-    serde_json::to_writer(&mut out, value)
-        .map_err(|err| StoreError::io(format!("cannot encode a record for {table}"), err))?;
-    Ok(out)
-}
-
-pub(crate) fn decode<T: DeserializeOwned>(table: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
-    serde_json::from_slice(bytes).map_err(|err| StoreError::Corrupt { table, message: err.to_string() })
-}
+pub(crate) use subs_store::{decode_record as decode, encode_record as encode_value};
 
 pub(crate) fn parse_key(table: &'static str, key: &str) -> Result<SessionKey, StoreError> {
     SessionKey::from_storage_key(key)

@@ -96,7 +96,6 @@ use ::redb::{
     Database, DatabaseError, Durability, ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable, Table,
     TableDefinition, WriteTransaction,
 };
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 

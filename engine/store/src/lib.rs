@@ -490,6 +490,21 @@ pub trait StoreAdmin: Send + Sync {
     fn stored_bytes(&self) -> BoxFuture<'_, StoreResult<u64>>;
 }
 
+/// A record's JSON, as the backends store it.
+pub fn encode_record(table: &'static str, value: &impl serde::Serialize) -> StoreResult<Vec<u8>> {
+    // Room for a session record (about 450 bytes) without regrowing.
+    let mut out = Vec::with_capacity(512);
+    serde_json::to_writer(&mut out, value)
+        .map_err(|err| StoreError::io(format!("cannot encode a record for {table}"), err))?;
+    Ok(out)
+}
+
+/// A record from the JSON a backend stored; what does not read is
+/// [`StoreError::Corrupt`], naming the table.
+pub fn decode_record<T: serde::de::DeserializeOwned>(table: &'static str, bytes: &[u8]) -> StoreResult<T> {
+    serde_json::from_slice(bytes).map_err(|err| StoreError::Corrupt { table, message: err.to_string() })
+}
+
 /// A future that is already resolved, boxed: how an embedded store, whose
 /// reads never wait, answers the async reads of [`Store`].
 pub fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, T> {

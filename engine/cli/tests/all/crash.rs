@@ -470,14 +470,20 @@ fn without_ids(messages: &Value) -> Vec<Value> {
         .collect()
 }
 
-/// Every stored event of a session from the first, up to the `turn.done`
-/// of `last_turn`: `(id, name, data)`.
-async fn replay(url: &str, session: &str, last_turn: &str) -> Result<Vec<(Option<u64>, String, Value)>, String> {
-    let mut response = client()
-        .get(format!("{url}/v1/sessions/{session}/events"))
-        .send()
-        .await
-        .map_err(|e| format!("{session}: the events: {e}"))?;
+/// Every stored event of a session from the first (or after
+/// `Last-Event-ID: after`), up to the `turn.done` of `last_turn`: `(id,
+/// name, data)`.
+async fn replay(
+    url: &str,
+    session: &str,
+    last_turn: &str,
+    after: Option<u64>,
+) -> Result<Vec<(Option<u64>, String, Value)>, String> {
+    let mut request = client().get(format!("{url}/v1/sessions/{session}/events"));
+    if let Some(after) = after {
+        request = request.header("last-event-id", after.to_string());
+    }
+    let mut response = request.send().await.map_err(|e| format!("{session}: the events: {e}"))?;
     let mut parser = SseParser::new();
     let mut events = Vec::new();
     let read = async {
@@ -549,12 +555,23 @@ async fn check_session(
 
     // The replay from the first event is the history, each event once.
     let last_turn = format!("turn-{turns}");
-    match replay(replay_url, session, &last_turn).await {
+    match replay(replay_url, session, &last_turn, None).await {
         Err(problem) => problems.push(problem),
         Ok(events) => {
             let ids: Vec<u64> = events.iter().filter_map(|e| e.0).collect();
             if ids.windows(2).any(|w| w[1] != w[0] + 1) {
                 problems.push(format!("{session}: event ids are not consecutive: {ids:?}"));
+            }
+            // A client reconnecting, to another node, from the middle.
+            let middle = ids.get(ids.len() / 2).copied();
+            match replay(url, session, &last_turn, middle).await {
+                Err(problem) => problems.push(format!("{problem} (from event {middle:?})")),
+                Ok(rest) => {
+                    let expected: Vec<_> = events.iter().filter(|e| e.0 > middle).cloned().collect();
+                    if rest != expected {
+                        problems.push(format!("{session}: resumed after {middle:?}, the stream was not the rest"));
+                    }
+                }
             }
             let replayed: Vec<&Value> = events.iter().filter(|e| e.1 == "message").map(|e| &e.2["message"]).collect();
             if replayed != messages.iter().collect::<Vec<_>>() {
