@@ -291,7 +291,8 @@ impl PgStore {
             used: std::time::Instant::now(),
             node: node.clone(),
             counters: Arc::clone(&counters),
-            sids: std::collections::HashMap::new(),
+            sids: writer::Sids::default(),
+            known_sids: writer::KNOWN_SIDS,
         };
         let heartbeat = node::Heartbeat {
             options: connect,
