@@ -362,8 +362,8 @@ impl Answer {
     }
 }
 
-/// A session's row: its number, key, `active`, `identity` and record.
-type SessionRow<'a> = (&'a str, &'a str, bool, Option<&'a str>, &'a [u8]);
+/// A session's row: its key, `active`, `open_step`, `identity` and record.
+type SessionRow<'a> = (&'a str, &'a str, bool, i64, Option<&'a str>, &'a [u8]);
 
 /// Puts (`Some`) and deletes (`None`) by key.
 type Rows<K, V> = BTreeMap<K, Option<V>>;
@@ -412,9 +412,9 @@ impl<'a> GroupWrites<'a> {
             }
             for write in &batch.writes {
                 match write {
-                    Write::Session { tenant, id, active, identity, record } => {
+                    Write::Session { tenant, id, active, open_step, identity, record } => {
                         let sid = sid(tenant, id)?;
-                        writes.sessions.insert(sid, (tenant, id, *active, identity.as_deref(), record));
+                        writes.sessions.insert(sid, (tenant, id, *active, *open_step, identity.as_deref(), record));
                     }
                     Write::Seq { table, tenant, session, seq, record } => {
                         writes.seq[*table as usize].insert((sid(tenant, session)?, *seq), record);
@@ -482,29 +482,42 @@ impl<'a> GroupWrites<'a> {
             let n = sessions.len();
             let (mut sids, mut tenants, mut ids) =
                 (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-            let (mut active, mut identities, mut values) =
-                (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-            for (sid, (tenant, id, is_active, identity, record)) in sessions {
+            let (mut active, mut open_steps, mut identities, mut values) =
+                (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+            for (sid, (tenant, id, is_active, open_step, identity, record)) in sessions {
                 sids.push(sid);
                 tenants.push(tenant);
                 ids.push(id);
                 active.push(is_active);
+                open_steps.push(open_step);
                 identities.push(identity);
                 values.push(record);
             }
-            let [a, b, c, d, e, f] = [
+            let [a, b, c, d, e, f, g] = [
                 sql.param(sids)?,
                 sql.param(tenants)?,
                 sql.param(ids)?,
-                sql.param(active)?,
+                sql.param(open_steps)?,
                 sql.param(identities)?,
                 sql.param(values)?,
+                sql.param(active)?,
             ];
             sql.part(format!(
-                "s AS (INSERT INTO sessions (sid, tenant, id, active, identity, record) \
-                 SELECT * FROM UNNEST({a}::int8[], {b}::text[], {c}::text[], {d}::bool[], {e}::text[], {f}::bytea[]) \
+                "s AS (INSERT INTO sessions (sid, tenant, id, open_step, identity, record) \
+                 SELECT * FROM UNNEST({a}::int8[], {b}::text[], {c}::text[], {d}::int8[], {e}::text[], {f}::bytea[]) \
                  WHERE {gate} ON CONFLICT (sid) DO UPDATE \
-                 SET active = EXCLUDED.active, identity = EXCLUDED.identity, record = EXCLUDED.record)"
+                 SET open_step = EXCLUDED.open_step, identity = EXCLUDED.identity, record = EXCLUDED.record)"
+            ));
+            // Whatever the status was, these make `active_sessions` say
+            // what it is now.
+            sql.part(format!(
+                "active_put AS (INSERT INTO active_sessions (sid) \
+                 SELECT u.sid FROM UNNEST({a}::int8[], {g}::bool[]) AS u(sid, active) WHERE {gate} AND u.active \
+                 ON CONFLICT (sid) DO NOTHING)"
+            ));
+            sql.part(format!(
+                "active_delete AS (DELETE FROM active_sessions WHERE {gate} AND sid = ANY(ARRAY(\
+                 SELECT u.sid FROM UNNEST({a}::int8[], {g}::bool[]) AS u(sid, active) WHERE NOT u.active)))"
             ));
         }
         for (table, rows) in ["messages", "steps", "events"].into_iter().zip(seq) {

@@ -616,7 +616,7 @@ async fn an_unreadable_record_is_corrupt_not_a_panic() {
     let db = raw(&url).await;
     db.execute(
         "INSERT INTO session_ids (tenant, session) VALUES ('t1', 's1'); \
-         INSERT INTO sessions SELECT sid, 't1', 's1', true, NULL, '\\x7b6e6f74206a736f6e' FROM session_ids; \
+         INSERT INTO sessions SELECT sid, 't1', 's1', 0, NULL, '\\x7b6e6f74206a736f6e' FROM session_ids; \
          INSERT INTO events SELECT sid, 0, '\\x7b6e6f74' FROM session_ids; \
          INSERT INTO messages SELECT sid, -1, '\\x7b7d' FROM session_ids; \
          INSERT INTO steps SELECT sid, 0, '\\x7b22737461747573223a227765697264227d' FROM session_ids",
