@@ -167,6 +167,23 @@ fn failure(err: sqlx::Error) -> Failure {
     }
 }
 
+/// How a group writes messages and events, which the engine appends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Appends {
+    /// A plain insert, half the work of an upsert (which first searches
+    /// the index for the key, then inserts into it); a key written before
+    /// fails the statement, which then runs with [`Appends::Upsert`].
+    Insert,
+    /// An upsert, as every other table's rows.
+    Upsert,
+}
+
+/// Whether the statement failed on a key written before
+/// (`unique_violation`): nothing was written.
+fn rewrites(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
+}
+
 /// Whether PostgreSQL chose the statement as a deadlock or serialization
 /// victim: running it again is likely to work.
 fn transient(err: &sqlx::Error) -> bool {
@@ -226,26 +243,29 @@ impl Writer {
     /// [`write`](Self::write), once more if PostgreSQL made it a deadlock
     /// or serialization victim.
     async fn write_retried(&mut self, batches: &[&Encoded]) -> Result<Vec<StoreResult<()>>, Failure> {
-        match self.write(batches).await {
+        match self.write(batches, Appends::Insert).await {
             Err(Failure::Refused(err)) if transient(&err) => {
                 tracing::debug!(%err, "writing a group again");
-                self.write(batches).await
+                self.write(batches, Appends::Insert).await
             }
+            // A message or event written again (rare: the engine appends
+            // them): the group wrote nothing, and is written with upserts.
+            Err(Failure::Refused(err)) if rewrites(&err) => self.write(batches, Appends::Upsert).await,
             outcome => outcome,
         }
     }
 
     /// Writes `batches` as one transaction; each answer is `Ok` or the
     /// batch's [`StoreError::Fenced`] (nothing of it written).
-    async fn write(&mut self, batches: &[&Encoded]) -> Result<Vec<StoreResult<()>>, Failure> {
-        let outcome = self.try_write(batches).await;
+    async fn write(&mut self, batches: &[&Encoded], appends: Appends) -> Result<Vec<StoreResult<()>>, Failure> {
+        let outcome = self.try_write(batches, appends).await;
         if let Err(Failure::Unknown(_)) = &outcome {
             self.conn = None;
         }
         outcome
     }
 
-    async fn try_write(&mut self, batches: &[&Encoded]) -> Result<Vec<StoreResult<()>>, Failure> {
+    async fn try_write(&mut self, batches: &[&Encoded], appends: Appends) -> Result<Vec<StoreResult<()>>, Failure> {
         // Batches whose tokens cannot be current are fenced at once.
         let mut fenced: Vec<Option<StoreError>> = batches
             .iter()
@@ -268,7 +288,7 @@ impl Writer {
             }
             let payloads = notice::payloads(&self.node, group.iter().flat_map(|batch| &batch.notices));
             let (sql, arguments) = GroupWrites::collect(&group, &self.sids)?
-                .statement(payloads)
+                .statement(payloads, appends)
                 .map_err(|err| Failure::Refused(sqlx::Error::Encode(err)))?;
             let conn = self.connection().await.map_err(failure)?;
             let row = sqlx::query_with(&sql, arguments).fetch_one(&mut *conn).await.map_err(failure)?;
@@ -450,7 +470,7 @@ impl<'a> GroupWrites<'a> {
     /// many payloads it sent, and the current tokens of the fenced
     /// sessions (three arrays read from one materialized `fences`, so in
     /// one order).
-    fn statement(self, payloads: Vec<String>) -> Result<(String, PgArguments), BoxDynError> {
+    fn statement(self, payloads: Vec<String>, appends: Appends) -> Result<(String, PgArguments), BoxDynError> {
         let GroupWrites { fences, sessions, seq, by_id, pushes, inbox_deletes, records } = self;
         let mut sql = Statement::<'a>::default();
         let fenced = !fences.is_empty();
@@ -532,10 +552,13 @@ impl<'a> GroupWrites<'a> {
                 values.push(record);
             }
             let [a, b, c] = [sql.param(sids)?, sql.param(seqs)?, sql.param(values)?];
+            let conflict = match (table, appends) {
+                ("messages" | "events", Appends::Insert) => "",
+                _ => "ON CONFLICT (sid, seq) DO UPDATE SET record = EXCLUDED.record",
+            };
             sql.part(format!(
                 "{table} AS (INSERT INTO {table} (sid, seq, record) \
-                 SELECT * FROM UNNEST({a}::int8[], {b}::int8[], {c}::bytea[]) WHERE {gate} \
-                 ON CONFLICT (sid, seq) DO UPDATE SET record = EXCLUDED.record)"
+                 SELECT * FROM UNNEST({a}::int8[], {b}::int8[], {c}::bytea[]) WHERE {gate} {conflict})"
             ));
         }
         for ((table, id), rows) in [("calls", "call_id"), ("turns", "turn_id")].into_iter().zip(by_id) {
@@ -763,7 +786,7 @@ mod tests {
         };
         for names in [&["a", "b"][..], &["a", "c"], &["d", "e", "a"], &["b"]] {
             let batch = encoded(names);
-            let outcome = writer.write(&[&batch]).await.unwrap_or_else(|f| panic!("{names:?}: {}", f.error(1)));
+            let outcome = writer.write_retried(&[&batch]).await.unwrap_or_else(|f| panic!("{names:?}: {}", f.error(1)));
             assert!(outcome.iter().all(Result::is_ok), "{names:?}");
             assert!(writer.sids.len() <= 3, "{names:?}: {} numbers kept", writer.sids.len());
         }
