@@ -35,9 +35,11 @@
 //! task, on a connection of its own, takes every batch waiting (at most
 //! [`MAX_GROUP`]) and writes them with one statement, which is its own
 //! transaction: its parts write each table with the rows of the whole
-//! group (`INSERT … SELECT * FROM UNNEST(…) ON CONFLICT … DO UPDATE`, and
-//! deletes by lists of keys), keeping the last write of each key so the
-//! group means what its ops applied in order mean. One round trip writes
+//! group (`INSERT … SELECT * FROM UNNEST(…) ON CONFLICT … DO UPDATE`;
+//! plain inserts for messages and events, which the engine appends, and
+//! upserts again if one turns out written before; deletes by lists of
+//! keys), keeping the last write of each key so the group means what its
+//! ops applied in order mean. One round trip writes
 //! the group (two when it holds sessions never written before, which get
 //! their numbers first). The commit is durable when it returns: the store
 //! expects PostgreSQL's `synchronous_commit` and `fsync` on, and warns at
