@@ -57,6 +57,9 @@ pub(crate) enum Write {
         tenant: String,
         id: String,
         active: bool,
+        /// The record's `first_open_step`, where `load` reads steps from
+        /// (no step is numbered above `i64::MAX`: past it, none).
+        open_step: i64,
         identity: Option<String>,
         record: Vec<u8>,
     },
@@ -118,6 +121,7 @@ pub(crate) fn encode(batch: Batch) -> Result<Encoded, StoreError> {
                     tenant,
                     id,
                     active: record.status != SessionStatus::Idle,
+                    open_step: i64::try_from(record.first_open_step).unwrap_or(i64::MAX),
                     identity,
                     record: json(table::SESSIONS, &record)?,
                 }

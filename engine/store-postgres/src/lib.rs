@@ -10,7 +10,8 @@
 //! | table | key | value, and columns for queries |
 //! | --- | --- | --- |
 //! | `session_ids` | (tenant, session) | the session's number, `sid`, given the first time anything is written for it |
-//! | `sessions` | sid; also (tenant, id) | [`SessionRecord`]; `active` (status not idle, indexed), `identity` (its owner's id) |
+//! | `sessions` | sid; also (tenant, id) | [`SessionRecord`]; `open_step` (its `first_open_step`), `identity` (its owner's id) |
+//! | `active_sessions` | sid | nothing: the session's status is not idle (a table of its own, so the record's rewrites stay in place) |
 //! | `messages`, `steps`, `events` | (sid, seq) | [`MessageRecord`], [`StepRecord`], [`EventRecord`] |
 //! | `calls`, `turns` | (sid, id) | [`CallRecord`], [`TurnRecord`] |
 //! | `inbox` | (sid, seq) | [`InboxItem`]; numbers from the sequence `inbox_seq` |
@@ -34,9 +35,11 @@
 //! task, on a connection of its own, takes every batch waiting (at most
 //! [`MAX_GROUP`]) and writes them with one statement, which is its own
 //! transaction: its parts write each table with the rows of the whole
-//! group (`INSERT … SELECT * FROM UNNEST(…) ON CONFLICT … DO UPDATE`, and
-//! deletes by lists of keys), keeping the last write of each key so the
-//! group means what its ops applied in order mean. One round trip writes
+//! group (`INSERT … SELECT * FROM UNNEST(…) ON CONFLICT … DO UPDATE`;
+//! plain inserts for messages and events, which the engine appends, and
+//! upserts again if one turns out written before; deletes by lists of
+//! keys), keeping the last write of each key so the group means what its
+//! ops applied in order mean. One round trip writes
 //! the group (two when it holds sessions never written before, which get
 //! their numbers first). The commit is durable when it returns: the store
 //! expects PostgreSQL's `synchronous_commit` and `fsync` on, and warns at
@@ -83,7 +86,7 @@
 //! Reads go through a pool of connections ([`PgOptions::pool`]).
 //! [`Store::load`] reads a session's record, messages, calls and open steps
 //! in one `REPEATABLE READ, READ ONLY` transaction, so all four describe
-//! one moment.
+//! one moment, and with one query (three round trips in all).
 //!
 //! # Not supported
 //!
@@ -291,7 +294,8 @@ impl PgStore {
             used: std::time::Instant::now(),
             node: node.clone(),
             counters: Arc::clone(&counters),
-            sids: std::collections::HashMap::new(),
+            sids: writer::Sids::default(),
+            known_sids: writer::KNOWN_SIDS,
         };
         let heartbeat = node::Heartbeat {
             options: connect,
@@ -485,11 +489,16 @@ fn limit(n: usize) -> i64 {
 }
 
 const SESSION: &str = "SELECT record FROM sessions WHERE tenant = $1 AND id = $2";
-/// The session's record and number, and what `load` reads by number.
-const LOAD_SESSION: &str = "SELECT record, sid FROM sessions WHERE tenant = $1 AND id = $2";
-const LOAD_MESSAGES: &str = "SELECT seq, record FROM messages WHERE sid = $1 ORDER BY seq";
-const LOAD_CALLS: &str = "SELECT record FROM calls WHERE sid = $1 ORDER BY call_id";
-const LOAD_STEPS: &str = "SELECT seq, record FROM steps WHERE sid = $1 AND seq >= $2 ORDER BY seq";
+/// What `load` reads, in one query (inside its transaction): the
+/// session's record (part 0), its messages (1) by number, calls (2) by
+/// id and steps (3) from the record's `first_open_step` (copied into
+/// `open_step`) by number.
+const LOAD: &str = "WITH s AS (SELECT sid, open_step, record FROM sessions WHERE tenant = $1 AND id = $2) \
+    SELECT 0 AS part, 0::int8 AS seq, NULL::text AS id, record FROM s \
+    UNION ALL SELECT 1, m.seq, NULL, m.record FROM s JOIN messages m ON m.sid = s.sid \
+    UNION ALL SELECT 2, 0, c.call_id, c.record FROM s JOIN calls c ON c.sid = s.sid \
+    UNION ALL SELECT 3, t.seq, NULL, t.record FROM s JOIN steps t ON t.sid = s.sid AND t.seq >= s.open_step \
+    ORDER BY 1, 2, 3";
 /// Reads of a session's records find its number first (`$1`, `$2`: its
 /// key).
 const MESSAGES: &str = "SELECT seq, record FROM messages \
@@ -616,7 +625,7 @@ impl Store for PgStore {
         Box::pin(async move {
             let query = || {
                 sqlx::query(
-                    "SELECT tenant, id FROM sessions WHERE active \
+                    "SELECT k.tenant, k.session FROM active_sessions a JOIN session_ids k ON k.sid = a.sid \
                  UNION SELECT k.tenant, k.session FROM (SELECT DISTINCT sid FROM inbox) i JOIN session_ids k ON k.sid = i.sid \
                  ORDER BY 1, 2",
                 )
@@ -639,26 +648,20 @@ impl Store for PgStore {
             let failed = |err: sqlx::Error| StoreError::io(format!("cannot load session {key} from {}", self.url), err);
             let mut tx =
                 self.pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await.map_err(failed)?;
-            let row = sqlx::query(LOAD_SESSION).bind(&key.tenant).bind(&key.session).fetch_optional(&mut *tx).await;
-            let Some(row) = row.map_err(failed)? else {
-                tx.commit().await.map_err(failed)?;
-                return Ok(None);
-            };
-            let record: SessionRecord = self::record(&row, 0, table::SESSIONS)?;
-            let sid: i64 = column(&row, 1, table::SESSIONS)?;
-            let messages = sqlx::query(LOAD_MESSAGES).bind(sid).fetch_all(&mut *tx).await.map_err(failed)?;
-            let calls = sqlx::query(LOAD_CALLS).bind(sid).fetch_all(&mut *tx).await.map_err(failed)?;
-            let steps = match i64::try_from(record.first_open_step) {
-                Ok(from) => sqlx::query(LOAD_STEPS).bind(sid).bind(from).fetch_all(&mut *tx).await.map_err(failed)?,
-                Err(_) => Vec::new(),
-            };
+            let rows =
+                sqlx::query(LOAD).bind(&key.tenant).bind(&key.session).fetch_all(&mut *tx).await.map_err(failed)?;
             tx.commit().await.map_err(failed)?;
-            Ok(Some(LoadedSession {
-                messages: numbered(&messages, table::MESSAGES)?,
-                calls: records(&calls, table::CALLS)?,
-                steps: numbered(&steps, table::STEPS)?,
-                record,
-            }))
+            let mut record = None;
+            let (mut messages, mut calls, mut steps) = (Vec::new(), Vec::new(), Vec::new());
+            for row in &rows {
+                match column::<i32>(row, 0, table::SESSIONS)? {
+                    0 => record = Some(self::record::<SessionRecord>(row, 3, table::SESSIONS)?),
+                    1 => messages.push((seq(row, 1, table::MESSAGES)?, self::record(row, 3, table::MESSAGES)?)),
+                    2 => calls.push(self::record(row, 3, table::CALLS)?),
+                    _ => steps.push((seq(row, 1, table::STEPS)?, self::record(row, 3, table::STEPS)?)),
+                }
+            }
+            Ok(record.map(|record| LoadedSession { record, messages, calls, steps }))
         })
     }
 
@@ -849,7 +852,8 @@ impl StoreAdmin for PgStore {
             let query = || {
                 sqlx::query(
                     "SELECT (\
-                 (SELECT coalesce(sum(octet_length(tenant) + octet_length(id) + octet_length(record)), 0) FROM sessions) + \
+                 (SELECT coalesce(sum(16 + octet_length(tenant) + octet_length(id) + octet_length(record)), 0) FROM sessions) + \
+                 (SELECT coalesce(sum(8), 0) FROM active_sessions) + \
                  (SELECT coalesce(sum(8 + octet_length(tenant) + octet_length(session)), 0) FROM session_ids) + \
                  (SELECT coalesce(sum(16 + octet_length(record)), 0) FROM messages) + \
                  (SELECT coalesce(sum(16 + octet_length(record)), 0) FROM steps) + \
@@ -951,7 +955,8 @@ impl Shared for PgStore {
                 sqlx::query(
                 "WITH mail AS (SELECT k.tenant, k.session FROM (SELECT DISTINCT sid FROM inbox) i \
                    JOIN session_ids k ON k.sid = i.sid), \
-                 unfinished AS (SELECT tenant, id AS session FROM sessions WHERE active UNION SELECT * FROM mail) \
+                 unfinished AS (SELECT k.tenant, k.session FROM active_sessions a JOIN session_ids k ON k.sid = a.sid \
+                   UNION SELECT * FROM mail) \
                  SELECT u.tenant, u.session, l.tenant IS NULL OR l.node IS NOT NULL AS crashed \
                  FROM unfinished u LEFT JOIN leases l ON l.tenant = u.tenant AND l.session = u.session \
                  WHERE l.tenant IS NULL \

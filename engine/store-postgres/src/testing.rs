@@ -232,13 +232,16 @@ impl Drop for TestCluster {
 /// Returns `None` after saying, once, why the PostgreSQL tests are
 /// skipped; panics instead when they are required.
 fn skip(why: &str) -> Option<TestCluster> {
+    if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") {
+        panic!(
+            "the PostgreSQL tests must run ({REQUIRE_ENV}=1) but cannot: {why}. Install PostgreSQL 15 \
+             (`apt-get install postgresql`)."
+        );
+    }
     let line = format!(
         "PostgreSQL tests skipped: {why}. Install PostgreSQL 15 (`apt-get install postgresql`) to run them; \
          {REQUIRE_ENV}=1 makes this a failure."
     );
-    if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") {
-        panic!("{line}");
-    }
     // Straight to stderr, past the test harness's capture, so it shows.
     let _ = writeln!(std::io::stderr(), "{line}");
     None

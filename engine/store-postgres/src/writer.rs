@@ -60,7 +60,7 @@ pub const MAX_GROUP: usize = 512;
 
 /// Session numbers the writer remembers; beyond, it forgets them all and
 /// asks again (a session being worked on is asked for once more).
-const KNOWN_SIDS: usize = 1 << 16;
+pub(crate) const KNOWN_SIDS: usize = 1 << 16;
 
 /// A connection idle longer than this is checked before a group is sent
 /// on it: a group sent on a connection that turns out dead has an unknown
@@ -82,7 +82,34 @@ pub(crate) struct Writer {
     pub(crate) used: Instant,
     pub(crate) node: String,
     pub(crate) counters: Arc<Counters>,
-    pub(crate) sids: HashMap<(String, String), i64>,
+    pub(crate) sids: Sids,
+    /// [`KNOWN_SIDS`], but in tests.
+    pub(crate) known_sids: usize,
+}
+
+/// The session numbers the writer knows, by tenant then session id (so a
+/// lookup by `&str` allocates nothing). Numbers never change, so what is
+/// here stays true; it is forgotten whole past [`KNOWN_SIDS`].
+#[derive(Default)]
+pub(crate) struct Sids {
+    tenants: HashMap<String, HashMap<String, i64>>,
+    len: usize,
+}
+
+impl Sids {
+    fn get(&self, tenant: &str, session: &str) -> Option<i64> {
+        self.tenants.get(tenant)?.get(session).copied()
+    }
+
+    fn insert(&mut self, tenant: String, session: String, sid: i64) {
+        if self.tenants.entry(tenant).or_default().insert(session, sid).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
 }
 
 /// Commits groups of queued batches until every sender is gone and the
@@ -138,6 +165,23 @@ fn failure(err: sqlx::Error) -> Failure {
         sqlx::Error::Database(_) => Failure::Refused(err),
         _ => Failure::Unknown(err),
     }
+}
+
+/// How a group writes messages and events, which the engine appends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Appends {
+    /// A plain insert, half the work of an upsert (which first searches
+    /// the index for the key, then inserts into it); a key written before
+    /// fails the statement, which then runs with [`Appends::Upsert`].
+    Insert,
+    /// An upsert, as every other table's rows.
+    Upsert,
+}
+
+/// Whether the statement failed on a key written before
+/// (`unique_violation`): nothing was written.
+fn rewrites(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
 }
 
 /// Whether PostgreSQL chose the statement as a deadlock or serialization
@@ -199,26 +243,29 @@ impl Writer {
     /// [`write`](Self::write), once more if PostgreSQL made it a deadlock
     /// or serialization victim.
     async fn write_retried(&mut self, batches: &[&Encoded]) -> Result<Vec<StoreResult<()>>, Failure> {
-        match self.write(batches).await {
+        match self.write(batches, Appends::Insert).await {
             Err(Failure::Refused(err)) if transient(&err) => {
                 tracing::debug!(%err, "writing a group again");
-                self.write(batches).await
+                self.write(batches, Appends::Insert).await
             }
+            // A message or event written again (rare: the engine appends
+            // them): the group wrote nothing, and is written with upserts.
+            Err(Failure::Refused(err)) if rewrites(&err) => self.write(batches, Appends::Upsert).await,
             outcome => outcome,
         }
     }
 
     /// Writes `batches` as one transaction; each answer is `Ok` or the
     /// batch's [`StoreError::Fenced`] (nothing of it written).
-    async fn write(&mut self, batches: &[&Encoded]) -> Result<Vec<StoreResult<()>>, Failure> {
-        let outcome = self.try_write(batches).await;
+    async fn write(&mut self, batches: &[&Encoded], appends: Appends) -> Result<Vec<StoreResult<()>>, Failure> {
+        let outcome = self.try_write(batches, appends).await;
         if let Err(Failure::Unknown(_)) = &outcome {
             self.conn = None;
         }
         outcome
     }
 
-    async fn try_write(&mut self, batches: &[&Encoded]) -> Result<Vec<StoreResult<()>>, Failure> {
+    async fn try_write(&mut self, batches: &[&Encoded], appends: Appends) -> Result<Vec<StoreResult<()>>, Failure> {
         // Batches whose tokens cannot be current are fenced at once.
         let mut fenced: Vec<Option<StoreError>> = batches
             .iter()
@@ -240,8 +287,8 @@ impl Writer {
                 break;
             }
             let payloads = notice::payloads(&self.node, group.iter().flat_map(|batch| &batch.notices));
-            let (sql, arguments) = GroupWrites::collect(&group, &self.sids)
-                .statement(payloads)
+            let (sql, arguments) = GroupWrites::collect(&group, &self.sids)?
+                .statement(payloads, appends)
                 .map_err(|err| Failure::Refused(sqlx::Error::Encode(err)))?;
             let conn = self.connection().await.map_err(failure)?;
             let row = sqlx::query_with(&sql, arguments).fetch_one(&mut *conn).await.map_err(failure)?;
@@ -272,19 +319,18 @@ impl Writer {
     /// Learns the numbers of the sessions `batches` write, creating those
     /// that have none.
     async fn resolve_sids(&mut self, batches: &[&Encoded]) -> Result<(), Failure> {
-        let mut missing: BTreeSet<(&str, &str)> = BTreeSet::new();
-        for write in batches.iter().flat_map(|batch| &batch.writes) {
-            if let Some(key) = write.session()
-                && !self.sids.contains_key(&(key.0.to_owned(), key.1.to_owned()))
-            {
-                missing.insert(key);
-            }
-        }
+        let needed: BTreeSet<(&str, &str)> =
+            batches.iter().flat_map(|batch| &batch.writes).filter_map(Write::session).collect();
+        let mut missing: BTreeSet<(&str, &str)> =
+            needed.iter().copied().filter(|(tenant, session)| self.sids.get(tenant, session).is_none()).collect();
         if missing.is_empty() {
             return Ok(());
         }
-        if self.sids.len() + missing.len() > KNOWN_SIDS {
-            self.sids = HashMap::new();
+        if self.sids.len() + missing.len() > self.known_sids {
+            // Forgotten, then asked for again: every number this group
+            // needs.
+            self.sids = Sids::default();
+            missing = needed;
         }
         // A number another node is creating at this moment is not seen by
         // the first try (its insert waits, then does nothing, and the read
@@ -297,9 +343,9 @@ impl Writer {
                 let sid: i64 = row.try_get(0).map_err(failure)?;
                 let tenant: String = row.try_get(1).map_err(failure)?;
                 let session: String = row.try_get(2).map_err(failure)?;
-                self.sids.insert((tenant, session), sid);
+                self.sids.insert(tenant, session, sid);
             }
-            missing.retain(|(tenant, session)| !self.sids.contains_key(&((*tenant).to_owned(), (*session).to_owned())));
+            missing.retain(|(tenant, session)| self.sids.get(tenant, session).is_none());
             if missing.is_empty() {
                 return Ok(());
             }
@@ -336,8 +382,8 @@ impl Answer {
     }
 }
 
-/// A session's row: its number, key, `active`, `identity` and record.
-type SessionRow<'a> = (&'a str, &'a str, bool, Option<&'a str>, &'a [u8]);
+/// A session's row: its key, `active`, `open_step`, `identity` and record.
+type SessionRow<'a> = (&'a str, &'a str, bool, i64, Option<&'a str>, &'a [u8]);
 
 /// Puts (`Some`) and deletes (`None`) by key.
 type Rows<K, V> = BTreeMap<K, Option<V>>;
@@ -360,8 +406,10 @@ struct GroupWrites<'a> {
 }
 
 impl<'a> GroupWrites<'a> {
-    /// The rows of `batches`, whose sessions all have numbers in `sids`.
-    fn collect(batches: &[&'a Encoded], sids: &HashMap<(String, String), i64>) -> Self {
+    /// The rows of `batches`, whose sessions all have numbers in `sids`
+    /// (a session without one, which `resolve_sids` rules out, is an
+    /// error rather than writes lost).
+    fn collect(batches: &[&'a Encoded], sids: &Sids) -> Result<Self, Failure> {
         let mut writes = GroupWrites {
             fences: BTreeSet::new(),
             sessions: BTreeMap::new(),
@@ -371,9 +419,11 @@ impl<'a> GroupWrites<'a> {
             inbox_deletes: BTreeSet::new(),
             records: Default::default(),
         };
-        // Resolved before; a number missing would be a bug, and its
-        // writes are left out rather than written under another session.
-        let sid = |tenant: &str, session: &str| sids.get(&(tenant.to_owned(), session.to_owned())).copied();
+        let sid = |tenant: &str, session: &str| {
+            sids.get(tenant, session).ok_or_else(|| {
+                Failure::Refused(sqlx::Error::Protocol(format!("session {tenant}/{session} has no number")))
+            })
+        };
         for batch in batches {
             if let Some(fence) = &batch.fence
                 && let Ok(token) = i64::try_from(fence.token)
@@ -382,20 +432,15 @@ impl<'a> GroupWrites<'a> {
             }
             for write in &batch.writes {
                 match write {
-                    Write::Session { tenant, id, active, identity, record } => {
-                        if let Some(sid) = sid(tenant, id) {
-                            writes.sessions.insert(sid, (tenant, id, *active, identity.as_deref(), record));
-                        }
+                    Write::Session { tenant, id, active, open_step, identity, record } => {
+                        let sid = sid(tenant, id)?;
+                        writes.sessions.insert(sid, (tenant, id, *active, *open_step, identity.as_deref(), record));
                     }
                     Write::Seq { table, tenant, session, seq, record } => {
-                        if let Some(sid) = sid(tenant, session) {
-                            writes.seq[*table as usize].insert((sid, *seq), record);
-                        }
+                        writes.seq[*table as usize].insert((sid(tenant, session)?, *seq), record);
                     }
                     Write::Named { table: table @ (NamedTable::Calls | NamedTable::Turns), key, value } => {
-                        if let Some(sid) = sid(&key.0, &key.1) {
-                            writes.by_id[*table as usize].insert((sid, &key.2), value.as_deref());
-                        }
+                        writes.by_id[*table as usize].insert((sid(&key.0, &key.1)?, &key.2), value.as_deref());
                     }
                     Write::Named { table, key, value } => {
                         let at = match table {
@@ -406,20 +451,14 @@ impl<'a> GroupWrites<'a> {
                         };
                         writes.records[at].insert((&key.0, &key.1), value.as_deref());
                     }
-                    Write::PushInbox { tenant, session, item } => {
-                        if let Some(sid) = sid(tenant, session) {
-                            writes.pushes.push((sid, item));
-                        }
-                    }
+                    Write::PushInbox { tenant, session, item } => writes.pushes.push((sid(tenant, session)?, item)),
                     Write::DeleteInbox { tenant, session, seq } => {
-                        if let Some(sid) = sid(tenant, session) {
-                            writes.inbox_deletes.insert((sid, *seq));
-                        }
+                        writes.inbox_deletes.insert((sid(tenant, session)?, *seq));
                     }
                 }
             }
         }
-        writes
+        Ok(writes)
     }
 
     /// The group's statement and its parameters; `payloads` are its
@@ -431,7 +470,7 @@ impl<'a> GroupWrites<'a> {
     /// many payloads it sent, and the current tokens of the fenced
     /// sessions (three arrays read from one materialized `fences`, so in
     /// one order).
-    fn statement(self, payloads: Vec<String>) -> Result<(String, PgArguments), BoxDynError> {
+    fn statement(self, payloads: Vec<String>, appends: Appends) -> Result<(String, PgArguments), BoxDynError> {
         let GroupWrites { fences, sessions, seq, by_id, pushes, inbox_deletes, records } = self;
         let mut sql = Statement::<'a>::default();
         let fenced = !fences.is_empty();
@@ -463,29 +502,42 @@ impl<'a> GroupWrites<'a> {
             let n = sessions.len();
             let (mut sids, mut tenants, mut ids) =
                 (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-            let (mut active, mut identities, mut values) =
-                (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-            for (sid, (tenant, id, is_active, identity, record)) in sessions {
+            let (mut active, mut open_steps, mut identities, mut values) =
+                (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+            for (sid, (tenant, id, is_active, open_step, identity, record)) in sessions {
                 sids.push(sid);
                 tenants.push(tenant);
                 ids.push(id);
                 active.push(is_active);
+                open_steps.push(open_step);
                 identities.push(identity);
                 values.push(record);
             }
-            let [a, b, c, d, e, f] = [
+            let [a, b, c, d, e, f, g] = [
                 sql.param(sids)?,
                 sql.param(tenants)?,
                 sql.param(ids)?,
-                sql.param(active)?,
+                sql.param(open_steps)?,
                 sql.param(identities)?,
                 sql.param(values)?,
+                sql.param(active)?,
             ];
             sql.part(format!(
-                "s AS (INSERT INTO sessions (sid, tenant, id, active, identity, record) \
-                 SELECT * FROM UNNEST({a}::int8[], {b}::text[], {c}::text[], {d}::bool[], {e}::text[], {f}::bytea[]) \
+                "s AS (INSERT INTO sessions (sid, tenant, id, open_step, identity, record) \
+                 SELECT * FROM UNNEST({a}::int8[], {b}::text[], {c}::text[], {d}::int8[], {e}::text[], {f}::bytea[]) \
                  WHERE {gate} ON CONFLICT (sid) DO UPDATE \
-                 SET active = EXCLUDED.active, identity = EXCLUDED.identity, record = EXCLUDED.record)"
+                 SET open_step = EXCLUDED.open_step, identity = EXCLUDED.identity, record = EXCLUDED.record)"
+            ));
+            // Whatever the status was, these make `active_sessions` say
+            // what it is now.
+            sql.part(format!(
+                "active_put AS (INSERT INTO active_sessions (sid) \
+                 SELECT u.sid FROM UNNEST({a}::int8[], {g}::bool[]) AS u(sid, active) WHERE {gate} AND u.active \
+                 ON CONFLICT (sid) DO NOTHING)"
+            ));
+            sql.part(format!(
+                "active_delete AS (DELETE FROM active_sessions WHERE {gate} AND sid = ANY(ARRAY(\
+                 SELECT u.sid FROM UNNEST({a}::int8[], {g}::bool[]) AS u(sid, active) WHERE NOT u.active)))"
             ));
         }
         for (table, rows) in ["messages", "steps", "events"].into_iter().zip(seq) {
@@ -500,10 +552,13 @@ impl<'a> GroupWrites<'a> {
                 values.push(record);
             }
             let [a, b, c] = [sql.param(sids)?, sql.param(seqs)?, sql.param(values)?];
+            let conflict = match (table, appends) {
+                ("messages" | "events", Appends::Insert) => "",
+                _ => "ON CONFLICT (sid, seq) DO UPDATE SET record = EXCLUDED.record",
+            };
             sql.part(format!(
                 "{table} AS (INSERT INTO {table} (sid, seq, record) \
-                 SELECT * FROM UNNEST({a}::int8[], {b}::int8[], {c}::bytea[]) WHERE {gate} \
-                 ON CONFLICT (sid, seq) DO UPDATE SET record = EXCLUDED.record)"
+                 SELECT * FROM UNNEST({a}::int8[], {b}::int8[], {c}::bytea[]) WHERE {gate} {conflict})"
             ));
         }
         for ((table, id), rows) in [("calls", "call_id"), ("turns", "turn_id")].into_iter().zip(by_id) {
@@ -687,5 +742,57 @@ impl Write {
             Write::Named { table: NamedTable::Calls | NamedTable::Turns, key, .. } => Some((&key.0, &key.1)),
             Write::Named { .. } => None,
         }
+    }
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use subs_store::conformance::sample::*;
+    use subs_store::{Batch, Op, SessionStatus, Store as _};
+
+    use super::*;
+    use crate::testing::TestCluster;
+    use crate::{PgOptions, PgStore};
+
+    /// Past its bound the writer forgets every session number and asks
+    /// again for all a group needs, known before or not: nothing of a
+    /// group is lost to a number forgotten in between.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn forgotten_session_numbers_are_asked_for_again() {
+        let Some(cluster) = TestCluster::shared() else { return };
+        let url = cluster.fresh_database();
+        // The store makes the schema; the writer below writes beside it.
+        let store = PgStore::open(&url, PgOptions::default()).await.unwrap();
+        let options: PgConnectOptions = url.parse().unwrap();
+        let (counters, node) = (Arc::new(Counters::default()), "test".to_owned());
+        let mut writer = Writer {
+            options,
+            connect_timeout: Duration::from_secs(10),
+            conn: None,
+            used: Instant::now(),
+            node,
+            counters,
+            sids: Sids::default(),
+            known_sids: 3,
+        };
+        let encoded = |names: &[&str]| {
+            let ops = names.iter().flat_map(|name| {
+                [
+                    Op::PutSession(session(&key(name), SessionStatus::Running)),
+                    Op::PutEvent { session: key(name), seq: 0, record: event(0) },
+                ]
+            });
+            crate::encode::encode(Batch::of(ops)).unwrap()
+        };
+        for names in [&["a", "b"][..], &["a", "c"], &["d", "e", "a"], &["b"]] {
+            let batch = encoded(names);
+            let outcome = writer.write_retried(&[&batch]).await.unwrap_or_else(|f| panic!("{names:?}: {}", f.error(1)));
+            assert!(outcome.iter().all(Result::is_ok), "{names:?}");
+            assert!(writer.sids.len() <= 3, "{names:?}: {} numbers kept", writer.sids.len());
+        }
+        for name in ["a", "b", "c", "d", "e"] {
+            assert_eq!(store.events(&key(name), None, 10).await.unwrap(), [(0, event(0))], "{name}");
+        }
+        store.close().await.unwrap();
     }
 }

@@ -232,6 +232,36 @@ async fn a_group_means_its_batches_applied_in_order() {
     store.close().await.unwrap();
 }
 
+/// Messages and events are appended with plain inserts; one written again
+/// under the same number (never in the engine's normal course, but a
+/// store must take it) replaces the first, alone or beside new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_or_event_written_again_replaces_the_first() {
+    let cluster = cluster!();
+    let store = open(&cluster.fresh_database(), options()).await;
+    let s = key("s");
+    store
+        .commit(batch([
+            Op::PutMessage { session: s.clone(), seq: 0, record: message("first") },
+            Op::PutEvent { session: s.clone(), seq: 0, record: event(0) },
+        ]))
+        .await
+        .unwrap();
+    store
+        .commit(batch([
+            Op::PutMessage { session: s.clone(), seq: 0, record: message("again") },
+            Op::PutMessage { session: s.clone(), seq: 1, record: message("new") },
+            Op::PutEvent { session: s.clone(), seq: 0, record: event(100) },
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(store.messages(&s).await.unwrap(), [(0, message("again")), (1, message("new"))]);
+    assert_eq!(store.events(&s, None, 10).await.unwrap(), [(0, event(100))]);
+    let stats = store.stats().unwrap();
+    assert_eq!((stats.batches, stats.commits), (2, 2));
+    store.close().await.unwrap();
+}
+
 /// A lock on `tenants` held by another connection: the writer's next
 /// transaction that writes a tenant waits for it, and batches committed
 /// meanwhile queue up and form one group when it is let go.
@@ -616,7 +646,7 @@ async fn an_unreadable_record_is_corrupt_not_a_panic() {
     let db = raw(&url).await;
     db.execute(
         "INSERT INTO session_ids (tenant, session) VALUES ('t1', 's1'); \
-         INSERT INTO sessions SELECT sid, 't1', 's1', true, NULL, '\\x7b6e6f74206a736f6e' FROM session_ids; \
+         INSERT INTO sessions SELECT sid, 't1', 's1', 0, NULL, '\\x7b6e6f74206a736f6e' FROM session_ids; \
          INSERT INTO events SELECT sid, 0, '\\x7b6e6f74' FROM session_ids; \
          INSERT INTO messages SELECT sid, -1, '\\x7b7d' FROM session_ids; \
          INSERT INTO steps SELECT sid, 0, '\\x7b22737461747573223a227765697264227d' FROM session_ids",
