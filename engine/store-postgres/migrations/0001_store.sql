@@ -18,28 +18,21 @@ CREATE TABLE session_ids (
     UNIQUE (tenant, session)
 );
 
--- A session's record; `open_step` (where loading reads its steps from)
--- and `identity` (its owner's id) are copied out of it for `load` and
+-- A session's record; `active` (status not idle) and `identity` (its
+-- owner's id) are copied out of it for `unfinished` and
 -- `sessions_of_identity`. The record is rewritten at every step: room
 -- left in each page lets PostgreSQL update it in place (HOT), touching no
--- index, as long as no indexed column changes.
+-- index.
 CREATE TABLE sessions (
-    sid       int8 PRIMARY KEY,
-    tenant    text COLLATE "C" NOT NULL,
-    id        text COLLATE "C" NOT NULL,
-    open_step int8 NOT NULL,
-    identity  text COLLATE "C",
-    record    bytea NOT NULL,
+    sid      int8 PRIMARY KEY,
+    tenant   text COLLATE "C" NOT NULL,
+    id       text COLLATE "C" NOT NULL,
+    active   boolean NOT NULL,
+    identity text COLLATE "C",
+    record   bytea NOT NULL,
     UNIQUE (tenant, id)
-) WITH (fillfactor = 50);
-
--- Sessions whose status is not idle, for `unfinished` and orphans. A
--- table beside `sessions` rather than an indexed column of it: the status
--- changes twice a turn, and a change of an indexed column would make the
--- record's rewrite insert into every index of `sessions`.
-CREATE TABLE active_sessions (
-    sid int8 PRIMARY KEY
-);
+) WITH (fillfactor = 70);
+CREATE INDEX sessions_active ON sessions (tenant, id) WHERE active;
 
 -- A session's history, by sequence number.
 CREATE TABLE messages (
@@ -53,7 +46,7 @@ CREATE TABLE steps (
     seq    int8 NOT NULL,
     record bytea NOT NULL,
     PRIMARY KEY (sid, seq)
-) WITH (fillfactor = 50);
+) WITH (fillfactor = 80);
 CREATE TABLE events (
     sid    int8 NOT NULL,
     seq    int8 NOT NULL,
@@ -67,13 +60,13 @@ CREATE TABLE calls (
     call_id text COLLATE "C" NOT NULL,
     record  bytea NOT NULL,
     PRIMARY KEY (sid, call_id)
-) WITH (fillfactor = 50);
+) WITH (fillfactor = 80);
 CREATE TABLE turns (
     sid     int8 NOT NULL,
     turn_id text COLLATE "C" NOT NULL,
     record  bytea NOT NULL,
     PRIMARY KEY (sid, turn_id)
-) WITH (fillfactor = 50);
+) WITH (fillfactor = 80);
 
 -- What other sessions sent a session; numbers from one sequence, so they
 -- increase across the store and are never reused.

@@ -4,8 +4,8 @@
 //! # What is in the database
 //!
 //! Every record is the bytes of its JSON (`bytea`; `serde_json`, as the
-//! other backends), beside the columns queries need. Schema 1
-//! (`migrations/0001_store.sql`):
+//! other backends), beside the columns queries need. The schema, as
+//! `migrations/` builds it:
 //!
 //! | table | key | value, and columns for queries |
 //! | --- | --- | --- |

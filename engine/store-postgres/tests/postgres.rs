@@ -15,7 +15,7 @@ use sqlx::{Executor as _, Row as _};
 use subs_store::conformance::sample::*;
 use subs_store::conformance::{self, Backend};
 use subs_store::shared::{Claim, Notice, Noticed, Orphan, Shared, SharedSettings};
-use subs_store::{Batch, Fence, Op, SessionKey, SessionStatus, Store, StoreAdmin, StoreError};
+use subs_store::{Batch, Fence, Op, SessionKey, SessionRecord, SessionStatus, Store, StoreAdmin, StoreError};
 use subs_store_postgres::testing::TestCluster;
 use subs_store_postgres::{NOTICE_CHANNEL, PgOptions, PgStore, schema_version};
 use tokio::sync::broadcast;
@@ -116,8 +116,71 @@ async fn a_fresh_database_is_migrated_and_opening_again_changes_nothing() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-    assert_eq!(versions, [schema_version()]);
+    assert_eq!(versions, (1..=schema_version()).collect::<Vec<_>>());
     assert_eq!(store.session(&key("s1")).await.unwrap(), Some(session(&key("s1"), SessionStatus::Running)));
+    store.close().await.unwrap();
+}
+
+/// A database written at schema 1 (the status an indexed column of
+/// `sessions`) keeps every session's status and open steps through the
+/// migrations to this binary's schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_at_schema_1_is_migrated_with_its_sessions() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let db = raw(&url).await;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("schema-1-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let first = include_str!("../migrations/0001_store.sql");
+    std::fs::write(dir.join("0001_store.sql"), first).unwrap();
+    sqlx::migrate::Migrator::new(dir.as_path()).await.unwrap().run(&db).await.unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // What schema 1's writer stored: the running session's steps from 1
+    // on are open, the idle one has none.
+    for (name, status, open_step) in [("running", SessionStatus::Running, 1), ("idle", SessionStatus::Idle, 3)] {
+        let key = key(name);
+        let sid: i64 = sqlx::query("INSERT INTO session_ids (tenant, session) VALUES ($1, $2) RETURNING sid")
+            .bind(&key.tenant)
+            .bind(&key.session)
+            .fetch_one(&db)
+            .await
+            .unwrap()
+            .get(0);
+        let record = SessionRecord { first_open_step: open_step, ..session(&key, status) };
+        sqlx::query(
+            "INSERT INTO sessions (sid, tenant, id, active, identity, record) VALUES ($1, $2, $3, $4, NULL, $5)",
+        )
+        .bind(sid)
+        .bind(&key.tenant)
+        .bind(&key.session)
+        .bind(status != SessionStatus::Idle)
+        .bind(serde_json::to_vec(&record).unwrap())
+        .execute(&db)
+        .await
+        .unwrap();
+        for seq in 0..3_i64 {
+            sqlx::query("INSERT INTO steps (sid, seq, record) VALUES ($1, $2, $3)")
+                .bind(sid)
+                .bind(seq)
+                .bind(serde_json::to_vec(&step(&format!("d{seq}"))).unwrap())
+                .execute(&db)
+                .await
+                .unwrap();
+        }
+    }
+
+    let store = open(&url, options()).await;
+    assert_eq!(store.unfinished().await.unwrap(), [key("running")]);
+    let loaded = store.load(&key("running")).await.unwrap().expect("the running session loads");
+    assert_eq!(loaded.steps.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(loaded.record.status, SessionStatus::Running);
+    let loaded = store.load(&key("idle")).await.unwrap().expect("the idle session loads");
+    assert!(loaded.steps.is_empty(), "{:?}", loaded.steps);
+    // The status moves as before: the running session goes idle.
+    let idle = session(&key("running"), SessionStatus::Idle);
+    store.commit(batch([Op::PutSession(idle)])).await.unwrap();
+    assert!(store.unfinished().await.unwrap().is_empty());
     store.close().await.unwrap();
 }
 
@@ -646,7 +709,7 @@ async fn an_unreadable_record_is_corrupt_not_a_panic() {
     let db = raw(&url).await;
     db.execute(
         "INSERT INTO session_ids (tenant, session) VALUES ('t1', 's1'); \
-         INSERT INTO sessions SELECT sid, 't1', 's1', 0, NULL, '\\x7b6e6f74206a736f6e' FROM session_ids; \
+         INSERT INTO sessions (sid, tenant, id, open_step, identity, record) SELECT sid, 't1', 's1', 0, NULL, '\\x7b6e6f74206a736f6e' FROM session_ids; \
          INSERT INTO events SELECT sid, 0, '\\x7b6e6f74' FROM session_ids; \
          INSERT INTO messages SELECT sid, -1, '\\x7b7d' FROM session_ids; \
          INSERT INTO steps SELECT sid, 0, '\\x7b22737461747573223a227765697264227d' FROM session_ids",
