@@ -310,6 +310,12 @@ struct Channels {
     turn_waiters: HashMap<SessionKey, Vec<oneshot::Sender<EndedTurn>>>,
     /// Waiter lists in the map after their last sweep.
     waiters_swept: usize,
+    /// The turns open or queued in sessions whose actor runs in this
+    /// process: stored, and not ended, as of their actor's last commit.
+    /// A waiter for one of them needs no read of the store: its end will
+    /// come through `turn_waiters`. An actor forgets its session's turns
+    /// as it leaves, so this holds at most the live actors' turns.
+    open_turns: HashMap<SessionKey, Vec<String>>,
 }
 
 impl Channels {
@@ -407,11 +413,44 @@ impl Hub {
     /// `ended` (committed) ended.
     pub fn turn_ended(&self, key: &SessionKey, ended: EndedTurn) {
         let mut channels = self.channels();
+        if let Some(open) = channels.open_turns.get_mut(key) {
+            open.retain(|id| *id != ended.0);
+            if open.is_empty() {
+                channels.open_turns.remove(key);
+            }
+        }
         let Some(waiters) = channels.turn_waiters.remove(key) else { return };
         drop(channels);
         for waiter in waiters {
             let _ = waiter.send(ended.clone());
         }
+    }
+
+    /// Notes that the session's actor, in this process, committed
+    /// `turn_id` open or queued.
+    pub fn turn_opened(&self, key: &SessionKey, turn_id: &str) {
+        let mut channels = self.channels();
+        let open = channels.open_turns.entry(key.clone()).or_default();
+        if !open.iter().any(|id| id == turn_id) {
+            open.push(turn_id.to_owned());
+        }
+    }
+
+    /// Forgets the session's open turns: its actor leaves, or gave the
+    /// session up, and will not tell their ends.
+    pub fn forget_turns(&self, key: &SessionKey) {
+        self.channels().open_turns.remove(key);
+    }
+
+    /// [`turn_end`](Self::turn_end), and whether `turn_id` is open in a
+    /// session whose actor runs here (so its end will resolve the
+    /// receiver, and the store need not be read). The receiver is
+    /// registered before the check, so an end noted after the check
+    /// resolves it.
+    pub fn turn_end_of(&self, key: &SessionKey, turn_id: &str) -> (oneshot::Receiver<EndedTurn>, bool) {
+        let ended = self.turn_end(key);
+        let open = self.channels().open_turns.get(key).is_some_and(|open| open.iter().any(|id| id == turn_id));
+        (ended, open)
     }
 
     /// Resolves at the next end of one of the session's turns committed

@@ -165,6 +165,12 @@ impl Actor {
     }
 
     async fn run(mut self) {
+        self.serve().await;
+        // Ends of the session's turns are no longer told from here.
+        self.env.hub.forget_turns(&self.key);
+    }
+
+    async fn serve(&mut self) {
         loop {
             if let Err(e) = self.pump().await {
                 if self.fenced(&e) {
@@ -210,6 +216,7 @@ impl Actor {
             return false;
         }
         tracing::warn!(%error, "the session's lease was lost to another node; giving the session up");
+        self.env.hub.forget_turns(&self.key);
         self.stop_tasks();
         self.session = None;
         self.lease = None;
@@ -269,22 +276,25 @@ impl Actor {
         }
         change.batch.fence = self.lease.map(|token| Fence { key: self.key.clone(), token });
         // Those waiting for a turn's end get its record from here rather
-        // than reading the store again.
-        let ended: Vec<_> = change
-            .batch
-            .ops
-            .iter()
-            .filter_map(|op| match op {
+        // than reading the store again; and, told which turns are open
+        // here, need not read it to learn that they are not over.
+        let (mut ended, mut opened) = (Vec::new(), Vec::new());
+        for op in &change.batch.ops {
+            match op {
                 Op::PutTurn { session, turn_id, record }
                     if matches!(record.status, TurnStatus::Done | TurnStatus::Failed) =>
                 {
-                    Some((session.clone(), turn_id.clone(), record.clone()))
+                    ended.push((session.clone(), turn_id.clone(), record.clone()));
                 }
-                _ => None,
-            })
-            .collect();
+                Op::PutTurn { session, turn_id, .. } if *session == self.key => opened.push(turn_id.clone()),
+                _ => {}
+            }
+        }
         self.env.store.commit(change.batch).await?;
         self.env.hub.publish_all(change.events.into_iter().map(|(key, seq, record)| (key, Event::stored(seq, record))));
+        for turn_id in opened {
+            self.env.hub.turn_opened(&self.key, &turn_id);
+        }
         for (key, turn_id, record) in ended {
             self.env.hub.turn_ended(&key, (turn_id, record));
         }

@@ -289,7 +289,13 @@ impl Session {
                 return Err(InputError::invalid(format!("turn_id `{id}` is not a valid id ({ID_RULE})"), "turn_id"));
             }
             Some(id) => {
-                if ctx.store.turn(self.key(), id).await.map_err(|e| InputError::Store(e.to_string()))?.is_some() {
+                let exists = match self.turns.has(id) {
+                    Some(known) => known,
+                    None => {
+                        ctx.store.turn(self.key(), id).await.map_err(|e| InputError::Store(e.to_string()))?.is_some()
+                    }
+                };
+                if exists {
                     return Ok(Accepted { turn_id: Some(id.clone()), existing: true });
                 }
                 id.clone()
@@ -298,6 +304,7 @@ impl Session {
         };
         if self.record.turn.is_some() {
             // One turn at a time: this one starts when the open one ends.
+            self.turns.add(&turn_id);
             self.record.queued.push(QueuedInput { turn_id: turn_id.clone(), input });
             let record = TurnRecord { status: TurnStatus::Queued, data: None, started_ms: ctx.now_ms, ended_ms: None };
             change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: turn_id.clone(), record });
@@ -399,6 +406,7 @@ impl Session {
             TurnStart::Action { .. } => Vec::new(),
         };
         self.record.turn = Some(TurnState { turn_id: turn_id.clone(), client_tools, started_ms: ctx.now_ms });
+        self.turns.add(&turn_id);
         let record = TurnRecord { status: TurnStatus::Running, data: None, started_ms: ctx.now_ms, ended_ms: None };
         change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: turn_id.clone(), record });
         self.emit(SessionEvent::TurnStarted(TurnStarted { turn_id }), change);
@@ -1102,6 +1110,7 @@ mod tests {
     use subs_protocol::ToolInput;
 
     use super::*;
+    use crate::session::{KNOWN_TURNS, KnownTurns};
     use crate::store::{CallRecord, MemStore};
 
     struct NoLimit;
@@ -1224,6 +1233,50 @@ mod tests {
             assert_eq!(session.open_calls().count(), 0);
             assert!(matches!(pushed_trigger(&session), Trigger::ToolFinished(done) if !done.ok));
         });
+    }
+
+    /// A client's message naming its turn `turn_id`.
+    fn message(turn_id: &str) -> ClientInput {
+        ClientInput::ClientMessage(subs_protocol::client::ClientMessage {
+            agent_id: "agent".to_owned(),
+            turn_id: Some(turn_id.to_owned()),
+            message: DraftMessage::user("hi"),
+            stream: None,
+        })
+    }
+
+    #[test]
+    fn a_session_created_here_knows_its_turn_ids_and_a_loaded_one_asks_the_store() {
+        // Nothing these inputs write is committed: only the store's answer
+        // or the session's memory can say a turn exists.
+        with_ctx(|ctx| {
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let accept = |session: &mut Session, turn_id: &str| {
+                runtime.block_on(session.accept_input(message(turn_id), ctx, &mut Change::default())).unwrap()
+            };
+            let mut fresh = Session::fresh(SessionKey::new("acme", "s"), "agent".to_owned(), Default::default(), 1);
+            assert!(!accept(&mut fresh, "t1").existing, "started");
+            assert!(!accept(&mut fresh, "t2").existing, "queued behind t1");
+            assert!(accept(&mut fresh, "t1").existing, "the open turn, known without the store");
+            assert!(accept(&mut fresh, "t2").existing, "the queued turn, known without the store");
+
+            let mut loaded = fresh.clone();
+            loaded.turns = KnownTurns::default();
+            assert!(!accept(&mut loaded, "t1").existing, "a loaded session asks the store, which has no t1");
+        });
+    }
+
+    #[test]
+    fn known_turn_ids_are_bounded_and_then_forgotten() {
+        let mut known = KnownTurns::none_yet();
+        assert_eq!(known.has("t"), Some(false));
+        for n in 0..KNOWN_TURNS {
+            known.add(&format!("t{n}"));
+        }
+        assert_eq!(known.has("t0"), Some(true));
+        known.add("one-more");
+        assert_eq!(known.has("t0"), None, "past the bound the store answers");
+        assert_eq!(known.has("one-more"), None);
     }
 
     fn resume(session: &mut Session, id: &str, ctx: &Ctx<'_>, change: &mut Change) {

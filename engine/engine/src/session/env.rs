@@ -20,6 +20,10 @@ use crate::store::{SessionKey, Store, StoreError, TurnRecord, TurnStatus};
 use crate::tenants::Tenants;
 use crate::worker::{DeltaSink, Worker};
 
+/// How long a waiter trusts that a turn open in a session whose actor
+/// runs here will end through that actor, before it reads the store.
+const TRUST_OPEN_TURN: Duration = Duration::from_secs(2);
+
 /// What every session actor of an engine shares; see the
 /// [module docs](self).
 pub(crate) struct Env {
@@ -71,18 +75,37 @@ impl Env {
 
     /// Waits until the session's turn `turn_id` has ended and returns it.
     pub async fn wait_turn(&self, key: &SessionKey, turn_id: &str) -> Result<TurnRecord, StoreError> {
+        let mut read = false;
         loop {
             // Listening starts before the store is read, so an end
             // committed in between is not missed.
-            let ended = self.hub.turn_end(key);
-            if let Some(turn) = self.store.turn(key, turn_id).await?
-                && matches!(turn.status, TurnStatus::Done | TurnStatus::Failed)
-            {
-                return Ok(turn);
+            let (ended, open_here) = self.hub.turn_end_of(key, turn_id);
+            if read || !open_here {
+                if let Some(turn) = self.store.turn(key, turn_id).await?
+                    && matches!(turn.status, TurnStatus::Done | TurnStatus::Failed)
+                {
+                    return Ok(turn);
+                }
+                read = true;
             }
+            let ended = if read {
+                ended.await
+            } else {
+                // A turn open here ends through this process's actor. Should
+                // the actor have lost the session to another node unnoticed
+                // (paused past its lease), the store is read after a while.
+                match tokio::time::timeout(TRUST_OPEN_TURN, ended).await {
+                    Ok(ended) => ended,
+                    Err(_) => {
+                        read = true;
+                        continue;
+                    }
+                }
+            };
             // The end of another of the session's turns (one queued before
-            // this) sends us back to listening and reading.
-            let (ended_id, record) = ended.await.map_err(|_| StoreError::Closed)?;
+            // this) sends us back to listening (and reading, unless the
+            // turn is open here).
+            let (ended_id, record) = ended.map_err(|_| StoreError::Closed)?;
             if ended_id == turn_id {
                 return Ok(record);
             }
@@ -152,5 +175,57 @@ impl Agents {
     /// The worker of `agent_id` for `tenant`.
     pub fn get(&self, tenant: &str, agent_id: &str) -> Option<Arc<dyn Worker>> {
         self.0.read().unwrap_or_else(PoisonError::into_inner).get(&(tenant.to_owned(), agent_id.to_owned())).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::model::Models;
+    use crate::store::{Batch, MemStore, Op};
+
+    /// An engine's shared parts on a store where turn `t` of session `s`
+    /// has ended.
+    async fn env_with_ended_turn() -> (Env, SessionKey, TurnRecord) {
+        let store = MemStore::new();
+        let key = SessionKey::new("acme", "s");
+        let record = TurnRecord { status: TurnStatus::Done, data: None, started_ms: 1, ended_ms: Some(2) };
+        let put = Op::PutTurn { session: key.clone(), turn_id: "t".to_owned(), record: record.clone() };
+        store.commit(Batch::of(vec![put])).await.unwrap();
+        (Env::new(Arc::new(store), Models::with_offline(), crate::EngineConfig::default()), key, record)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_open_here_is_awaited_without_reading_the_store_for_a_while() {
+        let (env, key, record) = env_with_ended_turn().await;
+        let env = Arc::new(env);
+        // This process's actor says the turn is open (as an actor that
+        // lost the session unnoticed would: the store holds its end).
+        env.hub.turn_opened(&key, "t");
+        let started = tokio::time::Instant::now();
+        assert_eq!(env.wait_turn(&key, "t").await.unwrap(), record);
+        assert_eq!(started.elapsed(), TRUST_OPEN_TURN, "the store is read once the trust runs out");
+
+        // Forgotten (the actor left): the store answers at once.
+        env.hub.turn_opened(&key, "t");
+        env.hub.forget_turns(&key);
+        let started = tokio::time::Instant::now();
+        assert_eq!(env.wait_turn(&key, "t").await.unwrap(), record);
+        assert_eq!(started.elapsed(), Duration::ZERO);
+
+        // A turn open here ends through its actor's commit.
+        env.hub.turn_opened(&key, "u");
+        let waiter = tokio::spawn({
+            let (env, key) = (Arc::clone(&env), key.clone());
+            async move { env.wait_turn(&key, "u").await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiter.is_finished(), "the store has no turn `u`: the waiter waits");
+        let told = TurnRecord { ended_ms: Some(3), ..record };
+        env.hub.turn_ended(&key, ("u".to_owned(), told.clone()));
+        assert_eq!(waiter.await.unwrap().unwrap(), told);
+        assert!(!env.hub.turn_end_of(&key, "u").1, "an ended turn is no longer open here");
     }
 }

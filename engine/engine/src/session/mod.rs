@@ -27,7 +27,7 @@ pub(crate) mod proposal;
 pub(crate) mod tree;
 pub(crate) mod validate;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use serde_json::Value;
 use subs_protocol::event::MessageRecorded;
@@ -60,6 +60,43 @@ pub(crate) struct Session {
     pub calls: BTreeMap<String, CallRecord>,
     /// Steps not yet finished, in order.
     pub steps: VecDeque<(u64, StepRecord)>,
+    /// The ids of the session's turns, where all of them are known.
+    pub turns: KnownTurns,
+}
+
+/// How many turn ids a session keeps in memory at most; past them the
+/// store answers whether a turn exists.
+pub(crate) const KNOWN_TURNS: usize = 1024;
+
+/// Every turn id of a session, when all of them are known in memory: a
+/// session created by this process's actor keeps each id it gives a turn
+/// (up to [`KNOWN_TURNS`]), so a client's turn id (an idempotency key) is
+/// checked without a read of the store, which on a database server costs
+/// a round trip and the server's CPU for every input. A session loaded
+/// from the store knows nothing, and asks the store.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KnownTurns(Option<HashSet<String>>);
+
+impl KnownTurns {
+    /// The turns of a session that has none yet.
+    pub fn none_yet() -> Self {
+        Self(Some(HashSet::new()))
+    }
+
+    /// Whether the session has a turn `id`; `None` when not known here.
+    pub fn has(&self, id: &str) -> Option<bool> {
+        self.0.as_ref().map(|ids| ids.contains(id))
+    }
+
+    /// Notes a new turn; past the bound, forgets them all.
+    pub fn add(&mut self, id: &str) {
+        let Some(ids) = &mut self.0 else { return };
+        if ids.len() >= KNOWN_TURNS {
+            self.0 = None;
+        } else {
+            ids.insert(id.to_owned());
+        }
+    }
 }
 
 /// Writes collected while changing a session, and what to do once they are
@@ -91,12 +128,18 @@ impl Session {
         let tree = Tree::from_records(loaded.messages.into_iter().map(|(_, r)| r));
         let calls = loaded.calls.into_iter().map(|c| (c.call.id.clone(), c)).collect();
         let steps = loaded.steps.into_iter().filter(|(_, s)| s.status == StepStatus::Pending).collect();
-        Ok(Some(Self { record: loaded.record, tree, calls, steps }))
+        Ok(Some(Self { record: loaded.record, tree, calls, steps, turns: KnownTurns::default() }))
     }
 
     /// A new, empty session.
     pub fn new(record: SessionRecord) -> Self {
-        Self { record, tree: Tree::default(), calls: BTreeMap::new(), steps: VecDeque::new() }
+        Self {
+            record,
+            tree: Tree::default(),
+            calls: BTreeMap::new(),
+            steps: VecDeque::new(),
+            turns: KnownTurns::none_yet(),
+        }
     }
 
     /// The session's key.
