@@ -150,6 +150,11 @@ impl AgentRegistry {
         self.host.configured_tenant_policy(tenant)
     }
 
+    /// The digest each registered agent was loaded from.
+    fn digests(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), String>> {
+        self.digests.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Keeps track of what `tenant`'s agent `agent_id` runs as now.
     fn registered(&self, tenant: &str, agent_id: &str, component: Option<ComponentAgent>) {
         let mut components = self.components.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -200,19 +205,14 @@ impl AgentRegistry {
         for record in self.engine.store().agents(None).await? {
             let key = (record.tenant.clone(), record.agent_id.clone());
             stored.insert(key.clone());
-            if self.digests.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key)
-                == Some(&record.current.digest)
-            {
+            if self.digests().get(&key) == Some(&record.current.digest) {
                 continue;
             }
             match self.worker(&record.tenant, &record.agent_id, &record.current).await {
                 Ok((worker, component)) => {
                     self.registered(&record.tenant, &record.agent_id, component);
                     self.engine.register_agent(&record.tenant, &record.agent_id, worker);
-                    self.digests
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .insert(key, record.current.digest);
+                    self.digests().insert(key, record.current.digest);
                 }
                 Err(e) => {
                     tracing::error!(tenant = %record.tenant, agent = %record.agent_id, error = %e, "agent not loaded");
@@ -220,18 +220,11 @@ impl AgentRegistry {
                 }
             }
         }
-        let gone: Vec<(String, String)> = self
-            .digests
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .keys()
-            .filter(|key| !stored.contains(*key))
-            .cloned()
-            .collect();
+        let gone: Vec<(String, String)> = self.digests().keys().filter(|key| !stored.contains(*key)).cloned().collect();
         for (tenant, agent_id) in gone {
             self.engine.unregister_agent(&tenant, &agent_id);
             self.registered(&tenant, &agent_id, None);
-            self.digests.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&(tenant, agent_id));
+            self.digests().remove(&(tenant, agent_id));
         }
         Ok(failures)
     }
@@ -271,15 +264,16 @@ impl AgentRegistry {
                     Ok(bytes) => bytes,
                     // Uploaded to another node sharing the store: its bytes
                     // are in the store, and kept here from now on.
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.engine.store().shared().is_some() => {
-                        let shared = self.engine.store().shared().expect("checked");
-                        let bytes = shared.blob(&version.digest).await?.ok_or_else(|| {
-                            AgentError::Internal(format!("the store has no component {}", version.digest))
-                        })?;
-                        self.keep_bytes(&path, bytes.clone()).await?;
-                        bytes
-                    }
-                    Err(e) => return Err(AgentError::Internal(format!("reading {}: {e}", path.display()))),
+                    Err(e) => match self.engine.store().shared() {
+                        Some(shared) if e.kind() == std::io::ErrorKind::NotFound => {
+                            let bytes = shared.blob(&version.digest).await?.ok_or_else(|| {
+                                AgentError::Internal(format!("the store has no component {}", version.digest))
+                            })?;
+                            self.keep_bytes(&path, bytes.clone()).await?;
+                            bytes
+                        }
+                        _ => return Err(AgentError::Internal(format!("reading {}: {e}", path.display()))),
+                    },
                 };
                 let agent = self.compile(tenant, agent_id, bytes).await?;
                 Ok((Arc::new(agent.clone()), Some(agent)))
@@ -342,10 +336,7 @@ impl AgentRegistry {
         batch.push(Op::PutAgent(record.clone()));
         self.engine.store().commit(batch).await?;
         self.engine.register_agent(tenant, agent_id, worker);
-        self.digests
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert((tenant.to_owned(), agent_id.to_owned()), record.current.digest.clone());
+        self.digests().insert((tenant.to_owned(), agent_id.to_owned()), record.current.digest.clone());
         Ok((record, true))
     }
 
@@ -437,10 +428,7 @@ impl AgentRegistry {
         self.engine.store().commit(batch).await?;
         self.engine.unregister_agent(tenant, agent_id);
         self.registered(tenant, agent_id, None);
-        self.digests
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&(tenant.to_owned(), agent_id.to_owned()));
+        self.digests().remove(&(tenant.to_owned(), agent_id.to_owned()));
         Ok(true)
     }
 }
