@@ -22,6 +22,7 @@
 //! - [`budgets`]: what sessions and tenants spent, and their budgets.
 //! - [`metrics`]: `/healthz` and Prometheus `/metrics`.
 //! - [`openapi`]: the OpenAPI document, generated from the handlers.
+//! - [`ui`]: the web inspector, embedded and served at `/ui`.
 
 pub mod admin;
 pub mod agents;
@@ -35,6 +36,7 @@ pub mod openapi;
 pub mod sessions;
 pub mod stream;
 pub mod tenants;
+pub mod ui;
 
 #[cfg(test)]
 mod tests;
@@ -154,7 +156,10 @@ impl AppState {
 pub fn app(state: Arc<AppState>) -> Router {
     let (router, _) = openapi::router().split_for_parts();
     let cors = cors(state.config.cors_origins());
+    // The inspector's page is no API route: it takes no key and is not in
+    // the OpenAPI document.
     router
+        .merge(ui::router())
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
