@@ -3,6 +3,7 @@
 
 mod admin;
 mod crash;
+mod inspector;
 mod postgres;
 mod run;
 mod serve;

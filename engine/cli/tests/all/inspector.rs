@@ -1,0 +1,519 @@
+//! The web inspector (`/ui`) in a real browser: headless Chromium driven
+//! over WebDriver (chromedriver, through `fantoccini`) against a real
+//! `subs serve`. Each test saves a screenshot under
+//! `target/inspector/<test>.png` for people to look at.
+//!
+//! Without `chromium` and `chromedriver` on the machine the tests skip,
+//! saying so on stderr, unless `SUBS_REQUIRE_BROWSER=1` (CI sets it),
+//! which makes that a failure. `SUBS_CHROMIUM` and `SUBS_CHROMEDRIVER`
+//! name other binaries. The tests take one browser at a time: each starts
+//! a chromedriver on a free port, and two cores do not run several
+//! Chromiums well.
+
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+use subs_sdk::prelude::*;
+
+use crate::{ADD, PATIENCE, Server, TOOLS, http, stream_turn};
+
+/// One browser at a time (see the module's doc).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How long the page may take to show what a test waits for.
+const PAGE_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Where the screenshots go: `target/inspector/`.
+fn screenshots() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).parent().expect("target/tmp is in target").join("inspector")
+}
+
+/// The first of `names` found on `PATH` (or as a path).
+fn find(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    names.iter().find_map(|name| {
+        let direct = Path::new(name);
+        if direct.is_absolute() {
+            return direct.is_file().then(|| direct.to_path_buf());
+        }
+        std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file())
+    })
+}
+
+/// Chromium and chromedriver, or `None` (and a line on stderr) when they
+/// are not installed and the browser is not required.
+fn binaries(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let chosen = |var: &str| std::env::var_os(var).map(PathBuf::from).filter(|p| p.is_file());
+    let chromium =
+        chosen("SUBS_CHROMIUM").or_else(|| find(&["chromium", "chromium-browser", "google-chrome", "chrome"]));
+    let driver = chosen("SUBS_CHROMEDRIVER").or_else(|| find(&["chromedriver"]));
+    match (chromium, driver) {
+        (Some(chromium), Some(driver)) => Some((chromium, driver)),
+        _ if std::env::var("SUBS_REQUIRE_BROWSER").as_deref() == Ok("1") => {
+            panic!("{test}: SUBS_REQUIRE_BROWSER=1 but chromium and chromedriver are not both installed")
+        }
+        _ => {
+            eprintln!(
+                "skipped {test}: chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
+            );
+            None
+        }
+    }
+}
+
+/// A headless Chromium under a chromedriver of its own.
+struct Browser {
+    client: Client,
+    /// The chromedriver, leader of its own process group (Chromium is in
+    /// it too), killed as a group when the browser is dropped.
+    driver: Child,
+    /// The test's name: its screenshots' name.
+    test: &'static str,
+    /// Held while the browser runs.
+    _turn: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Browser {
+    /// A browser for `test`, or `None` when there is none (see
+    /// [`binaries`]).
+    async fn start(test: &'static str) -> Option<Browser> {
+        let (chromium, driver) = binaries(test)?;
+        let turn = ONE_AT_A_TIME.lock().await;
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(&driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", driver.display()));
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let ready = http().get(format!("{url}/status")).send().await.ok().filter(|r| r.status().is_success());
+            if ready.is_some() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "chromedriver did not answer on {url}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let capabilities = json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                    "--no-first-run", "--no-default-browser-check", "--window-size=1280,1100",
+                ],
+            },
+        });
+        let Value::Object(capabilities) = capabilities else { unreachable!() };
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let client = ClientBuilder::new(connector)
+            .capabilities(capabilities)
+            .connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("a Chromium session through {}: {e}", driver.display()));
+        Some(Browser { client, driver: child, test, _turn: turn })
+    }
+
+    async fn goto(&self, url: &str) {
+        self.client.goto(url).await.unwrap_or_else(|e| panic!("opening {url}: {e}"));
+    }
+
+    /// Saves a screenshot as `target/inspector/<test><suffix>.png`.
+    async fn screenshot(&self, suffix: &str) -> PathBuf {
+        let png = self.client.screenshot().await.expect("a screenshot");
+        let dir = screenshots();
+        std::fs::create_dir_all(&dir).expect("target/inspector is made");
+        let file = dir.join(format!("{}{suffix}.png", self.test));
+        std::fs::write(&file, png).expect("the screenshot is written");
+        file
+    }
+
+    /// Runs `script` (a function body; `arguments` are `args`) until it
+    /// returns something truthy, and answers that. On timeout: a
+    /// screenshot (`…-failed.png`) and a panic naming `what`, with the
+    /// page's text.
+    async fn until(&self, what: &str, script: &str, args: Vec<Value>) -> Value {
+        let deadline = Instant::now() + PAGE_PATIENCE;
+        loop {
+            let value = self.client.execute(script, args.clone()).await.expect("the script runs");
+            let truthy = match &value {
+                Value::Null | Value::Bool(false) => false,
+                Value::String(s) => !s.is_empty(),
+                Value::Number(n) => n.as_f64() != Some(0.0),
+                _ => true,
+            };
+            if truthy {
+                return value;
+            }
+            if Instant::now() > deadline {
+                let shot = self.screenshot("-failed").await;
+                let text = self.client.execute("return document.body.innerText", vec![]).await.unwrap_or_default();
+                panic!(
+                    "waiting for {what}: the page shows\n{}\n(screenshot {})",
+                    text.as_str().unwrap_or(""),
+                    shot.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits for an element matching `css` whose text contains `text`.
+    async fn text(&self, css: &str, text: &str) {
+        let script =
+            "return [...document.querySelectorAll(arguments[0])].some(e => e.textContent.includes(arguments[1]))";
+        self.until(&format!("`{text}` in {css}"), script, vec![json!(css), json!(text)]).await;
+    }
+
+    /// Waits for an element matching `css`.
+    async fn element(&self, css: &str) -> fantoccini::elements::Element {
+        self.until(css, "return document.querySelector(arguments[0]) !== null", vec![json!(css)]).await;
+        self.client.find(Locator::Css(css)).await.expect("the element is there")
+    }
+
+    /// How many elements match `css`.
+    async fn count(&self, css: &str) -> u64 {
+        let value = self.client.execute("return document.querySelectorAll(arguments[0]).length", vec![json!(css)]);
+        value.await.expect("the script runs").as_u64().unwrap_or(0)
+    }
+
+    /// Ends the WebDriver session (Chromium quits) and the driver.
+    async fn close(mut self) {
+        let client = self.client.clone();
+        let _ = client.close().await;
+        self.kill();
+    }
+
+    fn kill(&mut self) {
+        // The driver leads its process group; Chromium and its helpers
+        // are in it.
+        let group = format!("-{}", self.driver.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).stderr(Stdio::null()).status();
+        let _ = self.driver.wait();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if self.driver.try_wait().ok().flatten().is_none() {
+            self.kill();
+        }
+    }
+}
+
+/// Uploads the component at `path` as agent `agent`.
+async fn upload(url: &str, agent: &str, path: &str, key: Option<&str>) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    let mut put = http().put(format!("{url}/v1/agents/{agent}")).header("content-type", "application/wasm");
+    if let Some(key) = key {
+        put = put.bearer_auth(key);
+    }
+    let response = put.body(bytes).send().await.expect("the server answers");
+    assert!(response.status().is_success(), "uploading {agent}: {}", response.text().await.unwrap_or_default());
+}
+
+/// Posts `input` to `session` (not streamed); the answer's JSON.
+async fn input(url: &str, session: &str, key: Option<&str>, input: Value) -> Value {
+    let mut post = http()
+        .post(format!("{url}/v1/sessions/{session}/input"))
+        .header("content-type", "application/json")
+        .body(input.to_string());
+    if let Some(key) = key {
+        post = post.bearer_auth(key);
+    }
+    let response = post.send().await.expect("the server answers");
+    assert_eq!(response.status(), 202, "input to {session}");
+    serde_json::from_slice(&response.bytes().await.expect("a body")).expect("JSON")
+}
+
+/// The session's snapshot.
+async fn snapshot(url: &str, session: &str, key: Option<&str>) -> Value {
+    let mut get = http().get(format!("{url}/v1/sessions/{session}"));
+    if let Some(key) = key {
+        get = get.bearer_auth(key);
+    }
+    let response = get.send().await.expect("the server answers");
+    serde_json::from_slice(&response.bytes().await.expect("a body")).expect("JSON")
+}
+
+/// Waits until the session's status is `status`; its snapshot.
+async fn settled(url: &str, session: &str, key: Option<&str>, status: &str) -> Value {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let snapshot = snapshot(url, session, key).await;
+        if snapshot["status"] == status {
+            return snapshot;
+        }
+        assert!(Instant::now() < deadline, "{session} is not {status}: {snapshot}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn message(agent: &str, text: &str) -> Value {
+    json!({"type": "client.message", "agent_id": agent, "message": {"role": "user", "content": text}})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_turn_shows_its_message_call_result_and_reply() {
+    let Some(browser) = Browser::start("tool_turn").await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), "127.0.0.1:0", &[]);
+    let url = &server.url;
+    upload(url, "tools", TOOLS, None).await;
+    let events = stream_turn(url, "demo", "tools", ADD).await;
+    assert_eq!(events.last().map(|e| e.1.as_str()), Some("turn.done"));
+
+    // The root leads to the page, which takes no key and may run no
+    // inline script.
+    let root = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let answer = root.get(format!("{url}/")).send().await.unwrap();
+    assert!(answer.status().is_redirection());
+    assert_eq!(answer.headers()["location"], "/ui");
+    let page = http().get(format!("{url}/ui")).send().await.unwrap();
+    assert!(page.headers()["content-security-policy"].to_str().unwrap().contains("script-src 'self'"));
+
+    browser.goto(&format!("{url}/")).await;
+    browser.text(r#"[data-testid="session-row"][data-session-id="demo"]"#, "tools").await;
+    browser.element(r#"[data-session-id="demo"] [data-testid="session-link"]"#).await.click().await.unwrap();
+    browser.text(r#"[data-testid="message"][data-role="user"]"#, ADD).await;
+    browser.text(r#"[data-testid="tool-call-name"]"#, "add").await;
+    browser.text(r#"[data-testid="tool-call-args"]"#, r#"{"a":1,"b":2}"#).await;
+    browser.text(r#"[data-testid="tool-result"]"#, r#"{"sum":3}"#).await;
+    browser.text(r#"[data-testid="message"][data-role="assistant"]"#, r#"add returned {"sum":3}."#).await;
+    browser.text(r#"[data-testid="session-status"]"#, "idle").await;
+
+    // An edit forks the conversation: a view that shares nothing with the
+    // path starts a second branch at the root, which becomes the active
+    // one; the page switches between the two.
+    let fork = json!({"type": "client.messages", "agent_id": "tools",
+        "messages": [{"role": "user", "content": r#"use tool add with {"a": 2, "b": 3}"#}]});
+    input(url, "demo", None, fork).await;
+    settled(url, "demo", None, "idle").await;
+    browser.text(r#"[data-testid="tool-result"]"#, r#"{"sum":5}"#).await;
+    browser.text(r#"[data-testid="fork"]"#, "branch 2 of 2 (active)").await;
+    browser.element(r#"[data-testid="fork"] button[aria-label="Previous branch"]"#).await.click().await.unwrap();
+    browser.text(r#"[data-testid="fork"]"#, "branch 1 of 2").await;
+    browser.text(r#"[data-testid="tool-result"]"#, r#"{"sum":3}"#).await;
+    assert_eq!(browser.count(r#"[data-testid="message"].off-path"#).await, 4, "the first branch is off the path");
+    browser.screenshot("").await;
+
+    // The agent, its version.
+    browser.goto(&format!("{url}/ui#/agents/tools")).await;
+    browser.text(r#"[data-testid="version-digest"]"#, "sha256:").await;
+    browser.close().await;
+}
+
+/// An HTTP worker whose LLM calls it answers itself, streaming the reply
+/// a word at a time with a pause after each.
+struct Slow;
+
+/// The words [`Slow`] streams.
+const STORY: [&str; 8] = ["Once ", "upon ", "a ", "time ", "there ", "was ", "a ", "stream."];
+
+impl Agent for Slow {
+    fn decide(&self, request: DecisionRequest, cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
+        match &request.trigger {
+            Trigger::SessionStart => {
+                let mut config = request.proposed.agent.clone().unwrap_or_else(|| AgentConfig::new("subs/offline"));
+                config.handler = Some(subs_sdk::LlmHandler::Worker);
+                config.stream = Some(true);
+                Ok(request.proposed.with_agent(config))
+            }
+            Trigger::LlmExecute(_) => {
+                for word in STORY {
+                    cx.emit_text(word)?;
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+                let reply = json!({"model": "test/slow", "content": STORY.concat(), "finish_reason": "stop"});
+                Ok(DecisionResponse::new().with_action(Action::llm_result(reply)))
+            }
+            _ => Ok(request.proposed),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn streamed_text_shows_before_the_turn_is_done() {
+    let Some(browser) = Browser::start("streaming").await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), "127.0.0.1:0", &[]);
+    let url = &server.url;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let worker = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(subs_http_worker::serve_router(listener, subs_http_worker::router(Slow), std::future::pending()));
+    let put = http()
+        .put(format!("{url}/v1/agents/slow"))
+        .header("content-type", "application/json")
+        .body(json!({"url": worker}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.text().await.unwrap_or_default());
+    // The session exists before the page opens it.
+    stream_turn(url, "story", "slow", "hello").await;
+
+    browser.goto(&format!("{url}/ui#/sessions/story")).await;
+    browser.text(r#"[data-testid="message"][data-role="assistant"]"#, "stream.").await;
+    browser.text(r#"[data-testid="stream-state"]"#, "live").await;
+    let area = browser.element(r#"[data-testid="message-input"]"#).await;
+    area.send_keys("tell me a story").await.unwrap();
+    browser.element(r#"[data-testid="send-message"]"#).await.click().await.unwrap();
+
+    browser.text(r#"[data-testid="live-text"]"#, "upon").await;
+    // The turn is still running: the text came before its `turn.done`.
+    let now = snapshot(url, "story", None).await;
+    assert_eq!(now["status"], "running", "{now}");
+    assert_eq!(browser.count(r#"[data-testid="event"][data-event="turn.done"]"#).await, 1, "only the first turn's");
+    browser.screenshot("").await;
+
+    let done = settled(url, "story", None, "idle").await;
+    let messages = done["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 4, "{done}");
+    browser
+        .until(
+            "both replies",
+            r#"return [...document.querySelectorAll('[data-testid="message"][data-role="assistant"]')].length === 2"#,
+            vec![],
+        )
+        .await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resuming_an_interrupt_from_the_page_completes_the_turn() {
+    let Some(browser) = Browser::start("interrupt").await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), "127.0.0.1:0", &[]);
+    let url = &server.url;
+    upload(url, "scenario", subs_tests::guests::TEST_SCENARIO, None).await;
+    input(url, "approve", None, message("scenario", "interrupt: may I?")).await;
+    let waiting = settled(url, "approve", None, "waiting").await;
+    assert_eq!(waiting["interrupts"][0]["interrupt_id"], "approval", "{waiting}");
+
+    browser.goto(&format!("{url}/ui#/sessions/approve")).await;
+    let form = r#"[data-testid="interrupt"][data-interrupt-id="approval"]"#;
+    browser.text(form, "needs approval").await;
+    browser.text(&format!("{form} [data-testid=\"interrupt-payload\"]"), "may I?").await;
+    let payload = browser.element(&format!("{form} [data-testid=\"resume-payload\"]")).await;
+    payload.send_keys(r#"{"approved": true}"#).await.unwrap();
+    browser.element(&format!("{form} [data-testid=\"resume-interrupt\"]")).await.click().await.unwrap();
+
+    browser.text(r#"[data-testid="message"][data-role="assistant"]"#, r#"resumed with {"approved":true}"#).await;
+    browser.text(r#"[data-testid="session-status"]"#, "idle").await;
+    let done = settled(url, "approve", None, "idle").await;
+    assert_eq!(done["interrupts"], json!([]));
+    assert_eq!(done["messages"].as_array().unwrap().last().unwrap()["content"], r#"resumed with {"approved":true}"#);
+    assert_eq!(browser.count(r#"[data-testid="interrupt"]"#).await, 0, "the form is gone");
+    browser.screenshot("").await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_tenants_key_sees_none_of_the_sessions() {
+    let Some(browser) = Browser::start("tenants").await else { return };
+    let (acme, beta) = ("subs_acce55acce55acce55acce55acce55ac", "subs_be7abe7abe7abe7abe7abe7abe7abe7a");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("subs.toml");
+    std::fs::write(
+        &config,
+        format!("[[keys]]\ntenant = \"acme\"\nkey = \"{acme}\"\n\n[[keys]]\ntenant = \"beta\"\nkey = \"{beta}\"\n"),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let server =
+        Server::start_with(&["--config", config.to_str().unwrap(), "--data", data.to_str().unwrap()], "127.0.0.1:0");
+    let url = &server.url;
+    upload(url, "tools", TOOLS, Some(acme)).await;
+    for session in ["acme-one", "acme-two"] {
+        input(url, session, Some(acme), message("tools", ADD)).await;
+        settled(url, session, Some(acme), "idle").await;
+    }
+
+    // The page asks for a key; beta's lists nothing and finds nothing.
+    browser.goto(&format!("{url}/ui")).await;
+    let key = browser.element(r#"[data-testid="auth-key"]"#).await;
+    key.send_keys(beta).await.unwrap();
+    browser.element(r#"[data-testid="auth-submit"]"#).await.click().await.unwrap();
+    browser.text(r#"[data-testid="sessions"]"#, "No sessions.").await;
+    assert_eq!(browser.count(r#"[data-testid="session-row"]"#).await, 0);
+    browser.goto(&format!("{url}/ui#/sessions/acme-one")).await;
+    browser.element(r#"[data-testid="session"][data-loaded="missing"]"#).await;
+    assert_eq!(browser.count(r#"[data-testid="message"]"#).await, 0);
+    browser.screenshot("").await;
+
+    // The same page with acme's key shows both.
+    browser.element(r#"[data-testid="change-key"]"#).await.click().await.unwrap();
+    let key = browser.element(r#"[data-testid="auth-key"]"#).await;
+    key.send_keys(acme).await.unwrap();
+    browser.element(r#"[data-testid="auth-submit"]"#).await.click().await.unwrap();
+    browser.text(r#"[data-testid="tool-result"]"#, r#"{"sum":3}"#).await;
+    browser.goto(&format!("{url}/ui#/sessions")).await;
+    browser.element(r#"[data-session-id="acme-two"]"#).await;
+    assert_eq!(browser.count(r#"[data-testid="session-row"]"#).await, 2);
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_session_renders_and_reports_its_time() {
+    let Some(browser) = Browser::start("long_session").await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), "127.0.0.1:0", &[]);
+    let url = &server.url;
+    upload(url, "tools", TOOLS, None).await;
+    // Each turn: six user messages and a tool call, its result and the
+    // reply — ten messages, sent as the client's whole view (the path so
+    // far, then the new ones), which appends.
+    let turns = 100;
+    let mut path: Vec<Value> = Vec::new();
+    for turn in 0..turns {
+        let mut messages = path.clone();
+        messages.extend((0..6).map(|i| json!({"role": "user", "content": format!("turn {turn}, note {i}")})));
+        messages.push(json!({"role": "user", "content": ADD}));
+        let body = json!({"type": "client.messages", "agent_id": "tools", "messages": messages, "stream": true});
+        let response = http()
+            .post(format!("{url}/v1/sessions/long/input"))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let text = response.text().await.unwrap();
+        assert!(text.contains("event: turn.done"), "turn {turn}: {text}");
+        path = snapshot(url, "long", None).await["messages"].as_array().unwrap().clone();
+    }
+    let snapshot = snapshot(url, "long", None).await;
+    let messages = snapshot["messages"].as_array().unwrap().len();
+
+    browser.goto(&format!("{url}/ui#/sessions/long")).await;
+    let root = r#"[data-testid="session"][data-loaded="true"]"#;
+    browser.element(root).await;
+    let timing = browser
+        .client
+        .execute(
+            "const e = document.querySelector(arguments[0]); return [e.dataset.renderMs, e.dataset.loadMs, \
+             document.querySelectorAll('[data-testid=\"message\"]').length, \
+             document.querySelectorAll('[data-testid=\"decision\"]').length]",
+            vec![json!(root)],
+        )
+        .await
+        .unwrap();
+    let shown = timing[2].as_u64().unwrap();
+    assert_eq!(shown as usize, messages, "every message of the active path is shown");
+    eprintln!(
+        "inspector: a session of {messages} messages and {} decisions rendered in {} ms ({} ms from opening the \
+         page, fetching included)",
+        timing[3],
+        timing[0].as_str().unwrap_or("?"),
+        timing[1].as_str().unwrap_or("?")
+    );
+    browser.screenshot("").await;
+    browser.close().await;
+}
