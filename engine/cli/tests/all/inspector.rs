@@ -304,9 +304,19 @@ async fn a_tool_turn_shows_its_message_call_result_and_reply() {
     assert_eq!(browser.count(r#"[data-testid="message"].off-path"#).await, 4, "the first branch is off the path");
     browser.screenshot("").await;
 
-    // The agent, its version.
+    // The agent, its version; and an upload from the page.
     browser.goto(&format!("{url}/ui#/agents/tools")).await;
     browser.text(r#"[data-testid="version-digest"]"#, "sha256:").await;
+    browser.goto(&format!("{url}/ui#/agents")).await;
+    browser.element(r#"[data-testid="upload-file"]"#).await.send_keys(TOOLS).await.unwrap();
+    let id = browser.element(r#"[data-testid="upload-agent-id"]"#).await;
+    id.clear().await.unwrap();
+    id.send_keys("tools-copy").await.unwrap();
+    browser.element(r#"[data-testid="upload-submit"]"#).await.click().await.unwrap();
+    browser.text(r#"[data-testid="upload-state"]"#, "Uploaded: tools-copy sha256:").await;
+    browser.element(r#"[data-testid="agent-row"][data-agent-id="tools-copy"]"#).await;
+    let copy = http().get(format!("{url}/v1/agents/tools-copy")).send().await.unwrap();
+    assert_eq!(copy.status(), 200);
     browser.close().await;
 }
 
@@ -383,6 +393,15 @@ async fn streamed_text_shows_before_the_turn_is_done() {
             vec![],
         )
         .await;
+
+    // Cancelled from the page while it streams.
+    browser.element(r#"[data-testid="message-input"]"#).await.send_keys("another").await.unwrap();
+    browser.element(r#"[data-testid="send-message"]"#).await.click().await.unwrap();
+    browser.text(r#"[data-testid="live-text"]"#, "upon").await;
+    browser.element(r#"[data-testid="cancel-turn"]"#).await.click().await.unwrap();
+    browser.text(r#"[data-testid="action-result"]"#, "Cancelled the turn.").await;
+    browser.element(r#"[data-testid="event"][data-event="turn.failed"]"#).await;
+    settled(url, "story", None, "idle").await;
     browser.close().await;
 }
 
