@@ -5,10 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::Json;
 use axum::extract::{Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde::Serialize;
 use serde_json::{Value, json};
 use subs_engine::store::{CallRecord, StepRecord, StepStatus, StoredTrigger};
@@ -18,7 +16,7 @@ use utoipa::ToSchema;
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::sessions::{DEFAULT_PAGE, MAX_PAGE, SessionPath, encode_id};
+use crate::sessions::{SessionPath, encode_id, page_limit, paged};
 
 /// One decision of a session: the trigger the agent was asked about, what
 /// became of it, and the calls its decision started.
@@ -125,13 +123,7 @@ pub async fn list(
     SessionPath(session_id): SessionPath,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let limit = match query.get("limit") {
-        None => DEFAULT_PAGE,
-        Some(text) => match text.parse::<usize>() {
-            Ok(limit) if (1..=MAX_PAGE).contains(&limit) => limit,
-            _ => return Err(ApiError::invalid("limit", format!("`{text}` is not a page size from 1 to {MAX_PAGE}"))),
-        },
-    };
+    let limit = page_limit(&query)?;
     let from = match query.get("after") {
         None => 0,
         Some(text) => match text.parse::<u64>() {
@@ -149,12 +141,7 @@ pub async fn list(
     let next = steps.last().filter(|_| more).map(|(seq, _)| {
         format!("</v1/sessions/{}/decisions?limit={limit}&after={seq}>; rel=\"next\"", encode_id(&record.key.session))
     });
-    let page = views(&steps, &open);
-    let mut response = (StatusCode::OK, Json(page)).into_response();
-    if let Some(link) = next.and_then(|link| HeaderValue::from_str(&link).ok()) {
-        response.headers_mut().insert(header::LINK, link);
-    }
-    Ok(response)
+    Ok(paged(views(&steps, &open), next))
 }
 
 /// The page's views: each step with the calls its decision started,

@@ -365,13 +365,7 @@ pub async fn list(
         field: Some(field.to_owned()),
         ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", message)
     };
-    let limit = match query.get("limit") {
-        None => DEFAULT_PAGE,
-        Some(text) => match text.parse::<usize>() {
-            Ok(limit) if (1..=MAX_PAGE).contains(&limit) => limit,
-            _ => return Err(bad("limit", format!("`{text}` is not a page size from 1 to {MAX_PAGE}"))),
-        },
-    };
+    let limit = page_limit(&query)?;
     let after = query.get("after").map(String::as_str);
     if let Some(after) = after.filter(|after| !valid_id(after)) {
         return Err(bad("after", format!("`{}` is not a session id ({ID_RULE})", after.escape_debug())));
@@ -437,11 +431,28 @@ pub async fn list(
         format!("</v1/sessions?limit={limit}&after={}{filter}>; rel=\"next\"", encode_id(&after))
     });
     let page: Vec<SessionSummary> = sessions.iter().map(SessionSummary::from).collect();
+    Ok(paged(page, next))
+}
+
+/// A listing's `limit` query parameter: 1 to [`MAX_PAGE`], by default
+/// [`DEFAULT_PAGE`].
+pub(crate) fn page_limit(query: &HashMap<String, String>) -> Result<usize, ApiError> {
+    match query.get("limit") {
+        None => Ok(DEFAULT_PAGE),
+        Some(text) => match text.parse::<usize>() {
+            Ok(limit) if (1..=MAX_PAGE).contains(&limit) => Ok(limit),
+            _ => Err(ApiError::invalid("limit", format!("`{text}` is not a page size from 1 to {MAX_PAGE}"))),
+        },
+    }
+}
+
+/// A page of a listing, with a `Link` header to the `next` one if any.
+pub(crate) fn paged<T: Serialize>(page: Vec<T>, next: Option<String>) -> Response {
     let mut response = Json(page).into_response();
     if let Some(link) = next.and_then(|link| HeaderValue::from_str(&link).ok()) {
         response.headers_mut().insert(header::LINK, link);
     }
-    Ok(response)
+    response
 }
 
 /// A page of the tenant's sessions that are `wanted`, after `after`: at
