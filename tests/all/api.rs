@@ -339,6 +339,111 @@ async fn sessions_are_listed_a_page_at_a_time() {
     }
 }
 
+/// The page at `path` and the path of the next one, from its `Link`.
+async fn page(s: &Server, path: &str, key: Option<&str>) -> (Vec<Value>, Option<String>) {
+    let response = s.request(GET, path, key).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "{path}");
+    let next = response.headers().get("link").map(|link| {
+        let link = link.to_str().unwrap();
+        link.strip_prefix('<').and_then(|l| l.strip_suffix(">; rel=\"next\"")).unwrap().to_owned()
+    });
+    (serde_json::from_str(&response.text().await.unwrap()).unwrap(), next)
+}
+
+#[tokio::test]
+async fn sessions_are_listed_by_status_and_agent_with_their_turns_and_usage() {
+    let s = Server::start(&[]).await;
+    s.upload("tools", guests::TOOLS, None).await;
+    s.upload("echo", guests::PASSTHROUGH, None).await;
+    for (id, agent) in [("a", "tools"), ("b", "echo"), ("c", "tools")] {
+        let (_, accepted) = s.say(id, agent, "hello", None).await;
+        s.wait_turn(id, accepted["turn_id"].as_str().unwrap(), None).await;
+    }
+    let (_, accepted) = s.say("a", "tools", "again", None).await;
+    s.wait_turn("a", accepted["turn_id"].as_str().unwrap(), None).await;
+
+    let ids = |page: &[Value]| page.iter().map(|p| p["session_id"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
+    let (all, _) = page(&s, "/v1/sessions", None).await;
+    assert_eq!(all[0]["turns"], 2, "{}", all[0]);
+    assert_eq!(all[1]["turns"], 1);
+    assert!(all[0]["usage"].is_object() && all[0].get("cost").is_some(), "{}", all[0]);
+    assert_eq!(ids(&page(&s, "/v1/sessions?agent=tools", None).await.0), ["a", "c"]);
+    assert_eq!(ids(&page(&s, "/v1/sessions?status=idle&agent=echo", None).await.0), ["b"]);
+    assert!(page(&s, "/v1/sessions?status=running", None).await.0.is_empty());
+    // A filtered page names the next with the same filter.
+    let (first, next) = page(&s, "/v1/sessions?agent=tools&limit=1", None).await;
+    assert_eq!(ids(&first), ["a"]);
+    let next = next.expect("a next page");
+    assert!(next.contains("agent=tools"), "{next}");
+    assert_eq!(ids(&page(&s, &next, None).await.0), ["c"]);
+    for (query, field) in [("status=asleep", "status"), ("agent=a%0Ab", "agent")] {
+        let (status, error) = s.call(GET, &format!("/v1/sessions?{query}"), None, None).await;
+        assert_eq!((status, &error["field"]), (StatusCode::BAD_REQUEST, &json!(field)), "{query}: {error}");
+    }
+}
+
+#[tokio::test]
+async fn a_sessions_decisions_show_each_trigger_decision_and_call() {
+    let (a, b) = ("subs_tenant_a_key_0000000000000000", "subs_tenant_b_key_0000000000000000");
+    let s = Server::start(&[("acme", a), ("bravo", b)]).await;
+    let (_, agent) = s.upload("tools", guests::TOOLS, Some(a)).await;
+    let version = agent["version"].as_str().unwrap().to_owned();
+    let (_, accepted) = s.say("s1", "tools", r#"use tool add with {"a": 2, "b": 3}"#, Some(a)).await;
+    s.wait_turn("s1", accepted["turn_id"].as_str().unwrap(), Some(a)).await;
+
+    // Every decision, a page of two at a time.
+    let mut decisions = Vec::new();
+    let mut next = Some("/v1/sessions/s1/decisions?limit=2".to_owned());
+    while let Some(path) = next.take() {
+        let (items, link) = page(&s, &path, Some(a)).await;
+        assert!(items.len() == 2 || link.is_none(), "{items:?}");
+        decisions.extend(items);
+        next = link;
+    }
+    let seqs: Vec<u64> = decisions.iter().map(|d| d["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (0..decisions.len() as u64).collect::<Vec<_>>(), "in order, none twice");
+    let types: Vec<&str> = decisions.iter().map(|d| d["trigger"]["type"].as_str().unwrap()).collect();
+    assert_eq!(types.first(), Some(&"session.start"), "{types:?}");
+    assert!(types.contains(&"client.messages") && types.contains(&"tool.execute"), "{types:?}");
+    for d in &decisions {
+        assert_eq!(d["status"], "applied", "{d}");
+        assert_eq!(d["agent_version"].as_str(), Some(version.as_str()), "{d}");
+        assert!(d["requested_ms"].as_u64().is_some() && d["decided_ms"].as_u64() >= d["requested_ms"].as_u64(), "{d}");
+        assert!(d["latency_ms"].as_f64().is_some(), "{d}");
+        assert_eq!(d["turn_id"], accepted["turn_id"]);
+    }
+    // The decision that called the tool shows the call with its arguments
+    // and, settled on the same page, its result.
+    let (whole, next) = page(&s, "/v1/sessions/s1/decisions", Some(a)).await;
+    assert_eq!((whole.len(), next), (decisions.len(), None), "one page holds them all");
+    let decisions = whole;
+    let call = decisions
+        .iter()
+        .flat_map(|d| d["calls"].as_array().unwrap())
+        .find(|c| c["kind"] == "tool_call")
+        .unwrap_or_else(|| panic!("a tool call in {decisions:?}"));
+    assert_eq!(call["name"], "add");
+    assert_eq!(call["arguments"], json!({"a": 2, "b": 3}));
+    assert_eq!(call["status"], "completed", "{call}");
+    assert!(call["result"].as_str().unwrap().contains('5'), "{call}");
+    // The model's call: usage from the trigger that settled it.
+    let llm = decisions.iter().flat_map(|d| d["calls"].as_array().unwrap()).find(|c| c["kind"] == "llm_call");
+    assert!(llm.is_some_and(|c| c["status"] == "completed" && c["usage"].is_object()), "{decisions:?}");
+    // The client's message as stored: what was new.
+    let first = decisions.iter().find(|d| d["trigger"]["type"] == "client.messages").unwrap();
+    assert_eq!(first["trigger"]["new"][0]["content"], r#"use tool add with {"a": 2, "b": 3}"#);
+
+    // Past the end, another tenant, bad pages.
+    let last = decisions.len() - 1;
+    assert!(page(&s, &format!("/v1/sessions/s1/decisions?after={last}"), Some(a)).await.0.is_empty());
+    assert_eq!(s.call(GET, "/v1/sessions/s1/decisions", Some(b), None).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(s.call(GET, "/v1/sessions/nobody/decisions", Some(a), None).await.0, StatusCode::NOT_FOUND);
+    for (query, field) in [("limit=0", "limit"), ("limit=1001", "limit"), ("after=-1", "after"), ("after=x", "after")] {
+        let (status, error) = s.call(GET, &format!("/v1/sessions/s1/decisions?{query}"), Some(a), None).await;
+        assert_eq!((status, &error["field"]), (StatusCode::BAD_REQUEST, &json!(field)), "{query}: {error}");
+    }
+}
+
 #[tokio::test]
 async fn replay_from_every_event_id_of_a_finished_turn() {
     let s = Server::start(&[]).await;
@@ -435,6 +540,7 @@ async fn the_openapi_document_matches_the_routes() {
             "GET /v1/agents/{agent_id}",
             "GET /v1/sessions",
             "GET /v1/sessions/{session_id}",
+            "GET /v1/sessions/{session_id}/decisions",
             "GET /v1/sessions/{session_id}/events",
             "GET /v1/usage",
             "POST /v1/admin/keys",

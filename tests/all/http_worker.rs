@@ -57,7 +57,7 @@ async fn recorded(t: &TestEngine, session: &str, window: (u64, u64)) -> Value {
     let key = SessionKey::new(TENANT, session);
     let steps: Vec<Value> = t
         .store
-        .steps(&key, 0)
+        .steps(&key, 0, usize::MAX)
         .await
         .unwrap()
         .into_iter()
@@ -676,7 +676,7 @@ async fn an_unreadable_native_response_fails_the_turn_saying_why() {
     assert_eq!(status, TurnStatus::Failed);
     let step = t
         .store
-        .steps(&SessionKey::new(TENANT, "n"), 0)
+        .steps(&SessionKey::new(TENANT, "n"), 0, usize::MAX)
         .await
         .unwrap()
         .into_iter()
@@ -712,7 +712,7 @@ async fn images_of_worker_replies_reach_the_recorded_message() {
         let assistant = snapshot.messages.last().unwrap();
         assert_eq!(serde_json::to_value(&assistant.content).unwrap(), parts, "{format:?}");
         // The `llm.finished` trigger carried the same message.
-        let steps = t.store.steps(&SessionKey::new(TENANT, "n"), 0).await.unwrap();
+        let steps = t.store.steps(&SessionKey::new(TENANT, "n"), 0, usize::MAX).await.unwrap();
         let finished = steps.iter().find_map(|(_, s)| match &s.trigger {
             subs_engine::store::StoredTrigger::Plain { trigger: Trigger::LlmFinished(f) } => f.message.clone(),
             _ => None,
@@ -752,7 +752,7 @@ async fn worker_answered_llm_calls_are_priced_and_counted() {
         assert!(snapshot.record.usage.as_object().is_some_and(|u| !u.is_empty()), "{}", snapshot.record.usage);
         assert_eq!(t.engine.tenant_spent(TENANT).await.unwrap().to_string(), cost, "{format:?}");
         // `llm.finished` reports the same cost to the agent.
-        let steps = t.store.steps(&SessionKey::new(TENANT, "n"), 0).await.unwrap();
+        let steps = t.store.steps(&SessionKey::new(TENANT, "n"), 0, usize::MAX).await.unwrap();
         let reported = steps.iter().find_map(|(_, s)| match &s.trigger {
             subs_engine::store::StoredTrigger::Plain { trigger: Trigger::LlmFinished(f) } => f.cost.clone(),
             _ => None,

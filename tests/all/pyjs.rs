@@ -108,7 +108,7 @@ async fn a_python_exception_fails_its_delivery_once_with_the_tracebacks_last_lin
     let error = data["error"].as_str().unwrap_or_default();
     assert!(error.contains("ZeroDivisionError: division by zero"), "{data}");
 
-    let steps = t.store.steps(&SessionKey::new(TENANT, "divides"), 0).await.unwrap();
+    let steps = t.store.steps(&SessionKey::new(TENANT, "divides"), 0, usize::MAX).await.unwrap();
     let failed: Vec<_> = steps.iter().map(|(_, s)| s).filter(|s| s.status == StepStatus::Failed).collect();
     assert_eq!(failed.len(), 1, "{steps:#?}");
     assert_eq!(failed[0].attempts, 1, "delivered exactly once: {:#?}", failed[0]);

@@ -319,7 +319,9 @@ async fn count_steps(store: &dyn Store, sessions: usize, conversations: usize) -
     let mut steps = 0;
     for s in 0..sessions {
         for c in 0..conversations {
-            steps += store.steps(&SessionKey::new(TENANT, format!("s{s}-{c}")), 0).await.expect("steps").len() as u64;
+            steps +=
+                store.steps(&SessionKey::new(TENANT, format!("s{s}-{c}")), 0, usize::MAX).await.expect("steps").len()
+                    as u64;
         }
     }
     steps

@@ -15,7 +15,9 @@ use crate::session::actor::Msg;
 pub use crate::session::apply::{Accepted, InputError, Sender};
 use crate::session::directory::Directory;
 use crate::session::env::Env;
-use crate::store::{CallRecord, ID_RULE, SessionKey, SessionRecord, Store, StoreError, TurnRecord, valid_id};
+use crate::store::{
+    CallRecord, ID_RULE, SessionKey, SessionRecord, StepRecord, Store, StoreError, TurnRecord, valid_id,
+};
 use crate::worker::Worker;
 
 /// How the engine behaves where agents say nothing.
@@ -340,6 +342,24 @@ impl Engine {
             calls,
             record: loaded.record,
         }))
+    }
+
+    /// The session's record, at most `limit` of its steps from number
+    /// `from` on, and its open calls: what an inspector shows of its
+    /// decisions. `None` when the session does not exist.
+    pub async fn steps(
+        &self,
+        tenant: &str,
+        session: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Option<(SessionRecord, Vec<(u64, StepRecord)>, Vec<CallRecord>)>, StoreError> {
+        let key = SessionKey::new(tenant, session);
+        let store = self.env.store.as_ref();
+        let Some(record) = store.session(&key).await? else { return Ok(None) };
+        let steps = store.steps(&key, from, limit).await?;
+        let calls = store.calls(&key).await?;
+        Ok(Some((record, steps, calls)))
     }
 
     /// At most `limit` sessions of `tenant` with ids after `after` (from

@@ -433,8 +433,8 @@ fn end_user(parts: &Parts, keys: &Keys) -> Result<Option<EndUser>, ApiError> {
 /// 403 for an end-user token on a route it may not use.
 fn not_for_end_users() -> ApiError {
     ApiError::forbidden(
-        "an end-user token reaches only its own sessions (input, snapshots, listing, cancel, events); this route \
-         takes the tenant's key",
+        "an end-user token reaches only its own sessions (input, snapshots, decisions, listing, cancel, events); \
+         this route takes the tenant's key",
     )
 }
 

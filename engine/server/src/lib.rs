@@ -29,6 +29,7 @@ pub mod agents;
 pub mod auth;
 pub mod body;
 pub mod budgets;
+pub mod decisions;
 pub mod error;
 pub mod identity;
 pub mod metrics;

@@ -9,7 +9,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::{AppState, admin, agents, auth, budgets, metrics, sessions, stream};
+use crate::{AppState, admin, agents, auth, budgets, decisions, metrics, sessions, stream};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -54,6 +54,7 @@ pub fn router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(sessions::snapshot))
         .routes(routes!(sessions::input))
         .routes(routes!(sessions::cancel))
+        .routes(routes!(decisions::list))
         .routes(routes!(budgets::session_budget))
         .routes(routes!(budgets::usage))
         .routes(routes!(stream::events))

@@ -145,6 +145,15 @@ pub struct SessionSummary {
     pub created_ms: u64,
     /// Last change (Unix ms).
     pub updated_ms: u64,
+    /// Turns started or queued (counted since the engine kept the count:
+    /// sessions stored before count from 0).
+    pub turns: u64,
+    /// Token usage of the session's LLM calls, summed field by field.
+    #[schema(value_type = Object)]
+    pub usage: Value,
+    /// What the session's LLM calls cost, in dollars; `null` when no call
+    /// had a known price.
+    pub cost: Option<String>,
 }
 
 impl From<&SessionRecord> for SessionSummary {
@@ -157,6 +166,9 @@ impl From<&SessionRecord> for SessionSummary {
             identity: r.identity.clone(),
             created_ms: r.created_ms,
             updated_ms: r.updated_ms,
+            turns: r.next.turn,
+            usage: r.usage.clone(),
+            cost: r.cost.clone(),
         }
     }
 }
@@ -320,8 +332,12 @@ pub const MAX_SCAN: usize = 10 * MAX_PAGE;
 
 /// The tenant's sessions, ordered by id, a page at a time: `limit` of them
 /// (default 100, at most 1000) after the id `after`; with `identity`, only
-/// those of that owner (an end-user token lists only its own). When more
-/// may follow, the `Link` header names the next page (`rel="next"`).
+/// those of that owner (an end-user token lists only its own); with
+/// `status` or `agent`, only those with that status or running that
+/// agent. When more may follow, the `Link` header names the next page
+/// (`rel="next"`). A filtered page looks at no more than 10,000 sessions,
+/// so it may hold fewer than `limit`, even none, and still name a next
+/// one.
 #[utoipa::path(
     get,
     path = "/v1/sessions",
@@ -329,6 +345,8 @@ pub const MAX_SCAN: usize = 10 * MAX_PAGE;
         ("limit" = Option<usize>, Query, description = "sessions per page, 1 to 1000 (default 100)"),
         ("after" = Option<String>, Query, description = "the id after which the page starts"),
         ("identity" = Option<String>, Query, description = "only the sessions whose identity has this id"),
+        ("status" = Option<String>, Query, description = "only the sessions with this status: idle, running or waiting"),
+        ("agent" = Option<String>, Query, description = "only the sessions running this agent"),
     ),
     responses(
         (status = 200, body = Vec<SessionSummary>, headers(("link" = String, description = "the next page, when there is one"))),
@@ -347,13 +365,7 @@ pub async fn list(
         field: Some(field.to_owned()),
         ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", message)
     };
-    let limit = match query.get("limit") {
-        None => DEFAULT_PAGE,
-        Some(text) => match text.parse::<usize>() {
-            Ok(limit) if (1..=MAX_PAGE).contains(&limit) => limit,
-            _ => return Err(bad("limit", format!("`{text}` is not a page size from 1 to {MAX_PAGE}"))),
-        },
-    };
+    let limit = page_limit(&query)?;
     let after = query.get("after").map(String::as_str);
     if let Some(after) = after.filter(|after| !valid_id(after)) {
         return Err(bad("after", format!("`{}` is not a session id ({ID_RULE})", after.escape_debug())));
@@ -364,7 +376,20 @@ pub async fn list(
         }
         other => other.map(String::as_str),
     };
-    let (sessions, next_after) = match (&caller.user, identity) {
+    let status: Option<SessionStatus> = match query.get("status") {
+        None => None,
+        Some(text) => match serde_json::from_value(Value::String(text.clone())) {
+            Ok(status) => Some(status),
+            Err(_) => return Err(bad("status", format!("`{}` is not idle, running or waiting", text.escape_debug()))),
+        },
+    };
+    let agent = query.get("agent").map(String::as_str);
+    if let Some(agent) = agent.filter(|agent| !valid_id(agent)) {
+        return Err(bad("agent", format!("`{}` is not an agent id ({ID_RULE})", agent.escape_debug())));
+    }
+    let wanted = |r: &SessionRecord| status.is_none_or(|s| r.status == s) && agent.is_none_or(|a| r.agent_id == a);
+    let filtered = status.is_some() || agent.is_some();
+    let (mut sessions, next_after) = match (&caller.user, identity) {
         // An end user lists its own sessions; naming another owner lists
         // nothing, as that owner's sessions do not exist for it.
         (Some(user), Some(id)) if id != user.id() => (Vec::new(), None),
@@ -384,6 +409,7 @@ pub async fn list(
             let page = state.engine.sessions_of_identity(tenant, id, after, limit, MAX_SCAN).await?;
             (page.sessions, page.next_after)
         }
+        (None, None) if filtered => filter_page(&state, tenant, after, limit, &wanted).await?,
         (None, None) => {
             // One more than the page, to know whether another follows.
             let mut sessions = state.engine.sessions_page(tenant, after, limit + 1).await?;
@@ -393,16 +419,72 @@ pub async fn list(
             (sessions, next)
         }
     };
+    sessions.retain(|r| wanted(r));
     let next = next_after.map(|after| {
-        let filter = identity.map(|id| format!("&identity={}", encode_id(id))).unwrap_or_default();
+        let mut filter = identity.map(|id| format!("&identity={}", encode_id(id))).unwrap_or_default();
+        if let Some(status) = query.get("status") {
+            filter.push_str(&format!("&status={}", encode_id(status)));
+        }
+        if let Some(agent) = agent {
+            filter.push_str(&format!("&agent={}", encode_id(agent)));
+        }
         format!("</v1/sessions?limit={limit}&after={}{filter}>; rel=\"next\"", encode_id(&after))
     });
     let page: Vec<SessionSummary> = sessions.iter().map(SessionSummary::from).collect();
+    Ok(paged(page, next))
+}
+
+/// A listing's `limit` query parameter: 1 to [`MAX_PAGE`], by default
+/// [`DEFAULT_PAGE`].
+pub(crate) fn page_limit(query: &HashMap<String, String>) -> Result<usize, ApiError> {
+    match query.get("limit") {
+        None => Ok(DEFAULT_PAGE),
+        Some(text) => match text.parse::<usize>() {
+            Ok(limit) if (1..=MAX_PAGE).contains(&limit) => Ok(limit),
+            _ => Err(ApiError::invalid("limit", format!("`{text}` is not a page size from 1 to {MAX_PAGE}"))),
+        },
+    }
+}
+
+/// A page of a listing, with a `Link` header to the `next` one if any.
+pub(crate) fn paged<T: Serialize>(page: Vec<T>, next: Option<String>) -> Response {
     let mut response = Json(page).into_response();
     if let Some(link) = next.and_then(|link| HeaderValue::from_str(&link).ok()) {
         response.headers_mut().insert(header::LINK, link);
     }
-    Ok(response)
+    response
+}
+
+/// A page of the tenant's sessions that are `wanted`, after `after`: at
+/// most `limit` of them, among at most [`MAX_SCAN`] sessions looked at;
+/// and where the next page starts, unless no session follows.
+async fn filter_page(
+    state: &AppState,
+    tenant: &str,
+    after: Option<&str>,
+    limit: usize,
+    wanted: &(dyn Fn(&SessionRecord) -> bool + Sync),
+) -> Result<(Vec<SessionRecord>, Option<String>), ApiError> {
+    let mut found = Vec::new();
+    let mut cursor = after.map(str::to_owned);
+    let mut scanned = 0;
+    loop {
+        let batch = state.engine.sessions_page(tenant, cursor.as_deref(), MAX_PAGE).await?;
+        let full = batch.len() == MAX_PAGE;
+        for record in batch {
+            scanned += 1;
+            cursor = Some(record.key.session.clone());
+            if wanted(&record) {
+                found.push(record);
+            }
+            if found.len() == limit || scanned == MAX_SCAN {
+                return Ok((found, cursor));
+            }
+        }
+        if !full {
+            return Ok((found, None));
+        }
+    }
 }
 
 /// Stops the session's open turn: calls in flight are cancelled and the

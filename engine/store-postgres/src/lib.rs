@@ -504,7 +504,7 @@ const LOAD: &str = "WITH s AS (SELECT sid, open_step, record FROM sessions WHERE
 const MESSAGES: &str = "SELECT seq, record FROM messages \
     WHERE sid = (SELECT sid FROM session_ids WHERE tenant = $1 AND session = $2) ORDER BY seq";
 const STEPS: &str = "SELECT seq, record FROM steps \
-    WHERE sid = (SELECT sid FROM session_ids WHERE tenant = $1 AND session = $2) AND seq >= $3 ORDER BY seq";
+    WHERE sid = (SELECT sid FROM session_ids WHERE tenant = $1 AND session = $2) AND seq >= $3 ORDER BY seq LIMIT $4";
 const CALLS: &str = "SELECT record FROM calls \
     WHERE sid = (SELECT sid FROM session_ids WHERE tenant = $1 AND session = $2) ORDER BY call_id";
 
@@ -673,13 +673,18 @@ impl Store for PgStore {
         })
     }
 
-    fn steps<'a>(&'a self, key: &'a SessionKey, from: u64) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
+    fn steps<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        from: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
         Box::pin(async move {
             let Ok(from) = i64::try_from(from) else {
                 self.open_check()?;
                 return Ok(Vec::new());
             };
-            let query = || sqlx::query(STEPS).bind(&key.tenant).bind(&key.session).bind(from);
+            let query = || sqlx::query(STEPS).bind(&key.tenant).bind(&key.session).bind(from).bind(self::limit(limit));
             let rows = self.fetch_all(|| format!("cannot read the steps of {key} from {}", self.url), query).await?;
             numbered(&rows, table::STEPS)
         })

@@ -724,7 +724,7 @@ async fn an_unreadable_record_is_corrupt_not_a_panic() {
     corrupt(store.sessions(None).await.map(|_| ()), "sessions");
     corrupt(store.load(&key("s1")).await.map(|_| ()), "sessions");
     corrupt(store.events(&key("s1"), None, 10).await.map(|_| ()), "events");
-    corrupt(store.steps(&key("s1"), 0).await.map(|_| ()), "steps");
+    corrupt(store.steps(&key("s1"), 0, 10).await.map(|_| ()), "steps");
     corrupt(store.messages(&key("s1")).await.map(|_| ()), "messages");
     store.close().await.unwrap();
 }

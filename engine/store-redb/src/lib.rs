@@ -382,8 +382,13 @@ impl Store for RedbStore {
         ready(self.read_messages(key))
     }
 
-    fn steps<'a>(&'a self, key: &'a SessionKey, from: u64) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
-        ready(self.read_steps(key, from))
+    fn steps<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        from: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
+        ready(self.read_steps(key, from, limit))
     }
 
     fn calls<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>> {
@@ -481,7 +486,7 @@ mod tests {
     fn assert_full_batch(store: &RedbStore, key: &SessionKey) {
         assert_eq!(store.read_session(key).unwrap(), Some(session(key, SessionStatus::Running)));
         assert_eq!(store.read_messages(key).unwrap(), vec![(0, message("m0")), (1, message("m1"))]);
-        assert_eq!(store.read_steps(key, 0).unwrap(), vec![(0, step("d0"))]);
+        assert_eq!(store.read_steps(key, 0, usize::MAX).unwrap(), vec![(0, step("d0"))]);
         assert_eq!(store.read_calls(key).unwrap(), vec![call("c1")]);
         assert_eq!(store.read_events(key, None, 10).unwrap(), vec![(0, event(0))]);
         assert_eq!(store.read_turn(key, "turn-1").unwrap(), Some(turn(TurnStatus::Running)));
@@ -493,7 +498,7 @@ mod tests {
     fn assert_nothing_of(store: &RedbStore, key: &SessionKey) {
         assert_eq!(store.read_session(key).unwrap(), None);
         assert!(store.read_messages(key).unwrap().is_empty());
-        assert!(store.read_steps(key, 0).unwrap().is_empty());
+        assert!(store.read_steps(key, 0, usize::MAX).unwrap().is_empty());
         assert!(store.read_calls(key).unwrap().is_empty());
         assert!(store.read_events(key, None, 10).unwrap().is_empty());
         assert_eq!(store.read_turn(key, "turn-1").unwrap(), None);
@@ -520,8 +525,8 @@ mod tests {
                 json!({
                     "session": record,
                     "messages": store.read_messages(key).unwrap(),
-                    "steps": store.read_steps(key, 0).unwrap(),
-                    "open_steps": store.read_steps(key, record.first_open_step).unwrap(),
+                    "steps": store.read_steps(key, 0, usize::MAX).unwrap(),
+                    "open_steps": store.read_steps(key, record.first_open_step, usize::MAX).unwrap(),
                     "calls": store.read_calls(key).unwrap(),
                     "events": store.read_events(key, None, usize::MAX).unwrap(),
                     "events_after_1": store.read_events(key, Some(1), 2).unwrap(),
@@ -575,7 +580,7 @@ mod tests {
             let separately = LoadedSession {
                 messages: store.read_messages(key).unwrap(),
                 calls: store.read_calls(key).unwrap(),
-                steps: store.read_steps(key, record.first_open_step).unwrap(),
+                steps: store.read_steps(key, record.first_open_step, usize::MAX).unwrap(),
                 record: record.clone(),
             };
             assert_eq!(store.read_load(key).unwrap(), Some(separately), "{key}");
@@ -943,7 +948,7 @@ mod tests {
         assert!(matches!(store.read_session(&key("s1")), Err(StoreError::Corrupt { table: "sessions", .. })));
         assert!(matches!(store.read_all_sessions(None), Err(StoreError::Corrupt { table: "sessions", .. })));
         assert!(matches!(store.read_unfinished(), Err(StoreError::Corrupt { table: "active", .. })));
-        assert!(matches!(store.read_steps(&key("s1"), 0), Err(StoreError::Corrupt { table: "steps", .. })));
+        assert!(matches!(store.read_steps(&key("s1"), 0, 10), Err(StoreError::Corrupt { table: "steps", .. })));
         assert!(matches!(store.read_events(&key("s2"), None, 10), Err(StoreError::Corrupt { table: "log", .. })));
         store.close().await.unwrap();
     }

@@ -98,8 +98,14 @@ impl RedbStore {
         self.read(|txn| Ok(read_history(txn, key, Wanted { messages: true, ..Wanted::default() })?.messages))
     }
 
-    pub(crate) fn read_steps(&self, key: &SessionKey, from: u64) -> Result<Vec<(u64, StepRecord)>, StoreError> {
-        self.read(|txn| Ok(read_history(txn, key, Wanted { steps_from: Some(from), ..Wanted::default() })?.steps))
+    pub(crate) fn read_steps(
+        &self,
+        key: &SessionKey,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, StepRecord)>, StoreError> {
+        let wanted = Wanted { steps_from: Some(from), steps_limit: limit, ..Wanted::default() };
+        self.read(|txn| Ok(read_history(txn, key, wanted)?.steps))
     }
 
     pub(crate) fn read_calls(&self, key: &SessionKey) -> Result<Vec<CallRecord>, StoreError> {
@@ -114,7 +120,12 @@ impl RedbStore {
                 table.get((key.storage_key().as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
             let Some(record) = record else { return Ok(None) };
             let record: SessionRecord = decode(name::SESSIONS, record.value())?;
-            let wanted = Wanted { messages: true, steps_from: Some(record.first_open_step), calls: true };
+            let wanted = Wanted {
+                messages: true,
+                steps_from: Some(record.first_open_step),
+                steps_limit: usize::MAX,
+                calls: true,
+            };
             let History { messages, steps, calls } = read_history(txn, key, wanted)?;
             Ok(Some(LoadedSession { record, messages, steps, calls }))
         })
@@ -308,8 +319,10 @@ pub(crate) fn scan_inbox(txn: &ReadTransaction, key: &SessionKey) -> Result<Vec<
 #[derive(Default)]
 pub(crate) struct Wanted {
     pub(crate) messages: bool,
-    /// Steps from this sequence number on.
+    /// Steps from this sequence number on,
     pub(crate) steps_from: Option<u64>,
+    /// the first this many of them (only these are decoded).
+    pub(crate) steps_limit: usize,
     pub(crate) calls: bool,
 }
 
@@ -349,6 +362,7 @@ pub(crate) fn read_history(txn: &ReadTransaction, key: &SessionKey, wanted: Want
         messages,
         steps: steps
             .into_iter()
+            .take(wanted.steps_limit)
             .map(|(seq, value)| Ok((seq, decode(name::STEPS, &value)?)))
             .collect::<Result<_, _>>()?,
         calls: calls.values().map(|value| decode(name::CALLS, value)).collect::<Result<_, _>>()?,

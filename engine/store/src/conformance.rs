@@ -242,8 +242,8 @@ pub async fn dump(store: &dyn Store, sessions: &[SessionKey], turns: &[&str]) ->
         per_session.push(json!({
             "session": record,
             "messages": store.messages(key).await.expect("messages"),
-            "steps": store.steps(key, 0).await.expect("steps"),
-            "open_steps": store.steps(key, first_open).await.expect("steps"),
+            "steps": store.steps(key, 0, usize::MAX).await.expect("steps"),
+            "open_steps": store.steps(key, first_open, usize::MAX).await.expect("steps"),
             "calls": store.calls(key).await.expect("calls"),
             "events": store.events(key, None, usize::MAX).await.expect("events"),
             "turns": stored_turns,
@@ -264,7 +264,7 @@ async fn assert_full_batch(property: &str, store: &dyn Store, key: &SessionKey) 
     let at = |what: &str| format!("conformance: {property}: {what} of the committed batch");
     assert_eq!(store.session(key).await.unwrap(), Some(session(key, SessionStatus::Running)), "{}", at("session"));
     assert_eq!(store.messages(key).await.unwrap(), [(0, message("m0")), (1, message("m1"))], "{}", at("messages"));
-    assert_eq!(store.steps(key, 0).await.unwrap(), [(0, step("d0"))], "{}", at("steps"));
+    assert_eq!(store.steps(key, 0, usize::MAX).await.unwrap(), [(0, step("d0"))], "{}", at("steps"));
     assert_eq!(store.calls(key).await.unwrap(), [call("c1")], "{}", at("calls"));
     assert_eq!(store.events(key, None, 10).await.unwrap(), [(0, event(0))], "{}", at("events"));
     assert_eq!(store.turn(key, "turn-1").await.unwrap(), Some(turn(TurnStatus::Running)), "{}", at("turn"));
@@ -387,10 +387,12 @@ async fn reads_return_what_the_ops_wrote<B: Backend>(backend: &mut B) {
     }
 
     let seqs = |records: Vec<(u64, StepRecord)>| records.into_iter().map(|(seq, _)| seq).collect::<Vec<_>>();
-    assert_eq!(seqs(store.steps(&s1, 0).await.unwrap()), (0..10).collect::<Vec<_>>(), "{P}: steps");
-    assert_eq!(seqs(store.steps(&s1, 7).await.unwrap()), [7, 8, 9], "{P}: steps from 7");
-    assert_eq!(store.steps(&s1, 7).await.unwrap()[0].1, step("d7"), "{P}: step 7");
-    assert!(store.steps(&s1, 10).await.unwrap().is_empty(), "{P}: steps past the end");
+    assert_eq!(seqs(store.steps(&s1, 0, usize::MAX).await.unwrap()), (0..10).collect::<Vec<_>>(), "{P}: steps");
+    assert_eq!(seqs(store.steps(&s1, 7, usize::MAX).await.unwrap()), [7, 8, 9], "{P}: steps from 7");
+    assert_eq!(seqs(store.steps(&s1, 3, 2).await.unwrap()), [3, 4], "{P}: two steps from 3");
+    assert!(store.steps(&s1, 3, 0).await.unwrap().is_empty(), "{P}: no steps asked for");
+    assert_eq!(store.steps(&s1, 7, 1).await.unwrap()[0].1, step("d7"), "{P}: step 7");
+    assert!(store.steps(&s1, 10, usize::MAX).await.unwrap().is_empty(), "{P}: steps past the end");
 
     let events = store.events(&s1, Some(4), 3).await.unwrap();
     assert_eq!(events, [(5, event(5)), (6, event(6)), (7, event(7))], "{P}: events after 4");
@@ -513,9 +515,9 @@ async fn any_session_id_keeps_its_own_records<B: Backend>(backend: &mut B) {
                 "{}",
                 at("messages")
             );
-            let steps = store.steps(&s, 0).await.unwrap();
+            let steps = store.steps(&s, 0, usize::MAX).await.unwrap();
             assert_eq!(steps, [(0, step(&format!("{id}#0"))), (1, step(&format!("{id}#1")))], "{}", at("steps"));
-            assert_eq!(store.steps(&s, 1).await.unwrap(), steps[1..], "{}", at("steps from 1"));
+            assert_eq!(store.steps(&s, 1, usize::MAX).await.unwrap(), steps[1..], "{}", at("steps from 1"));
             let events = store.events(&s, None, 10).await.unwrap();
             assert_eq!(events, [(0, event(n * 10)), (1, event(n * 10 + 1))], "{}", at("events"));
             assert_eq!(store.events(&s, Some(0), 10).await.unwrap(), events[1..], "{}", at("events after 0"));

@@ -252,8 +252,13 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.messages(key)
     }
 
-    fn steps<'a>(&'a self, key: &'a SessionKey, from: u64) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
-        self.inner.steps(key, from)
+    fn steps<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        from: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
+        self.inner.steps(key, from, limit)
     }
 
     fn calls<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>> {

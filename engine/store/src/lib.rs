@@ -369,7 +369,7 @@ pub trait Store: StoreAdmin + Send + Sync + 'static {
             Ok(Some(LoadedSession {
                 messages: self.messages(key).await?,
                 calls: self.calls(key).await?,
-                steps: self.steps(key, record.first_open_step).await?,
+                steps: self.steps(key, record.first_open_step, usize::MAX).await?,
                 record,
             }))
         })
@@ -378,8 +378,14 @@ pub trait Store: StoreAdmin + Send + Sync + 'static {
     /// The session's messages in sequence order.
     fn messages<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<(u64, MessageRecord)>>>;
 
-    /// The session's steps with sequence number `from` or later, in order.
-    fn steps<'a>(&'a self, key: &'a SessionKey, from: u64) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>>;
+    /// The session's steps with sequence number `from` or later, in
+    /// order, at most `limit` of them.
+    fn steps<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        from: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>>;
 
     /// The session's in-flight calls.
     fn calls<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>>;

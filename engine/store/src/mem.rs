@@ -202,8 +202,15 @@ impl Store for MemStore {
         self.read(|s| of_session(&s.messages, &key.storage_key(), 0).map(|(k, v)| (*k, v.clone())).collect())
     }
 
-    fn steps<'a>(&'a self, key: &'a SessionKey, from: u64) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
-        self.read(|s| of_session(&s.steps, &key.storage_key(), from).map(|(k, v)| (*k, v.clone())).collect())
+    fn steps<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        from: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
+        self.read(|s| {
+            of_session(&s.steps, &key.storage_key(), from).take(limit).map(|(k, v)| (*k, v.clone())).collect()
+        })
     }
 
     fn calls<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>> {

@@ -142,6 +142,10 @@ pub struct Counters {
     /// so calls held by an interrupt start in that order.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub call: u64,
+    /// Turns started or queued so far (counted since the engine kept
+    /// this count: sessions stored before start from 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub turn: u64,
 }
 
 /// The session and call a sub-agent session reports to.
@@ -297,6 +301,20 @@ pub struct StepRecord {
     pub recorded: Vec<String>,
     /// The agent version that decided (a content digest), when known.
     pub agent_version: Option<String>,
+    /// When the step was created (Unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_ms: Option<u64>,
+    /// When its decision was applied (Unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_ms: Option<u64>,
+    /// How long the delivery that decided took, from the request sent to
+    /// the decision back (µs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<u64>,
+    /// Ids of the calls the decision started, in the order it started
+    /// them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub started: Vec<String>,
 }
 
 impl StepRecord {
@@ -314,6 +332,10 @@ impl StepRecord {
             decision: None,
             recorded: Vec::new(),
             agent_version: None,
+            requested_ms: None,
+            decided_ms: None,
+            latency_us: None,
+            started: Vec::new(),
         }
     }
 }

@@ -22,10 +22,10 @@ use sha2::{Digest, Sha256};
 use self::uploads::{UploadPolicy, Uploads};
 use crate::Engine;
 use crate::store::{AgentRecord, AgentVersion, AgentWorker, Batch, Op, StoreError};
-use crate::worker::Worker;
 use crate::worker::component::cache::write_atomically;
 use crate::worker::component::{AgentPolicy, ComponentAgent, ComponentHost, LoadError};
 use crate::worker::http::{HttpWorker, HttpWorkerOptions};
+use crate::worker::{Versioned, Worker};
 
 /// Why the registry refused or failed a change, told apart so that the
 /// API can answer each with its own status. The enum is exhaustive on
@@ -136,7 +136,14 @@ impl AgentRegistry {
         for ((t, agent_id), agent) in components.iter().filter(|((t, _), _)| t == tenant) {
             let policy = self.policies.get(&(t.clone(), agent_id.clone())).cloned().unwrap_or_default();
             match agent.for_agent(t, agent_id, &policy) {
-                Ok(rebound) => self.engine.register_agent(t, agent_id, Arc::new(rebound)),
+                Ok(rebound) => {
+                    let version = self.digests().get(&(t.clone(), agent_id.clone())).cloned();
+                    let worker: Arc<dyn Worker> = match version {
+                        Some(version) => Arc::new(Versioned::new(Arc::new(rebound), version)),
+                        None => Arc::new(rebound),
+                    };
+                    self.engine.register_agent(t, agent_id, worker);
+                }
                 Err(e) => {
                     tracing::error!(tenant = %t, agent = %agent_id, error = %e, "agent not bound to the new sandbox")
                 }
@@ -211,7 +218,8 @@ impl AgentRegistry {
             match self.worker(&record.tenant, &record.agent_id, &record.current).await {
                 Ok((worker, component)) => {
                     self.registered(&record.tenant, &record.agent_id, component);
-                    self.engine.register_agent(&record.tenant, &record.agent_id, worker);
+                    let worker = Versioned::new(worker, record.current.digest.clone());
+                    self.engine.register_agent(&record.tenant, &record.agent_id, Arc::new(worker));
                     self.digests().insert(key, record.current.digest);
                 }
                 Err(e) => {
@@ -335,7 +343,8 @@ impl AgentRegistry {
         let mut batch = Batch::new();
         batch.push(Op::PutAgent(record.clone()));
         self.engine.store().commit(batch).await?;
-        self.engine.register_agent(tenant, agent_id, worker);
+        let worker = Versioned::new(worker, record.current.digest.clone());
+        self.engine.register_agent(tenant, agent_id, Arc::new(worker));
         self.digests().insert((tenant.to_owned(), agent_id.to_owned()), record.current.digest.clone());
         Ok((record, true))
     }

@@ -29,6 +29,14 @@ use crate::store::shared::Claim;
 use crate::store::{Fence, InboxItem, Op, SessionKey, StepStatus, StoreError, TurnStatus};
 use crate::worker::{Delivery, DeltaSink, ERROR_TEXT_BYTES, WorkerError, clip};
 
+/// What a delivery brought back: the worker's answer, how long it took,
+/// and the agent version that answered.
+pub(crate) struct Delivered {
+    result: Result<DecisionResponse, WorkerError>,
+    took: Duration,
+    version: Option<String>,
+}
+
 /// What an actor is told.
 ///
 /// Large payloads are boxed: an actor's channel allocates room for 32
@@ -41,7 +49,7 @@ pub(crate) enum Msg {
     /// Stop the open turn; the reply says whether a turn was open.
     Cancel { reply: oneshot::Sender<Result<bool, InputError>> },
     /// A delivery ended.
-    Decided { seq: u64, attempt: u32, result: Box<Result<DecisionResponse, WorkerError>> },
+    Decided { seq: u64, attempt: u32, delivered: Box<Delivered> },
     /// An engine-run call ended (or failed a try).
     CallDone { call_id: String, attempt: u32, outcome: Box<Outcome> },
     /// Something may have changed: the inbox, or a timer came due.
@@ -659,6 +667,8 @@ impl Actor {
         let span = tracing::info_span!("decision", agent = %agent_id, step = seq, trigger = kind, attempt);
         let task = tokio::spawn(
             async move {
+                let sent = std::time::Instant::now();
+                let version = worker.as_ref().and_then(|w| w.version().map(str::to_owned));
                 let result = match worker {
                     None => Err(WorkerError::NoAgent(agent_id)),
                     Some(worker) => {
@@ -671,7 +681,8 @@ impl Actor {
                 if let Err(e) = &result {
                     tracing::warn!(error = %clip(e.to_string(), ERROR_TEXT_BYTES), "delivery failed");
                 }
-                let _ = tx.send(Msg::Decided { seq, attempt, result: Box::new(result) });
+                let delivered = Box::new(Delivered { result, took: sent.elapsed(), version });
+                let _ = tx.send(Msg::Decided { seq, attempt, delivered });
             }
             .instrument(span),
         );
@@ -767,12 +778,12 @@ impl Actor {
                 self.on_input(input, sender, Answer::Local(reply)).await
             }
             Msg::Cancel { reply } => self.on_cancel(Answer::Local(reply)).await,
-            Msg::Decided { seq, attempt, result } => {
+            Msg::Decided { seq, attempt, delivered } => {
                 if !self.delivery.as_ref().is_some_and(|d| d.seq == seq && d.attempt == attempt) {
                     return Ok(()); // A delivery the actor no longer waits for.
                 }
                 self.delivery = None;
-                self.on_decided(seq, attempt, *result).await
+                self.on_decided(seq, attempt, *delivered).await
             }
             Msg::CallDone { call_id, attempt, outcome } => {
                 if self.running.get(&call_id).is_some_and(|(a, _)| *a == attempt) {
@@ -879,12 +890,8 @@ impl Actor {
         }
     }
 
-    async fn on_decided(
-        &mut self,
-        seq: u64,
-        attempt: u32,
-        result: Result<DecisionResponse, WorkerError>,
-    ) -> Result<(), StoreError> {
+    async fn on_decided(&mut self, seq: u64, attempt: u32, delivered: Delivered) -> Result<(), StoreError> {
+        let Delivered { result, took, version } = delivered;
         let Some((_, step)) = self.session.as_ref().and_then(|s| s.steps.iter().find(|(s, _)| *s == seq).cloned())
         else {
             return Ok(());
@@ -914,6 +921,8 @@ impl Actor {
                 step.attempts = attempt.saturating_sub(step.interrupted);
                 step.error = None;
                 step.retry_at_ms = None;
+                step.latency_us = Some(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
+                step.agent_version = version;
                 session.apply_decision(seq, step, decision, &trigger, &ctx, &mut change);
             }
             Err((error, retryable)) => {

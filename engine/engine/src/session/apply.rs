@@ -302,6 +302,7 @@ impl Session {
             }
             None => self.mint("turn"),
         };
+        self.record.next.turn += 1;
         if self.record.turn.is_some() {
             // One turn at a time: this one starts when the open one ends.
             self.turns.add(&turn_id);
@@ -568,9 +569,17 @@ impl Session {
         // opens one (before or after its `interrupt` action), wait queued
         // for the branch to resume.
         let hold = self.paused() || decision.actions().iter().any(|a| matches!(a, Action::Interrupt(_)));
+        // Calls are numbered as they are created: those from here on are
+        // this decision's.
+        let first_call = self.record.next.call;
         for action in decision.actions().iter().cloned() {
             self.apply_action(action, trigger, hold, ctx, change);
         }
+        let mut started: Vec<(u64, String)> =
+            self.calls.values().filter(|c| c.order >= first_call).map(|c| (c.order, c.call.id.clone())).collect();
+        started.sort_unstable();
+        step.started = started.into_iter().map(|(_, id)| id).collect();
+        step.decided_ms = Some(ctx.now_ms);
         step.status = StepStatus::Applied;
         step.decision = Some(decision);
         change.batch.push(Op::PutStep { session: self.key().clone(), seq, record: step });

@@ -412,6 +412,16 @@ impl Session {
     /// Ends the collection of a change: stamps and stores the session
     /// record.
     pub fn seal(&mut self, change: &mut Change, now_ms: u64) {
+        // Steps pushed by this change are stamped with its time, in memory
+        // and in the batch alike.
+        for (_, step) in &mut self.steps {
+            step.requested_ms.get_or_insert(now_ms);
+        }
+        for op in &mut change.batch.ops {
+            if let Op::PutStep { record, .. } = op {
+                record.requested_ms.get_or_insert(now_ms);
+            }
+        }
         self.refresh_status();
         self.record.updated_ms = now_ms;
         change.batch.push(Op::PutSession(self.record.clone()));

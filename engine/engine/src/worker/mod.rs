@@ -73,6 +73,36 @@ pub trait Worker: Send + Sync {
     /// Asks for the decision. An error fails this delivery only; the loop
     /// decides whether to retry it.
     fn decide(&self, delivery: Delivery) -> BoxFuture<'_, Result<DecisionResponse, WorkerError>>;
+
+    /// The agent version this worker runs (`sha256:…`), recorded with
+    /// each decision it makes; `None` when unknown.
+    fn version(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// A worker known as one version of an agent: the registry's workers, so
+/// that each decision records the version that made it.
+pub struct Versioned {
+    inner: Arc<dyn Worker>,
+    version: String,
+}
+
+impl Versioned {
+    /// `inner`, known as `version`.
+    pub fn new(inner: Arc<dyn Worker>, version: String) -> Self {
+        Self { inner, version }
+    }
+}
+
+impl Worker for Versioned {
+    fn decide(&self, delivery: Delivery) -> BoxFuture<'_, Result<DecisionResponse, WorkerError>> {
+        self.inner.decide(delivery)
+    }
+
+    fn version(&self) -> Option<&str> {
+        Some(&self.version)
+    }
 }
 
 /// Why a delivery failed. Each variant says whose fault it was, so the loop
