@@ -9,7 +9,7 @@
 import { ApiError, page } from './api.js';
 import { badge, brief, fill, h, ms, notice, pretty, raw, short, textOf, usageText, when } from './dom.js';
 
-const LIMIT = 500;
+const LIMIT = 1000;
 
 export class Decisions {
   constructor(sessionPath, section) {
@@ -22,14 +22,14 @@ export class Decisions {
   }
 
   /**
-   * Fetches what changed: decided decisions do not change, so only those
-   * from the first undecided one on are fetched again.
+   * Fetches every decision, 1000 a page. A decided decision's calls still
+   * change (their outcome comes from the later trigger that settled
+   * them, which the server joins in when it is on the same page), so
+   * the whole list is read again rather than only what is new.
    */
   async load() {
-    let keep = this.items.findIndex((d) => !d || d.decided_ms === null || d.decided_ms === undefined);
-    if (keep < 0) keep = this.items.length;
     const fresh = [];
-    let url = `${this.path}?limit=${LIMIT}${keep > 0 ? `&after=${this.items[keep - 1].seq}` : ''}`;
+    let url = `${this.path}?limit=${LIMIT}`;
     try {
       while (url) {
         const { items, next } = await page(url, { noAsk: true });
@@ -37,7 +37,7 @@ export class Decisions {
         fresh.push(...items);
         url = next;
       }
-      this.items = this.items.slice(0, keep).concat(fresh);
+      this.items = fresh;
       this.error = null;
     } catch (e) {
       this.error = e instanceof ApiError && e.status === 404 && e.code === 'not_found' && /route/.test(e.message)
@@ -48,7 +48,8 @@ export class Decisions {
 
   render() {
     const items = this.items;
-    const key = `${items.length}|${items.length ? items[items.length - 1].seq : ''}|${items.filter((d) => d.decided_ms == null).length}|${this.error}`;
+    // Rebuilt only when a decision or one of its calls changed state.
+    const key = `${this.error}|${items.map((d) => `${d.seq}:${d.status}:${d.attempts}:${(d.calls || []).map((c) => c.status).join(',')}`).join(';')}`;
     if (key === this.key) return;
     this.key = key;
     const title = h('h2', { id: 'timeline-title' }, 'Timeline ', h('span', { class: 'muted', testid: 'decision-count' }, `${items.length} decisions`));
@@ -115,6 +116,7 @@ export class Decisions {
         h('dt', {}, 'Attempts'), h('dd', {}, String(d.attempts ?? '—')),
         h('dt', {}, 'Requested'), h('dd', {}, when(d.requested_ms)),
         h('dt', {}, 'Decided'), h('dd', {}, when(d.decided_ms), ` (${ms(d.latency_ms)})`),
+        Array.isArray(d.recorded) && d.recorded.length ? [h('dt', {}, 'Recorded'), h('dd', {}, d.recorded.join(', '))] : null,
         d.error ? [h('dt', {}, 'Error'), h('dd', { class: 'err' }, brief(d.error, 2000))] : null),
       h('h4', {}, 'Trigger ', h('code', {}, String(trigger.type ?? '?'))),
       triggerFields(trigger),
@@ -132,7 +134,7 @@ function triggerFields(trigger) {
   const rows = [];
   for (const [k, v] of Object.entries(trigger)) {
     if (k === 'type') continue;
-    if (k === 'messages' && Array.isArray(v)) {
+    if ((k === 'messages' || k === 'new') && Array.isArray(v)) {
       rows.push(h('li', {}, h('strong', {}, 'messages: '), v.map((m) => h('div', {}, `${m.role}: ${brief(textOf(m.content), 300)}`))));
     } else {
       rows.push(h('li', {}, h('strong', {}, `${k}: `), h('code', {}, brief(v, 400))));
@@ -186,7 +188,7 @@ function callTable(calls) {
     h('thead', {}, h('tr', {}, ['Call', 'Status', 'Deadline', 'Arguments', 'Result', 'Usage', 'Cost'].map((c) => h('th', { scope: 'col' }, c)))),
     h('tbody', {}, calls.map((c) => h('tr', { testid: 'call', data: { callId: String(c.id), kind: String(c.kind ?? '') } },
       h('td', {}, h('code', {}, String(c.kind ?? '')), ' ', String(c.name ?? ''), h('div', { class: 'muted id' }, String(c.id ?? ''))),
-      h('td', {}, badge(c.status ?? '—')),
+      h('td', {}, badge(c.status ?? '—'), c.attempt > 1 ? h('span', { class: 'warn' }, ` try ${c.attempt}`) : null),
       h('td', {}, c.deadline_ms ? when(c.deadline_ms) : '—'),
       h('td', {}, h('code', { testid: 'call-arguments' }, brief(c.arguments ?? '', 300))),
       h('td', {}, c.error ? h('span', { class: 'err' }, brief(c.error, 300)) : h('code', { testid: 'call-result' }, c.result === undefined || c.result === null ? '—' : brief(c.result, 300))),

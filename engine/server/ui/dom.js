@@ -86,6 +86,9 @@ export function ago(ms) {
 /** A duration in ms for people. */
 export function ms(value) {
   if (typeof value !== 'number' || !Number.isFinite(value)) return '—';
+  // Components decide in microseconds: small latencies keep their
+  // fraction.
+  if (value < 10) return `${value.toFixed(value < 0.1 ? 3 : 2)} ms`;
   return value < 1000 ? `${Math.round(value)} ms` : `${(value / 1000).toFixed(2)} s`;
 }
 
