@@ -289,6 +289,21 @@ async fn a_tool_turn_shows_its_message_call_result_and_reply() {
     browser.text(r#"[data-testid="message"][data-role="assistant"]"#, r#"add returned {"sum":3}."#).await;
     browser.text(r#"[data-testid="session-status"]"#, "idle").await;
 
+    // Its decisions, turn by turn: the tool ran in one, and the decision
+    // that called it shows the call's arguments and result, and the
+    // version of the agent that decided.
+    browser.element(r#"[data-testid="decision"][data-trigger="tool.execute"]"#).await;
+    let open_all = r#"document.querySelectorAll('[data-testid="decision"]').forEach(d => { d.open = true; })"#;
+    browser.client.execute(open_all, vec![]).await.unwrap();
+    browser.text(r#"[data-testid="call-arguments"]"#, r#"{"a":1,"b":2}"#).await;
+    browser.text(r#"[data-testid="call-result"]"#, r#"{"sum":3}"#).await;
+    browser.text(r#"[data-testid="agent-version"]"#, "sha256:").await;
+    let one_open = r#"const all = [...document.querySelectorAll('[data-testid="decision"]')];
+        all.forEach(d => { d.open = false; });
+        const caller = all.find(d => d.querySelector('[data-testid="call"][data-kind="tool_call"]'));
+        if (caller) caller.open = true;"#;
+    browser.client.execute(one_open, vec![]).await.unwrap();
+
     // An edit forks the conversation: a view that shares nothing with the
     // path starts a second branch at the root, which becomes the active
     // one; the page switches between the two.
@@ -416,6 +431,12 @@ async fn resuming_an_interrupt_from_the_page_completes_the_turn() {
     let waiting = settled(url, "approve", None, "waiting").await;
     assert_eq!(waiting["interrupts"][0]["interrupt_id"], "approval", "{waiting}");
 
+    // The list filters by status and agent.
+    browser.goto(&format!("{url}/ui#/sessions?status=waiting&agent=scenario")).await;
+    browser.element(r#"[data-testid="session-row"][data-session-id="approve"]"#).await;
+    browser.goto(&format!("{url}/ui#/sessions?status=idle")).await;
+    browser.text(r#"[data-testid="sessions"]"#, "No sessions").await;
+
     browser.goto(&format!("{url}/ui#/sessions/approve")).await;
     let form = r#"[data-testid="interrupt"][data-interrupt-id="approval"]"#;
     browser.text(form, "needs approval").await;
@@ -526,6 +547,7 @@ async fn a_long_session_renders_and_reports_its_time() {
         .unwrap();
     let shown = timing[2].as_u64().unwrap();
     assert_eq!(shown as usize, messages, "every message of the active path is shown");
+    assert!(timing[3].as_u64().unwrap() >= 400, "the decisions are shown: {timing}");
     eprintln!(
         "inspector: a session of {messages} messages and {} decisions rendered in {} ms ({} ms from opening the \
          page, fetching included)",
