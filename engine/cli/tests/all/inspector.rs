@@ -336,11 +336,35 @@ async fn a_tool_turn_shows_its_message_call_result_and_reply() {
 }
 
 /// An HTTP worker whose LLM calls it answers itself, streaming the reply
-/// a word at a time with a pause after each.
+/// a word at a time. A reply to a message that names a [`Gate`] stops
+/// after its second word until the test opens that gate, so the test
+/// looks at the page while the turn is surely running.
 struct Slow;
 
 /// The words [`Slow`] streams.
 const STORY: [&str; 8] = ["Once ", "upon ", "a ", "time ", "there ", "was ", "a ", "stream."];
+
+/// Where [`Slow`] waits: the gates the test has opened.
+struct Gate;
+
+static OPENED: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+static OPENING: std::sync::Condvar = std::sync::Condvar::new();
+
+impl Gate {
+    /// The gates a message can name.
+    const NAMES: [&'static str; 2] = ["story", "another"];
+
+    fn open(name: &'static str) {
+        OPENED.lock().unwrap().push(name);
+        OPENING.notify_all();
+    }
+
+    /// Waits (at most [`PATIENCE`]) until the test opens `name`.
+    fn wait(name: &'static str) {
+        let opened = OPENED.lock().unwrap();
+        let _ = OPENING.wait_timeout_while(opened, PATIENCE, |opened| !opened.contains(&name)).unwrap();
+    }
+}
 
 impl Agent for Slow {
     fn decide(&self, request: DecisionRequest, cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
@@ -351,10 +375,16 @@ impl Agent for Slow {
                 config.stream = Some(true);
                 Ok(request.proposed.with_agent(config))
             }
-            Trigger::LlmExecute(_) => {
-                for word in STORY {
+            Trigger::LlmExecute(call) => {
+                let messages = call.request["messages"].as_array();
+                let last = messages.and_then(|m| m.last()).and_then(|m| m["content"].as_str()).unwrap_or_default();
+                let gate = Gate::NAMES.into_iter().find(|name| last.contains(name));
+                for (i, word) in STORY.into_iter().enumerate() {
                     cx.emit_text(word)?;
-                    std::thread::sleep(Duration::from_millis(300));
+                    if let Some(gate) = gate.filter(|_| i == 1) {
+                        Gate::wait(gate);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
                 }
                 let reply = json!({"model": "test/slow", "content": STORY.concat(), "finish_reason": "stop"});
                 Ok(DecisionResponse::new().with_action(Action::llm_result(reply)))
@@ -397,6 +427,7 @@ async fn streamed_text_shows_before_the_turn_is_done() {
     assert_eq!(now["status"], "running", "{now}");
     assert_eq!(browser.count(r#"[data-testid="event"][data-event="turn.done"]"#).await, 1, "only the first turn's");
     browser.screenshot("").await;
+    Gate::open("story");
 
     let done = settled(url, "story", None, "idle").await;
     let messages = done["messages"].as_array().unwrap();
@@ -416,6 +447,7 @@ async fn streamed_text_shows_before_the_turn_is_done() {
     browser.element(r#"[data-testid="cancel-turn"]"#).await.click().await.unwrap();
     browser.text(r#"[data-testid="action-result"]"#, "Cancelled the turn.").await;
     browser.element(r#"[data-testid="event"][data-event="turn.failed"]"#).await;
+    Gate::open("another");
     settled(url, "story", None, "idle").await;
     browser.close().await;
 }
