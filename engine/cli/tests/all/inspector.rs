@@ -488,6 +488,36 @@ async fn resuming_an_interrupt_from_the_page_completes_the_turn() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn answering_a_client_tool_from_the_page_completes_the_turn() {
+    let Some(browser) = Browser::start("client_tool").await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), "127.0.0.1:0", &[]);
+    let url = &server.url;
+    upload(url, "tools", TOOLS, None).await;
+    let confirm = json!({"name": "confirm", "description": "Asks the user.",
+        "input": {"type": "object", "properties": {"ok": {"type": "boolean"}}}});
+    let ask = json!({"type": "client.messages", "agent_id": "tools", "client": {"tools": [confirm]},
+        "messages": [{"role": "user", "content": r#"use tool confirm with {"ok": true}"#}]});
+    input(url, "ask", None, ask).await;
+    settled(url, "ask", None, "waiting").await;
+
+    browser.goto(&format!("{url}/ui#/sessions/ask")).await;
+    let form = r#"[data-testid="client-call"]"#;
+    browser.text(form, "confirm").await;
+    browser.text(form, r#"{"ok":true}"#).await;
+    let result = browser.element(&format!("{form} [data-testid=\"tool-result-input\"]")).await;
+    result.send_keys(r#"{"confirmed": "yes"}"#).await.unwrap();
+    browser.element(&format!("{form} [data-testid=\"send-tool-result\"]")).await.click().await.unwrap();
+    browser.text(r#"[data-testid="tool-result"]"#, r#"{"confirmed":"yes"}"#).await;
+    browser.text(r#"[data-testid="message"][data-role="assistant"]"#, "confirm returned").await;
+    browser.text(r#"[data-testid="session-status"]"#, "idle").await;
+    assert_eq!(browser.count(form).await, 0, "the form is gone");
+    settled(url, "ask", None, "idle").await;
+    browser.screenshot("").await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn another_tenants_key_sees_none_of_the_sessions() {
     let Some(browser) = Browser::start("tenants").await else { return };
     let (acme, beta) = ("subs_acce55acce55acce55acce55acce55ac", "subs_be7abe7abe7abe7abe7abe7abe7abe7a");
