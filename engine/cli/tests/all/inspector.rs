@@ -559,6 +559,31 @@ async fn another_tenants_key_sees_none_of_the_sessions() {
     browser.goto(&format!("{url}/ui#/sessions")).await;
     browser.element(r#"[data-session-id="acme-two"]"#).await;
     assert_eq!(browser.count(r#"[data-testid="session-row"]"#).await, 2);
+
+    // An end-user token sees its identity's session only, and follows its
+    // events with itself as `?token=`.
+    let mut owned = message("tools", ADD);
+    owned["identity"] = json!({"id": "alice"});
+    input(url, "alice-chat", Some(acme), owned).await;
+    settled(url, "alice-chat", Some(acme), "idle").await;
+    let minted = http()
+        .post(format!("{url}/v1/tokens"))
+        .bearer_auth(acme)
+        .header("content-type", "application/json")
+        .body(json!({"identity": {"id": "alice"}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let minted: Value = serde_json::from_slice(&minted.bytes().await.unwrap()).unwrap();
+    let token = minted["token"].as_str().expect("an end-user token");
+    browser.element(r#"[data-testid="change-key"]"#).await.click().await.unwrap();
+    browser.element(r#"[data-testid="auth-key"]"#).await.send_keys(token).await.unwrap();
+    browser.element(r#"[data-testid="auth-submit"]"#).await.click().await.unwrap();
+    browser.element(r#"[data-testid="session-row"][data-session-id="alice-chat"]"#).await;
+    assert_eq!(browser.count(r#"[data-testid="session-row"]"#).await, 1, "alice's session only");
+    browser.goto(&format!("{url}/ui#/sessions/alice-chat")).await;
+    browser.text(r#"[data-testid="tool-result"]"#, r#"{"sum":3}"#).await;
+    browser.text(r#"[data-testid="stream-state"]"#, "live").await;
     browser.close().await;
 }
 
