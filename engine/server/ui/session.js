@@ -261,6 +261,7 @@ export function sessionView(main, id) {
       const [s] = await Promise.all([json(path), decisions.load()]);
       if (stopped) return;
       snapshot = s;
+      startFollowing();
       const t0 = performance.now();
       renderHeader(s);
       renderWaiting(s);
@@ -278,6 +279,9 @@ export function sessionView(main, id) {
       const gone = e instanceof ApiError && e.status === 404;
       fill(header, notice(gone ? `No session ${id} (or not yours).` : `Cannot read the session: ${e.message}`, 'error'));
       root.dataset.loaded = gone ? 'missing' : 'error';
+      // Nothing to follow: the stream would be refused again and again
+      // (the slow poll below starts it again if the session appears).
+      if (gone) stopFollowing();
     } finally {
       busy = false;
       if (!stopped) {
@@ -288,11 +292,19 @@ export function sessionView(main, id) {
     }
   }
 
+  let unfollow = null;
+  function startFollowing() {
+    if (!unfollow) unfollow = follow(id, { onEvent, onState: (state) => { streamState.textContent = state; } });
+  }
+  function stopFollowing() {
+    if (unfollow) unfollow();
+    unfollow = null;
+  }
   refresh();
-  const unfollow = follow(id, { onEvent, onState: (s) => { streamState.textContent = s; } });
+  startFollowing();
   return () => {
     stopped = true;
     clearTimeout(timer);
-    unfollow();
+    stopFollowing();
   };
 }
