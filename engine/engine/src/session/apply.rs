@@ -303,9 +303,9 @@ impl Session {
             None => self.mint("turn"),
         };
         self.record.next.turn += 1;
+        self.turns.add(&turn_id);
         if self.record.turn.is_some() {
             // One turn at a time: this one starts when the open one ends.
-            self.turns.add(&turn_id);
             self.record.queued.push(QueuedInput { turn_id: turn_id.clone(), input });
             let record = TurnRecord { status: TurnStatus::Queued, data: None, started_ms: ctx.now_ms, ended_ms: None };
             change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: turn_id.clone(), record });
@@ -407,7 +407,6 @@ impl Session {
             TurnStart::Action { .. } => Vec::new(),
         };
         self.record.turn = Some(TurnState { turn_id: turn_id.clone(), client_tools, started_ms: ctx.now_ms });
-        self.turns.add(&turn_id);
         let record = TurnRecord { status: TurnStatus::Running, data: None, started_ms: ctx.now_ms, ended_ms: None };
         change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: turn_id.clone(), record });
         self.emit(SessionEvent::TurnStarted(TurnStarted { turn_id }), change);
