@@ -11,8 +11,9 @@ use axum::response::{IntoResponse, Response};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Serialize;
 use serde_json::Value;
-use subs_engine::Sender;
+use subs_engine::events::Subscription;
 use subs_engine::store::{ID_RULE, OpenInterrupt, SessionRecord, SessionStatus, valid_id};
+use subs_engine::{Accepted, Sender};
 use subs_protocol::{AgentConfig, Call, ClientInput, Message, MessageTree, PostedInput, WorkerIdentity};
 use utoipa::ToSchema;
 
@@ -210,13 +211,59 @@ pub async fn input(
     SessionPath(session_id): SessionPath,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let tenant = caller.tenant.clone();
-    let limits = state.config.limits(&tenant);
+    let limits = state.config.limits(&caller.tenant);
     let PostedInput { input, identity } = body::json(body, limits.max_body_bytes).await?;
-    if caller.user.as_ref().is_some_and(|user| !user.may_name(&session_id)) {
-        return Err(ApiError::no_session(&session_id));
+    let wants_stream = match &input {
+        ClientInput::ClientMessage(m) => m.stream == Some(true),
+        ClientInput::ClientMessages(m) => m.stream == Some(true),
+        _ => false,
+    };
+    let sent = send(&state, &caller, &session_id, input, identity, wants_stream).await?;
+    match (sent.accepted.turn_id, sent.live) {
+        (Some(turn_id), Some(live)) => {
+            Ok(stream::turn(&state, caller.tenant, session_id, turn_id, sent.after, live).into_response())
+        }
+        (turn_id, _) => {
+            Ok((StatusCode::ACCEPTED, Json(InputAccepted { session_id, turn_id, existing: sent.accepted.existing }))
+                .into_response())
+        }
     }
-    let existing = state.engine.session_record(&tenant, &session_id).await?;
+}
+
+/// What [`send`] did with an input.
+pub struct Sent {
+    /// What the session's actor answered.
+    pub accepted: Accepted,
+    /// A subscription to the session's events, taken before the input was
+    /// stored, when one was asked for.
+    pub live: Option<Subscription>,
+    /// The last event stored before the input, if the session existed: the
+    /// turn the input started is among the events after it. `None` when
+    /// every stored event may belong to it (a new session, or a turn id
+    /// already known).
+    pub after: Option<u64>,
+}
+
+/// Sends `input` to a session as `POST …/input` does, with every check it
+/// makes: the caller reaches the session, an end user's sessions are its
+/// token's identity's (whatever `identity` says), a new session's agent
+/// exists. With `subscribe`, the session's events are subscribed to before
+/// the input is stored (a tenant with all its streams open is refused
+/// without its input being accepted, so retrying cannot send it twice).
+/// The protocol adapters (AG-UI, AI SDK) send their inputs through here.
+pub async fn send(
+    state: &AppState,
+    caller: &Caller,
+    session_id: &str,
+    input: ClientInput,
+    identity: Option<WorkerIdentity>,
+    subscribe: bool,
+) -> Result<Sent, ApiError> {
+    let tenant = &caller.tenant;
+    if caller.user.as_ref().is_some_and(|user| !user.may_name(session_id)) {
+        return Err(ApiError::no_session(session_id));
+    }
+    let existing = state.engine.session_record(tenant, session_id).await?;
     if let Some(existing) = existing.as_ref().filter(|r| !caller.may_reach(r)) {
         return Err(ApiError::no_session(&existing.key.session));
     }
@@ -239,16 +286,16 @@ pub async fn input(
         return Err(ApiError { field: Some("identity".to_owned()), ..ApiError::from(refused) });
     }
 
-    let (agent_id, wants_stream) = match &input {
-        ClientInput::ClientMessage(m) => (Some(&m.agent_id), m.stream == Some(true)),
-        ClientInput::ClientMessages(m) => (Some(&m.agent_id), m.stream == Some(true)),
-        ClientInput::ClientAction(a) => (Some(&a.agent_id), false),
-        _ => (None, false),
+    let agent_id = match &input {
+        ClientInput::ClientMessage(m) => Some(&m.agent_id),
+        ClientInput::ClientMessages(m) => Some(&m.agent_id),
+        ClientInput::ClientAction(a) => Some(&a.agent_id),
+        _ => None,
     };
     // A new session's agent must exist; its tenant's session limit is the
     // engine's to check (spawned sessions are held to it too).
     if let (Some(agent_id), None) = (agent_id, &existing)
-        && !state.agents.exists(&tenant, agent_id).await?
+        && !state.agents.exists(tenant, agent_id).await?
     {
         return Err(ApiError {
             status: StatusCode::NOT_FOUND,
@@ -260,25 +307,13 @@ pub async fn input(
 
     // Events after this one belong to what the input starts.
     let after = existing.as_ref().and_then(|r| r.next.event.checked_sub(1));
-    // The stream's place is taken before the input is stored: a tenant
-    // with all its streams open is refused without its input being
-    // accepted, so retrying it later cannot send it twice.
-    let live = if wants_stream { Some(stream::subscribe(&state.engine, &tenant, &session_id)?) } else { None };
+    let live = if subscribe { Some(stream::subscribe(&state.engine, tenant, session_id)?) } else { None };
     // The session's actor checks the owner again as it accepts the input:
     // the checks above read the session before a concurrent input may
     // have created it.
-    let accepted = state.engine.input_from(&tenant, &session_id, input, sender).await?;
-    match (&accepted.turn_id, live) {
-        (Some(turn_id), Some(live)) => {
-            let from = if accepted.existing { None } else { after };
-            Ok(stream::turn(&state, tenant, session_id, turn_id.clone(), from, live).into_response())
-        }
-        _ => Ok((
-            StatusCode::ACCEPTED,
-            Json(InputAccepted { session_id, turn_id: accepted.turn_id, existing: accepted.existing }),
-        )
-            .into_response()),
-    }
+    let accepted = state.engine.input_from(tenant, session_id, input, sender).await?;
+    let after = if accepted.existing { None } else { after };
+    Ok(Sent { accepted, live, after })
 }
 
 /// A session's snapshot.

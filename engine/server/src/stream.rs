@@ -119,6 +119,57 @@ pub fn turn(
     respond(Pump::new(state.engine.clone(), tenant, session, after, Some(turn_id), live))
 }
 
+/// The events of one turn, typed, for the protocol adapters that
+/// translate them (AG-UI, the AI SDK's stream). As [`turn`] sends them
+/// over SSE: from the turn's `turn.started` to its end, pulled only as
+/// the caller asks.
+pub struct TurnFrames(Pump);
+
+/// The client fell behind by more than its subscription's budget: the
+/// stream ends here, and the client may follow the session's events from
+/// where it is with `GET /v1/sessions/{id}/events`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dropped {
+    /// The subscription's budget, in bytes.
+    pub budget: usize,
+}
+
+impl TurnFrames {
+    /// The events of the turn `turn_id` that an input started, among
+    /// those stored after `after` and then live (see [`turn`]).
+    pub fn starting(
+        state: &AppState,
+        tenant: String,
+        session: String,
+        turn_id: String,
+        after: Option<u64>,
+        live: Subscription,
+    ) -> Self {
+        TurnFrames(Pump::new(state.engine.clone(), tenant, session, after, Some(turn_id), live))
+    }
+
+    /// The rest of the turn `turn_id`, already started: every event
+    /// stored after `after`, then live ones, to the turn's end. For an
+    /// input that settles something the open turn waits for
+    /// (`tool.result`, `interrupt.resume`).
+    pub fn continuing(
+        state: &AppState,
+        tenant: String,
+        session: String,
+        turn_id: String,
+        after: Option<u64>,
+        live: Subscription,
+    ) -> Self {
+        TurnFrames(Pump::continuing(state.engine.clone(), tenant, session, after, turn_id, live))
+    }
+
+    /// The turn's next event; `None` after its last (or when the engine
+    /// stops or the store fails), `Err` once when the client fell behind.
+    pub async fn next(&mut self) -> Option<Result<Arc<Frame>, Dropped>> {
+        self.0.next_frame().await
+    }
+}
+
 fn respond(pump: Pump) -> EventStream {
     // The pump runs only when the connection asks for the next event, so
     // a client that does not read holds nothing here: what waits for it
@@ -153,17 +204,48 @@ impl Pump {
         Pump { tenant, session, follow, turn, in_turn: false, done: false }
     }
 
+    /// A pump for a turn that started before the events after `after`
+    /// (one that an input answered, such as a `tool.result`, continues).
+    fn continuing(
+        engine: Engine,
+        tenant: String,
+        session: String,
+        after: Option<u64>,
+        turn: String,
+        live: Subscription,
+    ) -> Self {
+        Pump { in_turn: true, ..Pump::new(engine, tenant, session, after, Some(turn), live) }
+    }
+
     /// The next event to send; `None` ends the stream (the turn ended, the
     /// subscriber was dropped, the store failed, the engine stopped).
     async fn next(&mut self) -> Option<SseEvent> {
+        match self.next_frame().await? {
+            Ok(frame) => {
+                let mut sse = SseEvent::default().event(&*frame.name).data(&*frame.data);
+                if let Some(seq) = frame.seq {
+                    sse = sse.id(seq.to_string());
+                }
+                Some(sse)
+            }
+            // Ignored by SSE parsers; says why to whoever looks.
+            Err(Dropped { budget }) => Some(SseEvent::default().comment(format!(
+                "dropped: this client fell behind by more than {budget} bytes; reconnect with Last-Event-ID"
+            ))),
+        }
+    }
+
+    /// The next event that passes the turn's filter; `None` when there is
+    /// none to come, `Err` (once, then `None`) when the client fell behind.
+    async fn next_frame(&mut self) -> Option<Result<Arc<Frame>, Dropped>> {
         loop {
             if self.done {
                 return None;
             }
             match self.follow.next().await {
                 Ok(frame) => {
-                    if let Some(sse) = self.pass(&frame) {
-                        return Some(sse);
+                    if self.pass(&frame) {
+                        return Some(Ok(frame));
                     }
                 }
                 Err(FollowError::Dropped { budget }) => {
@@ -174,10 +256,7 @@ impl Pump {
                         "event stream dropped: the client fell behind"
                     );
                     self.done = true;
-                    // Ignored by SSE parsers; says why to whoever looks.
-                    return Some(SseEvent::default().comment(format!(
-                        "dropped: this client fell behind by more than {budget} bytes; reconnect with Last-Event-ID"
-                    )));
+                    return Some(Err(Dropped { budget }));
                 }
                 Err(FollowError::Store(e)) => {
                     tracing::error!(error = %e, "event replay failed");
@@ -188,8 +267,9 @@ impl Pump {
         }
     }
 
-    /// The SSE event for an event, unless a turn's filter skips it.
-    fn pass(&mut self, frame: &Frame) -> Option<SseEvent> {
+    /// Whether a turn's filter lets the event through; ends the stream
+    /// after the turn's last event.
+    fn pass(&mut self, frame: &Frame) -> bool {
         if let Some(turn) = &self.turn {
             // Only the events that start and end turns are parsed back.
             let boundary = EventKind::from_name(&frame.name)
@@ -201,14 +281,8 @@ impl Pump {
                 Some(SessionEvent::TurnDone(_) | SessionEvent::TurnFailed(_)) if self.in_turn => self.done = true,
                 _ => {}
             }
-            if !self.in_turn {
-                return None;
-            }
+            return self.in_turn;
         }
-        let mut sse = SseEvent::default().event(&*frame.name).data(&*frame.data);
-        if let Some(seq) = frame.seq {
-            sse = sse.id(seq.to_string());
-        }
-        Some(sse)
+        true
     }
 }
