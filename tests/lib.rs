@@ -10,6 +10,7 @@ use subs_engine::worker::component::{ComponentAgent, ComponentHost, HostConfig};
 use subs_protocol::DecisionRequest;
 
 pub mod bench;
+pub mod node;
 pub mod server;
 
 /// The allocator the `subs` binary uses, so that the benchmarks (and the
