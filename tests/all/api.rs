@@ -96,7 +96,7 @@ async fn every_endpoint_works() {
     // Metrics count what happened.
     let metrics = s.http.get(s.url("/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(
-        metrics.contains("subs_http_requests_total{method=\"PUT\",route=\"/v1/agents/{agent_id}\",status=\"201\"}"),
+        metrics.contains("subs_http_requests_total{method=\"PUT\",route=\"/v1/agents/:agent_id\",status=\"201\"}"),
         "{metrics}"
     );
     assert!(metrics.contains("subs_store_commits_total"));

@@ -891,3 +891,50 @@ async fn a_tool_without_an_input_schema_takes_no_arguments() {
     assert!(transcript[2].contains("takes no arguments"), "{transcript:?}");
     assert_eq!(transcript.last().unwrap(), "assistant: ping returned pong.");
 }
+
+/// A turn whose input came with a `traceparent` passes the trace on to
+/// its HTTP worker, each delivery with its decision's span as parent,
+/// even when the engine sends no spans itself; a turn without one sends
+/// no `traceparent` at all.
+#[tokio::test]
+async fn an_http_worker_is_sent_the_trace_its_turn_joined() {
+    let t = TestEngine::start().await;
+    let seen: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let kept = seen.clone();
+    let app = subs_http_worker::router(tools::Tools::new()).layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let traceparent = request.headers().get("traceparent").map(|v| v.to_str().unwrap().to_owned());
+            kept.lock().unwrap().push(traceparent);
+            next.run(request)
+        },
+    ));
+    let url = serve(app).await;
+    t.engine.register_agent(TENANT, "tools-http", http_worker(&url, HttpWorkerOptions::new()));
+
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let incoming = subs_engine::telemetry::parse_traceparent(&format!("00-{trace_id}-00f067aa0ba902b7-01"));
+    let input = subs_tests::user_input("tools-http", None, r#"use tool add with {"a": 1, "b": 2}"#);
+    let sender = subs_engine::Sender::Tenant(None);
+    let accepted = t.engine.input_traced(TENANT, "traced", input, sender, incoming).await.unwrap();
+    assert_eq!(t.wait("traced", &accepted.turn_id.unwrap()).await.status, TurnStatus::Done);
+    let traced = std::mem::take(&mut *seen.lock().unwrap());
+    // session.start, client.messages, llm.finished, tool.execute,
+    // tool.finished, llm.finished.
+    assert_eq!(traced.len(), 6, "{traced:?}");
+    let mut parents = Vec::new();
+    for header in &traced {
+        let header = header.as_deref().expect("every delivery carries the trace");
+        let span = subs_engine::telemetry::parse_traceparent(header).expect("a valid traceparent");
+        assert_eq!(span.trace_id, trace_id);
+        assert_ne!(span.span_id, "00f067aa0ba902b7", "each delivery is a span of its own, under the turn");
+        parents.push(span.span_id);
+    }
+    parents.sort();
+    parents.dedup();
+    assert_eq!(parents.len(), 6, "one span per decision");
+
+    // Without a traceparent, and with no spans sent, nothing is traced.
+    assert_eq!(t.chat("untraced", "tools-http", "hello").await.status, TurnStatus::Done);
+    let untraced = std::mem::take(&mut *seen.lock().unwrap());
+    assert!(!untraced.is_empty() && untraced.iter().all(Option::is_none), "{untraced:?}");
+}

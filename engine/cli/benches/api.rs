@@ -29,6 +29,13 @@
 //! `BENCH_LANGGRAPH_PYTHON`: the Python of an environment made by
 //! `scripts/langgraph/setup.sh`; when set, every case runs on LangGraph
 //! right after subs.
+//!
+//! Telemetry, side by side: `BENCH_OTEL=1` runs every case also on a
+//! second `subs serve` that sends its OpenTelemetry spans over OTLP to a
+//! receiver in this process (`subs+otel`); `BENCH_SUBS_BASELINE=<path>`
+//! also on another `subs` binary (`subs@base`: say, one built from the
+//! commit before telemetry), so what telemetry costs when off and when on
+//! is measured in the same run, case by case.
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -62,6 +69,8 @@ fn main() {
 /// A server under test: a child process and how to ask it for a turn.
 struct Target {
     name: &'static str,
+    /// Whether it is a `subs` (any build, any setting).
+    is_subs: bool,
     child: Child,
     base: String,
     pid: u32,
@@ -77,15 +86,20 @@ impl Drop for Target {
 
 impl Target {
     /// `subs serve` on a fresh data directory and a free port, with the
-    /// `tools` component uploaded as `tools`.
-    async fn subs() -> Target {
+    /// `tools` component uploaded as `tools`: the binary `program`, with
+    /// spans sent to `otlp` when given.
+    async fn subs(name: &'static str, program: &Path, otlp: Option<&str>) -> Target {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_subs"));
+        let mut command = Command::new(program);
         command.args(["serve", "--listen", "127.0.0.1:0", "--data"]).arg(dir.path());
-        for var in ["SUBS_CONFIG", "SUBS_DEFAULT_MODEL", "RUST_LOG"] {
+        for var in ["SUBS_CONFIG", "SUBS_DEFAULT_MODEL", "RUST_LOG", "OTEL_EXPORTER_OTLP_ENDPOINT"] {
             command.env_remove(var);
         }
-        let target = Target::spawn("subs", command, "subs listening on ", dir);
+        if let Some(endpoint) = otlp {
+            command.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint);
+        }
+        let mut target = Target::spawn(name, command, "subs listening on ", dir);
+        target.is_subs = true;
         let wasm = std::fs::read(subs_tests::guests::TOOLS).expect("the tools component is built");
         let response = reqwest::Client::new()
             .put(format!("{}/v1/agents/tools", target.base))
@@ -130,12 +144,12 @@ impl Target {
         // Whatever else it prints is not read; keep the pipe drained.
         std::thread::spawn(move || lines.for_each(drop));
         let pid = child.id();
-        Target { name, child, base, pid, _dir: dir }
+        Target { name, is_subs: false, child, base, pid, _dir: dir }
     }
 
     /// One streamed turn of `session`, read to its end.
     async fn turn(&self, client: &reqwest::Client, session: &str) {
-        let (url, body) = if self.name == "subs" {
+        let (url, body) = if self.is_subs {
             let body = json!({"type": "client.message", "agent_id": "tools", "stream": true,
                 "message": {"role": "user", "content": ASK}});
             (format!("{}/v1/sessions/{session}/input", self.base), body)
@@ -152,7 +166,7 @@ impl Target {
         assert!(response.status().is_success(), "{}: {}", self.name, response.status());
         let body = response.bytes().await.expect("the stream ends");
         let text = String::from_utf8_lossy(&body);
-        let end = if self.name == "subs" { "event: turn.done" } else { "event: end" };
+        let end = if self.is_subs { "event: turn.done" } else { "event: end" };
         assert!(
             text.contains(end) && text.contains(ANSWER),
             "{}: the turn did not end as expected:\n{text}",
@@ -173,7 +187,7 @@ impl Target {
 
     /// Durable commits so far, from `/metrics`; `None` for LangGraph.
     async fn commits(&self, client: &reqwest::Client) -> Option<u64> {
-        if self.name != "subs" {
+        if !self.is_subs {
             return None;
         }
         let text = client.get(format!("{}/metrics", self.base)).send().await.ok()?.text().await.ok()?;
@@ -297,8 +311,34 @@ async fn measure(target: &Arc<Target>, case: Case, duration: Duration, run: usiz
     }
 }
 
+/// An OTLP/HTTP receiver that takes every export and keeps nothing but
+/// the count of bytes, as a collector that is never the bottleneck.
+async fn otlp_sink() -> (String, Arc<std::sync::atomic::AtomicU64>) {
+    let received = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = received.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            counted.fetch_add(body.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            async { ([("content-type", "application/x-protobuf")], Vec::<u8>::new()) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a free port");
+    let url = format!("http://{}", listener.local_addr().expect("an address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, received)
+}
+
 async fn run(levels: &[usize], duration: Duration, langgraph: Option<&Path>) {
-    let subs = Arc::new(Target::subs().await);
+    let program = Path::new(env!("CARGO_BIN_EXE_subs"));
+    let subs = Arc::new(Target::subs("subs", program, None).await);
+    let otel = std::env::var("BENCH_OTEL").is_ok_and(|v| v == "1");
+    let (otlp, exported) = otlp_sink().await;
+    let otel = if otel { Some(Arc::new(Target::subs("subs+otel", program, Some(&otlp)).await)) } else { None };
+    let baseline = match std::env::var_os("BENCH_SUBS_BASELINE") {
+        Some(path) => Some(Arc::new(Target::subs("subs@base", Path::new(&path), None).await)),
+        None => None,
+    };
     let langgraph = langgraph.map(|python| Arc::new(Target::langgraph(python)));
     let mut cases = Vec::new();
     for &clients in levels {
@@ -318,7 +358,8 @@ async fn run(levels: &[usize], duration: Duration, langgraph: Option<&Path>) {
     let mut ratios = Vec::new();
     for (run, case) in cases.iter().enumerate() {
         let mut measured = Vec::new();
-        for target in std::iter::once(&subs).chain(langgraph.as_ref()) {
+        let targets = [Some(&subs), baseline.as_ref(), otel.as_ref(), langgraph.as_ref()];
+        for target in targets.into_iter().flatten() {
             let m = measure(target, *case, duration, run).await;
             println!(
                 "{:<10} {:>7} {:<48} {:>9.0} {:>9.2} {:>9.2} {:>10.2} {:>9}",
@@ -334,7 +375,7 @@ async fn run(levels: &[usize], duration: Duration, langgraph: Option<&Path>) {
             rows.push(m.json(target.name, case));
             measured.push(m);
         }
-        if let [s, l] = measured.as_slice() {
+        if let (Some(s), Some(l)) = (measured.first(), langgraph.as_ref().and(measured.last())) {
             ratios.push(json!({
                 "case": case.label(),
                 "clients": case.clients,
@@ -370,6 +411,44 @@ async fn run(levels: &[usize], duration: Duration, langgraph: Option<&Path>) {
             r["cpu_subs_over_langgraph"].as_f64().unwrap_or(f64::NAN),
         );
     }
+    // Telemetry: each other subs beside the plain one, case by case.
+    let mut telemetry = Vec::new();
+    for other in ["subs@base", "subs+otel"] {
+        for case in &cases {
+            let row = |server: &str| {
+                rows.iter().find(|r| {
+                    r["server"] == server
+                        && r["clients"] == case.clients
+                        && r["turns_per_session"] == case.turns_per_session
+                        && r["new_connections"] == case.new_connections
+                })
+            };
+            let (Some(plain), Some(other_row)) = (row("subs"), row(other)) else { continue };
+            let ratio =
+                |field: &str| other_row[field].as_f64().unwrap_or(f64::NAN) / plain[field].as_f64().unwrap_or(f64::NAN);
+            let r = json!({
+                "server": other,
+                "case": case.label(),
+                "clients": case.clients,
+                "per_sec_over_subs": ratio("per_sec"),
+                "p50_over_subs": ratio("p50_ms"),
+                "cpu_over_subs": ratio("cpu_ms_per_turn"),
+            });
+            println!(
+                "{other} / subs, {} clients, {}: turns/s {:.3}×, p50 {:.3}×, CPU per turn {:.3}×",
+                case.clients,
+                case.label(),
+                r["per_sec_over_subs"].as_f64().unwrap_or(f64::NAN),
+                r["p50_over_subs"].as_f64().unwrap_or(f64::NAN),
+                r["cpu_over_subs"].as_f64().unwrap_or(f64::NAN),
+            );
+            telemetry.push(r);
+        }
+    }
+    let exported = exported.load(std::sync::atomic::Ordering::Relaxed);
+    if otel.is_some() {
+        println!("subs+otel exported {:.1} MB of spans", exported as f64 / 1e6);
+    }
     write_json(
         "api",
         &json!({
@@ -377,6 +456,8 @@ async fn run(levels: &[usize], duration: Duration, langgraph: Option<&Path>) {
             "rows": rows,
             "keep_alive_over_new_connection_p50": keep_alive_over_new,
             "subs_over_langgraph": ratios,
+            "telemetry": telemetry,
+            "otlp_bytes_exported": exported,
         }),
     );
 }

@@ -34,6 +34,7 @@ pub mod run;
 pub mod serve;
 pub mod sessions;
 pub mod settings;
+pub mod telemetry;
 pub mod tenants;
 
 use std::process::ExitCode;

@@ -151,6 +151,8 @@ async fn serve(setup: Setup) -> CliResult {
         .map_err(|e| CliError::failed(anyhow!(e)))?;
     let mut config = EngineConfig { default_model, streams, retry_cap: file.retry.cap(), ..EngineConfig::default() };
     file.timeouts.apply(&mut config)?;
+    let exporting = crate::telemetry::exporting(&file.telemetry)?;
+    config.spans = exporting.as_ref().map(crate::telemetry::Exporting::spans);
     // Agents and limits are in place before any session resumes: a
     // resumed session's first delivery must find its agent, its first LLM
     // call its budget, its first spawn its session limit. (The router sets
@@ -192,6 +194,9 @@ async fn serve(setup: Setup) -> CliResult {
     };
 
     println!("subs listening on http://{local}");
+    if let Some(exporting) = &exporting {
+        eprintln!("OpenTelemetry spans go to {}", exporting.endpoint);
+    }
     if open {
         eprintln!("no API keys are configured: serving the single tenant `local` without authentication");
     }
@@ -225,6 +230,11 @@ async fn serve(setup: Setup) -> CliResult {
     // Committed work is safe; what runs now resumes at the next start.
     reloading.abort();
     engine.kill().await;
+    if let Some(exporting) = exporting {
+        // Flushing waits on the exporter's thread, which sends on this
+        // runtime: it must not hold one of the runtime's threads.
+        let _ = tokio::task::spawn_blocking(move || exporting.shutdown()).await;
+    }
     match result {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(CliError::failed(anyhow!("the server failed: {e}"))),

@@ -81,6 +81,8 @@ pub struct ConfigFile {
     /// `[store]`: where sessions are kept: redb in the data directory
     /// (nothing set), or a PostgreSQL database several nodes share.
     pub store: StoreEntry,
+    /// `[telemetry]`: where OpenTelemetry spans go (docs/operations.md).
+    pub telemetry: crate::telemetry::TelemetryEntry,
 }
 
 /// `[store]` as written: a PostgreSQL database (`url`) and how this node

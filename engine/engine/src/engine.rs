@@ -52,6 +52,10 @@ pub struct EngineConfig {
     /// When several nodes share the store: how often this node looks for
     /// sessions whose node died, to take them over.
     pub takeover_scan: Duration,
+    /// Where the engine's OpenTelemetry spans go (a batching processor
+    /// with an OTLP exporter, for `subs serve`); `None` sends none. See
+    /// [`telemetry`](crate::telemetry).
+    pub spans: Option<crate::telemetry::Spans>,
 }
 
 impl Default for EngineConfig {
@@ -71,6 +75,7 @@ impl Default for EngineConfig {
             streams: StreamLimits::default(),
             clock: Arc::new(crate::clock::SystemClock),
             takeover_scan: Duration::from_secs(2),
+            spans: None,
         }
     }
 }
@@ -305,12 +310,35 @@ impl Engine {
         input: ClientInput,
         sender: Sender,
     ) -> Result<Accepted, InputError> {
+        self.input_traced(tenant, session, input, sender, None).await
+    }
+
+    /// [`input_from`](Self::input_from) an input that came with a W3C
+    /// `traceparent` (read with [`telemetry::parse_traceparent`](crate::telemetry::parse_traceparent)):
+    /// the turn it starts is traced as a child of `trace`, and the
+    /// decisions and calls of that turn pass the trace on to HTTP workers
+    /// and LLM providers.
+    pub async fn input_traced(
+        &self,
+        tenant: &str,
+        session: &str,
+        input: ClientInput,
+        sender: Sender,
+        trace: Option<crate::telemetry::SpanRef>,
+    ) -> Result<Accepted, InputError> {
         let key = checked_key(tenant, session)?;
         let (reply, answer) = oneshot::channel();
-        if !self.directory.send(&key, Msg::Input { input: Box::new((input, sender)), reply }) {
+        self.env.metrics.input_sent();
+        if !self.directory.send(&key, Msg::Input { input: Box::new((input, sender, trace)), reply }) {
+            self.env.metrics.input_taken();
             return Err(InputError::ShuttingDown);
         }
         answer.await.unwrap_or(Err(InputError::ShuttingDown))
+    }
+
+    /// The engine's metrics in Prometheus' text format, appended to `out`.
+    pub fn encode_metrics(&self, out: &mut String) {
+        self.env.metrics.encode(self.active_sessions(), out);
     }
 
     /// Stops the session's open turn: calls in flight are cancelled, the

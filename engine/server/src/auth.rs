@@ -27,6 +27,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use subs_engine::telemetry::{SpanRef, parse_traceparent};
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -358,6 +359,9 @@ pub struct Caller {
     pub tenant: String,
     /// The end user, when an end-user token authenticated the request.
     pub user: Option<EndUser>,
+    /// The trace the request is part of: its W3C `traceparent` header,
+    /// when it has a valid one. The turn an input starts joins it.
+    pub trace: Option<SpanRef>,
 }
 
 impl Caller {
@@ -372,7 +376,9 @@ impl FromRequestParts<Arc<AppState>> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, ApiError> {
-        authenticate(parts, state, Accept { users: true, stream_tokens: false })
+        let caller = authenticate(parts, state, Accept { users: true, stream_tokens: false })?;
+        let trace = parts.headers.get("traceparent").and_then(|v| v.to_str().ok()).and_then(parse_traceparent);
+        Ok(Caller { trace, ..caller })
     }
 }
 
@@ -446,9 +452,9 @@ fn authenticate(parts: &Parts, state: &AppState, accept: Accept) -> Result<Calle
         if !accept.users {
             return Err(not_for_end_users());
         }
-        return Ok(Caller { tenant: user.tenant.clone(), user: Some(user) });
+        return Ok(Caller { tenant: user.tenant.clone(), user: Some(user), trace: None });
     }
-    let tenant = |tenant: String| Caller { tenant, user: None };
+    let tenant = |tenant: String| Caller { tenant, user: None, trace: None };
     if keys.is_open() {
         return Ok(tenant(LOCAL_TENANT.to_owned()));
     }
@@ -589,7 +595,7 @@ mod tests {
         assert!(!alice(None).may_reach(&record("s1", None)), "a session without an owner is the tenant's");
         assert!(alice(Some("s1")).may_reach(&record("s1", Some("alice"))));
         assert!(!alice(Some("s1")).may_reach(&record("s2", Some("alice"))), "only the token's session");
-        assert!(Caller { tenant: "acme".to_owned(), user: None }.may_reach(&record("s1", Some("bob"))));
+        assert!(Caller { tenant: "acme".to_owned(), user: None, trace: None }.may_reach(&record("s1", Some("bob"))));
     }
 
     #[test]

@@ -163,9 +163,14 @@ impl From<AgentError> for ApiError {
     }
 }
 
+/// The `code` of an error response, kept in its extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorCode(pub &'static str);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody { error: self.message, code: self.code.to_owned(), field: self.field };
-        (self.status, Json(body)).into_response()
+        // The code rides along for the metrics, which count refusals by it.
+        (self.status, axum::Extension(ErrorCode(self.code)), Json(body)).into_response()
     }
 }

@@ -1,37 +1,108 @@
-//! Health and Prometheus metrics.
+//! Health and Prometheus metrics: the engine's (see `subs_engine::metrics`)
+//! and the API's own, requests by route and refused agent uploads.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::AppState;
+use crate::error::ErrorCode;
 
-/// Counts requests by method, route and status.
-#[derive(Default)]
+/// A request's method, route pattern and status.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    route: String,
+    status: u16,
+}
+
+/// A request's method and route pattern.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    method: String,
+    route: String,
+}
+
+/// Why an upload was refused: the error's code.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+/// Buckets (seconds) of request durations, to the response's headers: a
+/// streamed turn's request is timed to its stream's start.
+const REQUEST_SECONDS: [f64; 14] =
+    [0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0];
+
+fn request_histogram() -> Histogram {
+    Histogram::new(REQUEST_SECONDS.iter().copied())
+}
+
+/// The API's metrics: requests by route and status, their durations, and
+/// refused agent uploads.
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    durations: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    refused_uploads: Family<ReasonLabel, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("subs");
+        let requests = Family::default();
+        registry.register("http_requests", "HTTP requests answered, by method, route and status", requests.clone());
+        let durations: Family<RouteLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(request_histogram);
+        registry.register_with_unit(
+            "http_request_duration",
+            "Time to answer an HTTP request, to its response headers (a stream's start), by method and route",
+            Unit::Seconds,
+            durations.clone(),
+        );
+        let refused_uploads = Family::default();
+        registry.register(
+            "agent_uploads_refused",
+            "Agent uploads refused, by the error's code (invalid_component, too_large, limit_exceeded, ...)",
+            refused_uploads.clone(),
+        );
+        Self { registry, requests, durations, refused_uploads }
+    }
 }
 
 /// Counts every request by its route pattern (not its path, which would
-/// give one series per session).
+/// give one series per session), and times it to its headers; a refused
+/// upload is counted by its error code.
 pub async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let method = request.method().to_string();
-    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
+    // `/v1/agents/:agent_id` rather than axum's `{agent_id}`: braces in a
+    // label value are valid, but trip common exposition parsers.
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().replace('{', ":").replace('}', ""));
+    let began = std::time::Instant::now();
     let response = next.run(request).await;
+    let metrics = &state.metrics;
     let status = response.status().as_u16();
-    *state
-        .metrics
-        .requests
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .entry((method, route, status))
-        .or_default() += 1;
+    if method == "PUT"
+        && route == "/v1/agents/:agent_id"
+        && let Some(ErrorCode(reason)) = response.extensions().get::<ErrorCode>()
+    {
+        metrics.refused_uploads.get_or_create(&ReasonLabel { reason }).inc();
+    }
+    let route_labels = RouteLabels { method: method.clone(), route: route.clone() };
+    metrics.durations.get_or_create(&route_labels).observe(began.elapsed().as_secs_f64());
+    metrics.requests.get_or_create(&RequestLabels { method, route, status }).inc();
     response
 }
 
@@ -64,30 +135,24 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> Result<axum::Json<He
 )]
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let mut out = String::new();
-    out.push_str("# HELP subs_http_requests_total HTTP requests answered, by method, route and status.\n");
-    out.push_str("# TYPE subs_http_requests_total counter\n");
-    for ((method, route, status), count) in
-        state.metrics.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter()
-    {
-        let _ = writeln!(
-            out,
-            "subs_http_requests_total{{method=\"{method}\",route=\"{}\",status=\"{status}\"}} {count}",
-            route.replace('\\', "\\\\").replace('"', "\\\"")
-        );
-    }
+    // Writing to a String cannot fail.
+    let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &state.metrics.registry);
+    state.engine.encode_metrics(&mut out);
     if let Ok(stats) = state.engine.store_stats() {
-        let _ = writeln!(out, "# HELP subs_store_batches_total Batches of writes committed.");
-        let _ = writeln!(out, "# TYPE subs_store_batches_total counter");
-        let _ = writeln!(out, "subs_store_batches_total {}", stats.batches);
-        let _ = writeln!(
-            out,
-            "# HELP subs_store_commits_total Durable commits (fsyncs); group commit shares them among batches."
+        let mut store = Registry::with_prefix("subs");
+        let counter = |n: u64| {
+            let c: Counter = Counter::default();
+            c.inc_by(n);
+            c
+        };
+        store.register("store_batches", "Batches of writes committed", counter(stats.batches));
+        store.register(
+            "store_commits",
+            "Durable commits (fsyncs); group commit shares them among batches",
+            counter(stats.commits),
         );
-        let _ = writeln!(out, "# TYPE subs_store_commits_total counter");
-        let _ = writeln!(out, "subs_store_commits_total {}", stats.commits);
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &store);
     }
-    let _ = writeln!(out, "# HELP subs_sessions_active Sessions with work in memory.");
-    let _ = writeln!(out, "# TYPE subs_sessions_active gauge");
-    let _ = writeln!(out, "subs_sessions_active {}", state.engine.active_sessions());
-    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+    ([(axum::http::header::CONTENT_TYPE, prometheus_client::encoding::prometheus_text::CONTENT_TYPE)], out)
+        .into_response()
 }

@@ -311,7 +311,7 @@ pub async fn send(
     // The session's actor checks the owner again as it accepts the input:
     // the checks above read the session before a concurrent input may
     // have created it.
-    let accepted = state.engine.input_from(tenant, session_id, input, sender).await?;
+    let accepted = state.engine.input_traced(tenant, session_id, input, sender, caller.trace.clone()).await?;
     let after = if accepted.existing { None } else { after };
     Ok(Sent { accepted, live, after })
 }

@@ -153,6 +153,8 @@ pub mod sample {
             retry: None,
             retry_at_ms: None,
             spec: CallSpec::SubAgent { tool_call_id: format!("tc-{id}") },
+            started_ms: None,
+            span: None,
         }
     }
 

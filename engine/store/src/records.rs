@@ -167,6 +167,24 @@ pub struct TurnState {
     pub client_tools: Vec<AgentTool>,
     /// When the turn started (Unix ms).
     pub started_ms: u64,
+    /// The turn's span, when the turn is traced (the engine exports
+    /// traces, or its input carried a W3C `traceparent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<SpanRef>,
+}
+
+/// Where a span sits in a trace: W3C trace-context ids as lowercase hex.
+/// Kept with what the span covers (a turn, a call's try), which may
+/// outlive the process that started it; the span is sent when it ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpanRef {
+    /// The trace (32 hex digits).
+    pub trace_id: String,
+    /// The span (16 hex digits).
+    pub span_id: String,
+    /// The span it is a child of; `None` for a trace's root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
 }
 
 /// An input that starts a turn, waiting for the open turn to end. It is
@@ -178,6 +196,10 @@ pub struct QueuedInput {
     pub turn_id: String,
     /// The input, as the client sent it.
     pub input: ClientInput,
+    /// The trace the input came in (its `traceparent`): the turn's span
+    /// is a child of `span_id` in that trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<SpanRef>,
 }
 
 /// What a turn starts with, after reconciliation.
@@ -362,6 +384,12 @@ pub struct CallRecord {
     pub retry_at_ms: Option<u64>,
     /// What to run.
     pub spec: CallSpec,
+    /// When the current try started (Unix ms); `None` until it starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<u64>,
+    /// The current try's span, when its turn is traced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<SpanRef>,
 }
 
 /// What a call runs.
@@ -461,6 +489,10 @@ pub enum InboxItem {
         turn_id: String,
         /// What starts it.
         start: TurnStart,
+        /// The span of the parent's call that starts it: the child's turn
+        /// is traced under it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        span: Option<crate::SpanRef>,
     },
     /// A request for the session's actor (an input, a cancel) that a node
     /// not holding the session's lease received and forwarded to the

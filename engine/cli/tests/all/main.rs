@@ -8,6 +8,7 @@ mod postgres;
 mod run;
 mod serve;
 mod tail;
+mod telemetry;
 mod uploads;
 
 use std::io::{BufRead as _, BufReader, Read};
@@ -46,6 +47,9 @@ pub fn subs() -> Command {
         "ANTHROPIC_BASE_URL",
         "ANTHROPIC_API_KEY",
         "OLLAMA_BASE_URL",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_SDK_DISABLED",
     ] {
         command.env_remove(var);
     }
@@ -206,6 +210,12 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("subs serve starts");
+        Self::attach(child)
+    }
+
+    /// A `subs serve` started by the caller (with piped output), once it
+    /// has printed its address.
+    pub fn attach(child: Child) -> Self {
         let mut process = Process::new(child);
         let line = process.until("the listening address", |l| l.starts_with("subs listening on http://"));
         let url = line.trim_start_matches("subs listening on ").to_owned();

@@ -96,14 +96,11 @@ impl HttpProvider {
             LlmFormat::Anthropic => anthropic::request_body(&request, self.settings.max_tokens, stream)?,
         };
         let body = serde_json::to_vec(&body).map_err(|e| ModelError::invalid_request(e.to_string()))?;
-        let response = self
-            .client
-            .post(self.url())
-            .headers(self.headers()?)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| transport_error(name, "sending the request", &e))?;
+        let mut post = self.client.post(self.url()).headers(self.headers()?);
+        if let Some(traceparent) = crate::telemetry::current_traceparent() {
+            post = post.header("traceparent", traceparent);
+        }
+        let response = post.body(body).send().await.map_err(|e| transport_error(name, "sending the request", &e))?;
         if !response.status().is_success() {
             return Err(status_error(name, response, self.key_hint().as_deref()).await);
         }

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use opentelemetry::KeyValue;
 use subs_protocol::{CallKind, CallStatus, ClientInput, DecisionResponse, Handler, Trigger};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -26,7 +27,7 @@ use crate::clock;
 use crate::events::{DeltaGate, Event};
 use crate::model::Money;
 use crate::store::shared::Claim;
-use crate::store::{Fence, InboxItem, Op, SessionKey, StepStatus, StoreError, TurnStatus};
+use crate::store::{Fence, InboxItem, Op, SessionKey, SpanRef, StepStatus, StoreError, TurnStatus};
 use crate::worker::{Delivery, DeltaSink, ERROR_TEXT_BYTES, WorkerError, clip};
 
 /// What a delivery brought back: the worker's answer, how long it took,
@@ -35,6 +36,10 @@ pub(crate) struct Delivered {
     result: Result<DecisionResponse, WorkerError>,
     took: Duration,
     version: Option<String>,
+    /// The worker's kind (`component`, `http`).
+    kind: &'static str,
+    /// The decision's span, when its turn is traced, and when it was sent.
+    span: Option<(SpanRef, std::time::SystemTime)>,
 }
 
 /// What an actor is told.
@@ -45,7 +50,8 @@ pub(crate) struct Delivered {
 /// 11 KiB block per actor).
 pub(crate) enum Msg {
     /// A client input; the reply says whether it was accepted.
-    Input { input: Box<(ClientInput, Sender)>, reply: oneshot::Sender<Result<Accepted, InputError>> },
+    /// The span it came with, if any, rides along.
+    Input { input: Box<(ClientInput, Sender, Option<SpanRef>)>, reply: oneshot::Sender<Result<Accepted, InputError>> },
     /// Stop the open turn; the reply says whether a turn was open.
     Cancel { reply: oneshot::Sender<Result<bool, InputError>> },
     /// A delivery ended.
@@ -298,7 +304,12 @@ impl Actor {
                 _ => {}
             }
         }
+        let (ops, began) = (change.batch.ops.len(), std::time::Instant::now());
         self.env.store.commit(change.batch).await?;
+        self.env.metrics.committed(ops, began.elapsed());
+        for span in change.spans {
+            self.env.tracer.send(span);
+        }
         self.env.hub.publish_all(change.events.into_iter().map(|(key, seq, record)| (key, Event::stored(seq, record))));
         for turn_id in opened {
             self.env.hub.turn_opened(&self.key, &turn_id);
@@ -425,8 +436,8 @@ impl Actor {
             }
         };
         match request {
-            Request::Input { input, sender } => {
-                self.on_input(input, sender.into(), Answer::Forwarded { id, seq }).await
+            Request::Input { input, sender, trace } => {
+                self.on_input(input, sender.into(), trace, Answer::Forwarded { id, seq }).await
             }
             Request::Cancel => self.on_cancel(Answer::Forwarded { id, seq }).await,
             Request::SetBudget { budget } => match forward::budget(budget) {
@@ -595,9 +606,11 @@ impl Actor {
             let tx = self.tx.clone();
             let (call_id, attempt) = (call.call.id.clone(), call.call.attempt);
             let span = tracing::info_span!("llm_call", call = %call_id, attempt, model = %request.model);
+            let trace = call.span.clone();
             let task = tokio::spawn(
                 async move {
-                    let outcome = env.run_llm(request, deltas, timeout).await;
+                    let running = env.run_llm(request, deltas, timeout);
+                    let outcome = crate::telemetry::in_span(trace.as_ref(), running).await;
                     let _ = tx.send(Msg::CallDone { call_id, attempt, outcome: Box::new(outcome) });
                 }
                 .instrument(span),
@@ -659,32 +672,48 @@ impl Actor {
             _ => None,
         };
         let kind = trigger.kind();
+        // A decision's span is a child of the call it executes (a worker-run
+        // tool or LLM call), else of its turn's.
+        let span = session.record.turn.as_ref().and_then(|t| t.span.as_ref()).map(|turn| {
+            let call = match &trigger {
+                Trigger::ToolExecute(t) => session.calls.get(&t.id),
+                Trigger::LlmExecute(t) => session.calls.get(&t.id),
+                _ => None,
+            };
+            crate::telemetry::child_of(call.and_then(|c| c.span.as_ref()).unwrap_or(turn))
+        });
         let request = session.request(step, trigger, proposed, deadline_ms);
         let attempt = request.attempts;
         let worker = self.env.agents.get(&self.key.tenant, &session.record.agent_id);
         let agent_id = session.record.agent_id.clone();
         let tx = self.tx.clone();
-        let span = tracing::info_span!("decision", agent = %agent_id, step = seq, trigger = kind, attempt);
+        let env = self.env.clone();
+        let log_span = tracing::info_span!("decision", agent = %agent_id, step = seq, trigger = kind, attempt);
         let task = tokio::spawn(
             async move {
-                let sent = std::time::Instant::now();
+                let (sent, sent_at) = (std::time::Instant::now(), std::time::SystemTime::now());
                 let version = worker.as_ref().and_then(|w| w.version().map(str::to_owned));
+                let worker_kind = worker.as_ref().map_or("none", |w| w.kind());
                 let result = match worker {
                     None => Err(WorkerError::NoAgent(agent_id)),
                     Some(worker) => {
-                        match tokio::time::timeout(timeout, worker.decide(Delivery { request, deltas })).await {
+                        let decided = tokio::time::timeout(timeout, worker.decide(Delivery { request, deltas }));
+                        match crate::telemetry::in_span(span.as_ref(), decided).await {
                             Ok(result) => result,
                             Err(_) => Err(WorkerError::Timeout(timeout)),
                         }
                     }
                 };
+                let took = sent.elapsed();
+                env.metrics.delivered(worker_kind, took, result.as_ref().err());
                 if let Err(e) = &result {
                     tracing::warn!(error = %clip(e.to_string(), ERROR_TEXT_BYTES), "delivery failed");
                 }
-                let delivered = Box::new(Delivered { result, took: sent.elapsed(), version });
+                let span = span.map(|span| (span, sent_at));
+                let delivered = Box::new(Delivered { result, took, version, kind: worker_kind, span });
                 let _ = tx.send(Msg::Decided { seq, attempt, delivered });
             }
-            .instrument(span),
+            .instrument(log_span),
         );
         self.delivery = Some(InFlight { seq, attempt, task });
     }
@@ -751,8 +780,9 @@ impl Actor {
         if self.remote {
             match msg {
                 Msg::Input { input, reply } => {
-                    let (input, sender) = *input;
-                    let request = Request::Input { input, sender: sender.into() };
+                    self.env.metrics.input_taken();
+                    let (input, sender, trace) = *input;
+                    let request = Request::Input { input, sender: sender.into(), trace };
                     self.forward(request, reply, |r| match r {
                         Reply::Accepted { turn_id, existing } => Some(Accepted { turn_id, existing }),
                         _ => None,
@@ -774,8 +804,9 @@ impl Actor {
         }
         match msg {
             Msg::Input { input, reply } => {
-                let (input, sender) = *input;
-                self.on_input(input, sender, Answer::Local(reply)).await
+                self.env.metrics.input_taken();
+                let (input, sender, trace) = *input;
+                self.on_input(input, sender, trace, Answer::Local(reply)).await
             }
             Msg::Cancel { reply } => self.on_cancel(Answer::Local(reply)).await,
             Msg::Decided { seq, attempt, delivered } => {
@@ -843,6 +874,7 @@ impl Actor {
         &mut self,
         input: ClientInput,
         sender: Sender,
+        trace: Option<SpanRef>,
         answer: Answer<Accepted>,
     ) -> Result<(), StoreError> {
         let starts_turn = matches!(
@@ -873,7 +905,8 @@ impl Actor {
             let identity = sender.identity();
             self.session = Some(Session::fresh(self.key.clone(), agent_id, identity, self.env.config.clock.now_ms()));
         }
-        let ctx = self.env.ctx();
+        let mut ctx = self.env.ctx();
+        ctx.incoming = trace;
         let mut change = Change { created: u64::from(fresh), ..Change::default() };
         let result = self.session.as_mut().expect("created above").accept_input(input, &ctx, &mut change).await;
         match result {
@@ -891,7 +924,7 @@ impl Actor {
     }
 
     async fn on_decided(&mut self, seq: u64, attempt: u32, delivered: Delivered) -> Result<(), StoreError> {
-        let Delivered { result, took, version } = delivered;
+        let Delivered { result, took, version, kind, span } = delivered;
         let Some((_, step)) = self.session.as_ref().and_then(|s| s.steps.iter().find(|(s, _)| *s == seq).cloned())
         else {
             return Ok(());
@@ -899,9 +932,20 @@ impl Actor {
         // A decision may spawn sessions: the limit is checked against the
         // count in memory.
         self.env.tenants.count_sessions(&self.key.tenant).await;
-        let ctx = self.env.ctx();
+        let mut ctx = self.env.ctx();
+        ctx.decision = span.as_ref().map(|(span, _)| span.clone());
         let session = self.session.as_mut().expect("loaded");
         let trigger = session.trigger(&step.trigger);
+        let mut attributes = vec![
+            KeyValue::new("subs.trigger", trigger.kind()),
+            KeyValue::new("subs.agent.id", session.record.agent_id.clone()),
+            KeyValue::new("subs.worker.kind", kind),
+            KeyValue::new("subs.step", i64::try_from(seq).unwrap_or(i64::MAX)),
+            KeyValue::new("subs.attempt", i64::from(attempt)),
+        ];
+        if let Some(version) = &version {
+            attributes.push(KeyValue::new("subs.agent.version", version.clone()));
+        }
         let outcome = match result {
             Ok(decision) => match validate::validate(session, &trigger, &decision, ctx.store).await {
                 Ok(()) => Ok(decision),
@@ -915,7 +959,7 @@ impl Actor {
             }
         };
         let mut change = Change::default();
-        match outcome {
+        let failed = match outcome {
             Ok(decision) => {
                 let mut step = step;
                 step.attempts = attempt.saturating_sub(step.interrupted);
@@ -924,6 +968,7 @@ impl Actor {
                 step.latency_us = Some(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
                 step.agent_version = version;
                 session.apply_decision(seq, step, decision, &trigger, &ctx, &mut change);
+                None
             }
             Err((error, retryable)) => {
                 tracing::warn!(step = seq, attempt, %error, "decision failed");
@@ -935,13 +980,21 @@ impl Actor {
                 if retryable && deliveries <= policy.max_retries {
                     front.retry_at_ms = Some(ctx.now_ms + clock::secs_to_ms(policy.backoff_secs(deliveries)));
                     session.store_step(seq, &mut change);
+                    self.env.metrics.retried(kind);
                 } else {
                     let failed = front.clone();
                     session.finish_step(failed, seq, StepStatus::Failed, &mut change);
                     let message = format!("no decision after {deliveries} deliveries: {error}");
                     session.fail_turn(&message, "decision_failed", &ctx, &mut change);
                 }
+                Some(error)
             }
+        };
+        if let Some((at, start)) = span {
+            let name = format!("decision {}", trigger.kind());
+            let kind = opentelemetry::trace::SpanKind::Internal;
+            let end = start + took;
+            change.spans.push(crate::telemetry::Span { at, name, kind, start, end, attributes, error: failed });
         }
         self.commit(change).await
     }
@@ -1024,7 +1077,9 @@ mod tests {
             stream: None,
         });
         let (reply, answer) = oneshot::channel();
-        assert!(directory.send(&key(session), Msg::Input { input: Box::new((input, Sender::Tenant(None))), reply }));
+        assert!(
+            directory.send(&key(session), Msg::Input { input: Box::new((input, Sender::Tenant(None), None)), reply })
+        );
         answer.await.expect("the actor answers")
     }
 

@@ -19,7 +19,7 @@ use crate::clock;
 use crate::retry::RetryCap;
 use crate::store::{
     CallRecord, CallSpec, ID_RULE, InboxItem, Op, OpenInterrupt, ParentLink, QueuedInput, SessionKey, SessionRecord,
-    SessionStatus, StepRecord, StepStatus, Store, StoredTrigger, TurnRecord, TurnStart, TurnState, TurnStatus,
+    SessionStatus, SpanRef, StepRecord, StepStatus, Store, StoredTrigger, TurnRecord, TurnStart, TurnState, TurnStatus,
     valid_id,
 };
 use crate::tools;
@@ -45,6 +45,15 @@ pub(crate) struct Ctx<'a> {
     pub quota: &'a (dyn SessionQuota + Sync),
     /// What LLM calls cost: prices replies that come without a cost.
     pub prices: &'a crate::model::PriceTable,
+    /// The engine's metrics.
+    pub metrics: &'a crate::metrics::Metrics,
+    /// Where spans go, and whether turns are traced.
+    pub tracer: &'a crate::telemetry::Tracer,
+    /// The span the input being taken came with (its `traceparent`).
+    pub incoming: Option<SpanRef>,
+    /// The span of the decision being applied: the parent of the calls it
+    /// starts.
+    pub decision: Option<SpanRef>,
 }
 
 /// Whether a tenant may have more sessions.
@@ -306,13 +315,13 @@ impl Session {
         self.turns.add(&turn_id);
         if self.record.turn.is_some() {
             // One turn at a time: this one starts when the open one ends.
-            self.record.queued.push(QueuedInput { turn_id: turn_id.clone(), input });
+            self.record.queued.push(QueuedInput { turn_id: turn_id.clone(), input, trace: ctx.incoming.clone() });
             let record = TurnRecord { status: TurnStatus::Queued, data: None, started_ms: ctx.now_ms, ended_ms: None };
             change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: turn_id.clone(), record });
             return Ok(Accepted { turn_id: Some(turn_id), existing: false });
         }
         let start = self.reconcile_input(input)?;
-        self.start_turn(turn_id.clone(), start, ctx, change)?;
+        self.start_turn(turn_id.clone(), start, ctx.incoming.as_ref(), ctx, change)?;
         Ok(Accepted { turn_id: Some(turn_id), existing: false })
     }
 
@@ -390,6 +399,7 @@ impl Session {
         &mut self,
         turn_id: String,
         start: TurnStart,
+        incoming: Option<&SpanRef>,
         ctx: &Ctx<'_>,
         change: &mut Change,
     ) -> Result<(), InputError> {
@@ -406,7 +416,12 @@ impl Session {
                 .collect(),
             TurnStart::Action { .. } => Vec::new(),
         };
-        self.record.turn = Some(TurnState { turn_id: turn_id.clone(), client_tools, started_ms: ctx.now_ms });
+        self.record.turn = Some(TurnState {
+            turn_id: turn_id.clone(),
+            client_tools,
+            started_ms: ctx.now_ms,
+            span: ctx.tracer.turn(incoming),
+        });
         let record = TurnRecord { status: TurnStatus::Running, data: None, started_ms: ctx.now_ms, ended_ms: None };
         change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: turn_id.clone(), record });
         self.emit(SessionEvent::TurnStarted(TurnStarted { turn_id }), change);
@@ -477,6 +492,26 @@ impl Session {
         change: &mut Change,
     ) {
         let status = if error.is_some() { TurnStatus::Failed } else { TurnStatus::Done };
+        if let Some(at) = turn.span.clone() {
+            use opentelemetry::KeyValue;
+            let agent = self.record.agent_id.clone();
+            change.spans.push(crate::telemetry::Span {
+                at,
+                name: format!("invoke_agent {agent}"),
+                kind: opentelemetry::trace::SpanKind::Internal,
+                start: crate::telemetry::at_ms(turn.started_ms),
+                end: crate::telemetry::at_ms(ctx.now_ms),
+                attributes: vec![
+                    KeyValue::new("gen_ai.operation.name", "invoke_agent"),
+                    KeyValue::new("gen_ai.agent.name", agent),
+                    KeyValue::new("gen_ai.conversation.id", self.record.key.session.clone()),
+                    KeyValue::new("subs.tenant", self.record.key.tenant.clone()),
+                    KeyValue::new("subs.turn.id", turn.turn_id.clone()),
+                    KeyValue::new("subs.turn.status", if error.is_some() { "failed" } else { "done" }),
+                ],
+                error: error.clone(),
+            });
+        }
         let record = TurnRecord { status, data: data.clone(), started_ms: turn.started_ms, ended_ms: Some(ctx.now_ms) };
         change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: turn.turn_id.clone(), record });
         let ended = match error {
@@ -519,7 +554,7 @@ impl Session {
         match self.reconcile_input(next.input) {
             Ok(start) => {
                 // Starting cannot fail after reconciliation succeeded.
-                let _ = self.start_turn(next.turn_id, start, ctx, change);
+                let _ = self.start_turn(next.turn_id, start, next.trace.as_ref(), ctx, change);
             }
             Err(e) => {
                 let record = TurnRecord {
@@ -734,6 +769,19 @@ impl Session {
         let timeout_ms = self.call_timeout_ms(&record, ctx);
         record.deadline_ms = timeout_ms.map(|t| ctx.now_ms.saturating_add(t));
         record.call.deadline = record.deadline_ms.map(clock::rfc3339);
+        record.started_ms = Some(ctx.now_ms);
+        // A try's span is a child of what started the call: the decision
+        // for a first try (a retry keeps its first try's parent), else the
+        // turn.
+        let turn = self.record.turn.as_ref().and_then(|t| t.span.as_ref());
+        let parent = match (&record.span, &ctx.decision, turn) {
+            (Some(SpanRef { parent_id: Some(parent), trace_id, .. }), ..) => {
+                Some(SpanRef { trace_id: trace_id.clone(), span_id: parent.clone(), parent_id: None })
+            }
+            (_, Some(decision), _) if turn.is_some() => Some(decision.clone()),
+            (_, _, turn) => turn.cloned(),
+        };
+        record.span = parent.as_ref().map(crate::telemetry::child_of);
         let (kind, handler, attempt) = (record.call.kind, record.call.handler, record.call.attempt);
         self.put_call(record, change);
         match kind {
@@ -914,7 +962,10 @@ impl Session {
             new: vec![DraftMessage::new(Role::User, arguments)],
             client: ClientContext::default(),
         };
-        change.batch.push(Op::PushInbox { session: child_key.clone(), item: InboxItem::Start { turn_id, start } });
+        change.batch.push(Op::PushInbox {
+            session: child_key.clone(),
+            item: InboxItem::Start { turn_id, start, span: call.span.clone() },
+        });
         change.wake.push(child_key);
     }
 
@@ -929,6 +980,7 @@ impl Session {
         if let (Outcome::LlmOk(response), CallSpec::Llm { action, .. }) = (&mut outcome, &call.spec) {
             ctx.prices.price_reply(action.model.as_deref().unwrap_or_default(), response);
         }
+        self.end_try(&call, &outcome, ctx, change);
         if self.schedule_retry(&call, &outcome, ctx, change) {
             return;
         }
@@ -950,6 +1002,96 @@ impl Session {
             None => {
                 tracing::error!(call = %call.call.id, kind = ?call.call.kind, "an outcome that does not fit its call was dropped")
             }
+        }
+    }
+
+    /// What a call's try ending tells operators: its span, when its turn
+    /// is traced, and its metrics (a tool call's time, an LLM call's
+    /// tokens and cost).
+    fn end_try(&self, call: &CallRecord, outcome: &Outcome, ctx: &Ctx<'_>, change: &mut Change) {
+        use opentelemetry::KeyValue;
+        use opentelemetry::trace::SpanKind;
+
+        let started = call.started_ms.unwrap_or(ctx.now_ms);
+        let error = match outcome {
+            Outcome::Failed { error, .. } => Some(error.clone()),
+            Outcome::SubAgent { ok: false, error, .. } => Some(error.clone().unwrap_or_else(|| "failed".to_owned())),
+            _ => None,
+        };
+        let mut attributes = vec![
+            KeyValue::new("subs.call.id", call.call.id.clone()),
+            KeyValue::new("subs.call.attempt", i64::from(call.call.attempt)),
+        ];
+        let (name, kind) = match &call.spec {
+            CallSpec::Llm { action, .. } => {
+                let model = action.model.clone().unwrap_or_default();
+                // `provider/model`, as agents name models.
+                let (provider, bare) = model.split_once('/').unwrap_or(("", &model));
+                attributes.push(KeyValue::new("gen_ai.operation.name", "chat"));
+                if !provider.is_empty() {
+                    attributes.push(KeyValue::new("gen_ai.provider.name", provider.to_owned()));
+                }
+                attributes.push(KeyValue::new("gen_ai.request.model", bare.to_owned()));
+                let name = format!("chat {bare}");
+                if let Some(t) = action.temperature {
+                    attributes.push(KeyValue::new("gen_ai.request.temperature", t));
+                }
+                if let Some(n) = action.max_completion_tokens {
+                    attributes.push(KeyValue::new("gen_ai.request.max_tokens", i64::from(n)));
+                }
+                if let Outcome::LlmOk(response) = outcome {
+                    let (input, output) = crate::telemetry::token_counts(response.usage.as_ref());
+                    let cost = response.cost.as_deref().and_then(|c| c.parse::<f64>().ok());
+                    ctx.metrics.llm_usage(&model, input, output, cost);
+                    attributes
+                        .push(KeyValue::new("gen_ai.usage.input_tokens", i64::try_from(input).unwrap_or(i64::MAX)));
+                    attributes
+                        .push(KeyValue::new("gen_ai.usage.output_tokens", i64::try_from(output).unwrap_or(i64::MAX)));
+                    if let Some(reason) = &response.finish_reason {
+                        attributes.push(KeyValue::new(
+                            "gen_ai.response.finish_reasons",
+                            opentelemetry::Value::Array(vec![opentelemetry::StringValue::from(reason.clone())].into()),
+                        ));
+                    }
+                }
+                (name, SpanKind::Client)
+            }
+            CallSpec::Tool { .. } => {
+                let name = call.call.name.clone().unwrap_or_default();
+                let handler = match call.call.handler {
+                    Some(Handler::Server) => "server",
+                    Some(Handler::Client) => "client",
+                    _ => "worker",
+                };
+                let took = std::time::Duration::from_millis(ctx.now_ms.saturating_sub(started));
+                ctx.metrics.tool_call(handler, took, error.is_none());
+                attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
+                attributes.push(KeyValue::new("gen_ai.tool.name", name.clone()));
+                attributes.push(KeyValue::new("gen_ai.tool.call.id", call.call.id.clone()));
+                attributes.push(KeyValue::new("gen_ai.tool.type", "function"));
+                attributes.push(KeyValue::new("subs.tool.handler", handler));
+                (format!("execute_tool {name}"), SpanKind::Internal)
+            }
+            CallSpec::SubAgent { .. } => {
+                let agent = call.call.agent_id.clone().unwrap_or_default();
+                attributes.push(KeyValue::new("gen_ai.operation.name", "invoke_agent"));
+                attributes.push(KeyValue::new("gen_ai.agent.name", agent.clone()));
+                if let Some(session) = &call.call.session_id {
+                    attributes.push(KeyValue::new("gen_ai.conversation.id", session.clone()));
+                }
+                (format!("invoke_agent {agent}"), SpanKind::Internal)
+            }
+        };
+        if let Some(at) = call.span.clone() {
+            change.spans.push(crate::telemetry::Span {
+                at,
+                name,
+                kind,
+                start: crate::telemetry::at_ms(started),
+                end: crate::telemetry::at_ms(ctx.now_ms),
+                attributes,
+                error,
+            });
         }
     }
 
@@ -1000,11 +1142,11 @@ impl Session {
             InboxItem::Message { message, .. } => {
                 self.record_message(message, change);
             }
-            InboxItem::Start { turn_id, start } => {
+            InboxItem::Start { turn_id, start, span } => {
                 if self.record.turn.is_some() {
                     tracing::warn!(session = %self.key(), "a sub-agent start arrived while a turn is open; ignored");
                 } else {
-                    let _ = self.start_turn(turn_id, start, ctx, change);
+                    let _ = self.start_turn(turn_id, start, span.as_ref(), ctx, change);
                 }
             }
             // The actor answers forwarded requests before it takes in the
@@ -1145,13 +1287,18 @@ mod tests {
             call_timeout_ms: 300_000,
             quota: &NoLimit,
             prices: &crate::model::PriceTable::builtin(),
+            metrics: &crate::metrics::Metrics::new(),
+            tracer: &crate::telemetry::Tracer::default(),
+            incoming: None,
+            decision: None,
         })
     }
 
     /// A session with turn `t1` open.
     fn session() -> Session {
         let mut session = Session::fresh(SessionKey::new("acme", "s"), "agent".to_owned(), Default::default(), 1);
-        session.record.turn = Some(TurnState { turn_id: "t1".to_owned(), client_tools: Vec::new(), started_ms: 5 });
+        session.record.turn =
+            Some(TurnState { turn_id: "t1".to_owned(), client_tools: Vec::new(), started_ms: 5, span: None });
         session
     }
 
@@ -1165,6 +1312,8 @@ mod tests {
             retry,
             retry_at_ms: None,
             spec,
+            started_ms: None,
+            span: None,
         }
     }
 

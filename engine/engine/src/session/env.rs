@@ -41,11 +41,16 @@ pub(crate) struct Env {
     pub tenants: Tenants,
     /// Callers waiting for answers to requests forwarded to other nodes.
     pub replies: super::forward::Replies,
+    /// The engine's metrics.
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Where the engine's spans go.
+    pub tracer: crate::telemetry::Tracer,
 }
 
 impl Env {
     /// The environment of an engine on `store`, with no agents yet.
     pub fn new(store: Arc<dyn Store>, models: Models, config: EngineConfig) -> Self {
+        let tracer = crate::telemetry::Tracer::new(config.spans.clone());
         Self {
             hub: Hub::new(config.streams.clone()),
             tenants: Tenants::new(store.clone()),
@@ -54,6 +59,8 @@ impl Env {
             agents: Agents::default(),
             models,
             replies: Default::default(),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
+            tracer,
         }
     }
 
@@ -70,6 +77,10 @@ impl Env {
             call_timeout_ms: u64::try_from(config.call_timeout.as_millis()).unwrap_or(u64::MAX),
             quota: &self.tenants,
             prices: self.models.prices(),
+            metrics: &self.metrics,
+            tracer: &self.tracer,
+            incoming: None,
+            decision: None,
         }
     }
 
@@ -123,8 +134,32 @@ impl Env {
             Ok(resolved) => resolved,
             Err(e) => return failed(e),
         };
-        request.model = model;
-        let call = provider.complete(request, deltas);
+        // Metrics name the model as agents do (`provider/model`).
+        let named = std::mem::replace(&mut request.model, model);
+        let began = std::time::Instant::now();
+        // The first delta of a streamed call is its time to first token.
+        let deltas = deltas.map(|sink| {
+            let (metrics, model) = (self.metrics.clone(), named.clone());
+            let first = std::sync::atomic::AtomicBool::new(true);
+            let timed: DeltaSink = Arc::new(move |delta| {
+                if first.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                    metrics.first_token(&model, began.elapsed());
+                }
+                sink(delta)
+            });
+            timed
+        });
+        let outcome = self.complete(provider.complete(request, deltas), timeout).await;
+        self.metrics.llm_call(&named, began.elapsed(), matches!(outcome, Outcome::LlmOk(_)));
+        outcome
+    }
+
+    /// Waits for an LLM call's reply, at most `timeout`.
+    async fn complete(
+        &self,
+        call: impl std::future::Future<Output = Result<subs_protocol::LlmResponse, ModelError>>,
+        timeout: Option<Duration>,
+    ) -> Outcome {
         let result = match timeout {
             Some(limit) => match tokio::time::timeout(limit, call).await {
                 Ok(result) => result,

@@ -134,6 +134,9 @@ pub(crate) enum Request {
         input: ClientInput,
         /// Who sent it.
         sender: WireSender,
+        /// The span it came with (its `traceparent`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<crate::store::SpanRef>,
     },
     /// Stop the open turn.
     Cancel,

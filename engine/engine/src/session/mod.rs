@@ -119,6 +119,8 @@ pub(crate) struct Change {
     /// child; all of the session's tenant), added to the tenant's count
     /// after the commit.
     pub created: u64,
+    /// Spans that end with the change, sent after the commit.
+    pub spans: Vec<crate::telemetry::Span>,
 }
 
 impl Session {
@@ -587,6 +589,8 @@ impl Session {
             retry,
             retry_at_ms: None,
             spec,
+            started_ms: None,
+            span: None,
         }
     }
 }

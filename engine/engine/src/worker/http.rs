@@ -287,6 +287,9 @@ impl HttpWorker {
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, ACCEPTED)
             .header(USER_AGENT, concat!("subs/", env!("CARGO_PKG_VERSION")));
+        if let Some(traceparent) = crate::telemetry::current_traceparent() {
+            request = request.header("traceparent", traceparent);
+        }
         if let Some(secret) = &self.secret {
             request = request.header(signature::SIGNATURE_HEADER, signature::sign(&secret.0, unix_now(), &body));
         }
@@ -422,6 +425,10 @@ impl Worker for HttpWorker {
             status = tracing::field::Empty,
         );
         Box::pin(self.deliver(delivery).instrument(span))
+    }
+
+    fn kind(&self) -> &'static str {
+        "http"
     }
 }
 

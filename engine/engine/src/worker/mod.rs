@@ -79,6 +79,12 @@ pub trait Worker: Send + Sync {
     fn version(&self) -> Option<&str> {
         None
     }
+
+    /// What kind of worker this is, for metrics and traces: `component`,
+    /// `http`, or `other` (in-process workers of embedders and tests).
+    fn kind(&self) -> &'static str {
+        "other"
+    }
 }
 
 /// A worker known as one version of an agent: the registry's workers, so
@@ -102,6 +108,10 @@ impl Worker for Versioned {
 
     fn version(&self) -> Option<&str> {
         Some(&self.version)
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
     }
 }
 

@@ -853,4 +853,8 @@ impl Worker for ComponentAgent {
         );
         Box::pin(self.decide_once(delivery).instrument(span))
     }
+
+    fn kind(&self) -> &'static str {
+        "component"
+    }
 }

@@ -1,0 +1,324 @@
+//! The engine's metrics, for Prometheus: latency histograms of decisions,
+//! store commits, LLM calls and tool calls; counters of tokens, cost,
+//! deliveries, retries and traps; gauges of active sessions and inputs
+//! waiting for their session. Names, units and labels are listed in
+//! `docs/operations.md`.
+//!
+//! Recording is a few atomic operations (a histogram observation is a
+//! bucket search and two adds), cheap enough to stay always on: Prometheus
+//! pulls, so nothing is sent anywhere until `/metrics` is read. Label
+//! values that tenants choose (model names) are bounded: past
+//! [`MAX_LABEL_VALUES`] distinct ones, more are counted as `other`, so a
+//! tenant cannot grow the series without end.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::worker::WorkerError;
+
+/// How many distinct values a label that tenants choose (a model name) may
+/// take; later ones are counted as `other`.
+pub const MAX_LABEL_VALUES: usize = 100;
+
+/// Buckets (seconds) for what takes microseconds to seconds: decisions,
+/// commits, tool calls.
+const FAST_SECONDS: [f64; 18] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    10.0, 30.0,
+];
+
+/// Buckets (seconds) for LLM calls: tens of milliseconds to minutes.
+const LLM_SECONDS: [f64; 14] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0];
+
+/// Buckets for a commit's size, in store operations.
+const BATCH_OPS: [f64; 11] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
+
+/// Which kind of worker decided.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkerLabel {
+    worker: &'static str,
+}
+
+/// A delivery's end, by worker kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeliveryLabels {
+    worker: &'static str,
+    outcome: &'static str,
+}
+
+/// A trap's kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TrapLabel {
+    kind: &'static str,
+}
+
+/// An LLM call's model.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabel {
+    model: String,
+}
+
+/// Tokens by model and kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenLabels {
+    model: String,
+    kind: &'static str,
+}
+
+/// An LLM call's end.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LlmLabels {
+    model: String,
+    outcome: &'static str,
+}
+
+/// Who ran a tool call, and how it ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabels {
+    handler: &'static str,
+    outcome: &'static str,
+}
+
+/// The engine's metrics; one per engine, encoded by the server's
+/// `/metrics`.
+pub struct Metrics {
+    registry: Registry,
+    decision_seconds: Histograms<WorkerLabel>,
+    deliveries: Family<DeliveryLabels, Counter>,
+    retries: Family<WorkerLabel, Counter>,
+    traps: Family<TrapLabel, Counter>,
+    commit_seconds: Histogram,
+    commit_ops: Histogram,
+    llm_seconds: Histograms<LlmLabels>,
+    llm_first_token_seconds: Histograms<ModelLabel>,
+    tokens: Family<TokenLabels, Counter>,
+    cost_dollars: Family<ModelLabel, Counter<f64, std::sync::atomic::AtomicU64>>,
+    tool_seconds: Histograms<ToolLabels>,
+    sessions_active: Gauge,
+    inputs_waiting: Gauge,
+    waiting: AtomicI64,
+    models: Mutex<HashSet<String>>,
+}
+
+/// Histograms by label, each made by a constructor with its buckets.
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn fast() -> Histogram {
+    Histogram::new(FAST_SECONDS.iter().copied())
+}
+
+fn slow() -> Histogram {
+    Histogram::new(LLM_SECONDS.iter().copied())
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Every metric at zero, registered under the `subs_` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("subs");
+        let decision_seconds: Histograms<_> = Family::new_with_constructor(fast);
+        registry.register_with_unit(
+            "decision_duration",
+            "Time a worker took to decide, from the request sent to the decision read, by worker kind (component, http)",
+            Unit::Seconds,
+            decision_seconds.clone(),
+        );
+        let deliveries = Family::default();
+        registry.register(
+            "deliveries",
+            "Decision requests delivered to workers, by worker kind and outcome (ok, error, trap, timeout)",
+            deliveries.clone(),
+        );
+        let retries = Family::default();
+        registry.register(
+            "delivery_retries",
+            "Deliveries scheduled again after a failed one, by worker kind",
+            retries.clone(),
+        );
+        let traps = Family::default();
+        registry.register(
+            "guest_traps",
+            "Component agents that crashed or hit a limit while deciding, by kind (trap, limit, instantiation)",
+            traps.clone(),
+        );
+        let commit_seconds = fast();
+        registry.register_with_unit(
+            "store_commit_duration",
+            "Time a session waited for its writes to be durable (group commit included)",
+            Unit::Seconds,
+            commit_seconds.clone(),
+        );
+        let commit_ops = Histogram::new(BATCH_OPS.iter().copied());
+        registry.register("store_commit_operations", "Store operations in one session's commit", commit_ops.clone());
+        let llm_seconds: Histograms<_> = Family::new_with_constructor(slow);
+        registry.register_with_unit(
+            "llm_call_duration",
+            "Time the engine's LLM calls took, by model and outcome (ok, error)",
+            Unit::Seconds,
+            llm_seconds.clone(),
+        );
+        let llm_first_token_seconds: Histograms<_> = Family::new_with_constructor(slow);
+        registry.register_with_unit(
+            "llm_time_to_first_token",
+            "Time from a streamed LLM call's start to its first delta, by model",
+            Unit::Seconds,
+            llm_first_token_seconds.clone(),
+        );
+        let tokens = Family::default();
+        registry.register(
+            "llm_tokens",
+            "Tokens of settled LLM calls, by model and kind (input, output)",
+            tokens.clone(),
+        );
+        let cost_dollars = Family::default();
+        registry.register(
+            "llm_cost_dollars",
+            "What settled LLM calls cost, in dollars, by model (calls without a known price add nothing)",
+            cost_dollars.clone(),
+        );
+        let tool_seconds: Histograms<_> = Family::new_with_constructor(fast);
+        registry.register_with_unit(
+            "tool_call_duration",
+            "Time from a tool call's try starting to its result, by who ran it (server, worker, client) and outcome",
+            Unit::Seconds,
+            tool_seconds.clone(),
+        );
+        let sessions_active = Gauge::default();
+        registry.register("sessions_active", "Sessions with work in memory on this node", sessions_active.clone());
+        let inputs_waiting = Gauge::default();
+        registry.register(
+            "inputs_waiting",
+            "Inputs sent to sessions on this node that their session has not taken yet",
+            inputs_waiting.clone(),
+        );
+        Self {
+            registry,
+            decision_seconds,
+            deliveries,
+            retries,
+            traps,
+            commit_seconds,
+            commit_ops,
+            llm_seconds,
+            llm_first_token_seconds,
+            tokens,
+            cost_dollars,
+            tool_seconds,
+            sessions_active,
+            inputs_waiting,
+            waiting: AtomicI64::new(0),
+            models: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Appends the metrics in Prometheus' text format (0.0.4), with
+    /// `sessions_active` set to `active` first.
+    pub fn encode(&self, active: usize, out: &mut String) {
+        self.sessions_active.set(i64::try_from(active).unwrap_or(i64::MAX));
+        self.inputs_waiting.set(self.waiting.load(Ordering::Relaxed).max(0));
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(out, &self.registry);
+    }
+
+    /// A model's label: itself while fewer than [`MAX_LABEL_VALUES`] models
+    /// have been seen, `other` after.
+    fn model(&self, model: &str) -> String {
+        let mut models = self.models.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if models.contains(model) {
+            return model.to_owned();
+        }
+        if models.len() < MAX_LABEL_VALUES {
+            models.insert(model.to_owned());
+            return model.to_owned();
+        }
+        "other".to_owned()
+    }
+
+    /// A delivery ended after `took`.
+    pub fn delivered(&self, worker: &'static str, took: Duration, error: Option<&WorkerError>) {
+        self.decision_seconds.get_or_create(&WorkerLabel { worker }).observe(took.as_secs_f64());
+        let outcome = match error {
+            None => "ok",
+            Some(WorkerError::Timeout(_)) => "timeout",
+            Some(e) if e.is_trap() => "trap",
+            Some(_) => "error",
+        };
+        self.deliveries.get_or_create(&DeliveryLabels { worker, outcome }).inc();
+        let trap = match error {
+            Some(WorkerError::Trapped(_)) => Some("trap"),
+            Some(WorkerError::LimitExceeded(_)) => Some("limit"),
+            Some(WorkerError::Instantiation(_)) => Some("instantiation"),
+            _ => None,
+        };
+        if let Some(kind) = trap {
+            self.traps.get_or_create(&TrapLabel { kind }).inc();
+        }
+    }
+
+    /// A failed delivery was scheduled again.
+    pub fn retried(&self, worker: &'static str) {
+        self.retries.get_or_create(&WorkerLabel { worker }).inc();
+    }
+
+    /// A session's commit of `ops` store operations took `took`.
+    pub fn committed(&self, ops: usize, took: Duration) {
+        self.commit_seconds.observe(took.as_secs_f64());
+        self.commit_ops.observe(ops as f64);
+    }
+
+    /// An LLM call the engine ran ended after `took`.
+    pub fn llm_call(&self, model: &str, took: Duration, ok: bool) {
+        let labels = LlmLabels { model: self.model(model), outcome: if ok { "ok" } else { "error" } };
+        self.llm_seconds.get_or_create(&labels).observe(took.as_secs_f64());
+    }
+
+    /// A streamed LLM call's first delta came `after` its start.
+    pub fn first_token(&self, model: &str, after: Duration) {
+        self.llm_first_token_seconds
+            .get_or_create(&ModelLabel { model: self.model(model) })
+            .observe(after.as_secs_f64());
+    }
+
+    /// An LLM call settled with this usage and cost (in dollars).
+    pub fn llm_usage(&self, model: &str, input_tokens: u64, output_tokens: u64, cost: Option<f64>) {
+        let model = self.model(model);
+        for (kind, n) in [("input", input_tokens), ("output", output_tokens)] {
+            if n > 0 {
+                self.tokens.get_or_create(&TokenLabels { model: model.clone(), kind }).inc_by(n);
+            }
+        }
+        if let Some(cost) = cost.filter(|c| c.is_finite() && *c > 0.0) {
+            self.cost_dollars.get_or_create(&ModelLabel { model }).inc_by(cost);
+        }
+    }
+
+    /// A tool call's try settled after `took`.
+    pub fn tool_call(&self, handler: &'static str, took: Duration, ok: bool) {
+        let labels = ToolLabels { handler, outcome: if ok { "ok" } else { "error" } };
+        self.tool_seconds.get_or_create(&labels).observe(took.as_secs_f64());
+    }
+
+    /// An input was sent to a session's actor.
+    pub fn input_sent(&self) {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A session's actor took an input.
+    pub fn input_taken(&self) {
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}

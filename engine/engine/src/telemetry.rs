@@ -1,0 +1,266 @@
+//! What the engine tells operators: its [metrics](crate::metrics), always
+//! kept, and OpenTelemetry spans, sent when a span processor is
+//! configured ([`EngineConfig::spans`](crate::EngineConfig::spans)).
+//!
+//! Spans follow a turn: the turn (`invoke_agent`), each decision in it,
+//! and each try of a call its decisions started (`chat` for LLM calls,
+//! `execute_tool` for tools, `invoke_agent` for sub-agents), with the
+//! OpenTelemetry GenAI attributes. A turn can wait hours for a client and
+//! outlive the process that started it, so a span is not an object kept
+//! in memory: where it sits in its trace ([`SpanRef`]) is stored with what
+//! it covers (the turn, the call), and the span is built and sent when
+//! that ends, from the stored times. Decisions, which live within one
+//! delivery, are sent when the delivery ends.
+//!
+//! A turn is traced when spans are sent or when its input came with a
+//! W3C `traceparent` (whose trace it then joins); the context of the
+//! decision or call at hand is passed on as `traceparent` to HTTP workers
+//! and LLM providers either way. With neither, nothing here runs.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks, SpanProcessor};
+
+pub use crate::store::SpanRef;
+
+/// Where the engine's spans go: a span processor (batching, exporting),
+/// shared by every session.
+pub type Spans = Arc<dyn SpanProcessor>;
+
+/// A span to send: what it covers, its times and attributes.
+#[derive(Debug)]
+pub struct Span {
+    /// Where it sits in its trace.
+    pub at: SpanRef,
+    /// Its name (`chat gpt-4o`, `execute_tool add`).
+    pub name: String,
+    /// `Client` for calls out of the process, `Internal` otherwise.
+    pub kind: SpanKind,
+    /// When it started.
+    pub start: SystemTime,
+    /// When it ended.
+    pub end: SystemTime,
+    /// Its attributes.
+    pub attributes: Vec<KeyValue>,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+}
+
+/// The instant `ms` after the Unix epoch.
+pub fn at_ms(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// The engine's span sending, when configured.
+#[derive(Clone, Default)]
+pub struct Tracer {
+    spans: Option<Spans>,
+}
+
+impl std::fmt::Debug for Tracer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracer").field("sending", &self.spans.is_some()).finish()
+    }
+}
+
+impl Tracer {
+    /// Spans go to `spans`; none are sent when `None`.
+    pub fn new(spans: Option<Spans>) -> Self {
+        Self { spans }
+    }
+
+    /// Whether spans are sent.
+    pub fn sends(&self) -> bool {
+        self.spans.is_some()
+    }
+
+    /// The span of a turn starting now, if it is traced: a child of the
+    /// span its input came with (`incoming`), else, while spans are sent,
+    /// the root of a new trace.
+    pub fn turn(&self, incoming: Option<&SpanRef>) -> Option<SpanRef> {
+        match incoming {
+            Some(parent) => Some(child_of(parent)),
+            None if self.sends() => {
+                Some(SpanRef { trace_id: hex(&random::<16>()), span_id: new_span_id(), parent_id: None })
+            }
+            None => None,
+        }
+    }
+
+    /// Sends `span`, if spans are sent. A span whose ids do not read as
+    /// ids (a damaged record) is dropped.
+    pub fn send(&self, span: Span) {
+        let Some(spans) = &self.spans else { return };
+        let Some(data) = span_data(span) else { return };
+        spans.on_end(data);
+    }
+}
+
+/// A new span under `parent`, in its trace.
+pub fn child_of(parent: &SpanRef) -> SpanRef {
+    SpanRef { trace_id: parent.trace_id.clone(), span_id: new_span_id(), parent_id: Some(parent.span_id.clone()) }
+}
+
+fn new_span_id() -> String {
+    loop {
+        let id = random::<8>();
+        if id != [0; 8] {
+            return hex(&id);
+        }
+    }
+}
+
+fn random<const N: usize>() -> [u8; N] {
+    let mut bytes = [0; N];
+    // The OS's generator does not fail on the systems subs runs on; were
+    // it to, the ids would be all zeros and the spans dropped as invalid.
+    let _ = getrandom::fill(&mut bytes);
+    bytes
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+tokio::task_local! {
+    /// The `traceparent` of the decision or call whose work the task is
+    /// doing: HTTP workers and LLM providers are sent it.
+    static TRACEPARENT: String;
+}
+
+/// Runs `work` with `span` as the trace context its requests carry
+/// (`traceparent`); with `None`, as it is.
+pub async fn in_span<F: std::future::Future>(span: Option<&SpanRef>, work: F) -> F::Output {
+    match span {
+        Some(span) => TRACEPARENT.scope(traceparent(span), work).await,
+        None => work.await,
+    }
+}
+
+/// The `traceparent` for requests made now, inside [`in_span`].
+pub fn current_traceparent() -> Option<String> {
+    TRACEPARENT.try_with(Clone::clone).ok()
+}
+
+/// The `traceparent` header that makes `span` the parent of what
+/// receives it (W3C Trace Context, version 00, sampled).
+pub fn traceparent(span: &SpanRef) -> String {
+    format!("00-{}-{}-01", span.trace_id, span.span_id)
+}
+
+/// The span a `traceparent` header names, as the parent of what the
+/// request starts; `None` for a header that is not a valid version-00
+/// (or later) trace context, which is then ignored, as the W3C
+/// recommendation says.
+pub fn parse_traceparent(header: &str) -> Option<SpanRef> {
+    let mut parts = header.trim().split('-');
+    let (version, trace_id, span_id, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let lower_hex =
+        |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let valid = lower_hex(version, 2)
+        && version != "ff"
+        && lower_hex(trace_id, 32)
+        && lower_hex(span_id, 16)
+        && lower_hex(flags, 2)
+        && trace_id.bytes().any(|b| b != b'0')
+        && span_id.bytes().any(|b| b != b'0')
+        // Version 00 has exactly four parts; later versions may add some.
+        && (version != "00" || parts.next().is_none());
+    valid.then(|| SpanRef { trace_id: trace_id.to_owned(), span_id: span_id.to_owned(), parent_id: None })
+}
+
+fn span_data(span: Span) -> Option<SpanData> {
+    let trace_id = TraceId::from_hex(&span.at.trace_id).ok()?;
+    let span_id = SpanId::from_hex(&span.at.span_id).ok()?;
+    let parent_span_id = match &span.at.parent_id {
+        Some(id) => SpanId::from_hex(id).ok()?,
+        None => SpanId::INVALID,
+    };
+    let status = match span.error {
+        Some(message) => Status::error(message),
+        None => Status::Unset,
+    };
+    Some(SpanData {
+        span_context: SpanContext::new(trace_id, span_id, TraceFlags::SAMPLED, false, TraceState::NONE),
+        parent_span_id,
+        parent_span_is_remote: false,
+        span_kind: span.kind,
+        name: Cow::Owned(span.name),
+        start_time: span.start,
+        end_time: span.end.max(span.start),
+        attributes: span.attributes,
+        dropped_attributes_count: 0,
+        events: SpanEvents::default(),
+        links: SpanLinks::default(),
+        status,
+        instrumentation_scope: scope(),
+    })
+}
+
+fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder("subs").with_version(env!("CARGO_PKG_VERSION")).build()
+}
+
+/// The `gen_ai.usage.*` token counts of an LLM usage object, in either
+/// naming providers use (`prompt_tokens`/`completion_tokens` or
+/// `input_tokens`/`output_tokens`).
+pub fn token_counts(usage: Option<&serde_json::Value>) -> (u64, u64) {
+    let Some(usage) = usage else { return (0, 0) };
+    let field = |names: [&str; 2]| names.iter().find_map(|n| usage.get(n).and_then(serde_json::Value::as_u64));
+    (field(["input_tokens", "prompt_tokens"]).unwrap_or(0), field(["output_tokens", "completion_tokens"]).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_traceparent_reads_back_and_bad_ones_are_ignored() {
+        let span = SpanRef {
+            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+            span_id: "00f067aa0ba902b7".into(),
+            parent_id: None,
+        };
+        let header = traceparent(&span);
+        assert_eq!(header, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        assert_eq!(parse_traceparent(&header), Some(span));
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+        ] {
+            assert_eq!(parse_traceparent(bad), None, "{bad}");
+        }
+        // A later version may carry more.
+        assert!(parse_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra").is_some());
+    }
+
+    #[test]
+    fn a_turn_is_traced_only_when_spans_are_sent_or_its_input_was() {
+        let off = Tracer::new(None);
+        assert_eq!(off.turn(None), None);
+        let incoming = parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        let turn = off.turn(Some(&incoming)).unwrap();
+        assert_eq!(turn.trace_id, incoming.trace_id);
+        assert_eq!(turn.parent_id.as_deref(), Some("00f067aa0ba902b7"));
+        assert_eq!(turn.span_id.len(), 16);
+        assert_ne!(turn.span_id, incoming.span_id);
+    }
+
+    #[test]
+    fn usage_counts_read_in_both_namings() {
+        let openai = serde_json::json!({"prompt_tokens": 12, "completion_tokens": 3});
+        let anthropic = serde_json::json!({"input_tokens": 7, "output_tokens": 9});
+        assert_eq!(token_counts(Some(&openai)), (12, 3));
+        assert_eq!(token_counts(Some(&anthropic)), (7, 9));
+        assert_eq!(token_counts(None), (0, 0));
+    }
+}
