@@ -1,0 +1,211 @@
+//! The AI SDK endpoint (`/v1/agents/{agent_id}/ai-sdk`) read by the AI
+//! SDK itself: the `ai` package from npm (`tests/clients/ai-sdk/`), its
+//! `DefaultChatTransport` and `readUIMessageStream`, run by node against a
+//! real server with real components; and the endpoint's refusals.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use subs_tests::guests;
+use subs_tests::server::TestServer;
+
+const KEY: &str = "aisdk-test-key-0123456789";
+const POST: reqwest::Method = reqwest::Method::POST;
+const GET: reqwest::Method = reqwest::Method::GET;
+
+async fn server() -> TestServer {
+    let s = TestServer::start(&[("acme", KEY)]).await;
+    for (agent, wasm) in [
+        ("streamer", guests::TEST_STREAM),
+        ("tools", guests::TOOLS),
+        ("helper", guests::PASSTHROUGH),
+        ("scenario", guests::TEST_SCENARIO),
+    ] {
+        let (status, body) = s.upload(agent, wasm, Some(KEY)).await;
+        assert!(status.is_success(), "{agent}: {status} {body}");
+    }
+    s
+}
+
+/// The parts of `message` of `kind`.
+fn parts<'a>(message: &'a Value, kind: &str) -> Vec<&'a Value> {
+    message["parts"].as_array().unwrap().iter().filter(|p| p["type"] == kind).collect()
+}
+
+fn text(message: &Value) -> String {
+    parts(message, "text").iter().map(|p| p["text"].as_str().unwrap()).collect()
+}
+
+fn chunks(read: &Value) -> Vec<&str> {
+    read["chunks"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect()
+}
+
+/// A session's message tree and active path, by id.
+async fn tree(s: &TestServer, session: &str) -> (Vec<String>, Vec<String>) {
+    let (status, snapshot) = s.call(GET, &format!("/v1/sessions/{session}"), Some(KEY), None).await;
+    assert_eq!(status, StatusCode::OK, "{snapshot}");
+    let ids = |list: &Value| list.as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_owned()).collect();
+    let nodes: Vec<Value> =
+        snapshot["message_tree"]["nodes"].as_array().unwrap().iter().map(|n| n["message"].clone()).collect();
+    (ids(&Value::Array(nodes)), ids(&snapshot["messages"]))
+}
+
+#[tokio::test]
+async fn the_ai_sdk_reads_turns_tools_client_tools_and_reconnects() {
+    let s = server().await;
+    let client = subs_tests::node::client("ai-sdk");
+    let output = subs_tests::node::run(&client, "chat.mjs", &[&s.url(""), KEY]).await;
+    let summary: Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stdout)));
+
+    // Shown when an assertion fails.
+    eprintln!("what the AI SDK read: {summary}");
+    // A streamed text turn: the deltas build one text part.
+    let text_turn = &summary["text"];
+    assert_eq!(text(&text_turn["message"]), "hello", "{text_turn}");
+    assert_eq!(text_turn["message"]["role"], "assistant");
+    let types = chunks(text_turn);
+    assert_eq!(types.first(), Some(&"start"));
+    assert_eq!(types.last(), Some(&"finish"));
+    assert_eq!(types.iter().filter(|t| **t == "text-delta").count(), 2, "streamed as `hel`, `lo`: {types:?}");
+    let metadata = &text_turn["message"]["metadata"]["subs"];
+    assert_eq!(metadata["session_id"], "aisdk-text");
+    assert_eq!(text_turn["message"]["id"], metadata["turn_id"], "the UI message is the turn");
+
+    // A tool turn: a `tool-add` part with its input and output, then the
+    // answer, in one assistant message of two steps.
+    let first = &summary["tools"]["first"]["message"];
+    let add = parts(first, "tool-add");
+    assert_eq!(add.len(), 1, "{first}");
+    assert_eq!(add[0]["state"], "output-available");
+    assert_eq!(add[0]["input"], json!({"a": 1, "b": 2}));
+    assert_eq!(add[0]["output"], json!({"sum": 3}));
+    assert_eq!(parts(first, "step-start").len(), 2, "{first}");
+    assert!(text(first).contains(r#"{"sum":3}"#), "{first}");
+    let types = chunks(&summary["tools"]["first"]);
+    for kind in ["tool-input-start", "tool-input-available", "tool-output-available", "finish-step"] {
+        assert!(types.contains(&kind), "{kind}: {types:?}");
+    }
+    let second = &summary["tools"]["second"]["message"];
+    assert_eq!(parts(second, "tool-add")[0]["output"], json!({"sum": 7}), "{second}");
+
+    // The second request appended: the tree is one path, user message ids
+    // as the client gave them. The regenerate then forked at `k-u2`.
+    let (nodes, path) = tree(&s, "aisdk-tools").await;
+    let regenerated = &summary["tools"]["regenerated"]["message"];
+    assert_eq!(parts(regenerated, "tool-add")[0]["output"], json!({"sum": 7}), "{regenerated}");
+    assert_ne!(regenerated["id"], second["id"]);
+    // user, assistant, tool, assistant for each request; the regenerate's
+    // three messages sit beside the second answer's.
+    assert_eq!(path.len(), 8, "{path:?}");
+    assert_eq!(nodes.len(), 11, "{nodes:?}");
+    assert_eq!(path[0], "k-u1");
+    assert_eq!(path[4], "k-u2");
+    assert!(path.iter().all(|id| nodes.contains(id)));
+    let second_answer = second["metadata"]["subs"]["message_id"].as_str().unwrap();
+    assert!(nodes.iter().any(|id| id == second_answer) && !path.iter().any(|id| id == second_answer));
+
+    // A client tool: the first stream stops at its input; the output sent
+    // back continues the same assistant message.
+    let asked = &summary["client"]["asked"];
+    let confirm = parts(&asked["message"], "tool-confirm");
+    assert_eq!(confirm.len(), 1, "{asked}");
+    assert_eq!(confirm[0]["state"], "input-available");
+    assert_eq!(confirm[0]["input"], json!({"ok": true}));
+    assert_eq!(chunks(asked).last(), Some(&"finish"));
+    let resumed = &summary["client"]["resumed"]["message"];
+    assert_eq!(resumed["id"], asked["message"]["id"]);
+    assert_eq!(parts(resumed, "tool-confirm")[0]["output"], json!({"confirmed": true}), "{resumed}");
+    assert_eq!(text(resumed), r#"confirm returned {"confirmed":true}."#);
+    let (nodes, path) = tree(&s, "aisdk-client").await;
+    assert_eq!(nodes, path, "one path: user, assistant, tool, assistant");
+    assert_eq!(path.len(), 4);
+
+    // An interrupt ends the stream with a `data-interrupt` part; a
+    // reconnect replays the waiting turn; the resume finishes it; a
+    // reconnect after that finds nothing running.
+    let wait = &summary["wait"];
+    let interrupt = parts(&wait["waiting"]["message"], "data-interrupt");
+    assert_eq!(interrupt.len(), 1, "{wait}");
+    assert_eq!(interrupt[0]["data"]["interrupt_id"], "approval");
+    assert_eq!(interrupt[0]["data"]["reason"], "needs approval");
+    let reconnected = &wait["reconnected"]["message"];
+    assert_eq!(reconnected["id"], wait["waiting"]["message"]["id"], "{wait}");
+    assert_eq!(parts(reconnected, "data-interrupt").len(), 1, "{reconnected}");
+    assert_eq!(text(&wait["resumed"]["message"]), r#"resumed with "go""#, "{wait}");
+    assert_eq!(wait["reconnect_after_end"], Value::Null);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_ai_sdk_endpoint_refuses_what_it_cannot_take() {
+    let s = server().await;
+    let post = |agent: &str, body: Value| {
+        let s = &s;
+        let path = format!("/v1/agents/{agent}/ai-sdk");
+        async move { s.call(POST, &path, Some(KEY), Some(body)).await }
+    };
+    let user = |id: &str, text: &str| json!({"id": id, "role": "user", "parts": [{"type": "text", "text": text}]});
+    let refusals = [
+        (json!({"messages": [user("u", "hi")]}), "id"),
+        (json!({"id": "c", "messages": []}), "messages"),
+        (json!({"id": "c", "messages": [{"id": "u", "role": "robot", "parts": []}]}), "messages[0].role"),
+        (json!({"id": "c", "messages": [{"id": "", "role": "user", "parts": []}]}), "messages[0].id"),
+        (json!({"id": "c", "messages": [{"id": "u", "role": "user", "parts": []}]}), "messages[0].parts"),
+        (
+            json!({"id": "c", "messages": [{"id": "u", "role": "user", "parts": [{"type": "text"}]}]}),
+            "messages[0].parts[0].text",
+        ),
+        (
+            json!({"id": "c", "messages": [{"id": "u", "role": "user", "parts": [{"type": "tool-x"}]}]}),
+            "messages[0].parts[0].type",
+        ),
+        (json!({"id": "c", "messages": [user("u", "hi")], "trigger": "rewind"}), "trigger"),
+        (json!({"id": "c\u{1}", "messages": [user("u", "hi")]}), "id"),
+    ];
+    for (body, field) in refusals {
+        let (status, answer) = post("tools", body.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        assert_eq!(answer["field"], field, "{body}: {answer}");
+    }
+    let (status, answer) = post("nobody", json!({"id": "c", "messages": [user("u", "hi")]})).await;
+    assert_eq!((status, answer["code"].as_str()), (StatusCode::NOT_FOUND, Some("unknown_agent")), "{answer}");
+    let (status, _) = s.call(POST, "/v1/agents/tools/ai-sdk", None, Some(json!({}))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // History the session has not got, and tool outputs nothing waits for.
+    let assistant = json!({"id": "a", "role": "assistant", "parts": [{"type": "text", "text": "hello"}]});
+    let (status, answer) =
+        post("tools", json!({"id": "c", "messages": [user("u0", "hi"), assistant, user("u1", "more")]})).await;
+    assert_eq!((status, answer["field"].as_str()), (StatusCode::CONFLICT, Some("messages[1]")), "{answer}");
+    let output = json!({"id": "a", "role": "assistant", "parts": [
+        {"type": "tool-add", "toolCallId": "call_9", "state": "output-available", "input": {}, "output": 1}]});
+    let (status, answer) = post("tools", json!({"id": "c", "messages": [user("u0", "hi"), output]})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    let (status, answer) =
+        post("tools", json!({"id": "c", "messages": [], "resume": {"interrupt_id": "approval"}})).await;
+    assert_eq!((status, answer["field"].as_str()), (StatusCode::CONFLICT, Some("resume")), "{answer}");
+
+    // A chat of another agent is refused; a reconnect to a chat without a
+    // session, or without a running turn, is 204.
+    let response = s
+        .request(POST, "/v1/agents/tools/ai-sdk", Some(KEY))
+        .header("content-type", "application/json")
+        .body(json!({"id": "done", "messages": [user("u", "hello")]}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["x-vercel-ai-ui-message-stream"], "v1");
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let body = response.text().await.unwrap();
+    assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
+    let (status, answer) = post("helper", json!({"id": "done", "messages": [user("u2", "again")]})).await;
+    assert_eq!((status, answer["field"].as_str()), (StatusCode::CONFLICT, Some("id")), "{answer}");
+    for path in ["/v1/agents/tools/ai-sdk/nothing/stream", "/v1/agents/tools/ai-sdk/done/stream"] {
+        let response = s.request(GET, path, Some(KEY)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::NO_CONTENT, "{path}");
+    }
+    let response = s.request(GET, "/v1/agents/tools/ai-sdk/%FF/stream", Some(KEY)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    s.stop().await;
+}
