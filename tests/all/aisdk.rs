@@ -209,3 +209,66 @@ async fn the_ai_sdk_endpoint_refuses_what_it_cannot_take() {
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     s.stop().await;
 }
+
+/// Posts a chat request and reads the whole stream: its chunks, without
+/// the closing `[DONE]` (checked to be there).
+async fn chunks_of(s: &TestServer, agent: &str, body: Value) -> Vec<Value> {
+    let response = s
+        .request(POST, &format!("/v1/agents/{agent}/ai-sdk"), Some(KEY))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{text}");
+    data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect()
+}
+
+#[tokio::test]
+async fn histories_map_onto_the_stored_tree() {
+    let s = server().await;
+    let user = |id: &str, text: &str| json!({"id": id, "role": "user", "parts": [{"type": "text", "text": text}]});
+
+    // An assistant message without the metadata this endpoint gives it
+    // (a client that dropped it) is matched by position: still no fork.
+    chunks_of(&s, "helper", json!({"id": "plain", "messages": [user("p1", "hello")]})).await;
+    let bare = json!({"id": "made-up", "role": "assistant", "parts": [{"type": "text", "text": "You said: hello"}]});
+    let chunks =
+        chunks_of(&s, "helper", json!({"id": "plain", "messages": [user("p1", "hello"), bare, user("p2", "more")]}))
+            .await;
+    assert!(chunks.iter().any(|c| c["type"] == "text-delta" && c["delta"] == "You said: more"), "{chunks:?}");
+    let (nodes, path) = tree(&s, "plain").await;
+    assert_eq!(nodes, path, "appended, not forked");
+    assert_eq!(path.len(), 4);
+
+    // A message edited in place (the SDK keeps its id) is recorded anew
+    // beside the old one, under an id the engine mints.
+    let chunks = chunks_of(&s, "helper", json!({"id": "plain", "messages": [user("p1", "hello again")]})).await;
+    assert!(chunks.iter().any(|c| c["delta"] == "You said: hello again"), "{chunks:?}");
+    let (nodes, path) = tree(&s, "plain").await;
+    assert_eq!((nodes.len(), path.len()), (6, 2), "{nodes:?} {path:?}");
+    assert_ne!(path[0], "p1");
+    // An earlier message edited is refused: only the last one may be.
+    let (status, answer) = s
+        .call(
+            POST,
+            "/v1/agents/helper/ai-sdk",
+            Some(KEY),
+            Some(json!({"id": "plain", "messages": [user("p1", "changed"), user("p9", "next")]})),
+        )
+        .await;
+    assert_eq!((status, answer["field"].as_str()), (StatusCode::CONFLICT, Some("messages[0]")), "{answer}");
+
+    // A tool that fails: its part ends in `tool-output-error`.
+    let chunks =
+        chunks_of(&s, "scenario", json!({"id": "failing", "messages": [user("f1", "use tool bad_output with {}")]}))
+            .await;
+    let error = chunks.iter().find(|c| c["type"] == "tool-output-error").unwrap_or_else(|| panic!("{chunks:?}"));
+    assert!(error["errorText"].as_str().is_some_and(|e| !e.is_empty()), "{error}");
+    assert_eq!(chunks.last().unwrap()["type"], "finish");
+    s.stop().await;
+}

@@ -262,8 +262,9 @@ pub async fn reconnect(
     // Subscribed before the record is read, so a turn that ends in between
     // is seen ending rather than waited for.
     let live = turn_stream::subscribe(&state.engine, &tenant, &chat_id)?;
-    let record = state.engine.session_record(&tenant, &chat_id).await?.filter(|r| caller.may_reach(r));
-    let Some(record) = record else { return Ok(StatusCode::NO_CONTENT.into_response()) };
+    let snapshot = state.engine.snapshot(&tenant, &chat_id).await?.filter(|s| caller.may_reach(&s.record));
+    let Some(snapshot) = snapshot else { return Ok(StatusCode::NO_CONTENT.into_response()) };
+    let record = &snapshot.record;
     if record.agent_id != agent_id {
         return Err(ApiError {
             field: Some("chat_id".to_owned()),
@@ -273,10 +274,22 @@ pub async fn reconnect(
             ))
         });
     }
-    let Some(turn_id) = record.turn.map(|t| t.turn_id) else { return Ok(StatusCode::NO_CONTENT.into_response()) };
+    let Some(turn_id) = record.turn.as_ref().map(|t| t.turn_id.clone()) else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    // Model calls already streaming: their deltas would start mid-reply,
+    // so their replies come whole, from the recorded message.
+    let streaming: HashSet<String> = snapshot
+        .calls
+        .iter()
+        .filter(|c| c.call.kind == CallKind::LlmCall && c.call.status == CallStatus::Pending)
+        .map(|c| c.call.id.clone())
+        .collect();
     tracing::debug!(tenant = %tenant, session = %chat_id, turn = %turn_id, "ai-sdk reconnect to a running turn");
     let frames = TurnFrames::starting(&state, tenant.clone(), chat_id.clone(), turn_id.clone(), None, live);
-    Ok(respond(Translator::new(state, tenant, chat_id, turn_id.clone(), turn_id, frames, HashSet::new())))
+    let mut translator = Translator::new(state, tenant, chat_id, turn_id.clone(), turn_id, frames, HashSet::new());
+    translator.joined_mid_call = streaming;
+    Ok(respond(translator))
 }
 
 fn check_agent_id(agent_id: &str) -> Result<(), ApiError> {
@@ -760,6 +773,9 @@ struct Translator {
     outstanding: HashSet<String>,
     /// Client tool calls (`tool.call` events) seen.
     client_calls: HashSet<String>,
+    /// Model calls whose deltas are not sent (a reconnect joined them
+    /// mid-reply).
+    joined_mid_call: HashSet<String>,
     parts: u64,
 }
 
@@ -789,6 +805,7 @@ impl Translator {
             known,
             outstanding: HashSet::new(),
             client_calls: HashSet::new(),
+            joined_mid_call: HashSet::new(),
             parts: 0,
         }
     }
@@ -843,6 +860,7 @@ impl Translator {
     async fn translate(&mut self, event: SessionEvent, out: &mut Vec<Value>) {
         match event {
             SessionEvent::TurnStarted(_) => {}
+            SessionEvent::TokenDelta(delta) if self.joined_mid_call.contains(&delta.call_id) => {}
             SessionEvent::TokenDelta(delta) => {
                 let delta = delta.delta;
                 if let Some(reasoning) = delta.reasoning.filter(|r| !r.is_empty()) {
