@@ -5,6 +5,8 @@
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use subs_sdk::prelude::{AgentConfig, Context, DecideError};
+use subs_sdk::{Agent, AgentTool, DecisionRequest, DecisionResponse, ToolHandler, Trigger};
 use subs_tests::guests;
 use subs_tests::server::TestServer;
 
@@ -12,8 +14,33 @@ const KEY: &str = "aisdk-test-key-0123456789";
 const POST: reqwest::Method = reqwest::Method::POST;
 const GET: reqwest::Method = reqwest::Method::GET;
 
+/// An HTTP worker whose model calls stream (the offline model then
+/// streams its text a word at a time and its tool calls in pieces), with
+/// a client tool `confirm` in its config.
+struct Live;
+
+impl Agent for Live {
+    fn decide(&self, request: DecisionRequest, _cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
+        if let Trigger::SessionStart = &request.trigger {
+            let mut config = request.proposed.agent.clone().unwrap_or_else(|| AgentConfig::new("subs/offline"));
+            config.stream = Some(true);
+            config.tools = Some(vec![
+                AgentTool::new("confirm")
+                    .description("Asks the user to confirm.")
+                    .input(json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}))
+                    .handler(ToolHandler::Client),
+            ]);
+            return Ok(request.proposed.with_agent(config));
+        }
+        Ok(request.proposed)
+    }
+}
+
 async fn server() -> TestServer {
     let s = TestServer::start(&[("acme", KEY)]).await;
+    let url = format!("http://{}/", subs_tests::serve_loopback(subs_http_worker::router(Live)).await);
+    let (status, agent) = s.call(reqwest::Method::PUT, "/v1/agents/live", Some(KEY), Some(json!({"url": url}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{agent}");
     for (agent, wasm) in [
         ("streamer", guests::TEST_STREAM),
         ("tools", guests::TOOLS),
@@ -119,6 +146,19 @@ async fn the_ai_sdk_reads_turns_tools_client_tools_and_reconnects() {
     let (nodes, path) = tree(&s, "aisdk-client").await;
     assert_eq!(nodes, path, "one path: user, assistant, tool, assistant");
     assert_eq!(path.len(), 4);
+
+    // Streamed tool calls: the input arrives in pieces; the agent's own
+    // client tool stops the stream; the answer then streams word by word.
+    let asked = &summary["live"]["asked"];
+    let types = chunks(asked);
+    assert!(types.iter().filter(|t| **t == "tool-input-delta").count() >= 1, "{types:?}");
+    let start = types.iter().position(|t| *t == "tool-input-start").unwrap();
+    assert!(types[start..].starts_with(&["tool-input-start", "tool-input-delta"]), "{types:?}");
+    let confirm = parts(&asked["message"], "tool-confirm");
+    assert_eq!((confirm[0]["state"].as_str(), &confirm[0]["input"]), (Some("input-available"), &json!({"ok": true})));
+    let resumed = &summary["live"]["resumed"];
+    assert!(chunks(resumed).iter().filter(|t| **t == "text-delta").count() > 1, "{resumed}");
+    assert_eq!(text(&resumed["message"]), r#"confirm returned {"confirmed":true}."#);
 
     // An interrupt ends the stream with a `data-interrupt` part; a
     // reconnect replays the waiting turn; the resume finishes it; a
@@ -270,5 +310,39 @@ async fn histories_map_onto_the_stored_tree() {
     let error = chunks.iter().find(|c| c["type"] == "tool-output-error").unwrap_or_else(|| panic!("{chunks:?}"));
     assert!(error["errorText"].as_str().is_some_and(|e| !e.is_empty()), "{error}");
     assert_eq!(chunks.last().unwrap()["type"], "finish");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn an_end_user_token_chats_in_its_own_sessions_only() {
+    let s = server().await;
+    let mint = |id: &str| {
+        let s = &s;
+        let body = json!({"identity": {"id": id}});
+        async move {
+            let (status, token) = s.call(POST, "/v1/tokens", Some(KEY), Some(body)).await;
+            assert_eq!(status, StatusCode::OK, "{token}");
+            token["token"].as_str().unwrap().to_owned()
+        }
+    };
+    let (alice, bob) = (mint("alice").await, mint("bob").await);
+    let chat =
+        json!({"id": "alices", "messages": [{"id": "a1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}]});
+    let response = s
+        .request(POST, "/v1/agents/helper/ai-sdk", Some(&alice))
+        .header("content-type", "application/json")
+        .body(chat.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.text().await.unwrap().contains("You said: hi"));
+    let (_, snapshot) = s.call(GET, "/v1/sessions/alices", Some(KEY), None).await;
+    assert_eq!(snapshot["identity"]["id"], "alice", "the session is the token's identity's");
+    // Another end user sees no such chat.
+    let (status, answer) = s.call(POST, "/v1/agents/helper/ai-sdk", Some(&bob), Some(chat)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+    let response = s.request(GET, "/v1/agents/helper/ai-sdk/alices/stream", Some(&bob)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
     s.stop().await;
 }

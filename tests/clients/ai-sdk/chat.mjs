@@ -108,6 +108,23 @@ const summary = {};
   summary.client = { asked, resumed };
 }
 
+// The same with a model call that streams, and a client tool the agent's
+// own config declares: the tool's input arrives in pieces.
+{
+  const chat = "aisdk-live";
+  const question = user("l-u1", 'use tool confirm with {"ok": true}');
+  const asked = await send(chat, "live", [question]);
+  const answered = structuredClone(asked.message);
+  for (const part of answered.parts) {
+    if (part.type === "tool-confirm") {
+      part.state = "output-available";
+      part.output = { confirmed: true };
+    }
+  }
+  const resumed = await send(chat, "live", [question, answered], { continuing: answered });
+  summary.live = { asked, resumed };
+}
+
 // An interrupt, a reconnect to the turn while it waits, the resume, and a
 // reconnect once nothing runs.
 {
