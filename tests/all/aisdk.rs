@@ -201,6 +201,12 @@ async fn the_ai_sdk_endpoint_refuses_what_it_cannot_take() {
         ),
         (json!({"id": "c", "messages": [user("u", "hi")], "trigger": "rewind"}), "trigger"),
         (json!({"id": "c\u{1}", "messages": [user("u", "hi")]}), "id"),
+        (json!({"id": "c", "messages": [user("u", "hi")], "messageId": ""}), "messageId"),
+        (json!({"id": "c", "messages": [user("u", "hi")], "tools": [{"description": "no name"}]}), "tools[0]"),
+        (
+            json!({"id": "c", "messages": [user("u", "hi")], "resume": {"interrupt_id": "x", "extra": 1}}),
+            "resume.extra",
+        ),
     ];
     for (body, field) in refusals {
         let (status, answer) = post("tools", body.clone()).await;

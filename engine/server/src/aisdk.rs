@@ -91,9 +91,9 @@ struct ChatRequest {
     #[serde(default)]
     trigger: Option<ChatTrigger>,
     /// The message the trigger concerns (the SDK sets it on regenerate
-    /// and edits); the messages themselves say what is needed.
+    /// and edits); only checked: the messages themselves say what is
+    /// needed.
     #[serde(default, rename = "messageId")]
-    #[allow(dead_code, reason = "read for validation only: the messages say what a request means")]
     message_id: Option<String>,
     /// Client tools for the turn (`AgentTool`s, handler `client` unless
     /// they say otherwise).
@@ -309,6 +309,12 @@ fn check_request(request: &ChatRequest) -> Result<(), ApiError> {
         return Err(ApiError::invalid(
             "id",
             format!("`{}` is not a valid chat id ({ID_RULE})", request.id.escape_debug()),
+        ));
+    }
+    if let Some(id) = request.message_id.as_deref().filter(|id| !valid_id(id)) {
+        return Err(ApiError::invalid(
+            "messageId",
+            format!("`{}` is not a valid message id ({ID_RULE})", id.escape_debug()),
         ));
     }
     if request.messages.is_empty() && request.resume.is_none() {
@@ -852,6 +858,9 @@ impl Translator {
         }
         let mut batch: Vec<String> = out.iter().map(Value::to_string).collect();
         if self.done {
+            let end = out.last().map_or("", |chunk| chunk["type"].as_str().unwrap_or_default());
+            let reason = out.last().and_then(|chunk| chunk["finishReason"].as_str()).unwrap_or(end);
+            tracing::debug!(session = %self.session, turn = %self.turn_id, reason, "ai-sdk stream ends");
             batch.push("[DONE]".to_owned());
         }
         Some(batch)
