@@ -36,10 +36,44 @@ impl Agent for Live {
     }
 }
 
+/// An HTTP worker that makes its own model calls and streams the reply
+/// slowly: 20 words, 50 ms apart, so a client can reconnect mid-reply.
+struct Slow;
+
+/// What [`Slow`]'s model says.
+fn slow_reply() -> String {
+    (0..20).map(|i| format!("w{i} ")).collect()
+}
+
+impl Agent for Slow {
+    fn decide(&self, request: DecisionRequest, cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
+        match &request.trigger {
+            Trigger::SessionStart => {
+                let mut config = request.proposed.agent.clone().unwrap_or_else(|| AgentConfig::new("subs/offline"));
+                config.handler = Some(subs_sdk::LlmHandler::Worker);
+                config.stream = Some(true);
+                Ok(request.proposed.with_agent(config))
+            }
+            Trigger::LlmExecute(_) => {
+                for i in 0..20 {
+                    cx.emit_text(&format!("w{i} ")).map_err(|e| DecideError::terminal(e.to_string()))?;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                let response = json!({"model": "test/slow", "content": slow_reply(), "finish_reason": "stop"});
+                Ok(DecisionResponse::new().with_action(subs_sdk::Action::llm_result(response)))
+            }
+            _ => Ok(request.proposed),
+        }
+    }
+}
+
 async fn server() -> TestServer {
     let s = TestServer::start(&[("acme", KEY)]).await;
     let url = format!("http://{}/", subs_tests::serve_loopback(subs_http_worker::router(Live)).await);
     let (status, agent) = s.call(reqwest::Method::PUT, "/v1/agents/live", Some(KEY), Some(json!({"url": url}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{agent}");
+    let url = format!("http://{}/", subs_tests::serve_loopback(subs_http_worker::router(Slow)).await);
+    let (status, agent) = s.call(reqwest::Method::PUT, "/v1/agents/slow", Some(KEY), Some(json!({"url": url}))).await;
     assert_eq!(status, StatusCode::CREATED, "{agent}");
     for (agent, wasm) in [
         ("streamer", guests::TEST_STREAM),
@@ -349,6 +383,56 @@ async fn an_end_user_token_chats_in_its_own_sessions_only() {
     let (status, answer) = s.call(POST, "/v1/agents/helper/ai-sdk", Some(&bob), Some(chat)).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
     let response = s.request(GET, "/v1/agents/helper/ai-sdk/alices/stream", Some(&bob)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    s.stop().await;
+}
+
+/// The chunks of a UI message stream's text, `[DONE]` left out.
+fn parse_chunks(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_reconnect_mid_reply_gets_the_whole_reply() {
+    let s = server().await;
+    let body = json!({"id": "slow-chat", "messages": [{"id": "s1", "role": "user", "parts": [{"type": "text", "text": "go"}]}]});
+    let mut response = s
+        .request(POST, "/v1/agents/slow/ai-sdk", Some(KEY))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    // Read a few words, then leave, as a closed tab does.
+    let mut seen = String::new();
+    while seen.matches("text-delta").count() < 3 {
+        let chunk = response.chunk().await.unwrap().expect("the stream goes on");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop(response);
+
+    // The reconnect replays the turn; the reply it joined mid-way comes
+    // whole, not as the tail of its deltas.
+    let response = s.request(GET, "/v1/agents/slow/ai-sdk/slow-chat/stream", Some(KEY)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["x-vercel-ai-ui-message-stream"], "v1");
+    let text = response.text().await.unwrap();
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    let chunks = parse_chunks(&text);
+    let first = parse_chunks(&seen);
+    assert_eq!(chunks[0]["messageId"], first[0]["messageId"], "the same UI message");
+    let streamed: String =
+        chunks.iter().filter(|c| c["type"] == "text-delta").map(|c| c["delta"].as_str().unwrap()).collect();
+    assert_eq!(streamed, slow_reply(), "{chunks:?}");
+    assert_eq!(chunks.iter().filter(|c| c["type"] == "text-start").count(), 1, "{chunks:?}");
+    assert_eq!(chunks.last().unwrap()["type"], "finish", "{chunks:?}");
+    // Once the turn is over there is nothing to reconnect to.
+    let response = s.request(GET, "/v1/agents/slow/ai-sdk/slow-chat/stream", Some(KEY)).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
     s.stop().await;
 }
