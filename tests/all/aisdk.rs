@@ -56,7 +56,7 @@ impl Agent for Slow {
             }
             Trigger::LlmExecute(_) => {
                 for i in 0..20 {
-                    cx.emit_text(&format!("w{i} ")).map_err(|e| DecideError::terminal(e.to_string()))?;
+                    cx.emit_text(format!("w{i} ")).map_err(|e| DecideError::terminal(e.to_string()))?;
                     std::thread::sleep(std::time::Duration::from_millis(50));
                 }
                 let response = json!({"model": "test/slow", "content": slow_reply(), "finish_reason": "stop"});
