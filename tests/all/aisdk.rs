@@ -37,12 +37,16 @@ impl Agent for Live {
 }
 
 /// An HTTP worker that makes its own model calls and streams the reply
-/// slowly: 20 words, 50 ms apart, so a client can reconnect mid-reply.
+/// slowly: 40 words, 50 ms apart, so a client surely reconnects mid-reply
+/// (even on a busy machine).
 struct Slow;
+
+/// How many words [`Slow`]'s model says.
+const WORDS: usize = 40;
 
 /// What [`Slow`]'s model says.
 fn slow_reply() -> String {
-    (0..20).map(|i| format!("w{i} ")).collect()
+    (0..WORDS).map(|i| format!("w{i} ")).collect()
 }
 
 impl Agent for Slow {
@@ -55,7 +59,7 @@ impl Agent for Slow {
                 Ok(request.proposed.with_agent(config))
             }
             Trigger::LlmExecute(_) => {
-                for i in 0..20 {
+                for i in 0..WORDS {
                     cx.emit_text(format!("w{i} ")).map_err(|e| DecideError::terminal(e.to_string()))?;
                     std::thread::sleep(std::time::Duration::from_millis(50));
                 }
