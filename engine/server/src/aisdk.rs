@@ -419,7 +419,7 @@ fn plan(request: &ChatRequest, snapshot: Option<&Snapshot>, agent_id: &str) -> R
         let content = user_content(message, i)?;
         match tree.get(&message.id) {
             None => new.push(DraftMessage { content: Some(content), ..DraftMessage::user("").with_id(&message.id) }),
-            Some(stored) if stored.content.as_ref() == Some(&content) => {
+            Some(stored) if stored.role == Role::User && stored.content.as_ref() == Some(&content) => {
                 if i == last {
                     // A new answer to a recorded message: the view ends
                     // there, which moves the head back to it.
