@@ -440,3 +440,35 @@ async fn a_reconnect_mid_reply_gets_the_whole_reply() {
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn a_cancelled_turn_ends_the_stream_with_an_error() {
+    let s = server().await;
+    let body =
+        json!({"id": "cut", "messages": [{"id": "c1", "role": "user", "parts": [{"type": "text", "text": "go"}]}]});
+    let mut response = s
+        .request(POST, "/v1/agents/slow/ai-sdk", Some(KEY))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut text = String::new();
+    while !text.contains("text-delta") {
+        text.push_str(&String::from_utf8_lossy(&response.chunk().await.unwrap().expect("the stream goes on")));
+    }
+    let (status, answer) = s.call(POST, "/v1/sessions/cut/cancel", Some(KEY), None).await;
+    assert_eq!((status, &answer), (StatusCode::OK, &json!({"cancelled": true})));
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    let chunks = parse_chunks(&text);
+    let error = chunks.iter().find(|c| c["type"] == "error").unwrap_or_else(|| panic!("{chunks:?}"));
+    assert!(error["errorText"].as_str().unwrap().contains("cancelled"), "{error}");
+    let last = chunks.last().unwrap();
+    assert_eq!((last["type"].as_str(), last["finishReason"].as_str()), (Some("finish"), Some("error")), "{chunks:?}");
+    // The text part the deltas opened is closed before the stream ends.
+    assert!(chunks.iter().any(|c| c["type"] == "text-end"), "{chunks:?}");
+    s.stop().await;
+}
