@@ -347,6 +347,27 @@ async fn histories_map_onto_the_stored_tree() {
         .await;
     assert_eq!((status, answer["field"].as_str()), (StatusCode::CONFLICT, Some("messages[0]")), "{answer}");
 
+    // Text and file parts become the message's content parts; parts with
+    // nothing for the model are left out.
+    let parts = json!([
+        {"type": "step-start"},
+        {"type": "text", "text": "what is this?"},
+        {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64,iVBORw0KGgo="},
+        {"type": "file", "mediaType": "text/plain", "filename": "a.txt", "url": "data:text/plain;base64,aGk="},
+        {"type": "data-note", "data": {"x": 1}},
+    ]);
+    chunks_of(&s, "helper", json!({"id": "files", "messages": [{"id": "f0", "role": "user", "parts": parts}]})).await;
+    let (_, snapshot) = s.call(GET, "/v1/sessions/files", Some(KEY), None).await;
+    assert_eq!(
+        snapshot["messages"][0]["content"],
+        json!([
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+            {"type": "file", "file": {"filename": "a.txt", "file_data": "data:text/plain;base64,aGk="}},
+        ]),
+        "{snapshot}"
+    );
+
     // A tool that fails: its part ends in `tool-output-error`.
     let chunks =
         chunks_of(&s, "scenario", json!({"id": "failing", "messages": [user("f1", "use tool bad_output with {}")]}))
