@@ -512,6 +512,7 @@ async fn the_openapi_document_matches_the_routes() {
             let concrete = path
                 .replace("{session_id}", "nobody")
                 .replace("{agent_id}", "nobody")
+                .replace("{chat_id}", "nobody")
                 .replace("{tenant}", "nobody")
                 .replace("{key}", "nobody00");
             let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
@@ -538,12 +539,14 @@ async fn the_openapi_document_matches_the_routes() {
             "GET /v1/admin/tenants/{tenant}/limits",
             "GET /v1/agents",
             "GET /v1/agents/{agent_id}",
+            "GET /v1/agents/{agent_id}/ai-sdk/{chat_id}/stream",
             "GET /v1/sessions",
             "GET /v1/sessions/{session_id}",
             "GET /v1/sessions/{session_id}/decisions",
             "GET /v1/sessions/{session_id}/events",
             "GET /v1/usage",
             "POST /v1/admin/keys",
+            "POST /v1/agents/{agent_id}/ai-sdk",
             "POST /v1/sessions/{session_id}/cancel",
             "POST /v1/sessions/{session_id}/input",
             "POST /v1/tokens",

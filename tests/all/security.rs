@@ -249,7 +249,10 @@ async fn another_tenants_ids_are_not_found_on_every_route() {
         if !path.contains('{') || path.starts_with("/v1/admin/") {
             continue;
         }
-        let concrete = path.replace("{session_id}", "secret-session").replace("{agent_id}", "secret-agent");
+        let concrete = path
+            .replace("{session_id}", "secret-session")
+            .replace("{chat_id}", "secret-session")
+            .replace("{agent_id}", "secret-agent");
         assert!(!concrete.contains('{'), "{path}: an id this test does not know; add it");
         for method in item.as_object().unwrap().keys() {
             let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
@@ -258,6 +261,18 @@ async fn another_tenants_ids_are_not_found_on_every_route() {
                 ("PUT", "/v1/agents/{agent_id}") => continue,
                 ("POST", "/v1/sessions/{session_id}/input") => inputs.iter().cloned().map(Some).collect(),
                 ("PUT", "/v1/sessions/{session_id}/budget") => vec![Some(json!({"budget": "1"}))],
+                ("POST", "/v1/agents/{agent_id}/ai-sdk") => {
+                    let user = json!({"id": "u", "role": "user", "parts": [{"type": "text", "text": "hi"}]});
+                    vec![Some(json!({"id": "secret-session", "messages": [user]}))]
+                }
+                // The AI SDK's reconnect answers a chat with nothing running
+                // 204, as it does one that does not exist.
+                ("GET", "/v1/agents/{agent_id}/ai-sdk/{chat_id}/stream") => {
+                    let response = s.request(method.clone(), &concrete, bravo).send().await.unwrap();
+                    assert_eq!(response.status(), StatusCode::NO_CONTENT, "{method} {concrete}");
+                    tried.push(format!("{method} {path}"));
+                    continue;
+                }
                 _ => vec![None],
             };
             for body in bodies {

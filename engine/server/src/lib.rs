@@ -21,11 +21,14 @@
 //!   meters uploads).
 //! - [`budgets`]: what sessions and tenants spent, and their budgets.
 //! - [`metrics`]: `/healthz` and Prometheus `/metrics`.
+//! - [`aisdk`]: the Vercel AI SDK's chat endpoint (its UI message stream)
+//!   over the session input and turn events.
 //! - [`openapi`]: the OpenAPI document, generated from the handlers.
 //! - [`ui`]: the web inspector, embedded and served at `/ui`.
 
 pub mod admin;
 pub mod agents;
+pub mod aisdk;
 pub mod auth;
 pub mod body;
 pub mod budgets;
