@@ -67,10 +67,20 @@ pub fn exporting(entry: &TelemetryEntry) -> CliResult<Option<Exporting>> {
     if env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
         return Ok(None);
     }
+    // The client enforces the export's timeout (the exporter leaves that
+    // to it): OpenTelemetry's variables, in milliseconds, 10 s by default.
+    let timeout = ["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"]
+        .iter()
+        .find_map(|name| env(name)?.trim().parse::<u64>().ok())
+        .map_or(Duration::from_secs(10), Duration::from_millis);
+    let http = reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .map_err(|e| CliError::failed(anyhow!("the OpenTelemetry exporter's HTTP client: {e}")))?;
     let mut builder = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
-        .with_http_client(Client { http: reqwest::Client::new(), runtime: tokio::runtime::Handle::current() });
+        .with_http_client(Client { http, runtime: tokio::runtime::Handle::current() });
     let endpoint =
         match (&entry.otlp_endpoint, env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), env("OTEL_EXPORTER_OTLP_ENDPOINT")) {
             // As the standard variable: a base URL, the signal's path added.
