@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 use subs_protocol::action::LlmCall;
-use subs_protocol::event::{ClientToolCall, InterruptRaised, TurnDone, TurnFailed, TurnStarted};
+use subs_protocol::event::{ClientToolCall, InterruptRaised, StateChanged, TurnDone, TurnFailed, TurnStarted};
 use subs_protocol::trigger::{
     ClientAction as ActionTrigger, InterruptResumed, LlmFinished, SubAgentFinished, ToolExecute, ToolFinished,
 };
@@ -557,8 +557,11 @@ impl Session {
         if let Some(agent) = &decision.agent {
             self.record.agent = Some(super::proposal::without_client_tools(agent, self.client_tools()));
         }
-        if let Some(state) = decision.state.clone().filter(|s| !s.is_null()) {
-            self.record.state = state;
+        // Clients hear of the state only when it changed: a decision that
+        // hands back the state it was given is the common case.
+        if let Some(state) = decision.state.clone().filter(|s| !s.is_null() && *s != self.record.state) {
+            self.record.state = state.clone();
+            self.emit(SessionEvent::State(StateChanged { state }), change);
         }
         for message in decision.messages().iter().cloned() {
             let id = self.record_message(message, change);
