@@ -253,6 +253,50 @@ async fn bad_runs_are_refused_with_the_field_and_failures_after_the_start_are_ru
     assert_eq!(status, StatusCode::OK);
     assert_eq!(events.last().unwrap().data["outcome"], json!({"type": "cancelled"}), "{events:?}");
 
+    // Two frontend calls answered one run at a time: the run that answers
+    // one ends at once asking for the other; the next finishes the turn.
+    let mut two =
+        run_input("t-two", "p1", r#"use tool confirm with {"ok": true} and use tool confirm with {"ok": false}"#);
+    two["tools"] = json!([{"name": "confirm", "description": "Asks."}]);
+    let (_, events, _) = post(&s, "tools", two.clone()).await;
+    let pending = events.last().unwrap().data["outcome"]["pendingToolCallIds"].clone();
+    assert_eq!(pending.as_array().map(Vec::len), Some(2), "{events:?}");
+    let snapshot = events.iter().find(|e| e.data["type"] == "MESSAGES_SNAPSHOT").expect("a snapshot");
+    let mut messages = snapshot.data["messages"].as_array().unwrap().clone();
+    messages.push(json!({"id": "r1", "role": "tool", "toolCallId": pending[0], "content": "true"}));
+    two["runId"] = json!("p2");
+    two["messages"] = json!(messages);
+    let (_, events, _) = post(&s, "tools", two.clone()).await;
+    let names: Vec<&Value> = events.iter().map(|e| &e.data["type"]).collect();
+    assert_eq!(names, ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"], "{events:?}");
+    assert_eq!(events.last().unwrap().data["outcome"]["pendingToolCallIds"], json!([pending[1]]));
+    messages.push(json!({"id": "r2", "role": "tool", "toolCallId": pending[1], "content": "false"}));
+    two["runId"] = json!("p3");
+    two["messages"] = json!(messages);
+    let (_, events, _) = post(&s, "tools", two).await;
+    assert_eq!(events.last().unwrap().data["outcome"], json!({"type": "success"}), "{events:?}");
+    let (_, view) = s.call(Method::GET, "/v1/sessions/t-two", Some(KEY), None).await;
+    assert_eq!(view["status"], "idle", "{view}");
+
+    // An end user's token runs its own threads only.
+    let mint = |id: &str| json!({"identity": {"id": id}});
+    let (_, ada) = s.call(Method::POST, "/v1/tokens", Some(KEY), Some(mint("ada"))).await;
+    let (_, bob) = s.call(Method::POST, "/v1/tokens", Some(KEY), Some(mint("bob"))).await;
+    let as_user = |token: &Value, body: Value| {
+        s.request(Method::POST, "/v1/agents/tools/ag-ui", token["token"].as_str())
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+    };
+    let response = as_user(&ada, run_input("t-ada", "a1", "hi")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let events = read_sse(response, &mut |_| false).await;
+    assert_eq!(events.last().unwrap().data["type"], "RUN_FINISHED");
+    let (_, view) = s.call(Method::GET, "/v1/sessions/t-ada", Some(KEY), None).await;
+    assert_eq!(view["identity"]["id"], "ada", "{view}");
+    let response = as_user(&bob, run_input("t-ada", "b1", "hi")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_FOUND, "another user's thread does not exist for bob");
+
     // After the stream started, a failing turn is RUN_ERROR.
     let (status, events, _) = post(&s, "scenario", run_input("t-fail", "x1", "invalid please")).await;
     assert_eq!(status, StatusCode::OK);

@@ -238,7 +238,7 @@ pub async fn run(
         }
     }
     let plan = plan(&input, &agent_id, snapshot.as_ref())?;
-    let run = AguiRun::new(&input, state.clone(), caller.tenant.clone(), session.clone());
+    let mut run = AguiRun::new(&input, state.clone(), caller.tenant.clone(), session.clone());
     let frames = match plan {
         Plan::Start(messages) => {
             let sent = sessions::send(&state, &caller, &session, *messages, None, true).await?;
@@ -248,7 +248,7 @@ pub async fn run(
             tracing::info!(tenant = %caller.tenant, session = %session, turn = %turn_id, existing = sent.accepted.existing, "AG-UI run starts a turn");
             TurnFrames::starting(&state, caller.tenant.clone(), session, turn_id, sent.after, live)
         }
-        Plan::Settle { turn_id, inputs } => {
+        Plan::Settle { turn_id, inputs, unanswered } => {
             let mut inputs = inputs.into_iter();
             let first = inputs.next().ok_or_else(|| ApiError::internal(&"a settling run with nothing to send"))?;
             let sent = sessions::send(&state, &caller, &session, first, None, true).await?;
@@ -259,6 +259,11 @@ pub async fn run(
                 sessions::send(&state, &caller, &session, input, None, false).await?;
             }
             tracing::info!(tenant = %caller.tenant, session = %session, turn = %turn_id, "AG-UI run continues a waiting turn");
+            // The turn goes on only once every frontend call is answered:
+            // until then this run ends asking for the rest.
+            if !unanswered.is_empty() {
+                run.pending = Some(unanswered);
+            }
             TurnFrames::continuing(&state, caller.tenant.clone(), session, turn_id, sent.after, live)
         }
         Plan::Cancel { turn_id, after } => {
@@ -276,7 +281,9 @@ enum Plan {
     /// Start a turn (or follow the one `runId` already started).
     Start(Box<ClientInput>),
     /// Settle what the open turn `turn_id` waits for, and follow it.
-    Settle { turn_id: String, inputs: Vec<ClientInput> },
+    /// `unanswered`: frontend calls the turn still waits for after these
+    /// (the run then ends at once, asking for them).
+    Settle { turn_id: String, inputs: Vec<ClientInput>, unanswered: Vec<String> },
     /// Cancel the interrupted turn `turn_id` (a `cancelled` resume entry).
     Cancel { turn_id: String, after: Option<u64> },
 }
@@ -304,7 +311,7 @@ fn plan(input: &RunAgentInput, agent_id: &str, snapshot: Option<&subs_engine::Sn
             .into_iter()
             .map(|(interrupt_id, _, payload)| ClientInput::InterruptResume(InterruptResume { interrupt_id, payload }))
             .collect();
-        return Ok(Plan::Settle { turn_id, inputs });
+        return Ok(Plan::Settle { turn_id, inputs, unanswered: Vec::new() });
     }
 
     // Answering frontend tool calls.
@@ -323,7 +330,16 @@ fn plan(input: &RunAgentInput, agent_id: &str, snapshot: Option<&subs_engine::Sn
         .unwrap_or_default();
     let answers = tool_answers(input, &waiting)?;
     if let Some(turn_id) = open_turn.as_ref().filter(|_| !answers.is_empty()) {
-        return Ok(Plan::Settle { turn_id: turn_id.clone(), inputs: answers });
+        let answered: HashSet<&str> = answers
+            .iter()
+            .filter_map(|a| match a {
+                ClientInput::ToolResult(r) => Some(r.id.as_str()),
+                ClientInput::ToolError(e) => Some(e.id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let unanswered = waiting.iter().filter(|id| !answered.contains(*id)).map(|id| (*id).to_owned()).collect();
+        return Ok(Plan::Settle { turn_id: turn_id.clone(), inputs: answers, unanswered });
     }
     // Sending the run of the open turn again follows it (a reconnect);
     // any other run must first answer what the turn waits for.
@@ -769,6 +785,9 @@ struct AguiRun {
     unnamed: HashMap<String, String>,
     /// Frontend tool calls asked for in this run.
     asked: Vec<String>,
+    /// Set when the run ends right after it starts, asking for these
+    /// frontend tool calls (answered only in part).
+    pending: Option<Vec<String>>,
 }
 
 impl AguiRun {
@@ -787,6 +806,7 @@ impl AguiRun {
             started_tools: HashSet::new(),
             unnamed: HashMap::new(),
             asked: Vec::new(),
+            pending: None,
         }
     }
 
@@ -797,6 +817,9 @@ impl AguiRun {
         if !self.started {
             self.started = true;
             out.push(json!({"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id}));
+            if let Some(pending) = self.pending.take() {
+                self.finish(&mut out, json!({"type": "success", "pendingToolCallIds": pending}), None).await;
+            }
             return out;
         }
         while out.is_empty() && !self.ended {
