@@ -305,3 +305,43 @@ async fn bad_runs_are_refused_with_the_field_and_failures_after_the_start_are_ru
     assert!(last["message"].as_str().is_some_and(|m| !m.is_empty()) && last["code"].is_string(), "{last}");
     assert_eq!(events[0].data["type"], "RUN_STARTED");
 }
+
+/// A client that reads nothing while a turn floods deltas falls behind
+/// its subscription's buffer: its run ends with `RUN_ERROR` saying where
+/// the turn's events are, and the turn itself runs to its end.
+#[tokio::test]
+async fn a_client_that_falls_behind_gets_a_run_error_saying_how_to_catch_up() {
+    let streams =
+        subs_engine::StreamLimits { subscriber_buffer_bytes: 64 << 10, ..subs_engine::StreamLimits::default() };
+    let config = subs_engine::EngineConfig { streams, ..subs_engine::EngineConfig::default() };
+    // The host's work on tens of MiB of deltas counts against the
+    // decision's CPU limit; the bound under test is the stream's.
+    let mut roomy = subs_engine::worker::component::AgentPolicy::default();
+    roomy.limits.cpu = Some(Duration::from_secs(120));
+    roomy.limits.wall_clock = Some(Duration::from_secs(120));
+    let policies = [(("acme".to_owned(), "flood".to_owned()), roomy)].into_iter().collect();
+    let s = Server::builder().keys(&[("acme", KEY)]).policies(policies).engine_config(config).start().await;
+    assert!(s.upload("flood", guests::TEST_FLOOD, Some(KEY)).await.0.is_success());
+
+    // 600 deltas of 60 kB: far more than the subscription's 64 KiB and
+    // what the connection's buffers hold.
+    let response = s
+        .request(Method::POST, "/v1/agents/flood/ag-ui", Some(KEY))
+        .header("content-type", "application/json")
+        .body(run_input("t-flood", "flood-1", "60000 600").to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let ended = tokio::time::timeout(Duration::from_secs(120), s.engine.wait_turn("acme", "t-flood", "flood-1"))
+        .await
+        .expect("the flood turn ends")
+        .unwrap();
+    assert_eq!(ended.status, subs_engine::store::TurnStatus::Done, "the turn goes on without its client");
+    let events = tokio::time::timeout(Duration::from_secs(60), read_sse(response, &mut |_| false)).await.unwrap();
+    let last = &events.last().unwrap().data;
+    assert_eq!((&last["type"], &last["code"]), (&json!("RUN_ERROR"), &json!("dropped")), "{last}");
+    let message = last["message"].as_str().unwrap();
+    assert!(message.contains("fell behind") && message.contains("GET /v1/sessions/t-flood/events"), "{message}");
+    assert_eq!(events[events.len() - 2].data["type"], "MESSAGES_SNAPSHOT", "the conversation so far comes first");
+}
