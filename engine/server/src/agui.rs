@@ -54,7 +54,7 @@ use subs_protocol::event::{
 };
 use subs_protocol::{
     AgentTool, CallKind, CallStatus, ClientContext, ClientInput, Content, ContentPart, DraftMessage, Handler, Message,
-    ProtocolError, Role, SessionEvent, ToolCall, ToolHandler,
+    ProtocolError, Role, SessionEvent, StreamDelta, ToolCall, ToolHandler,
 };
 
 use crate::auth::Caller;
@@ -772,17 +772,8 @@ struct AguiRun {
     run_id: String,
     started: bool,
     ended: bool,
-    /// The text message streaming now, by its provisional id.
-    text: Option<String>,
-    /// Whether text streamed since the last assistant message was recorded
-    /// (that message's text then needs no sending again).
-    streamed_text: bool,
-    /// Tool calls started and not yet ended, with their parent message.
-    open_tools: Vec<String>,
-    /// Tool calls whose start was sent in this run.
-    started_tools: HashSet<String>,
-    /// Pieces of tool calls whose name has not come yet, by call id.
-    unnamed: HashMap<String, String>,
+    /// Where the streamed messages are.
+    messages: Messages,
     /// Frontend tool calls asked for in this run.
     asked: Vec<String>,
     /// Set when the run ends right after it starts, asking for these
@@ -800,11 +791,7 @@ impl AguiRun {
             run_id: input.run_id.clone(),
             started: false,
             ended: false,
-            text: None,
-            streamed_text: false,
-            open_tools: Vec::new(),
-            started_tools: HashSet::new(),
-            unnamed: HashMap::new(),
+            messages: Messages::default(),
             asked: Vec::new(),
             pending: None,
         }
@@ -862,44 +849,8 @@ impl AguiRun {
 
     async fn translate(&mut self, event: SessionEvent, out: &mut Vec<Value>) {
         match event {
-            SessionEvent::TokenDelta(TokenDelta { delta, call_id }) => {
-                if let Some(text) = delta.text.filter(|t| !t.is_empty()) {
-                    if self.text.as_deref() != Some(call_id.as_str()) {
-                        self.close_text(out);
-                        out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": call_id, "role": "assistant"}));
-                        self.text = Some(call_id.clone());
-                    }
-                    self.streamed_text = true;
-                    out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": call_id, "delta": text}));
-                }
-                for piece in delta.tool_calls.unwrap_or_default() {
-                    let args = piece.arguments.unwrap_or_default();
-                    if !self.started_tools.contains(&piece.id) {
-                        let Some(name) = piece.name else {
-                            // AG-UI opens a call with its name: hold the
-                            // arguments until it comes.
-                            self.unnamed.entry(piece.id).or_default().push_str(&args);
-                            continue;
-                        };
-                        out.push(json!({"type": "TOOL_CALL_START", "toolCallId": piece.id, "toolCallName": name,
-                                        "parentMessageId": call_id}));
-                        self.started_tools.insert(piece.id.clone());
-                        self.open_tools.push(piece.id.clone());
-                        let held = self.unnamed.remove(&piece.id).unwrap_or_default();
-                        if !held.is_empty() {
-                            out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": piece.id, "delta": held}));
-                        }
-                    }
-                    if !args.is_empty() && self.open_tools.contains(&piece.id) {
-                        out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": piece.id, "delta": args}));
-                    }
-                }
-                if delta.finish_reason.is_some() {
-                    self.close_text(out);
-                    self.close_tools(out);
-                }
-            }
-            SessionEvent::Message(MessageRecorded { message, .. }) => self.message(message, out),
+            SessionEvent::TokenDelta(TokenDelta { delta, call_id }) => self.messages.delta(delta, &call_id, out),
+            SessionEvent::Message(MessageRecorded { message, .. }) => self.messages.message(message, out),
             SessionEvent::State(StateChanged { state }) => {
                 out.push(json!({"type": "STATE_SNAPSHOT", "snapshot": state}));
             }
@@ -982,6 +933,113 @@ impl AguiRun {
         }
     }
 
+    /// The conversation as the session stored it: the frontend's messages
+    /// take the stored ids, so its next run appends rather than forks.
+    async fn snapshot(&self, out: &mut Vec<Value>) {
+        match self.state.engine.snapshot(&self.tenant, &self.session).await {
+            Ok(Some(snapshot)) => {
+                let messages: Vec<Value> = snapshot.messages.iter().map(agui_message).collect();
+                out.push(json!({"type": "MESSAGES_SNAPSHOT", "messages": messages}));
+            }
+            Ok(None) => {}
+            Err(error) => tracing::warn!(%error, session = %self.session, "AG-UI run cannot read the conversation"),
+        }
+    }
+
+    /// Ends the run: open messages closed, the conversation, `RUN_FINISHED`.
+    async fn finish(&mut self, out: &mut Vec<Value>, outcome: Value, result: Option<Value>) {
+        self.messages.close(out);
+        self.snapshot(out).await;
+        let mut finished = json!({"type": "RUN_FINISHED", "threadId": self.thread_id, "runId": self.run_id,
+                                  "outcome": outcome});
+        if let Some(result) = result {
+            finished["result"] = result;
+        }
+        out.push(finished);
+        self.ended = true;
+    }
+
+    /// Ends the run with `RUN_ERROR`.
+    async fn finish_error(&mut self, out: &mut Vec<Value>, code: &str, message: String) {
+        self.messages.close(out);
+        self.snapshot(out).await;
+        tracing::info!(tenant = %self.tenant, session = %self.session, run = %self.run_id, code, "AG-UI run ends with an error");
+        out.push(json!({"type": "RUN_ERROR", "message": message, "code": code}));
+        self.ended = true;
+    }
+}
+
+/// The streamed messages of a run: token deltas and recorded messages
+/// turned into AG-UI's text, reasoning and tool-call events, each opened
+/// once and closed once.
+#[derive(Debug, Default)]
+struct Messages {
+    /// The text message streaming now, by its provisional id (the LLM
+    /// call's).
+    text: Option<String>,
+    /// The reasoning message streaming now, by its provisional id.
+    reasoning: Option<String>,
+    /// Whether text streamed since the last assistant message was recorded
+    /// (that message's text then needs no sending again).
+    streamed_text: bool,
+    /// Tool calls started and not yet ended.
+    open_tools: Vec<String>,
+    /// Tool calls whose start was sent in this run.
+    started_tools: HashSet<String>,
+    /// Pieces of tool calls whose name has not come yet, by call id.
+    unnamed: HashMap<String, String>,
+}
+
+impl Messages {
+    /// A token delta of the LLM call (or decision) `call_id`.
+    fn delta(&mut self, delta: StreamDelta, call_id: &str, out: &mut Vec<Value>) {
+        if let Some(reasoning) = delta.reasoning.filter(|t| !t.is_empty()) {
+            let id = format!("{call_id}.reasoning");
+            if self.reasoning.as_deref() != Some(id.as_str()) {
+                self.close(out);
+                out.push(json!({"type": "REASONING_START", "messageId": id}));
+                out.push(json!({"type": "REASONING_MESSAGE_START", "messageId": id, "role": "reasoning"}));
+                self.reasoning = Some(id.clone());
+            }
+            out.push(json!({"type": "REASONING_MESSAGE_CONTENT", "messageId": id, "delta": reasoning}));
+        }
+        if let Some(text) = delta.text.filter(|t| !t.is_empty()) {
+            if self.text.as_deref() != Some(call_id) {
+                self.close(out);
+                out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": call_id, "role": "assistant"}));
+                self.text = Some(call_id.to_owned());
+            }
+            self.streamed_text = true;
+            out.push(json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": call_id, "delta": text}));
+        }
+        for piece in delta.tool_calls.unwrap_or_default() {
+            let args = piece.arguments.unwrap_or_default();
+            if !self.started_tools.contains(&piece.id) {
+                let Some(name) = piece.name else {
+                    // AG-UI opens a call with its name: hold the arguments
+                    // until it comes.
+                    self.unnamed.entry(piece.id).or_default().push_str(&args);
+                    continue;
+                };
+                self.close_reasoning(out);
+                out.push(json!({"type": "TOOL_CALL_START", "toolCallId": piece.id, "toolCallName": name,
+                                "parentMessageId": call_id}));
+                self.started_tools.insert(piece.id.clone());
+                self.open_tools.push(piece.id.clone());
+                let held = self.unnamed.remove(&piece.id).unwrap_or_default();
+                if !held.is_empty() {
+                    out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": piece.id, "delta": held}));
+                }
+            }
+            if !args.is_empty() && self.open_tools.contains(&piece.id) {
+                out.push(json!({"type": "TOOL_CALL_ARGS", "toolCallId": piece.id, "delta": args}));
+            }
+        }
+        if delta.finish_reason.is_some() {
+            self.close(out);
+        }
+    }
+
     /// A recorded message: assistant text and tool calls not streamed are
     /// sent whole; tool messages are tool results. User and system
     /// messages are the client's own (or reach it in the closing
@@ -989,8 +1047,7 @@ impl AguiRun {
     fn message(&mut self, message: Message, out: &mut Vec<Value>) {
         match message.role {
             Role::Assistant => {
-                self.close_text(out);
-                self.close_tools(out);
+                self.close(out);
                 let text = message.text();
                 if !self.streamed_text && !text.is_empty() {
                     out.push(json!({"type": "TEXT_MESSAGE_START", "messageId": message.id, "role": "assistant"}));
@@ -1023,53 +1080,22 @@ impl AguiRun {
         }
     }
 
-    fn close_text(&mut self, out: &mut Vec<Value>) {
+    fn close_reasoning(&mut self, out: &mut Vec<Value>) {
+        if let Some(id) = self.reasoning.take() {
+            out.push(json!({"type": "REASONING_MESSAGE_END", "messageId": id}));
+            out.push(json!({"type": "REASONING_END", "messageId": id}));
+        }
+    }
+
+    /// Closes whatever is open: reasoning, text, tool calls.
+    fn close(&mut self, out: &mut Vec<Value>) {
+        self.close_reasoning(out);
         if let Some(id) = self.text.take() {
             out.push(json!({"type": "TEXT_MESSAGE_END", "messageId": id}));
         }
-    }
-
-    fn close_tools(&mut self, out: &mut Vec<Value>) {
         for id in self.open_tools.drain(..) {
             out.push(json!({"type": "TOOL_CALL_END", "toolCallId": id}));
         }
-    }
-
-    /// The conversation as the session stored it: the frontend's messages
-    /// take the stored ids, so its next run appends rather than forks.
-    async fn snapshot(&self, out: &mut Vec<Value>) {
-        match self.state.engine.snapshot(&self.tenant, &self.session).await {
-            Ok(Some(snapshot)) => {
-                let messages: Vec<Value> = snapshot.messages.iter().map(agui_message).collect();
-                out.push(json!({"type": "MESSAGES_SNAPSHOT", "messages": messages}));
-            }
-            Ok(None) => {}
-            Err(error) => tracing::warn!(%error, session = %self.session, "AG-UI run cannot read the conversation"),
-        }
-    }
-
-    /// Ends the run: open messages closed, the conversation, `RUN_FINISHED`.
-    async fn finish(&mut self, out: &mut Vec<Value>, outcome: Value, result: Option<Value>) {
-        self.close_text(out);
-        self.close_tools(out);
-        self.snapshot(out).await;
-        let mut finished = json!({"type": "RUN_FINISHED", "threadId": self.thread_id, "runId": self.run_id,
-                                  "outcome": outcome});
-        if let Some(result) = result {
-            finished["result"] = result;
-        }
-        out.push(finished);
-        self.ended = true;
-    }
-
-    /// Ends the run with `RUN_ERROR`.
-    async fn finish_error(&mut self, out: &mut Vec<Value>, code: &str, message: String) {
-        self.close_text(out);
-        self.close_tools(out);
-        self.snapshot(out).await;
-        tracing::info!(tenant = %self.tenant, session = %self.session, run = %self.run_id, code, "AG-UI run ends with an error");
-        out.push(json!({"type": "RUN_ERROR", "message": message, "code": code}));
-        self.ended = true;
     }
 }
 
@@ -1180,5 +1206,101 @@ mod tests {
         assert_eq!(resumes(&command, &[]).unwrap_err().status, StatusCode::CONFLICT);
         let none = input(json!({"threadId": "t", "runId": "r", "messages": [], "forwardedProps": {"other": 1}}));
         assert!(resumes(&none, &["i1"]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn deltas_and_messages_open_and_close_each_ag_ui_message_once() {
+        use subs_protocol::ToolCallDelta;
+        let mut m = Messages::default();
+        let mut out = Vec::new();
+        let piece = |id: &str, name: Option<&str>, args: &str| ToolCallDelta {
+            id: id.into(),
+            name: name.map(str::to_owned),
+            arguments: Some(args.into()),
+        };
+        m.delta(StreamDelta { reasoning: Some("hm".into()), ..StreamDelta::default() }, "llm_1", &mut out);
+        m.delta(StreamDelta::text("Hel"), "llm_1", &mut out);
+        m.delta(StreamDelta::text("lo"), "llm_1", &mut out);
+        // Arguments before the name are held until it comes.
+        m.delta(
+            StreamDelta { tool_calls: Some(vec![piece("c1", None, "{\"a\":")]), ..StreamDelta::default() },
+            "llm_1",
+            &mut out,
+        );
+        m.delta(
+            StreamDelta { tool_calls: Some(vec![piece("c1", Some("add"), "1}")]), ..StreamDelta::default() },
+            "llm_1",
+            &mut out,
+        );
+        m.delta(StreamDelta { finish_reason: Some("tool_calls".into()), ..StreamDelta::default() }, "llm_1", &mut out);
+        // The recorded reply repeats nothing that streamed.
+        m.message(
+            Message {
+                id: "msg_2".into(),
+                role: Role::Assistant,
+                content: Some(Content::Text("Hello".into())),
+                tool_calls: Some(vec![ToolCall::function("c1", "add", "{\"a\":1}")]),
+                tool_call_id: None,
+                name: None,
+            },
+            &mut out,
+        );
+        m.message(
+            Message {
+                id: "msg_3".into(),
+                role: Role::Tool,
+                content: Some(Content::Text("{\"sum\":1}".into())),
+                tool_calls: None,
+                tool_call_id: Some("c1".into()),
+                name: None,
+            },
+            &mut out,
+        );
+        // A reply that did not stream comes whole, under its stored id.
+        m.message(
+            Message {
+                id: "msg_4".into(),
+                role: Role::Assistant,
+                content: Some(Content::Text("add returned 1".into())),
+                tool_calls: None,
+                tool_call_id: None,
+                name: None,
+            },
+            &mut out,
+        );
+        let seen: Vec<String> = out
+            .iter()
+            .map(|e| {
+                let id = e.get("messageId").or_else(|| e.get("toolCallId")).and_then(Value::as_str).unwrap_or("");
+                format!("{} {id}", e["type"].as_str().unwrap())
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                "REASONING_START llm_1.reasoning",
+                "REASONING_MESSAGE_START llm_1.reasoning",
+                "REASONING_MESSAGE_CONTENT llm_1.reasoning",
+                "REASONING_MESSAGE_END llm_1.reasoning",
+                "REASONING_END llm_1.reasoning",
+                "TEXT_MESSAGE_START llm_1",
+                "TEXT_MESSAGE_CONTENT llm_1",
+                "TEXT_MESSAGE_CONTENT llm_1",
+                "TOOL_CALL_START c1",
+                "TOOL_CALL_ARGS c1",
+                "TOOL_CALL_ARGS c1",
+                "TEXT_MESSAGE_END llm_1",
+                "TOOL_CALL_END c1",
+                "TOOL_CALL_RESULT msg_3",
+                "TEXT_MESSAGE_START msg_4",
+                "TEXT_MESSAGE_CONTENT msg_4",
+                "TEXT_MESSAGE_END msg_4",
+            ]
+        );
+        let args: String =
+            out.iter().filter(|e| e["type"] == "TOOL_CALL_ARGS").map(|e| e["delta"].as_str().unwrap()).collect();
+        assert_eq!(args, "{\"a\":1}");
+        assert_eq!(out[8]["parentMessageId"], "llm_1");
+        assert_eq!(out[8]["toolCallName"], "add");
     }
 }
