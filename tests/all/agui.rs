@@ -205,6 +205,18 @@ async fn bad_runs_are_refused_with_the_field_and_failures_after_the_start_are_ru
             json!({"threadId": "t", "runId": "r", "messages": [], "resume": [{"interruptId": "i", "status": "maybe"}]}),
             "resume[0].status",
         ),
+        // What the engine refuses is named as the run's field: the
+        // reasoning message left out does not shift the index.
+        (
+            json!({"threadId": "t", "runId": "r", "messages": [{"id": "x", "role": "reasoning", "content": "hm"},
+                   {"id": "a\u{1}b", "role": "user", "content": "hi"}]}),
+            "messages[1].id",
+        ),
+        (
+            json!({"threadId": "t", "runId": "r", "messages": [],
+                   "tools": [{"name": "x", "description": "d", "parameters": {"type": 5}}]}),
+            "tools[0].parameters",
+        ),
     ] {
         let (status, _, error) = post(&s, "tools", body.clone()).await;
         assert_eq!((status, error["field"].as_str()), (StatusCode::BAD_REQUEST, Some(field)), "{body}: {error}");

@@ -240,8 +240,14 @@ pub async fn run(
     let plan = plan(&input, &agent_id, snapshot.as_ref())?;
     let mut run = AguiRun::new(&input, state.clone(), caller.tenant.clone(), session.clone());
     let frames = match plan {
-        Plan::Start(messages) => {
-            let sent = sessions::send(&state, &caller, &session, *messages, None, true).await?;
+        Plan::Start { input: messages, origins } => {
+            // The engine names fields of the input it was sent: name them
+            // as the run's instead.
+            let sent =
+                sessions::send(&state, &caller, &session, *messages, None, true).await.map_err(|mut error| {
+                    error.field = error.field.map(|field| agui_field(&field, &origins));
+                    error
+                })?;
             let (Some(turn_id), Some(live)) = (sent.accepted.turn_id, sent.live) else {
                 return Err(ApiError::internal(&"a client.messages input was accepted without a turn"));
             };
@@ -279,7 +285,9 @@ pub async fn run(
 /// What a run does with the session.
 enum Plan {
     /// Start a turn (or follow the one `runId` already started).
-    Start(Box<ClientInput>),
+    /// `origins[i]` is the index in the run's `messages` of the input's
+    /// message `i`.
+    Start { input: Box<ClientInput>, origins: Vec<usize> },
     /// Settle what the open turn `turn_id` waits for, and follow it.
     /// `unanswered`: frontend calls the turn still waits for after these
     /// (the run then ends at once, asking for them).
@@ -364,13 +372,39 @@ fn plan(input: &RunAgentInput, agent_id: &str, snapshot: Option<&subs_engine::Sn
             ))
         });
     }
-    Ok(Plan::Start(Box::new(ClientInput::ClientMessages(ClientMessages {
+    let (messages, origins) = conversation(&input.messages)?;
+    let start = ClientInput::ClientMessages(ClientMessages {
         agent_id: agent_id.to_owned(),
         turn_id: Some(input.run_id.clone()),
-        messages: conversation(&input.messages)?,
+        messages,
         stream: None,
         client: Some(client_context(input)),
-    }))))
+    });
+    Ok(Plan::Start { input: Box::new(start), origins })
+}
+
+/// A field of the `client.messages` input a run sent, as the run's own:
+/// `messages[1].tool_calls[0]` is `messages[3].toolCalls[0]` when the
+/// run's messages had two the input left out; `client.tools[0].input` is
+/// `tools[0].parameters`.
+fn agui_field(field: &str, origins: &[usize]) -> String {
+    if let Some(rest) = field.strip_prefix("messages[")
+        && let Some((index, rest)) = rest.split_once(']')
+        && let Ok(index) = index.parse::<usize>()
+    {
+        let index = origins.get(index).copied().unwrap_or(index);
+        let rest = rest.replace(".tool_calls", ".toolCalls").replace(".tool_call_id", ".toolCallId");
+        return format!("messages[{index}]{rest}");
+    }
+    if let Some(rest) = field.strip_prefix("client.tools") {
+        return format!("tools{}", rest.replace(".input", ".parameters"));
+    }
+    for (theirs, ours) in [("client.forwarded_props", "forwardedProps"), ("client.", ""), ("turn_id", "runId")] {
+        if let Some(rest) = field.strip_prefix(theirs) {
+            return format!("{ours}{rest}");
+        }
+    }
+    field.to_owned()
 }
 
 fn quoted(ids: &[&str]) -> String {
@@ -521,8 +555,10 @@ fn refusal(error: &ProtocolError) -> ApiError {
 /// `activity` and `reasoning` messages are the frontend's (progress shown
 /// to its user, reasoning it was sent) and are left out: the engine's
 /// conversation holds neither.
-fn conversation(messages: &[Value]) -> Result<Vec<DraftMessage>, ApiError> {
+/// Returns the drafts with, for each, its index among `messages`.
+fn conversation(messages: &[Value]) -> Result<(Vec<DraftMessage>, Vec<usize>), ApiError> {
     let mut drafts = Vec::with_capacity(messages.len());
+    let mut origins = Vec::with_capacity(messages.len());
     for (i, value) in messages.iter().enumerate() {
         let role = match value.get("role") {
             Some(Value::String(role)) => role.as_str(),
@@ -596,8 +632,9 @@ fn conversation(messages: &[Value]) -> Result<Vec<DraftMessage>, ApiError> {
             }
         };
         drafts.push(draft);
+        origins.push(i);
     }
-    Ok(drafts)
+    Ok((drafts, origins))
 }
 
 /// A message's content: a string, or a list of AG-UI content parts.
@@ -1137,8 +1174,15 @@ mod tests {
             json!({"id": "t", "role": "tool", "toolCallId": "c1", "content": "{\"sum\":3}"}),
             json!({"id": "r", "role": "reasoning", "content": "hm"}),
         ];
-        let drafts = conversation(&messages).unwrap();
+        let (drafts, origins) = conversation(&messages).unwrap();
         assert_eq!(drafts.len(), 5, "reasoning is left out");
+        assert_eq!(origins, [0, 1, 2, 3, 4]);
+        let (_, origins) = conversation(&[messages[5].clone(), messages[2].clone()]).unwrap();
+        assert_eq!(agui_field("messages[0].tool_calls[1].id", &origins), "messages[1].toolCalls[1].id");
+        assert_eq!(agui_field("client.tools[2].input", &origins), "tools[2].parameters");
+        assert_eq!(agui_field("client.forwarded_props", &origins), "forwardedProps");
+        assert_eq!(agui_field("client.context[0]", &origins), "context[0]");
+        assert_eq!(agui_field("turn_id", &origins), "runId");
         assert_eq!(drafts[1].role, Role::System);
         let Some(Content::Parts(parts)) = &drafts[2].content else { panic!("{:?}", drafts[2]) };
         assert_eq!(
