@@ -121,6 +121,14 @@ async fn the_ag_ui_client_runs_text_tools_frontend_tools_interrupts_and_state() 
     let client: Vec<&Value> = front["messages"].as_array().unwrap().iter().map(|m| &m["id"]).collect();
     assert_eq!(client, stored, "after run 2 the frontend holds the session's messages");
     assert_eq!(tree(&s, "agui-frontend").await, (4, 4), "user, call, result, answer: no fork");
+    // The run's tools, context and forwarded props reached the agent.
+    let (_, decisions) = s.call(Method::GET, "/v1/sessions/agui-frontend/decisions", Some(KEY), None).await;
+    let trigger = decisions.as_array().unwrap().iter().map(|d| &d["trigger"]).find(|t| t["type"] == "client.messages");
+    let client = &trigger.unwrap_or_else(|| panic!("{decisions}"))["client"];
+    assert_eq!(client["tools"][0]["name"], "confirm", "{client}");
+    assert_eq!(client["tools"][0]["handler"], "client", "{client}");
+    assert_eq!(client["context"], json!([{"description": "The user's name", "value": "Ada"}]), "{client}");
+    assert_eq!(client["forwarded_props"], json!({"locale": "en"}), "{client}");
 
     // An interrupt ends run 1 with it (AG-UI's interrupt outcome, and in
     // the result); run 2 resumes it.

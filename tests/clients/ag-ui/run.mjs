@@ -135,7 +135,12 @@ const summary = {};
     },
   ];
   const h = agent("tools", "agui-frontend", [user("u1", 'use tool confirm with {"ok": true}')]);
-  const first = await run(h, { runId: "front-run-1", tools });
+  const first = await run(h, {
+    runId: "front-run-1",
+    tools,
+    context: [{ description: "The user's name", value: "Ada" }],
+    forwardedProps: { locale: "en" },
+  });
   const pending = finished(first.wire)?.outcome?.pendingToolCallIds ?? [];
   const call = h.agent.messages.flatMap((m) => m.toolCalls ?? []).find((c) => pending.includes(c.id));
   if (call) {
