@@ -1300,6 +1300,34 @@ mod tests {
     }
 
     #[test]
+    fn a_state_event_is_stored_only_when_a_decision_changes_the_state() {
+        with_ctx(|ctx| {
+            let mut session = session();
+            let mut states = Vec::new();
+            // A new state, the same again, none, null, another: two events.
+            for state in [Some(json!({"n": 1})), Some(json!({"n": 1})), None, Some(Value::Null), Some(json!({"n": 2}))]
+            {
+                let mut change = Change::default();
+                let seq = session.push_step(StoredTrigger::Plain { trigger: Trigger::SessionStart }, &mut change);
+                let step = session.steps.back().unwrap().1.clone();
+                let mut decision =
+                    DecisionResponse::new().with_action(Action::ToolCall(subs_protocol::action::ToolCall {
+                        id: Some(format!("c{seq}")),
+                        name: "add".to_owned(),
+                        arguments: json!({}),
+                        handler: None,
+                        retry: None,
+                    }));
+                decision.state = state;
+                session.apply_decision(seq, step, decision, &Trigger::SessionStart, ctx, &mut change);
+                states.extend(events(&change).into_iter().filter(|(name, _)| name == "state").map(|(_, data)| data));
+            }
+            assert_eq!(states, [json!({"state": {"n": 1}}), json!({"state": {"n": 2}})]);
+            assert_eq!(session.record.state, json!({"n": 2}));
+        });
+    }
+
+    #[test]
     fn calls_made_with_an_interrupt_wait_queued_until_the_last_resume_then_start_in_order() {
         with_ctx(|ctx| {
             let mut session = session();
