@@ -546,6 +546,7 @@ async fn the_openapi_document_matches_the_routes() {
             "GET /v1/sessions/{session_id}/events",
             "GET /v1/usage",
             "POST /v1/admin/keys",
+            "POST /v1/agents/{agent_id}/ag-ui",
             "POST /v1/agents/{agent_id}/ai-sdk",
             "POST /v1/sessions/{session_id}/cancel",
             "POST /v1/sessions/{session_id}/input",

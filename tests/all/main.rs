@@ -2,6 +2,7 @@
 //! components are built once by `build.rs`; see `subs_tests::guests`.
 
 mod admin;
+mod agui;
 mod aisdk;
 mod api;
 mod architecture;

@@ -89,6 +89,9 @@ impl<W: Write> Human<W> {
             Some(SessionEvent::Interrupt(InterruptRaised { interrupt_id, reason, .. })) => {
                 self.line(&format!("‖ interrupt {interrupt_id}: {reason}"))?;
             }
+            Some(SessionEvent::State(state)) if watcher => self.line(&format!("state: {}", state.state))?,
+            // The state is the agent's business; `subs run` shows the conversation.
+            Some(SessionEvent::State(_)) => {}
             None if watcher => self.line(&format!("{name} {data}"))?,
             None => {}
         }

@@ -880,13 +880,13 @@ pub fn posted_input() -> BoxedStrategy<crate::PostedInput> {
 
 // ---- session events ----------------------------------------------------
 
-/// Any [`SessionEvent`](crate::SessionEvent), all seven kinds. Optional
+/// Any [`SessionEvent`](crate::SessionEvent), all eight kinds. Optional
 /// `unknown` payload fields (`payload`, `data`) are never `Some(null)`,
 /// which reads back as `None`.
 pub fn session_event() -> BoxedStrategy<crate::SessionEvent> {
     use crate::SessionEvent;
     use crate::event::{
-        ClientToolCall, InterruptRaised, MessageRecorded, TokenDelta, TurnDone, TurnFailed, TurnStarted,
+        ClientToolCall, InterruptRaised, MessageRecorded, StateChanged, TokenDelta, TurnDone, TurnFailed, TurnStarted,
     };
 
     prop_oneof![
@@ -906,6 +906,7 @@ pub fn session_event() -> BoxedStrategy<crate::SessionEvent> {
             error,
             code
         })),
+        json_value().prop_map(|state| SessionEvent::State(StateChanged { state })),
     ]
     .boxed()
 }

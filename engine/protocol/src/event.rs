@@ -46,6 +46,8 @@ pub enum SessionEvent {
     TurnDone(TurnDone),
     /// `turn.failed`: a turn ended with an error.
     TurnFailed(TurnFailed),
+    /// `state`: a decision changed the agent's state.
+    State(StateChanged),
 }
 
 /// The kind of a [`SessionEvent`]: its name, without its payload.
@@ -65,11 +67,13 @@ pub enum EventKind {
     TurnDone,
     /// `turn.failed`.
     TurnFailed,
+    /// `state`.
+    State,
 }
 
 impl EventKind {
     /// Every kind of event.
-    pub const ALL: [EventKind; 7] = [
+    pub const ALL: [EventKind; 8] = [
         EventKind::TurnStarted,
         EventKind::Message,
         EventKind::TokenDelta,
@@ -77,6 +81,7 @@ impl EventKind {
         EventKind::Interrupt,
         EventKind::TurnDone,
         EventKind::TurnFailed,
+        EventKind::State,
     ];
 
     /// The event name on the wire (`turn.started`).
@@ -89,6 +94,7 @@ impl EventKind {
             EventKind::Interrupt => "interrupt",
             EventKind::TurnDone => "turn.done",
             EventKind::TurnFailed => "turn.failed",
+            EventKind::State => "state",
         }
     }
 
@@ -193,6 +199,15 @@ pub struct TurnFailed {
     pub code: String,
 }
 
+/// `state` data: `{state}`, the agent's whole state after a decision
+/// changed it. Sent only when it changed (a decision that leaves the state
+/// as it was, or gives none, sends nothing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateChanged {
+    /// The new state, whole.
+    pub state: Value,
+}
+
 /// An event name and data that are not a [`SessionEvent`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -228,6 +243,7 @@ impl SessionEvent {
             SessionEvent::Interrupt(_) => EventKind::Interrupt,
             SessionEvent::TurnDone(_) => EventKind::TurnDone,
             SessionEvent::TurnFailed(_) => EventKind::TurnFailed,
+            SessionEvent::State(_) => EventKind::State,
         }
     }
 
@@ -247,6 +263,7 @@ impl SessionEvent {
             SessionEvent::Interrupt(p) => crate::to_value(p),
             SessionEvent::TurnDone(p) => crate::to_value(p),
             SessionEvent::TurnFailed(p) => crate::to_value(p),
+            SessionEvent::State(p) => crate::to_value(p),
         }
     }
 
@@ -261,6 +278,7 @@ impl SessionEvent {
             SessionEvent::Interrupt(p) => crate::to_json(p),
             SessionEvent::TurnDone(p) => crate::to_json(p),
             SessionEvent::TurnFailed(p) => crate::to_json(p),
+            SessionEvent::State(p) => crate::to_json(p),
         }
     }
 
@@ -282,6 +300,7 @@ impl SessionEvent {
             EventKind::Interrupt => SessionEvent::Interrupt(payload(kind, data)?),
             EventKind::TurnDone => SessionEvent::TurnDone(payload(kind, data)?),
             EventKind::TurnFailed => SessionEvent::TurnFailed(payload(kind, data)?),
+            EventKind::State => SessionEvent::State(payload(kind, data)?),
         })
     }
 
@@ -343,6 +362,12 @@ impl From<TurnFailed> for SessionEvent {
     }
 }
 
+impl From<StateChanged> for SessionEvent {
+    fn from(payload: StateChanged) -> Self {
+        SessionEvent::State(payload)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -375,6 +400,8 @@ mod tests {
             ("turn.done", json!({"turn_id": "turn_1", "data": {"ok": true, "n": 1.5}})),
             ("turn.done", json!({"turn_id": "turn_1", "data": null})),
             ("turn.failed", json!({"turn_id": "turn_1", "error": "boom", "code": "agent_error"})),
+            ("state", json!({"state": {"turns": 2, "notes": ["a"], "nested": {"x": null}}})),
+            ("state", json!({"state": "any JSON"})),
         ]
     }
 
@@ -441,6 +468,10 @@ mod tests {
         });
         assert_eq!(call.data_json(), r#"{"id":"call_1","name":"add","arguments":"{}","attempt":2}"#);
         assert_eq!(call.turn_id(), None);
+        let state = SessionEvent::State(StateChanged { state: json!({"turns": 1}) });
+        assert_eq!(state.data_json(), r#"{"state":{"turns":1}}"#);
+        assert_eq!(state.turn_id(), None);
+        assert!(EventKind::State.is_stored() && !EventKind::State.is_turn_boundary());
         assert_eq!(done.turn_id(), Some("t"));
     }
 
@@ -471,5 +502,7 @@ mod tests {
 
         assert!(SessionEvent::from_parts("turn.started", json!(["turn_1"])).is_err(), "an array is no payload");
         assert!(SessionEvent::from_parts("llm.token.delta", json!({"text": "x"})).is_err(), "call_id is needed");
+        let e = SessionEvent::from_parts("state", json!({})).unwrap_err();
+        assert!(e.to_string().contains("state"), "the missing state is named: {e}");
     }
 }

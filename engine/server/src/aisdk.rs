@@ -869,6 +869,12 @@ impl Translator {
     async fn translate(&mut self, event: SessionEvent, out: &mut Vec<Value>) {
         match event {
             SessionEvent::TurnStarted(_) => {}
+            // The agent's state, as a data part the SDK keeps one of (the
+            // latest replaces the one before: same id).
+            SessionEvent::State(changed) => {
+                self.open_step(out);
+                out.push(json!({"type": "data-state", "id": "state", "data": changed.state}));
+            }
             SessionEvent::TokenDelta(delta) if self.joined_mid_call.contains(&delta.call_id) => {}
             SessionEvent::TokenDelta(delta) => {
                 let delta = delta.delta;

@@ -19,6 +19,8 @@
 //! - [`agents`]: uploading components and registering HTTP workers, over
 //!   the engine's agent registry ([`subs_engine::agents`], which also
 //!   meters uploads).
+//! - [`agui`]: AG-UI runs (`POST /v1/agents/{agent_id}/ag-ui`), a
+//!   translation of a turn's events into AG-UI's.
 //! - [`budgets`]: what sessions and tenants spent, and their budgets.
 //! - [`metrics`]: `/healthz` and Prometheus `/metrics`.
 //! - [`aisdk`]: the Vercel AI SDK's chat endpoint (its UI message stream)
@@ -28,6 +30,7 @@
 
 pub mod admin;
 pub mod agents;
+pub mod agui;
 pub mod aisdk;
 pub mod auth;
 pub mod body;

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 use subs_protocol::action::LlmCall;
-use subs_protocol::event::{ClientToolCall, InterruptRaised, TurnDone, TurnFailed, TurnStarted};
+use subs_protocol::event::{ClientToolCall, InterruptRaised, StateChanged, TurnDone, TurnFailed, TurnStarted};
 use subs_protocol::trigger::{
     ClientAction as ActionTrigger, InterruptResumed, LlmFinished, SubAgentFinished, ToolExecute, ToolFinished,
 };
@@ -592,8 +592,11 @@ impl Session {
         if let Some(agent) = &decision.agent {
             self.record.agent = Some(super::proposal::without_client_tools(agent, self.client_tools()));
         }
-        if let Some(state) = decision.state.clone().filter(|s| !s.is_null()) {
-            self.record.state = state;
+        // Clients hear of the state only when it changed: a decision that
+        // hands back the state it was given is the common case.
+        if let Some(state) = decision.state.clone().filter(|s| !s.is_null() && *s != self.record.state) {
+            self.record.state = state.clone();
+            self.emit(SessionEvent::State(StateChanged { state }), change);
         }
         for message in decision.messages().iter().cloned() {
             let id = self.record_message(message, change);
@@ -1443,6 +1446,34 @@ mod tests {
         });
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
         runtime.block_on(session.accept_input(input, ctx, change)).expect("the interrupt is open");
+    }
+
+    #[test]
+    fn a_state_event_is_stored_only_when_a_decision_changes_the_state() {
+        with_ctx(|ctx| {
+            let mut session = session();
+            let mut states = Vec::new();
+            // A new state, the same again, none, null, another: two events.
+            for state in [Some(json!({"n": 1})), Some(json!({"n": 1})), None, Some(Value::Null), Some(json!({"n": 2}))]
+            {
+                let mut change = Change::default();
+                let seq = session.push_step(StoredTrigger::Plain { trigger: Trigger::SessionStart }, &mut change);
+                let step = session.steps.back().unwrap().1.clone();
+                let mut decision =
+                    DecisionResponse::new().with_action(Action::ToolCall(subs_protocol::action::ToolCall {
+                        id: Some(format!("c{seq}")),
+                        name: "add".to_owned(),
+                        arguments: json!({}),
+                        handler: None,
+                        retry: None,
+                    }));
+                decision.state = state;
+                session.apply_decision(seq, step, decision, &Trigger::SessionStart, ctx, &mut change);
+                states.extend(events(&change).into_iter().filter(|(name, _)| name == "state").map(|(_, data)| data));
+            }
+            assert_eq!(states, [json!({"state": {"n": 1}}), json!({"state": {"n": 2}})]);
+            assert_eq!(session.record.state, json!({"n": 2}));
+        });
     }
 
     #[test]
