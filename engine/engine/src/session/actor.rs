@@ -936,16 +936,20 @@ impl Actor {
         ctx.decision = span.as_ref().map(|(span, _)| span.clone());
         let session = self.session.as_mut().expect("loaded");
         let trigger = session.trigger(&step.trigger);
-        let mut attributes = vec![
-            KeyValue::new("subs.trigger", trigger.kind()),
-            KeyValue::new("subs.agent.id", session.record.agent_id.clone()),
-            KeyValue::new("subs.worker.kind", kind),
-            KeyValue::new("subs.step", i64::try_from(seq).unwrap_or(i64::MAX)),
-            KeyValue::new("subs.attempt", i64::from(attempt)),
-        ];
-        if let Some(version) = &version {
-            attributes.push(KeyValue::new("subs.agent.version", version.clone()));
-        }
+        // Built only for a traced turn: untraced, a decision costs nothing here.
+        let attributes = span.is_some().then(|| {
+            let mut attributes = vec![
+                KeyValue::new("subs.trigger", trigger.kind()),
+                KeyValue::new("subs.agent.id", session.record.agent_id.clone()),
+                KeyValue::new("subs.worker.kind", kind),
+                KeyValue::new("subs.step", i64::try_from(seq).unwrap_or(i64::MAX)),
+                KeyValue::new("subs.attempt", i64::from(attempt)),
+            ];
+            if let Some(version) = &version {
+                attributes.push(KeyValue::new("subs.agent.version", version.clone()));
+            }
+            attributes
+        });
         let outcome = match result {
             Ok(decision) => match validate::validate(session, &trigger, &decision, ctx.store).await {
                 Ok(()) => Ok(decision),
@@ -990,7 +994,7 @@ impl Actor {
                 Some(error)
             }
         };
-        if let Some((at, start)) = span {
+        if let (Some((at, start)), Some(attributes)) = (span, attributes) {
             let name = format!("decision {}", trigger.kind());
             let kind = opentelemetry::trace::SpanKind::Internal;
             let end = start + took;

@@ -1008,93 +1008,26 @@ impl Session {
         }
     }
 
-    /// What a call's try ending tells operators: its span, when its turn
-    /// is traced, and its metrics (a tool call's time, an LLM call's
-    /// tokens and cost).
+    /// What a call's try ending tells operators: its metrics (a tool
+    /// call's time, an LLM call's tokens and cost) and, when its turn is
+    /// traced, its span.
     fn end_try(&self, call: &CallRecord, outcome: &Outcome, ctx: &Ctx<'_>, change: &mut Change) {
-        use opentelemetry::KeyValue;
-        use opentelemetry::trace::SpanKind;
-
         let started = call.started_ms.unwrap_or(ctx.now_ms);
-        let error = match outcome {
-            Outcome::Failed { error, .. } => Some(error.clone()),
-            Outcome::SubAgent { ok: false, error, .. } => Some(error.clone().unwrap_or_else(|| "failed".to_owned())),
-            _ => None,
-        };
-        let mut attributes = vec![
-            KeyValue::new("subs.call.id", call.call.id.clone()),
-            KeyValue::new("subs.call.attempt", i64::from(call.call.attempt)),
-        ];
-        let (name, kind) = match &call.spec {
-            CallSpec::Llm { action, .. } => {
-                let model = action.model.clone().unwrap_or_default();
-                // `provider/model`, as agents name models.
-                let (provider, bare) = model.split_once('/').unwrap_or(("", &model));
-                attributes.push(KeyValue::new("gen_ai.operation.name", "chat"));
-                if !provider.is_empty() {
-                    attributes.push(KeyValue::new("gen_ai.provider.name", provider.to_owned()));
-                }
-                attributes.push(KeyValue::new("gen_ai.request.model", bare.to_owned()));
-                let name = format!("chat {bare}");
-                if let Some(t) = action.temperature {
-                    attributes.push(KeyValue::new("gen_ai.request.temperature", t));
-                }
-                if let Some(n) = action.max_completion_tokens {
-                    attributes.push(KeyValue::new("gen_ai.request.max_tokens", i64::from(n)));
-                }
-                if let Outcome::LlmOk(response) = outcome {
-                    let (input, output) = crate::telemetry::token_counts(response.usage.as_ref());
-                    let cost = response.cost.as_deref().and_then(|c| c.parse::<f64>().ok());
-                    ctx.metrics.llm_usage(&model, input, output, cost);
-                    attributes
-                        .push(KeyValue::new("gen_ai.usage.input_tokens", i64::try_from(input).unwrap_or(i64::MAX)));
-                    attributes
-                        .push(KeyValue::new("gen_ai.usage.output_tokens", i64::try_from(output).unwrap_or(i64::MAX)));
-                    if let Some(reason) = &response.finish_reason {
-                        attributes.push(KeyValue::new(
-                            "gen_ai.response.finish_reasons",
-                            opentelemetry::Value::Array(vec![opentelemetry::StringValue::from(reason.clone())].into()),
-                        ));
-                    }
-                }
-                (name, SpanKind::Client)
+        let ok = !matches!(outcome, Outcome::Failed { .. } | Outcome::SubAgent { ok: false, .. });
+        match (&call.spec, outcome) {
+            (CallSpec::Llm { action, .. }, Outcome::LlmOk(response)) => {
+                let (input, output) = crate::telemetry::token_counts(response.usage.as_ref());
+                let cost = response.cost.as_deref().and_then(|c| c.parse::<f64>().ok());
+                ctx.metrics.llm_usage(action.model.as_deref().unwrap_or_default(), input, output, cost);
             }
-            CallSpec::Tool { .. } => {
-                let name = call.call.name.clone().unwrap_or_default();
-                let handler = match call.call.handler {
-                    Some(Handler::Server) => "server",
-                    Some(Handler::Client) => "client",
-                    _ => "worker",
-                };
+            (CallSpec::Tool { .. }, _) => {
                 let took = std::time::Duration::from_millis(ctx.now_ms.saturating_sub(started));
-                ctx.metrics.tool_call(handler, took, error.is_none());
-                attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
-                attributes.push(KeyValue::new("gen_ai.tool.name", name.clone()));
-                attributes.push(KeyValue::new("gen_ai.tool.call.id", call.call.id.clone()));
-                attributes.push(KeyValue::new("gen_ai.tool.type", "function"));
-                attributes.push(KeyValue::new("subs.tool.handler", handler));
-                (format!("execute_tool {name}"), SpanKind::Internal)
+                ctx.metrics.tool_call(tool_handler(call), took, ok);
             }
-            CallSpec::SubAgent { .. } => {
-                let agent = call.call.agent_id.clone().unwrap_or_default();
-                attributes.push(KeyValue::new("gen_ai.operation.name", "invoke_agent"));
-                attributes.push(KeyValue::new("gen_ai.agent.name", agent.clone()));
-                if let Some(session) = &call.call.session_id {
-                    attributes.push(KeyValue::new("gen_ai.conversation.id", session.clone()));
-                }
-                (format!("invoke_agent {agent}"), SpanKind::Internal)
-            }
-        };
+            _ => {}
+        }
         if let Some(at) = call.span.clone() {
-            change.spans.push(crate::telemetry::Span {
-                at,
-                name,
-                kind,
-                start: crate::telemetry::at_ms(started),
-                end: crate::telemetry::at_ms(ctx.now_ms),
-                attributes,
-                error,
-            });
+            change.spans.push(call_span(call, at, outcome, started, ctx.now_ms));
         }
     }
 
@@ -1257,6 +1190,84 @@ fn failed(e: subs_protocol::action::CallError) -> Outcome {
 
 /// The named steps of ending a turn and settling a call, on sessions in
 /// memory with a `MemStore` behind the context.
+/// Who ran a tool call, as metrics and spans name it.
+fn tool_handler(call: &CallRecord) -> &'static str {
+    match call.call.handler {
+        Some(Handler::Server) => "server",
+        Some(Handler::Client) => "client",
+        _ => "worker",
+    }
+}
+
+/// The span of a call's try that ended at `end_ms` with `outcome`, with
+/// the OpenTelemetry GenAI attributes.
+fn call_span(call: &CallRecord, at: SpanRef, outcome: &Outcome, start_ms: u64, end_ms: u64) -> crate::telemetry::Span {
+    use opentelemetry::KeyValue;
+    use opentelemetry::trace::SpanKind;
+
+    let error = match outcome {
+        Outcome::Failed { error, .. } => Some(error.clone()),
+        Outcome::SubAgent { ok: false, error, .. } => Some(error.clone().unwrap_or_else(|| "failed".to_owned())),
+        _ => None,
+    };
+    let mut attributes = vec![
+        KeyValue::new("subs.call.id", call.call.id.clone()),
+        KeyValue::new("subs.call.attempt", i64::from(call.call.attempt)),
+    ];
+    let (name, kind) = match &call.spec {
+        CallSpec::Llm { action, .. } => {
+            let model = action.model.as_deref().unwrap_or_default();
+            // `provider/model`, as agents name models.
+            let (provider, bare) = model.split_once('/').unwrap_or(("", model));
+            attributes.push(KeyValue::new("gen_ai.operation.name", "chat"));
+            if !provider.is_empty() {
+                attributes.push(KeyValue::new("gen_ai.provider.name", provider.to_owned()));
+            }
+            attributes.push(KeyValue::new("gen_ai.request.model", bare.to_owned()));
+            if let Some(t) = action.temperature {
+                attributes.push(KeyValue::new("gen_ai.request.temperature", t));
+            }
+            if let Some(n) = action.max_completion_tokens {
+                attributes.push(KeyValue::new("gen_ai.request.max_tokens", i64::from(n)));
+            }
+            if let Outcome::LlmOk(response) = outcome {
+                let (input, output) = crate::telemetry::token_counts(response.usage.as_ref());
+                let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                attributes.push(KeyValue::new("gen_ai.usage.input_tokens", count(input)));
+                attributes.push(KeyValue::new("gen_ai.usage.output_tokens", count(output)));
+                if let Some(reason) = &response.finish_reason {
+                    let reasons = vec![opentelemetry::StringValue::from(reason.clone())];
+                    attributes.push(KeyValue::new(
+                        "gen_ai.response.finish_reasons",
+                        opentelemetry::Value::Array(reasons.into()),
+                    ));
+                }
+            }
+            (format!("chat {bare}"), SpanKind::Client)
+        }
+        CallSpec::Tool { .. } => {
+            let name = call.call.name.clone().unwrap_or_default();
+            attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
+            attributes.push(KeyValue::new("gen_ai.tool.name", name.clone()));
+            attributes.push(KeyValue::new("gen_ai.tool.call.id", call.call.id.clone()));
+            attributes.push(KeyValue::new("gen_ai.tool.type", "function"));
+            attributes.push(KeyValue::new("subs.tool.handler", tool_handler(call)));
+            (format!("execute_tool {name}"), SpanKind::Internal)
+        }
+        CallSpec::SubAgent { .. } => {
+            let agent = call.call.agent_id.clone().unwrap_or_default();
+            attributes.push(KeyValue::new("gen_ai.operation.name", "invoke_agent"));
+            attributes.push(KeyValue::new("gen_ai.agent.name", agent.clone()));
+            if let Some(session) = &call.call.session_id {
+                attributes.push(KeyValue::new("gen_ai.conversation.id", session.clone()));
+            }
+            (format!("invoke_agent {agent}"), SpanKind::Internal)
+        }
+    };
+    let (start, end) = (crate::telemetry::at_ms(start_ms), crate::telemetry::at_ms(end_ms));
+    crate::telemetry::Span { at, name, kind, start, end, attributes, error }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
