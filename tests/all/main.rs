@@ -24,5 +24,6 @@ mod sandbox;
 mod security;
 mod storage_growth;
 mod streaming;
+mod telemetry;
 mod tenants;
 mod wit_boundary;

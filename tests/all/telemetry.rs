@@ -1,0 +1,120 @@
+//! Spans that outlive the process that started them: a turn waiting for
+//! a client tool survives a crash, and the engine that finishes it sends
+//! the turn's span and the tool call's with the ids and start times the
+//! first engine stored.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SpanData, SpanProcessor};
+use serde_json::json;
+use subs_engine::store::{SessionStatus, TurnStatus};
+use subs_protocol::client::{ClientMessages, ToolResult};
+use subs_protocol::{AgentTool, ClientContext, ClientInput, DraftMessage, ToolHandler};
+use subs_tests::TENANT;
+
+/// A span processor that keeps every span it is given.
+#[derive(Debug, Default, Clone)]
+struct Kept(Arc<Mutex<Vec<SpanData>>>);
+
+impl SpanProcessor for Kept {
+    fn on_start(&self, _: &mut opentelemetry_sdk::trace::Span, _: &opentelemetry::Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        self.0.lock().unwrap().push(span);
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+}
+
+impl Kept {
+    fn named(&self, name: &str) -> Vec<SpanData> {
+        self.0.lock().unwrap().iter().filter(|s| s.name == name).cloned().collect()
+    }
+}
+
+async fn engine_on(path: &std::path::Path, kept: &Kept) -> (subs_engine::Engine, Arc<subs_store_redb::RedbStore>) {
+    let store = Arc::new(subs_store_redb::RedbStore::open(path).expect("the store opens"));
+    let config = subs_engine::EngineConfig { spans: Some(Arc::new(kept.clone())), ..subs_tests::test_config() };
+    let models = subs_engine::model::Models::with_offline();
+    let engine = subs_tests::start_engine_with(store.clone(), models, config).await;
+    (engine, store)
+}
+
+#[tokio::test]
+async fn a_turn_waiting_for_a_client_survives_a_crash_and_its_spans_keep_their_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("subs.redb");
+    let before = Kept::default();
+    let (engine, store) = engine_on(&path, &before).await;
+
+    let confirm = AgentTool::new("confirm")
+        .description("Asks the user to confirm.")
+        .input(json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}))
+        .handler(ToolHandler::Client);
+    let input = ClientInput::ClientMessages(ClientMessages {
+        agent_id: "tools".to_owned(),
+        turn_id: Some("turn-1".to_owned()),
+        messages: vec![DraftMessage::user(r#"use tool confirm with {"ok": true}"#)],
+        stream: None,
+        client: Some(ClientContext { tools: Some(vec![confirm]), ..ClientContext::default() }),
+    });
+    let started = SystemTime::now();
+    engine.input(TENANT, "client", input, Default::default()).await.unwrap();
+    let call_id = loop {
+        let snapshot = engine.snapshot(TENANT, "client").await.unwrap().unwrap();
+        if snapshot.record.status == SessionStatus::Waiting {
+            let waiting = snapshot.calls.iter().find(|c| c.call.handler == Some(subs_protocol::Handler::Client));
+            break waiting.expect("the client tool's call").call.id.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    // Until the turn ends, only its decisions have been sent.
+    assert!(before.named("invoke_agent tools").is_empty());
+    assert!(before.named("execute_tool confirm").is_empty());
+    let decided = before.named("decision llm.finished");
+    assert_eq!(decided.len(), 1, "{:?}", before.0.lock().unwrap());
+    let trace_id = decided[0].span_context.trace_id();
+
+    // The engine dies; another, on the same store, takes the answer.
+    engine.kill().await;
+    store.close().await.unwrap();
+    drop(store);
+    let after = Kept::default();
+    let (engine, _store) = engine_on(&path, &after).await;
+    let result = ClientInput::ToolResult(ToolResult { id: call_id, attempt: None, result: Some(json!({"ok": true})) });
+    engine.input(TENANT, "client", result, Default::default()).await.unwrap();
+    let turn = tokio::time::timeout(Duration::from_secs(30), engine.wait_turn(TENANT, "client", "turn-1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(turn.status, TurnStatus::Done);
+
+    // The turn's span is the one the first engine started: same trace,
+    // and its start is from before the crash.
+    let [turn_span] = &after.named("invoke_agent tools")[..] else { panic!("{:?}", after.0.lock().unwrap()) };
+    assert_eq!(turn_span.span_context.trace_id(), trace_id);
+    assert_eq!(decided[0].parent_span_id, turn_span.span_context.span_id());
+    // (Stored in milliseconds: the turn started within one of the input.)
+    assert!(turn_span.start_time + Duration::from_millis(1) >= started, "{turn_span:?}");
+    assert!(turn_span.start_time <= decided[0].start_time, "{turn_span:?}");
+    // The client tool's span: started by the decision before the crash,
+    // ended by the answer after it, with the GenAI attributes.
+    let [tool] = &after.named("execute_tool confirm")[..] else { panic!("{:?}", after.0.lock().unwrap()) };
+    assert_eq!(tool.parent_span_id, decided[0].span_context.span_id());
+    assert_eq!(tool.span_context.trace_id(), trace_id);
+    assert!(tool.start_time <= tool.end_time && tool.start_time <= decided[0].end_time, "{tool:?}");
+    let handler = tool.attributes.iter().find(|kv| kv.key.as_str() == "subs.tool.handler").unwrap();
+    assert_eq!(handler.value.as_str(), "client");
+    // The decisions after the crash are in the same trace, under the turn.
+    let finished = after.named("decision tool.finished");
+    assert_eq!(finished.len(), 1);
+    assert_eq!(finished[0].parent_span_id, turn_span.span_context.span_id());
+}
