@@ -322,3 +322,63 @@ impl Metrics {
         self.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(metrics: &Metrics) -> String {
+        let mut out = String::new();
+        metrics.encode(3, &mut out);
+        out
+    }
+
+    #[test]
+    fn deliveries_are_counted_by_outcome_and_traps_by_kind() {
+        let metrics = Metrics::new();
+        let took = Duration::from_micros(20);
+        metrics.delivered("component", took, None);
+        metrics.delivered("component", took, Some(&WorkerError::Trapped("unreachable".into())));
+        metrics.delivered("component", took, Some(&WorkerError::LimitExceeded("memory".into())));
+        metrics.delivered("http", took, Some(&WorkerError::Timeout(Duration::from_secs(1))));
+        metrics.retried("http");
+        let out = text(&metrics);
+        for line in [
+            "subs_deliveries_total{worker=\"component\",outcome=\"ok\"} 1",
+            "subs_deliveries_total{worker=\"component\",outcome=\"trap\"} 1",
+            "subs_deliveries_total{worker=\"component\",outcome=\"error\"} 1",
+            "subs_deliveries_total{worker=\"http\",outcome=\"timeout\"} 1",
+            "subs_guest_traps_total{kind=\"trap\"} 1",
+            "subs_guest_traps_total{kind=\"limit\"} 1",
+            "subs_delivery_retries_total{worker=\"http\"} 1",
+            "subs_decision_duration_seconds_count{worker=\"component\"} 3",
+            "subs_sessions_active 3",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
+        }
+    }
+
+    #[test]
+    fn model_labels_are_bounded() {
+        let metrics = Metrics::new();
+        for n in 0..MAX_LABEL_VALUES + 20 {
+            metrics.llm_usage(&format!("p/model-{n}"), 1, 1, Some(0.5));
+        }
+        let out = text(&metrics);
+        let series = out.lines().filter(|l| l.starts_with("subs_llm_cost_dollars_total{")).count();
+        assert_eq!(series, MAX_LABEL_VALUES + 1, "{out}");
+        assert!(out.contains("subs_llm_cost_dollars_total{model=\"other\"} 10"), "{out}");
+        // A model seen before the bound keeps its name after it.
+        metrics.llm_usage("p/model-0", 2, 0, None);
+        assert!(text(&metrics).contains("subs_llm_tokens_total{model=\"p/model-0\",kind=\"input\"} 3"));
+    }
+
+    #[test]
+    fn waiting_inputs_rise_and_fall() {
+        let metrics = Metrics::new();
+        metrics.input_sent();
+        metrics.input_sent();
+        metrics.input_taken();
+        assert!(text(&metrics).lines().any(|l| l == "subs_inputs_waiting 1"));
+    }
+}
