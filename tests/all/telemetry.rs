@@ -118,3 +118,25 @@ async fn a_turn_waiting_for_a_client_survives_a_crash_and_its_spans_keep_their_i
     assert_eq!(finished.len(), 1);
     assert_eq!(finished[0].parent_span_id, turn_span.span_context.span_id());
 }
+
+/// A streamed LLM call's first delta is timed; every call is, by model.
+#[tokio::test]
+async fn streamed_calls_are_timed_to_their_first_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
+    let config = subs_engine::EngineConfig { default_stream: true, ..subs_tests::test_config() };
+    let engine = subs_tests::start_engine_with(store, subs_engine::model::Models::with_offline(), config).await;
+    let input = subs_tests::user_input("tools", Some("t1"), r#"use tool add with {"a": 1, "b": 2}"#);
+    engine.input(TENANT, "streamed", input, Default::default()).await.unwrap();
+    let turn = engine.wait_turn(TENANT, "streamed", "t1").await.unwrap();
+    assert_eq!(turn.status, TurnStatus::Done);
+    let mut text = String::new();
+    engine.encode_metrics(&mut text);
+    for line in [
+        "subs_llm_time_to_first_token_seconds_count{model=\"subs/offline\"} 2",
+        "subs_llm_call_duration_seconds_count{model=\"subs/offline\",outcome=\"ok\"} 2",
+        "subs_tool_call_duration_seconds_count{handler=\"worker\",outcome=\"ok\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+}
