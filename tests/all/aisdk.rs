@@ -493,3 +493,54 @@ async fn a_cancelled_turn_ends_the_stream_with_an_error() {
     assert!(chunks.iter().any(|c| c["type"] == "text-end"), "{chunks:?}");
     s.stop().await;
 }
+
+/// A client that reads nothing while a turn floods deltas is dropped: its
+/// stream ends with an `error` naming the reconnect route, then `[DONE]`,
+/// and the turn goes on without it.
+#[tokio::test]
+async fn a_client_that_falls_behind_gets_an_error_naming_the_reconnect() {
+    let streams =
+        subs_engine::StreamLimits { subscriber_buffer_bytes: 64 << 10, ..subs_engine::StreamLimits::default() };
+    let config = subs_engine::EngineConfig { streams, ..subs_engine::EngineConfig::default() };
+    // The host's work on tens of MiB of deltas counts against the
+    // decision's CPU limit; the bound under test is the stream's.
+    let mut roomy = subs_engine::worker::component::AgentPolicy::default();
+    roomy.limits.cpu = Some(std::time::Duration::from_secs(120));
+    roomy.limits.wall_clock = Some(std::time::Duration::from_secs(120));
+    let policies = [(("acme".to_owned(), "flood".to_owned()), roomy)].into_iter().collect();
+    let s = TestServer::builder().keys(&[("acme", KEY)]).policies(policies).engine_config(config).start().await;
+    assert!(s.upload("flood", guests::TEST_FLOOD, Some(KEY)).await.0.is_success());
+
+    // 600 deltas of 60 kB: far more than the subscription's 64 KiB and
+    // what the connection's buffers hold.
+    let user = json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "60000 600"}]});
+    let response = s
+        .request(POST, "/v1/agents/flood/ai-sdk", Some(KEY))
+        .header("content-type", "application/json")
+        .body(json!({"id": "c-flood", "messages": [user]}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    // The turn ends while the client reads nothing.
+    let deadline = std::time::Duration::from_secs(120);
+    let ended = tokio::time::timeout(deadline, async {
+        loop {
+            let snapshot = s.engine.snapshot("acme", "c-flood").await.unwrap();
+            if let Some(snapshot) = snapshot.filter(|s| s.record.turn.is_none() && s.record.next.turn > 0) {
+                return snapshot;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the flood turn ends");
+    assert_eq!(ended.messages.len(), 2, "the turn goes on without its client: {:?}", ended.messages);
+    let text = tokio::time::timeout(deadline, response.text()).await.unwrap().unwrap();
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{}", &text[text.len().saturating_sub(500)..]);
+    let chunks = parse_chunks(&text);
+    let last = chunks.last().unwrap();
+    assert_eq!(last["type"], "error", "{last}");
+    let message = last["errorText"].as_str().unwrap();
+    assert!(message.contains("fell behind") && message.contains("/stream"), "{message}");
+}
