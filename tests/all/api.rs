@@ -645,7 +645,9 @@ async fn streamed_turns_on_a_kept_alive_connection_do_not_wait_for_delayed_acks(
     let mut kept = connect(&addr).await;
     let (mut kept_alive, mut fresh) = (Vec::new(), Vec::new());
     for i in 0..21 {
-        kept_alive.push(streamed_turn(&mut kept, &addr, "kept").await);
+        // A new session each time on both sides: the same work per turn,
+        // so only the connection differs.
+        kept_alive.push(streamed_turn(&mut kept, &addr, &format!("kept-{i}")).await);
         fresh.push(streamed_turn(&mut connect(&addr).await, &addr, &format!("fresh-{i}")).await);
     }
     kept_alive.sort();
