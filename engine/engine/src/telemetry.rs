@@ -205,15 +205,6 @@ fn scope() -> InstrumentationScope {
     InstrumentationScope::builder("subs").with_version(env!("CARGO_PKG_VERSION")).build()
 }
 
-/// The `gen_ai.usage.*` token counts of an LLM usage object, in either
-/// naming providers use (`prompt_tokens`/`completion_tokens` or
-/// `input_tokens`/`output_tokens`).
-pub fn token_counts(usage: Option<&serde_json::Value>) -> (u64, u64) {
-    let Some(usage) = usage else { return (0, 0) };
-    let field = |names: [&str; 2]| names.iter().find_map(|n| usage.get(n).and_then(serde_json::Value::as_u64));
-    (field(["input_tokens", "prompt_tokens"]).unwrap_or(0), field(["output_tokens", "completion_tokens"]).unwrap_or(0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,14 +244,5 @@ mod tests {
         assert_eq!(turn.parent_id.as_deref(), Some("00f067aa0ba902b7"));
         assert_eq!(turn.span_id.len(), 16);
         assert_ne!(turn.span_id, incoming.span_id);
-    }
-
-    #[test]
-    fn usage_counts_read_in_both_namings() {
-        let openai = serde_json::json!({"prompt_tokens": 12, "completion_tokens": 3});
-        let anthropic = serde_json::json!({"input_tokens": 7, "output_tokens": 9});
-        assert_eq!(token_counts(Some(&openai)), (12, 3));
-        assert_eq!(token_counts(Some(&anthropic)), (7, 9));
-        assert_eq!(token_counts(None), (0, 0));
     }
 }

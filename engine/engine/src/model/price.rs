@@ -278,6 +278,12 @@ pub struct TokenUsage {
 }
 
 impl TokenUsage {
+    /// Every input token, however billed: what OpenAI reports as
+    /// `prompt_tokens`, and OpenTelemetry's `gen_ai.usage.input_tokens`.
+    pub fn input_total(&self) -> u64 {
+        self.input.saturating_add(self.cache_read).saturating_add(self.cache_write)
+    }
+
     /// Reads a `usage` object as OpenAI (`prompt_tokens`,
     /// `completion_tokens`, `prompt_tokens_details.cached_tokens`, the cached
     /// tokens being part of the prompt's) or Anthropic (`input_tokens`,
@@ -494,6 +500,21 @@ mod tests {
         assert_eq!(read, [money("1.25"), money("3"), money("0.15"), money("0.1")]);
         assert!(serde_json::from_value::<Money>(json!("abc")).is_err());
         assert!(serde_json::from_value::<Money>(json!(true)).is_err());
+    }
+
+    #[test]
+    fn every_input_token_counts_in_the_input_total_in_both_namings() {
+        let total = |usage: serde_json::Value| {
+            let usage = TokenUsage::from_usage(&usage).unwrap();
+            (usage.input_total(), usage.output)
+        };
+        assert_eq!(total(json!({"prompt_tokens": 12, "completion_tokens": 3})), (12, 3));
+        let cached =
+            json!({"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 5}});
+        assert_eq!(total(cached), (12, 3));
+        assert_eq!(total(json!({"input_tokens": 7, "output_tokens": 9})), (7, 9));
+        let anthropic_cached = json!({"input_tokens": 7, "output_tokens": 9, "cache_read_input_tokens": 4, "cache_creation_input_tokens": 2});
+        assert_eq!(total(anthropic_cached), (13, 9));
     }
 
     #[test]

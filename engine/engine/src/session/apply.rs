@@ -16,6 +16,7 @@ use subs_protocol::{
 use super::proposal::last_assistant_text;
 use super::{Change, Session};
 use crate::clock;
+use crate::model::TokenUsage;
 use crate::retry::RetryCap;
 use crate::store::{
     CallRecord, CallSpec, ID_RULE, InboxItem, Op, OpenInterrupt, ParentLink, QueuedInput, SessionKey, SessionRecord,
@@ -1014,11 +1015,15 @@ impl Session {
     fn end_try(&self, call: &CallRecord, outcome: &Outcome, ctx: &Ctx<'_>, change: &mut Change) {
         let started = call.started_ms.unwrap_or(ctx.now_ms);
         let ok = !matches!(outcome, Outcome::Failed { .. } | Outcome::SubAgent { ok: false, .. });
+        let tokens = match outcome {
+            Outcome::LlmOk(response) => response.usage.as_ref().and_then(TokenUsage::from_usage).unwrap_or_default(),
+            _ => TokenUsage::default(),
+        };
         match (&call.spec, outcome) {
             (CallSpec::Llm { action, .. }, Outcome::LlmOk(response)) => {
-                let (input, output) = crate::telemetry::token_counts(response.usage.as_ref());
                 let cost = response.cost.as_deref().and_then(|c| c.parse::<f64>().ok());
-                ctx.metrics.llm_usage(action.model.as_deref().unwrap_or_default(), input, output, cost);
+                let model = action.model.as_deref().unwrap_or_default();
+                ctx.metrics.llm_usage(model, tokens.input_total(), tokens.output, cost);
             }
             (CallSpec::Tool { .. }, _) => {
                 let took = std::time::Duration::from_millis(ctx.now_ms.saturating_sub(started));
@@ -1027,7 +1032,7 @@ impl Session {
             _ => {}
         }
         if let Some(at) = call.span.clone() {
-            change.spans.push(call_span(call, at, outcome, started, ctx.now_ms));
+            change.spans.push(call_span(call, at, outcome, tokens, (started, ctx.now_ms)));
         }
     }
 
@@ -1188,8 +1193,6 @@ fn failed(e: subs_protocol::action::CallError) -> Outcome {
     }
 }
 
-/// The named steps of ending a turn and settling a call, on sessions in
-/// memory with a `MemStore` behind the context.
 /// Who ran a tool call, as metrics and spans name it.
 fn tool_handler(call: &CallRecord) -> &'static str {
     match call.call.handler {
@@ -1199,9 +1202,16 @@ fn tool_handler(call: &CallRecord) -> &'static str {
     }
 }
 
-/// The span of a call's try that ended at `end_ms` with `outcome`, with
-/// the OpenTelemetry GenAI attributes.
-fn call_span(call: &CallRecord, at: SpanRef, outcome: &Outcome, start_ms: u64, end_ms: u64) -> crate::telemetry::Span {
+/// The span of a call's try that ran over `(start_ms, end_ms)` and ended
+/// with `outcome` (having used `tokens`), with the OpenTelemetry GenAI
+/// attributes.
+fn call_span(
+    call: &CallRecord,
+    at: SpanRef,
+    outcome: &Outcome,
+    tokens: TokenUsage,
+    (start_ms, end_ms): (u64, u64),
+) -> crate::telemetry::Span {
     use opentelemetry::KeyValue;
     use opentelemetry::trace::SpanKind;
 
@@ -1231,10 +1241,9 @@ fn call_span(call: &CallRecord, at: SpanRef, outcome: &Outcome, start_ms: u64, e
                 attributes.push(KeyValue::new("gen_ai.request.max_tokens", i64::from(n)));
             }
             if let Outcome::LlmOk(response) = outcome {
-                let (input, output) = crate::telemetry::token_counts(response.usage.as_ref());
                 let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-                attributes.push(KeyValue::new("gen_ai.usage.input_tokens", count(input)));
-                attributes.push(KeyValue::new("gen_ai.usage.output_tokens", count(output)));
+                attributes.push(KeyValue::new("gen_ai.usage.input_tokens", count(tokens.input_total())));
+                attributes.push(KeyValue::new("gen_ai.usage.output_tokens", count(tokens.output)));
                 if let Some(reason) = &response.finish_reason {
                     let reasons = vec![opentelemetry::StringValue::from(reason.clone())];
                     attributes.push(KeyValue::new(
@@ -1268,6 +1277,8 @@ fn call_span(call: &CallRecord, at: SpanRef, outcome: &Outcome, start_ms: u64, e
     crate::telemetry::Span { at, name, kind, start, end, attributes, error }
 }
 
+/// The named steps of ending a turn and settling a call, on sessions in
+/// memory with a `MemStore` behind the context.
 #[cfg(test)]
 mod tests {
     use serde_json::json;

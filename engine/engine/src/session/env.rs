@@ -149,36 +149,35 @@ impl Env {
             });
             timed
         });
-        let outcome = self.complete(provider.complete(request, deltas), timeout).await;
+        let outcome = within(timeout, provider.complete(request, deltas)).await;
         self.metrics.llm_call(&named, began.elapsed(), matches!(outcome, Outcome::LlmOk(_)));
         outcome
     }
+}
 
-    /// Waits for an LLM call's reply, at most `timeout`.
-    async fn complete(
-        &self,
-        call: impl std::future::Future<Output = Result<subs_protocol::LlmResponse, ModelError>>,
-        timeout: Option<Duration>,
-    ) -> Outcome {
-        let result = match timeout {
-            Some(limit) => match tokio::time::timeout(limit, call).await {
-                Ok(result) => result,
-                Err(_) => {
-                    return Outcome::Failed {
-                        error: format!("the LLM call did not finish within {limit:?}"),
-                        retryable: true,
-                        code: Some(ErrorCode::DeadlineExceeded),
-                        detail: None,
-                        retry_after_ms: None,
-                    };
-                }
-            },
-            None => call.await,
-        };
-        match result {
-            Ok(response) => Outcome::LlmOk(response),
-            Err(e) => failed(e),
-        }
+/// Waits for an LLM call's reply, at most `timeout`.
+async fn within(
+    timeout: Option<Duration>,
+    call: impl std::future::Future<Output = Result<subs_protocol::LlmResponse, ModelError>>,
+) -> Outcome {
+    let result = match timeout {
+        Some(limit) => match tokio::time::timeout(limit, call).await {
+            Ok(result) => result,
+            Err(_) => {
+                return Outcome::Failed {
+                    error: format!("the LLM call did not finish within {limit:?}"),
+                    retryable: true,
+                    code: Some(ErrorCode::DeadlineExceeded),
+                    detail: None,
+                    retry_after_ms: None,
+                };
+            }
+        },
+        None => call.await,
+    };
+    match result {
+        Ok(response) => Outcome::LlmOk(response),
+        Err(e) => failed(e),
     }
 }
 
