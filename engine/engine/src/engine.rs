@@ -94,6 +94,18 @@ pub struct Snapshot {
     pub calls: Vec<CallRecord>,
 }
 
+impl Snapshot {
+    /// The tool calls the session waits for a client to answer (with
+    /// `tool.result` or `tool.error`): pending calls of client tools.
+    pub fn waiting_client_calls(&self) -> impl Iterator<Item = &CallRecord> {
+        self.calls.iter().filter(|c| {
+            c.call.kind == subs_protocol::CallKind::ToolCall
+                && c.call.handler == Some(subs_protocol::Handler::Client)
+                && c.call.status == subs_protocol::CallStatus::Pending
+        })
+    }
+}
+
 /// Why the engine could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -53,8 +53,8 @@ use subs_protocol::event::{
     ClientToolCall, InterruptRaised, MessageRecorded, StateChanged, TokenDelta, TurnDone, TurnFailed,
 };
 use subs_protocol::{
-    AgentTool, CallKind, CallStatus, ClientContext, ClientInput, Content, ContentPart, DraftMessage, Handler, Message,
-    ProtocolError, Role, SessionEvent, StreamDelta, ToolCall, ToolHandler,
+    AgentTool, ClientContext, ClientInput, Content, ContentPart, DraftMessage, Message, ProtocolError, Role,
+    SessionEvent, StreamDelta, ToolCall, ToolHandler,
 };
 
 use crate::auth::Caller;
@@ -323,19 +323,8 @@ fn plan(input: &RunAgentInput, agent_id: &str, snapshot: Option<&subs_engine::Sn
     }
 
     // Answering frontend tool calls.
-    let waiting: Vec<&str> = snapshot
-        .map(|s| {
-            s.calls
-                .iter()
-                .filter(|c| {
-                    c.call.kind == CallKind::ToolCall
-                        && c.call.handler == Some(Handler::Client)
-                        && c.call.status == CallStatus::Pending
-                })
-                .map(|c| c.call.id.as_str())
-                .collect()
-        })
-        .unwrap_or_default();
+    let waiting: Vec<&str> =
+        snapshot.map(|s| s.waiting_client_calls().map(|c| c.call.id.as_str()).collect()).unwrap_or_default();
     let answers = tool_answers(input, &waiting)?;
     if let Some(turn_id) = open_turn.as_ref().filter(|_| !answers.is_empty()) {
         let answered: HashSet<&str> = answers
@@ -899,16 +888,9 @@ impl AguiRun {
                 // every frontend call the session now waits for was asked,
                 // the run is over and the frontend runs them.
                 let waiting = match self.state.engine.snapshot(&self.tenant, &self.session).await {
-                    Ok(Some(snapshot)) => snapshot
-                        .calls
-                        .iter()
-                        .filter(|c| {
-                            c.call.kind == CallKind::ToolCall
-                                && c.call.handler == Some(Handler::Client)
-                                && c.call.status == CallStatus::Pending
-                        })
-                        .map(|c| c.call.id.clone())
-                        .collect::<Vec<_>>(),
+                    Ok(Some(snapshot)) => {
+                        snapshot.waiting_client_calls().map(|c| c.call.id.clone()).collect::<Vec<_>>()
+                    }
                     Ok(None) => Vec::new(),
                     Err(error) => {
                         tracing::warn!(%error, "AG-UI run cannot read the session's calls");

@@ -58,8 +58,8 @@ use subs_engine::events::Subscription;
 use subs_engine::store::{ID_RULE, NAME_RULE, valid_id, valid_name};
 use subs_protocol::client::{ClientMessages, InterruptResume, ToolError, ToolResult};
 use subs_protocol::{
-    AgentTool, CallKind, CallStatus, ClientContext, ClientInput, Content, ContentPart, DraftMessage, FileData, Handler,
-    Message, Role, SessionEvent, UrlRef, WorkerIdentity,
+    AgentTool, CallKind, CallStatus, ClientContext, ClientInput, Content, ContentPart, DraftMessage, FileData, Message,
+    Role, SessionEvent, UrlRef, WorkerIdentity,
 };
 
 use crate::AppState;
@@ -491,15 +491,7 @@ fn settle_tools(request: &ChatRequest, i: usize, snapshot: Option<&Snapshot>) ->
     let snapshot =
         snapshot.ok_or_else(|| conflict("an assistant message is last, and the chat has no session".into()))?;
     let turn_id = open_turn(snapshot, &format!("messages[{i}]"))?;
-    let waiting: HashSet<&str> = snapshot
-        .calls
-        .iter()
-        .map(|c| &c.call)
-        .filter(|c| {
-            c.kind == CallKind::ToolCall && c.status == CallStatus::Pending && c.handler == Some(Handler::Client)
-        })
-        .map(|c| c.id.as_str())
-        .collect();
+    let waiting: HashSet<&str> = snapshot.waiting_client_calls().map(|c| c.call.id.as_str()).collect();
     let message = &request.messages[i];
     let mut inputs = Vec::new();
     let mut known = HashSet::new();
