@@ -271,13 +271,7 @@ async fn the_ai_sdk_endpoint_refuses_what_it_cannot_take() {
 
     // A chat of another agent is refused; a reconnect to a chat without a
     // session, or without a running turn, is 204.
-    let response = s
-        .request(POST, "/v1/agents/tools/ai-sdk", Some(KEY))
-        .header("content-type", "application/json")
-        .body(json!({"id": "done", "messages": [user("u", "hello")]}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(&s, "tools", KEY, &json!({"id": "done", "messages": [user("u", "hello")]})).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.headers()["x-vercel-ai-ui-message-stream"], "v1");
     assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
@@ -294,16 +288,20 @@ async fn the_ai_sdk_endpoint_refuses_what_it_cannot_take() {
     s.stop().await;
 }
 
-/// Posts a chat request and reads the whole stream: its chunks, without
-/// the closing `[DONE]` (checked to be there).
-async fn chunks_of(s: &TestServer, agent: &str, body: Value) -> Vec<Value> {
-    let response = s
-        .request(POST, &format!("/v1/agents/{agent}/ai-sdk"), Some(KEY))
+/// Posts a chat request to `agent`'s AI SDK endpoint with `key`.
+async fn post_chat(s: &TestServer, agent: &str, key: &str, body: &Value) -> reqwest::Response {
+    s.request(POST, &format!("/v1/agents/{agent}/ai-sdk"), Some(key))
         .header("content-type", "application/json")
         .body(body.to_string())
         .send()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Posts a chat request and reads the whole stream: its chunks, without
+/// the closing `[DONE]` (checked to be there).
+async fn chunks_of(s: &TestServer, agent: &str, body: Value) -> Vec<Value> {
+    let response = post_chat(s, agent, KEY, &body).await;
     let status = response.status();
     let text = response.text().await.unwrap();
     assert_eq!(status, StatusCode::OK, "{text}");
@@ -393,13 +391,7 @@ async fn an_end_user_token_chats_in_its_own_sessions_only() {
     let (alice, bob) = (mint("alice").await, mint("bob").await);
     let chat =
         json!({"id": "alices", "messages": [{"id": "a1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}]});
-    let response = s
-        .request(POST, "/v1/agents/helper/ai-sdk", Some(&alice))
-        .header("content-type", "application/json")
-        .body(chat.to_string())
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(&s, "helper", &alice, &chat).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert!(response.text().await.unwrap().contains("You said: hi"));
     let (_, snapshot) = s.call(GET, "/v1/sessions/alices", Some(KEY), None).await;
@@ -425,13 +417,7 @@ fn parse_chunks(text: &str) -> Vec<Value> {
 async fn a_reconnect_mid_reply_gets_the_whole_reply() {
     let s = server().await;
     let body = json!({"id": "slow-chat", "messages": [{"id": "s1", "role": "user", "parts": [{"type": "text", "text": "go"}]}]});
-    let mut response = s
-        .request(POST, "/v1/agents/slow/ai-sdk", Some(KEY))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let mut response = post_chat(&s, "slow", KEY, &body).await;
     assert_eq!(response.status(), StatusCode::OK);
     // Read a few words, then leave, as a closed tab does.
     let mut seen = String::new();
@@ -467,13 +453,7 @@ async fn a_cancelled_turn_ends_the_stream_with_an_error() {
     let s = server().await;
     let body =
         json!({"id": "cut", "messages": [{"id": "c1", "role": "user", "parts": [{"type": "text", "text": "go"}]}]});
-    let mut response = s
-        .request(POST, "/v1/agents/slow/ai-sdk", Some(KEY))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let mut response = post_chat(&s, "slow", KEY, &body).await;
     let mut text = String::new();
     while !text.contains("text-delta") {
         text.push_str(&String::from_utf8_lossy(&response.chunk().await.unwrap().expect("the stream goes on")));
@@ -514,13 +494,7 @@ async fn a_client_that_falls_behind_gets_an_error_naming_the_reconnect() {
     // 600 deltas of 60 kB: far more than the subscription's 64 KiB and
     // what the connection's buffers hold.
     let user = json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "60000 600"}]});
-    let response = s
-        .request(POST, "/v1/agents/flood/ai-sdk", Some(KEY))
-        .header("content-type", "application/json")
-        .body(json!({"id": "c-flood", "messages": [user]}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(&s, "flood", KEY, &json!({"id": "c-flood", "messages": [user]})).await;
     assert_eq!(response.status(), StatusCode::OK);
     // The turn ends while the client reads nothing.
     let deadline = std::time::Duration::from_secs(120);
