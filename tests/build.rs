@@ -32,6 +32,12 @@ use std::process::Command;
 /// The example agents, by package name.
 const EXAMPLES: &[&str] = &["passthrough", "tools"];
 
+/// Examples also built with a feature, as other versions of the same
+/// agent (the replay tests upgrade to them): the constant naming the
+/// component, the package, the feature.
+const VARIANTS: &[(&str, &str, &str)] =
+    &[("TOOLS_TOTAL", "tools", "total"), ("TOOLS_TRAP_ON_MESSAGES", "tools", "trap-on-messages")];
+
 /// The packages also built as core modules for `wasm32-unknown-unknown`.
 const LEAN: &[&str] = &["passthrough", "test-garbage", "test-floor"];
 
@@ -151,10 +157,15 @@ fn main() {
     let lean: Vec<String> = LEAN.iter().map(|s| (*s).to_owned()).collect();
     let foreign = std::thread::scope(|scope| {
         let builds: Vec<_> = FOREIGN.iter().map(|f| scope.spawn(|| build_foreign(&root, &target_dir, f))).collect();
+        // Before the plain build, which then puts the plain examples back
+        // where the variants were built.
+        let variants = build_variants(&root, &target_dir);
         build(&root, &target_dir, "wasm32-wasip2", &packages);
         build(&root, &target_dir, "wasm32-unknown-unknown", &lean);
-        builds.into_iter().map(|b| b.join().expect("a foreign build does not panic")).collect::<Vec<_>>()
+        let foreign = builds.into_iter().map(|b| b.join().expect("a foreign build does not panic")).collect::<Vec<_>>();
+        (foreign, variants)
     });
+    let (foreign, variants) = foreign;
 
     let mut consts = String::new();
     for (target, packages, suffix, what) in [
@@ -177,6 +188,10 @@ fn main() {
             writeln!(consts, "pub const {}: &str = {:?};", b.name, file.display().to_string()).unwrap();
         }
     }
+    for ((name, package, feature), file) in VARIANTS.iter().zip(variants) {
+        writeln!(consts, "/// The `{package}` component built with the feature `{feature}`.").unwrap();
+        writeln!(consts, "pub const {name}: &str = {:?};", file.display().to_string()).unwrap();
+    }
     writeln!(consts, "/// Every guest component, by package name.").unwrap();
     writeln!(consts, "pub const ALL: &[(&str, &str)] = &[").unwrap();
     for package in &packages {
@@ -186,7 +201,32 @@ fn main() {
     fs::write(out_dir.join("guests.rs"), consts).expect("OUT_DIR is writable");
 }
 
+/// Builds each of [`VARIANTS`] for `wasm32-wasip2` and copies it out of
+/// the way of the plain build, under `variants/`; their paths.
+fn build_variants(root: &Path, target_dir: &Path) -> Vec<PathBuf> {
+    let dir = target_dir.join("variants");
+    fs::create_dir_all(&dir).expect("target/guests is writable");
+    VARIANTS
+        .iter()
+        .map(|(_, package, feature)| {
+            let mut cmd = cargo_build(root, target_dir, "wasm32-wasip2", &[(*package).to_owned()]);
+            cmd.args(["--features", feature]);
+            run(cmd, "wasm32-wasip2");
+            let built = target_dir.join("wasm32-wasip2/release").join(format!("{}.wasm", package.replace('-', "_")));
+            let file = dir.join(format!("{}_{}.wasm", package.replace('-', "_"), feature.replace('-', "_")));
+            fs::copy(&built, &file)
+                .unwrap_or_else(|e| panic!("copying {} to {}: {e}", built.display(), file.display()));
+            file
+        })
+        .collect()
+}
+
 fn build(root: &Path, target_dir: &Path, target: &str, packages: &[String]) {
+    run(cargo_build(root, target_dir, target, packages), target);
+}
+
+/// The nested cargo building `packages` for `target`.
+fn cargo_build(root: &Path, target_dir: &Path, target: &str, packages: &[String]) -> Command {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root).args(["build", "--release", "--target", target, "--target-dir"]).arg(target_dir);
@@ -207,6 +247,10 @@ fn build(root: &Path, target_dir: &Path, target: &str, packages: &[String]) {
     ] {
         cmd.env_remove(var);
     }
+    cmd
+}
+
+fn run(mut cmd: Command, target: &str) {
     let status = cmd.status().expect("cargo can be run from a build script");
     assert!(
         status.success(),

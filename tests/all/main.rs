@@ -20,6 +20,7 @@ mod protocol_rules;
 mod providers;
 mod pyjs;
 mod recovery;
+mod replay;
 mod sandbox;
 mod security;
 mod storage_growth;

@@ -39,6 +39,7 @@ pub mod follow;
 pub mod metrics;
 pub mod model;
 mod records;
+pub mod replay;
 pub mod retry;
 mod session;
 pub mod telemetry;

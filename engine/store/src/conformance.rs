@@ -52,8 +52,8 @@ use serde_json::{Value, json};
 use crate::fault::FaultyStore;
 use crate::{
     AgentRecord, AgentVersion, AgentWorker, Batch, CallRecord, CallSpec, EventRecord, InboxItem, KeyRecord, MemStore,
-    MessageRecord, Op, SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin, StoredTrigger,
-    TenantRecord, TurnRecord, TurnStatus,
+    MessageRecord, Op, RequestBasis, SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin,
+    StoredTrigger, TenantRecord, TurnRecord, TurnStatus,
 };
 
 /// How the suite makes stores of one backend.
@@ -139,7 +139,21 @@ pub mod sample {
             new: vec![DraftMessage::user("hi")],
             client: ClientContext::default(),
         };
-        StepRecord::pending(None, decision_id.to_owned(), trigger)
+        // With a request basis whose state is present and `null` and whose
+        // config is absent: every backend must keep the two apart.
+        let request = RequestBasis {
+            head_id: None,
+            messages: 0,
+            state: Some(serde_json::Value::Null),
+            agent: None,
+            calls: Vec::new(),
+            pending_calls: 0,
+            proposed: subs_protocol::DecisionResponse::new(),
+            trigger: None,
+            attempts: 1,
+            deadline: None,
+        };
+        StepRecord { request: Some(request), ..StepRecord::pending(None, decision_id.to_owned(), trigger) }
     }
 
     /// A sub-agent call in flight.

@@ -337,6 +337,68 @@ pub struct StepRecord {
     /// them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub started: Vec<String>,
+    /// What the request the decision answered held beyond the session's
+    /// constants and the stored trigger, so that it can be rebuilt
+    /// exactly to replay the decision against another agent version (see
+    /// docs/upgrades.md). Set once the decision is applied; `None` for
+    /// steps stored before the engine kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<RequestBasis>,
+}
+
+/// What a decision request held that neither the session's constants
+/// (id, agent, identity, ancestry) nor its stored trigger tell, as it was
+/// when the deciding delivery was sent. Messages are append-only, so the
+/// tree is the session's first `messages` messages; the state and config,
+/// which most steps share with the step before, are kept only when they
+/// changed since the last basis the session stored (see
+/// [`state`](Self::state)).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestBasis {
+    /// The end of the active path.
+    pub head_id: Option<String>,
+    /// How many messages the session had: the request's tree is made of
+    /// the messages numbered below this.
+    pub messages: u64,
+    /// The agent's state, when it differs from the one the session's
+    /// previous stored basis carried (or no basis before it carried one:
+    /// the first a process stores for a session carries both state and
+    /// config); absent: the same as there. Present and `null` is a `null`
+    /// state.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub state: Option<Value>,
+    /// The agent config, kept as [`state`](Self::state) is; present and
+    /// `null`: no config.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub agent: Option<Option<AgentConfig>>,
+    /// The open turn's calls, in the order they were made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<Call>,
+    /// In-flight tool and sub-agent calls.
+    #[serde(default)]
+    pub pending_calls: u32,
+    /// The proposal the request carried.
+    pub proposed: DecisionResponse,
+    /// The `llm.execute` trigger as delivered: it is built from a call,
+    /// which is gone once its turn ends. Other triggers are rebuilt from
+    /// the stored one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<Trigger>,
+    /// The delivery's attempt number, as the request had it.
+    pub attempts: u32,
+    /// The delivery's deadline (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
+}
+
+/// Reads a field that is present as `Some`, `null` included, so that an
+/// absent field (`None`, by `serde(default)`) and a `null` one differ.
+fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
 }
 
 impl StepRecord {
@@ -358,6 +420,7 @@ impl StepRecord {
             decided_ms: None,
             latency_us: None,
             started: Vec::new(),
+            request: None,
         }
     }
 }

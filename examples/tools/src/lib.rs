@@ -7,6 +7,10 @@
 //! [`ToolRouter`]. Every other trigger takes the engine's proposal, so the
 //! rest of the loop (calling the model, recording replies, finishing turns)
 //! is the engine's.
+//!
+//! Two features build other versions of it, to try an upgrade on (see
+//! docs/upgrades.md): `total` has `add` answer `{"total": …}` instead of
+//! `{"sum": …}`, and `trap-on-messages` panics on every `client.messages`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -98,6 +102,8 @@ impl Agent for Tools {
                 Ok(request.proposed.with_agent(config))
             }
             Trigger::ToolExecute(call) => Ok(request.proposed.with_action(self.router.execute(call))),
+            #[cfg(feature = "trap-on-messages")]
+            Trigger::ClientMessages(_) => panic!("this version cannot read client messages"),
             _ => Ok(request.proposed),
         }
     }
@@ -118,7 +124,10 @@ fn add(args: AddArgs) -> Result<Value, String> {
     if !sum.is_finite() {
         return Err(format!("{} + {} is too large for a JSON number", args.a, args.b));
     }
-    Ok(json!({ "sum": js_number(sum) }))
+    // The feature `total` renames the field, and nothing else: a version
+    // whose tool results differ from this one's, to replay against.
+    let field = if cfg!(feature = "total") { "total" } else { "sum" };
+    Ok(json!({ field: js_number(sum) }))
 }
 
 /// The arguments of `get_time`: none.

@@ -27,7 +27,7 @@ use crate::clock;
 use crate::events::{DeltaGate, Event};
 use crate::model::Money;
 use crate::store::shared::Claim;
-use crate::store::{Fence, InboxItem, Op, SessionKey, SpanRef, StepStatus, StoreError, TurnStatus};
+use crate::store::{Fence, InboxItem, Op, RequestBasis, SessionKey, SpanRef, StepStatus, StoreError, TurnStatus};
 use crate::worker::{Delivery, DeltaSink, ERROR_TEXT_BYTES, WorkerError, clip};
 
 /// What a delivery brought back: the worker's answer, how long it took,
@@ -40,6 +40,8 @@ pub(crate) struct Delivered {
     kind: &'static str,
     /// The decision's span, when its turn is traced, and when it was sent.
     span: Option<(SpanRef, std::time::SystemTime)>,
+    /// What the step keeps of the request, should it decide.
+    basis: RequestBasis,
 }
 
 /// What an actor is told.
@@ -683,6 +685,7 @@ impl Actor {
             crate::telemetry::child_of(call.and_then(|c| c.span.as_ref()).unwrap_or(turn))
         });
         let request = session.request(step, trigger, proposed, deadline_ms);
+        let basis = session.basis(&request);
         let attempt = request.attempts;
         let worker = self.env.agents.get(&self.key.tenant, &session.record.agent_id);
         let agent_id = session.record.agent_id.clone();
@@ -710,7 +713,7 @@ impl Actor {
                     tracing::warn!(error = %clip(e.to_string(), ERROR_TEXT_BYTES), "delivery failed");
                 }
                 let span = span.map(|span| (span, sent_at));
-                let delivered = Box::new(Delivered { result, took, version, kind: worker_kind, span });
+                let delivered = Box::new(Delivered { result, took, version, kind: worker_kind, span, basis });
                 let _ = tx.send(Msg::Decided { seq, attempt, delivered });
             }
             .instrument(log_span),
@@ -924,7 +927,7 @@ impl Actor {
     }
 
     async fn on_decided(&mut self, seq: u64, attempt: u32, delivered: Delivered) -> Result<(), StoreError> {
-        let Delivered { result, took, version, kind, span } = delivered;
+        let Delivered { result, took, version, kind, span, basis } = delivered;
         let Some((_, step)) = self.session.as_ref().and_then(|s| s.steps.iter().find(|(s, _)| *s == seq).cloned())
         else {
             return Ok(());
@@ -971,6 +974,8 @@ impl Actor {
                 step.retry_at_ms = None;
                 step.latency_us = Some(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
                 step.agent_version = version;
+                session.based(&basis);
+                step.request = Some(basis);
                 session.apply_decision(seq, step, decision, &trigger, &ctx, &mut change);
                 None
             }

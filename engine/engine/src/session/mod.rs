@@ -33,8 +33,8 @@ use serde_json::Value;
 use subs_protocol::event::MessageRecorded;
 use subs_protocol::trigger::{ClientMessages, LlmExecute};
 use subs_protocol::{
-    AgentTool, Call, CallKind, CallStatus, DecisionRequest, DraftMessage, Handler, LlmRequest, LlmTool, Message,
-    RetryPolicy, SessionEvent, Trigger,
+    AgentConfig, AgentTool, Call, CallKind, CallStatus, DecisionRequest, DraftMessage, Handler, LlmRequest, LlmTool,
+    Message, RetryPolicy, SessionEvent, Trigger,
 };
 
 use crate::clock;
@@ -42,8 +42,8 @@ use crate::model::Money;
 use crate::retry::RetryCap;
 use crate::store::Store;
 use crate::store::{
-    Batch, CallRecord, CallSpec, EventRecord, MessageRecord, Op, SessionKey, SessionRecord, SessionStatus, StepRecord,
-    StepStatus, StoreError, StoredTrigger,
+    Batch, CallRecord, CallSpec, EventRecord, MessageRecord, Op, RequestBasis, SessionKey, SessionRecord,
+    SessionStatus, StepRecord, StepStatus, StoreError, StoredTrigger,
 };
 
 pub(crate) use self::tree::Tree;
@@ -62,6 +62,10 @@ pub(crate) struct Session {
     pub steps: VecDeque<(u64, StepRecord)>,
     /// The ids of the session's turns, where all of them are known.
     pub turns: KnownTurns,
+    /// The state and config the last request basis this process stored
+    /// for the session carried; `None` until it stores one, so that the
+    /// first carries both (see [`RequestBasis`]).
+    pub based_on: Option<Box<(Value, Option<AgentConfig>)>>,
 }
 
 /// How many turn ids a session keeps in memory at most; past them the
@@ -130,7 +134,7 @@ impl Session {
         let tree = Tree::from_records(loaded.messages.into_iter().map(|(_, r)| r));
         let calls = loaded.calls.into_iter().map(|c| (c.call.id.clone(), c)).collect();
         let steps = loaded.steps.into_iter().filter(|(_, s)| s.status == StepStatus::Pending).collect();
-        Ok(Some(Self { record: loaded.record, tree, calls, steps, turns: KnownTurns::default() }))
+        Ok(Some(Self { record: loaded.record, tree, calls, steps, turns: KnownTurns::default(), based_on: None }))
     }
 
     /// A new, empty session.
@@ -141,6 +145,7 @@ impl Session {
             calls: BTreeMap::new(),
             steps: VecDeque::new(),
             turns: KnownTurns::none_yet(),
+            based_on: None,
         }
     }
 
@@ -547,6 +552,49 @@ impl Session {
 }
 
 impl Session {
+    /// What of `request` the step it is for keeps, should the delivery
+    /// decide: the state and config only where they differ from those of
+    /// the last basis stored ([`based_on`](Self::based_on)).
+    pub fn basis(&self, request: &DecisionRequest) -> RequestBasis {
+        let (state, agent) = match self.based_on.as_deref() {
+            Some((state, agent)) => (
+                (*state != request.state).then(|| request.state.clone()),
+                (*agent != request.agent).then(|| request.agent.clone()),
+            ),
+            None => (Some(request.state.clone()), Some(request.agent.clone())),
+        };
+        RequestBasis {
+            head_id: self.record.head_id.clone(),
+            messages: self.record.next.message,
+            state,
+            agent,
+            calls: request.calls.clone(),
+            pending_calls: request.pending_calls,
+            proposed: request.proposed.clone(),
+            trigger: matches!(request.trigger, Trigger::LlmExecute(_)).then(|| request.trigger.clone()),
+            attempts: request.attempts,
+            deadline: request.deadline.clone(),
+        }
+    }
+
+    /// Notes that `basis` goes to the store with its step.
+    pub fn based(&mut self, basis: &RequestBasis) {
+        match (self.based_on.as_deref_mut(), &basis.state, &basis.agent) {
+            (_, Some(state), Some(agent)) => self.based_on = Some(Box::new((state.clone(), agent.clone()))),
+            (Some((kept_state, kept_agent)), state, agent) => {
+                if let Some(state) = state {
+                    kept_state.clone_from(state);
+                }
+                if let Some(agent) = agent {
+                    kept_agent.clone_from(agent);
+                }
+            }
+            // Unreachable while bases come from `basis`, which carries both
+            // until one is stored; were it not, the next carries both.
+            (None, _, _) => {}
+        }
+    }
+
     /// The open turn's calls in the order they were created.
     pub fn calls_in_order(&self) -> Vec<&CallRecord> {
         let mut calls: Vec<&CallRecord> = self.calls.values().collect();

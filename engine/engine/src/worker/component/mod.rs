@@ -696,7 +696,24 @@ impl ComponentAgent {
         })
     }
 
-    async fn decide_once(&self, delivery: Delivery) -> Result<DecisionResponse, WorkerError> {
+    /// Decides as [`Worker::decide`] does, and tells which outgoing HTTP
+    /// requests the engine refused the guest meanwhile ("`destination`:
+    /// why; …"), whether or not it decided: a replay reports them, as its
+    /// guest may not reach anything.
+    pub async fn decide_reporting(
+        &self,
+        delivery: Delivery,
+    ) -> (Result<DecisionResponse, WorkerError>, Option<String>) {
+        let mut refused = None;
+        let result = self.decide_once(delivery, &mut refused).await;
+        (result, refused)
+    }
+
+    async fn decide_once(
+        &self,
+        delivery: Delivery,
+        refused: &mut Option<String>,
+    ) -> Result<DecisionResponse, WorkerError> {
         let limits = &self.bound.limits;
         let enforce = self.host.config.enforce_limits;
         let wall = match delivery.request.deadline.as_deref().and_then(until) {
@@ -719,6 +736,7 @@ impl ComponentAgent {
         } else {
             run.await
         };
+        *refused = store.data().refused();
         match outcome {
             Ok(Ok(decision)) => {
                 let decision = DecisionResponse::from_wit(decision).map_err(WorkerError::MalformedDecision)?;
@@ -851,7 +869,7 @@ impl Worker for ComponentAgent {
             trigger = delivery.request.trigger.kind(),
             attempt = delivery.request.attempts,
         );
-        Box::pin(self.decide_once(delivery).instrument(span))
+        Box::pin(async move { self.decide_once(delivery, &mut None).await }.instrument(span))
     }
 
     fn kind(&self) -> &'static str {

@@ -1,0 +1,656 @@
+//! Replay: recorded decisions asked again of another agent version, and
+//! the answers compared (see docs/upgrades.md).
+//!
+//! Every applied step keeps what its request held beyond the session's
+//! constants and its stored trigger ([`RequestBasis`]), so the request the
+//! agent answered is rebuilt exactly: the same trigger, proposal, state,
+//! config, path, tree, calls, attempt, identity and ancestry. The
+//! candidate, a component, decides it in the sandbox with a fresh
+//! instance, under its tenant's limits and with no outgoing HTTP; nothing
+//! is stored and no call runs. Its decision is compared with the recorded
+//! one as JSON, path by path.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+use subs_protocol::{DecisionRequest, DecisionResponse, Trigger};
+
+use crate::session::{KnownTurns, Session, Tree};
+use crate::store::{SessionKey, SessionRecord, StepRecord, StepStatus, Store, StoreError};
+use crate::worker::Delivery;
+use crate::worker::component::ComponentAgent;
+
+/// The most decisions one replay may compare.
+pub const MAX_DECISIONS: usize = 10_000;
+
+/// The most sessions one replay may read.
+pub const MAX_SESSIONS: usize = 1_000;
+
+/// The most changes reported for one decision; the rest are counted.
+const MAX_CHANGES: usize = 50;
+
+/// The most differences and failures a report lists (each); the rest are
+/// counted.
+const MAX_LISTED: usize = 1_000;
+
+/// Which recorded decisions to replay, and how far to go.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    /// These sessions of the agent's tenant; `None`: the agent's most
+    /// recently changed sessions, at most [`sessions_limit`](Self::sessions_limit).
+    pub sessions: Option<Vec<String>>,
+    /// How many sessions to take when none are named.
+    pub sessions_limit: usize,
+    /// Only decisions applied at or after this instant (Unix ms).
+    pub since_ms: Option<u64>,
+    /// The most decisions to compare (at most [`MAX_DECISIONS`]): the
+    /// sessions are taken in order, each with all its selected decisions
+    /// in order, until this many are taken.
+    pub limit: usize,
+    /// Stop starting decisions after this long; the report says it
+    /// stopped.
+    pub time: Duration,
+}
+
+impl Default for Selection {
+    fn default() -> Self {
+        Self { sessions: None, sessions_limit: 100, since_ms: None, limit: 1_000, time: Duration::from_secs(60) }
+    }
+}
+
+/// What a replay found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReplayReport {
+    /// Decisions compared: `same + different + failed`.
+    pub decisions: usize,
+    /// The candidate decided as recorded.
+    pub same: usize,
+    /// The candidate decided otherwise.
+    pub different: usize,
+    /// The candidate failed to decide (a trap, a limit, a malformed
+    /// decision).
+    pub failed: usize,
+    /// Recorded decisions selected but not replayed: recorded before the
+    /// engine kept what rebuilds their requests.
+    pub skipped: usize,
+    /// Decisions during which the candidate tried outgoing HTTP, which a
+    /// replay refuses.
+    pub http_refused: usize,
+    /// Sessions read.
+    pub sessions: usize,
+    /// Why the replay stopped before every selected decision was compared
+    /// (`"time"`); `None`: it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    /// How long it took, in milliseconds.
+    pub elapsed_ms: u64,
+    /// The differing decisions, in session and step order (at most 1,000;
+    /// `different` counts them all).
+    pub differences: Vec<Replayed>,
+    /// The failed decisions, likewise.
+    pub failures: Vec<Replayed>,
+}
+
+/// One replayed decision that differed or failed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Replayed {
+    /// The session.
+    pub session_id: String,
+    /// The turn.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+    /// The step's number in its session.
+    pub step: u64,
+    /// The decision's id.
+    pub decision_id: String,
+    /// The trigger's type (`tool.execute`, …).
+    pub trigger: String,
+    /// The version that made the recorded decision, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded_version: Option<String>,
+    /// How the candidate's decision differs from the recorded one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<Change>,
+    /// Changes past the first 50, not listed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub more_changes: usize,
+    /// Why the candidate failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Outgoing HTTP the candidate tried, refused ("`destination`: why").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_refused: Option<String>,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// One difference between two decisions, at a JSON Pointer into them
+/// (`/actions/0/result/sum`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Change {
+    /// Where.
+    pub path: String,
+    /// `added` (only the candidate has it), `removed` (only the recorded
+    /// decision has it) or `changed`.
+    pub change: ChangeKind,
+    /// The recorded value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<Value>,
+    /// The candidate's value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<Value>,
+}
+
+/// How a value differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    /// Only the candidate has it.
+    Added,
+    /// Only the recorded decision has it.
+    Removed,
+    /// Both have it, differently.
+    Changed,
+}
+
+/// Where a replay stands, for progress bars: decisions done of those
+/// selected.
+pub type Progress = Arc<dyn Fn(usize, usize) + Send + Sync>;
+
+/// A session to replay: its record, its steps, and the numbers of those
+/// to compare.
+type Chosen = (SessionRecord, Vec<(u64, StepRecord)>, HashSet<u64>);
+
+/// A recorded decision and the request it answered, rebuilt.
+struct Case {
+    key: SessionKey,
+    seq: u64,
+    step: StepRecord,
+    request: DecisionRequest,
+}
+
+/// Replays `tenant`'s recorded decisions of agent `agent_id` chosen by
+/// `selection` against `candidate`, and compares. Only the tenant's own
+/// sessions of that agent are read: a named session of another agent (or
+/// none of that id) is an error naming it.
+///
+/// # Errors
+/// The store failed, or a named session is not one of the agent's.
+pub async fn replay(
+    store: &dyn Store,
+    tenant: &str,
+    agent_id: &str,
+    candidate: &ComponentAgent,
+    selection: &Selection,
+    progress: Option<Progress>,
+) -> Result<ReplayReport, ReplayError> {
+    let started = Instant::now();
+    let sessions = select_sessions(store, tenant, agent_id, selection).await?;
+    // Which steps to compare, read first so that progress has a total.
+    let limit = selection.limit.min(MAX_DECISIONS);
+    let mut chosen: Vec<Chosen> = Vec::new();
+    let (mut total, mut skipped) = (0, 0);
+    for record in sessions {
+        if total >= limit {
+            break;
+        }
+        let steps = store.steps(&record.key, 0, usize::MAX).await?;
+        let mut picked = HashSet::new();
+        for (seq, step) in &steps {
+            let decided = step.status == StepStatus::Applied && step.decision.is_some();
+            let recent = selection.since_ms.is_none_or(|since| step.decided_ms.is_some_and(|at| at >= since));
+            if !decided || !recent || total >= limit {
+                continue;
+            }
+            if step.request.is_none() {
+                skipped += 1;
+            } else {
+                picked.insert(*seq);
+                total += 1;
+            }
+        }
+        chosen.push((record, steps, picked));
+    }
+    let mut report = ReplayReport { sessions: chosen.len(), skipped, ..ReplayReport::default() };
+    let done = Arc::new(AtomicUsize::new(0));
+    let parallel = std::thread::available_parallelism().map_or(2, std::num::NonZero::get) * 2;
+    let mut running = tokio::task::JoinSet::new();
+    let mut results: BTreeMap<(String, u64), Outcome> = BTreeMap::new();
+    'sessions: for (record, steps, picked) in chosen {
+        let messages = store.messages(&record.key).await?;
+        for case in rebuild(record, messages, steps, &picked) {
+            if started.elapsed() >= selection.time {
+                report.stopped = Some("time".to_owned());
+                break 'sessions;
+            }
+            while running.len() >= parallel {
+                if let Some(Ok((key, outcome))) = running.join_next().await {
+                    results.insert(key, outcome);
+                }
+            }
+            let (candidate, done, progress) = (candidate.clone(), done.clone(), progress.clone());
+            running.spawn(async move {
+                let key = (case.key.session.clone(), case.seq);
+                let outcome = compare(&candidate, case).await;
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if let Some(progress) = &progress {
+                    progress(n, total);
+                }
+                (key, outcome)
+            });
+        }
+    }
+    while let Some(joined) = running.join_next().await {
+        if let Ok((key, outcome)) = joined {
+            results.insert(key, outcome);
+        }
+    }
+    for outcome in results.into_values() {
+        report.decisions += 1;
+        if outcome.replayed.http_refused.is_some() {
+            report.http_refused += 1;
+        }
+        match outcome.verdict {
+            Verdict::Same => report.same += 1,
+            Verdict::Different => {
+                report.different += 1;
+                if report.differences.len() < MAX_LISTED {
+                    report.differences.push(outcome.replayed);
+                }
+            }
+            Verdict::Failed => {
+                report.failed += 1;
+                if report.failures.len() < MAX_LISTED {
+                    report.failures.push(outcome.replayed);
+                }
+            }
+        }
+    }
+    report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok(report)
+}
+
+/// The requests the decided steps of session `key` answered, rebuilt as
+/// a replay rebuilds them, by step number; steps stored before the engine
+/// kept what rebuilds them are left out.
+///
+/// # Errors
+/// The store failed.
+pub async fn requests(store: &dyn Store, key: &SessionKey) -> Result<Vec<(u64, DecisionRequest)>, StoreError> {
+    let Some(record) = store.session(key).await? else { return Ok(Vec::new()) };
+    let steps = store.steps(key, 0, usize::MAX).await?;
+    let picked = steps.iter().filter(|(_, s)| s.status == StepStatus::Applied).map(|(seq, _)| *seq).collect();
+    let messages = store.messages(key).await?;
+    Ok(rebuild(record, messages, steps, &picked).into_iter().map(|case| (case.seq, case.request)).collect())
+}
+
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A named session is not the agent's (or does not exist).
+    #[error("the tenant has no session `{session}` of agent `{agent}`")]
+    NoSession {
+        /// The session named.
+        session: String,
+        /// The agent replayed.
+        agent: String,
+    },
+    /// Too many sessions named.
+    #[error("{count} sessions named; a replay reads at most {MAX_SESSIONS}")]
+    TooManySessions {
+        /// How many were named.
+        count: usize,
+    },
+}
+
+/// The sessions to read: those named, else the agent's most recently
+/// changed.
+async fn select_sessions(
+    store: &dyn Store,
+    tenant: &str,
+    agent_id: &str,
+    selection: &Selection,
+) -> Result<Vec<SessionRecord>, ReplayError> {
+    match &selection.sessions {
+        Some(named) => {
+            if named.len() > MAX_SESSIONS {
+                return Err(ReplayError::TooManySessions { count: named.len() });
+            }
+            let mut records = Vec::with_capacity(named.len());
+            for session in named {
+                let record = store.session(&SessionKey::new(tenant, session.clone())).await?;
+                match record {
+                    Some(record) if record.agent_id == agent_id => records.push(record),
+                    _ => {
+                        return Err(ReplayError::NoSession { session: session.clone(), agent: agent_id.to_owned() });
+                    }
+                }
+            }
+            Ok(records)
+        }
+        None => {
+            let mut records: Vec<SessionRecord> =
+                store.sessions(Some(tenant)).await?.into_iter().filter(|r| r.agent_id == agent_id).collect();
+            records.sort_by(|a, b| b.updated_ms.cmp(&a.updated_ms).then_with(|| a.key.cmp(&b.key)));
+            records.truncate(selection.sessions_limit.min(MAX_SESSIONS));
+            Ok(records)
+        }
+    }
+}
+
+/// The requests of the `picked` steps of one session, rebuilt in step
+/// order: the state and config carried from step to step as the session
+/// stored them, the tree grown message by message, and the request made by
+/// the code that made the original.
+fn rebuild(
+    record: SessionRecord,
+    messages: Vec<(u64, crate::store::MessageRecord)>,
+    steps: Vec<(u64, StepRecord)>,
+    picked: &HashSet<u64>,
+) -> Vec<Case> {
+    let key = record.key.clone();
+    let mut session = Session {
+        record,
+        tree: Tree::default(),
+        calls: BTreeMap::new(),
+        steps: VecDeque::new(),
+        turns: KnownTurns::default(),
+        based_on: None,
+    };
+    let mut messages = messages.into_iter().peekable();
+    let (mut state, mut agent) = (None, None);
+    let mut cases = Vec::with_capacity(picked.len());
+    for (seq, step) in steps {
+        let Some(basis) = &step.request else { continue };
+        if let Some(s) = &basis.state {
+            state = Some(s.clone());
+        }
+        if let Some(a) = &basis.agent {
+            agent = Some(a.clone());
+        }
+        if !picked.contains(&seq) {
+            continue;
+        }
+        // The first basis a process stores carries both; one without them
+        // follows another that did.
+        let (Some(state), Some(agent)) = (&state, &agent) else { continue };
+        while let Some((_, message)) = messages.next_if(|(n, _)| *n < basis.messages) {
+            session.tree.insert(message);
+        }
+        session.record.state.clone_from(state);
+        session.record.agent.clone_from(agent);
+        session.record.head_id.clone_from(&basis.head_id);
+        let trigger = match (&basis.trigger, &step.trigger) {
+            (Some(trigger), _) => trigger.clone(),
+            (None, stored) => session.trigger(stored),
+        };
+        let mut request = session.request(&step, trigger, basis.proposed.clone(), 0);
+        request.calls.clone_from(&basis.calls);
+        request.pending_calls = basis.pending_calls;
+        request.attempts = basis.attempts;
+        request.deadline.clone_from(&basis.deadline);
+        cases.push(Case { key: key.clone(), seq, step, request });
+    }
+    cases
+}
+
+/// What became of one replayed decision.
+struct Outcome {
+    verdict: Verdict,
+    replayed: Replayed,
+}
+
+enum Verdict {
+    Same,
+    Different,
+    Failed,
+}
+
+/// Asks `candidate` for the decision of `case` and compares it with the
+/// recorded one.
+async fn compare(candidate: &ComponentAgent, case: Case) -> Outcome {
+    let Case { key, seq, step, request } = case;
+    let ids = request_ids(&request);
+    let trigger = request.trigger.kind().to_owned();
+    let (result, http_refused) = candidate.decide_reporting(Delivery::new(request)).await;
+    let mut replayed = Replayed {
+        session_id: key.session,
+        turn_id: step.turn_id,
+        step: seq,
+        decision_id: step.decision_id,
+        trigger,
+        recorded_version: step.agent_version,
+        changes: Vec::new(),
+        more_changes: 0,
+        error: None,
+        http_refused,
+    };
+    let recorded = step.decision.unwrap_or_default();
+    let verdict = match result {
+        Err(e) => {
+            replayed.error = Some(e.to_string());
+            Verdict::Failed
+        }
+        Ok(decision) => {
+            let mut changes = Vec::new();
+            diff(
+                &as_json(&recorded),
+                &as_json(&decision),
+                &mut String::new(),
+                &ids,
+                &mut Renames::default(),
+                &mut changes,
+            );
+            if changes.is_empty() {
+                Verdict::Same
+            } else {
+                replayed.more_changes = changes.len().saturating_sub(MAX_CHANGES);
+                changes.truncate(MAX_CHANGES);
+                replayed.changes = changes;
+                Verdict::Different
+            }
+        }
+    };
+    Outcome { verdict, replayed }
+}
+
+fn as_json(decision: &DecisionResponse) -> Value {
+    subs_protocol::to_value(decision)
+}
+
+/// The ids the request holds (messages, calls, the turn, the trigger's
+/// call): ids a decision names as given, never renamed.
+fn request_ids(request: &DecisionRequest) -> HashSet<String> {
+    let mut ids: HashSet<String> =
+        request.tree_nodes().filter_map(|node| node.ok().map(|(m, _)| m.id.clone())).collect();
+    ids.extend(request.calls.iter().map(|c| c.id.clone()));
+    ids.extend(request.turn_id.iter().cloned());
+    match &request.trigger {
+        Trigger::ToolExecute(t) => {
+            ids.insert(t.id.clone());
+        }
+        Trigger::LlmExecute(t) => {
+            ids.insert(t.id.clone());
+        }
+        _ => {}
+    }
+    ids
+}
+
+/// Engine-style ids (`call_7`, `msg_12`, …) the two decisions use for the
+/// same thing, paired as they are met: an id neither request holds,
+/// minted afresh by each run, is noise when it is used consistently.
+#[derive(Default)]
+struct Renames {
+    recorded: BTreeMap<String, String>,
+    candidate: BTreeMap<String, String>,
+}
+
+impl Renames {
+    /// Whether `recorded` and `candidate` name the same thing: both minted
+    /// ids of one kind, outside the request, paired with no other.
+    fn pair<'a>(&mut self, recorded: &'a str, candidate: &'a str, ids: &HashSet<String>) -> bool {
+        let kind = |id: &'a str| minted(id).filter(|_| !ids.contains(id));
+        match (kind(recorded), kind(candidate)) {
+            (Some(a), Some(b)) if a == b => {}
+            _ => return false,
+        }
+        let forward = self.recorded.entry(recorded.to_owned()).or_insert_with(|| candidate.to_owned()).clone();
+        let backward = self.candidate.entry(candidate.to_owned()).or_insert_with(|| recorded.to_owned()).clone();
+        forward == candidate && backward == recorded
+    }
+}
+
+/// The kind of an id the engine mints (`call`, `msg`, `int`, `llm`,
+/// `turn`), or `None`.
+fn minted(id: &str) -> Option<&str> {
+    let (kind, n) = id.split_once('_')?;
+    let known = matches!(kind, "call" | "msg" | "int" | "llm" | "turn");
+    (known && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then_some(kind)
+}
+
+/// Appends how `candidate` differs from `recorded` under `path` to
+/// `changes`: objects key by key, arrays item by item.
+fn diff(
+    recorded: &Value,
+    candidate: &Value,
+    path: &mut String,
+    ids: &HashSet<String>,
+    renames: &mut Renames,
+    changes: &mut Vec<Change>,
+) {
+    match (recorded, candidate) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (key, value) in a {
+                let len = path.len();
+                push_segment(path, key);
+                match b.get(key) {
+                    Some(other) => diff(value, other, path, ids, renames, changes),
+                    None => changes.push(Change {
+                        path: path.clone(),
+                        change: ChangeKind::Removed,
+                        recorded: Some(value.clone()),
+                        candidate: None,
+                    }),
+                }
+                path.truncate(len);
+            }
+            for (key, value) in b.iter().filter(|(key, _)| !a.contains_key(*key)) {
+                let len = path.len();
+                push_segment(path, key);
+                changes.push(Change {
+                    path: path.clone(),
+                    change: ChangeKind::Added,
+                    recorded: None,
+                    candidate: Some(value.clone()),
+                });
+                path.truncate(len);
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            for i in 0..a.len().max(b.len()) {
+                let len = path.len();
+                push_segment(path, &i.to_string());
+                match (a.get(i), b.get(i)) {
+                    (Some(x), Some(y)) => diff(x, y, path, ids, renames, changes),
+                    (Some(x), None) => changes.push(Change {
+                        path: path.clone(),
+                        change: ChangeKind::Removed,
+                        recorded: Some(x.clone()),
+                        candidate: None,
+                    }),
+                    (None, Some(y)) => changes.push(Change {
+                        path: path.clone(),
+                        change: ChangeKind::Added,
+                        recorded: None,
+                        candidate: Some(y.clone()),
+                    }),
+                    (None, None) => {}
+                }
+                path.truncate(len);
+            }
+        }
+        (Value::String(a), Value::String(b)) if a == b || renames.pair(a, b, ids) => {}
+        (a, b) if a == b => {}
+        (a, b) => changes.push(Change {
+            path: path.clone(),
+            change: ChangeKind::Changed,
+            recorded: Some(a.clone()),
+            candidate: Some(b.clone()),
+        }),
+    }
+}
+
+/// Appends a JSON Pointer segment (RFC 6901: `~` and `/` escaped).
+fn push_segment(path: &mut String, key: &str) {
+    path.push('/');
+    path.push_str(&key.replace('~', "~0").replace('/', "~1"));
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn changes(a: Value, b: Value) -> Vec<Change> {
+        let ids: HashSet<String> = ["call_1".to_owned()].into();
+        let mut out = Vec::new();
+        diff(&a, &b, &mut String::new(), &ids, &mut Renames::default(), &mut out);
+        out
+    }
+
+    #[test]
+    fn a_renamed_key_is_one_removal_and_one_addition() {
+        let found = changes(
+            json!({"actions": [{"type": "tool.result", "result": {"sum": 3}}]}),
+            json!({"actions": [{"type": "tool.result", "result": {"total": 3}}]}),
+        );
+        assert_eq!(
+            found,
+            [
+                Change {
+                    path: "/actions/0/result/sum".into(),
+                    change: ChangeKind::Removed,
+                    recorded: Some(json!(3)),
+                    candidate: None
+                },
+                Change {
+                    path: "/actions/0/result/total".into(),
+                    change: ChangeKind::Added,
+                    recorded: None,
+                    candidate: Some(json!(3))
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn arrays_differ_item_by_item_and_pointers_are_escaped() {
+        let found = changes(json!({"a/b": [1, 2]}), json!({"a/b": [1, 5, 6]}));
+        let paths: Vec<_> = found.iter().map(|c| (c.path.as_str(), c.change)).collect();
+        assert_eq!(paths, [("/a~1b/1", ChangeKind::Changed), ("/a~1b/2", ChangeKind::Added)]);
+    }
+
+    #[test]
+    fn fresh_minted_ids_pair_up_but_request_ids_and_swaps_do_not() {
+        // Ids minted afresh, used consistently: no difference.
+        assert!(changes(json!(["msg_4", "msg_4", "call_9"]), json!(["msg_7", "msg_7", "call_2"])).is_empty());
+        // Paired once, then with another: a difference.
+        assert_eq!(changes(json!(["msg_4", "msg_4"]), json!(["msg_7", "msg_8"])).len(), 1);
+        // An id of the request is named as given.
+        assert_eq!(changes(json!(["call_1"]), json!(["call_5"])).len(), 1);
+        // Kinds do not mix, and other strings are compared as they are.
+        assert_eq!(changes(json!(["msg_4", "x_1"]), json!(["call_4", "x_2"])).len(), 2);
+    }
+}

@@ -1,0 +1,257 @@
+//! Replay, in the engine: the requests a replay rebuilds from the store
+//! are the requests the agent was sent, byte for byte, and replaying
+//! recorded sessions against the same build, a changed build and a broken
+//! build reports what each does.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+use subs_engine::replay::{self, ChangeKind, ReplayReport, Selection};
+use subs_engine::store::{SessionKey, StepStatus, StoredTrigger, TurnStatus};
+use subs_engine::worker::component::ComponentAgent;
+use subs_engine::worker::{BoxFuture, Delivery, Worker, WorkerError};
+use subs_protocol::client::{ClientMessages, InterruptResume};
+use subs_protocol::{ClientInput, DecisionRequest, DecisionResponse, DraftMessage, Trigger};
+use subs_tests::{TENANT, TestEngine, agent, canonical, guests};
+
+/// A component that keeps the last request of every decision it is sent.
+struct Recording {
+    inner: ComponentAgent,
+    seen: Arc<Mutex<HashMap<String, DecisionRequest>>>,
+}
+
+impl Worker for Recording {
+    fn decide(&self, delivery: Delivery) -> BoxFuture<'_, Result<DecisionResponse, WorkerError>> {
+        let request = delivery.request.clone();
+        self.seen.lock().unwrap().insert(request.decision_id.clone(), request);
+        self.inner.decide(delivery)
+    }
+}
+
+/// Registers `scenario` as a [`Recording`] of the scenario component.
+fn record_scenario(t: &TestEngine, seen: &Arc<Mutex<HashMap<String, DecisionRequest>>>) {
+    let worker = Recording { inner: agent(guests::TEST_SCENARIO), seen: seen.clone() };
+    t.engine.register_agent(TENANT, "scenario", Arc::new(worker));
+}
+
+/// Waits until `session` has an open interrupt.
+async fn interrupted(t: &TestEngine, session: &str) {
+    for _ in 0..500 {
+        if !t.snapshot(session).await.record.interrupts.is_empty() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{session} raised no interrupt");
+}
+
+/// Sessions of `scenario` with tool turns, state, a sub-agent, an
+/// interrupt and an edit that forks, across a restart of the engine.
+async fn scenario_sessions(t: TestEngine, seen: &Arc<Mutex<HashMap<String, DecisionRequest>>>) -> TestEngine {
+    record_scenario(&t, seen);
+    for i in 0..5 {
+        let session = format!("tools-{i}");
+        let turn = t.chat(&session, "scenario", &format!(r#"use tool add with {{"a": {i}, "b": 2}}"#)).await;
+        assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
+        t.chat(&session, "scenario", "count this turn").await;
+        t.chat(&session, "scenario", "count this one too").await;
+    }
+    let turn = t.chat("parent", "scenario", r#"use tool helper with {"prompt": "say hi"}"#).await;
+    assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
+    let turn = t.send("approve", "scenario", "interrupt before you go on").await;
+    interrupted(&t, "approve").await;
+    let resume = InterruptResume { interrupt_id: "approval".to_owned(), payload: Some(json!({"approved": true})) };
+    t.engine.input(TENANT, "approve", ClientInput::InterruptResume(resume), Default::default()).await.unwrap();
+    assert_eq!(t.wait("approve", &turn).await.status, TurnStatus::Done);
+
+    // A restart: the sessions' next steps are stored by a process that has
+    // stored nothing for them yet.
+    let t = t.restart().await;
+    record_scenario(&t, seen);
+    for i in 0..5 {
+        let session = format!("tools-{i}");
+        t.chat(&session, "scenario", r#"use tool add with {"a": 10, "b": 20} and use tool add with {"a": 1, "b": 1}"#)
+            .await;
+        t.chat(&session, "scenario", "count again").await;
+    }
+    t.chat("edit", "scenario", "first").await;
+    t.chat("edit", "scenario", "count second").await;
+    let before = t.snapshot("edit").await.messages;
+    let mut view: Vec<DraftMessage> = before[..2].iter().cloned().map(DraftMessage::from).collect();
+    view.push(DraftMessage::user("count second, edited"));
+    let edit = ClientInput::ClientMessages(ClientMessages {
+        agent_id: "scenario".to_owned(),
+        turn_id: None,
+        messages: view,
+        stream: None,
+        client: None,
+    });
+    let accepted = t.engine.input(TENANT, "edit", edit, Default::default()).await.unwrap();
+    assert_eq!(t.wait("edit", accepted.turn_id.as_deref().unwrap()).await.status, TurnStatus::Done);
+    assert!(t.snapshot("edit").await.message_tree.nodes.len() > t.snapshot("edit").await.messages.len(), "forked");
+    t
+}
+
+const SESSIONS: &[&str] = &["tools-0", "tools-1", "tools-2", "tools-3", "tools-4", "parent", "approve", "edit"];
+
+#[tokio::test]
+async fn replay_rebuilds_every_request_exactly_and_the_same_build_decides_the_same() {
+    let seen = Arc::new(Mutex::new(HashMap::new()));
+    let t = scenario_sessions(TestEngine::start().await, &seen).await;
+
+    let (mut rebuilt, mut triggers) = (0, std::collections::BTreeSet::new());
+    for session in SESSIONS {
+        let key = SessionKey::new(TENANT, *session);
+        let applied = t.store.steps(&key, 0, usize::MAX).await.unwrap();
+        let applied = applied.iter().filter(|(_, s)| s.status == StepStatus::Applied).count();
+        let requests = replay::requests(t.store.as_ref(), &key).await.unwrap();
+        assert_eq!(requests.len(), applied, "{session}: every decided step is rebuilt");
+        for (seq, request) in requests {
+            let sent = seen.lock().unwrap().get(&request.decision_id).cloned().expect("the agent was sent it");
+            assert_eq!(
+                canonical(&serde_json::to_value(&request).unwrap()),
+                canonical(&serde_json::to_value(&sent).unwrap()),
+                "{session} step {seq}: the rebuilt request is the one sent"
+            );
+            triggers.insert(request.trigger.kind().to_owned());
+            rebuilt += 1;
+        }
+    }
+    assert!(rebuilt >= 100, "{rebuilt} decisions");
+    for kind in [
+        "session.start",
+        "client.messages",
+        "tool.execute",
+        "tool.finished",
+        "llm.finished",
+        "sub_agent.finished",
+        "interrupt.resumed",
+    ] {
+        assert!(triggers.contains(kind), "no {kind} among {triggers:?}");
+    }
+
+    let selection = Selection { limit: 10_000, ..Selection::default() };
+    let report = replay::replay(t.store.as_ref(), TENANT, "scenario", &agent(guests::TEST_SCENARIO), &selection, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.decisions, report.same, report.different, report.failed, report.skipped),
+        (rebuilt, rebuilt, 0, 0, 0),
+        "{report:#?}"
+    );
+    assert_eq!(report.sessions, SESSIONS.len());
+}
+
+/// Tool turns of the `tools` agent: one call of `add`, two in parallel,
+/// and a plain chat, in three sessions.
+async fn tools_sessions(t: &TestEngine) {
+    for i in 0..3 {
+        let session = format!("s{i}");
+        t.chat(&session, "tools", &format!(r#"use tool add with {{"a": {i}, "b": 2}}"#)).await;
+        t.chat(&session, "tools", r#"use tool add with {"a": 1, "b": 2} and use tool add with {"a": 3, "b": 4}"#).await;
+        t.chat(&session, "tools", "hello").await;
+    }
+}
+
+/// `(session, step)` of the recorded decisions matching `pick`, in order.
+async fn steps_where(t: &TestEngine, pick: impl Fn(&StoredTrigger) -> bool) -> Vec<(String, u64)> {
+    let mut found = Vec::new();
+    for i in 0..3 {
+        let session = format!("s{i}");
+        for (seq, step) in t.store.steps(&SessionKey::new(TENANT, session.clone()), 0, usize::MAX).await.unwrap() {
+            if step.status == StepStatus::Applied && pick(&step.trigger) {
+                found.push((session.clone(), seq));
+            }
+        }
+    }
+    found
+}
+
+async fn replay_tools(t: &TestEngine, candidate: &str) -> ReplayReport {
+    let progress: replay::Progress = Arc::new(|done, total| assert!(done <= total));
+    replay::replay(t.store.as_ref(), TENANT, "tools", &agent(candidate), &Selection::default(), Some(progress))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_changed_tool_result_differs_exactly_where_add_runs_and_a_trap_fails_its_decisions() {
+    let t = TestEngine::start().await;
+    tools_sessions(&t).await;
+    let adds = steps_where(
+        &t,
+        |trigger| matches!(trigger, StoredTrigger::Plain { trigger: Trigger::ToolExecute(call) } if call.name == "add"),
+    )
+    .await;
+    assert_eq!(adds.len(), 9);
+
+    let same = replay_tools(&t, guests::TOOLS).await;
+    assert!(same.decisions > 30 && same.same == same.decisions, "{same:#?}");
+
+    let total = replay_tools(&t, guests::TOOLS_TOTAL).await;
+    assert_eq!(total.decisions, same.decisions);
+    assert_eq!(total.failed, 0, "{total:#?}");
+    let differing: Vec<(String, u64)> = total.differences.iter().map(|d| (d.session_id.clone(), d.step)).collect();
+    assert_eq!(differing, adds, "exactly the tool.execute decisions of add differ");
+    for difference in &total.differences {
+        assert_eq!(difference.trigger, "tool.execute");
+        let changes: Vec<(&str, ChangeKind)> = difference.changes.iter().map(|c| (c.path.as_str(), c.change)).collect();
+        assert_eq!(
+            changes,
+            [("/actions/0/result/sum", ChangeKind::Removed), ("/actions/0/result/total", ChangeKind::Added)],
+            "{difference:#?}"
+        );
+        assert_eq!(difference.changes[0].recorded, difference.changes[1].candidate, "the same number, renamed");
+        assert!(difference.recorded_version.is_none(), "registered without a version in this test");
+    }
+
+    let messages = steps_where(&t, |trigger| matches!(trigger, StoredTrigger::ClientMessages { .. })).await;
+    assert_eq!(messages.len(), 9);
+    let trapped = replay_tools(&t, guests::TOOLS_TRAP_ON_MESSAGES).await;
+    assert_eq!((trapped.failed, trapped.different), (messages.len(), 0), "{trapped:#?}");
+    assert_eq!(trapped.same, trapped.decisions - messages.len());
+    let failing: Vec<(String, u64)> = trapped.failures.iter().map(|f| (f.session_id.clone(), f.step)).collect();
+    assert_eq!(failing, messages);
+    for failure in &trapped.failures {
+        assert_eq!(failure.trigger, "client.messages");
+        let error = failure.error.as_deref().unwrap();
+        assert!(error.contains("this version cannot read client messages"), "the guest's panic is quoted: {error}");
+    }
+}
+
+#[tokio::test]
+async fn a_replay_reads_only_the_named_sessions_of_its_agent_and_stays_within_its_bounds() {
+    let t = TestEngine::start().await;
+    tools_sessions(&t).await;
+    t.chat("other-agent", "scenario", "count me").await;
+
+    let named = Selection { sessions: Some(vec!["s1".to_owned()]), ..Selection::default() };
+    let report = replay::replay(t.store.as_ref(), TENANT, "tools", &agent(guests::TOOLS), &named, None).await.unwrap();
+    let in_s1 = t.store.steps(&SessionKey::new(TENANT, "s1"), 0, usize::MAX).await.unwrap().len();
+    assert_eq!((report.sessions, report.decisions), (1, in_s1));
+
+    for wrong in ["other-agent", "nobody"] {
+        let named = Selection { sessions: Some(vec![wrong.to_owned()]), ..Selection::default() };
+        let refused = replay::replay(t.store.as_ref(), TENANT, "tools", &agent(guests::TOOLS), &named, None).await;
+        let error = refused.unwrap_err().to_string();
+        assert!(error.contains(wrong) && error.contains("tools"), "{error}");
+    }
+    // Another tenant's sessions are not the tenant's.
+    let report =
+        replay::replay(t.store.as_ref(), "another", "tools", &agent(guests::TOOLS), &Selection::default(), None)
+            .await
+            .unwrap();
+    assert_eq!((report.sessions, report.decisions), (0, 0));
+
+    let few = Selection { limit: 5, ..Selection::default() };
+    let report = replay::replay(t.store.as_ref(), TENANT, "tools", &agent(guests::TOOLS), &few, None).await.unwrap();
+    assert_eq!(report.decisions, 5);
+    let future = Selection { since_ms: Some(u64::MAX), ..Selection::default() };
+    let report = replay::replay(t.store.as_ref(), TENANT, "tools", &agent(guests::TOOLS), &future, None).await.unwrap();
+    assert_eq!(report.decisions, 0);
+    let no_time = Selection { time: std::time::Duration::ZERO, ..Selection::default() };
+    let report =
+        replay::replay(t.store.as_ref(), TENANT, "tools", &agent(guests::TOOLS), &no_time, None).await.unwrap();
+    assert_eq!((report.decisions, report.stopped.as_deref()), (0, Some("time")));
+}
