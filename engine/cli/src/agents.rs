@@ -24,6 +24,10 @@ pub enum AgentsCommand {
     /// Remove an agent (its sessions stay, and go on once an agent of that
     /// id is put again).
     Rm(RmArgs),
+    /// Replay the agent's recorded decisions against a component file and
+    /// show what it decides differently (`subs agents replay ID FILE.wasm`;
+    /// with `--data DIR`, offline on a data directory).
+    Replay(crate::replay::ReplayArgs),
 }
 
 /// `subs agents put`.
@@ -71,6 +75,7 @@ pub async fn exec(command: AgentsCommand) -> CliResult {
         AgentsCommand::Put(args) => put(args).await,
         AgentsCommand::List(args) => list(args).await,
         AgentsCommand::Rm(args) => rm(args).await,
+        AgentsCommand::Replay(args) => crate::replay::exec(args).await,
     }
 }
 

@@ -30,6 +30,7 @@ pub mod error;
 pub mod keys;
 pub mod progress;
 pub mod render;
+pub mod replay;
 pub mod run;
 pub mod serve;
 pub mod sessions;

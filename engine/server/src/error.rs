@@ -153,7 +153,7 @@ impl From<AgentError> for ApiError {
             AgentError::InvalidComponent(_) => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_component", message)
             }
-            AgentError::UploadRate { .. } | AgentError::Compiling => {
+            AgentError::UploadRate { .. } | AgentError::Compiling | AgentError::Replaying => {
                 Self::new(StatusCode::TOO_MANY_REQUESTS, "limit_exceeded", message)
             }
             AgentError::CompiledQuota { .. } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "limit_exceeded", message),

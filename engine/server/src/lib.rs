@@ -40,6 +40,7 @@ pub mod error;
 pub mod identity;
 pub mod metrics;
 pub mod openapi;
+pub mod replay;
 pub mod sessions;
 pub mod stream;
 pub mod tenants;

@@ -9,7 +9,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::{AppState, admin, agents, agui, aisdk, auth, budgets, decisions, metrics, sessions, stream};
+use crate::{AppState, admin, agents, agui, aisdk, auth, budgets, decisions, metrics, replay, sessions, stream};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -60,6 +60,7 @@ pub fn router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(stream::events))
         .routes(routes!(agents::list))
         .routes(routes!(agents::put, agents::get, agents::delete))
+        .routes(routes!(replay::replay))
         .routes(routes!(agui::run))
         .routes(routes!(aisdk::chat))
         .routes(routes!(aisdk::reconnect))

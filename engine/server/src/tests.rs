@@ -172,6 +172,15 @@ fn agent_errors_answer_their_documented_status() {
             ),
         ),
         (
+            AgentError::Replaying,
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                "limit_exceeded",
+                None,
+                "another replay of this tenant is running; start this one when it is done".to_owned(),
+            ),
+        ),
+        (
             AgentError::CompiledQuota { total: 3 << 20, bytes: 2 << 20, limit: 1 << 20 },
             (
                 StatusCode::UNPROCESSABLE_ENTITY,

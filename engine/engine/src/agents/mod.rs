@@ -13,7 +13,7 @@
 
 pub mod uploads;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 
 use self::uploads::{UploadPolicy, Uploads};
 use crate::Engine;
+use crate::replay::{Progress, ReplayError, ReplayReport, Selection};
 use crate::store::{AgentRecord, AgentVersion, AgentWorker, Batch, Op, StoreError};
 use crate::worker::component::cache::write_atomically;
 use crate::worker::component::{AgentPolicy, ComponentAgent, ComponentHost, LoadError};
@@ -62,6 +63,9 @@ pub enum AgentError {
     /// rather than held, with its body, until that one is done.
     #[error("another upload of this tenant is being compiled; send this one when it is done")]
     Compiling,
+    /// Another replay of the tenant is running; replays are not queued.
+    #[error("another replay of this tenant is running; start this one when it is done")]
+    Replaying,
     /// The tenant's agents would hold more compiled code than it may.
     #[error(
         "the tenant's agents would hold {} MiB of compiled code with this one ({} MiB), more than its {} MiB (limit \
@@ -87,6 +91,12 @@ pub enum AgentError {
     Internal(String),
 }
 
+/// The version name of a component: `sha256:` and the hex SHA-256 of its
+/// bytes.
+pub fn digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
 /// The agents of every tenant, kept in the store and registered with the
 /// engine.
 pub struct AgentRegistry {
@@ -106,6 +116,30 @@ pub struct AgentRegistry {
     /// The version registered with the engine, by tenant and agent, so that
     /// [`sync`](Self::sync) loads only what changed.
     digests: std::sync::Mutex<HashMap<(String, String), String>>,
+    /// Tenants with a replay running.
+    replaying: Arc<std::sync::Mutex<HashSet<String>>>,
+}
+
+/// A tenant's place as the one replay it runs; given up when dropped.
+struct ReplayGuard {
+    running: Arc<std::sync::Mutex<HashSet<String>>>,
+    tenant: String,
+}
+
+impl ReplayGuard {
+    fn take(running: &Arc<std::sync::Mutex<HashSet<String>>>, tenant: &str) -> Result<Self, AgentError> {
+        let mut tenants = running.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !tenants.insert(tenant.to_owned()) {
+            return Err(AgentError::Replaying);
+        }
+        Ok(Self { running: running.clone(), tenant: tenant.to_owned() })
+    }
+}
+
+impl Drop for ReplayGuard {
+    fn drop(&mut self) {
+        self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.tenant);
+    }
 }
 
 impl AgentRegistry {
@@ -122,6 +156,7 @@ impl AgentRegistry {
             uploads: Uploads::new(&UploadPolicy::default()),
             components: Default::default(),
             digests: Default::default(),
+            replaying: Default::default(),
         }
     }
 
@@ -267,22 +302,7 @@ impl AgentRegistry {
     ) -> Result<(Arc<dyn Worker>, Option<ComponentAgent>), AgentError> {
         match &version.worker {
             AgentWorker::Component { .. } => {
-                let path = self.component_path(&version.digest);
-                let bytes = match tokio::fs::read(&path).await {
-                    Ok(bytes) => bytes,
-                    // Uploaded to another node sharing the store: its bytes
-                    // are in the store, and kept here from now on.
-                    Err(e) => match self.engine.store().shared() {
-                        Some(shared) if e.kind() == std::io::ErrorKind::NotFound => {
-                            let bytes = shared.blob(&version.digest).await?.ok_or_else(|| {
-                                AgentError::Internal(format!("the store has no component {}", version.digest))
-                            })?;
-                            self.keep_bytes(&path, bytes.clone()).await?;
-                            bytes
-                        }
-                        _ => return Err(AgentError::Internal(format!("reading {}: {e}", path.display()))),
-                    },
-                };
+                let bytes = self.component_bytes(&version.digest).await?;
                 let agent = self.compile(tenant, agent_id, bytes).await?;
                 Ok((Arc::new(agent.clone()), Some(agent)))
             }
@@ -295,6 +315,77 @@ impl AgentRegistry {
                     .map_err(|e| AgentError::Invalid { field: "url", message: e.to_string() })?;
                 Ok((Arc::new(worker), None))
             }
+        }
+    }
+
+    /// The bytes of the component `digest`: from the data directory, else
+    /// (uploaded to another node sharing the store) from the store, and
+    /// kept here from then on.
+    async fn component_bytes(&self, digest: &str) -> Result<Vec<u8>, AgentError> {
+        let path = self.component_path(digest);
+        match tokio::fs::read(&path).await {
+            Ok(bytes) => Ok(bytes),
+            Err(e) => match self.engine.store().shared() {
+                Some(shared) if e.kind() == std::io::ErrorKind::NotFound => {
+                    let bytes = shared
+                        .blob(digest)
+                        .await?
+                        .ok_or_else(|| AgentError::Internal(format!("the store has no component {digest}")))?;
+                    self.keep_bytes(&path, bytes.clone()).await?;
+                    Ok(bytes)
+                }
+                _ => Err(AgentError::Internal(format!("reading {}: {e}", path.display()))),
+            },
+        }
+    }
+
+    /// A stored version of `tenant`'s agent `agent_id`, loaded to replay
+    /// recorded decisions against (see [`crate::replay`]): under the
+    /// agent's limits, with no outgoing HTTP whatever its allow-list.
+    /// `None` when the agent has no version `digest`; an HTTP worker's
+    /// version is refused, as a replay runs only components in the
+    /// sandbox.
+    pub async fn replay_candidate(
+        &self,
+        tenant: &str,
+        agent_id: &str,
+        digest: &str,
+    ) -> Result<Option<ComponentAgent>, AgentError> {
+        let Some(record) = self.engine.store().agent(tenant, agent_id).await? else { return Ok(None) };
+        let Some(version) = record.history.iter().chain([&record.current]).find(|v| v.digest == digest) else {
+            return Ok(None);
+        };
+        if let AgentWorker::Http { .. } = version.worker {
+            return Err(AgentError::Invalid {
+                field: "version",
+                message: format!("{digest} is an HTTP worker; a replay runs only uploaded components"),
+            });
+        }
+        let bytes = self.component_bytes(digest).await?;
+        let agent = self.compile(tenant, agent_id, bytes).await?;
+        let own = self.policies.get(&(tenant.to_owned(), agent_id.to_owned())).cloned().unwrap_or_default();
+        let policy = AgentPolicy { http_hosts: Some(Vec::new()), ..own };
+        agent.for_agent(tenant, agent_id, &policy).map(Some).map_err(|e| AgentError::Internal(e.to_string()))
+    }
+
+    /// Replays `tenant`'s recorded decisions of agent `agent_id` against
+    /// its stored version `digest` (see [`crate::replay`]); `None` when the
+    /// agent has no such version. One replay per tenant runs at a time.
+    pub async fn replay(
+        &self,
+        tenant: &str,
+        agent_id: &str,
+        digest: &str,
+        selection: &Selection,
+        progress: Option<Progress>,
+    ) -> Result<Option<ReplayReport>, AgentError> {
+        let _replaying = ReplayGuard::take(&self.replaying, tenant)?;
+        let Some(candidate) = self.replay_candidate(tenant, agent_id, digest).await? else { return Ok(None) };
+        let store = self.engine.store();
+        match crate::replay::replay(store.as_ref(), tenant, agent_id, &candidate, selection, progress).await {
+            Ok(report) => Ok(Some(report)),
+            Err(ReplayError::Store(e)) => Err(e.into()),
+            Err(e) => Err(AgentError::Invalid { field: "sessions", message: e.to_string() }),
         }
     }
 
@@ -366,7 +457,7 @@ impl AgentRegistry {
         bytes: Vec<u8>,
         max_compiled_bytes: u64,
     ) -> Result<(AgentRecord, bool), AgentError> {
-        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+        let digest = digest(&bytes);
         let size = bytes.len() as u64;
         let path = self.component_path(&digest);
         let turn = self.uploads.turn(tenant).await?;
