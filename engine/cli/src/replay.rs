@@ -16,6 +16,7 @@ use anyhow::anyhow;
 use reqwest::Method;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
+use subs_engine::agents::digest;
 use subs_engine::replay::{self, Progress, Selection};
 use subs_engine::worker::component::{AgentPolicy, ComponentHost, HostConfig};
 use subs_server::LOCAL_TENANT;
@@ -81,9 +82,10 @@ pub async fn exec(args: ReplayArgs) -> CliResult {
     }
     let bytes =
         std::fs::read(&args.file).map_err(|e| CliError::usage(anyhow!("reading {}: {e}", args.file.display())))?;
+    let version = digest(&bytes);
     let report = match &args.data {
-        Some(dir) => offline(&args, &id, bytes, dir, since).await?,
-        None => online(&args, &id, bytes, since).await?,
+        Some(dir) => offline(&args, &id, bytes, &version, dir, since).await?,
+        None => online(&args, &id, bytes, &version, since).await?,
     };
     if args.client.json {
         println!("{report}");
@@ -103,7 +105,7 @@ pub async fn exec(args: ReplayArgs) -> CliResult {
 
 /// Uploads the component as an inactive version and replays on the
 /// server.
-async fn online(args: &ReplayArgs, id: &str, bytes: Vec<u8>, since: Option<u64>) -> CliResult<Value> {
+async fn online(args: &ReplayArgs, id: &str, bytes: Vec<u8>, version: &str, since: Option<u64>) -> CliResult<Value> {
     let client = Client::new(&args.client)?;
     let spinner = Spinner::start(format!("uploading {} as an inactive version", args.file.display()));
     let upload = client
@@ -114,7 +116,6 @@ async fn online(args: &ReplayArgs, id: &str, bytes: Vec<u8>, since: Option<u64>)
     drop(spinner);
     // The digest names the version; the server answers the agent, whose
     // `versions` hold it.
-    let version = digest_of(&std::fs::read(&args.file).unwrap_or_default());
     if !agent.get("versions").and_then(Value::as_array).is_some_and(|v| v.iter().any(|v| v["version"] == version)) {
         return Err(CliError::failed(anyhow!("the server did not keep the upload as a version of {id}")));
     }
@@ -138,6 +139,7 @@ async fn offline(
     args: &ReplayArgs,
     id: &str,
     bytes: Vec<u8>,
+    version: &str,
     dir: &std::path::Path,
     since: Option<u64>,
 ) -> CliResult<Value> {
@@ -183,7 +185,7 @@ async fn offline(
     let report = outcome.map_err(|e| CliError::failed(anyhow!("{e}")))?;
     let mut report = serde_json::to_value(&report).map_err(|e| CliError::failed(anyhow!(e)))?;
     report["agent_id"] = json!(id);
-    report["version"] = json!(digest_of(&std::fs::read(&args.file).unwrap_or_default()));
+    report["version"] = json!(version);
     Ok(report)
 }
 
@@ -198,11 +200,6 @@ fn progress_bar() -> Option<indicatif::ProgressBar> {
     }
     bar.enable_steady_tick(Duration::from_millis(100));
     Some(bar)
-}
-
-/// A component's version name: `sha256:` and its bytes' digest.
-fn digest_of(bytes: &[u8]) -> String {
-    subs_engine::agents::digest(bytes)
 }
 
 /// ANSI colours, or none (not a terminal, or `NO_COLOR` set).
