@@ -62,6 +62,9 @@ pub(crate) struct Session {
     pub steps: VecDeque<(u64, StepRecord)>,
     /// The ids of the session's turns, where all of them are known.
     pub turns: KnownTurns,
+    /// The agent version whose decision is being applied: the messages it
+    /// records carry it in their events. `None` outside a decision.
+    pub deciding: Option<String>,
 }
 
 /// How many turn ids a session keeps in memory at most; past them the
@@ -130,7 +133,7 @@ impl Session {
         let tree = Tree::from_records(loaded.messages.into_iter().map(|(_, r)| r));
         let calls = loaded.calls.into_iter().map(|c| (c.call.id.clone(), c)).collect();
         let steps = loaded.steps.into_iter().filter(|(_, s)| s.status == StepStatus::Pending).collect();
-        Ok(Some(Self { record: loaded.record, tree, calls, steps, turns: KnownTurns::default() }))
+        Ok(Some(Self { record: loaded.record, tree, calls, steps, turns: KnownTurns::default(), deciding: None }))
     }
 
     /// A new, empty session.
@@ -141,6 +144,7 @@ impl Session {
             calls: BTreeMap::new(),
             steps: VecDeque::new(),
             turns: KnownTurns::none_yet(),
+            deciding: None,
         }
     }
 
@@ -355,7 +359,8 @@ impl Session {
         change.batch.push(Op::PutMessage { session: self.key().clone(), seq, record: record.clone() });
         self.tree.insert(record);
         self.record.head_id = Some(id.clone());
-        self.emit(SessionEvent::Message(MessageRecorded { message, parent_id }), change);
+        let agent_version = self.deciding.clone();
+        self.emit(SessionEvent::Message(MessageRecorded { message, parent_id, agent_version }), change);
         id
     }
 
