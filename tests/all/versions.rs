@@ -180,6 +180,16 @@ async fn versions_are_stored_activated_and_rolled_back_and_each_decision_names_i
         .unwrap();
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     assert_eq!(versions(&s).await.len(), 2, "nothing was stored by the refusals");
+
+    // An HTTP worker is stored inactive the same way, and not called: the
+    // active version goes on deciding.
+    let worker = Some(json!({"url": "http://127.0.0.1:9/"}));
+    let (status, agent) = s.call(Method::PUT, &format!("/v1/agents/{AGENT}?activate=false"), None, worker).await;
+    assert_eq!((status, agent["version"].as_str()), (StatusCode::CREATED, Some(tools.as_str())), "{agent}");
+    let http = agent["versions"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((http["kind"].as_str(), http["active"].as_bool()), (Some("http"), Some(false)), "{agent}");
+    let (messages, _) = turn(&s, "b", "still here").await;
+    assert!(all_are(&messages, &tools), "{messages:?}");
 }
 
 #[tokio::test]
