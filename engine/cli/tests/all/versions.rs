@@ -55,3 +55,37 @@ async fn agents_versions_are_stored_listed_activated_and_rolled_back() {
     assert_eq!(unknown.code, Some(1));
     assert!(unknown.stderr.contains("404") && unknown.stderr.contains("sha256:00"), "{}", unknown.stderr);
 }
+
+/// Two servers on one PostgreSQL database, each with its own data
+/// directory: a version stored inactive and activated on one is served by
+/// the other once it hears of the change, its bytes fetched from the
+/// database.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_activated_on_one_node_is_served_by_the_other() {
+    let Some(cluster) = subs_store_postgres::testing::TestCluster::shared() else { return };
+    let database = cluster.fresh_database();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = Server::start_with(&["--data", dir_a.path().to_str().unwrap(), "--store", &database], "127.0.0.1:0");
+    let b = Server::start_with(&["--data", dir_b.path().to_str().unwrap(), "--store", &database], "127.0.0.1:0");
+    assert_eq!(output(&["agents", "put", "v", TOOLS, "--server", &a.url]).code, Some(0));
+    let stored = output(&["agents", "put", "v", subs_tests::guests::PASSTHROUGH, "--inactive", "--server", &a.url]);
+    assert_eq!(stored.code, Some(0), "{}", stored.stderr);
+    let version = stored.stdout.split_whitespace().find(|w| w.starts_with("sha256:")).unwrap().to_owned();
+    assert_eq!(output(&["agents", "activate", "v", &version, "--server", &a.url]).code, Some(0));
+
+    // Each turn on `b` is a new session; its latest decision names the
+    // version `b` ran.
+    let deadline = std::time::Instant::now() + crate::PATIENCE;
+    for n in 0.. {
+        let session = format!("on-b-{n}");
+        let events = crate::stream_turn(&b.url, &session, "v", "hello").await;
+        assert_eq!(events.last().map(|e| e.1.as_str()), Some("turn.done"), "{events:?}");
+        let snapshot = crate::http().get(format!("{}/v1/sessions/{session}", b.url)).send().await.unwrap();
+        let snapshot: Value = serde_json::from_str(&snapshot.text().await.unwrap()).unwrap();
+        if snapshot["agent_version"] == version.as_str() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "b still runs the old version: {snapshot}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
