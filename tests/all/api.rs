@@ -554,6 +554,7 @@ async fn the_openapi_document_matches_the_routes() {
             "PUT /v1/admin/tenants/{tenant}",
             "PUT /v1/admin/tenants/{tenant}/limits",
             "PUT /v1/agents/{agent_id}",
+            "PUT /v1/agents/{agent_id}/current",
             "PUT /v1/sessions/{session_id}/budget",
         ],
         "every route is documented"

@@ -27,4 +27,5 @@ mod storage_growth;
 mod streaming;
 mod telemetry;
 mod tenants;
+mod versions;
 mod wit_boundary;

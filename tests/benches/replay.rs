@@ -60,7 +60,10 @@ async fn run(sessions: usize, rounds: usize) {
         decisions = report.decisions;
         #[allow(clippy::cast_precision_loss)]
         let rate = decisions as f64 / elapsed.as_secs_f64();
-        println!("round {round}: {decisions} decisions in {:.0} ms: {rate:.0} decisions/s", elapsed.as_secs_f64() * 1e3);
+        println!(
+            "round {round}: {decisions} decisions in {:.0} ms: {rate:.0} decisions/s",
+            elapsed.as_secs_f64() * 1e3
+        );
         per_sec.push(rate);
     }
     per_sec.sort_by(f64::total_cmp);

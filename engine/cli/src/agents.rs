@@ -1,5 +1,6 @@
-//! `subs agents …`: upload, list and remove the agents of a running
-//! server (`PUT`/`GET`/`DELETE /v1/agents`).
+//! `subs agents …`: upload, list, show, activate and remove the agents of
+//! a running server (`PUT`/`GET`/`DELETE /v1/agents`,
+//! `PUT /v1/agents/{id}/current`).
 
 use std::path::PathBuf;
 
@@ -24,6 +25,13 @@ pub enum AgentsCommand {
     /// Remove an agent (its sessions stay, and go on once an agent of that
     /// id is put again).
     Rm(RmArgs),
+    /// Show an agent and its stored versions, which one is active and how
+    /// many decisions each made.
+    Get(GetArgs),
+    /// Make a stored version the agent's current one (`subs agents
+    /// activate ID VERSION`); rolling back is the same command with an
+    /// earlier version.
+    Activate(ActivateArgs),
     /// Replay the agent's recorded decisions against a component file and
     /// show what it decides differently (`subs agents replay ID FILE.wasm`;
     /// with `--data DIR`, offline on a data directory).
@@ -45,6 +53,10 @@ pub struct PutArgs {
     /// Sign requests to the HTTP worker with this secret.
     #[arg(long, value_name = "SECRET", requires = "url")]
     pub secret: Option<String>,
+    /// Store the version without making it current; `subs agents activate`
+    /// makes it current later. The agent must exist already.
+    #[arg(long)]
+    pub inactive: bool,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub client: ClientArgs,
@@ -69,12 +81,40 @@ pub struct RmArgs {
     pub client: ClientArgs,
 }
 
+/// `subs agents get`.
+#[derive(Debug, clap::Args)]
+pub struct GetArgs {
+    /// The agent's id.
+    #[arg(value_name = "ID")]
+    pub id: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub client: ClientArgs,
+}
+
+/// `subs agents activate`.
+#[derive(Debug, clap::Args)]
+pub struct ActivateArgs {
+    /// The agent's id.
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// The stored version to make current: `sha256:<hex>`, as `subs agents
+    /// get` lists them.
+    #[arg(value_name = "VERSION")]
+    pub version: String,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub client: ClientArgs,
+}
+
 /// Runs an agents command.
 pub async fn exec(command: AgentsCommand) -> CliResult {
     match command {
         AgentsCommand::Put(args) => put(args).await,
         AgentsCommand::List(args) => list(args).await,
         AgentsCommand::Rm(args) => rm(args).await,
+        AgentsCommand::Get(args) => get(args).await,
+        AgentsCommand::Activate(args) => activate(args).await,
         AgentsCommand::Replay(args) => crate::replay::exec(args).await,
     }
 }
@@ -82,21 +122,26 @@ pub async fn exec(command: AgentsCommand) -> CliResult {
 async fn put(args: PutArgs) -> CliResult {
     let client = Client::new(&args.client)?;
     let id = checked_name("agent id", &args.id)?;
-    let path = format!("/v1/agents/{id}");
-    let (request, spinner) = match (&args.file, &args.url) {
+    let path = if args.inactive { format!("/v1/agents/{id}?activate=false") } else { format!("/v1/agents/{id}") };
+    // `uploaded`: the version this upload is, to name it when it is
+    // stored inactive.
+    let (request, spinner, uploaded) = match (&args.file, &args.url) {
         (Some(file), _) => {
             let bytes = std::fs::read(file).map_err(|e| CliError::usage(anyhow!("reading {}: {e}", file.display())))?;
+            let uploaded = subs_engine::agents::component_digest(&bytes);
             let spinner =
                 Spinner::start(format!("uploading {} ({}); the server compiles it", file.display(), size(bytes.len())));
             let request = client.request(Method::PUT, &path).header(CONTENT_TYPE, "application/wasm").body(bytes);
-            (request, Some(spinner))
+            (request, Some(spinner), uploaded)
         }
         (None, Some(url)) => {
             let mut body = json!({ "url": url });
             if let Some(secret) = &args.secret {
                 body["secret"] = json!(secret);
             }
-            (client.request(Method::PUT, &path).header(CONTENT_TYPE, "application/json").body(body.to_string()), None)
+            let uploaded = subs_engine::agents::http_digest(url, args.secret.as_deref());
+            let request = client.request(Method::PUT, &path).header(CONTENT_TYPE, "application/json");
+            (request.body(body.to_string()), None, uploaded)
         }
         (None, None) => return Err(CliError::usage(anyhow!("give a component FILE or --url"))),
     };
@@ -108,9 +153,71 @@ async fn put(args: PutArgs) -> CliResult {
         serde_json::from_slice(&bytes).map_err(|e| CliError::failed(anyhow!("the server's answer: {e}")))?;
     if args.client.json {
         println!("{agent}");
+    } else if args.inactive {
+        let what = if created { "stored, not active" } else { "unchanged: that version is already stored" };
+        let current = str_at(&agent, "version");
+        println!("agent {}: {uploaded} {what}; the active version is {current}", str_at(&agent, "agent_id"));
     } else {
         let what = if created { "a new version" } else { "unchanged: that version is already current" };
         println!("agent {}: {} ({}), {what}", str_at(&agent, "agent_id"), str_at(&agent, "version"), detail(&agent));
+    }
+    Ok(())
+}
+
+async fn get(args: GetArgs) -> CliResult {
+    let client = Client::new(&args.client)?;
+    let id = checked_name("agent id", &args.id)?;
+    let agent = client.json(client.request(Method::GET, &format!("/v1/agents/{id}"))).await?;
+    if args.client.json {
+        println!("{agent}");
+        return Ok(());
+    }
+    println!(
+        "agent {} · {} ({})",
+        str_at(&agent, "agent_id"),
+        short_version(str_at(&agent, "version")),
+        detail(&agent)
+    );
+    print!("{}", versions_table(&agent));
+    Ok(())
+}
+
+/// The versions of an agent view, one row each in upload order, the
+/// active one marked `*`.
+fn versions_table(agent: &Value) -> String {
+    let versions = agent.get("versions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let rows: Vec<[String; 6]> = versions
+        .iter()
+        .map(|v| {
+            let active = if v.get("active").and_then(Value::as_bool) == Some(true) { "*" } else { "" };
+            let bytes = v.get("bytes").and_then(Value::as_u64).map_or_else(String::new, |b| size(b as usize));
+            let decisions = v.get("decisions").and_then(Value::as_u64).map_or_else(String::new, |n| n.to_string());
+            [
+                active.to_owned(),
+                str_at(v, "version").to_owned(),
+                str_at(v, "kind").to_owned(),
+                bytes,
+                crate::sessions::time(v.get("created_ms").and_then(Value::as_u64).unwrap_or(0)),
+                decisions,
+            ]
+        })
+        .collect();
+    crate::table(["ACTIVE", "VERSION", "KIND", "SIZE", "UPLOADED", "DECISIONS"], &rows)
+}
+
+async fn activate(args: ActivateArgs) -> CliResult {
+    let client = Client::new(&args.client)?;
+    let id = checked_name("agent id", &args.id)?;
+    let body = json!({ "version": args.version });
+    let request = client
+        .request(Method::PUT, &format!("/v1/agents/{id}/current"))
+        .header(CONTENT_TYPE, "application/json")
+        .body(body.to_string());
+    let agent = client.json(request).await?;
+    if args.client.json {
+        println!("{agent}");
+    } else {
+        println!("agent {}: {} is active ({})", str_at(&agent, "agent_id"), str_at(&agent, "version"), detail(&agent));
     }
     Ok(())
 }

@@ -16,7 +16,7 @@ use anyhow::anyhow;
 use reqwest::Method;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
-use subs_engine::agents::digest;
+use subs_engine::agents::component_digest;
 use subs_engine::replay::{self, Progress, Selection};
 use subs_engine::worker::component::{AgentPolicy, ComponentHost, HostConfig};
 use subs_server::LOCAL_TENANT;
@@ -82,7 +82,7 @@ pub async fn exec(args: ReplayArgs) -> CliResult {
     }
     let bytes =
         std::fs::read(&args.file).map_err(|e| CliError::usage(anyhow!("reading {}: {e}", args.file.display())))?;
-    let version = digest(&bytes);
+    let version = component_digest(&bytes);
     let report = match &args.data {
         Some(dir) => offline(&args, &id, bytes, &version, dir, since).await?,
         None => online(&args, &id, bytes, &version, since).await?,

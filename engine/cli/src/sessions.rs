@@ -343,7 +343,7 @@ fn str_at<'a>(value: &'a Value, key: &str) -> &'a str {
 }
 
 /// Unix milliseconds as RFC 3339 (UTC, seconds).
-fn time(ms: u64) -> String {
+pub(crate) fn time(ms: u64) -> String {
     let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
     humantime::format_rfc3339_seconds(at).to_string()
 }

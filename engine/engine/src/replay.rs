@@ -366,6 +366,7 @@ fn rebuild(
         steps: VecDeque::new(),
         turns: KnownTurns::default(),
         based_on: None,
+        deciding: None,
     };
     let mut messages = messages.into_iter().peekable();
     let (mut state, mut agent) = (None, None);

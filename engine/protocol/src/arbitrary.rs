@@ -891,8 +891,9 @@ pub fn session_event() -> BoxedStrategy<crate::SessionEvent> {
 
     prop_oneof![
         id().prop_map(|turn_id| SessionEvent::TurnStarted(TurnStarted { turn_id })),
-        (message(), option::of(id()))
-            .prop_map(|(message, parent_id)| SessionEvent::Message(MessageRecorded { message, parent_id })),
+        (message(), option::of(id()), option::of(id())).prop_map(|(message, parent_id, agent_version)| {
+            SessionEvent::Message(MessageRecorded { message, parent_id, agent_version })
+        }),
         (stream_delta(), id()).prop_map(|(delta, call_id)| SessionEvent::TokenDelta(TokenDelta { delta, call_id })),
         (id(), name(), json_text(), small_u32()).prop_map(|(id, name, arguments, attempt)| {
             SessionEvent::ToolCall(ClientToolCall { id, name, arguments, attempt })

@@ -138,6 +138,11 @@ pub struct MessageRecorded {
     /// The message it follows in the session's tree; `null` for the first
     /// one (always written, as `null` when there is none).
     pub parent_id: Option<String>,
+    /// The agent version (content digest) whose decision recorded the
+    /// message; omitted when none did (a message another session sent) or
+    /// the worker named no version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
 }
 
 /// `llm.token.delta` data: `{…StreamDelta, call_id}`, the delta's fields
@@ -445,6 +450,7 @@ mod tests {
                 name: None,
             },
             parent_id: None,
+            agent_version: None,
         });
         assert_eq!(
             message.data_json(),

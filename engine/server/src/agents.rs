@@ -1,15 +1,17 @@
 //! The agent routes: uploading components, registering HTTP workers,
-//! reading and removing agents, by tenant.
+//! storing versions without serving them and activating (or rolling back
+//! to) any stored version, reading and removing agents, by tenant.
 //!
 //! What an agent is and how its versions are kept is the engine's
 //! registry ([`subs_engine::agents`]); these handlers check the request,
 //! apply the tenant's limits and answer the registry's records as views.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
@@ -39,7 +41,9 @@ pub struct AgentView {
     /// The component's size in bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
-    /// Every version, oldest first; the last is current.
+    /// Every stored version, in upload order (oldest first); `active`
+    /// marks the current one, which is the last unless an earlier one was
+    /// activated or later ones were stored inactive.
     pub versions: Vec<VersionView>,
 }
 
@@ -52,6 +56,24 @@ pub struct VersionView {
     pub kind: String,
     /// When it was uploaded (Unix ms).
     pub created_ms: u64,
+    /// The component's size in bytes (components only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// Whether this is the current version, the one new decisions run.
+    pub active: bool,
+    /// How many decisions this version made, summed over the records of
+    /// the agent's sessions. Only `GET /v1/agents/{agent_id}` counts them
+    /// (it reads the tenant's session records); other answers omit it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decisions: Option<u64>,
+}
+
+/// The body of `PUT /v1/agents/{agent_id}/current`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Activation {
+    /// The stored version to make current: `sha256:<hex>`.
+    pub version: String,
 }
 
 /// The JSON body registering an HTTP worker.
@@ -83,17 +105,45 @@ impl From<&AgentRecord> for AgentView {
             url,
             signed,
             bytes,
-            versions: r
-                .history
-                .iter()
-                .chain([&r.current])
-                .map(|v| VersionView {
-                    version: v.digest.clone(),
-                    kind: kind(&v.worker).to_owned(),
-                    created_ms: v.created_ms,
-                })
-                .collect(),
+            versions: versions(r),
         }
+    }
+}
+
+/// The agent's versions in upload order, the current one among them,
+/// without decision counts.
+fn versions(r: &AgentRecord) -> Vec<VersionView> {
+    let mut versions: Vec<VersionView> = r
+        .history
+        .iter()
+        .chain([&r.current])
+        .map(|v| VersionView {
+            version: v.digest.clone(),
+            kind: kind(&v.worker).to_owned(),
+            created_ms: v.created_ms,
+            bytes: match v.worker {
+                AgentWorker::Component { bytes } => Some(bytes),
+                AgentWorker::Http { .. } => None,
+            },
+            active: v.digest == r.current.digest,
+            decisions: None,
+        })
+        .collect();
+    // Stable: versions uploaded in the same millisecond keep their order.
+    versions.sort_by_key(|v| v.created_ms);
+    versions
+}
+
+/// Whether `PUT /v1/agents/{agent_id}` makes the upload current: the
+/// `activate` query parameter, `true` unless it says `false`.
+fn activate_param(query: &HashMap<String, String>) -> Result<bool, ApiError> {
+    match query.get("activate").map(String::as_str) {
+        None | Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(other) => Err(ApiError::invalid(
+            "activate",
+            format!("`activate` is `true` or `false`, not `{}`", other.escape_debug()),
+        )),
     }
 }
 
@@ -115,11 +165,17 @@ fn checked_agent_id(agent_id: &str) -> Result<(), ApiError> {
 /// Uploads a new version of an agent: a WebAssembly component
 /// (`Content-Type: application/wasm`), checked to compile and fit the
 /// `subs:agent` world before it is accepted, or an HTTP worker
-/// (`application/json`, `{"url", "secret"?}`).
+/// (`application/json`, `{"url", "secret"?}`). With `activate=false` the
+/// version is stored but not made current (see
+/// `PUT /v1/agents/{agent_id}/current`); an agent's first version must be
+/// activated.
 #[utoipa::path(
     put,
     path = "/v1/agents/{agent_id}",
-    params(("agent_id" = String, Path)),
+    params(
+        ("agent_id" = String, Path),
+        ("activate" = Option<bool>, Query, description = "`false`: store the version without making it current (default `true`)"),
+    ),
     request_body(
         content(
             (Vec<u8> = "application/wasm"),
@@ -132,6 +188,7 @@ fn checked_agent_id(agent_id: &str) -> Result<(), ApiError> {
         (status = 200, description = "The same version again: nothing changed", body = AgentView),
         (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 409, description = "`activate=false` for an agent that does not exist yet (`no_active_version`)", body = ErrorBody),
         (status = 413, body = ErrorBody),
         (status = 415, body = ErrorBody),
         (status = 422, description = "Not a component of the subs:agent world", body = ErrorBody),
@@ -142,10 +199,12 @@ pub async fn put(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
     Path(agent_id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
     checked_agent_id(&agent_id)?;
+    let activate = activate_param(&query)?;
     let limits = state.config.limits(&tenant).clone();
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let media = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
@@ -153,11 +212,11 @@ pub async fn put(
         "application/wasm" => {
             state.agents.meter_upload(&tenant, limits.max_uploads_per_hour)?;
             let bytes = body::bytes(body, limits.max_component_bytes).await?;
-            state.agents.put_component(&tenant, &agent_id, bytes.to_vec(), limits.max_compiled_bytes).await?
+            state.agents.put_component(&tenant, &agent_id, bytes.to_vec(), limits.max_compiled_bytes, activate).await?
         }
         "application/json" => {
             let HttpAgent { url, secret } = body::json(body, limits.max_body_bytes).await?;
-            state.agents.put_http(&tenant, &agent_id, url, secret).await?
+            state.agents.put_http(&tenant, &agent_id, url, secret, activate).await?
         }
         other => {
             return Err(ApiError::new(
@@ -171,7 +230,42 @@ pub async fn put(
     Ok((status, Json(AgentView::from(&record))))
 }
 
-/// One agent.
+/// Makes a stored version of an agent its current one: new decisions run
+/// it at once, deliveries under way finish on the version they started
+/// with. Rolling back is the same call with an earlier version.
+#[utoipa::path(
+    put,
+    path = "/v1/agents/{agent_id}/current",
+    params(("agent_id" = String, Path)),
+    request_body = Activation,
+    responses(
+        (status = 200, description = "The version is current (also when it already was)", body = AgentView),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "No such agent, or no such stored version of it", body = ErrorBody),
+        (status = 422, description = "The version's component no longer loads, or passes the compiled-code quota", body = ErrorBody),
+    ),
+    tag = "agents"
+)]
+pub async fn activate(
+    State(state): State<Arc<AppState>>,
+    Tenant(tenant): Tenant,
+    Path(agent_id): Path<String>,
+    body: Body,
+) -> Result<Json<AgentView>, ApiError> {
+    checked_agent_id(&agent_id)?;
+    let limits = state.config.limits(&tenant).clone();
+    let Activation { version } = body::json(body, limits.max_body_bytes).await?;
+    let (record, _) = state
+        .agents
+        .activate(&tenant, &agent_id, &version, limits.max_compiled_bytes)
+        .await?
+        .ok_or_else(|| ApiError::no_agent(&agent_id))?;
+    Ok(Json(AgentView::from(&record)))
+}
+
+/// One agent, with how many decisions each of its versions made (counted
+/// from the records of the agent's sessions).
 #[utoipa::path(
     get,
     path = "/v1/agents/{agent_id}",
@@ -185,7 +279,12 @@ pub async fn get(
     Path(agent_id): Path<String>,
 ) -> Result<Json<AgentView>, ApiError> {
     let record = state.agents.agent(&tenant, &agent_id).await?.ok_or_else(|| ApiError::no_agent(&agent_id))?;
-    Ok(Json(AgentView::from(&record)))
+    let decisions = state.agents.decisions(&tenant, &agent_id).await?;
+    let mut view = AgentView::from(&record);
+    for version in &mut view.versions {
+        version.decisions = Some(decisions.get(&version.version).copied().unwrap_or(0));
+    }
+    Ok(Json(view))
 }
 
 /// The tenant's agents, by id.

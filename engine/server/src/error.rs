@@ -32,8 +32,8 @@ pub struct ErrorBody {
     pub error: String,
     /// A stable code: `invalid_json`, `invalid_input`, `unauthorized`,
     /// `forbidden`, `admin_disabled`, `not_found`, `unknown_agent`,
-    /// `conflict`, `payload_too_large`, `invalid_component`,
-    /// `limit_exceeded`, `unavailable`, `internal`.
+    /// `conflict`, `no_active_version`, `payload_too_large`,
+    /// `invalid_component`, `limit_exceeded`, `unavailable`, `internal`.
     pub code: String,
     /// The offending field, as a path (`messages[0].role`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -157,6 +157,10 @@ impl From<AgentError> for ApiError {
                 Self::new(StatusCode::TOO_MANY_REQUESTS, "limit_exceeded", message)
             }
             AgentError::CompiledQuota { .. } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "limit_exceeded", message),
+            AgentError::NoActiveVersion { .. } => Self::new(StatusCode::CONFLICT, "no_active_version", message),
+            AgentError::UnknownVersion { .. } => {
+                Self { field: Some("version".to_owned()), ..Self::new(StatusCode::NOT_FOUND, "not_found", message) }
+            }
             AgentError::Store(error) => error.into(),
             AgentError::Internal(_) => Self::internal(&message),
         }

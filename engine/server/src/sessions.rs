@@ -125,6 +125,10 @@ pub struct SessionView {
     /// The session's owner as workers see it.
     #[schema(value_type = Object)]
     pub identity: WorkerIdentity,
+    /// The agent version (`sha256:<hex>`) that made the latest applied
+    /// decision; omitted before the first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
 }
 
 /// A session in a listing.
@@ -352,6 +356,7 @@ pub async fn snapshot(
         budget: r.budget,
         ancestry: r.ancestry,
         identity: r.identity,
+        agent_version: r.agent_version,
     }))
 }
 

@@ -192,6 +192,26 @@ fn agent_errors_answer_their_documented_status() {
             ),
         ),
         (
+            AgentError::NoActiveVersion { agent_id: "a".to_owned() },
+            (
+                StatusCode::CONFLICT,
+                "no_active_version",
+                None,
+                "agent `a` does not exist yet: its first version must be activated (upload it without \
+                 `activate=false`)"
+                    .to_owned(),
+            ),
+        ),
+        (
+            AgentError::UnknownVersion { agent_id: "a".to_owned(), version: "sha256:00".to_owned() },
+            (
+                StatusCode::NOT_FOUND,
+                "not_found",
+                Some("version"),
+                "agent `a` has no stored version `sha256:00`".to_owned(),
+            ),
+        ),
+        (
             AgentError::Store(StoreError::Closed),
             (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None, "the server is shutting down".to_owned()),
         ),

@@ -58,12 +58,14 @@ export function agentView(main, id) {
         h('h2', {}, 'Versions'),
         h('p', { class: 'muted' }, 'Newest first. Each decision on a session page names the version it ran.'),
         h('table', { testid: 'versions' },
-          h('thead', {}, h('tr', {}, ['Version (digest)', 'Kind', 'Uploaded', ''].map((c) => h('th', { scope: 'col' }, c)))),
-          h('tbody', {}, versions.slice().reverse().map((v, i) => h('tr', { testid: 'version-row' },
+          h('thead', {}, h('tr', {}, ['Version (digest)', 'Kind', 'Uploaded', 'Decisions', ''].map((c) => h('th', { scope: 'col' }, c)))),
+          h('tbody', {}, versions.slice().reverse().map((v) => h('tr', { testid: 'version-row' },
             h('td', {}, h('code', { testid: 'version-digest' }, String(v.version))),
             h('td', {}, String(v.kind ?? '')),
             h('td', {}, when(v.created_ms)),
-            h('td', {}, i === 0 ? 'current' : ''))))),
+            h('td', { class: 'num' }, v.decisions != null ? String(v.decisions) : ''),
+            // Not always the newest: a version may be stored inactive, or an earlier one activated.
+            h('td', {}, v.active ? 'current' : ''))))),
         h('p', {}, h('a', { href: `#/sessions?agent=${enc(id)}` }, 'Sessions of this agent')));
     } catch (e) {
       if (!stopped) fill(body, notice(e.status === 404 ? `No agent ${id}.` : `Cannot read the agent: ${e.message}`, 'error'));

@@ -120,6 +120,8 @@ pub mod sample {
             budget: None,
             created_ms: 1,
             updated_ms: 2,
+            versions: Default::default(),
+            agent_version: None,
         }
     }
 
@@ -617,6 +619,10 @@ fn crash_batches() -> Vec<Batch> {
         let mut record = session(&a, if n % 2 == 0 { SessionStatus::Idle } else { SessionStatus::Running });
         record.state = json!({"n": n});
         record.first_open_step = n / 2;
+        // Decisions counted per agent version are kept with the record.
+        for v in 0..n {
+            record.count_decision(Some(&format!("sha256:{}", v % 2)));
+        }
         let mut ops = vec![
             Op::PutSession(record),
             Op::PutMessage { session: a.clone(), seq: n + 1, record: message(&format!("m{n}")) },

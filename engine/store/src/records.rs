@@ -1,5 +1,6 @@
 //! The records the store keeps. All are plain data, serialized as JSON.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -118,6 +119,67 @@ pub struct SessionRecord {
     pub created_ms: u64,
     /// Last change (Unix ms).
     pub updated_ms: u64,
+    /// How many decisions each agent version (a content digest) made in
+    /// this session. Bounded: at most [`MAX_VERSIONS`] digests are kept by
+    /// name, decisions of any further version count under
+    /// [`OTHER_VERSIONS`]. Decisions made before the engine kept this count
+    /// are not in it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub versions: BTreeMap<String, u64>,
+    /// The agent version (content digest) of the latest applied decision;
+    /// `None` before the first one, or when the worker gave none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+}
+
+/// How many agent versions a session counts decisions of by name.
+pub const MAX_VERSIONS: usize = 16;
+
+/// The key of [`SessionRecord::versions`] counting the decisions of
+/// versions past the first [`MAX_VERSIONS`].
+pub const OTHER_VERSIONS: &str = "other";
+
+impl SessionRecord {
+    /// Counts one applied decision of `version` (`None`: a worker that
+    /// named no version, which is counted nowhere) and makes it the
+    /// session's [`agent_version`](Self::agent_version).
+    pub fn count_decision(&mut self, version: Option<&str>) {
+        self.agent_version = version.map(str::to_owned);
+        let Some(version) = version else { return };
+        let key = if self.versions.contains_key(version) || self.versions.len() < MAX_VERSIONS {
+            version
+        } else {
+            OTHER_VERSIONS
+        };
+        let count = self.versions.entry(key.to_owned()).or_default();
+        *count = count.saturating_add(1);
+    }
+}
+
+#[cfg(test)]
+mod decision_counts {
+    use super::*;
+    use crate::conformance::sample;
+
+    #[test]
+    fn past_the_bound_new_versions_count_as_other_and_none_counts_nowhere() {
+        let mut record = sample::session(&sample::key("s"), SessionStatus::Idle);
+        for n in 0..MAX_VERSIONS + 3 {
+            record.count_decision(Some(&format!("sha256:{n}")));
+        }
+        record.count_decision(Some("sha256:0"));
+        assert_eq!(record.versions.len(), MAX_VERSIONS + 1);
+        assert_eq!(record.versions["sha256:0"], 2, "a version already counted keeps its own count");
+        assert_eq!(record.versions[OTHER_VERSIONS], 3);
+        assert_eq!(record.agent_version.as_deref(), Some("sha256:0"));
+        record.count_decision(None);
+        assert_eq!((record.agent_version, record.versions.values().sum::<u64>()), (None, MAX_VERSIONS as u64 + 4));
+        // Left out of the JSON while empty, so records written before
+        // the fields existed read and compare the same.
+        let plain = sample::session(&sample::key("s"), SessionStatus::Idle);
+        let text = serde_json::to_string(&plain).unwrap();
+        assert!(!text.contains("versions") && !text.contains("agent_version"), "{text}");
+    }
 }
 
 /// Numbers left out of stored records when zero (their default), so
@@ -578,7 +640,9 @@ pub struct AgentRecord {
     pub agent_id: String,
     /// The version decisions use now.
     pub current: AgentVersion,
-    /// Earlier versions, oldest first.
+    /// The other stored versions, in upload order (oldest first): those
+    /// current before, and those stored without being activated. Any of
+    /// them can be made current again.
     pub history: Vec<AgentVersion>,
     /// When it was first uploaded (Unix ms).
     pub created_ms: u64,

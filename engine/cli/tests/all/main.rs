@@ -10,6 +10,7 @@ mod serve;
 mod tail;
 mod telemetry;
 mod uploads;
+mod versions;
 
 use std::io::{BufRead as _, BufReader, Read};
 use std::path::Path;

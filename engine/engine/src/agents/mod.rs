@@ -4,8 +4,11 @@
 //! bytes are kept in the data directory by digest (`components/<hex>.wasm`)
 //! and checked before they are accepted: it must compile and fit the
 //! `subs:agent` world. The store keeps which version is current; decisions
-//! use the current version. Compiled components are cached by digest under
-//! `compiled/`, so a restart loads them without compiling.
+//! use the current version. An upload may also be stored without being
+//! made current (inactive), and any stored version made current later
+//! ([`AgentRegistry::activate`]), which is also how a version is rolled
+//! back. Compiled components are cached by digest under `compiled/`, so a
+//! restart loads them without compiling.
 //!
 //! The registry lives beside the loop rather than in the HTTP server so
 //! that the server reaches the store only through the engine: it asks the
@@ -82,6 +85,25 @@ pub enum AgentError {
         /// The tenant's `max_compiled_bytes`.
         limit: u64,
     },
+    /// A version was to be stored inactive for an agent that has no
+    /// version yet: an agent's first version must be its current one, so
+    /// that its sessions always have a version to run.
+    #[error(
+        "agent `{agent_id}` does not exist yet: its first version must be activated (upload it without \
+         `activate=false`)"
+    )]
+    NoActiveVersion {
+        /// The agent.
+        agent_id: String,
+    },
+    /// The agent has no stored version of this digest.
+    #[error("agent `{agent_id}` has no stored version `{version}`")]
+    UnknownVersion {
+        /// The agent.
+        agent_id: String,
+        /// The version asked for.
+        version: String,
+    },
     /// The store failed (or is closed).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -89,12 +111,6 @@ pub enum AgentError {
     /// the compile task): nothing the caller can fix.
     #[error("{0}")]
     Internal(String),
-}
-
-/// The version name of a component: `sha256:` and the hex SHA-256 of its
-/// bytes.
-pub fn digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
 /// The agents of every tenant, kept in the store and registered with the
@@ -420,7 +436,7 @@ impl AgentRegistry {
             Some(mut record) => {
                 let previous = std::mem::replace(&mut record.current, version);
                 record.history.retain(|v| v.digest != record.current.digest);
-                record.history.push(previous);
+                keep_in_history(&mut record.history, previous);
                 record
             }
             None => AgentRecord {
@@ -446,18 +462,24 @@ impl AgentRegistry {
         self.uploads.meter(tenant, per_hour)
     }
 
-    /// Uploads a component as the agent's new version: checked, compiled
+    /// Uploads a component as a version of the agent: checked, compiled
     /// (one compile per tenant at a time) and held to the tenant's
     /// compiled-code quota, `max_compiled_bytes`, before anything of it is
-    /// kept.
+    /// kept. With `activate` it becomes the current version; without, it
+    /// is only stored (see [`store_inactive`](Self::store_inactive)).
     pub async fn put_component(
         &self,
         tenant: &str,
         agent_id: &str,
         bytes: Vec<u8>,
         max_compiled_bytes: u64,
+        activate: bool,
     ) -> Result<(AgentRecord, bool), AgentError> {
-        let digest = digest(&bytes);
+        // Refused before the compile, which would be wasted.
+        if !activate && !self.exists(tenant, agent_id).await? {
+            return Err(AgentError::NoActiveVersion { agent_id: agent_id.to_owned() });
+        }
+        let digest = component_digest(&bytes);
         let size = bytes.len() as u64;
         let path = self.component_path(&digest);
         let turn = self.uploads.turn(tenant).await?;
@@ -475,6 +497,9 @@ impl AgentRegistry {
         }
         let version =
             AgentVersion { digest, worker: AgentWorker::Component { bytes: size }, created_ms: crate::clock::now_ms() };
+        if !activate {
+            return self.store_inactive(tenant, agent_id, version).await;
+        }
         let put = self.put(tenant, agent_id, version, worker).await?;
         self.registered(tenant, agent_id, Some(agent));
         Ok(put)
@@ -491,28 +516,126 @@ impl AgentRegistry {
             .map_err(|e| AgentError::Internal(e.to_string()))
     }
 
-    /// Registers the HTTP worker at `url` as the agent's new version; its
-    /// requests are signed with `secret` when there is one.
+    /// Registers the HTTP worker at `url` as a version of the agent; its
+    /// requests are signed with `secret` when there is one. With
+    /// `activate` it becomes the current version; without, it is only
+    /// stored (see [`store_inactive`](Self::store_inactive)).
     pub async fn put_http(
         &self,
         tenant: &str,
         agent_id: &str,
         url: String,
         secret: Option<String>,
+        activate: bool,
     ) -> Result<(AgentRecord, bool), AgentError> {
-        let mut hasher = Sha256::new();
-        hasher.update(url.as_bytes());
-        hasher.update([0]);
-        hasher.update(secret.as_deref().unwrap_or_default().as_bytes());
         let version = AgentVersion {
-            digest: format!("sha256:{}", hex::encode(hasher.finalize())),
+            digest: http_digest(&url, secret.as_deref()),
             worker: AgentWorker::Http { url, secret },
             created_ms: crate::clock::now_ms(),
         };
         let (worker, _) = self.worker(tenant, agent_id, &version).await?;
+        if !activate {
+            return self.store_inactive(tenant, agent_id, version).await;
+        }
         let put = self.put(tenant, agent_id, version, worker).await?;
         self.registered(tenant, agent_id, None);
         Ok(put)
+    }
+
+    /// Stores `version` among the agent's other versions without making it
+    /// current: nothing is registered with the engine, and the agent's
+    /// decisions go on running its current version. Returns the agent and
+    /// whether anything changed (not when the version is already stored,
+    /// current or not). Refused for an agent that does not exist yet: its
+    /// first version must be activated.
+    async fn store_inactive(
+        &self,
+        tenant: &str,
+        agent_id: &str,
+        version: AgentVersion,
+    ) -> Result<(AgentRecord, bool), AgentError> {
+        let _writing = self.writing.lock().await;
+        let Some(mut record) = self.engine.store().agent(tenant, agent_id).await? else {
+            return Err(AgentError::NoActiveVersion { agent_id: agent_id.to_owned() });
+        };
+        if record.current.digest == version.digest || record.history.iter().any(|v| v.digest == version.digest) {
+            return Ok((record, false));
+        }
+        keep_in_history(&mut record.history, version);
+        let mut batch = Batch::new();
+        batch.push(Op::PutAgent(record.clone()));
+        self.engine.store().commit(batch).await?;
+        Ok((record, true))
+    }
+
+    /// Makes the stored version `digest` the agent's current version: the
+    /// version current until now joins the others, the new one is loaded
+    /// (a component from its kept bytes, compiled or from the compile
+    /// cache, and held to `max_compiled_bytes`; an HTTP worker from its
+    /// stored URL and secret) and registered with the engine, so the
+    /// agent's next decisions run it. Deliveries already under way finish
+    /// on the worker they started with. Other nodes sharing the store load
+    /// it on their next [`sync`](Self::sync). Rolling back is the same
+    /// call with an earlier version.
+    ///
+    /// Returns the agent and whether anything changed (not when `digest`
+    /// was already current); `None` when the tenant has no such agent, and
+    /// [`AgentError::UnknownVersion`] when the agent has no such version. A
+    /// version that cannot be loaded is not made current.
+    pub async fn activate(
+        &self,
+        tenant: &str,
+        agent_id: &str,
+        digest: &str,
+        max_compiled_bytes: u64,
+    ) -> Result<Option<(AgentRecord, bool)>, AgentError> {
+        let _writing = self.writing.lock().await;
+        let Some(mut record) = self.engine.store().agent(tenant, agent_id).await? else { return Ok(None) };
+        if record.current.digest == digest {
+            return Ok(Some((record, false)));
+        }
+        let Some(at) = record.history.iter().position(|v| v.digest == digest) else {
+            return Err(AgentError::UnknownVersion { agent_id: agent_id.to_owned(), version: digest.to_owned() });
+        };
+        let (worker, component) = self.worker(tenant, agent_id, &record.history[at]).await?;
+        if let Some(component) = &component {
+            self.uploads.check_quota(tenant, agent_id, component.compiled_bytes(), max_compiled_bytes)?;
+        }
+        let version = record.history.remove(at);
+        let previous = std::mem::replace(&mut record.current, version);
+        keep_in_history(&mut record.history, previous);
+        let mut batch = Batch::new();
+        batch.push(Op::PutAgent(record.clone()));
+        self.engine.store().commit(batch).await?;
+        self.registered(tenant, agent_id, component);
+        let worker = Versioned::new(worker, record.current.digest.clone());
+        self.engine.register_agent(tenant, agent_id, Arc::new(worker));
+        self.digests().insert((tenant.to_owned(), agent_id.to_owned()), record.current.digest.clone());
+        Ok(Some((record, true)))
+    }
+
+    /// How many decisions each version of `tenant`'s agent `agent_id` made,
+    /// by digest: the counts kept in the records of the agent's sessions
+    /// ([`SessionRecord::versions`](crate::store::SessionRecord::versions)),
+    /// summed. This reads every session record of the tenant, a page at a
+    /// time, so it costs in proportion to the tenant's sessions.
+    pub async fn decisions(&self, tenant: &str, agent_id: &str) -> Result<HashMap<String, u64>, StoreError> {
+        const PAGE: usize = 1000;
+        let mut counts: HashMap<String, u64> = HashMap::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.engine.store().sessions_page(tenant, after.as_deref(), PAGE).await?;
+            for record in page.iter().filter(|r| r.agent_id == agent_id) {
+                for (version, n) in &record.versions {
+                    let count = counts.entry(version.clone()).or_default();
+                    *count = count.saturating_add(*n);
+                }
+            }
+            if page.len() < PAGE {
+                return Ok(counts);
+            }
+            after = page.last().map(|r| r.key.session.clone());
+        }
     }
 
     /// Removes an agent. Its sessions stay; their deliveries fail (and are
@@ -531,4 +654,26 @@ impl AgentRegistry {
         self.digests().remove(&(tenant.to_owned(), agent_id.to_owned()));
         Ok(true)
     }
+}
+
+/// Adds `version` to an agent's other versions, which are kept in upload
+/// order: after every version uploaded no later than it.
+fn keep_in_history(history: &mut Vec<AgentVersion>, version: AgentVersion) {
+    let at = history.partition_point(|v| v.created_ms <= version.created_ms);
+    history.insert(at, version);
+}
+
+/// The version name of a component: `sha256:<hex>` of its bytes.
+pub fn component_digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// The version name of an HTTP worker: `sha256:<hex>` of its URL and
+/// signing secret, so that changing either makes a new version.
+pub fn http_digest(url: &str, secret: Option<&str>) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(url.as_bytes());
+    hasher.update([0]);
+    hasher.update(secret.unwrap_or_default().as_bytes());
+    format!("sha256:{}", hex::encode(hasher.finalize()))
 }

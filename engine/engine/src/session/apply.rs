@@ -201,6 +201,8 @@ impl Session {
             budget: None,
             created_ms: now_ms,
             updated_ms: now_ms,
+            versions: Default::default(),
+            agent_version: None,
         })
     }
 
@@ -590,6 +592,9 @@ impl Session {
         change: &mut Change,
     ) {
         self.steps.retain(|(s, _)| *s != seq);
+        // The messages and state below are this version's doing.
+        self.record.count_decision(step.agent_version.as_deref());
+        self.deciding = step.agent_version.clone();
         if let Some(agent) = &decision.agent {
             self.record.agent = Some(super::proposal::without_client_tools(agent, self.client_tools()));
         }
@@ -620,6 +625,7 @@ impl Session {
         step.decided_ms = Some(ctx.now_ms);
         step.status = StepStatus::Applied;
         step.decision = Some(decision);
+        self.deciding = None;
         change.batch.push(Op::PutStep { session: self.key().clone(), seq, record: step });
         self.record.first_open_step = self.steps.front().map_or(self.record.next.step, |(s, _)| *s);
         if self.turn_is_exhausted() {

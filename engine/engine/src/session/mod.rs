@@ -66,6 +66,9 @@ pub(crate) struct Session {
     /// for the session carried; `None` until it stores one, so that the
     /// first carries both (see [`RequestBasis`]).
     pub based_on: Option<Box<(Value, Option<AgentConfig>)>>,
+    /// The agent version whose decision is being applied: the messages it
+    /// records carry it in their events. `None` outside a decision.
+    pub deciding: Option<String>,
 }
 
 /// How many turn ids a session keeps in memory at most; past them the
@@ -134,7 +137,15 @@ impl Session {
         let tree = Tree::from_records(loaded.messages.into_iter().map(|(_, r)| r));
         let calls = loaded.calls.into_iter().map(|c| (c.call.id.clone(), c)).collect();
         let steps = loaded.steps.into_iter().filter(|(_, s)| s.status == StepStatus::Pending).collect();
-        Ok(Some(Self { record: loaded.record, tree, calls, steps, turns: KnownTurns::default(), based_on: None }))
+        Ok(Some(Self {
+            record: loaded.record,
+            tree,
+            calls,
+            steps,
+            turns: KnownTurns::default(),
+            based_on: None,
+            deciding: None,
+        }))
     }
 
     /// A new, empty session.
@@ -146,6 +157,7 @@ impl Session {
             steps: VecDeque::new(),
             turns: KnownTurns::none_yet(),
             based_on: None,
+            deciding: None,
         }
     }
 
@@ -360,7 +372,8 @@ impl Session {
         change.batch.push(Op::PutMessage { session: self.key().clone(), seq, record: record.clone() });
         self.tree.insert(record);
         self.record.head_id = Some(id.clone());
-        self.emit(SessionEvent::Message(MessageRecorded { message, parent_id }), change);
+        let agent_version = self.deciding.clone();
+        self.emit(SessionEvent::Message(MessageRecorded { message, parent_id, agent_version }), change);
         id
     }
 
