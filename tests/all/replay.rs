@@ -255,3 +255,79 @@ async fn a_replay_reads_only_the_named_sessions_of_its_agent_and_stays_within_it
         replay::replay(t.store.as_ref(), TENANT, "tools", &agent(guests::TOOLS), &no_time, None).await.unwrap();
     assert_eq!((report.decisions, report.stopped.as_deref()), (0, Some("time")));
 }
+
+/// The upgrade, over HTTP: sessions recorded by `tools`, a changed build
+/// uploaded without serving it and replayed, then activated (new turns
+/// run it) and rolled back.
+#[tokio::test]
+async fn upload_inactive_replay_activate_and_roll_back_over_http() {
+    use reqwest::{Method, StatusCode};
+    use subs_tests::server::TestServer;
+
+    use super::versions::upload;
+
+    let s = TestServer::start(&[]).await;
+    let (status, agent) = upload(&s, "calc", guests::TOOLS, true).await;
+    assert_eq!(status, StatusCode::CREATED, "{agent}");
+    let v1 = agent["version"].as_str().unwrap().to_owned();
+    for i in 0..3 {
+        let session = format!("c{i}");
+        let (status, accepted) = s.say(&session, "calc", r#"use tool add with {"a": 1, "b": 2}"#, None).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+        s.wait_turn(&session, accepted["turn_id"].as_str().unwrap(), None).await;
+    }
+    let (status, agent) = upload(&s, "calc", guests::TOOLS_TOTAL, false).await;
+    assert_eq!(status, StatusCode::CREATED, "{agent}");
+    assert_eq!(agent["version"], v1.as_str(), "stored, not served");
+    let v2 = subs_engine::agents::component_digest(&std::fs::read(guests::TOOLS_TOTAL).unwrap());
+
+    let replay = |body: serde_json::Value| s.call(Method::POST, "/v1/agents/calc/replay", None, Some(body));
+    let (status, report) = replay(json!({"version": v2})).await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert_eq!((report["agent_id"].as_str(), report["version"].as_str()), (Some("calc"), Some(v2.as_str())));
+    assert_eq!(
+        (report["different"].as_u64(), report["failed"].as_u64(), report["sessions"].as_u64()),
+        (Some(3), Some(0), Some(3))
+    );
+    for difference in report["differences"].as_array().unwrap() {
+        assert_eq!(difference["trigger"], "tool.execute");
+        assert_eq!(difference["recorded_version"], v1.as_str(), "each decision names the version that made it");
+        let paths: Vec<&str> =
+            difference["changes"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap()).collect();
+        assert_eq!(paths, ["/actions/0/result/sum", "/actions/0/result/total"]);
+    }
+    let (status, report) = replay(json!({"version": v1, "sessions": ["c1"], "limit": 3})).await;
+    assert_eq!((status, report["decisions"].as_u64(), report["same"].as_u64()), (StatusCode::OK, Some(3), Some(3)));
+
+    // Refusals name what is wrong.
+    let unknown = format!("sha256:{}", "0".repeat(64));
+    for (body, want, names) in [
+        (json!({"version": unknown}), StatusCode::NOT_FOUND, unknown.as_str()),
+        (json!({"version": v2, "limit": 0}), StatusCode::BAD_REQUEST, "limit"),
+        (json!({"version": v2, "limit": 10_001}), StatusCode::BAD_REQUEST, "limit"),
+        (json!({"version": v2, "timeout_secs": 301}), StatusCode::BAD_REQUEST, "timeout_secs"),
+        (json!({"version": v2, "sessions": ["nope"]}), StatusCode::BAD_REQUEST, "nope"),
+        (json!({"version": v2, "since": "yesterday"}), StatusCode::BAD_REQUEST, "since"),
+        (json!({"versions": v2}), StatusCode::BAD_REQUEST, "versions"),
+    ] {
+        let (status, error) = replay(body.clone()).await;
+        assert_eq!(status, want, "{body}: {error}");
+        assert!(error.to_string().contains(names), "{body}: {error}");
+    }
+    let (status, error) = s.call(Method::POST, "/v1/agents/nobody/replay", None, Some(json!({"version": v2}))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
+
+    // Activated: the next turn runs the new version; rolled back: the old.
+    for (version, key) in [(&v2, "total"), (&v1, "sum")] {
+        let (status, agent) =
+            s.call(Method::PUT, "/v1/agents/calc/current", None, Some(json!({"version": version}))).await;
+        assert_eq!(status, StatusCode::OK, "{agent}");
+        let (_, accepted) = s.say("after", "calc", r#"use tool add with {"a": 2, "b": 2}"#, None).await;
+        let events = s.wait_turn("after", accepted["turn_id"].as_str().unwrap(), None).await;
+        let tool = events.iter().rev().find(|e| e.event == "message" && e.data["message"]["role"] == "tool").unwrap();
+        assert_eq!(tool.data["agent_version"], version.as_str(), "{tool:?}");
+        assert!(tool.data["message"]["content"].to_string().contains(key), "{tool:?}");
+        let (_, snapshot) = s.call(Method::GET, "/v1/sessions/after", None, None).await;
+        assert_eq!(snapshot["agent_version"], version.as_str());
+    }
+}

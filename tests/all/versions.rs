@@ -15,7 +15,7 @@ const AGENT: &str = "versioned";
 
 /// Uploads `wasm` as a version of `agent`, `?activate=false` unless
 /// `activate`.
-async fn upload(s: &Server, agent: &str, wasm: &str, activate: bool) -> (StatusCode, Value) {
+pub(crate) async fn upload(s: &Server, agent: &str, wasm: &str, activate: bool) -> (StatusCode, Value) {
     let path = if activate { format!("/v1/agents/{agent}") } else { format!("/v1/agents/{agent}?activate=false") };
     let response = s
         .request(Method::PUT, &path, None)

@@ -3,7 +3,7 @@
 //! each, compared with the recorded decisions.
 //!
 //! ```text
-//! cargo bench -p subs-tests --bench replay                  # 400 sessions, 5 rounds
+//! cargo bench -p subs-tests --bench replay                  # 400 sessions, 9 rounds
 //! BENCH_SESSIONS=1000 BENCH_ROUNDS=9 cargo bench -p subs-tests --bench replay
 //! ```
 //!
@@ -32,7 +32,7 @@ fn main() {
         unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
     }
     let env = |name: &str, default: usize| std::env::var(name).ok().and_then(|n| n.parse().ok()).unwrap_or(default);
-    let (sessions, rounds) = (env("BENCH_SESSIONS", 400), env("BENCH_ROUNDS", 5));
+    let (sessions, rounds) = (env("BENCH_SESSIONS", 400), env("BENCH_ROUNDS", 9));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
     runtime.block_on(run(sessions, rounds));
 }

@@ -238,7 +238,9 @@ pub async fn replay(
             let (candidate, done, progress) = (candidate.clone(), done.clone(), progress.clone());
             running.spawn(async move {
                 let key = (case.key.session.clone(), case.seq);
-                let outcome = compare(&candidate, case).await;
+                // Boxed: the guest call's future is large, and the task
+                // would otherwise be moved whole as it is spawned.
+                let outcome = Box::pin(compare(&candidate, case)).await;
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
                 if let Some(progress) = &progress {
                     progress(n, total);
@@ -421,8 +423,9 @@ enum Verdict {
 /// recorded one.
 async fn compare(candidate: &ComponentAgent, case: Case) -> Outcome {
     let Case { key, seq, step, request } = case;
-    let ids = request_ids(&request);
     let trigger = request.trigger.kind().to_owned();
+    // The request goes to the guest; what a diff needs of it is kept.
+    let ids = request_ids(&request);
     let (result, http_refused) = candidate.decide_reporting(Delivery::new(request)).await;
     let mut replayed = Replayed {
         session_id: key.session,
@@ -442,6 +445,9 @@ async fn compare(candidate: &ComponentAgent, case: Case) -> Outcome {
             replayed.error = Some(e.to_string());
             Verdict::Failed
         }
+        // Most decisions are the same: compared as they are before any
+        // JSON is made of them.
+        Ok(decision) if decision == recorded => Verdict::Same,
         Ok(decision) => {
             let mut changes = Vec::new();
             diff(
