@@ -224,8 +224,14 @@ impl TestServer {
     /// Uploads the component at `wasm` as `agent`; the status and the
     /// answer (JSON `null` when it is not JSON).
     pub async fn upload(&self, agent: &str, wasm: &str, key: Option<&str>) -> (StatusCode, Value) {
+        self.upload_to(&format!("/v1/agents/{agent}"), wasm, key).await
+    }
+
+    /// [`upload`](Self::upload) to `path` (`/v1/agents/{agent}` with a
+    /// query, say).
+    pub async fn upload_to(&self, path: &str, wasm: &str, key: Option<&str>) -> (StatusCode, Value) {
         let response = self
-            .request(Method::PUT, &format!("/v1/agents/{agent}"), key)
+            .request(Method::PUT, path, key)
             .header("content-type", "application/wasm")
             .body(std::fs::read(wasm).expect("the component is built"))
             .send()

@@ -548,6 +548,7 @@ async fn the_openapi_document_matches_the_routes() {
             "POST /v1/admin/keys",
             "POST /v1/agents/{agent_id}/ag-ui",
             "POST /v1/agents/{agent_id}/ai-sdk",
+            "POST /v1/agents/{agent_id}/replay",
             "POST /v1/sessions/{session_id}/cancel",
             "POST /v1/sessions/{session_id}/input",
             "POST /v1/tokens",

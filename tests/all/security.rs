@@ -262,6 +262,7 @@ async fn another_tenants_ids_are_not_found_on_every_route() {
                 ("POST", "/v1/sessions/{session_id}/input") => inputs.iter().cloned().map(Some).collect(),
                 ("PUT", "/v1/sessions/{session_id}/budget") => vec![Some(json!({"budget": "1"}))],
                 ("PUT", "/v1/agents/{agent_id}/current") => vec![Some(json!({"version": "sha256:00"}))],
+                ("POST", "/v1/agents/{agent_id}/replay") => vec![Some(json!({"version": "sha256:00"}))],
                 ("POST", "/v1/agents/{agent_id}/ag-ui") => vec![Some(json!({"threadId": "secret-session",
                     "runId": "r", "messages": [{"id": "m", "role": "user", "content": "hi"}]}))],
                 ("POST", "/v1/agents/{agent_id}/ai-sdk") => {

@@ -17,15 +17,7 @@ const AGENT: &str = "versioned";
 /// `activate`.
 pub(crate) async fn upload(s: &Server, agent: &str, wasm: &str, activate: bool) -> (StatusCode, Value) {
     let path = if activate { format!("/v1/agents/{agent}") } else { format!("/v1/agents/{agent}?activate=false") };
-    let response = s
-        .request(Method::PUT, &path, None)
-        .header("content-type", "application/wasm")
-        .body(std::fs::read(wasm).expect("the component is built"))
-        .send()
-        .await
-        .expect("the server answers");
-    let status = response.status();
-    (status, serde_json::from_str(&response.text().await.unwrap()).unwrap_or(Value::Null))
+    s.upload_to(&path, wasm, None).await
 }
 
 async fn activate(s: &Server, version: &str) -> (StatusCode, Value) {

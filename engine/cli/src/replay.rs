@@ -57,9 +57,14 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "NAME", default_value = LOCAL_TENANT, requires = "data")]
     pub tenant: String,
     /// With `--data`: the config file `subs serve` runs with, for the
-    /// sandbox limits (docs/configuration.md).
-    #[arg(long, value_name = "FILE", env = "SUBS_CONFIG", requires = "data")]
+    /// sandbox limits (docs/configuration.md); unused without it.
+    #[arg(long, value_name = "FILE", env = "SUBS_CONFIG")]
     pub config: Option<PathBuf>,
+    /// With `--data`: where compiled components are kept between runs;
+    /// unused without it.
+    /// [default: a per-user cache directory, e.g. ~/.cache/subs/compiled]
+    #[arg(long, value_name = "DIR", env = "SUBS_CACHE")]
+    pub cache: Option<PathBuf>,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub client: ClientArgs,
@@ -148,7 +153,7 @@ async fn offline(
         &dir.join(settings::STORE_FILE),
         "is a `subs serve` using this data directory? Stop it, or replay through it without --data",
     )?);
-    let cache = settings::default_cache_dir().map(|d| d.join("compiled"));
+    let cache = args.cache.clone().or_else(|| settings::default_cache_dir().map(|d| d.join("compiled")));
     let config = HostConfig { compile_cache: cache, ..file.host_config()? };
     let own = file.agent_policies().remove(&(args.tenant.clone(), id.to_owned())).unwrap_or_default();
     // No outgoing HTTP in a replay, whatever the agent may do when it runs.

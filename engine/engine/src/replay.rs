@@ -20,7 +20,7 @@ use serde_json::Value;
 use subs_protocol::{DecisionRequest, DecisionResponse, Trigger};
 
 use crate::session::{KnownTurns, Session, Tree};
-use crate::store::{SessionKey, SessionRecord, StepRecord, StepStatus, Store, StoreError};
+use crate::store::{SessionKey, SessionRecord, StepRecord, StepStatus, Store, StoreError, StoredTrigger};
 use crate::worker::Delivery;
 use crate::worker::component::ComponentAgent;
 
@@ -201,7 +201,7 @@ pub async fn replay(
         if total >= limit {
             break;
         }
-        let steps = store.steps(&record.key, 0, usize::MAX).await?;
+        let mut steps = store.steps(&record.key, 0, usize::MAX).await?;
         let mut picked = HashSet::new();
         for (seq, step) in &steps {
             let decided = step.status == StepStatus::Applied && step.decision.is_some();
@@ -216,13 +216,14 @@ pub async fn replay(
                 total += 1;
             }
         }
+        keep_needed(&mut steps, &picked);
         chosen.push((record, steps, picked));
     }
     let mut report = ReplayReport { sessions: chosen.len(), skipped, ..ReplayReport::default() };
     let done = Arc::new(AtomicUsize::new(0));
     let parallel = std::thread::available_parallelism().map_or(2, std::num::NonZero::get) * 2;
     let mut running = tokio::task::JoinSet::new();
-    let mut results: BTreeMap<(String, u64), Outcome> = BTreeMap::new();
+    let mut listed = Listed::default();
     'sessions: for (record, steps, picked) in chosen {
         let messages = store.messages(&record.key).await?;
         for case in rebuild(record, messages, steps, &picked) {
@@ -232,7 +233,7 @@ pub async fn replay(
             }
             while running.len() >= parallel {
                 if let Some(Ok((key, outcome))) = running.join_next().await {
-                    results.insert(key, outcome);
+                    listed.add(&mut report, key, outcome);
                 }
             }
             let (candidate, done, progress) = (candidate.clone(), done.clone(), progress.clone());
@@ -251,32 +252,74 @@ pub async fn replay(
     }
     while let Some(joined) = running.join_next().await {
         if let Ok((key, outcome)) = joined {
-            results.insert(key, outcome);
+            listed.add(&mut report, key, outcome);
         }
     }
-    for outcome in results.into_values() {
+    report.differences = listed.differences.into_values().collect();
+    report.failures = listed.failures.into_values().collect();
+    report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok(report)
+}
+
+/// The differing and failed decisions a report lists: the first
+/// [`MAX_LISTED`] of each, in session and step order, whatever order they
+/// finish in; the rest are only counted.
+#[derive(Default)]
+struct Listed {
+    differences: BTreeMap<(String, u64), Replayed>,
+    failures: BTreeMap<(String, u64), Replayed>,
+}
+
+impl Listed {
+    fn add(&mut self, report: &mut ReplayReport, key: (String, u64), outcome: Outcome) {
         report.decisions += 1;
         if outcome.replayed.http_refused.is_some() {
             report.http_refused += 1;
         }
-        match outcome.verdict {
-            Verdict::Same => report.same += 1,
+        let list = match outcome.verdict {
+            Verdict::Same => {
+                report.same += 1;
+                return;
+            }
             Verdict::Different => {
                 report.different += 1;
-                if report.differences.len() < MAX_LISTED {
-                    report.differences.push(outcome.replayed);
-                }
+                &mut self.differences
             }
             Verdict::Failed => {
                 report.failed += 1;
-                if report.failures.len() < MAX_LISTED {
-                    report.failures.push(outcome.replayed);
-                }
+                &mut self.failures
             }
+        };
+        list.insert(key, outcome.replayed);
+        if list.len() > MAX_LISTED {
+            list.pop_last();
         }
     }
-    report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    Ok(report)
+}
+
+/// Drops what a replay of the `picked` steps does not need from a
+/// session's steps: those after the last picked, and of the others before
+/// it all but the state and config they carry (which the picked ones may
+/// inherit). What a replay holds in memory is then bounded by what it
+/// compares.
+fn keep_needed(steps: &mut Vec<(u64, StepRecord)>, picked: &HashSet<u64>) {
+    let last = steps.iter().rposition(|(seq, _)| picked.contains(seq)).map_or(0, |i| i + 1);
+    steps.truncate(last);
+    steps.retain_mut(|(seq, step)| {
+        if picked.contains(seq) {
+            return true;
+        }
+        let Some(basis) = &mut step.request else { return false };
+        if basis.state.is_none() && basis.agent.is_none() {
+            return false;
+        }
+        step.decision = None;
+        step.trigger = StoredTrigger::Plain { trigger: Trigger::SessionStart };
+        basis.proposed = DecisionResponse::default();
+        basis.calls = Vec::new();
+        basis.trigger = None;
+        true
+    });
 }
 
 /// The requests the decided steps of session `key` answered, rebuilt as
@@ -543,24 +586,14 @@ fn diff(
                 push_segment(path, key);
                 match b.get(key) {
                     Some(other) => diff(value, other, path, ids, renames, changes),
-                    None => changes.push(Change {
-                        path: path.clone(),
-                        change: ChangeKind::Removed,
-                        recorded: Some(value.clone()),
-                        candidate: None,
-                    }),
+                    None => changes.push(change(path, ChangeKind::Removed, Some(value), None)),
                 }
                 path.truncate(len);
             }
             for (key, value) in b.iter().filter(|(key, _)| !a.contains_key(*key)) {
                 let len = path.len();
                 push_segment(path, key);
-                changes.push(Change {
-                    path: path.clone(),
-                    change: ChangeKind::Added,
-                    recorded: None,
-                    candidate: Some(value.clone()),
-                });
+                changes.push(change(path, ChangeKind::Added, None, Some(value)));
                 path.truncate(len);
             }
         }
@@ -570,18 +603,8 @@ fn diff(
                 push_segment(path, &i.to_string());
                 match (a.get(i), b.get(i)) {
                     (Some(x), Some(y)) => diff(x, y, path, ids, renames, changes),
-                    (Some(x), None) => changes.push(Change {
-                        path: path.clone(),
-                        change: ChangeKind::Removed,
-                        recorded: Some(x.clone()),
-                        candidate: None,
-                    }),
-                    (None, Some(y)) => changes.push(Change {
-                        path: path.clone(),
-                        change: ChangeKind::Added,
-                        recorded: None,
-                        candidate: Some(y.clone()),
-                    }),
+                    (Some(x), None) => changes.push(change(path, ChangeKind::Removed, Some(x), None)),
+                    (None, Some(y)) => changes.push(change(path, ChangeKind::Added, None, Some(y))),
                     (None, None) => {}
                 }
                 path.truncate(len);
@@ -589,13 +612,32 @@ fn diff(
         }
         (Value::String(a), Value::String(b)) if a == b || renames.pair(a, b, ids) => {}
         (a, b) if a == b => {}
-        (a, b) => changes.push(Change {
-            path: path.clone(),
-            change: ChangeKind::Changed,
-            recorded: Some(a.clone()),
-            candidate: Some(b.clone()),
-        }),
+        (a, b) => changes.push(change(path, ChangeKind::Changed, Some(a), Some(b))),
     }
+}
+
+/// The most bytes of JSON a change shows of a value; a larger value is
+/// shown as the start of its JSON text, so that a report stays small
+/// whatever the decisions hold.
+const MAX_SHOWN_BYTES: usize = 512;
+
+/// `value`, or the first [`MAX_SHOWN_BYTES`] of its JSON as text when it
+/// is longer.
+fn shown(value: &Value) -> Value {
+    let text = value.to_string();
+    if text.len() <= MAX_SHOWN_BYTES {
+        return value.clone();
+    }
+    let mut cut = MAX_SHOWN_BYTES;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Value::String(format!("{}… ({} bytes of JSON)", &text[..cut], text.len()))
+}
+
+/// A change at `path`.
+fn change(path: &str, change: ChangeKind, recorded: Option<&Value>, candidate: Option<&Value>) -> Change {
+    Change { path: path.to_owned(), change, recorded: recorded.map(shown), candidate: candidate.map(shown) }
 }
 
 /// Appends a JSON Pointer segment (RFC 6901: `~` and `/` escaped).
@@ -647,6 +689,50 @@ mod tests {
         let found = changes(json!({"a/b": [1, 2]}), json!({"a/b": [1, 5, 6]}));
         let paths: Vec<_> = found.iter().map(|c| (c.path.as_str(), c.change)).collect();
         assert_eq!(paths, [("/a~1b/1", ChangeKind::Changed), ("/a~1b/2", ChangeKind::Added)]);
+    }
+
+    #[test]
+    fn large_values_are_shown_cut() {
+        let big = "é".repeat(600);
+        let found = changes(json!({"a": big}), json!({"a": 1}));
+        let Some(Value::String(shown)) = &found[0].recorded else { panic!("{found:?}") };
+        assert!(shown.len() < 600 && shown.ends_with("… (1202 bytes of JSON)"), "{shown}");
+        assert_eq!(found[0].candidate, Some(json!(1)));
+    }
+
+    #[test]
+    fn only_what_the_picked_steps_need_is_kept() {
+        use crate::store::RequestBasis;
+        let basis = |state: Option<Value>| RequestBasis {
+            head_id: None,
+            messages: 0,
+            state,
+            agent: None,
+            calls: Vec::new(),
+            pending_calls: 0,
+            proposed: DecisionResponse::new().with_state(json!("big")),
+            trigger: None,
+            attempts: 1,
+            deadline: None,
+        };
+        let step = |state: Option<Value>| {
+            let mut step =
+                StepRecord::pending(None, "d".into(), StoredTrigger::Plain { trigger: Trigger::SessionStart });
+            step.request = Some(basis(state));
+            step
+        };
+        let mut steps = vec![
+            (0, step(Some(json!(1)))),
+            (1, step(None)),
+            (2, step(None)),
+            (3, step(Some(json!(2)))),
+            (4, step(None)),
+        ];
+        keep_needed(&mut steps, &[2].into());
+        let kept: Vec<u64> = steps.iter().map(|(seq, _)| *seq).collect();
+        assert_eq!(kept, [0, 2], "the state's carrier and the picked step");
+        assert_eq!(steps[0].1.request.as_ref().unwrap().proposed, DecisionResponse::default(), "stripped");
+        assert_eq!(steps[1].1.request.as_ref().unwrap().proposed, DecisionResponse::new().with_state(json!("big")));
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod admin;
 mod crash;
 mod inspector;
 mod postgres;
+mod replay;
 mod run;
 mod serve;
 mod tail;
