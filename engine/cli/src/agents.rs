@@ -24,10 +24,10 @@ pub enum AgentsCommand {
     List(ListArgs),
     /// Remove an agent (its sessions stay, and go on once an agent of that
     /// id is put again).
-    Rm(RmArgs),
+    Rm(AgentArgs),
     /// Show an agent and its stored versions, which one is active and how
     /// many decisions each made.
-    Get(GetArgs),
+    Get(AgentArgs),
     /// Make a stored version the agent's current one (`subs agents
     /// activate ID VERSION`); rolling back is the same command with an
     /// earlier version.
@@ -70,20 +70,9 @@ pub struct ListArgs {
     pub client: ClientArgs,
 }
 
-/// `subs agents rm`.
+/// `subs agents rm` and `subs agents get`: one agent of a server.
 #[derive(Debug, clap::Args)]
-pub struct RmArgs {
-    /// The agent's id.
-    #[arg(value_name = "ID")]
-    pub id: String,
-    #[command(flatten)]
-    #[allow(missing_docs)]
-    pub client: ClientArgs,
-}
-
-/// `subs agents get`.
-#[derive(Debug, clap::Args)]
-pub struct GetArgs {
+pub struct AgentArgs {
     /// The agent's id.
     #[arg(value_name = "ID")]
     pub id: String,
@@ -164,7 +153,7 @@ async fn put(args: PutArgs) -> CliResult {
     Ok(())
 }
 
-async fn get(args: GetArgs) -> CliResult {
+async fn get(args: AgentArgs) -> CliResult {
     let client = Client::new(&args.client)?;
     let id = checked_name("agent id", &args.id)?;
     let agent = client.json(client.request(Method::GET, &format!("/v1/agents/{id}"))).await?;
@@ -236,7 +225,7 @@ async fn list(args: ListArgs) -> CliResult {
     Ok(())
 }
 
-async fn rm(args: RmArgs) -> CliResult {
+async fn rm(args: AgentArgs) -> CliResult {
     let client = Client::new(&args.client)?;
     let id = checked_name("agent id", &args.id)?;
     client.send(client.request(Method::DELETE, &format!("/v1/agents/{id}"))).await?;
