@@ -296,6 +296,28 @@ async fn upload_inactive_replay_activate_and_roll_back_over_http() {
             difference["changes"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap()).collect();
         assert_eq!(paths, ["/actions/0/result/sum", "/actions/0/result/total"]);
     }
+    // Followed as a stream: progress, then the same report.
+    let response = s
+        .request(Method::POST, "/v1/agents/calc/replay", None)
+        .header("accept", "text/event-stream")
+        .header("content-type", "application/json")
+        .body(json!({"version": v2}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let events = subs_protocol::sse::SseParser::with_limit(1 << 20).push(&response.bytes().await.unwrap()).unwrap();
+    let (last, progress) = events.split_last().unwrap();
+    assert!(!progress.is_empty() && progress.iter().all(|e| e.event == "progress"), "{events:?}");
+    let done: Vec<u64> = progress
+        .iter()
+        .map(|e| serde_json::from_str::<serde_json::Value>(&e.data).unwrap()["done"].as_u64().unwrap())
+        .collect();
+    assert!(done.windows(2).all(|w| w[0] <= w[1]), "{done:?}");
+    assert_eq!(last.event, "report");
+    let streamed: serde_json::Value = serde_json::from_str(&last.data).unwrap();
+    assert_eq!(streamed["different"].as_u64(), Some(3));
+    assert_eq!(streamed["differences"], report["differences"]);
     let (status, report) = replay(json!({"version": v1, "sessions": ["c1"], "limit": 3})).await;
     assert_eq!((status, report["decisions"].as_u64(), report["same"].as_u64()), (StatusCode::OK, Some(3), Some(3)));
 

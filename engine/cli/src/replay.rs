@@ -14,11 +14,12 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use reqwest::Method;
-use reqwest::header::CONTENT_TYPE;
+use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::{Value, json};
 use subs_engine::agents::component_digest;
 use subs_engine::replay::{self, Progress, Selection};
 use subs_engine::worker::component::{AgentPolicy, ComponentHost, HostConfig};
+use subs_protocol::sse::SseParser;
 use subs_server::LOCAL_TENANT;
 
 use crate::client::{Client, ClientArgs, checked_name};
@@ -131,13 +132,44 @@ async fn online(args: &ReplayArgs, id: &str, bytes: Vec<u8>, version: &str, sinc
     if let Some(since) = since {
         body["since"] = json!(since);
     }
-    let _spinner = Spinner::start("replaying");
+    // Followed as events, for the progress bar; the last is the report.
     let request = client
         .request(Method::POST, &format!("/v1/agents/{id}/replay"))
         .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "text/event-stream")
         .body(body.to_string());
-    client.json(request).await
+    let mut response = client.send(request).await?;
+    let bar = ProgressBar::start();
+    let mut parser = SseParser::with_limit(REPORT_BYTES);
+    loop {
+        let chunk = match response.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(e) => return Err(client.transport(&e)),
+        };
+        let events =
+            parser.push(&chunk).map_err(|e| CliError::unavailable(anyhow!("reading the replay's events: {e}")))?;
+        for event in events {
+            let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+            match event.event.as_str() {
+                "progress" => bar.show(data["done"].as_u64().unwrap_or(0), data["total"].as_u64().unwrap_or(0)),
+                "report" => return Ok(data),
+                "error" => {
+                    let status = data["status"].as_u64().unwrap_or(0);
+                    let message = data["error"].as_str().unwrap_or("the replay failed");
+                    return Err(CliError::failed(anyhow!("the server answered {status}: {message}")));
+                }
+                _ => {}
+            }
+        }
+    }
+    Err(CliError::unavailable(anyhow!("the server ended the replay's stream before its report")))
 }
+
+/// The largest report read from a server: the most a report can hold
+/// (1,000 differences and failures each, 50 changes of at most about
+/// 1 KiB each) with room to spare.
+const REPORT_BYTES: usize = 256 << 20;
 
 /// Replays here, on the data directory's store.
 async fn offline(
@@ -175,17 +207,11 @@ async fn offline(
         time: Duration::from_secs(24 * 3600),
         ..Selection::default()
     };
-    let bar = progress_bar();
-    let progress: Option<Progress> = bar.clone().map(|bar| -> Progress {
-        Arc::new(move |done, total| {
-            bar.set_length(total as u64);
-            bar.set_position(done as u64);
-        })
-    });
-    let outcome = replay::replay(store.as_ref(), &args.tenant, id, &candidate, &selection, progress).await;
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    let bar = Arc::new(ProgressBar::start());
+    let shown = bar.clone();
+    let progress: Progress = Arc::new(move |done, total| shown.show(done as u64, total as u64));
+    let outcome = replay::replay(store.as_ref(), &args.tenant, id, &candidate, &selection, Some(progress)).await;
+    drop(bar);
     store.close().await.map_err(|e| CliError::failed(anyhow!("closing the store: {e}")))?;
     let report = outcome.map_err(|e| CliError::failed(anyhow!("{e}")))?;
     let mut report = serde_json::to_value(&report).map_err(|e| CliError::failed(anyhow!(e)))?;
@@ -194,17 +220,38 @@ async fn offline(
     Ok(report)
 }
 
-/// A bar of decisions replayed, on stderr when it is a terminal.
-fn progress_bar() -> Option<indicatif::ProgressBar> {
-    if !std::io::stderr().is_terminal() {
-        return None;
+/// A bar of decisions replayed, on stderr when it is a terminal; cleared
+/// when dropped.
+struct ProgressBar(Option<indicatif::ProgressBar>);
+
+impl ProgressBar {
+    fn start() -> Self {
+        if !std::io::stderr().is_terminal() {
+            return Self(None);
+        }
+        let bar = indicatif::ProgressBar::new(0);
+        if let Ok(style) = indicatif::ProgressStyle::with_template("replaying {bar:40} {pos}/{len} decisions {elapsed}")
+        {
+            bar.set_style(style);
+        }
+        bar.enable_steady_tick(Duration::from_millis(100));
+        Self(Some(bar))
     }
-    let bar = indicatif::ProgressBar::new(0);
-    if let Ok(style) = indicatif::ProgressStyle::with_template("replaying {bar:40} {pos}/{len} decisions {elapsed}") {
-        bar.set_style(style);
+
+    fn show(&self, done: u64, total: u64) {
+        if let Some(bar) = &self.0 {
+            bar.set_length(total);
+            bar.set_position(done);
+        }
     }
-    bar.enable_steady_tick(Duration::from_millis(100));
-    Some(bar)
+}
+
+impl Drop for ProgressBar {
+    fn drop(&mut self) {
+        if let Some(bar) = self.0.take() {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 /// ANSI colours, or none (not a terminal, or `NO_COLOR` set).

@@ -6,11 +6,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::convert::Infallible;
+
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
+use axum::http::{HeaderMap, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::stream::{self, BoxStream};
 use serde::{Deserialize, Serialize};
-use subs_engine::replay::{MAX_DECISIONS, MAX_SESSIONS, ReplayReport, Selection};
+use serde_json::json;
+use subs_engine::agents::AgentError;
+use subs_engine::replay::{MAX_DECISIONS, MAX_SESSIONS, Progress, ReplayReport, Selection};
 use utoipa::ToSchema;
 
 use crate::AppState;
@@ -62,14 +70,16 @@ pub struct ReplayView {
 
 /// Replays the agent's recorded decisions against one of its stored
 /// versions and reports which it decides differently. Nothing is stored
-/// and no call runs; the version's outgoing HTTP is refused.
+/// and no call runs; the version's outgoing HTTP is refused. A client
+/// that accepts `text/event-stream` follows its progress; going away
+/// stops it.
 #[utoipa::path(
     post,
     path = "/v1/agents/{agent_id}/replay",
     params(("agent_id" = String, Path)),
     request_body = ReplayRequest,
     responses(
-        (status = 200, description = "The report", body = ReplayView),
+        (status = 200, description = "The report; with `Accept: text/event-stream`, `progress` events (`{done, total}`) and then a `report` (or an `error`) event", body = ReplayView),
         (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, description = "No such agent, or no such version of it", body = ErrorBody),
@@ -81,21 +91,124 @@ pub async fn replay(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
     Path(agent_id): Path<String>,
+    headers: HeaderMap,
     body: Body,
-) -> Result<Json<ReplayView>, ApiError> {
+) -> Result<Response, ApiError> {
     let request: ReplayRequest = body::json(body, BODY_LIMIT).await?;
     let selection = selection(&request)?;
-    if !state.agents.exists(&tenant, &agent_id).await? {
-        return Err(ApiError::no_agent(&agent_id));
+    // Both checked before anything runs, so that a stream of progress
+    // starts only for a replay that can.
+    let record = state.agents.agent(&tenant, &agent_id).await?.ok_or_else(|| ApiError::no_agent(&agent_id))?;
+    if !record.history.iter().chain([&record.current]).any(|v| v.digest == request.version) {
+        return Err(no_version(&agent_id, &request.version));
     }
     let span = tracing::info_span!("replay", tenant = %tenant, agent = %agent_id, version = %request.version);
-    let report = tracing::Instrument::instrument(
-        state.agents.replay(&tenant, &agent_id, &request.version, &selection, None),
+    let ReplayRequest { version, .. } = request;
+    if !wants_events(&headers) {
+        let report =
+            tracing::Instrument::instrument(state.agents.replay(&tenant, &agent_id, &version, &selection, None), span)
+                .await?
+                .ok_or_else(|| no_version(&agent_id, &version))?;
+        return Ok(Json(ReplayView { agent_id, version, report }).into_response());
+    }
+    let (tx, progress) = tokio::sync::watch::channel((0, 0));
+    let report: Progress = Arc::new(move |done, total| {
+        let _ = tx.send((done, total));
+    });
+    let (agent, candidate) = (agent_id.clone(), version.clone());
+    let task = tokio::spawn(tracing::Instrument::instrument(
+        async move { state.agents.replay(&tenant, &agent, &candidate, &selection, Some(report)).await },
         span,
-    )
-    .await?
-    .ok_or_else(|| ApiError::not_found(format!("agent `{agent_id}` has no stored version `{}`", request.version)))?;
-    Ok(Json(ReplayView { agent_id, version: request.version, report }))
+    ));
+    let stopper = AbortOnDrop(task.abort_handle());
+    let running = Running { progress, task, _stopper: stopper, agent_id, version };
+    let events = stream::unfold(Some(running), |running| async move {
+        let mut running = running?;
+        // Progress first: what the replay reported before it ended is
+        // sent before its report.
+        let event = tokio::select! {
+            biased;
+            changed = running.progress.changed() => match changed {
+                Ok(()) => {
+                    let (done, total) = *running.progress.borrow_and_update();
+                    SseEvent::default().event("progress").data(json!({"done": done, "total": total}).to_string())
+                }
+                // The replay let go of its progress: it is ending.
+                Err(_) => {
+                    let joined = (&mut running.task).await;
+                    return Some((Ok(running.end(joined)), None));
+                }
+            },
+            joined = &mut running.task => return Some((Ok(running.end(joined)), None)),
+        };
+        // At most a few progress events a second, however fast it goes.
+        tokio::time::sleep(PROGRESS_EVERY).await;
+        Some((Ok::<_, Infallible>(event), Some(running)))
+    });
+    let events: BoxStream<'static, Result<SseEvent, Infallible>> = Box::pin(events);
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
+}
+
+/// How often a streamed replay reports its progress, at most.
+const PROGRESS_EVERY: Duration = Duration::from_millis(200);
+
+/// A streamed replay: its task, what it has done, and whose it is.
+struct Running {
+    progress: tokio::sync::watch::Receiver<(usize, usize)>,
+    task: tokio::task::JoinHandle<Result<Option<ReplayReport>, AgentError>>,
+    /// Stops the replay when the client goes away and the stream with it.
+    _stopper: AbortOnDrop,
+    agent_id: String,
+    version: String,
+}
+
+impl Running {
+    /// The stream's last event: the report, or the error that ended the
+    /// replay (`{error, code, field?, status}`).
+    fn end(&mut self, joined: Result<Result<Option<ReplayReport>, AgentError>, tokio::task::JoinError>) -> SseEvent {
+        let failed = match joined {
+            Ok(Ok(Some(report))) => {
+                let view = ReplayView { agent_id: self.agent_id.clone(), version: self.version.clone(), report };
+                let data = serde_json::to_string(&view).unwrap_or_default();
+                return SseEvent::default().event("report").data(data);
+            }
+            Ok(Ok(None)) => no_version(&self.agent_id, &self.version),
+            Ok(Err(e)) => ApiError::from(e),
+            Err(e) => ApiError::internal(&e),
+        };
+        let body = json!({
+            "error": failed.message,
+            "code": failed.code,
+            "field": failed.field,
+            "status": failed.status.as_u16(),
+        });
+        SseEvent::default().event("error").data(body.to_string())
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Whether the client asked for a stream of progress events.
+fn wants_events(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(',').any(|t| t.trim().starts_with("text/event-stream")))
+}
+
+fn no_version(agent_id: &str, version: &str) -> ApiError {
+    ApiError {
+        field: Some("version".to_owned()),
+        ..ApiError::not_found(format!("agent `{agent_id}` has no stored version `{version}`"))
+    }
 }
 
 /// The request's selection, its numbers checked against the bounds.
