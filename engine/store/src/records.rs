@@ -648,6 +648,13 @@ pub struct AgentRecord {
     pub created_ms: u64,
 }
 
+impl AgentRecord {
+    /// The stored version `digest`, current or not.
+    pub fn version(&self, digest: &str) -> Option<&AgentVersion> {
+        std::iter::once(&self.current).chain(&self.history).find(|v| v.digest == digest)
+    }
+}
+
 /// One version of an agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentVersion {

@@ -357,20 +357,13 @@ impl AgentRegistry {
 
     /// A stored version of `tenant`'s agent `agent_id`, loaded to replay
     /// recorded decisions against (see [`crate::replay`]): under the
-    /// agent's limits, with no outgoing HTTP whatever its allow-list.
-    /// `None` when the agent has no version `digest`; an HTTP worker's
-    /// version is refused, as a replay runs only components in the
-    /// sandbox.
-    pub async fn replay_candidate(
-        &self,
-        tenant: &str,
-        agent_id: &str,
-        digest: &str,
-    ) -> Result<Option<ComponentAgent>, AgentError> {
-        let Some(record) = self.engine.store().agent(tenant, agent_id).await? else { return Ok(None) };
-        let Some(version) = record.history.iter().chain([&record.current]).find(|v| v.digest == digest) else {
-            return Ok(None);
-        };
+    /// agent's limits, with no outgoing HTTP whatever its allow-list. An
+    /// HTTP worker's version is refused, as a replay runs only components
+    /// in the sandbox.
+    async fn replay_candidate(&self, tenant: &str, agent_id: &str, digest: &str) -> Result<ComponentAgent, AgentError> {
+        let record = self.engine.store().agent(tenant, agent_id).await?;
+        let unknown = || AgentError::UnknownVersion { agent_id: agent_id.to_owned(), version: digest.to_owned() };
+        let version = record.as_ref().and_then(|r| r.version(digest)).ok_or_else(unknown)?;
         if let AgentWorker::Http { .. } = version.worker {
             return Err(AgentError::Invalid {
                 field: "version",
@@ -381,12 +374,13 @@ impl AgentRegistry {
         let agent = self.compile(tenant, agent_id, bytes).await?;
         let own = self.policies.get(&(tenant.to_owned(), agent_id.to_owned())).cloned().unwrap_or_default();
         let policy = AgentPolicy { http_hosts: Some(Vec::new()), ..own };
-        agent.for_agent(tenant, agent_id, &policy).map(Some).map_err(|e| AgentError::Internal(e.to_string()))
+        agent.for_agent(tenant, agent_id, &policy).map_err(|e| AgentError::Internal(e.to_string()))
     }
 
     /// Replays `tenant`'s recorded decisions of agent `agent_id` against
-    /// its stored version `digest` (see [`crate::replay`]); `None` when the
-    /// agent has no such version. One replay per tenant runs at a time.
+    /// its stored version `digest` (see [`crate::replay`]);
+    /// [`AgentError::UnknownVersion`] when the agent has no such version.
+    /// One replay per tenant runs at a time.
     pub async fn replay(
         &self,
         tenant: &str,
@@ -394,15 +388,16 @@ impl AgentRegistry {
         digest: &str,
         selection: &Selection,
         progress: Option<Progress>,
-    ) -> Result<Option<ReplayReport>, AgentError> {
+    ) -> Result<ReplayReport, AgentError> {
         let _replaying = ReplayGuard::take(&self.replaying, tenant)?;
-        let Some(candidate) = self.replay_candidate(tenant, agent_id, digest).await? else { return Ok(None) };
+        let candidate = self.replay_candidate(tenant, agent_id, digest).await?;
         let store = self.engine.store();
-        match crate::replay::replay(store.as_ref(), tenant, agent_id, &candidate, selection, progress).await {
-            Ok(report) => Ok(Some(report)),
-            Err(ReplayError::Store(e)) => Err(e.into()),
-            Err(e) => Err(AgentError::Invalid { field: "sessions", message: e.to_string() }),
-        }
+        crate::replay::replay(store.as_ref(), tenant, agent_id, &candidate, selection, progress).await.map_err(|e| {
+            match e {
+                ReplayError::Store(e) => e.into(),
+                e => AgentError::Invalid { field: "sessions", message: e.to_string() },
+            }
+        })
     }
 
     /// Checks and compiles a component off the async threads (see
@@ -558,7 +553,7 @@ impl AgentRegistry {
         let Some(mut record) = self.engine.store().agent(tenant, agent_id).await? else {
             return Err(AgentError::NoActiveVersion { agent_id: agent_id.to_owned() });
         };
-        if record.current.digest == version.digest || record.history.iter().any(|v| v.digest == version.digest) {
+        if record.version(&version.digest).is_some() {
             return Ok((record, false));
         }
         keep_in_history(&mut record.history, version);
