@@ -62,6 +62,21 @@ impl Default for Selection {
     }
 }
 
+impl Selection {
+    /// Whether the selection is within a replay's bounds: at most
+    /// [`MAX_SESSIONS`] sessions named. (Numbers past their bounds are
+    /// cut to them.)
+    ///
+    /// # Errors
+    /// Too many sessions named.
+    pub fn check(&self) -> Result<(), ReplayError> {
+        match &self.sessions {
+            Some(named) if named.len() > MAX_SESSIONS => Err(ReplayError::TooManySessions { count: named.len() }),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// What a replay found.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ReplayReport {
@@ -368,9 +383,7 @@ async fn select_sessions(
 ) -> Result<Vec<SessionRecord>, ReplayError> {
     match &selection.sessions {
         Some(named) => {
-            if named.len() > MAX_SESSIONS {
-                return Err(ReplayError::TooManySessions { count: named.len() });
-            }
+            selection.check()?;
             let mut records = Vec::with_capacity(named.len());
             for session in named {
                 let record = store.session(&SessionKey::new(tenant, session.clone())).await?;

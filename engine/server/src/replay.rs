@@ -30,8 +30,8 @@ use crate::error::{ApiError, ErrorBody};
 const BODY_LIMIT: usize = 512 << 10;
 
 /// How long a replay may run, at most and by default.
-const MAX_SECS: u64 = 300;
-const DEFAULT_SECS: u64 = 60;
+const MAX_SECS: usize = 300;
+const DEFAULT_SECS: usize = 60;
 
 /// What to replay.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -52,7 +52,7 @@ pub struct ReplayRequest {
     pub limit: Option<usize>,
     /// The most seconds to spend (default 60, at most 300): past them no
     /// further decision starts and the report says it stopped.
-    pub timeout_secs: Option<u64>,
+    pub timeout_secs: Option<usize>,
 }
 
 /// The report, with what was replayed.
@@ -99,16 +99,16 @@ pub async fn replay(
     // Both checked before anything runs, so that a stream of progress
     // starts only for a replay that can.
     let record = state.agents.agent(&tenant, &agent_id).await?.ok_or_else(|| ApiError::no_agent(&agent_id))?;
-    if !record.history.iter().chain([&record.current]).any(|v| v.digest == request.version) {
-        return Err(no_version(&agent_id, &request.version));
+    if record.version(&request.version).is_none() {
+        let unknown = AgentError::UnknownVersion { agent_id: agent_id.clone(), version: request.version.clone() };
+        return Err(unknown.into());
     }
     let span = tracing::info_span!("replay", tenant = %tenant, agent = %agent_id, version = %request.version);
     let ReplayRequest { version, .. } = request;
     if !wants_events(&headers) {
         let report =
             tracing::Instrument::instrument(state.agents.replay(&tenant, &agent_id, &version, &selection, None), span)
-                .await?
-                .ok_or_else(|| no_version(&agent_id, &version))?;
+                .await?;
         return Ok(Json(ReplayView { agent_id, version, report }).into_response());
     }
     let (tx, progress) = tokio::sync::watch::channel((0, 0));
@@ -155,7 +155,7 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 /// A streamed replay: its task, what it has done, and whose it is.
 struct Running {
     progress: tokio::sync::watch::Receiver<(usize, usize)>,
-    task: tokio::task::JoinHandle<Result<Option<ReplayReport>, AgentError>>,
+    task: tokio::task::JoinHandle<Result<ReplayReport, AgentError>>,
     /// Stops the replay when the client goes away and the stream with it.
     _stopper: AbortOnDrop,
     agent_id: String,
@@ -165,14 +165,13 @@ struct Running {
 impl Running {
     /// The stream's last event: the report, or the error that ended the
     /// replay (`{error, code, field?, status}`).
-    fn end(&mut self, joined: Result<Result<Option<ReplayReport>, AgentError>, tokio::task::JoinError>) -> SseEvent {
+    fn end(&mut self, joined: Result<Result<ReplayReport, AgentError>, tokio::task::JoinError>) -> SseEvent {
         let failed = match joined {
-            Ok(Ok(Some(report))) => {
+            Ok(Ok(report)) => {
                 let view = ReplayView { agent_id: self.agent_id.clone(), version: self.version.clone(), report };
                 let data = serde_json::to_string(&view).unwrap_or_default();
                 return SseEvent::default().event("report").data(data);
             }
-            Ok(Ok(None)) => no_version(&self.agent_id, &self.version),
             Ok(Err(e)) => ApiError::from(e),
             Err(e) => ApiError::internal(&e),
         };
@@ -204,13 +203,6 @@ fn wants_events(headers: &HeaderMap) -> bool {
         .any(|v| v.split(',').any(|t| t.trim().starts_with("text/event-stream")))
 }
 
-fn no_version(agent_id: &str, version: &str) -> ApiError {
-    ApiError {
-        field: Some("version".to_owned()),
-        ..ApiError::not_found(format!("agent `{agent_id}` has no stored version `{version}`"))
-    }
-}
-
 /// The request's selection, its numbers checked against the bounds.
 fn selection(request: &ReplayRequest) -> Result<Selection, ApiError> {
     let within = |field: &'static str, value: Option<usize>, default: usize, max: usize| match value {
@@ -219,20 +211,14 @@ fn selection(request: &ReplayRequest) -> Result<Selection, ApiError> {
         Some(n) => Err(ApiError::invalid(field, format!("`{field}` is {n}; it must be 1 to {max}"))),
     };
     let defaults = Selection::default();
-    if let Some(sessions) = &request.sessions
-        && sessions.len() > MAX_SESSIONS
-    {
-        let message = format!("{} sessions named; a replay reads at most {MAX_SESSIONS}", sessions.len());
-        return Err(ApiError::invalid("sessions", message));
-    }
-    let secs = request.timeout_secs.map(|s| usize::try_from(s).unwrap_or(usize::MAX));
-    let max_secs = usize::try_from(MAX_SECS).unwrap_or(usize::MAX);
-    let secs = within("timeout_secs", secs, usize::try_from(DEFAULT_SECS).unwrap_or(60), max_secs)?;
-    Ok(Selection {
+    let secs = within("timeout_secs", request.timeout_secs, DEFAULT_SECS, MAX_SECS)?;
+    let selection = Selection {
         sessions: request.sessions.clone(),
         sessions_limit: within("max_sessions", request.max_sessions, defaults.sessions_limit, MAX_SESSIONS)?,
         since_ms: request.since,
         limit: within("limit", request.limit, defaults.limit, MAX_DECISIONS)?,
         time: Duration::from_secs(secs as u64),
-    })
+    };
+    selection.check().map_err(|e| ApiError::invalid("sessions", e.to_string()))?;
+    Ok(selection)
 }
