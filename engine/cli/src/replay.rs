@@ -139,7 +139,7 @@ async fn online(args: &ReplayArgs, id: &str, bytes: Vec<u8>, version: &str, sinc
         .header(ACCEPT, "text/event-stream")
         .body(body.to_string());
     let mut response = client.send(request).await?;
-    let bar = ProgressBar::start();
+    let bar = progress_bar();
     let mut parser = SseParser::with_limit(REPORT_BYTES);
     loop {
         let chunk = match response.chunk().await {
@@ -207,7 +207,7 @@ async fn offline(
         time: Duration::from_secs(24 * 3600),
         ..Selection::default()
     };
-    let bar = Arc::new(ProgressBar::start());
+    let bar = Arc::new(progress_bar());
     let shown = bar.clone();
     let progress: Progress = Arc::new(move |done, total| shown.show(done as u64, total as u64));
     let outcome = replay::replay(store.as_ref(), &args.tenant, id, &candidate, &selection, Some(progress)).await;
@@ -220,38 +220,9 @@ async fn offline(
     Ok(report)
 }
 
-/// A bar of decisions replayed, on stderr when it is a terminal; cleared
-/// when dropped.
-struct ProgressBar(Option<indicatif::ProgressBar>);
-
-impl ProgressBar {
-    fn start() -> Self {
-        if !std::io::stderr().is_terminal() {
-            return Self(None);
-        }
-        let bar = indicatif::ProgressBar::new(0);
-        if let Ok(style) = indicatif::ProgressStyle::with_template("replaying {bar:40} {pos}/{len} decisions {elapsed}")
-        {
-            bar.set_style(style);
-        }
-        bar.enable_steady_tick(Duration::from_millis(100));
-        Self(Some(bar))
-    }
-
-    fn show(&self, done: u64, total: u64) {
-        if let Some(bar) = &self.0 {
-            bar.set_length(total);
-            bar.set_position(done);
-        }
-    }
-}
-
-impl Drop for ProgressBar {
-    fn drop(&mut self) {
-        if let Some(bar) = self.0.take() {
-            bar.finish_and_clear();
-        }
-    }
+/// A bar of decisions replayed, on stderr when it is a terminal.
+fn progress_bar() -> Spinner {
+    Spinner::counting("replaying {bar:40} {pos}/{len} decisions {elapsed}")
 }
 
 /// ANSI colours, or none (not a terminal, or `NO_COLOR` set).
