@@ -353,3 +353,30 @@ async fn upload_inactive_replay_activate_and_roll_back_over_http() {
         assert_eq!(snapshot["agent_version"], version.as_str());
     }
 }
+
+/// A candidate that reaches out is refused, and the report says so.
+#[tokio::test]
+async fn a_candidate_trying_outgoing_http_is_refused_and_reported() {
+    use reqwest::{Method, StatusCode};
+    use subs_tests::server::TestServer;
+
+    use super::versions::upload;
+
+    let s = TestServer::start(&[]).await;
+    assert_eq!(upload(&s, "calc", guests::TOOLS, true).await.0, StatusCode::CREATED);
+    let action = json!({"type": "client.action", "agent_id": "calc", "name": "fetch",
+        "args": {"authority": "127.0.0.1:9"}});
+    let (status, accepted) = s.call(Method::POST, "/v1/sessions/f/input", None, Some(action)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    s.wait_turn("f", accepted["turn_id"].as_str().unwrap(), None).await;
+    assert_eq!(upload(&s, "calc", guests::TEST_FETCH, false).await.0, StatusCode::CREATED);
+    let fetch = subs_engine::agents::component_digest(&std::fs::read(guests::TEST_FETCH).unwrap());
+
+    let (status, report) = s.call(Method::POST, "/v1/agents/calc/replay", None, Some(json!({"version": fetch}))).await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    assert_eq!(report["http_refused"], 1, "{report}");
+    let failure = &report["failures"][0];
+    assert_eq!(failure["trigger"], "client.action", "{report}");
+    assert!(failure["http_refused"].as_str().unwrap().contains("127.0.0.1:9"), "{report}");
+    assert!(failure["error"].as_str().unwrap().contains("refused outgoing HTTP"), "{report}");
+}
