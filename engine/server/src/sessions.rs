@@ -345,7 +345,7 @@ pub async fn snapshot(
         agent_id: r.agent_id,
         status: r.status,
         turn_id: r.turn.map(|t| t.turn_id),
-        agent: r.agent,
+        agent: r.agent.map(std::sync::Arc::unwrap_or_clone),
         state: r.state,
         messages: snapshot.messages,
         message_tree: snapshot.message_tree,

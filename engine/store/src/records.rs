@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -83,8 +84,10 @@ pub struct SessionRecord {
     pub status: SessionStatus,
     /// The agent's state, verbatim.
     pub state: Value,
-    /// The agent's config; `None` until the agent sets one.
-    pub agent: Option<AgentConfig>,
+    /// The agent's config; `None` until the agent sets one. Shared: it is
+    /// copied into every commit's record, request basis and snapshot, and
+    /// changes far more rarely than it is copied.
+    pub agent: Option<Arc<AgentConfig>>,
     /// The end of the active path.
     pub head_id: Option<String>,
     /// Ancestor session ids, nearest last.
@@ -432,7 +435,7 @@ pub struct RequestBasis {
     /// The agent config, kept as [`state`](Self::state) is; present and
     /// `null`: no config.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
-    pub agent: Option<Option<AgentConfig>>,
+    pub agent: Option<Option<Arc<AgentConfig>>>,
     /// The open turn's calls, in the order they were made.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<Call>,

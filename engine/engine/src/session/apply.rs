@@ -596,7 +596,11 @@ impl Session {
         self.record.count_decision(step.agent_version.as_deref());
         self.deciding = step.agent_version.clone();
         if let Some(agent) = &decision.agent {
-            self.record.agent = Some(super::proposal::without_client_tools(agent, self.client_tools()));
+            let agent = super::proposal::without_client_tools(agent, self.client_tools());
+            // A config set again unchanged stays the one shared allocation.
+            if self.record.agent.as_deref() != Some(&agent) {
+                self.record.agent = Some(std::sync::Arc::new(agent));
+            }
         }
         // Clients hear of the state only when it changed: a decision that
         // hands back the state it was given is the common case.

@@ -28,6 +28,7 @@ pub(crate) mod tree;
 pub(crate) mod validate;
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Arc;
 
 use serde_json::Value;
 use subs_protocol::event::MessageRecorded;
@@ -65,7 +66,7 @@ pub(crate) struct Session {
     /// The state and config the last request basis this process stored
     /// for the session carried; `None` until it stores one, so that the
     /// first carries both (see [`RequestBasis`]).
-    pub based_on: Option<Box<(Value, Option<AgentConfig>)>>,
+    pub based_on: Option<Box<(Value, Option<Arc<AgentConfig>>)>>,
     /// The agent version whose decision is being applied: the messages it
     /// records carry it in their events. `None` outside a decision.
     pub deciding: Option<String>,
@@ -551,7 +552,7 @@ impl Session {
             trigger,
             proposed,
             state: self.record.state.clone(),
-            agent: self.record.agent.clone(),
+            agent: self.record.agent.as_deref().cloned(),
             calls: self.calls_in_order().into_iter().map(|c| c.call.clone()).collect(),
             pending_calls: u32::try_from(self.pending_calls()).unwrap_or(u32::MAX),
             messages,
@@ -565,16 +566,19 @@ impl Session {
 }
 
 impl Session {
-    /// What of `request` the step it is for keeps, should the delivery
-    /// decide: the state and config only where they differ from those of
-    /// the last basis stored ([`based_on`](Self::based_on)).
+    /// What of `request` (built from this session as it is) the step it
+    /// is for keeps, should the delivery decide: the state and config only
+    /// where they differ from those of the last basis stored
+    /// ([`based_on`](Self::based_on)). The config is the session's own,
+    /// shared: the request holds a copy of it.
     pub fn basis(&self, request: &DecisionRequest) -> RequestBasis {
+        let agent = &self.record.agent;
         let (state, agent) = match self.based_on.as_deref() {
-            Some((state, agent)) => (
+            Some((state, based)) => (
                 (*state != request.state).then(|| request.state.clone()),
-                (*agent != request.agent).then(|| request.agent.clone()),
+                (!same_config(based, agent)).then(|| agent.clone()),
             ),
-            None => (Some(request.state.clone()), Some(request.agent.clone())),
+            None => (Some(request.state.clone()), Some(agent.clone())),
         };
         RequestBasis {
             head_id: self.record.head_id.clone(),
@@ -717,11 +721,36 @@ fn native_request(
     }
 }
 
+/// Whether two shared configs are equal: at once when they are the same
+/// allocation, which they are while the session's config is unchanged.
+fn same_config(a: &Option<Arc<AgentConfig>>, b: &Option<Arc<AgentConfig>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+        (a, b) => a.is_none() && b.is_none(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
-    use super::add_usage;
+    use super::{add_usage, same_config};
+
+    #[test]
+    fn configs_are_the_same_by_value_not_only_by_allocation() {
+        use std::sync::Arc;
+
+        use subs_protocol::AgentConfig;
+        let shared = Some(Arc::new(AgentConfig::new("subs/offline")));
+        let copy = Some(Arc::new(AgentConfig::new("subs/offline")));
+        let other = Some(Arc::new(AgentConfig::new("subs/other")));
+        assert!(same_config(&shared, &shared.clone()));
+        assert!(same_config(&shared, &copy));
+        assert!(!same_config(&shared, &other));
+        assert!(!same_config(&shared, &None));
+        assert!(!same_config(&None, &shared));
+        assert!(same_config(&None, &None));
+    }
 
     #[test]
     fn usage_adds_up_field_by_field() {

@@ -34,7 +34,7 @@ fn with_client_tools(session: &Session, mut proposal: DecisionResponse, default_
     let mut agent = proposal
         .agent
         .take()
-        .or_else(|| session.record.agent.clone())
+        .or_else(|| session.record.agent.as_deref().cloned())
         .unwrap_or_else(|| AgentConfig::new(default_model));
     let mut tools = agent.tools.take().unwrap_or_default();
     for tool in client {

@@ -268,7 +268,7 @@ mod fuzz {
         let mut agent = AgentConfig::new("subs/offline");
         agent.tools = Some(vec![AgentTool::new("add")]);
         agent.sub_agents = Some(vec![SubAgent { id: "helper".to_owned(), description: None }]);
-        session.record.agent = Some(agent);
+        session.record.agent = Some(agent.into());
         let mut parent = None;
         for (id, role) in [("m1", Role::User), ("m2", Role::Assistant)] {
             let message = Message {
