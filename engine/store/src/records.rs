@@ -529,8 +529,10 @@ pub enum CallSpec {
     /// explicit messages).
     Llm {
         /// The `llm.call` action with every field resolved from the config
-        /// but `messages`.
-        action: LlmCall,
+        /// but `messages`. Shared: the call's record is copied into every
+        /// commit that changes the call, and the action, which holds the
+        /// tools' schemas, never changes.
+        action: Arc<LlmCall>,
         /// The system prompt to put first, unless the action has explicit
         /// messages.
         system: Option<String>,

@@ -725,7 +725,7 @@ impl Session {
             CallKind::LlmCall,
             Some(handler.into()),
             Some(retry),
-            CallSpec::Llm { action: resolved, system, format: config.as_ref().and_then(|c| c.format) },
+            CallSpec::Llm { action: resolved.into(), system, format: config.as_ref().and_then(|c| c.format) },
             hold,
         );
         record.call.stream = Some(stream);
