@@ -2,14 +2,19 @@
 //!
 //! Everything that happens to a session goes through its actor, one
 //! message at a time, so the session's decisions are strictly serialized
-//! while sessions run concurrently. Work that takes time (asking the worker
-//! for a decision, running an LLM call) runs in tasks of its own that
-//! report back with a message; the actor stays free to take inputs and
-//! cancellations meanwhile. An actor exits when its session has nothing in
-//! flight and is reloaded from the store when something happens to it
-//! again, so idle sessions cost no memory.
+//! while sessions run concurrently. Work that takes time runs beside the
+//! actor's mailbox, so the actor stays free to take inputs and
+//! cancellations meanwhile: the delivery in flight (asking the worker for a
+//! decision) and the timer are futures the actor polls itself, engine-run
+//! LLM calls are tasks of their own that report back with a message. (A
+//! spawned task costs a wake-up of another runtime thread and a message
+//! back, a few percent of a turn's CPU on a small VM; a session has at most
+//! one delivery and one timer at a time.) An actor exits when its session
+//! has nothing in flight and is reloaded from the store when something
+//! happens to it again, so idle sessions cost no memory.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +33,7 @@ use crate::events::{DeltaGate, Event};
 use crate::model::Money;
 use crate::store::shared::Claim;
 use crate::store::{Fence, InboxItem, Op, RequestBasis, SessionKey, SpanRef, StepStatus, StoreError, TurnStatus};
-use crate::worker::{Delivery, DeltaSink, ERROR_TEXT_BYTES, WorkerError, clip};
+use crate::worker::{BoxFuture, Delivery, DeltaSink, ERROR_TEXT_BYTES, WorkerError, clip};
 
 /// What a delivery brought back: the worker's answer, how long it took,
 /// and the agent version that answered.
@@ -56,8 +61,6 @@ pub(crate) enum Msg {
     Input { input: Box<(ClientInput, Sender, Option<SpanRef>)>, reply: oneshot::Sender<Result<Accepted, InputError>> },
     /// Stop the open turn; the reply says whether a turn was open.
     Cancel { reply: oneshot::Sender<Result<bool, InputError>> },
-    /// A delivery ended.
-    Decided { seq: u64, attempt: u32, delivered: Box<Delivered> },
     /// An engine-run call ended (or failed a try).
     CallDone { call_id: String, attempt: u32, outcome: Box<Outcome> },
     /// Something may have changed: the inbox, or a timer came due.
@@ -91,7 +94,17 @@ const LINGER: Duration = Duration::from_secs(1);
 struct InFlight {
     seq: u64,
     attempt: u32,
-    task: JoinHandle<()>,
+    /// The delivery itself; dropping it gives the delivery up.
+    decided: BoxFuture<'static, Box<Delivered>>,
+}
+
+/// What the actor's loop waits for, besides its mailbox.
+enum Next {
+    Msg(Option<Msg>),
+    /// The delivery in flight ended.
+    Decided(Box<Delivered>),
+    /// The timer came due.
+    Due,
 }
 
 pub(crate) struct Actor {
@@ -103,7 +116,9 @@ pub(crate) struct Actor {
     tx: mpsc::UnboundedSender<Msg>,
     delivery: Option<InFlight>,
     running: HashMap<String, (u32, JoinHandle<()>)>,
-    timer: Option<(u64, JoinHandle<()>)>,
+    /// The timer for the earliest backoff or deadline, and when it is due
+    /// (ms, the engine's clock).
+    timer: Option<(u64, Pin<Box<tokio::time::Sleep>>)>,
     loaded: bool,
     check_inbox: bool,
     /// On a shared store: the token of the session's lease, held by this
@@ -195,14 +210,14 @@ impl Actor {
                 self.halt(&e);
                 return;
             }
-            let msg = if self.is_quiet() {
+            let next = if self.is_quiet() {
                 // A session that has just gone quiet is often touched again
                 // soon (the client's next message); waiting a little before
                 // leaving spares reloading it from the store then. A
                 // session that does not exist has nothing worth keeping.
                 let linger = if self.session.is_some() { LINGER } else { Duration::ZERO };
                 match tokio::time::timeout(linger, self.rx.recv()).await {
-                    Ok(msg) => msg,
+                    Ok(msg) => Next::Msg(msg),
                     Err(_) if self.mail.leave(&self.key, &self.rx) => {
                         self.release().await;
                         return;
@@ -210,10 +225,32 @@ impl Actor {
                     Err(_) => continue,
                 }
             } else {
-                self.rx.recv().await
+                // Disjoint fields, so the three are polled side by side.
+                let (rx, delivery, timer) = (&mut self.rx, &mut self.delivery, &mut self.timer);
+                tokio::select! {
+                    msg = rx.recv() => Next::Msg(msg),
+                    delivered = async { delivery.as_mut().expect("guarded").decided.as_mut().await },
+                        if delivery.is_some() => Next::Decided(delivered),
+                    () = async { timer.as_mut().expect("guarded").1.as_mut().await }, if timer.is_some() => Next::Due,
+                }
             };
-            let Some(msg) = msg else { return };
-            if let Err(e) = self.handle(msg).await {
+            let handled = match next {
+                Next::Msg(None) => return,
+                Next::Msg(Some(msg)) => self.handle(msg).await,
+                Next::Decided(delivered) => {
+                    let d = self.delivery.take().expect("the delivery that ended");
+                    // What a node that lost the session's lease decided is stale.
+                    if self.remote { Ok(()) } else { self.on_decided(d.seq, d.attempt, *delivered).await }
+                }
+                Next::Due => {
+                    // Fired once: the next pump arms it again for whatever
+                    // is still to come due.
+                    self.timer = None;
+                    self.check_inbox = true;
+                    Ok(())
+                }
+            };
+            if let Err(e) = handled {
                 if self.fenced(&e) {
                     continue;
                 }
@@ -262,15 +299,11 @@ impl Actor {
     }
 
     fn stop_tasks(&mut self) {
-        if let Some(d) = self.delivery.take() {
-            d.task.abort();
-        }
+        self.delivery = None;
         for (_, (_, task)) in self.running.drain() {
             task.abort();
         }
-        if let Some((_, t)) = self.timer.take() {
-            t.abort();
-        }
+        self.timer = None;
     }
 
     fn is_quiet(&self) -> bool {
@@ -513,9 +546,8 @@ impl Actor {
             tracing::info!(call = %id, "a call's deadline passed");
             session.expire(id, &ctx, &mut change);
         }
-        if let Some(delivery) = self.delivery.take_if(|d| !session.steps.iter().any(|(seq, _)| *seq == d.seq)) {
-            delivery.task.abort();
-        }
+        // Given up by dropping it.
+        self.delivery.take_if(|d| !session.steps.iter().any(|(seq, _)| *seq == d.seq));
         self.commit(change).await
     }
 
@@ -689,10 +721,9 @@ impl Actor {
         let attempt = request.attempts;
         let worker = self.env.agents.get(&self.key.tenant, &session.record.agent_id);
         let agent_id = session.record.agent_id.clone();
-        let tx = self.tx.clone();
         let env = self.env.clone();
         let log_span = tracing::info_span!("decision", agent = %agent_id, step = seq, trigger = kind, attempt);
-        let task = tokio::spawn(
+        let decided = Box::pin(
             async move {
                 let (sent, sent_at) = (std::time::Instant::now(), std::time::SystemTime::now());
                 let version = worker.as_ref().and_then(|w| w.version().map(str::to_owned));
@@ -713,12 +744,11 @@ impl Actor {
                     tracing::warn!(error = %clip(e.to_string(), ERROR_TEXT_BYTES), "delivery failed");
                 }
                 let span = span.map(|span| (span, sent_at));
-                let delivered = Box::new(Delivered { result, took, version, kind: worker_kind, span, basis });
-                let _ = tx.send(Msg::Decided { seq, attempt, delivered });
+                Box::new(Delivered { result, took, version, kind: worker_kind, span, basis })
             }
             .instrument(log_span),
         );
-        self.delivery = Some(InFlight { seq, attempt, task });
+        self.delivery = Some(InFlight { seq, attempt, decided });
     }
 
     /// Arms one timer for the earliest backoff still to pass.
@@ -736,25 +766,19 @@ impl Actor {
             })
             .min();
         let due = step_due.into_iter().chain(call_due).filter(|t| *t > now).min();
-        match (due, &self.timer) {
-            (None, _) => {
-                if let Some((_, t)) = self.timer.take() {
-                    t.abort();
-                }
+        let Some(due) = due else {
+            self.timer = None;
+            return;
+        };
+        let at = tokio::time::Instant::now() + Duration::from_millis(due - now);
+        match &mut self.timer {
+            Some((armed, _)) if *armed == due => {}
+            // Moved rather than made anew: the runtime's timer entry is kept.
+            Some((armed, sleep)) => {
+                *armed = due;
+                sleep.as_mut().reset(at);
             }
-            (Some(due), Some((armed, _))) if *armed == due => {}
-            (Some(due), _) => {
-                if let Some((_, t)) = self.timer.take() {
-                    t.abort();
-                }
-                let tx = self.tx.clone();
-                let wait = Duration::from_millis(due - now);
-                let task = tokio::spawn(async move {
-                    tokio::time::sleep(wait).await;
-                    let _ = tx.send(Msg::Wake);
-                });
-                self.timer = Some((due, task));
-            }
+            None => self.timer = Some((due, Box::pin(tokio::time::sleep_until(at)))),
         }
     }
 
@@ -801,7 +825,7 @@ impl Actor {
                 }
                 // The holder hears of the store's changes itself; what
                 // this node's own tasks report is stale.
-                Msg::Wake | Msg::Decided { .. } | Msg::CallDone { .. } => {}
+                Msg::Wake | Msg::CallDone { .. } => {}
             }
             return Ok(());
         }
@@ -812,13 +836,6 @@ impl Actor {
                 self.on_input(input, sender, trace, Answer::Local(reply)).await
             }
             Msg::Cancel { reply } => self.on_cancel(Answer::Local(reply)).await,
-            Msg::Decided { seq, attempt, delivered } => {
-                if !self.delivery.as_ref().is_some_and(|d| d.seq == seq && d.attempt == attempt) {
-                    return Ok(()); // A delivery the actor no longer waits for.
-                }
-                self.delivery = None;
-                self.on_decided(seq, attempt, *delivered).await
-            }
             Msg::CallDone { call_id, attempt, outcome } => {
                 if self.running.get(&call_id).is_some_and(|(a, _)| *a == attempt) {
                     self.running.remove(&call_id);
