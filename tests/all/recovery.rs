@@ -2,8 +2,10 @@
 //! turn (aborted without shutdown, as a crash would; the store refusing
 //! every write after the k-th commit), then restarted on the same store
 //! (a redb file; a PostgreSQL database), finishes the turn with the same
-//! history as a run that never stopped, and runs each tool once per
-//! committed result.
+//! history as a run that never stopped, and never runs a tool again whose
+//! result was committed; for an agent that may reach out, and whose every
+//! decision is therefore committed before the next step goes out, each
+//! tool runs once per committed result.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,10 +19,12 @@ use subs_tests::{TENANT, TestEngine, agent, guests, start_engine, user_input};
 
 const PROMPT: &str = r#"use tool add with {"a": 1, "b": 2} and use tool add with {"a": 3, "b": 4}"#;
 
-/// The `tools` component, counting the tool executions it answers.
+/// The `tools` component, counting the tool executions it answers; taken
+/// for one that may reach out unless `contained`.
 struct Counting {
     inner: subs_engine::worker::component::ComponentAgent,
     executions: Arc<Mutex<HashMap<String, u32>>>,
+    contained: bool,
 }
 
 impl Worker for Counting {
@@ -37,14 +41,19 @@ impl Worker for Counting {
             decision
         })
     }
+
+    fn contained(&self) -> bool {
+        self.contained
+    }
 }
 
 async fn counting_engine(
     store: Arc<dyn subs_engine::Store>,
     executions: &Arc<Mutex<HashMap<String, u32>>>,
+    contained: bool,
 ) -> subs_engine::Engine {
     let engine = start_engine(store).await;
-    let worker = Counting { inner: agent(guests::TOOLS), executions: executions.clone() };
+    let worker = Counting { inner: agent(guests::TOOLS), executions: executions.clone(), contained };
     engine.register_agent(TENANT, "tools", Arc::new(worker));
     engine
 }
@@ -107,21 +116,62 @@ impl Place for Database {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_turn_survives_a_crash_between_any_two_steps() {
-    survives_a_crash_between_any_two_steps(|| RedbFile(tempfile::tempdir().unwrap())).await;
+    survives_a_crash_between_any_two_steps(|| RedbFile(tempfile::tempdir().unwrap()), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contained_agents_tool_turn_survives_a_crash_between_any_two_steps() {
+    survives_a_crash_between_any_two_steps(|| RedbFile(tempfile::tempdir().unwrap()), true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_a_tool_turn_survives_a_crash_between_any_two_steps() {
     let Some(cluster) = subs_store_postgres::testing::TestCluster::shared() else { return };
-    survives_a_crash_between_any_two_steps(|| Database(cluster.fresh_database())).await;
+    survives_a_crash_between_any_two_steps(|| Database(cluster.fresh_database()), false).await;
 }
 
-async fn survives_a_crash_between_any_two_steps<P: Place>(fresh: impl Fn() -> P) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_contained_agents_tool_turn_survives_a_crash_between_any_two_steps() {
+    let Some(cluster) = subs_store_postgres::testing::TestCluster::shared() else { return };
+    survives_a_crash_between_any_two_steps(|| Database(cluster.fresh_database()), true).await;
+}
+
+/// The commits of one tool turn, for an agent `contained` or not.
+async fn commits_of_a_turn(contained: bool) -> u64 {
+    let store = Arc::new(FaultyStore::new(subs_engine::store::MemStore::new()));
+    let executions = Arc::new(Mutex::new(HashMap::new()));
+    let engine = counting_engine(store.clone(), &executions, contained).await;
+    run_turn(&engine, "s").await;
+    assert_eq!(wait_done(&engine, "s", 30).await.status, TurnStatus::Done);
+    engine.kill().await;
+    store.commits()
+}
+
+/// A contained agent's decisions are committed together: the two
+/// decisions before the first model call in one commit, the three that
+/// run both tools and ask the model again in another. An agent that may
+/// reach out gets a commit per decision, before its next step goes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contained_agents_decisions_are_committed_together() {
+    let (plain, contained) = (commits_of_a_turn(false).await, commits_of_a_turn(true).await);
+    assert_eq!((plain, contained), (PLAIN_COMMITS, CONTAINED_COMMITS), "commits of one tool turn");
+}
+
+/// The commits of the tool turn of `PROMPT` (the model calls both tools
+/// at once) for an agent that may reach out: one per step (the input, each
+/// decision, each of the model's two replies).
+const PLAIN_COMMITS: u64 = 11;
+/// The same turn for a contained agent: the input, the model's two
+/// replies, and three commits of decisions: before each model call and at
+/// the turn's end.
+const CONTAINED_COMMITS: u64 = 6;
+
+async fn survives_a_crash_between_any_two_steps<P: Place>(fresh: impl Fn() -> P, contained: bool) {
     // The reference: one run that never stops, counting its commits.
     let place = fresh();
     let store = Arc::new(FaultyStore::new(place.open().await));
     let executions = Arc::new(Mutex::new(HashMap::new()));
-    let engine = counting_engine(store.clone(), &executions).await;
+    let engine = counting_engine(store.clone(), &executions, contained).await;
     run_turn(&engine, "s").await;
     assert_eq!(wait_done(&engine, "s", 30).await.status, TurnStatus::Done);
     let reference = history(&engine, "s").await;
@@ -130,7 +180,7 @@ async fn survives_a_crash_between_any_two_steps<P: Place>(fresh: impl Fn() -> P)
     P::close(store.inner()).await;
     assert_eq!(reference.len(), 5, "user, tool calls, two results, answer");
     assert!(executions.lock().unwrap().values().all(|n| *n == 1));
-    assert!(steps >= 8, "a tool turn takes several steps, got {steps}");
+    assert!(steps >= 6, "a tool turn takes several steps, got {steps}");
     eprintln!("the reference turn took {steps} commits");
 
     // Crash after each commit k (the input's own commit is the first).
@@ -139,10 +189,15 @@ async fn survives_a_crash_between_any_two_steps<P: Place>(fresh: impl Fn() -> P)
         let store = Arc::new(FaultyStore::new(place.open().await));
         store.crash_after(k);
         let executions = Arc::new(Mutex::new(HashMap::new()));
-        let engine = counting_engine(store.clone(), &executions).await;
+        let engine = counting_engine(store.clone(), &executions, contained).await;
+        let mut live = engine.subscribe(TENANT, "s").unwrap();
         run_turn(&engine, "s").await;
         tokio::time::timeout(std::time::Duration::from_secs(30), store.wait_crashed()).await.expect("the crash comes");
         engine.kill().await;
+        let mut seen = Vec::new();
+        while let Ok(Ok(event)) = tokio::time::timeout(std::time::Duration::ZERO, live.recv()).await {
+            seen.push(event);
+        }
         P::close(store.inner()).await;
         drop(store);
 
@@ -152,17 +207,41 @@ async fn survives_a_crash_between_any_two_steps<P: Place>(fresh: impl Fn() -> P)
         use subs_engine::Store as _;
         let stored = store.turn(&key, "the-turn").await.unwrap().expect("the input was committed");
         assert_eq!(stored.status, TurnStatus::Running, "crash after commit {k}: the turn was still open");
-        let engine = counting_engine(store.clone(), &executions).await;
+        let loaded = store.load(&key).await.unwrap().expect("the session was committed");
+        // What a client saw, the crash did not take back.
+        let kept = store.events(&key, None, 1000).await.unwrap();
+        for event in seen.iter().filter(|e| e.seq.is_some()) {
+            let stored = kept.iter().find(|(seq, _)| Some(*seq) == event.seq);
+            assert!(
+                stored.is_some_and(|(_, r)| r.name == event.name && r.data == event.data),
+                "crash after commit {k}: event {event:?} was seen and then lost"
+            );
+        }
+        let results: Vec<String> = loaded.messages.iter().filter_map(|(_, m)| m.message.tool_call_id.clone()).collect();
+        let again = Arc::new(Mutex::new(HashMap::new()));
+        let engine = counting_engine(store.clone(), &again, contained).await;
         let turn = wait_done(&engine, "s", 30).await;
         assert_eq!(turn.status, TurnStatus::Done, "crash after commit {k}: {turn:?}");
         assert_eq!(history(&engine, "s").await, reference, "crash after commit {k}: the history differs");
 
-        // Each tool ran once per committed result: twice at most for the
-        // one call whose result commit was the one refused, once otherwise.
-        let executions = executions.lock().unwrap().clone();
+        // No tool ran again whose result was committed.
+        let again = again.lock().unwrap().clone();
+        assert!(
+            results.iter().all(|id| !again.contains_key(id)),
+            "crash after commit {k}: a tool ran again after its result was stored: {results:?}, {again:?}"
+        );
+        // And, for an agent that may reach out, each tool ran once per
+        // committed result: twice at most for the one call whose result
+        // commit was the one refused, once otherwise.
+        let mut executions = executions.lock().unwrap().clone();
+        for (id, n) in again {
+            *executions.entry(id).or_default() += n;
+        }
         assert_eq!(executions.len(), 2, "crash after commit {k}: {executions:?}");
         let extra: u32 = executions.values().map(|n| n - 1).sum();
-        assert!(extra <= 1, "crash after commit {k}: a tool ran again after its result was stored: {executions:?}");
+        if !contained {
+            assert!(extra <= 1, "crash after commit {k}: a tool ran again: {executions:?}");
+        }
         engine.kill().await;
         P::close(&store).await;
     }
@@ -295,7 +374,7 @@ async fn a_slow_disk_delays_turns_but_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(RedbStore::open(dir.path().join("subs.redb")).unwrap());
     let executions = Arc::new(Mutex::new(HashMap::new()));
-    let engine = counting_engine(store.clone(), &executions).await;
+    let engine = counting_engine(store.clone(), &executions, false).await;
     run_turn(&engine, "s").await;
     assert_eq!(wait_done(&engine, "s", 30).await.status, TurnStatus::Done);
     let reference: Vec<String> = history(&engine, "s").await.iter().map(subs_tests::describe).collect();
@@ -306,7 +385,7 @@ async fn a_slow_disk_delays_turns_but_changes_nothing() {
     let store = Arc::new(RedbStore::open(dir.path().join("subs.redb")).unwrap());
     store.inject_fsync_delay(std::time::Duration::from_millis(40));
     let executions = Arc::new(Mutex::new(HashMap::new()));
-    let engine = counting_engine(store.clone(), &executions).await;
+    let engine = counting_engine(store.clone(), &executions, false).await;
     let sessions: Vec<String> = (0..8).map(|i| format!("slow-{i}")).collect();
     let started = std::time::Instant::now();
     for session in &sessions {

@@ -44,7 +44,7 @@ use crate::retry::RetryCap;
 use crate::store::Store;
 use crate::store::{
     Batch, CallRecord, CallSpec, EventRecord, MessageRecord, Op, RequestBasis, SessionKey, SessionRecord,
-    SessionStatus, StepRecord, StepStatus, StoreError, StoredTrigger,
+    SessionStatus, StepRecord, StepStatus, StoreError, StoredTrigger, TurnStatus,
 };
 
 pub(crate) use self::tree::Tree;
@@ -129,6 +129,35 @@ pub(crate) struct Change {
     pub created: u64,
     /// Spans that end with the change, sent after the commit.
     pub spans: Vec<crate::telemetry::Span>,
+}
+
+impl Change {
+    /// This change followed by `later`, as one: the writes in order, and
+    /// everything to do after the commit of both.
+    pub fn then(mut self, later: Change) -> Change {
+        self.batch.ops.extend(later.batch.ops);
+        self.events.extend(later.events);
+        self.wake.extend(later.wake);
+        self.cancel.extend(later.cancel);
+        self.spent = self.spent + later.spent;
+        self.created += later.created;
+        self.spans.extend(later.spans);
+        self
+    }
+
+    /// Whether the commit of this change must come before anything else
+    /// happens: it tells other sessions or the tenant's accounts
+    /// something (a child created, woken or cancelled, money spent), or it
+    /// ends a turn, which someone may be waiting on.
+    pub fn must_commit(&self) -> bool {
+        !self.wake.is_empty()
+            || !self.cancel.is_empty()
+            || self.created > 0
+            || !self.spent.is_zero()
+            || self.batch.ops.iter().any(|op| {
+                matches!(op, Op::PutTurn { record, .. } if matches!(record.status, TurnStatus::Done | TurnStatus::Failed))
+            })
+    }
 }
 
 impl Session {
@@ -430,11 +459,9 @@ impl Session {
         Some(record)
     }
 
-    /// Ends the collection of a change: stamps and stores the session
-    /// record.
-    pub fn seal(&mut self, change: &mut Change, now_ms: u64) {
-        // Steps pushed by this change are stamped with its time, in memory
-        // and in the batch alike.
+    /// Stamps the steps `change` pushed with the time they are requested,
+    /// in memory and in the batch alike.
+    pub fn stamp(&mut self, change: &mut Change, now_ms: u64) {
         for (_, step) in &mut self.steps {
             step.requested_ms.get_or_insert(now_ms);
         }
@@ -443,6 +470,12 @@ impl Session {
                 record.requested_ms.get_or_insert(now_ms);
             }
         }
+    }
+
+    /// Ends the collection of a change: stamps it and stores the session
+    /// record.
+    pub fn seal(&mut self, change: &mut Change, now_ms: u64) {
+        self.stamp(change, now_ms);
         self.refresh_status();
         self.record.updated_ms = now_ms;
         change.batch.push(Op::PutSession(self.record.clone()));

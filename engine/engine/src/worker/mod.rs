@@ -85,6 +85,18 @@ pub trait Worker: Send + Sync {
     fn kind(&self) -> &'static str {
         "other"
     }
+
+    /// Whether a decision reaches nothing outside the engine: no network,
+    /// no file, no process but the engine's own. The loop then delivers a
+    /// step that a decision of this worker made before that decision is
+    /// durable, and stores the run of such decisions together, ahead of
+    /// whatever it does next that someone else can see (see
+    /// `docs/durability.md`). Only an in-process component whose
+    /// outgoing-HTTP allow-list is empty says yes; any worker that may
+    /// reach out keeps the default.
+    fn contained(&self) -> bool {
+        false
+    }
 }
 
 /// A worker known as one version of an agent: the registry's workers, so
@@ -112,6 +124,10 @@ impl Worker for Versioned {
 
     fn kind(&self) -> &'static str {
         self.inner.kind()
+    }
+
+    fn contained(&self) -> bool {
+        self.inner.contained()
     }
 }
 

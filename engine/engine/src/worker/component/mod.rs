@@ -875,4 +875,11 @@ impl Worker for ComponentAgent {
     fn kind(&self) -> &'static str {
         "component"
     }
+
+    /// Its guest reaches only the engine: WASI's files and sockets are
+    /// linked inert, and outgoing HTTP goes only to the allow-list, here
+    /// empty. (Its output lines reach the engine's logs.)
+    fn contained(&self) -> bool {
+        self.bound.allowed.is_empty()
+    }
 }
