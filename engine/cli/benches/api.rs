@@ -13,12 +13,24 @@
 //!
 //! A turn is the `tools` component's: the user asks for `add`, the offline
 //! model calls it, the component runs it, the model answers (`add returned
-//! {"sum":3}.`); four decisions and two model calls, each step committed
-//! before it is acted on. Each case runs `BENCH_SECONDS` (default 5) with
-//! N concurrent clients, each sending one turn after another, either on a
-//! new session every turn or in conversations of 10 turns. At concurrency
-//! 1 the same turns also run on a new connection each, which Nagle's
-//! algorithm cannot hold up: a keep-alive turn should cost no more.
+//! {"sum":3}.`); six decisions (five after a session's first turn) and two
+//! model calls, each step durable before anything acts on it. Each case
+//! runs `BENCH_SECONDS` (default 5) on each server with N concurrent
+//! clients, each sending one turn after another, either on a new session
+//! every turn or in conversations of 10 turns. At concurrency 1 the same
+//! turns also run on a new connection each, which Nagle's algorithm cannot
+//! hold up: a keep-alive turn should cost no more.
+//!
+//! With one client the servers take turns: a case's time on each is cut
+//! into `BENCH_ROUNDS` (default 5) stretches, run server after server,
+//! round after round, and each server's figures are over all of its
+//! stretches. A slow spell of the host (a shared VM has them, for seconds
+//! at a time) then falls on every server alike instead of on whichever ran
+//! through it, and the ratios between them hold still. With more clients
+//! each server runs its case in one stretch: a stretch must be long beside
+//! a turn's latency (over a second on LangGraph at 64 clients), or its
+//! start, when every client sends at once, and its end, when the last
+//! turns drain, would weigh on the figures.
 //!
 //! Reported per case: turns/s, p50 and p99 turn latency (from sending the
 //! request to the end of its response), the server's CPU time per turn
@@ -28,7 +40,7 @@
 //!
 //! `BENCH_LANGGRAPH_PYTHON`: the Python of an environment made by
 //! `scripts/langgraph/setup.sh`; when set, every case runs on LangGraph
-//! right after subs.
+//! too, in turns with subs.
 //!
 //! Telemetry, side by side: `BENCH_OTEL=1` runs every case also on a
 //! second `subs serve` that sends its OpenTelemetry spans over OTLP to a
@@ -61,9 +73,10 @@ fn main() {
         .map(|l| l.split(',').filter_map(|n| n.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 16, 64]);
     let seconds: f64 = std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
+    let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5).max(1);
     let langgraph = std::env::var_os("BENCH_LANGGRAPH_PYTHON").map(PathBuf::from);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
-    runtime.block_on(run(&levels, Duration::from_secs_f64(seconds), langgraph.as_deref()));
+    runtime.block_on(run(&levels, Duration::from_secs_f64(seconds), rounds, langgraph.as_deref()));
 }
 
 /// A server under test: a child process and how to ask it for a turn.
@@ -263,8 +276,49 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// Runs `case` on `target` for `duration`.
-async fn measure(target: &Arc<Target>, case: Case, duration: Duration, run: usize) -> Measured {
+/// What stretches of a case gathered on one server.
+#[derive(Default)]
+struct Gathered {
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+    cpu: Duration,
+    commits: Option<u64>,
+    /// Turns each client has sent, so that its conversation goes on in
+    /// its next stretch.
+    sent: Vec<usize>,
+}
+
+impl Gathered {
+    /// Adds a later stretch.
+    fn add(&mut self, later: Gathered) {
+        let first = self.latencies.is_empty() && self.elapsed.is_zero();
+        self.latencies.extend(later.latencies);
+        self.elapsed += later.elapsed;
+        self.cpu += later.cpu;
+        self.commits = if first { later.commits } else { self.commits.zip(later.commits).map(|(a, b)| a + b) };
+        self.sent = later.sent;
+    }
+
+    /// The figures over every stretch.
+    fn measured(mut self) -> Measured {
+        self.latencies.sort();
+        let turns = self.latencies.len();
+        let per_turn = |x: f64| x / turns.max(1) as f64;
+        Measured {
+            turns,
+            per_sec: turns as f64 / self.elapsed.as_secs_f64(),
+            p50: percentile(&self.latencies, 0.50),
+            p99: percentile(&self.latencies, 0.99),
+            cpu_per_turn: Duration::from_secs_f64(per_turn(self.cpu.as_secs_f64())),
+            commits_per_turn: self.commits.map(|c| per_turn(c as f64)),
+        }
+    }
+}
+
+/// Runs `case` on `target` for `duration`, one stretch of it: `run` tells
+/// the case's sessions from every other case's, and `sent` is how many
+/// turns each client sent in the case's earlier stretches.
+async fn measure(target: &Arc<Target>, case: Case, duration: Duration, run: usize, sent: &[usize]) -> Gathered {
     let builder = || reqwest::Client::builder().pool_max_idle_per_host(if case.new_connections { 0 } else { 64 });
     let client = builder().build().expect("an HTTP client");
     // Warm up: connections open, the component instantiated once.
@@ -277,38 +331,30 @@ async fn measure(target: &Arc<Target>, case: Case, duration: Duration, run: usiz
     let tasks: Vec<_> = (0..case.clients)
         .map(|c| {
             let (target, client) = (target.clone(), client.clone());
+            let mut turn = sent.get(c).copied().unwrap_or(0);
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
-                let mut session = 0usize;
                 while started.elapsed() < duration {
-                    let id = format!("r{run}-c{c}-s{}", session / case.turns_per_session);
+                    let id = format!("r{run}-c{c}-s{}", turn / case.turns_per_session);
                     let t = Instant::now();
                     target.turn(&client, &id).await;
                     latencies.push(t.elapsed());
-                    session += 1;
+                    turn += 1;
                 }
-                latencies
+                (latencies, turn)
             })
         })
         .collect();
-    let mut latencies = Vec::new();
+    let (mut latencies, mut sent) = (Vec::new(), Vec::new());
     for task in tasks {
-        latencies.extend(task.await.expect("a client finishes"));
+        let (mine, turns) = task.await.expect("a client finishes");
+        latencies.extend(mine);
+        sent.push(turns);
     }
     let elapsed = started.elapsed();
     let cpu = target.cpu().saturating_sub(cpu_before);
     let commits_after = target.commits(&client).await;
-    latencies.sort();
-    let turns = latencies.len();
-    let per_turn = |x: f64| x / turns.max(1) as f64;
-    Measured {
-        turns,
-        per_sec: turns as f64 / elapsed.as_secs_f64(),
-        p50: percentile(&latencies, 0.50),
-        p99: percentile(&latencies, 0.99),
-        cpu_per_turn: Duration::from_secs_f64(per_turn(cpu.as_secs_f64())),
-        commits_per_turn: commits_before.zip(commits_after).map(|(a, b)| per_turn((b - a) as f64)),
-    }
+    Gathered { latencies, elapsed, cpu, commits: commits_before.zip(commits_after).map(|(a, b)| b - a), sent }
 }
 
 /// An OTLP/HTTP receiver that takes every export and keeps nothing but
@@ -329,7 +375,7 @@ async fn otlp_sink() -> (String, Arc<std::sync::atomic::AtomicU64>) {
     (url, received)
 }
 
-async fn run(levels: &[usize], duration: Duration, langgraph: Option<&Path>) {
+async fn run(levels: &[usize], duration: Duration, rounds: usize, langgraph: Option<&Path>) {
     let program = Path::new(env!("CARGO_BIN_EXE_subs"));
     let subs = Arc::new(Target::subs("subs", program, None).await);
     let otel = std::env::var("BENCH_OTEL").is_ok_and(|v| v == "1");
@@ -356,11 +402,21 @@ async fn run(levels: &[usize], duration: Duration, langgraph: Option<&Path>) {
     );
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
-    for (run, case) in cases.iter().enumerate() {
+    let stretch = duration / u32::try_from(rounds).unwrap_or(u32::MAX);
+    for (n, case) in cases.iter().enumerate() {
+        let targets: Vec<_> =
+            [Some(&subs), baseline.as_ref(), otel.as_ref(), langgraph.as_ref()].into_iter().flatten().collect();
+        let mut gathered: Vec<Gathered> = targets.iter().map(|_| Gathered::default()).collect();
+        let (rounds, stretch) = if case.clients == 1 { (rounds, stretch) } else { (1, duration) };
+        for _ in 0..rounds {
+            for (target, gathered) in targets.iter().zip(&mut gathered) {
+                let later = measure(target, *case, stretch, n, &gathered.sent).await;
+                gathered.add(later);
+            }
+        }
         let mut measured = Vec::new();
-        let targets = [Some(&subs), baseline.as_ref(), otel.as_ref(), langgraph.as_ref()];
-        for target in targets.into_iter().flatten() {
-            let m = measure(target, *case, duration, run).await;
+        for (target, gathered) in targets.iter().zip(gathered) {
+            let m = gathered.measured();
             println!(
                 "{:<10} {:>7} {:<48} {:>9.0} {:>9.2} {:>9.2} {:>10.2} {:>9}",
                 target.name,
@@ -453,6 +509,7 @@ async fn run(levels: &[usize], duration: Duration, langgraph: Option<&Path>) {
         "api",
         &json!({
             "seconds": duration.as_secs_f64(),
+            "rounds": rounds,
             "rows": rows,
             "keep_alive_over_new_connection_p50": keep_alive_over_new,
             "subs_over_langgraph": ratios,
