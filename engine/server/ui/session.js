@@ -48,14 +48,23 @@ export function sessionView(main, id) {
   let waitingKey = null;
   fill(actions, h('h2', { id: 'act-title' }, 'Act'), sendForm, waiting, result);
 
+  // What the latest action says: an answer that comes back after a later
+  // action started (a send answered after the cancel that followed it)
+  // does not overwrite what that later action shows.
+  let latest = 0;
+  function say(action, text) {
+    if (action === latest) result.textContent = text;
+  }
+
   async function act(what, body) {
-    result.textContent = `${what}…`;
+    const action = ++latest;
+    say(action, `${what}…`);
     try {
       const answer = await post(`${path}/input`, body);
-      result.textContent = `${what}: ${brief(answer)}`;
+      say(action, `${what}: ${brief(answer)}`);
       schedule();
     } catch (e) {
-      result.textContent = `${what} failed: ${e.message}`;
+      say(action, `${what} failed: ${e.message}`);
     }
   }
 
@@ -67,13 +76,14 @@ export function sessionView(main, id) {
   }
 
   async function cancel() {
-    result.textContent = 'Cancelling…';
+    const action = ++latest;
+    say(action, 'Cancelling…');
     try {
       const answer = await post(`${path}/cancel`);
-      result.textContent = answer && answer.cancelled ? 'Cancelled the turn.' : 'No turn was open.';
+      say(action, answer && answer.cancelled ? 'Cancelled the turn.' : 'No turn was open.');
       schedule();
     } catch (e) {
-      result.textContent = `Cancel failed: ${e.message}`;
+      say(action, `Cancel failed: ${e.message}`);
     }
   }
 
@@ -97,7 +107,7 @@ export function sessionView(main, id) {
           onsubmit: (e) => {
             e.preventDefault();
             let payload;
-            try { payload = parsed(area); } catch (err) { result.textContent = `The payload is not JSON: ${err.message}`; area.focus(); return; }
+            try { payload = parsed(area); } catch (err) { say(++latest, `The payload is not JSON: ${err.message}`); area.focus(); return; }
             act('Resumed', { type: 'interrupt.resume', interrupt_id: it.interrupt_id, ...(payload === undefined ? {} : { payload }) });
           } },
         h('h3', {}, 'Interrupt ', h('code', {}, String(it.interrupt_id))),
@@ -115,7 +125,7 @@ export function sessionView(main, id) {
           return;
         }
         let value;
-        try { value = parsed(area); } catch (err) { result.textContent = `The result is not JSON: ${err.message}`; area.focus(); return; }
+        try { value = parsed(area); } catch (err) { say(++latest, `The result is not JSON: ${err.message}`); area.focus(); return; }
         act('Sent the result', { type, id: c.id, attempt: c.attempt, ...(value === undefined ? {} : { result: value }) });
       };
       forms.push(h(
