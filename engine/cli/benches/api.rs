@@ -277,7 +277,6 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// What stretches of a case gathered on one server.
-#[derive(Default)]
 struct Gathered {
     latencies: Vec<Duration>,
     elapsed: Duration,
@@ -291,11 +290,10 @@ struct Gathered {
 impl Gathered {
     /// Adds a later stretch.
     fn add(&mut self, later: Gathered) {
-        let first = self.latencies.is_empty() && self.elapsed.is_zero();
         self.latencies.extend(later.latencies);
         self.elapsed += later.elapsed;
         self.cpu += later.cpu;
-        self.commits = if first { later.commits } else { self.commits.zip(later.commits).map(|(a, b)| a + b) };
+        self.commits = self.commits.zip(later.commits).map(|(a, b)| a + b);
         self.sent = later.sent;
     }
 
@@ -406,9 +404,12 @@ async fn run(levels: &[usize], duration: Duration, rounds: usize, langgraph: Opt
     for (n, case) in cases.iter().enumerate() {
         let targets: Vec<_> =
             [Some(&subs), baseline.as_ref(), otel.as_ref(), langgraph.as_ref()].into_iter().flatten().collect();
-        let mut gathered: Vec<Gathered> = targets.iter().map(|_| Gathered::default()).collect();
         let (rounds, stretch) = if case.clients == 1 { (rounds, stretch) } else { (1, duration) };
-        for _ in 0..rounds {
+        let mut gathered = Vec::new();
+        for target in &targets {
+            gathered.push(measure(target, *case, stretch, n, &[]).await);
+        }
+        for _ in 1..rounds {
             for (target, gathered) in targets.iter().zip(&mut gathered) {
                 let later = measure(target, *case, stretch, n, &gathered.sent).await;
                 gathered.add(later);

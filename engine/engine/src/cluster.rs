@@ -32,7 +32,7 @@ use crate::session::actor::Mailboxes;
 use crate::session::directory::Directory;
 use crate::session::env::Env;
 use crate::store::shared::{Notice, Noticed};
-use crate::store::{SessionKey, StoreError, TurnStatus};
+use crate::store::{SessionKey, StoreError};
 
 /// The most orphaned sessions taken over per scan: a node that comes up
 /// beside a crashed one takes its sessions over in steps, not all at once.
@@ -107,7 +107,7 @@ async fn publish(env: &Env, key: &SessionKey, first: u64, last: u64) -> Result<(
     env.hub.publish_all(events.into_iter().map(|event| (key.clone(), event)));
     for turn_id in ended {
         if let Some(turn) = env.store.turn(key, &turn_id).await?
-            && matches!(turn.status, TurnStatus::Done | TurnStatus::Failed)
+            && turn.status.ended()
         {
             env.hub.turn_ended(key, (turn_id, turn));
         }

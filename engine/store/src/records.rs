@@ -578,6 +578,13 @@ pub enum TurnStatus {
     Failed,
 }
 
+impl TurnStatus {
+    /// Whether the turn is over: done or failed.
+    pub fn ended(self) -> bool {
+        matches!(self, TurnStatus::Done | TurnStatus::Failed)
+    }
+}
+
 /// A turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnRecord {

@@ -34,7 +34,7 @@ use crate::model::Money;
 use crate::store::shared::Claim;
 use crate::store::{
     CallRecord, Fence, InboxItem, Op, RequestBasis, SessionKey, SpanRef, StepRecord, StepStatus, StoreError,
-    StoredTrigger, TurnStatus,
+    StoredTrigger,
 };
 use crate::worker::{BoxFuture, Delivery, DeltaSink, ERROR_TEXT_BYTES, WorkerError, clip};
 
@@ -366,9 +366,7 @@ impl Actor {
         let (mut ended, mut opened) = (Vec::new(), Vec::new());
         for op in &change.batch.ops {
             match op {
-                Op::PutTurn { session, turn_id, record }
-                    if matches!(record.status, TurnStatus::Done | TurnStatus::Failed) =>
-                {
+                Op::PutTurn { session, turn_id, record } if record.status.ended() => {
                     ended.push((session.clone(), turn_id.clone(), record.clone()));
                 }
                 Op::PutTurn { session, turn_id, .. } if *session == self.key => opened.push(turn_id.clone()),
@@ -1149,6 +1147,7 @@ mod tests {
     use crate::EngineConfig;
     use crate::model::Models;
     use crate::session::directory::Directory;
+    use crate::store::TurnStatus;
     use crate::store::{MemStore, Store, TurnRecord};
     use crate::worker::{BoxFuture, Worker};
 

@@ -16,7 +16,7 @@ use super::apply::{Ctx, Outcome};
 use crate::EngineConfig;
 use crate::events::Hub;
 use crate::model::{ModelError, Models};
-use crate::store::{SessionKey, Store, StoreError, TurnRecord, TurnStatus};
+use crate::store::{SessionKey, Store, StoreError, TurnRecord};
 use crate::tenants::Tenants;
 use crate::worker::{DeltaSink, Worker};
 
@@ -93,7 +93,7 @@ impl Env {
             let (ended, open_here) = self.hub.turn_end_of(key, turn_id);
             if read || !open_here {
                 if let Some(turn) = self.store.turn(key, turn_id).await?
-                    && matches!(turn.status, TurnStatus::Done | TurnStatus::Failed)
+                    && turn.status.ended()
                 {
                     return Ok(turn);
                 }
@@ -218,6 +218,7 @@ mod tests {
 
     use super::*;
     use crate::model::Models;
+    use crate::store::TurnStatus;
     use crate::store::{Batch, MemStore, Op};
 
     /// An engine's shared parts on a store where turn `t` of session `s`

@@ -44,7 +44,7 @@ use crate::retry::RetryCap;
 use crate::store::Store;
 use crate::store::{
     Batch, CallRecord, CallSpec, EventRecord, MessageRecord, Op, RequestBasis, SessionKey, SessionRecord,
-    SessionStatus, StepRecord, StepStatus, StoreError, StoredTrigger, TurnStatus,
+    SessionStatus, StepRecord, StepStatus, StoreError, StoredTrigger,
 };
 
 pub(crate) use self::tree::Tree;
@@ -154,9 +154,7 @@ impl Change {
             || !self.cancel.is_empty()
             || self.created > 0
             || !self.spent.is_zero()
-            || self.batch.ops.iter().any(|op| {
-                matches!(op, Op::PutTurn { record, .. } if matches!(record.status, TurnStatus::Done | TurnStatus::Failed))
-            })
+            || self.batch.ops.iter().any(|op| matches!(op, Op::PutTurn { record, .. } if record.status.ended()))
     }
 }
 
