@@ -346,6 +346,27 @@ async fn a_secret_kept_in_one_decision_is_gone_in_the_next_and_from_other_tenant
     }
 }
 
+/// A fresh instance's memory is clean however its predecessor dirtied its
+/// slot: written on hundreds of separate pages (more runs than one scan of
+/// dirty pages reports) and on more pages than the host keeps mapped
+/// between instances. The scan grows the heap over the same pages first.
+#[tokio::test]
+async fn a_secret_sprayed_over_thousands_of_pages_is_gone_in_the_next_decision() {
+    let secret = "sprayed-s3cr3t-4b9e";
+    let args = json!({"xored": xored(secret)});
+    let limits = LimitOverrides { memory_bytes: Some(64 << 20), cpu: Some(Duration::from_secs(2)), ..small() };
+    let a = bound(guests::TEST_SECRET, "tenant-a", "sprayer", limits.clone());
+    let b = bound(guests::TEST_SECRET, "tenant-b", "sprayer", limits);
+
+    assert_eq!(text(&decide(&a, action("spray-and-scan", args.clone())).await.unwrap()), "found");
+    for _ in 0..3 {
+        assert_eq!(text(&decide(&a, action("spray", args.clone())).await.unwrap()), "sprayed");
+        assert_eq!(text(&decide(&a, action("grow-and-scan", args.clone())).await.unwrap()), "not found");
+        assert_eq!(text(&decide(&a, action("spray", args.clone())).await.unwrap()), "sprayed");
+        assert_eq!(text(&decide(&b, action("grow-and-scan", args.clone())).await.unwrap()), "not found");
+    }
+}
+
 #[tokio::test]
 async fn a_restarted_host_compiles_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -39,7 +39,7 @@ use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
 use subs_engine::worker::{Delivery, Worker};
 use subs_protocol::trigger::ToolExecute;
 use subs_protocol::{DecisionRequest, DecisionResponse, ToolInput, Trigger};
-use subs_tests::bench::{measure, ratio, write_json};
+use subs_tests::bench::{measure, ratio, time_each, write_json};
 
 const CONCURRENCY: usize = 16;
 
@@ -57,9 +57,12 @@ fn main() {
 
 async fn run(decisions: usize) {
     let request = request();
-    let component: Arc<dyn Worker> = Arc::new(subs_tests::agent(subs_tests::guests::TOOLS));
-    let python: Arc<dyn Worker> = Arc::new(subs_tests::agent(subs_tests::guests::TOOLS_PY));
-    let javascript: Arc<dyn Worker> = Arc::new(subs_tests::agent(subs_tests::guests::TOOLS_JS));
+    let agents = [
+        ("component", subs_tests::agent(subs_tests::guests::TOOLS)),
+        ("component (python)", subs_tests::agent(subs_tests::guests::TOOLS_PY)),
+        ("component (javascript)", subs_tests::agent(subs_tests::guests::TOOLS_JS)),
+    ];
+    let [component, python, javascript] = agents.clone().map(|(_, agent)| Arc::new(agent) as Arc<dyn Worker>);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
     let url = format!("http://{}/", listener.local_addr().unwrap());
     tokio::spawn(async move { subs_http_worker::serve(listener, tools::Tools::new()).await });
@@ -94,6 +97,17 @@ async fn run(decisions: usize) {
             );
             results.push((name, callers, stats));
         }
+    }
+    println!();
+    // What a decision pays before and after the call: a fresh instance
+    // made and torn down, without calling `decide`.
+    println!("| worker | instantiate and tear down, p50 | p99 |");
+    println!("| --- | --- | --- |");
+    let mut parts = Vec::new();
+    for (name, agent) in &agents {
+        let stats = time_each(decisions, || async { agent.instantiate_only().await.expect("it instantiates") }).await;
+        println!("| {name} | {} | {} |", micros(stats.p50), micros(stats.p99));
+        parts.push(stats.row(name, 1));
     }
     println!();
     let mut ratios = Vec::new();
@@ -133,6 +147,7 @@ async fn run(decisions: usize) {
         "request_messages": request.messages.len(),
         "decisions_per_case": decisions,
         "cases": results.iter().map(|(name, callers, stats)| stats.row(name, *callers)).collect::<Vec<_>>(),
+        "instantiate_only": parts,
         "ratios": ratios,
         "loads": loads,
     });

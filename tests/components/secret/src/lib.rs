@@ -10,7 +10,15 @@
 //! - `scan` `{"xored": [..]}`: searches the whole linear memory for the
 //!   secret's bytes and answers `found` or `not found`;
 //! - `store-and-scan`: stores, then scans in the same decision (proving
-//!   the scan finds what is there).
+//!   the scan finds what is there);
+//! - `spray` `{"xored": [..]}`: writes the secret at the start of pages
+//!   of a block the heap grows into, every other page for the first
+//!   [`SCATTERED`] bytes (hundreds of separate dirty runs) and every page
+//!   for the next [`CONTIGUOUS`] (more than the host keeps mapped), and
+//!   answers `sprayed`;
+//! - `grow-and-scan` `{"xored": [..]}`: grows the heap as far as `spray`
+//!   did, without writing it, then scans like `scan`;
+//! - `spray-and-scan`: both in the same decision.
 
 use std::sync::Mutex;
 
@@ -33,6 +41,37 @@ fn store(args: &Value) {
     // A heap copy that outlives the decision's own data, as a leak would.
     std::mem::forget(secret.clone().into_bytes());
     *SECRET.lock().unwrap() = Some(secret);
+}
+
+/// The part of the sprayed block written every other page.
+const SCATTERED: usize = 4 << 20;
+/// The part of the sprayed block written on every page.
+const CONTIGUOUS: usize = 18 << 20;
+const PAGE: usize = 4096;
+
+/// Writes the secret at the start of pages of a fresh heap block, which is
+/// leaked so it stays written until the instance is gone.
+#[allow(unsafe_code)]
+fn spray(args: &Value) {
+    let secret: Vec<u8> = xored(args).into_iter().map(|b| b ^ KEY).collect();
+    let mut block: Vec<u8> = Vec::with_capacity(SCATTERED + CONTIGUOUS);
+    let base = block.spare_capacity_mut().as_mut_ptr().cast::<u8>();
+    let pages = (0..SCATTERED).step_by(2 * PAGE).chain((SCATTERED..SCATTERED + CONTIGUOUS).step_by(PAGE));
+    for at in pages {
+        for (i, &byte) in secret.iter().enumerate() {
+            // SAFETY: `at + i` is within the block's capacity (`secret` is
+            // far shorter than a page). Volatile, because the block is never
+            // read here and the optimizer would drop plain writes to it.
+            unsafe { core::ptr::write_volatile(base.add(at + i), byte) };
+        }
+    }
+    // Leaked where the optimizer cannot see it unused, so it is allocated.
+    std::mem::forget(std::hint::black_box(block));
+}
+
+/// Grows the heap over what `spray` wrote, leaving the bytes as they are.
+fn grow() {
+    std::mem::forget(std::hint::black_box(Vec::<u8>::with_capacity(SCATTERED + CONTIGUOUS)));
 }
 
 fn read() -> String {
@@ -84,6 +123,18 @@ impl Agent for Secret {
             "scan" => if scan(&args) { "found" } else { "not found" }.to_owned(),
             "store-and-scan" => {
                 store(&args);
+                if scan(&args) { "found" } else { "not found" }.to_owned()
+            }
+            "spray" => {
+                spray(&args);
+                "sprayed".to_owned()
+            }
+            "grow-and-scan" => {
+                grow();
+                if scan(&args) { "found" } else { "not found" }.to_owned()
+            }
+            "spray-and-scan" => {
+                spray(&args);
                 if scan(&args) { "found" } else { "not found" }.to_owned()
             }
             other => return Err(DecideError::terminal(format!("unknown action {other}"))),

@@ -511,6 +511,14 @@ const CORE_INSTANCES_PER_SLOT: u32 = 16;
 const MEMORIES_PER_SLOT: u32 = 4;
 /// Tables the pool holds per slot.
 const TABLES_PER_SLOT: u32 = 16;
+/// How much of each pooled linear memory stays mapped once its instance is
+/// gone: the pages the instance wrote, up to this much, are reset in place
+/// instead of being unmapped. An interpreter (CPython, SpiderMonkey) writes
+/// a few MiB all over its heap on every decision; with less than that kept,
+/// the next fresh instance faults those pages in again, which was most of a
+/// Python decision's time. Warm memories hold at most this much each and
+/// never more than they last used; see docs/sandbox.md.
+const MEMORY_KEEP_RESIDENT: usize = 16 << 20;
 
 /// The settings that shape compiled code, for a compile child; compiled
 /// functions are read from `compile_cache`'s `functions` directory (and
@@ -560,10 +568,10 @@ fn engine_config(config: &HostConfig) -> wasmtime::Config {
         .total_stacks(n)
         .max_memory_size(config.max_memory_bytes)
         .table_elements(config.limits.table_elements.max(20_000))
-        // Keeping the first pages of each slot mapped and clean (reset in
-        // place, found with pagemap scanning) means a fresh instance does
-        // not fault its memory, tables and stack in on every decision.
-        .linear_memory_keep_resident(1 << 20)
+        // Keeping the pages a decision dirtied mapped and clean (found with
+        // pagemap scanning, reset in place) means a fresh instance does not
+        // fault its memory, tables and stack in on every decision.
+        .linear_memory_keep_resident(MEMORY_KEEP_RESIDENT)
         .table_keep_resident(64 << 10)
         .async_stack_keep_resident(128 << 10)
         .pagemap_scan(Enabled::Auto);
