@@ -35,9 +35,13 @@ fn xored(args: &Value) -> Vec<u8> {
     args["xored"].as_array().into_iter().flatten().filter_map(Value::as_u64).map(|b| b as u8).collect()
 }
 
+/// The secret the request carries, XORed back.
+fn secret(args: &Value) -> Vec<u8> {
+    xored(args).into_iter().map(|b| b ^ KEY).collect()
+}
+
 fn store(args: &Value) {
-    let secret: Vec<u8> = xored(args).into_iter().map(|b| b ^ KEY).collect();
-    let secret = String::from_utf8_lossy(&secret).into_owned();
+    let secret = String::from_utf8_lossy(&secret(args)).into_owned();
     // A heap copy that outlives the decision's own data, as a leak would.
     std::mem::forget(secret.clone().into_bytes());
     *SECRET.lock().unwrap() = Some(secret);
@@ -53,7 +57,7 @@ const PAGE: usize = 4096;
 /// leaked so it stays written until the instance is gone.
 #[allow(unsafe_code)]
 fn spray(args: &Value) {
-    let secret: Vec<u8> = xored(args).into_iter().map(|b| b ^ KEY).collect();
+    let secret = secret(args);
     let mut block: Vec<u8> = Vec::with_capacity(SCATTERED + CONTIGUOUS);
     let base = block.spare_capacity_mut().as_mut_ptr().cast::<u8>();
     let pages = (0..SCATTERED).step_by(2 * PAGE).chain((SCATTERED..SCATTERED + CONTIGUOUS).step_by(PAGE));
@@ -104,6 +108,11 @@ fn scan(_args: &Value) -> bool {
     false
 }
 
+/// The answer to a scan: `found` or `not found`.
+fn scanned(args: &Value) -> String {
+    if scan(args) { "found" } else { "not found" }.to_owned()
+}
+
 impl Agent for Secret {
     fn decide(&self, request: DecisionRequest, _cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
         let Trigger::ClientAction(action) = &request.trigger else {
@@ -120,10 +129,10 @@ impl Agent for Secret {
                 read()
             }
             "read" => read(),
-            "scan" => if scan(&args) { "found" } else { "not found" }.to_owned(),
+            "scan" => scanned(&args),
             "store-and-scan" => {
                 store(&args);
-                if scan(&args) { "found" } else { "not found" }.to_owned()
+                scanned(&args)
             }
             "spray" => {
                 spray(&args);
@@ -131,11 +140,11 @@ impl Agent for Secret {
             }
             "grow-and-scan" => {
                 grow();
-                if scan(&args) { "found" } else { "not found" }.to_owned()
+                scanned(&args)
             }
             "spray-and-scan" => {
                 spray(&args);
-                if scan(&args) { "found" } else { "not found" }.to_owned()
+                scanned(&args)
             }
             other => return Err(DecideError::terminal(format!("unknown action {other}"))),
         };
