@@ -353,6 +353,20 @@ pub async fn send_json(mut request: reqwest::RequestBuilder, body: Option<Value>
     (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
 }
 
+/// A `tool.execute` request: the tool `name` called with `arguments`
+/// (valid), at its first attempt.
+pub fn tool_execute(name: &str, arguments: Value) -> DecisionRequest {
+    use subs_protocol::{ToolInput, Trigger, trigger::ToolExecute};
+    DecisionRequest::for_trigger(Trigger::ToolExecute(ToolExecute {
+        id: "call_1".to_owned(),
+        name: name.to_owned(),
+        arguments: arguments.to_string(),
+        input: ToolInput::Valid { value: arguments },
+        attempt: 1,
+        deadline: None,
+    }))
+}
+
 /// A `client.message` input: the user says `text` to `agent`, in the turn
 /// `turn_id` (the engine mints one when it is `None`).
 pub fn user_input(agent: &str, turn_id: Option<&str>, text: impl Into<String>) -> subs_protocol::ClientInput {

@@ -1,10 +1,9 @@
 //! The example agents, run as real components.
 
-use serde_json::{Value, json};
+use serde_json::json;
 use subs_engine::worker::{Delivery, Worker};
-use subs_protocol::trigger::ToolExecute;
 use subs_protocol::{Action, AgentConfig, DecisionRequest, DecisionResponse, ToolInput, Trigger};
-use subs_tests::{agent, fixture_requests, guests};
+use subs_tests::{agent, fixture_requests, guests, tool_execute};
 
 #[tokio::test]
 async fn passthrough_returns_proposed_for_every_trigger() {
@@ -19,17 +18,6 @@ fn session_start() -> DecisionRequest {
     let mut request = DecisionRequest::for_trigger(Trigger::SessionStart);
     request.proposed = DecisionResponse::new().with_agent(AgentConfig::new("subs/offline"));
     request
-}
-
-fn tool_execute(name: &str, arguments: Value) -> DecisionRequest {
-    DecisionRequest::for_trigger(Trigger::ToolExecute(ToolExecute {
-        id: "call_1".to_owned(),
-        name: name.to_owned(),
-        arguments: arguments.to_string(),
-        input: ToolInput::Valid { value: arguments },
-        attempt: 1,
-        deadline: None,
-    }))
 }
 
 #[tokio::test]

@@ -5,11 +5,14 @@
 //! Python exception's way into the failed turn.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::Value;
 use subs_engine::store::{SessionKey, StepStatus, TurnStatus};
-use subs_engine::worker::component::{AgentPolicy, ComponentHost, HostConfig};
+use subs_engine::worker::component::{AgentPolicy, ComponentAgent, ComponentHost, HostConfig};
+use subs_engine::worker::{Delivery, Worker};
+use subs_protocol::{Action, DecisionResponse};
 use subs_tests::{TENANT, TestEngine, guests};
 
 use crate::api::Server;
@@ -126,4 +129,51 @@ async fn a_python_exception_fails_its_delivery_once_with_the_tracebacks_last_lin
     // The session goes on: the next turn is decided as usual.
     let turn = t.chat("divides", "faulty-py", "hello").await;
     assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
+}
+
+/// With `baseline_first`, as `subs serve` runs: the first upload of a large
+/// agent (the JavaScript one carries SpiderMonkey) is accepted on baseline
+/// code, decides on it, and moves to optimized code compiled in the
+/// background, every binding of the upload with it; only the optimized
+/// code is kept, so a restarted host loads it and compiles nothing. A
+/// small agent is compiled optimized at once.
+#[tokio::test]
+async fn a_large_first_upload_runs_on_baseline_code_until_its_optimized_code_replaces_it() {
+    let cache = tempfile::tempdir().unwrap();
+    let config =
+        HostConfig { compile_cache: Some(cache.path().to_owned()), baseline_first: true, ..HostConfig::default() };
+    let host = ComponentHost::with_config(config.clone()).unwrap();
+    let load = |host: &ComponentHost, path: &str| {
+        let (host, bytes) = (host.clone(), std::fs::read(path).unwrap());
+        tokio::task::spawn_blocking(move || host.load(&bytes).unwrap())
+    };
+    let agent = load(&host, guests::TOOLS_JS).await.unwrap();
+    assert!(!agent.optimized(), "accepted on baseline code");
+    // Named apart from the other tests' agents, whose log lines they count.
+    let bound = agent.for_agent("acme", "tools-js-tiered", &AgentPolicy::default()).unwrap();
+    let sum = DecisionResponse::new().with_action(Action::tool_result(serde_json::json!({"sum": 3})));
+    assert_eq!(add(&bound).await, sum, "baseline code decides");
+
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !agent.optimized() {
+        assert!(Instant::now() < deadline, "the optimized code was not in place after 300 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(bound.optimized(), "a binding made before moves with its upload");
+    assert_eq!(add(&bound).await, sum, "optimized code decides the same");
+    assert_eq!(host.compilations(), 1, "one optimizing compile");
+
+    let restarted = ComponentHost::with_config(config).unwrap();
+    let again = load(&restarted, guests::TOOLS_JS).await.unwrap();
+    assert!(again.optimized(), "the cache holds the optimized code");
+    assert_eq!(restarted.compilations(), 0, "and nothing else");
+
+    let small = load(&host, guests::TOOLS).await.unwrap();
+    assert!(small.optimized(), "a small agent is compiled optimized at once");
+}
+
+/// `agent`'s decision on a `tool.execute` of `add` with 1 and 2.
+async fn add(agent: &ComponentAgent) -> DecisionResponse {
+    let request = subs_tests::tool_execute("add", serde_json::json!({"a": 1, "b": 2}));
+    agent.decide(Delivery::new(request)).await.unwrap()
 }

@@ -28,7 +28,10 @@
 //! first agent of its toolchain, then, in the same cache, a copy with a
 //! custom section appended (another upload, whose code is the same
 //! runtime's, as every agent of that toolchain's is), which finds the
-//! runtime's functions compiled.
+//! runtime's functions compiled. Then, from another empty cache, as
+//! `subs serve` loads an upload (`baseline_first`): when it is accepted on
+//! baseline code, what a decision costs on that code while the optimized
+//! compile runs beside it, and when the optimized code is in place.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,8 +40,7 @@ use serde_json::json;
 use subs_engine::worker::component::{ComponentHost, HostConfig};
 use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
 use subs_engine::worker::{Delivery, Worker};
-use subs_protocol::trigger::ToolExecute;
-use subs_protocol::{DecisionRequest, DecisionResponse, ToolInput, Trigger};
+use subs_protocol::{DecisionRequest, DecisionResponse};
 use subs_tests::bench::{measure, ratio, time_each, write_json};
 
 const CONCURRENCY: usize = 16;
@@ -141,6 +143,33 @@ async fn run(decisions: usize) {
             println!("| {language}, {case} | {seconds:.1} |");
             loads.push(json!({"language": language, "case": case, "seconds": seconds, "bytes": bytes.len()}));
         }
+        // As `subs serve` loads it: accepted on baseline code, optimized in
+        // the background.
+        let cache = tempfile::tempdir().expect("a temporary directory");
+        let config =
+            HostConfig { compile_cache: Some(cache.path().to_owned()), baseline_first: true, ..HostConfig::default() };
+        let host = ComponentHost::with_config(config).expect("the component host starts");
+        let started = Instant::now();
+        let agent = host.load(&bytes).expect("the component loads");
+        let accepted = started.elapsed().as_secs_f64();
+        let baseline = measure(&(Arc::new(agent.clone()) as Arc<dyn Worker>), &request, 50, 1).await;
+        while !agent.optimized() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let optimized = started.elapsed().as_secs_f64();
+        println!("| {language}, first of its toolchain, baseline first: accepted | {accepted:.1} |");
+        println!("| {language}, first of its toolchain, baseline first: optimized code in place | {optimized:.1} |");
+        println!(
+            "| {language}, decision p50 on baseline code (ms, 50 decisions while optimizing) | {:.2} |",
+            baseline.p50.as_secs_f64() * 1e3
+        );
+        loads.push(json!({
+            "language": language,
+            "case": "baseline first",
+            "accepted_seconds": accepted,
+            "optimized_seconds": optimized,
+            "baseline_decision_p50_ms": baseline.p50.as_secs_f64() * 1e3,
+        }));
     }
     let out = json!({
         "bench": "workers",
@@ -175,15 +204,7 @@ fn micros(d: Duration) -> String {
 /// A `tool.execute` of `add` after a 20-message conversation.
 fn request() -> DecisionRequest {
     let (messages, message_tree) = subs_tests::bench::conversation();
-    let arguments = json!({"a": 1.5, "b": 2.25});
-    let mut request = DecisionRequest::for_trigger(Trigger::ToolExecute(ToolExecute {
-        id: "call_1".to_owned(),
-        name: "add".to_owned(),
-        arguments: arguments.to_string(),
-        input: ToolInput::Valid { value: arguments },
-        attempt: 1,
-        deadline: None,
-    }));
+    let mut request = subs_tests::tool_execute("add", json!({"a": 1.5, "b": 2.25}));
     request.agent = Some(tools::Tools::new().config("subs/offline"));
     request.message_tree = message_tree;
     request.messages = messages;

@@ -186,7 +186,9 @@ async fn offline(
         "is a `subs serve` using this data directory? Stop it, or replay through it without --data",
     )?);
     let cache = args.cache.clone().or_else(|| settings::default_cache_dir().map(|d| d.join("compiled")));
-    let config = HostConfig { compile_cache: cache, ..file.host_config()? };
+    // A replay runs many decisions at once and then exits: optimized code
+    // from the start (see `run`).
+    let config = HostConfig { compile_cache: cache, baseline_first: false, ..file.host_config()? };
     let own = file.agent_policies().remove(&(args.tenant.clone(), id.to_owned())).unwrap_or_default();
     // No outgoing HTTP in a replay, whatever the agent may do when it runs.
     let policy = AgentPolicy { http_hosts: Some(Vec::new()), ..own };

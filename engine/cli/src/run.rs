@@ -132,7 +132,9 @@ async fn load_worker(args: &RunArgs, file: &settings::ConfigFile) -> CliResult<A
     }
     let bytes = tokio::fs::read(agent).await.map_err(|e| CliError::usage(anyhow!("reading {agent}: {e}")))?;
     let cache = args.cache.clone().or_else(|| settings::default_cache_dir().map(|d| d.join("compiled")));
-    let config = HostConfig { compile_cache: cache, ..file.host_config()? };
+    // A run may exit before a background optimizing compile would end:
+    // the agent is compiled optimized at once, and cached for the next run.
+    let config = HostConfig { compile_cache: cache, baseline_first: false, ..file.host_config()? };
     let policy = file.agent_policies().remove(&(LOCAL_TENANT.to_owned(), AGENT_ID.to_owned())).unwrap_or_default();
     let _spinner = Spinner::start(format!("loading {agent}"));
     let compiled = tokio::task::spawn_blocking(move || {

@@ -244,6 +244,9 @@ pub struct CompileEntry {
     pub concurrent: Option<usize>,
     /// The shared cache of compiled functions, in MiB.
     pub function_cache_mib: Option<u64>,
+    /// Whether `subs serve` accepts a large upload on baseline code and
+    /// compiles it optimized in the background (default true).
+    pub baseline_first: Option<bool>,
 }
 
 /// `[retry]` as written: the operator's cap on retry policies.
@@ -551,6 +554,7 @@ impl ConfigFile {
             function_cache_bytes: c
                 .function_cache_mib
                 .map_or(defaults.function_cache_bytes, |mib| mib.saturating_mul(1 << 20)),
+            baseline_first: c.baseline_first.unwrap_or(true),
             ..defaults
         })
     }
@@ -715,6 +719,9 @@ mod tests {
         assert_eq!(host.limits.memory_bytes, 1 << 20);
         assert_eq!(host.limits.cpu, std::time::Duration::from_millis(250));
         assert_eq!(host.limits.wall_clock, SandboxLimits::default().wall_clock, "untouched");
+        assert!(host.baseline_first, "the server accepts large uploads on baseline code unless told not to");
+        let off = parse("[compile]\nbaseline_first = false\n").unwrap();
+        assert!(!off.host_config().unwrap().baseline_first);
         let acme = &host.tenants["acme"];
         assert_eq!(acme.limits.wall_clock, Some(std::time::Duration::from_millis(500)));
         assert_eq!(acme.http_hosts.as_deref(), Some(&["api.example.com".to_owned()][..]));

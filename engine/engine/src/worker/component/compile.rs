@@ -126,6 +126,10 @@ pub struct ChildSettings {
     /// `function_cache`, to be kept only if the upload is accepted.
     #[serde(default)]
     pub function_staging: Option<PathBuf>,
+    /// Baseline code (Winch: quick to compile, slower to run) instead of
+    /// optimized code (Cranelift); see `tier`.
+    #[serde(default)]
+    pub baseline: bool,
 }
 
 /// How many bytes of a child's stderr an error quotes.
@@ -296,6 +300,12 @@ pub(crate) fn compile_config(settings: &ChildSettings) -> wasmtime::Config {
         .epoch_interruption(settings.epoch_interruption)
         .max_wasm_stack(settings.max_stack_bytes)
         .async_stack_size(settings.max_stack_bytes + (512 << 10));
+    if settings.baseline {
+        // Winch compiles each function in one pass; it has no incremental
+        // cache to share functions through, and needs none.
+        wasm.strategy(wasmtime::Strategy::Winch);
+        return wasm;
+    }
     if let Some(dir) = &settings.function_cache {
         let store =
             std::sync::Arc::new(super::functions::FunctionCache::new(dir.clone(), settings.function_staging.clone()));

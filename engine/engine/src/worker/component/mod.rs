@@ -20,6 +20,7 @@
 //! - `validate`: what a component may import and must export;
 //! - `cache`: compiled components on disk;
 //! - `functions`: compiled functions by content, shared by uploads;
+//! - `tier`: large uploads accepted on baseline code, optimized later;
 //! - `componentize`: agents uploaded as core modules, made components;
 //! - `state`: one store's state, WASI and the `subs:agent/host` interface;
 //! - `output`: guest stdout/stderr into the logs;
@@ -47,6 +48,7 @@ mod output;
 pub mod probe;
 mod slots;
 mod state;
+mod tier;
 mod validate;
 
 use std::collections::HashMap;
@@ -65,6 +67,7 @@ use wasmtime::{Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationCon
 pub use self::compile::{ChildSettings, CompileBudget, Compiler, run_child};
 pub use self::inspect::{Needs, Shape, inspect};
 pub use self::limits::{LimitHit, LimitOverrides, Limits};
+pub use self::tier::BASELINE_FROM_CODE_BYTES;
 
 use self::bindings::{AgentPre, wit};
 use self::cache::CompileCache;
@@ -175,6 +178,12 @@ pub struct HostConfig {
     /// cache's `functions` directory) may hold, in bytes; once full,
     /// functions compiled for further uploads are not kept.
     pub function_cache_bytes: u64,
+    /// Whether an upload of at least [`BASELINE_FROM_CODE_BYTES`] of code,
+    /// not in the compile cache, is accepted on baseline code compiled in
+    /// seconds and moved to optimized code in the background (see
+    /// docs/sandbox.md). Off for a process that exits after one run, which
+    /// would never keep the optimized code.
+    pub baseline_first: bool,
 }
 
 impl Default for HostConfig {
@@ -194,6 +203,7 @@ impl Default for HostConfig {
             compiler: Compiler::InProcess,
             compile_budget: CompileBudget::default(),
             function_cache_bytes: 1 << 30,
+            baseline_first: false,
         }
     }
 }
@@ -220,6 +230,11 @@ struct Inner {
     client: reqwest::Client,
     /// Advances the epoch while the host lives.
     _ticker: Option<Ticker>,
+    /// What runs baseline code, made on first need; `None` if it could
+    /// not be made (uploads are then compiled optimized at once).
+    baseline: std::sync::OnceLock<Option<tier::Baseline>>,
+    /// Compiles agents accepted on baseline code optimized.
+    optimizer: tier::Optimizer,
 }
 
 /// A thread advancing the engine's epoch every tick; stops when dropped.
@@ -248,6 +263,16 @@ impl Ticker {
 }
 
 impl Inner {
+    /// What runs baseline code, if it can be made.
+    fn baseline(&self) -> Option<&tier::Baseline> {
+        let made = self.baseline.get_or_init(|| {
+            tier::Baseline::new(&self.config)
+                .inspect_err(|e| tracing::warn!(error = %e, "no baseline compiler; uploads are compiled optimized"))
+                .ok()
+        });
+        made.as_ref()
+    }
+
     /// The policy set for `tenant` while the host runs, else the
     /// configuration's.
     fn tenant_policy(&self, tenant: &str) -> Option<AgentPolicy> {
@@ -255,13 +280,15 @@ impl Inner {
         live.or_else(|| self.config.tenants.get(tenant).cloned())
     }
 
-    /// A fresh store for one call into a component under `bound`: the
-    /// guest's grants and, when limits are enforced, the resource limiter
-    /// and the epoch callback that stops the guest at `wall` or when
-    /// `meter` (around the futures that run the guest) passes its CPU
-    /// limit, yielding to other tasks at every tick until then.
+    /// A fresh store of `engine` (the optimized or the baseline one) for
+    /// one call into a component under `bound`: the guest's grants and,
+    /// when limits are enforced, the resource limiter and the epoch
+    /// callback that stops the guest at `wall` or when `meter` (around the
+    /// futures that run the guest) passes its CPU limit, yielding to other
+    /// tasks at every tick until then.
     fn store(
         &self,
+        engine: &Engine,
         bound: &Bound,
         session: String,
         deltas: Option<DeltaSink>,
@@ -277,7 +304,7 @@ impl Inner {
             client: self.client.clone(),
         };
         let state = StoreState::new(deltas, grant, Limiter::new(limits));
-        let mut store = Store::new(&self.engine, state);
+        let mut store = Store::new(engine, state);
         if self.config.enforce_limits {
             store.limiter(|s| &mut s.limiter);
             let deadline = Instant::now() + wall;
@@ -329,7 +356,17 @@ impl ComponentHost {
             .map_err(|e| LoadError::Engine(format!("the HTTP client: {e}")))?;
         let cache = Arc::new(CompileCache::new(&engine, config.compile_cache.clone()));
         let slots = SlotPool::new(config.max_concurrent, config.tenant_slots);
-        let inner = Inner { engine, linker, config, tenants: Default::default(), slots, client, _ticker: ticker };
+        let inner = Inner {
+            engine,
+            linker,
+            config,
+            tenants: Default::default(),
+            slots,
+            client,
+            _ticker: ticker,
+            baseline: Default::default(),
+            optimizer: Default::default(),
+        };
         Ok(Self { inner: Arc::new(inner), cache })
     }
 
@@ -407,23 +444,39 @@ impl ComponentHost {
         bytes: &[u8],
     ) -> Result<ComponentAgent, LoadError> {
         let bound = bind(&self.inner, tenant, agent_id, policy)?;
-        let compiled = self.compile(bytes, |shape| {
+        let mut compiled = self.compile(bytes, |shape| {
             validate::check_shape(shape)?;
             bound.limits.admit(&shape.needs)
         })?;
-        let engine = &self.inner.engine;
+        let (engine, linker) = match (&compiled.pending, self.inner.baseline()) {
+            (Some(_), Some(baseline)) => (&baseline.engine, &baseline.linker),
+            _ => (&self.inner.engine, &self.inner.linker),
+        };
         validate::check(engine, &compiled.component)?;
-        let pre =
-            self.inner.linker.instantiate_pre(&compiled.component).map_err(|e| LoadError::World(format!("{e:#}")))?;
+        let pre = linker.instantiate_pre(&compiled.component).map_err(|e| LoadError::World(format!("{e:#}")))?;
         let pre = AgentPre::new(pre).map_err(|e| LoadError::World(format!("{e:#}")))?;
         let agent = ComponentAgent {
-            pre,
+            code: tier::Code::new(pre, compiled.pending.is_none()),
             checked: Arc::new(AtomicBool::new(false)),
             host: self.inner.clone(),
             bound: Arc::new(bound),
             weight: weight(&compiled.shape.needs),
         };
         agent.trial()?;
+        if let Some((place, component)) = compiled.pending.take() {
+            let job = tier::Job {
+                place,
+                component,
+                digest: std::mem::take(&mut compiled.digest),
+                code: Arc::downgrade(&agent.code),
+                cache: self.cache.clone(),
+                tenant: agent.bound.tenant.clone(),
+                agent: agent.bound.agent.clone(),
+                accepted: Instant::now(),
+            };
+            self.inner.optimizer.submit(&self.inner, job);
+            return Ok(agent);
+        }
         compiled.keep(&self.cache, self.inner.config.function_cache_bytes)?;
         Ok(agent)
     }
@@ -443,26 +496,65 @@ impl ComponentHost {
         check(&shape)?;
         let digest = hex::encode(sha2::Sha256::digest(bytes));
         if let Some(cached) = self.cache.find(engine, &digest) {
-            return Ok(Compiled { component: cached, shape, digest, artifact: None, staged: None });
+            return Ok(Compiled { component: cached, shape, digest, artifact: None, staged: None, pending: None });
         }
         config.compile_budget.check(&shape)?;
-        self.cache.compilations.fetch_add(1, Ordering::Relaxed);
-        let mut staged = None;
-        let artifact = match &config.compiler {
-            Compiler::InProcess => {
-                engine.precompile_component(&component).map_err(|e| LoadError::Invalid(format!("{e:#}")))?
+        if let Some(baseline) = self.baseline_for(&shape) {
+            let place = self.inner.optimizer.reserve();
+            if let Some(place) = place {
+                let artifact = match &config.compiler {
+                    Compiler::InProcess => baseline
+                        .engine
+                        .precompile_component(&component)
+                        .map_err(|e| LoadError::Invalid(format!("{e:#}")))?,
+                    Compiler::Child { program, args } => {
+                        let settings = tier::settings(config);
+                        compile::in_child(program, args, &settings, &config.compile_budget, &component)?
+                    }
+                };
+                let compiled = cache::deserialize(&baseline.engine, &artifact)?;
+                let pending = Some((place, component.into_owned()));
+                return Ok(Compiled { component: compiled, shape, digest, artifact: None, staged: None, pending });
             }
-            Compiler::Child { program, args } => {
-                // The child keeps the functions it compiles apart, so that
-                // only an accepted upload adds to the shared cache.
-                staged = self.cache.stage_functions()?;
-                let mut settings = child_settings(config, self.cache.dir());
-                settings.function_staging = staged.as_ref().map(|dir| dir.path().to_owned());
-                compile::in_child(program, args, &settings, &config.compile_budget, &component)?
-            }
-        };
+        }
+        let (artifact, staged) = compile_optimized(&self.inner, &self.cache, &component)?;
         let component = cache::deserialize(engine, &artifact)?;
-        Ok(Compiled { component, shape, digest, artifact: Some(artifact), staged })
+        Ok(Compiled { component, shape, digest, artifact: Some(artifact), staged, pending: None })
+    }
+
+    /// What compiles a component of `shape` first, if it is baseline code.
+    fn baseline_for(&self, shape: &Shape) -> Option<&tier::Baseline> {
+        let wanted = self.inner.config.baseline_first && shape.code_bytes >= BASELINE_FROM_CODE_BYTES;
+        wanted.then(|| self.inner.baseline()).flatten()
+    }
+}
+
+/// Compiles `component` to optimized code for `host`, in the host's
+/// compile child when it has one: the artifact, and the functions the
+/// child compiled for it, to be kept in `cache` once the upload is
+/// accepted.
+fn compile_optimized(
+    host: &Inner,
+    cache: &CompileCache,
+    component: &[u8],
+) -> Result<(Vec<u8>, Option<tempfile::TempDir>), LoadError> {
+    let config = &host.config;
+    cache.compilations.fetch_add(1, Ordering::Relaxed);
+    match &config.compiler {
+        Compiler::InProcess => {
+            let artifact =
+                host.engine.precompile_component(component).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+            Ok((artifact, None))
+        }
+        Compiler::Child { program, args } => {
+            // The child keeps the functions it compiles apart, so that only
+            // an accepted upload adds to the shared cache.
+            let staged = cache.stage_functions()?;
+            let mut settings = child_settings(config, cache.dir());
+            settings.function_staging = staged.as_ref().map(|dir| dir.path().to_owned());
+            let artifact = compile::in_child(program, args, &settings, &config.compile_budget, component)?;
+            Ok((artifact, staged))
+        }
     }
 }
 
@@ -478,6 +570,9 @@ struct Compiled {
     /// The functions a compile child compiled for it, not in the shared
     /// function cache yet; removed when dropped.
     staged: Option<tempfile::TempDir>,
+    /// For baseline code: the optimizer's place held for it and the
+    /// component to compile optimized once the upload is accepted.
+    pending: Option<(tier::Place, Vec<u8>)>,
 }
 
 impl Compiled {
@@ -529,6 +624,7 @@ fn child_settings(config: &HostConfig, compile_cache: Option<&std::path::Path>) 
         max_stack_bytes: config.max_stack_bytes,
         function_cache: compile_cache.map(|dir| dir.join(cache::FUNCTIONS)),
         function_staging: None,
+        baseline: false,
     }
 }
 
@@ -635,7 +731,8 @@ struct Bound {
 /// decision. Cheap to clone.
 #[derive(Clone)]
 pub struct ComponentAgent {
-    pre: AgentPre<StoreState>,
+    /// Its code, shared by every binding of the same upload.
+    code: Arc<tier::Code>,
     /// Whether an instance of `pre` passed the type check of `decide`
     /// (shared by every binding of the same component).
     checked: Arc<AtomicBool>,
@@ -674,7 +771,7 @@ impl ComponentAgent {
     pub fn for_agent(&self, tenant: &str, agent_id: &str, policy: &AgentPolicy) -> Result<Self, LoadError> {
         let bound = bind(&self.host, tenant, agent_id, policy)?;
         Ok(Self {
-            pre: self.pre.clone(),
+            code: self.code.clone(),
             checked: self.checked.clone(),
             host: self.host.clone(),
             bound: Arc::new(bound),
@@ -690,8 +787,15 @@ impl ComponentAgent {
     /// The size of the agent's compiled code, in bytes: what it holds in
     /// memory and in the compile cache.
     pub fn compiled_bytes(&self) -> u64 {
-        let range = self.pre.instance_pre().component().image_range();
+        let range = self.code.current().instance_pre().component().image_range();
         (range.end.addr() - range.start.addr()) as u64
+    }
+
+    /// Whether the agent runs optimized code: false from the upload of a
+    /// large component until its optimized compile is done (see
+    /// [`HostConfig::baseline_first`]).
+    pub fn optimized(&self) -> bool {
+        self.code.optimized()
     }
 
     /// Instantiates the component once, as a decision would, without
@@ -732,11 +836,13 @@ impl ComponentAgent {
         // the store (and its pooled instance) is gone.
         let _slot = self.host.slots.acquire(&self.bound.tenant, self.weight).await;
         let meter = CpuMeter::new();
+        let pre = self.code.current();
+        let engine = pre.instance_pre().engine();
         let mut store =
-            self.host.store(&self.bound, delivery.request.session_id.clone(), delivery.deltas, wall, &meter);
+            self.host.store(engine, &self.bound, delivery.request.session_id.clone(), delivery.deltas, wall, &meter);
         let request = wit::DecisionRequest::from(delivery.request);
         let run = meter.meter(async {
-            let agent = self.pre.instantiate_checked_once(&mut store, &self.checked).await.map_err(Failure::Start)?;
+            let agent = pre.instantiate_checked_once(&mut store, &self.checked).await.map_err(Failure::Start)?;
             agent.call_decide(&mut store, &request).await.map_err(Failure::Call)
         });
         let outcome = if enforce {

@@ -26,8 +26,9 @@ impl ComponentAgent {
         let wall = self.bound.limits.wall_clock;
         let _slot = self.host.slots.acquire(&self.bound.tenant, self.weight).await;
         let meter = CpuMeter::new();
-        let mut store = self.host.store(&self.bound, String::new(), None, wall, &meter);
-        match meter.meter(self.pre.instantiate_checked_once(&mut store, &self.checked)).await {
+        let pre = self.code.current();
+        let mut store = self.host.store(pre.instance_pre().engine(), &self.bound, String::new(), None, wall, &meter);
+        match meter.meter(pre.instantiate_checked_once(&mut store, &self.checked)).await {
             Ok(_) => Ok(()),
             Err(e) => Err(self.explain(Failure::Start(e), store.data(), wall)),
         }
@@ -91,7 +92,7 @@ impl Floor {
         let wall = self.bound.limits.wall_clock;
         let _slot = self.host.slots.acquire(&self.bound.tenant, 1).await;
         let meter = CpuMeter::new();
-        let mut store = self.host.store(&self.bound, String::new(), None, wall, &meter);
+        let mut store = self.host.store(self.pre.engine(), &self.bound, String::new(), None, wall, &meter);
         meter
             .meter(async {
                 let instance = self
