@@ -340,6 +340,23 @@ mod tests {
         }
     }
 
+    /// A compile child told to compile baseline code (the settings travel
+    /// as JSON) builds Winch code that the host's baseline engine loads.
+    #[test]
+    fn what_a_baseline_child_compiles_loads_into_the_baseline_engine() {
+        let config = HostConfig { baseline_first: true, ..HostConfig::default() };
+        let settings = super::super::tier::settings(&config);
+        let sent: ChildSettings = serde_json::from_str(&serde_json::to_string(&settings).unwrap()).unwrap();
+        assert!(sent.baseline, "the child is told to compile baseline code");
+        let child = wasmtime::Engine::new(&compile_config(&sent)).unwrap();
+        let host = super::super::tier::Baseline::new(&config).map_err(|e| e.to_string()).unwrap();
+        let component = wat::parse_str("(component (core module (func (export \"f\"))))").unwrap();
+        let artifact = child.precompile_component(&component).unwrap();
+        cache::deserialize(&host.engine, &artifact).unwrap();
+        let optimized = wasmtime::Engine::new(&engine_config(&config)).unwrap();
+        assert!(cache::deserialize(&optimized, &artifact).is_err(), "baseline code never loads as optimized code");
+    }
+
     #[test]
     fn shapes_over_the_counts_are_refused_naming_the_setting() {
         let budget = CompileBudget { max_functions: 10, max_locals: 5, ..CompileBudget::default() };
