@@ -175,8 +175,8 @@ impl Optimizer {
 /// Compiles `job`'s component optimized, puts it in place of the baseline
 /// code and keeps it in the compile cache.
 fn optimize(host: &Weak<Inner>, job: Job) {
-    let Job { place, component, digest, code, cache, tenant, agent, accepted } = job;
-    let _place = place;
+    // The place is held until this job is done, whatever its outcome.
+    let Job { place: _place, component, digest, code, cache, tenant, agent, accepted } = job;
     let (Some(host), true) = (host.upgrade(), code.strong_count() > 0) else { return };
     let span = tracing::info_span!("optimize", tenant = %tenant, agent = %agent);
     let _entered = span.enter();
