@@ -326,6 +326,26 @@ impl Inner {
     }
 }
 
+/// An engine of `wasm`, a linker granting what guests are granted, and,
+/// when limits are enforced, the thread advancing its epoch.
+fn runtime(
+    wasm: &wasmtime::Config,
+    config: &HostConfig,
+) -> Result<(Engine, Linker<StoreState>, Option<Ticker>), LoadError> {
+    let engine_error = |e: wasmtime::Error| LoadError::Engine(format!("{e:#}"));
+    let engine = Engine::new(wasm).map_err(engine_error)?;
+    let mut linker = Linker::new(&engine);
+    link(&mut linker).map_err(engine_error)?;
+    let ticker = match config.enforce_limits {
+        true => Some(
+            Ticker::start(engine.clone(), config.epoch_tick)
+                .map_err(|e| LoadError::Engine(format!("starting the epoch thread: {e}")))?,
+        ),
+        false => None,
+    };
+    Ok((engine, linker, ticker))
+}
+
 impl ComponentHost {
     /// A host with the default configuration and no compile cache.
     pub fn new() -> Result<Self, LoadError> {
@@ -334,7 +354,6 @@ impl ComponentHost {
 
     /// A host configured by `config`.
     pub fn with_config(config: HostConfig) -> Result<Self, LoadError> {
-        let engine_error = |e: wasmtime::Error| LoadError::Engine(format!("{e:#}"));
         if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0")
             && std::env::var_os("RUST_LIB_BACKTRACE").is_none()
         {
@@ -342,16 +361,7 @@ impl ComponentHost {
                 "RUST_BACKTRACE is set without RUST_LIB_BACKTRACE=0: every component decision pays for a backtrace"
             );
         }
-        let engine = Engine::new(&engine_config(&config)).map_err(engine_error)?;
-        let mut linker = Linker::new(&engine);
-        link(&mut linker).map_err(engine_error)?;
-        let ticker = if config.enforce_limits {
-            let ticker = Ticker::start(engine.clone(), config.epoch_tick)
-                .map_err(|e| LoadError::Engine(format!("starting the epoch thread: {e}")))?;
-            Some(ticker)
-        } else {
-            None
-        };
+        let (engine, linker, ticker) = runtime(&engine_config(&config), &config)?;
         let client = http::client(&config.hosts, &config.private_hosts)
             .map_err(|e| LoadError::Engine(format!("the HTTP client: {e}")))?;
         let cache = Arc::new(CompileCache::new(&engine, config.compile_cache.clone()));
@@ -448,15 +458,16 @@ impl ComponentHost {
             validate::check_shape(shape)?;
             bound.limits.admit(&shape.needs)
         })?;
-        let (engine, linker) = match (&compiled.pending, self.inner.baseline()) {
-            (Some(_), Some(baseline)) => (&baseline.engine, &baseline.linker),
-            _ => (&self.inner.engine, &self.inner.linker),
+        // Baseline code links into the baseline engine, which compiled it.
+        let linker = match compiled.pending.as_ref().and_then(|_| self.inner.baseline()) {
+            Some(baseline) => &baseline.linker,
+            None => &self.inner.linker,
         };
-        validate::check(engine, &compiled.component)?;
+        validate::check(compiled.component.engine(), &compiled.component)?;
         let pre = linker.instantiate_pre(&compiled.component).map_err(|e| LoadError::World(format!("{e:#}")))?;
         let pre = AgentPre::new(pre).map_err(|e| LoadError::World(format!("{e:#}")))?;
         let agent = ComponentAgent {
-            code: tier::Code::new(pre, compiled.pending.is_none()),
+            code: tier::Code::new(pre),
             checked: Arc::new(AtomicBool::new(false)),
             host: self.inner.clone(),
             bound: Arc::new(bound),
@@ -502,16 +513,7 @@ impl ComponentHost {
         if let Some(baseline) = self.baseline_for(&shape) {
             let place = self.inner.optimizer.reserve();
             if let Some(place) = place {
-                let artifact = match &config.compiler {
-                    Compiler::InProcess => baseline
-                        .engine
-                        .precompile_component(&component)
-                        .map_err(|e| LoadError::Invalid(format!("{e:#}")))?,
-                    Compiler::Child { program, args } => {
-                        let settings = tier::settings(config);
-                        compile::in_child(program, args, &settings, &config.compile_budget, &component)?
-                    }
-                };
+                let artifact = compile_with(config, &baseline.engine, &tier::settings(config), &component)?;
                 let compiled = cache::deserialize(&baseline.engine, &artifact)?;
                 let pending = Some((place, component.into_owned()));
                 return Ok(Compiled { component: compiled, shape, digest, artifact: None, staged: None, pending });
@@ -540,20 +542,31 @@ fn compile_optimized(
 ) -> Result<(Vec<u8>, Option<tempfile::TempDir>), LoadError> {
     let config = &host.config;
     cache.compilations.fetch_add(1, Ordering::Relaxed);
+    // A compile child keeps the functions it compiles apart, so that only
+    // an accepted upload adds to the shared cache.
+    let staged = match config.compiler {
+        Compiler::InProcess => None,
+        Compiler::Child { .. } => cache.stage_functions()?,
+    };
+    let mut settings = child_settings(config, cache.dir());
+    settings.function_staging = staged.as_ref().map(|dir| dir.path().to_owned());
+    let artifact = compile_with(config, &host.engine, &settings, component)?;
+    Ok((artifact, staged))
+}
+
+/// Compiles `component` where `config` says: in this process with
+/// `engine`, or in a compile child given `settings` (those `engine` was
+/// made with), under the compile budget.
+fn compile_with(
+    config: &HostConfig,
+    engine: &Engine,
+    settings: &ChildSettings,
+    component: &[u8],
+) -> Result<Vec<u8>, LoadError> {
     match &config.compiler {
-        Compiler::InProcess => {
-            let artifact =
-                host.engine.precompile_component(component).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
-            Ok((artifact, None))
-        }
+        Compiler::InProcess => engine.precompile_component(component).map_err(|e| LoadError::Invalid(format!("{e:#}"))),
         Compiler::Child { program, args } => {
-            // The child keeps the functions it compiles apart, so that only
-            // an accepted upload adds to the shared cache.
-            let staged = cache.stage_functions()?;
-            let mut settings = child_settings(config, cache.dir());
-            settings.function_staging = staged.as_ref().map(|dir| dir.path().to_owned());
-            let artifact = compile::in_child(program, args, &settings, &config.compile_budget, component)?;
-            Ok((artifact, staged))
+            compile::in_child(program, args, settings, &config.compile_budget, component)
         }
     }
 }
@@ -795,7 +808,7 @@ impl ComponentAgent {
     /// large component until its optimized compile is done (see
     /// [`HostConfig::baseline_first`]).
     pub fn optimized(&self) -> bool {
-        self.code.optimized()
+        Engine::same(self.code.current().instance_pre().engine(), &self.host.engine)
     }
 
     /// Instantiates the component once, as a decision would, without

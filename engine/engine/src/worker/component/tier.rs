@@ -25,7 +25,7 @@
 //! its instances are allocated on demand under the same limits, and take
 //! the same slots of the pool's accounting, so tiering adds no concurrency.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Instant;
@@ -36,7 +36,7 @@ use wasmtime::component::Linker;
 use super::bindings::AgentPre;
 use super::cache::{self, CompileCache};
 use super::state::StoreState;
-use super::{HostConfig, Inner, LoadError, Ticker, compile, link};
+use super::{HostConfig, Inner, LoadError, Ticker, compile};
 
 /// Code, in bytes of function bodies, from which a first compile is a
 /// baseline one: below it Cranelift takes well under a second, and a
@@ -56,18 +56,11 @@ pub(super) struct Baseline {
 
 impl Baseline {
     pub(super) fn new(config: &HostConfig) -> Result<Self, LoadError> {
-        let engine_error = |e: wasmtime::Error| LoadError::Engine(format!("the baseline engine: {e:#}"));
-        let engine = Engine::new(&compile::compile_config(&settings(config))).map_err(engine_error)?;
-        let mut linker = Linker::new(&engine);
-        link(&mut linker).map_err(engine_error)?;
-        let ticker = match config.enforce_limits {
-            true => Some(
-                Ticker::start(engine.clone(), config.epoch_tick)
-                    .map_err(|e| LoadError::Engine(format!("starting the baseline epoch thread: {e}")))?,
-            ),
-            false => None,
-        };
-        Ok(Self { engine, linker, _ticker: ticker })
+        match super::runtime(&compile::compile_config(&settings(config)), config) {
+            Ok((engine, linker, ticker)) => Ok(Self { engine, linker, _ticker: ticker }),
+            Err(LoadError::Engine(why)) => Err(LoadError::Engine(format!("the baseline engine: {why}"))),
+            Err(other) => Err(other),
+        }
     }
 }
 
@@ -77,15 +70,15 @@ pub(super) fn settings(config: &HostConfig) -> compile::ChildSettings {
 }
 
 /// An agent's compiled code, shared by every binding of it: the baseline
-/// code until the optimized code replaces it.
+/// code until the optimized code replaces it (which engine the code
+/// belongs to tells which it is).
 pub(super) struct Code {
     pre: RwLock<AgentPre<StoreState>>,
-    optimized: AtomicBool,
 }
 
 impl Code {
-    pub(super) fn new(pre: AgentPre<StoreState>, optimized: bool) -> Arc<Self> {
-        Arc::new(Self { pre: RwLock::new(pre), optimized: AtomicBool::new(optimized) })
+    pub(super) fn new(pre: AgentPre<StoreState>) -> Arc<Self> {
+        Arc::new(Self { pre: RwLock::new(pre) })
     }
 
     /// The code a decision starting now runs.
@@ -93,14 +86,8 @@ impl Code {
         self.pre.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
-    /// Whether the current code is optimized.
-    pub(super) fn optimized(&self) -> bool {
-        self.optimized.load(Ordering::Acquire)
-    }
-
     fn replace(&self, pre: AgentPre<StoreState>) {
         *self.pre.write().unwrap_or_else(std::sync::PoisonError::into_inner) = pre;
-        self.optimized.store(true, Ordering::Release);
     }
 }
 
