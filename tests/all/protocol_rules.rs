@@ -398,6 +398,33 @@ async fn a_worker_tool_that_never_answers_fails_at_its_deadline_and_is_retried()
     assert_eq!(finished["calls"][0]["status"], "failed");
 }
 
+/// A deadline that passes while its call is still being stored (a slow
+/// disk, a busy host) fails the call all the same: the timer is armed for
+/// a deadline already behind it, not only for those still ahead.
+#[tokio::test]
+async fn a_deadline_that_passes_while_its_call_is_stored_still_fails_the_call() {
+    let worker = Scripted::start(|r| match kind(r) {
+        "session.start" => Some(config()),
+        "client.messages" => Some(json!({"actions": [{
+            "type": "tool.call", "id": "slow", "name": "add", "arguments": {"a": 1, "b": 1},
+            "retry": {"timeout_secs": 0.05, "max_retries": 1, "backoff_base_secs": 0.01, "backoff_max_secs": 0.01}
+        }]})),
+        "tool.execute" => None,
+        "tool.finished" => Some(json!({"actions": [{"type": "done", "data": {"ok": r["trigger"]["ok"]}}]})),
+        _ => Some(json!({})),
+    })
+    .await;
+    let s = server_with(&worker).await;
+    // Every commit outlasts the call's timeout, so each try's deadline has
+    // passed by the time the try is stored.
+    s.store.inject_fsync_delay(Duration::from_millis(200));
+    let turn = say(&s, "stored-late", "w", "go").await;
+    let (end, data) = turn_end(&s, "stored-late", &turn).await;
+    assert_eq!((end.as_str(), &data["data"]["ok"]), ("turn.done", &json!(false)), "{data}");
+    let executes = worker.requests("stored-late").into_iter().filter(|r| kind(r) == "tool.execute").count();
+    assert!(executes <= 2, "one try and one retry at most: {executes}");
+}
+
 #[tokio::test]
 async fn a_client_cannot_settle_a_call_the_worker_runs() {
     let worker = Scripted::start(|r| match kind(r) {

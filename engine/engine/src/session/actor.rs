@@ -846,7 +846,10 @@ impl Actor {
         self.delivery = Some(InFlight { seq, attempt, contained, decided });
     }
 
-    /// Arms one timer for the earliest backoff still to pass.
+    /// Arms one timer for the earliest backoff or deadline. One already
+    /// behind (it passed while this pump stored something: a slow disk, a
+    /// busy host) fires at once, and the next pump acts on it; left
+    /// unarmed, nothing would wake the session for it.
     fn arm_timer(&mut self) {
         let session = self.session();
         let now = self.env.config.clock.now_ms();
@@ -860,12 +863,11 @@ impl Actor {
                 _ => None,
             })
             .min();
-        let due = step_due.into_iter().chain(call_due).filter(|t| *t > now).min();
-        let Some(due) = due else {
+        let Some(due) = step_due.into_iter().chain(call_due).min() else {
             self.timer = None;
             return;
         };
-        let at = tokio::time::Instant::now() + Duration::from_millis(due - now);
+        let at = tokio::time::Instant::now() + Duration::from_millis(due.saturating_sub(now));
         match &mut self.timer {
             Some((armed, _)) if *armed == due => {}
             // Moved rather than made anew: the runtime's timer entry is kept.
