@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::Value;
+use subs_engine::agents::{AgentError, AgentRegistry};
 use subs_engine::store::{SessionKey, StepStatus, TurnStatus};
 use subs_engine::worker::component::{AgentPolicy, ComponentAgent, ComponentHost, HostConfig};
 use subs_engine::worker::{Delivery, Worker};
@@ -136,7 +137,8 @@ async fn a_python_exception_fails_its_delivery_once_with_the_tracebacks_last_lin
 /// code, decides on it, and moves to optimized code compiled in the
 /// background, every binding of the upload with it; only the optimized
 /// code is kept, so a restarted host loads it and compiles nothing. A
-/// small agent is compiled optimized at once.
+/// small agent is compiled optimized at once. The tenant's compiled-code
+/// quota counts the optimized code once it is in place.
 #[tokio::test]
 async fn a_large_first_upload_runs_on_baseline_code_until_its_optimized_code_replaces_it() {
     let cache = tempfile::tempdir().unwrap();
@@ -149,6 +151,7 @@ async fn a_large_first_upload_runs_on_baseline_code_until_its_optimized_code_rep
     };
     let agent = load(&host, guests::TOOLS_JS).await.unwrap();
     assert!(!agent.optimized(), "accepted on baseline code");
+    let baseline_bytes = agent.compiled_bytes();
     // Named apart from the other tests' agents, whose log lines they count.
     let bound = agent.for_agent("acme", "tools-js-tiered", &AgentPolicy::default()).unwrap();
     let sum = DecisionResponse::new().with_action(Action::tool_result(serde_json::json!({"sum": 3})));
@@ -162,14 +165,42 @@ async fn a_large_first_upload_runs_on_baseline_code_until_its_optimized_code_rep
     assert!(bound.optimized(), "a binding made before moves with its upload");
     assert_eq!(add(&bound).await, sum, "optimized code decides the same");
     assert_eq!(host.compilations(), 1, "one optimizing compile");
+    let optimized_bytes = agent.compiled_bytes();
+    assert!(optimized_bytes < baseline_bytes, "{optimized_bytes} optimized against {baseline_bytes} baseline bytes");
 
-    let restarted = ComponentHost::with_config(config).unwrap();
+    let restarted = ComponentHost::with_config(config.clone()).unwrap();
     let again = load(&restarted, guests::TOOLS_JS).await.unwrap();
     assert!(again.optimized(), "the cache holds the optimized code");
     assert_eq!(restarted.compilations(), 0, "and nothing else");
 
     let small = load(&host, guests::TOOLS).await.unwrap();
     assert!(small.optimized(), "a small agent is compiled optimized at once");
+
+    // The tenant's quota counts what its agents hold now: the baseline
+    // code at upload, then the optimized code in its place.
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = HostConfig { compile_cache: Some(dir.path().join("compiled")), ..config };
+    let store = std::sync::Arc::new(subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
+    let engine = subs_engine::Engine::start(store, subs_engine::model::Models::with_offline(), Default::default())
+        .await
+        .unwrap();
+    let agents = AgentRegistry::new(engine, ComponentHost::with_config(fresh).unwrap(), dir.path().join("agents"));
+    let put = |id: &'static str, path: &str, limit: u64| {
+        let bytes = std::fs::read(path).unwrap();
+        let agents = &agents;
+        async move { agents.put_component("quota", id, bytes, limit, true).await.map(|_| ()) }
+    };
+    put("js", guests::TOOLS_JS, baseline_bytes).await.expect("the JavaScript agent fits alone");
+    // Room for the small agent beside the optimized code only.
+    let limit = optimized_bytes + small.compiled_bytes();
+    let refused = put("rs", guests::TOOLS, limit).await.unwrap_err();
+    assert!(matches!(refused, AgentError::CompiledQuota { .. }), "beside baseline code: {refused}");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while let Err(e) = put("rs", guests::TOOLS, limit).await {
+        assert!(matches!(e, AgentError::CompiledQuota { .. }), "{e}");
+        assert!(Instant::now() < deadline, "still refused 300 s later: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// `agent`'s decision on a `tool.execute` of `add` with 1 and 2.

@@ -124,10 +124,11 @@ pub struct AgentRegistry {
     writing: tokio::sync::Mutex<()>,
     /// Sandbox policies of particular agents.
     policies: HashMap<(String, String), AgentPolicy>,
-    /// Compiles in progress, upload meters, compiled-code quotas.
+    /// Compiles in progress and upload meters.
     uploads: Uploads,
     /// The components registered with the engine, by tenant and agent, so
-    /// that a tenant's agents can be bound again when its sandbox changes.
+    /// that a tenant's agents can be bound again when its sandbox changes,
+    /// and their compiled code counted against the tenant's quota.
     components: std::sync::Mutex<HashMap<(String, String), ComponentAgent>>,
     /// The version registered with the engine, by tenant and agent, so that
     /// [`sync`](Self::sync) loads only what changed.
@@ -218,15 +219,24 @@ impl AgentRegistry {
         let mut components = self.components.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let key = (tenant.to_owned(), agent_id.to_owned());
         match component {
-            Some(agent) => {
-                self.uploads.set_compiled(tenant, agent_id, Some(agent.compiled_bytes()));
-                components.insert(key, agent);
-            }
-            None => {
-                self.uploads.set_compiled(tenant, agent_id, None);
-                components.remove(&key);
-            }
-        }
+            Some(agent) => components.insert(key, agent),
+            None => components.remove(&key),
+        };
+    }
+
+    /// Refuses `bytes` of compiled code for `tenant`'s agent `agent_id`
+    /// when, in place of its current version and beside what the tenant's
+    /// other agents hold now, it would pass `max_compiled_bytes`.
+    fn check_quota(&self, tenant: &str, agent_id: &str, bytes: u64, max_compiled_bytes: u64) -> Result<(), AgentError> {
+        let others = self
+            .components
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|((t, a), _)| t == tenant && a != agent_id)
+            .map(|(_, agent)| agent.compiled_bytes())
+            .sum();
+        uploads::check_quota(others, bytes, max_compiled_bytes)
     }
 
     /// How many uploads compile at once on this server.
@@ -480,7 +490,7 @@ impl AgentRegistry {
         let turn = self.uploads.turn(tenant).await?;
         let agent = self.compile(tenant, agent_id, bytes.clone()).await?;
         drop(turn);
-        self.uploads.check_quota(tenant, agent_id, agent.compiled_bytes(), max_compiled_bytes)?;
+        self.check_quota(tenant, agent_id, agent.compiled_bytes(), max_compiled_bytes)?;
         let worker: Arc<dyn Worker> = Arc::new(agent.clone());
         // In the shared store before the record naming it, so that no node
         // reads a version whose bytes it cannot fetch.
@@ -594,7 +604,7 @@ impl AgentRegistry {
         };
         let (worker, component) = self.worker(tenant, agent_id, &record.history[at]).await?;
         if let Some(component) = &component {
-            self.uploads.check_quota(tenant, agent_id, component.compiled_bytes(), max_compiled_bytes)?;
+            self.check_quota(tenant, agent_id, component.compiled_bytes(), max_compiled_bytes)?;
         }
         let version = record.history.remove(at);
         let previous = std::mem::replace(&mut record.current, version);

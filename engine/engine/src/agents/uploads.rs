@@ -9,8 +9,8 @@
 //! ([`AgentError::Compiling`], 429 on the API) rather than held (with its
 //! body) in memory. Each tenant's uploads are metered by a
 //! bucket of `max_uploads_per_hour`, refilled evenly, checked before the
-//! body is read; and the compiled code of its current agents is counted
-//! against `max_compiled_bytes`.
+//! body is read; and the compiled code its current agents hold now is
+//! counted against `max_compiled_bytes` ([`check_quota`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
@@ -43,8 +43,6 @@ struct State {
     compiling: HashSet<String>,
     /// Each tenant's upload bucket: tokens left, and when it was filled.
     buckets: HashMap<String, (f64, Instant)>,
-    /// Compiled bytes of each current agent, by tenant and agent.
-    compiled: HashMap<String, HashMap<String, u64>>,
 }
 
 /// A tenant's turn to compile; ends when dropped.
@@ -99,37 +97,19 @@ impl Uploads {
         std::mem::forget(unmark);
         Ok(CompileTurn { uploads: self, tenant: tenant.to_owned(), _permit: permit })
     }
+}
 
-    /// Refuses an agent of `bytes` compiled bytes in place of the current
-    /// version of `agent_id` when the tenant's total would pass `limit`.
-    pub fn check_quota(&self, tenant: &str, agent_id: &str, bytes: u64, limit: u64) -> Result<(), AgentError> {
-        let state = self.state();
-        let others: u64 = state
-            .compiled
-            .get(tenant)
-            .map(|agents| agents.iter().filter(|(a, _)| *a != agent_id).map(|(_, b)| *b).sum())
-            .unwrap_or(0);
-        if others.saturating_add(bytes) <= limit {
-            return Ok(());
-        }
-        Err(AgentError::CompiledQuota { total: others.saturating_add(bytes), bytes, limit })
+/// Refuses an agent of `bytes` compiled bytes when, with `others` (what
+/// the tenant's other current agents hold), the tenant would pass `limit`.
+/// `others` is read from the agents' code when asked, not kept from their
+/// uploads: an agent accepted on baseline code holds less once its
+/// optimized code replaces it.
+pub fn check_quota(others: u64, bytes: u64, limit: u64) -> Result<(), AgentError> {
+    let total = others.saturating_add(bytes);
+    if total <= limit {
+        return Ok(());
     }
-
-    /// Records the compiled size of `tenant`'s agent `agent_id`'s current
-    /// version; `None` when it has none (removed, or an HTTP worker).
-    pub fn set_compiled(&self, tenant: &str, agent_id: &str, bytes: Option<u64>) {
-        let mut state = self.state();
-        match bytes {
-            Some(bytes) => {
-                state.compiled.entry(tenant.to_owned()).or_default().insert(agent_id.to_owned(), bytes);
-            }
-            None => {
-                if let Some(agents) = state.compiled.get_mut(tenant) {
-                    agents.remove(agent_id);
-                }
-            }
-        }
-    }
+    Err(AgentError::CompiledQuota { total, bytes, limit })
 }
 
 /// Clears a tenant's "compiling" mark if its turn is given up while it
@@ -173,14 +153,9 @@ mod tests {
 
     #[test]
     fn the_quota_counts_the_other_agents_and_the_new_version() {
-        let uploads = Uploads::new(&UploadPolicy::default());
-        uploads.set_compiled("t", "a", Some(60));
-        uploads.set_compiled("t", "b", Some(30));
-        uploads.check_quota("t", "a", 70, 100).expect("a's old version is replaced");
-        let err = uploads.check_quota("t", "c", 20, 100).unwrap_err();
+        check_quota(30, 70, 100).expect("up to the limit");
+        let err = check_quota(90, 20, 100).unwrap_err();
         assert!(matches!(err, AgentError::CompiledQuota { total: 110, bytes: 20, limit: 100 }), "{err:?}");
         assert!(err.to_string().contains("max_compiled_bytes"), "{err}");
-        uploads.set_compiled("t", "b", None);
-        uploads.check_quota("t", "c", 20, 100).unwrap();
     }
 }
