@@ -362,13 +362,14 @@ async fn an_interrupt_with_done_is_refused_and_a_cancel_closes_open_interrupts()
 
 // ---- calls -------------------------------------------------------------------
 
-#[tokio::test]
-async fn a_worker_tool_that_never_answers_fails_at_its_deadline_and_is_retried() {
-    let worker = Scripted::start(|r| match kind(r) {
+/// A worker that calls its `add` tool (call `slow`, under `retry`) and
+/// never answers the `tool.execute`; at `tool.finished` it ends the turn
+/// with the try's `ok` and, as `seen`, its error.
+async fn never_answering(retry: Value) -> Scripted {
+    Scripted::start(move |r| match kind(r) {
         "session.start" => Some(config()),
         "client.messages" => Some(json!({"actions": [{
-            "type": "tool.call", "id": "slow", "name": "add", "arguments": {"a": 1, "b": 1},
-            "retry": {"timeout_secs": 0.4, "max_retries": 1, "backoff_base_secs": 0.05, "backoff_max_secs": 0.05}
+            "type": "tool.call", "id": "slow", "name": "add", "arguments": {"a": 1, "b": 1}, "retry": retry
         }]})),
         "tool.execute" => None,
         "tool.finished" => Some(json!({"actions": [{"type": "done", "data": {
@@ -376,6 +377,14 @@ async fn a_worker_tool_that_never_answers_fails_at_its_deadline_and_is_retried()
         }}]})),
         _ => Some(json!({})),
     })
+    .await
+}
+
+#[tokio::test]
+async fn a_worker_tool_that_never_answers_fails_at_its_deadline_and_is_retried() {
+    let worker = never_answering(
+        json!({"timeout_secs": 0.4, "max_retries": 1, "backoff_base_secs": 0.05, "backoff_max_secs": 0.05}),
+    )
     .await;
     let s = server_with(&worker).await;
     let turn = say(&s, "late", "w", "go").await;
@@ -403,16 +412,9 @@ async fn a_worker_tool_that_never_answers_fails_at_its_deadline_and_is_retried()
 /// a deadline already behind it, not only for those still ahead.
 #[tokio::test]
 async fn a_deadline_that_passes_while_its_call_is_stored_still_fails_the_call() {
-    let worker = Scripted::start(|r| match kind(r) {
-        "session.start" => Some(config()),
-        "client.messages" => Some(json!({"actions": [{
-            "type": "tool.call", "id": "slow", "name": "add", "arguments": {"a": 1, "b": 1},
-            "retry": {"timeout_secs": 0.05, "max_retries": 1, "backoff_base_secs": 0.01, "backoff_max_secs": 0.01}
-        }]})),
-        "tool.execute" => None,
-        "tool.finished" => Some(json!({"actions": [{"type": "done", "data": {"ok": r["trigger"]["ok"]}}]})),
-        _ => Some(json!({})),
-    })
+    let worker = never_answering(
+        json!({"timeout_secs": 0.05, "max_retries": 1, "backoff_base_secs": 0.01, "backoff_max_secs": 0.01}),
+    )
     .await;
     let s = server_with(&worker).await;
     // Every commit outlasts the call's timeout, so each try's deadline has
