@@ -315,3 +315,58 @@ async fn a_20_mb_error_is_stored_and_sent_cut_to_its_bound() {
     let (_, snapshot) = s.call(GET, "/v1/sessions/e", key, None).await;
     assert!(snapshot.to_string().len() < 64 << 10, "the snapshot is small");
 }
+
+/// Two uploads of one tenant that each fit its compiled-code quota, but
+/// not together, cannot both be accepted: the second finishes compiling
+/// while the first is still being stored (its commit slowed down), and is
+/// held to the quota beside the first once that one is registered, not
+/// beside what was registered when its own compile ended.
+#[tokio::test]
+async fn two_uploads_that_finish_together_are_held_to_the_quota_together() {
+    use subs_engine::agents::{AgentError, AgentRegistry};
+    use subs_engine::worker::component::{ComponentHost, HostConfig};
+
+    let dir = tempfile::tempdir().unwrap();
+    let host = ComponentHost::with_config(HostConfig {
+        compile_cache: Some(dir.path().join("compiled")),
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let bytes = std::fs::read(guests::TOOLS).unwrap();
+    let one = {
+        let (host, bytes) = (host.clone(), bytes.clone());
+        tokio::task::spawn_blocking(move || host.load(&bytes).unwrap()).await.unwrap().compiled_bytes()
+    };
+    let store = Arc::new(subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
+    let engine =
+        subs_engine::Engine::start(store.clone(), subs_engine::model::Models::with_offline(), Default::default())
+            .await
+            .unwrap();
+    let agents = Arc::new(AgentRegistry::new(engine, host, dir.path().join("agents")));
+    // Room for one agent, not two; and the first one's record takes a
+    // while to commit, so the second's compile ends before it is stored.
+    let limit = one + one / 2;
+    store.inject_fsync_delay(Duration::from_millis(300));
+
+    // Each retries while the other compiles (one compile per tenant at a
+    // time), so the later one compiles while the earlier one is stored.
+    let upload = |id: &'static str| {
+        let (agents, bytes) = (agents.clone(), bytes.clone());
+        tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                match agents.put_component("race", id, bytes.clone(), limit, true).await {
+                    Err(AgentError::Compiling) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                    result => return result.map(|_| ()),
+                }
+            }
+        })
+    };
+    let (a, b) = (upload("a"), upload("b"));
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    let refused: Vec<_> = [&a, &b].into_iter().filter_map(|r| r.as_ref().err()).collect();
+    assert_eq!(refused.len(), 1, "exactly one of them fits: {a:?}, {b:?}");
+    assert!(matches!(refused[0], AgentError::CompiledQuota { .. }), "{}", refused[0]);
+}

@@ -426,16 +426,19 @@ impl AgentRegistry {
             })
     }
 
-    /// Makes `version` the current version of the agent; returns the agent
-    /// and whether anything changed.
+    /// Makes `version` the current version of the agent, run by `worker`
+    /// (and `component`, its compiled code, when it is one); returns the
+    /// agent and whether anything changed. The caller holds the write
+    /// lock, `_writing`.
     async fn put(
         &self,
+        _writing: &tokio::sync::MutexGuard<'_, ()>,
         tenant: &str,
         agent_id: &str,
         version: AgentVersion,
         worker: Arc<dyn Worker>,
+        component: Option<ComponentAgent>,
     ) -> Result<(AgentRecord, bool), AgentError> {
-        let _writing = self.writing.lock().await;
         let record = match self.engine.store().agent(tenant, agent_id).await? {
             Some(current) if current.current.digest == version.digest => return Ok((current, false)),
             Some(mut record) => {
@@ -457,6 +460,7 @@ impl AgentRegistry {
         self.engine.store().commit(batch).await?;
         let worker = Versioned::new(worker, record.current.digest.clone());
         self.engine.register_agent(tenant, agent_id, Arc::new(worker));
+        self.registered(tenant, agent_id, component);
         self.digests().insert((tenant.to_owned(), agent_id.to_owned()), record.current.digest.clone());
         Ok((record, true))
     }
@@ -490,6 +494,11 @@ impl AgentRegistry {
         let turn = self.uploads.turn(tenant).await?;
         let agent = self.compile(tenant, agent_id, bytes.clone()).await?;
         drop(turn);
+        // Checked and kept under the lock every registration takes: two
+        // uploads of the tenant that finish together are held to the quota
+        // together, and the one refused leaves nothing behind. (An inactive
+        // version registers nothing, and holds no room.)
+        let writing = if activate { Some(self.writing.lock().await) } else { None };
         self.check_quota(tenant, agent_id, agent.compiled_bytes(), max_compiled_bytes)?;
         let worker: Arc<dyn Worker> = Arc::new(agent.clone());
         // In the shared store before the record naming it, so that no node
@@ -502,12 +511,10 @@ impl AgentRegistry {
         }
         let version =
             AgentVersion { digest, worker: AgentWorker::Component { bytes: size }, created_ms: crate::clock::now_ms() };
-        if !activate {
-            return self.store_inactive(tenant, agent_id, version).await;
+        match writing {
+            Some(writing) => self.put(&writing, tenant, agent_id, version, worker, Some(agent)).await,
+            None => self.store_inactive(tenant, agent_id, version).await,
         }
-        let put = self.put(tenant, agent_id, version, worker).await?;
-        self.registered(tenant, agent_id, Some(agent));
-        Ok(put)
     }
 
     /// Writes a component's bytes under its digest's name, whole or not at
@@ -542,9 +549,8 @@ impl AgentRegistry {
         if !activate {
             return self.store_inactive(tenant, agent_id, version).await;
         }
-        let put = self.put(tenant, agent_id, version, worker).await?;
-        self.registered(tenant, agent_id, None);
-        Ok(put)
+        let writing = self.writing.lock().await;
+        self.put(&writing, tenant, agent_id, version, worker, None).await
     }
 
     /// Stores `version` among the agent's other versions without making it
