@@ -224,6 +224,23 @@ impl AgentRegistry {
         };
     }
 
+    /// Serves `tenant`'s agent `agent_id` with `worker`, its version
+    /// `digest` (and `component`, its compiled code, when it is one): the
+    /// engine's next decisions for the agent run it. Callers hold the
+    /// write lock and have stored the version as current.
+    fn serve(
+        &self,
+        tenant: &str,
+        agent_id: &str,
+        digest: String,
+        worker: Arc<dyn Worker>,
+        component: Option<ComponentAgent>,
+    ) {
+        self.registered(tenant, agent_id, component);
+        self.engine.register_agent(tenant, agent_id, Arc::new(Versioned::new(worker, digest.clone())));
+        self.digests().insert((tenant.to_owned(), agent_id.to_owned()), digest);
+    }
+
     /// Refuses `bytes` of compiled code for `tenant`'s agent `agent_id`
     /// when, in place of its current version and beside what the tenant's
     /// other agents hold now, it would pass `max_compiled_bytes`.
@@ -278,10 +295,7 @@ impl AgentRegistry {
             }
             match self.worker(&record.tenant, &record.agent_id, &record.current).await {
                 Ok((worker, component)) => {
-                    self.registered(&record.tenant, &record.agent_id, component);
-                    let worker = Versioned::new(worker, record.current.digest.clone());
-                    self.engine.register_agent(&record.tenant, &record.agent_id, Arc::new(worker));
-                    self.digests().insert(key, record.current.digest);
+                    self.serve(&record.tenant, &record.agent_id, record.current.digest, worker, component);
                 }
                 Err(e) => {
                     tracing::error!(tenant = %record.tenant, agent = %record.agent_id, error = %e, "agent not loaded");
@@ -458,10 +472,7 @@ impl AgentRegistry {
         let mut batch = Batch::new();
         batch.push(Op::PutAgent(record.clone()));
         self.engine.store().commit(batch).await?;
-        let worker = Versioned::new(worker, record.current.digest.clone());
-        self.engine.register_agent(tenant, agent_id, Arc::new(worker));
-        self.registered(tenant, agent_id, component);
-        self.digests().insert((tenant.to_owned(), agent_id.to_owned()), record.current.digest.clone());
+        self.serve(tenant, agent_id, record.current.digest.clone(), worker, component);
         Ok((record, true))
     }
 
@@ -618,10 +629,7 @@ impl AgentRegistry {
         let mut batch = Batch::new();
         batch.push(Op::PutAgent(record.clone()));
         self.engine.store().commit(batch).await?;
-        self.registered(tenant, agent_id, component);
-        let worker = Versioned::new(worker, record.current.digest.clone());
-        self.engine.register_agent(tenant, agent_id, Arc::new(worker));
-        self.digests().insert((tenant.to_owned(), agent_id.to_owned()), record.current.digest.clone());
+        self.serve(tenant, agent_id, record.current.digest.clone(), worker, component);
         Ok(Some((record, true)))
     }
 
