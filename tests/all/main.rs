@@ -11,6 +11,7 @@ mod examples;
 mod http_worker;
 mod identity;
 mod ids;
+mod json_world;
 mod llm_retries;
 mod load;
 mod loop_scenarios;

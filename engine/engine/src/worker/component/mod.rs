@@ -69,7 +69,7 @@ pub use self::inspect::{Needs, Shape, inspect};
 pub use self::limits::{LimitHit, LimitOverrides, Limits};
 pub use self::tier::BASELINE_FROM_CODE_BYTES;
 
-use self::bindings::{AgentPre, wit};
+use self::bindings::{Pre, wit};
 use self::cache::CompileCache;
 use self::componentize::componentize;
 use self::cpu::CpuMeter;
@@ -465,7 +465,7 @@ impl ComponentHost {
         };
         validate::check(compiled.component.engine(), &compiled.component)?;
         let pre = linker.instantiate_pre(&compiled.component).map_err(|e| LoadError::World(format!("{e:#}")))?;
-        let pre = AgentPre::new(pre).map_err(|e| LoadError::World(format!("{e:#}")))?;
+        let pre = Pre::new(pre).map_err(LoadError::World)?;
         let agent = ComponentAgent {
             code: tier::Code::new(pre),
             checked: Arc::new(AtomicBool::new(false)),
@@ -853,10 +853,22 @@ impl ComponentAgent {
         let engine = pre.instance_pre().engine();
         let mut store =
             self.host.store(engine, &self.bound, delivery.request.session_id.clone(), delivery.deltas, wall, &meter);
-        let request = wit::DecisionRequest::from(delivery.request);
+        let request = Request::of(&pre, delivery.request);
         let run = meter.meter(async {
-            let agent = pre.instantiate_checked_once(&mut store, &self.checked).await.map_err(Failure::Start)?;
-            agent.call_decide(&mut store, &request).await.map_err(Failure::Call)
+            match (&pre, &request) {
+                (Pre::Typed(pre), Request::Typed(request)) => {
+                    let agent =
+                        pre.instantiate_checked_once(&mut store, &self.checked).await.map_err(Failure::Start)?;
+                    let answer = agent.call_decide(&mut store, request.as_ref()).await.map_err(Failure::Call)?;
+                    Ok(answer.map(Answer::Typed))
+                }
+                (Pre::Json(pre), Request::Json(request)) => {
+                    let agent = pre.instantiate_async(&mut store).await.map_err(Failure::Start)?;
+                    let answer = agent.call_decide(&mut store, request).await.map_err(Failure::Call)?;
+                    Ok(answer.map(Answer::Json))
+                }
+                _ => unreachable!("a request is made in the form of the world it is sent to"),
+            }
         });
         let outcome = if enforce {
             tokio::time::timeout(wall, run).await.map_err(|_| WorkerError::Timeout(wall))?
@@ -865,14 +877,7 @@ impl ComponentAgent {
         };
         *refused = store.data().refused();
         match outcome {
-            Ok(Ok(decision)) => {
-                let decision = DecisionResponse::from_wit(decision).map_err(WorkerError::MalformedDecision)?;
-                if enforce && !fits(&decision, limits.decision_bytes) {
-                    let hit = LimitHit::DecisionSize { limit: limits.decision_bytes };
-                    return Err(WorkerError::LimitExceeded(hit.to_string()));
-                }
-                Ok(decision)
-            }
+            Ok(Ok(answer)) => answer.decision(enforce.then_some(limits.decision_bytes)),
             Ok(Err(e)) => {
                 // A guest declining after a refused request usually
                 // declines because of it; say so in the engine's words.
@@ -950,6 +955,54 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
 /// The outgoing requests the engine refused during a decision, if any.
 fn refused_http(state: &StoreState) -> Option<String> {
     state.refused().map(|refused| format!("the engine refused outgoing HTTP to {refused}"))
+}
+
+/// A request in the form of the world its agent was built against.
+enum Request {
+    Typed(Box<wit::DecisionRequest>),
+    /// The protocol's JSON.
+    Json(String),
+}
+
+impl Request {
+    fn of(pre: &Pre<StoreState>, request: subs_protocol::DecisionRequest) -> Self {
+        match pre {
+            Pre::Typed(_) => Self::Typed(Box::new(request.into())),
+            Pre::Json(_) => Self::Json(subs_protocol::to_json(&request)),
+        }
+    }
+}
+
+/// A decision in the form of its agent's world.
+enum Answer {
+    Typed(wit::DecisionResponse),
+    /// The protocol's JSON, as the guest wrote it.
+    Json(String),
+}
+
+impl Answer {
+    /// The decision, read as any worker's is (the error names the field),
+    /// and held to `limit` bytes of JSON when one is given.
+    fn decision(self, limit: Option<usize>) -> Result<DecisionResponse, WorkerError> {
+        let too_large = |limit| WorkerError::LimitExceeded(LimitHit::DecisionSize { limit }.to_string());
+        match self {
+            Self::Typed(decision) => {
+                let decision = DecisionResponse::from_wit(decision).map_err(WorkerError::MalformedDecision)?;
+                match limit {
+                    Some(limit) if !fits(&decision, limit) => Err(too_large(limit)),
+                    _ => Ok(decision),
+                }
+            }
+            Self::Json(text) => {
+                // The text is the decision's size, and is held to the limit
+                // before it is parsed.
+                match limit {
+                    Some(limit) if text.len() > limit => Err(too_large(limit)),
+                    _ => subs_protocol::from_json(&text).map_err(WorkerError::MalformedDecision),
+                }
+            }
+        }
+    }
 }
 
 /// Why a run failed before the guest answered.

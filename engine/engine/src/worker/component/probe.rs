@@ -13,7 +13,7 @@ use subs_protocol::{DecisionRequest, DecisionResponse, ProtocolError};
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{ComponentExportIndex, InstancePre};
 
-use super::bindings::wit;
+use super::bindings::{Pre, wit};
 use super::cpu::CpuMeter;
 use super::state::StoreState;
 use super::{Bound, ComponentAgent, ComponentHost, Failure, Inner, LoadError, bind, validate};
@@ -28,8 +28,14 @@ impl ComponentAgent {
         let meter = CpuMeter::new();
         let pre = self.code.current();
         let mut store = self.host.store(pre.instance_pre().engine(), &self.bound, String::new(), None, wall, &meter);
-        match meter.meter(pre.instantiate_checked_once(&mut store, &self.checked)).await {
-            Ok(_) => Ok(()),
+        let started = meter.meter(async {
+            match &pre {
+                Pre::Typed(pre) => pre.instantiate_checked_once(&mut store, &self.checked).await.map(drop),
+                Pre::Json(pre) => pre.instantiate_async(&mut store).await.map(drop),
+            }
+        });
+        match started.await {
+            Ok(()) => Ok(()),
             Err(e) => Err(self.explain(Failure::Start(e), store.data(), wall)),
         }
     }

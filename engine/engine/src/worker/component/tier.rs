@@ -33,7 +33,7 @@ use std::time::Instant;
 use wasmtime::Engine;
 use wasmtime::component::Linker;
 
-use super::bindings::AgentPre;
+use super::bindings::Pre;
 use super::cache::{self, CompileCache};
 use super::state::StoreState;
 use super::{HostConfig, Inner, LoadError, Ticker, compile};
@@ -73,20 +73,20 @@ pub(super) fn settings(config: &HostConfig) -> compile::ChildSettings {
 /// code until the optimized code replaces it (which engine the code
 /// belongs to tells which it is).
 pub(super) struct Code {
-    pre: RwLock<AgentPre<StoreState>>,
+    pre: RwLock<Pre<StoreState>>,
 }
 
 impl Code {
-    pub(super) fn new(pre: AgentPre<StoreState>) -> Arc<Self> {
+    pub(super) fn new(pre: Pre<StoreState>) -> Arc<Self> {
         Arc::new(Self { pre: RwLock::new(pre) })
     }
 
     /// The code a decision starting now runs.
-    pub(super) fn current(&self) -> AgentPre<StoreState> {
+    pub(super) fn current(&self) -> Pre<StoreState> {
         self.pre.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
-    fn replace(&self, pre: AgentPre<StoreState>) {
+    fn replace(&self, pre: Pre<StoreState>) {
         *self.pre.write().unwrap_or_else(std::sync::PoisonError::into_inner) = pre;
     }
 }
@@ -171,7 +171,7 @@ fn optimize(host: &Weak<Inner>, job: Job) {
     let optimized = super::compile_optimized(&host, &cache, &component).and_then(|(artifact, staged)| {
         let compiled = cache::deserialize(&host.engine, &artifact)?;
         let pre = host.linker.instantiate_pre(&compiled).map_err(|e| LoadError::World(format!("{e:#}")))?;
-        let pre = AgentPre::new(pre).map_err(|e| LoadError::World(format!("{e:#}")))?;
+        let pre = Pre::new(pre).map_err(LoadError::World)?;
         if let Some(staged) = &staged {
             cache.keep_functions(staged.path(), host.config.function_cache_bytes);
         }
