@@ -109,13 +109,22 @@ const FOREIGN: &[Foreign] = &[
             "examples/tools-js/package-lock.json",
             "examples/tools-js/agent.js",
         ],
-        builds: &[Build {
-            name: "TOOLS_JS",
-            what: "The `examples/tools-js` agent",
-            script: "examples/tools-js/build.sh",
-            args: &[],
-            out: "tools_js.wasm",
-        }],
+        builds: &[
+            Build {
+                name: "TOOLS_JS",
+                what: "The `examples/tools-js` agent (world `agent-json`)",
+                script: "examples/tools-js/build.sh",
+                args: &[],
+                out: "tools_js.wasm",
+            },
+            Build {
+                name: "TOOLS_JS_TYPED",
+                what: "The `examples/tools-js` agent built against the typed world `agent`",
+                script: "examples/tools-js/build.sh",
+                args: &["--world", "agent"],
+                out: "tools_js_typed.wasm",
+            },
+        ],
     },
 ];
 

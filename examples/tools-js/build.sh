@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Builds the agent as a component with the pinned toolchain (package-lock.json):
 # esbuild bundles agent.js with the SDK, componentize-js (default settings)
-# makes the component of the subs:agent world.
+# makes the component of the subs:agent/agent-json world, whose `decide`
+# takes and gives JSON text (the SDK's `exportAgent` serves either world;
+# `--world agent` builds the typed one, which decides several times slower).
 #
-#   ./build.sh [OUT]   # default: <repo>/target/guests/js/tools_js.wasm
+#   ./build.sh [--world agent-json|agent] [OUT]   # default OUT: <repo>/target/guests/js/tools_js.wasm
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
+world=agent-json
+if [ "${1:-}" = --world ]; then
+    world=${2:?--world takes agent-json or agent}
+    shift 2
+fi
 out=${1:-$root/target/guests/js/tools_js.wasm}
 case $out in /*) ;; *) out=$PWD/$out ;; esac
 
@@ -24,4 +31,4 @@ node_modules/.bin/esbuild agent.js --bundle --format=esm --platform=neutral \
     --conditions=subs-component --external:'subs:*' --external:'wasi:*' \
     --log-level=warning --outfile=build/agent.bundle.js
 node_modules/.bin/componentize-js build/agent.bundle.js \
-    --wit "$root/wit" --world-name agent --out "$out"
+    --wit "$root/wit" --world-name "$world" --out "$out"

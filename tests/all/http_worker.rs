@@ -187,29 +187,37 @@ async fn the_tools_agent_records_the_same_session_as_a_component_and_over_http()
 }
 
 /// The Python and JavaScript twins of the `tools` agent, each as its
-/// toolchain builds it by default, record the same session as the Rust
+/// toolchain builds it by default (the JavaScript one against both worlds,
+/// JSON text and typed records), record the same session as the Rust
 /// agent for the same inputs: the same decisions, config (prompt, tool
 /// schemas), tool results and errors, messages, tree, calls and events.
 #[tokio::test]
 async fn the_python_and_js_tools_agents_record_the_same_session_as_the_rust_one() {
+    use subs_tests::guests::{TOOLS_JS, TOOLS_JS_TYPED, TOOLS_PY};
     let t = TestEngine::start().await;
-    for (id, path) in [("tools-py", subs_tests::guests::TOOLS_PY), ("tools-js", subs_tests::guests::TOOLS_JS)] {
+    let twins = [
+        ("python", "tools-py", TOOLS_PY),
+        ("js", "tools-js", TOOLS_JS),
+        ("js-typed", "tools-js-typed", TOOLS_JS_TYPED),
+    ];
+    for (_, id, path) in twins {
         t.engine.register_agent(TENANT, id, Arc::new(subs_tests::agent(path)));
     }
     let start = unix_ms();
     scenario(&t, "rust", "tools").await;
-    scenario(&t, "python", "tools-py").await;
-    scenario(&t, "js", "tools-js").await;
+    for (session, agent, _) in twins {
+        scenario(&t, session, agent).await;
+    }
     // A sum too large for JSON: the tool's error, in the same words.
     let huge = r#"use tool add with {"a": 1e308, "b": 1e308}"#;
-    for (session, agent) in [("rust", "tools"), ("python", "tools-py"), ("js", "tools-js")] {
+    for (session, agent) in std::iter::once(("rust", "tools")).chain(twins.map(|(s, a, _)| (s, a))) {
         assert_eq!(t.chat(session, agent, huge).await.status, TurnStatus::Done, "{agent}");
     }
     let window = (start, unix_ms());
 
     let rust = recorded(&t, "rust", window).await;
     assert!(rust.to_string().contains("is too large for a JSON number"), "the last turn's tool failed: {rust:#}");
-    for session in ["python", "js"] {
+    for (session, _, _) in twins {
         let other = recorded(&t, session, window).await;
         assert_eq!(
             subs_tests::canonical(&other),

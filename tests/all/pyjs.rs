@@ -31,12 +31,16 @@ fn logged(agent: &str, text: &str) -> Vec<String> {
 /// default limits and run a tool turn: the offline model calls `add`, the
 /// agent runs it in a fresh instance and the answer comes back. What the
 /// tool prints (`print`, `console.log`) is in the engine's logs, tagged
-/// with the tenant, agent and session.
+/// with the tenant, agent and session. The JavaScript agent runs built
+/// against either world (`agent-json`, as its build script makes it, and
+/// the typed `agent`).
 #[tokio::test]
 async fn default_python_and_js_builds_upload_and_run_a_tool_turn_printing_to_the_logs() {
     crate::providers::captured_logs();
     let s = Server::start(&[]).await;
-    for (agent, wasm) in [("tools-py", guests::TOOLS_PY), ("tools-js", guests::TOOLS_JS)] {
+    let agents =
+        [("tools-py", guests::TOOLS_PY), ("tools-js", guests::TOOLS_JS), ("tools-js-typed", guests::TOOLS_JS_TYPED)];
+    for (agent, wasm) in agents {
         let (status, uploaded) = s.upload(agent, wasm, None).await;
         assert_eq!(status, StatusCode::CREATED, "{agent}: {uploaded}");
         assert_eq!(uploaded["kind"], "component", "{uploaded}");

@@ -20,7 +20,9 @@
 //! small machine the two compete for cores, as an engine and a co-located
 //! worker would. The Python and JavaScript agents are the examples as
 //! their toolchains build them by default (componentize-py and
-//! componentize-js snapshots, WASI included).
+//! componentize-js snapshots, WASI included); the JavaScript one twice,
+//! as its build script makes it (world `agent-json`, JSON text) and built
+//! against the typed world `agent`.
 //!
 //! Loading is what an upload costs the server before it answers: reading
 //! the component's shape, compiling it, and one trial instantiation. Each
@@ -63,8 +65,10 @@ async fn run(decisions: usize) {
         ("component", subs_tests::agent(subs_tests::guests::TOOLS)),
         ("component (python)", subs_tests::agent(subs_tests::guests::TOOLS_PY)),
         ("component (javascript)", subs_tests::agent(subs_tests::guests::TOOLS_JS)),
+        ("component (javascript, typed world)", subs_tests::agent(subs_tests::guests::TOOLS_JS_TYPED)),
     ];
-    let [component, python, javascript] = agents.clone().map(|(_, agent)| Arc::new(agent) as Arc<dyn Worker>);
+    let [component, python, javascript, javascript_typed] =
+        agents.clone().map(|(_, agent)| Arc::new(agent) as Arc<dyn Worker>);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
     let url = format!("http://{}/", listener.local_addr().unwrap());
     tokio::spawn(async move { subs_http_worker::serve(listener, tools::Tools::new()).await });
@@ -75,6 +79,7 @@ async fn run(decisions: usize) {
         ("component", &component),
         ("component (python)", &python),
         ("component (javascript)", &javascript),
+        ("component (javascript, typed world)", &javascript_typed),
         ("http", &http),
     ];
     for (name, worker) in workers {

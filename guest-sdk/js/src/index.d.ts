@@ -298,12 +298,20 @@ export interface AgentLike {
   decide(request: DecisionRequest, cx: Context): DecisionResponse;
 }
 
-/** The `decide` function to export from the component's entry module. */
-export declare function exportAgent(
-  agent: AgentLike,
-): (request: import('subs:agent/types@0.1.0').DecisionRequest) => import('subs:agent/types@0.1.0').DecisionResponse;
+/**
+ * The `decide` function to export from the component's entry module, for
+ * either world: JSON text in and out (`agent-json`) or WIT records
+ * (`agent`).
+ */
+export declare function exportAgent(agent: AgentLike): {
+  (request: string): string;
+  (request: import('subs:agent/types@0.1.0').DecisionRequest): import('subs:agent/types@0.1.0').DecisionResponse;
+};
 
-/** The body of the `decide` export, with the host as a parameter (for tests). */
+/** The body of the `agent-json` world's `decide`, with the host as a parameter (for tests). */
+export declare function decideJson(agent: AgentLike, request: string, host: Host): string;
+
+/** The body of the `agent` world's `decide`, with the host as a parameter (for tests). */
 export declare function decideWit(
   agent: AgentLike,
   request: import('subs:agent/types@0.1.0').DecisionRequest,

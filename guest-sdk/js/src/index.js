@@ -16,7 +16,7 @@
 // agents are unit tested with plain `node --test`.
 
 export { Agent, Context, DecideError, Level } from './agent.js';
-export { exportAgent, decideWit } from './component.js';
+export { exportAgent, decideJson, decideWit } from './component.js';
 export {
   DraftMessage,
   done,

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import {
-  Agent, Context, DecideError, DraftMessage, RecordingHost, decideWit, done, doneWith, interrupt, llmCall, llmError,
+  Agent, Context, DecideError, DraftMessage, RecordingHost, decideJson, decideWit, done, exportAgent, doneWith, interrupt, llmCall, llmError,
   messageText, requestFor, toolCall, toolExecute, withAction, withMessage,
 } from '../src/index.js';
 import { fromWit, toWit, types } from '../src/wit.js';
@@ -83,36 +83,60 @@ class Echo extends Agent {
   }
 }
 
-const witRequest = (state) =>
-  toWit(types.DecisionRequest, requestFor({ type: 'session.start' }, { state, proposed: { agent: { model: 'm/x' } } }));
+const echoRequest = (state) => requestFor({ type: 'session.start' }, { state, proposed: { agent: { model: 'm/x' } } });
 
-test('a decision crosses the boundary both ways', () => {
-  const host = new RecordingHost();
-  const decision = fromWit(types.DecisionResponse, decideWit(new Echo(), witRequest({ n: 1.5 }), host));
-  assert.deepEqual(decision, {
-    messages: [{ role: 'assistant', content: 'hello' }],
-    actions: [{ type: 'done', data: { state: { n: 1.5 } } }],
-    agent: { model: 'm/x' },
-  });
-  assert.deepEqual(host.logs, [['info', 'session.start']]);
-  assert.equal(host.text(), 'streamed');
-});
+// The two worlds' `decide`: each takes the request and gives the decision
+// as protocol JSON here.
+const worlds = [
+  ['agent', (agent, request, host) => fromWit(types.DecisionResponse, decideWit(agent, toWit(types.DecisionRequest, request), host))],
+  ['agent-json', (agent, request, host) => JSON.parse(decideJson(agent, JSON.stringify(request), host))],
+];
 
-test('errors become decide errors', (t) => {
-  t.mock.method(console, 'error', () => {});
-  const cases = [
-    ['fail', new RecordingHost(), { message: 'asked to fail', retryable: true }],
-    ['bug', new RecordingHost(), { message: "TypeError: Cannot read properties of undefined (reading 'field')", retryable: false }],
-    [null, RecordingHost.refusingDeltas(), { message: 'deltas are only accepted while answering an llm.execute trigger with stream: true', retryable: false }],
-    ['garbage', new RecordingHost(), { message: 'the decision is not valid protocol: actions[0].result: Infinity is not a JSON number', retryable: false }],
-  ];
-  for (const [state, host, error] of cases) {
-    assert.throws(() => decideWit(new Echo(), witRequest(state), host), (e) => {
-      assert.deepEqual(e, error);
-      return true;
+for (const [world, decide] of worlds) {
+  test(`a decision crosses the boundary both ways (${world})`, () => {
+    const host = new RecordingHost();
+    const decision = decide(new Echo(), echoRequest({ n: 1.5 }), host);
+    assert.deepEqual(decision, {
+      messages: [{ role: 'assistant', content: 'hello' }],
+      actions: [{ type: 'done', data: { state: { n: 1.5 } } }],
+      agent: { model: 'm/x' },
     });
-  }
+    assert.deepEqual(host.logs, [['info', 'session.start']]);
+    assert.equal(host.text(), 'streamed');
+  });
+
+  test(`errors become decide errors (${world})`, (t) => {
+    t.mock.method(console, 'error', () => {});
+    const cases = [
+      ['fail', new RecordingHost(), { message: 'asked to fail', retryable: true }],
+      ['bug', new RecordingHost(), { message: "TypeError: Cannot read properties of undefined (reading 'field')", retryable: false }],
+      [null, RecordingHost.refusingDeltas(), { message: 'deltas are only accepted while answering an llm.execute trigger with stream: true', retryable: false }],
+      ['garbage', new RecordingHost(), { message: 'the decision is not valid protocol: actions[0].result: Infinity is not a JSON number', retryable: false }],
+    ];
+    for (const [state, host, error] of cases) {
+      assert.throws(() => decide(new Echo(), echoRequest(state), host), (e) => {
+        assert.deepEqual(e, error);
+        return true;
+      });
+    }
+  });
+}
+
+test('exportAgent answers in the form the request came in', () => {
+  const decide = exportAgent(new Passthrough());
+  assert.deepEqual(JSON.parse(decide(JSON.stringify(echoRequest(1)))), { agent: { model: 'm/x' } });
+  assert.equal(decide(toWit(types.DecisionRequest, echoRequest(1))).agent.model, 'm/x');
 });
+
+test('an unreadable JSON request fails terminally', () => {
+  assert.throws(() => decideJson(new Echo(), '{not json', new RecordingHost()), (e) => {
+    assert.equal(e.retryable, false);
+    assert.match(e.message, /^the engine sent a request the agent cannot read: /);
+    return true;
+  });
+});
+
+const witRequest = (state) => toWit(types.DecisionRequest, echoRequest(state));
 
 test('unreadable requests fail terminally naming the field', () => {
   const request = witRequest(null);
