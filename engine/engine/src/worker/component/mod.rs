@@ -853,21 +853,20 @@ impl ComponentAgent {
         let engine = pre.instance_pre().engine();
         let mut store =
             self.host.store(engine, &self.bound, delivery.request.session_id.clone(), delivery.deltas, wall, &meter);
-        let request = Request::of(&pre, delivery.request);
+        let call = Call::new(&pre, delivery.request);
         let run = meter.meter(async {
-            match (&pre, &request) {
-                (Pre::Typed(pre), Request::Typed(request)) => {
+            match &call {
+                Call::Typed(pre, request) => {
                     let agent =
                         pre.instantiate_checked_once(&mut store, &self.checked).await.map_err(Failure::Start)?;
-                    let answer = agent.call_decide(&mut store, request.as_ref()).await.map_err(Failure::Call)?;
+                    let answer = agent.call_decide(&mut store, request).await.map_err(Failure::Call)?;
                     Ok(answer.map(Answer::Typed))
                 }
-                (Pre::Json(pre), Request::Json(request)) => {
+                Call::Json(pre, request) => {
                     let agent = pre.instantiate_async(&mut store).await.map_err(Failure::Start)?;
                     let answer = agent.call_decide(&mut store, request).await.map_err(Failure::Call)?;
                     Ok(answer.map(Answer::Json))
                 }
-                _ => unreachable!("a request is made in the form of the world it is sent to"),
             }
         });
         let outcome = if enforce {
@@ -957,18 +956,20 @@ fn refused_http(state: &StoreState) -> Option<String> {
     state.refused().map(|refused| format!("the engine refused outgoing HTTP to {refused}"))
 }
 
-/// A request in the form of the world its agent was built against.
-enum Request {
-    Typed(Box<wit::DecisionRequest>),
-    /// The protocol's JSON.
-    Json(String),
+/// One call of `decide`: the agent's code, and the request in the form
+/// of the world it was built against (made before the guest's CPU time is
+/// metered).
+enum Call<'a> {
+    Typed(&'a bindings::AgentPre<StoreState>, Box<wit::DecisionRequest>),
+    /// The request as the protocol's JSON.
+    Json(&'a bindings::json::AgentJsonPre<StoreState>, String),
 }
 
-impl Request {
-    fn of(pre: &Pre<StoreState>, request: subs_protocol::DecisionRequest) -> Self {
+impl<'a> Call<'a> {
+    fn new(pre: &'a Pre<StoreState>, request: subs_protocol::DecisionRequest) -> Self {
         match pre {
-            Pre::Typed(_) => Self::Typed(Box::new(request.into())),
-            Pre::Json(_) => Self::Json(subs_protocol::to_json(&request)),
+            Pre::Typed(pre) => Self::Typed(pre, Box::new(request.into())),
+            Pre::Json(pre) => Self::Json(pre, subs_protocol::to_json(&request)),
         }
     }
 }
