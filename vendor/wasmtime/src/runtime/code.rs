@@ -405,18 +405,36 @@ impl Drop for StoreCode {
 /// code pointers, ready to call.
 pub struct ModuleWithCode<'a> {
     module: &'a Module,
+    // Read only with guest debugging since the subs patch (`funcref_text`).
+    #[cfg_attr(not(feature = "debug"), allow(dead_code))]
     store_code: &'a StoreCode,
 }
 
 impl<'a> ModuleWithCode<'a> {
     /// Find the StoreCode in a given store for a module and wrap it
     /// up with that module, ready to compute code pointers.
+    #[cfg_attr(not(feature = "debug"), allow(dead_code))]
     pub fn in_store(
         registry: &'a ModuleRegistry,
         module: &'a Module,
     ) -> Option<ModuleWithCode<'a>> {
         let store_code = registry.store_code(module.engine_code())?;
         Some(ModuleWithCode { module, store_code })
+    }
+
+    /// The text section that `module`'s funcrefs point into in the store
+    /// of `registry`: the engine's own code, unless guest debugging gives
+    /// each store a private copy, and only then is the registry searched
+    /// (subs patch; see `vendor/README.md`). A dynamically linked guest
+    /// makes thousands of funcrefs on every instantiation, and the search,
+    /// two ordered maps, was a quarter of its instantiation.
+    pub fn funcref_text(registry: &'a ModuleRegistry, module: &'a Module) -> Option<&'a [u8]> {
+        #[cfg(feature = "debug")]
+        if module.engine().tunables().debug_guest {
+            return Some(Self::in_store(registry, module)?.store_code.text());
+        }
+        let _ = registry;
+        Some(module.engine_code().text())
     }
 
     pub(crate) fn from_raw(module: &'a Module, store_code: &'a StoreCode) -> ModuleWithCode<'a> {
@@ -431,6 +449,7 @@ impl<'a> ModuleWithCode<'a> {
     /// Returns the slice in the text section of the function that
     /// `key` points to.
     #[inline]
+    #[cfg_attr(not(feature = "debug"), allow(dead_code))]
     pub fn function(&self, key: FuncKey) -> &[u8] {
         let range = self.module.compiled_module().function_range(key);
         &self.store_code.text()[range]

@@ -25,6 +25,14 @@ pub struct CompiledModule {
     index: Arc<CompiledFunctionsTable>,
     /// Sorted list, by function index, of names we have for this module.
     func_names: Vec<FunctionName>,
+    /// Where each defined function's code and its array-to-wasm trampoline
+    /// are, by `DefinedFuncIndex`, filled at the first lookup of either
+    /// (subs patch; see `vendor/README.md`). `index` answers such a lookup
+    /// with two binary searches over the whole component's functions, and a
+    /// dynamically linked guest makes thousands of funcrefs on every
+    /// instantiation (its start functions run `ref.func` per table slot).
+    /// An empty location stands for a function that has no such code.
+    defined_func_locs: crate::sync::OnceLock<Box<[[FunctionLoc; 2]]>>,
 }
 
 impl CompiledModule {
@@ -58,6 +66,7 @@ impl CompiledModule {
             meta: info.meta,
             index,
             func_names: info.func_names,
+            defined_func_locs: Default::default(),
         };
         ret.register_profiling(profiler)?;
 
@@ -167,9 +176,44 @@ impl CompiledModule {
 
     /// Gets the function location information for a given function index.
     pub fn func_loc(&self, key: FuncKey) -> &FunctionLoc {
+        if let Some(loc) = self.defined_func_loc(key) {
+            return loc;
+        }
         self.index
             .func_loc(key)
             .expect("defined function should be present")
+    }
+
+    /// `func_loc` for this module's defined functions and their array-to-wasm
+    /// trampolines, from `defined_func_locs`; `None` for any other key, or a
+    /// function without such code, which `index` then answers.
+    #[inline]
+    fn defined_func_loc(&self, key: FuncKey) -> Option<&FunctionLoc> {
+        let (def_index, which) = match key {
+            FuncKey::DefinedWasmFunction(module, i) if module == self.module_index() => (i, 0),
+            FuncKey::ArrayToWasmTrampoline(module, i) if module == self.module_index() => (i, 1),
+            _ => return None,
+        };
+        let locs = self.defined_func_locs.get_or_init(|| {
+            let module = self.module_index();
+            let loc = |key| {
+                self.index
+                    .func_loc(key)
+                    .copied()
+                    .unwrap_or(FunctionLoc { start: 0, length: 0 })
+            };
+            self.module
+                .defined_func_indices()
+                .map(|i| {
+                    [
+                        loc(FuncKey::DefinedWasmFunction(module, i)),
+                        loc(FuncKey::ArrayToWasmTrampoline(module, i)),
+                    ]
+                })
+                .collect()
+        });
+        let loc = &locs.get(usize::try_from(def_index.as_u32()).ok()?)?[which];
+        if loc.is_empty() { None } else { Some(loc) }
     }
 
     /// Returns the original binary offset in the file that `index` was defined

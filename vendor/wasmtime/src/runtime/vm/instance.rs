@@ -960,20 +960,18 @@ impl Instance {
         // it's better for instantiation performance if we don't have to track
         // "is-initialized" state at all!
 
-        let module_with_code = ModuleWithCode::in_store(
-            registry,
-            self.runtime_module()
-                .expect("funcref impossible in fake module"),
-        )
-        .expect("module not in store");
+        let module = self
+            .runtime_module()
+            .expect("funcref impossible in fake module");
+        let text = ModuleWithCode::funcref_text(registry, module).expect("module not in store");
+        let compiled = module.compiled_module();
 
         let array_call =
-            VmPtr::from(NonNull::from(module_with_code.function(array_to_wasm_key)).cast());
+            VmPtr::from(NonNull::from(&text[compiled.function_range(array_to_wasm_key)]).cast());
 
         let wasm_call = Some(VmPtr::from(
             NonNull::new(
-                module_with_code
-                    .function(wasm_key)
+                text[compiled.function_range(wasm_key)]
                     .as_ptr()
                     .cast::<VMWasmCallFunction>()
                     .cast_mut(),
