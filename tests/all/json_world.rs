@@ -80,3 +80,26 @@ async fn a_json_agents_error_keeps_its_words() {
         other => panic!("expected the agent's error, got {other:?}"),
     }
 }
+
+/// A `decide` of neither world's type is refused when the agent is loaded,
+/// naming both signatures an agent may export.
+#[test]
+fn a_decide_of_neither_worlds_type_is_refused_naming_both() {
+    let component = wat::parse_str(
+        r#"(component
+            (core module $m (func (export "d") (param i32) (result i32) local.get 0))
+            (core instance $i (instantiate $m))
+            (func (export "decide") (param "request" u32) (result u32) (canon lift (core func $i "d"))))"#,
+    )
+    .unwrap();
+    let error = match subs_tests::host().load(&component) {
+        Ok(_) => panic!("a decide taking a number was accepted"),
+        Err(e) => e.to_string(),
+    };
+    for expected in [
+        "`func(request: decision-request) -> result<decision-response, decide-error>` (world subs:agent/agent)",
+        "`func(request: string) -> result<string, decide-error>` (world subs:agent/agent-json)",
+    ] {
+        assert!(error.contains(expected), "{error}");
+    }
+}
