@@ -109,20 +109,21 @@ pub fn ratio(a: Duration, b: Duration) -> f64 {
 
 /// A 20-message conversation (user and assistant in turn, about 250
 /// characters each) and its tree, the path ending at its last message.
-pub fn conversation() -> (Vec<Message>, RequestTree) {
-    let messages: Vec<Message> = (0..20)
+pub fn conversation() -> (Vec<std::sync::Arc<Message>>, RequestTree) {
+    let messages: Vec<std::sync::Arc<Message>> = (0..20)
         .map(|i| {
             let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
             let text =
                 format!("message {i}: {}", "lorem ipsum dolor sit amet, consectetur adipiscing elit. ".repeat(4));
             subs_protocol::from_value::<Message>(json!({"id": format!("msg_{i}"), "role": role, "content": text}))
                 .expect("a message")
+                .into()
         })
         .collect();
     let nodes = messages
         .iter()
         .enumerate()
-        .map(|(i, m)| TreeNode { message: m.clone(), parent_id: i.checked_sub(1).map(|p| format!("msg_{p}")) })
+        .map(|(i, m)| TreeNode { message: Message::clone(m), parent_id: i.checked_sub(1).map(|p| format!("msg_{p}")) })
         .collect();
     let tree = RequestTree::new(MessageTree { nodes, head_id: Some("msg_19".to_owned()) }, &messages);
     (messages, tree)

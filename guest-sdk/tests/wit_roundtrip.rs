@@ -74,7 +74,7 @@ fn request_with_tree() -> subs_protocol::DecisionRequest {
     let reply = message("m2", Role::Assistant, "hello");
     let branch = message("m3", Role::Assistant, "hello, again");
     let mut request = subs_protocol::DecisionRequest::for_trigger(subs_protocol::Trigger::SessionStart);
-    request.messages = vec![first.clone(), reply.clone()];
+    request.messages = vec![first.clone().into(), reply.clone().into()];
     let tree = MessageTree {
         nodes: vec![
             TreeNode { message: first, parent_id: None },

@@ -366,6 +366,10 @@ pub const MIN_ADMIN_KEY: usize = 16;
 pub struct LimitsEntry {
     /// Sessions a tenant may have.
     pub max_sessions: Option<usize>,
+    /// Bytes of messages one session may store, each counted as its JSON.
+    pub max_session_bytes: Option<u64>,
+    /// Whole-session reads (snapshots) a tenant may have running at once.
+    pub max_session_reads: Option<usize>,
     /// Largest JSON request body, in bytes.
     pub max_body_bytes: Option<usize>,
     /// Largest component upload, in bytes.
@@ -443,6 +447,8 @@ impl LimitsEntry {
     fn over(&self, base: &Limits) -> Limits {
         Limits {
             max_sessions: self.max_sessions.or(base.max_sessions),
+            max_session_bytes: self.max_session_bytes.unwrap_or(base.max_session_bytes),
+            max_session_reads: self.max_session_reads.unwrap_or(base.max_session_reads),
             max_body_bytes: self.max_body_bytes.unwrap_or(base.max_body_bytes),
             max_component_bytes: self.max_component_bytes.unwrap_or(base.max_component_bytes),
             max_uploads_per_hour: self.max_uploads_per_hour.unwrap_or(base.max_uploads_per_hour),
@@ -799,6 +805,23 @@ mod tests {
         let bad = parse("[admin]\nkey_sha256 = \"abc\"\n").unwrap().admin_key_hashes(None).unwrap_err();
         assert!(bad.to_string().contains("64 hex digits"), "{bad}");
         assert!(parse("[admin]\nkeys = \"x\"\n").is_err(), "unknown keys are refused");
+    }
+
+    #[test]
+    fn session_bounds_take_what_the_file_sets() {
+        let file = parse("[limits]\nmax_session_bytes = 1048576\n[tenants.acme]\nmax_session_reads = 1\n").unwrap();
+        let config = file.server_config().unwrap();
+        let limits = &config.default_limits;
+        assert_eq!(
+            (limits.max_session_bytes, limits.max_session_reads),
+            (1 << 20, subs_engine::engine::DEFAULT_MAX_SESSION_READS)
+        );
+        let acme = config.limits("acme");
+        assert_eq!((acme.max_session_bytes, acme.max_session_reads), (1 << 20, 1));
+        let other = config.limits("other");
+        assert_eq!(other.max_session_bytes, 1 << 20);
+        let defaults = parse("").unwrap().server_config().unwrap();
+        assert_eq!(defaults.default_limits.max_session_bytes, subs_engine::engine::DEFAULT_MAX_SESSION_BYTES);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use subs_protocol::{ClientInput, Message, MessageTree, RetryPolicy, WorkerIdentity};
+use subs_protocol::{ClientInput, Message, MessageTree, RequestTree, RetryPolicy, WorkerIdentity};
 use tokio::sync::oneshot;
 
 use crate::events::{Event, StreamLimits, Subscription, TooManyStreams};
@@ -15,6 +15,7 @@ use crate::session::actor::Msg;
 pub use crate::session::apply::{Accepted, InputError, Sender};
 use crate::session::directory::Directory;
 use crate::session::env::Env;
+pub use crate::session::history::{DEFAULT_MAX_SESSION_BYTES, DEFAULT_MAX_SESSION_READS};
 use crate::store::{
     CallRecord, ID_RULE, SessionKey, SessionRecord, StepRecord, Store, StoreError, TurnRecord, valid_id,
 };
@@ -105,6 +106,29 @@ impl Snapshot {
         })
     }
 }
+
+/// A session as clients see it, its messages shared rather than copied:
+/// the active path's handles and the tree whose path nodes refer to them
+/// (written out in full with [`subs_protocol::FullTree`]). Holds one of
+/// the tenant's whole-session reads until dropped.
+#[derive(Debug)]
+pub struct SharedSnapshot {
+    /// The stored record.
+    pub record: SessionRecord,
+    /// The active path.
+    pub messages: Vec<Arc<Message>>,
+    /// Every message: the path's nodes refer to `messages`.
+    pub message_tree: RequestTree,
+    /// The open turn's calls, in the order they were made.
+    pub calls: Vec<CallRecord>,
+    /// The tenant's whole-session read this snapshot is: keep it as long
+    /// as the snapshot's messages are held (while it is written out).
+    pub read: ReadPermit,
+}
+
+/// One of a tenant's whole-session reads, running until dropped.
+#[derive(Debug)]
+pub struct ReadPermit(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
 
 /// Why the engine could not start.
 #[derive(Debug, thiserror::Error)]
@@ -240,10 +264,12 @@ impl Engine {
         self.env.tenants.set_budget(tenant, budget);
     }
 
-    /// Forgets `tenant`'s own budget and session limit: the defaults apply
-    /// to it again.
+    /// Forgets `tenant`'s own budget, session limit and bounds on its
+    /// sessions' messages and reads: the defaults apply to it again.
     pub fn clear_tenant_limits(&self, tenant: &str) {
         self.env.tenants.clear(tenant);
+        self.env.history.set_max_bytes(tenant, None);
+        self.env.history.set_max_reads(tenant, None);
     }
 
     /// Sets (or removes) the budget of every tenant that has none of its
@@ -365,23 +391,73 @@ impl Engine {
         answer.await.unwrap_or(Err(InputError::ShuttingDown))
     }
 
-    /// The session as stored.
+    /// The session as stored, every message copied out: see
+    /// [`shared_snapshot`](Self::shared_snapshot), which copies none.
+    /// Counts as one of the tenant's whole-session reads until the copy
+    /// is made.
     pub async fn snapshot(&self, tenant: &str, session: &str) -> Result<Option<Snapshot>, StoreError> {
+        let Some(shared) = self.shared_snapshot(tenant, session).await? else { return Ok(None) };
+        let SharedSnapshot { record, messages, message_tree, calls, read } = shared;
+        let full = message_tree
+            .to_tree(&messages)
+            .map_err(|e| StoreError::Corrupt { table: "messages", message: e.to_string() })?;
+        drop(message_tree);
+        let messages = messages.into_iter().map(Arc::unwrap_or_clone).collect();
+        drop(read);
+        Ok(Some(Snapshot { record, messages, message_tree: full, calls }))
+    }
+
+    /// The session as stored, its messages read once and shared between
+    /// the active path and the tree. Waits while the tenant has its
+    /// bound of whole-session reads running (see
+    /// [`set_tenant_max_session_reads`](Self::set_tenant_max_session_reads));
+    /// the snapshot counts as one until it is dropped, so a snapshot held
+    /// while it is written out to a slow client keeps counting.
+    pub async fn shared_snapshot(&self, tenant: &str, session: &str) -> Result<Option<SharedSnapshot>, StoreError> {
+        let read = ReadPermit(self.env.history.read_permit(tenant).await);
         let key = SessionKey::new(tenant, session);
         let store = self.env.store.as_ref();
         // One read: the record, messages and calls of one state, even
         // while the session's actor commits.
         let Some(loaded) = store.load(&key).await? else { return Ok(None) };
         let tree = Tree::from_records(loaded.messages.into_iter().map(|(_, r)| r));
-        let head = loaded.record.head_id.as_deref();
+        let (messages, message_tree) = tree.for_request(loaded.record.head_id.as_deref());
         let mut calls = loaded.calls;
         calls.sort_by_key(|c| c.order);
-        Ok(Some(Snapshot {
-            messages: tree.path(head).into_iter().cloned().collect(),
-            message_tree: tree.to_protocol(head),
-            calls,
-            record: loaded.record,
-        }))
+        Ok(Some(SharedSnapshot { record: loaded.record, messages, message_tree, calls, read }))
+    }
+
+    /// Sets the bytes of messages a session of `tenant` may store
+    /// (`None`: the default, [`set_default_max_session_bytes`](Self::set_default_max_session_bytes)).
+    /// A decision whose messages would take a session past it is refused
+    /// and its turn fails, naming the bound; a client's input likewise is
+    /// refused ([`InputError::LimitExceeded`]), with nothing of it stored.
+    pub fn set_tenant_max_session_bytes(&self, tenant: &str, max: Option<u64>) {
+        self.env.history.set_max_bytes(tenant, max);
+    }
+
+    /// Sets the bytes of messages a session may store for tenants without
+    /// their own bound; 32 MiB until set.
+    pub fn set_default_max_session_bytes(&self, max: u64) {
+        self.env.history.set_default_max_bytes(max);
+    }
+
+    /// The bytes of messages a session of `tenant` may store.
+    pub fn max_session_bytes(&self, tenant: &str) -> u64 {
+        self.env.history.max_bytes(tenant)
+    }
+
+    /// Sets how many whole-session reads ([`snapshot`](Self::snapshot),
+    /// [`shared_snapshot`](Self::shared_snapshot)) `tenant` may have
+    /// running at once (`None`: the default); more wait their turn.
+    pub fn set_tenant_max_session_reads(&self, tenant: &str, max: Option<usize>) {
+        self.env.history.set_max_reads(tenant, max);
+    }
+
+    /// Sets the whole-session reads a tenant without its own bound may
+    /// have running at once; 2 until set.
+    pub fn set_default_max_session_reads(&self, max: usize) {
+        self.env.history.set_default_max_reads(max);
     }
 
     /// The session's record, at most `limit` of its steps from number

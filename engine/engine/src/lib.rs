@@ -50,6 +50,6 @@ pub mod worker;
 /// The durable store, re-exported: the engine works on any [`Store`].
 pub use subs_store as store;
 
-pub use engine::{Accepted, Engine, EngineConfig, InputError, Sender, Snapshot};
+pub use engine::{Accepted, Engine, EngineConfig, InputError, ReadPermit, Sender, SharedSnapshot, Snapshot};
 pub use events::StreamLimits;
 pub use store::Store;

@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
-use subs_protocol::{DecisionRequest, DecisionResponse, Trigger};
+use subs_protocol::{AgentConfig, DecisionRequest, DecisionResponse, Trigger};
 
 use crate::session::{KnownTurns, Session, Tree};
-use crate::store::{SessionKey, SessionRecord, StepRecord, StepStatus, Store, StoreError, StoredTrigger};
+use crate::store::{MessageRecord, SessionKey, StepRecord, StepStatus, Store, StoreError};
 use crate::worker::Delivery;
 use crate::worker::component::ComponentAgent;
 
@@ -179,9 +179,12 @@ pub enum ChangeKind {
 /// selected.
 pub type Progress = Arc<dyn Fn(usize, usize) + Send + Sync>;
 
-/// A session to replay: its record, its steps, and the numbers of those
-/// to compare.
-type Chosen = (SessionRecord, Vec<(u64, StepRecord)>, HashSet<u64>);
+/// How many steps a replay reads from the store at a time.
+const STEP_PAGE: usize = 32;
+
+/// How many session records a replay reads at a time while it picks the
+/// agent's most recently changed sessions.
+const SESSION_PAGE: usize = 100;
 
 /// A recorded decision and the request it answered, rebuilt.
 struct Case {
@@ -196,6 +199,14 @@ struct Case {
 /// sessions of that agent are read: a named session of another agent (or
 /// none of that id) is an error naming it.
 ///
+/// The replay streams: a first pass over the sessions' steps (a page at
+/// a time) picks the steps to compare and keeps only their numbers; then
+/// each session is read once, its steps a page at a time, and each picked
+/// request is rebuilt just before the candidate is asked it and dropped
+/// once answered. What a replay holds is one session's messages (shared
+/// by every request rebuilt from them), one page of its steps, and at
+/// most [`window`] requests being decided, whatever `limit` is.
+///
 /// # Errors
 /// The store failed, or a named session is not one of the agent's.
 pub async fn replay(
@@ -208,49 +219,47 @@ pub async fn replay(
 ) -> Result<ReplayReport, ReplayError> {
     let started = Instant::now();
     let sessions = select_sessions(store, tenant, agent_id, selection).await?;
-    // Which steps to compare, read first so that progress has a total.
+    // Which steps to compare, picked first so that progress has a total.
     let limit = selection.limit.min(MAX_DECISIONS);
-    let mut chosen: Vec<Chosen> = Vec::new();
+    let mut chosen: Vec<(SessionKey, Vec<u64>)> = Vec::new();
     let (mut total, mut skipped) = (0, 0);
-    for record in sessions {
+    for key in sessions {
         if total >= limit {
             break;
         }
-        let mut steps = store.steps(&record.key, 0, usize::MAX).await?;
-        let mut picked = HashSet::new();
-        for (seq, step) in &steps {
+        let picked = pick(store, &key, |step| {
             let decided = step.status == StepStatus::Applied && step.decision.is_some();
             let recent = selection.since_ms.is_none_or(|since| step.decided_ms.is_some_and(|at| at >= since));
             if !decided || !recent || total >= limit {
-                continue;
+                return false;
             }
             if step.request.is_none() {
                 skipped += 1;
-            } else {
-                picked.insert(*seq);
-                total += 1;
+                return false;
             }
-        }
-        keep_needed(&mut steps, &picked);
-        chosen.push((record, steps, picked));
+            total += 1;
+            true
+        })
+        .await?;
+        chosen.push((key, picked));
     }
     let mut report = ReplayReport { sessions: chosen.len(), skipped, ..ReplayReport::default() };
     let done = Arc::new(AtomicUsize::new(0));
-    let parallel = std::thread::available_parallelism().map_or(2, std::num::NonZero::get) * 2;
-    let mut running = tokio::task::JoinSet::new();
+    let mut running = Window::new(window());
     let mut listed = Listed::default();
-    'sessions: for (record, steps, picked) in chosen {
-        let messages = store.messages(&record.key).await?;
-        for case in rebuild(record, messages, steps, &picked) {
+    'sessions: for (key, picked) in chosen {
+        let Some(mut cases) = Cases::open(store, key, picked).await? else { continue };
+        loop {
             if started.elapsed() >= selection.time {
                 report.stopped = Some("time".to_owned());
                 break 'sessions;
             }
-            while running.len() >= parallel {
-                if let Some(Ok((key, outcome))) = running.join_next().await {
-                    listed.add(&mut report, key, outcome);
-                }
+            // Room first, then the request: no more than the window's
+            // requests exist at once.
+            for (key, outcome) in running.make_room().await {
+                listed.add(&mut report, key, outcome);
             }
+            let Some(case) = cases.next().await? else { break };
             let (candidate, done, progress) = (candidate.clone(), done.clone(), progress.clone());
             running.spawn(async move {
                 let key = (case.key.session.clone(), case.seq);
@@ -265,15 +274,62 @@ pub async fn replay(
             });
         }
     }
-    while let Some(joined) = running.join_next().await {
-        if let Ok((key, outcome)) = joined {
-            listed.add(&mut report, key, outcome);
-        }
+    for (key, outcome) in running.finish().await {
+        listed.add(&mut report, key, outcome);
     }
     report.differences = listed.differences.into_values().collect();
     report.failures = listed.failures.into_values().collect();
     report.elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     Ok(report)
+}
+
+/// How many decisions a replay has the candidate decide at once: two per
+/// core, so that the cores stay busy while requests are built and
+/// compared.
+pub fn window() -> usize {
+    std::thread::available_parallelism().map_or(2, std::num::NonZero::get) * 2
+}
+
+/// Tasks running at most `size` at a time: [`make_room`](Self::make_room)
+/// waits for one to finish while the window is full, so that whatever
+/// the next task takes is made only once there is room for it.
+struct Window<T> {
+    size: usize,
+    running: tokio::task::JoinSet<T>,
+}
+
+impl<T: Send + 'static> Window<T> {
+    fn new(size: usize) -> Self {
+        Self { size: size.max(1), running: tokio::task::JoinSet::new() }
+    }
+
+    /// Waits until fewer than the window's tasks run; what those that
+    /// finished meanwhile gave (a task that panicked gives nothing).
+    async fn make_room(&mut self) -> Vec<T> {
+        let mut finished = Vec::new();
+        while self.running.len() >= self.size {
+            if let Some(Ok(out)) = self.running.join_next().await {
+                finished.push(out);
+            }
+        }
+        finished
+    }
+
+    /// Starts `task`; call [`make_room`](Self::make_room) first.
+    fn spawn(&mut self, task: impl Future<Output = T> + Send + 'static) {
+        self.running.spawn(task);
+    }
+
+    /// Waits for every task; what they gave.
+    async fn finish(mut self) -> Vec<T> {
+        let mut finished = Vec::new();
+        while let Some(joined) = self.running.join_next().await {
+            if let Ok(out) = joined {
+                finished.push(out);
+            }
+        }
+        finished
+    }
 }
 
 /// The differing and failed decisions a report lists: the first
@@ -312,43 +368,201 @@ impl Listed {
     }
 }
 
-/// Drops what a replay of the `picked` steps does not need from a
-/// session's steps: those after the last picked, and of the others before
-/// it all but the state and config they carry (which the picked ones may
-/// inherit). What a replay holds in memory is then bounded by what it
-/// compares.
-fn keep_needed(steps: &mut Vec<(u64, StepRecord)>, picked: &HashSet<u64>) {
-    let last = steps.iter().rposition(|(seq, _)| picked.contains(seq)).map_or(0, |i| i + 1);
-    steps.truncate(last);
-    steps.retain_mut(|(seq, step)| {
-        if picked.contains(seq) {
-            return true;
+/// The numbers of the steps of session `key` that `wanted` picks, in
+/// order, reading the steps a page at a time and keeping none of them.
+async fn pick(
+    store: &dyn Store,
+    key: &SessionKey,
+    mut wanted: impl FnMut(&StepRecord) -> bool,
+) -> Result<Vec<u64>, StoreError> {
+    let mut picked = Vec::new();
+    let mut from = 0;
+    loop {
+        let page = store.steps(key, from, STEP_PAGE).await?;
+        let Some(&(last, _)) = page.last() else { break };
+        picked.extend(page.iter().filter(|(_, step)| wanted(step)).map(|(seq, _)| *seq));
+        if page.len() < STEP_PAGE {
+            break;
         }
-        let Some(basis) = &mut step.request else { return false };
-        if basis.state.is_none() && basis.agent.is_none() {
-            return false;
-        }
-        step.decision = None;
-        step.trigger = StoredTrigger::Plain { trigger: Trigger::SessionStart };
-        basis.proposed = DecisionResponse::default();
-        basis.calls = Vec::new();
-        basis.trigger = None;
-        true
-    });
+        from = last + 1;
+    }
+    Ok(picked)
 }
 
 /// The requests the decided steps of session `key` answered, rebuilt as
 /// a replay rebuilds them, by step number; steps stored before the engine
-/// kept what rebuilds them are left out.
+/// kept what rebuilds them are left out. Every request is held at once
+/// (their messages shared): for tests and tools that look at a session's
+/// requests side by side.
 ///
 /// # Errors
 /// The store failed.
 pub async fn requests(store: &dyn Store, key: &SessionKey) -> Result<Vec<(u64, DecisionRequest)>, StoreError> {
-    let Some(record) = store.session(key).await? else { return Ok(Vec::new()) };
-    let steps = store.steps(key, 0, usize::MAX).await?;
-    let picked = steps.iter().filter(|(_, s)| s.status == StepStatus::Applied).map(|(seq, _)| *seq).collect();
-    let messages = store.messages(key).await?;
-    Ok(rebuild(record, messages, steps, &picked).into_iter().map(|case| (case.seq, case.request)).collect())
+    let picked = pick(store, key, |step| step.status == StepStatus::Applied).await?;
+    let Some(mut cases) = Cases::open(store, key.clone(), picked).await? else { return Ok(Vec::new()) };
+    let mut requests = Vec::new();
+    while let Some(case) = cases.next().await? {
+        requests.push((case.seq, case.request));
+    }
+    Ok(requests)
+}
+
+/// The sessions to read: those named, else the agent's most recently
+/// changed. Only their keys are kept: each record is read again when its
+/// session is replayed.
+async fn select_sessions(
+    store: &dyn Store,
+    tenant: &str,
+    agent_id: &str,
+    selection: &Selection,
+) -> Result<Vec<SessionKey>, ReplayError> {
+    match &selection.sessions {
+        Some(named) => {
+            selection.check()?;
+            let mut keys = Vec::with_capacity(named.len());
+            for session in named {
+                let key = SessionKey::new(tenant, session.clone());
+                match store.session(&key).await? {
+                    Some(record) if record.agent_id == agent_id => keys.push(key),
+                    _ => {
+                        return Err(ReplayError::NoSession { session: session.clone(), agent: agent_id.to_owned() });
+                    }
+                }
+            }
+            Ok(keys)
+        }
+        None => {
+            // A page of records at a time; of each, the key and when it
+            // changed.
+            let mut found: Vec<(u64, SessionKey)> = Vec::new();
+            let mut after: Option<String> = None;
+            loop {
+                let page = store.sessions_page(tenant, after.as_deref(), SESSION_PAGE).await?;
+                let Some(last) = page.last() else { break };
+                after = Some(last.key.session.clone());
+                let full = page.len() == SESSION_PAGE;
+                found.extend(page.into_iter().filter(|r| r.agent_id == agent_id).map(|r| (r.updated_ms, r.key)));
+                if !full {
+                    break;
+                }
+            }
+            found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+            found.truncate(selection.sessions_limit.min(MAX_SESSIONS));
+            Ok(found.into_iter().map(|(_, key)| key).collect())
+        }
+    }
+}
+
+/// The requests of the picked steps of one session, rebuilt one at a time
+/// in step order: the state and config carried from step to step as the
+/// session stored them, the tree grown message by message, and each
+/// request made by the code that made the original. The steps are read a
+/// page at a time; a request shares the tree's messages, so rebuilding
+/// one costs a handle per message, not a copy.
+struct Cases<'a> {
+    store: &'a dyn Store,
+    session: Session,
+    /// The session's messages not in the tree yet, in recording order.
+    messages: std::iter::Peekable<std::vec::IntoIter<(u64, MessageRecord)>>,
+    /// The steps to rebuild.
+    picked: HashSet<u64>,
+    /// The last of them: no step after it is read.
+    last: u64,
+    /// The steps read and not yet gone through.
+    page: VecDeque<(u64, StepRecord)>,
+    /// Where the next page starts.
+    from: u64,
+    /// The state and config the steps so far left the session with.
+    state: Option<Value>,
+    agent: Option<Option<Arc<AgentConfig>>>,
+}
+
+impl<'a> Cases<'a> {
+    /// The rebuilder of the `picked` steps of session `key`; `None` when
+    /// the session is gone or no step is picked.
+    async fn open(store: &'a dyn Store, key: SessionKey, picked: Vec<u64>) -> Result<Option<Self>, StoreError> {
+        let Some(&last) = picked.iter().max() else { return Ok(None) };
+        let Some(record) = store.session(&key).await? else { return Ok(None) };
+        let messages = store.messages(&key).await?;
+        let session = Session {
+            record,
+            tree: Tree::default(),
+            calls: BTreeMap::new(),
+            steps: VecDeque::new(),
+            turns: KnownTurns::default(),
+            based_on: None,
+            deciding: None,
+        };
+        Ok(Some(Self {
+            store,
+            session,
+            messages: messages.into_iter().peekable(),
+            picked: picked.into_iter().collect(),
+            last,
+            page: VecDeque::new(),
+            from: 0,
+            state: None,
+            agent: None,
+        }))
+    }
+
+    /// The next picked step's request; `None` past the last.
+    async fn next(&mut self) -> Result<Option<Case>, StoreError> {
+        loop {
+            let Some((seq, step)) = self.page.pop_front() else {
+                if self.from > self.last {
+                    return Ok(None);
+                }
+                let page = self.store.steps(&self.session.record.key, self.from, STEP_PAGE).await?;
+                let Some(&(end, _)) = page.last() else { return Ok(None) };
+                self.from = end + 1;
+                self.page = page.into();
+                continue;
+            };
+            if seq > self.last {
+                self.page.clear();
+                return Ok(None);
+            }
+            if let Some(case) = self.rebuild(seq, step) {
+                return Ok(Some(case));
+            }
+        }
+    }
+
+    /// Carries step `seq`'s state and config, and rebuilds its request
+    /// when it is picked.
+    fn rebuild(&mut self, seq: u64, step: StepRecord) -> Option<Case> {
+        let basis = step.request.as_ref()?;
+        if let Some(s) = &basis.state {
+            self.state = Some(s.clone());
+        }
+        if let Some(a) = &basis.agent {
+            self.agent = Some(a.clone());
+        }
+        if !self.picked.contains(&seq) {
+            return None;
+        }
+        // The first basis a process stores carries both; one without them
+        // follows another that did.
+        let (Some(state), Some(agent)) = (&self.state, &self.agent) else { return None };
+        let session = &mut self.session;
+        while let Some((_, message)) = self.messages.next_if(|(n, _)| *n < basis.messages) {
+            session.tree.insert(message);
+        }
+        session.record.state.clone_from(state);
+        session.record.agent.clone_from(agent);
+        session.record.head_id.clone_from(&basis.head_id);
+        let trigger = match (&basis.trigger, &step.trigger) {
+            (Some(trigger), _) => trigger.clone(),
+            (None, stored) => session.trigger(stored),
+        };
+        let mut request = session.request(&step, trigger, basis.proposed.clone(), 0);
+        request.calls.clone_from(&basis.calls);
+        request.pending_calls = basis.pending_calls;
+        request.attempts = basis.attempts;
+        request.deadline.clone_from(&basis.deadline);
+        Some(Case { key: session.record.key.clone(), seq, step, request })
+    }
 }
 
 /// Why a replay could not run.
@@ -371,96 +585,6 @@ pub enum ReplayError {
         /// How many were named.
         count: usize,
     },
-}
-
-/// The sessions to read: those named, else the agent's most recently
-/// changed.
-async fn select_sessions(
-    store: &dyn Store,
-    tenant: &str,
-    agent_id: &str,
-    selection: &Selection,
-) -> Result<Vec<SessionRecord>, ReplayError> {
-    match &selection.sessions {
-        Some(named) => {
-            selection.check()?;
-            let mut records = Vec::with_capacity(named.len());
-            for session in named {
-                let record = store.session(&SessionKey::new(tenant, session.clone())).await?;
-                match record {
-                    Some(record) if record.agent_id == agent_id => records.push(record),
-                    _ => {
-                        return Err(ReplayError::NoSession { session: session.clone(), agent: agent_id.to_owned() });
-                    }
-                }
-            }
-            Ok(records)
-        }
-        None => {
-            let mut records: Vec<SessionRecord> =
-                store.sessions(Some(tenant)).await?.into_iter().filter(|r| r.agent_id == agent_id).collect();
-            records.sort_by(|a, b| b.updated_ms.cmp(&a.updated_ms).then_with(|| a.key.cmp(&b.key)));
-            records.truncate(selection.sessions_limit.min(MAX_SESSIONS));
-            Ok(records)
-        }
-    }
-}
-
-/// The requests of the `picked` steps of one session, rebuilt in step
-/// order: the state and config carried from step to step as the session
-/// stored them, the tree grown message by message, and the request made by
-/// the code that made the original.
-fn rebuild(
-    record: SessionRecord,
-    messages: Vec<(u64, crate::store::MessageRecord)>,
-    steps: Vec<(u64, StepRecord)>,
-    picked: &HashSet<u64>,
-) -> Vec<Case> {
-    let key = record.key.clone();
-    let mut session = Session {
-        record,
-        tree: Tree::default(),
-        calls: BTreeMap::new(),
-        steps: VecDeque::new(),
-        turns: KnownTurns::default(),
-        based_on: None,
-        deciding: None,
-    };
-    let mut messages = messages.into_iter().peekable();
-    let (mut state, mut agent) = (None, None);
-    let mut cases = Vec::with_capacity(picked.len());
-    for (seq, step) in steps {
-        let Some(basis) = &step.request else { continue };
-        if let Some(s) = &basis.state {
-            state = Some(s.clone());
-        }
-        if let Some(a) = &basis.agent {
-            agent = Some(a.clone());
-        }
-        if !picked.contains(&seq) {
-            continue;
-        }
-        // The first basis a process stores carries both; one without them
-        // follows another that did.
-        let (Some(state), Some(agent)) = (&state, &agent) else { continue };
-        while let Some((_, message)) = messages.next_if(|(n, _)| *n < basis.messages) {
-            session.tree.insert(message);
-        }
-        session.record.state.clone_from(state);
-        session.record.agent.clone_from(agent);
-        session.record.head_id.clone_from(&basis.head_id);
-        let trigger = match (&basis.trigger, &step.trigger) {
-            (Some(trigger), _) => trigger.clone(),
-            (None, stored) => session.trigger(stored),
-        };
-        let mut request = session.request(&step, trigger, basis.proposed.clone(), 0);
-        request.calls.clone_from(&basis.calls);
-        request.pending_calls = basis.pending_calls;
-        request.attempts = basis.attempts;
-        request.deadline.clone_from(&basis.deadline);
-        cases.push(Case { key: key.clone(), seq, step, request });
-    }
-    cases
 }
 
 /// What became of one replayed decision.
@@ -713,39 +837,100 @@ mod tests {
         assert_eq!(found[0].candidate, Some(json!(1)));
     }
 
-    #[test]
-    fn only_what_the_picked_steps_need_is_kept() {
-        use crate::store::RequestBasis;
-        let basis = |state: Option<Value>| RequestBasis {
-            head_id: None,
-            messages: 0,
-            state,
-            agent: None,
-            calls: Vec::new(),
-            pending_calls: 0,
-            proposed: DecisionResponse::new().with_state(json!("big")),
-            trigger: None,
-            attempts: 1,
-            deadline: None,
-        };
-        let step = |state: Option<Value>| {
-            let mut step =
-                StepRecord::pending(None, "d".into(), StoredTrigger::Plain { trigger: Trigger::SessionStart });
-            step.request = Some(basis(state));
-            step
-        };
-        let mut steps = vec![
-            (0, step(Some(json!(1)))),
-            (1, step(None)),
-            (2, step(None)),
-            (3, step(Some(json!(2)))),
-            (4, step(None)),
-        ];
-        keep_needed(&mut steps, &[2].into());
-        let kept: Vec<u64> = steps.iter().map(|(seq, _)| *seq).collect();
-        assert_eq!(kept, [0, 2], "the state's carrier and the picked step");
-        assert_eq!(steps[0].1.request.as_ref().unwrap().proposed, DecisionResponse::default(), "stripped");
-        assert_eq!(steps[1].1.request.as_ref().unwrap().proposed, DecisionResponse::new().with_state(json!("big")));
+    #[tokio::test]
+    async fn a_window_runs_at_most_its_size_and_the_next_task_is_made_only_with_room() {
+        let (live, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let mut window = Window::new(3);
+        let mut finished = 0;
+        for n in 0..40 {
+            finished += window.make_room().await.len();
+            // What a task holds (a rebuilt request) is made here, after
+            // the room: counted from now until the task is done with it.
+            let now = live.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            let live = live.clone();
+            window.spawn(async move {
+                for _ in 0..n % 4 {
+                    tokio::task::yield_now().await;
+                }
+                live.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+        finished += window.finish().await.len();
+        assert_eq!(finished, 40, "every task's outcome is given");
+        assert_eq!(peak.load(Ordering::SeqCst), 3, "never more than the window at once");
+    }
+
+    /// A session of one large message and then `turns` short ones, each
+    /// step's request basis stored as the engine stores it.
+    async fn stored_session(store: &crate::store::MemStore, turns: u64) -> SessionKey {
+        use crate::store::conformance::sample;
+        use crate::store::{Batch, Op, RequestBasis, SessionStatus};
+        let key = SessionKey::new("t", "s");
+        let mut batch = Batch::new();
+        batch.push(Op::PutSession(sample::session(&key, SessionStatus::Idle)));
+        for n in 0..=turns {
+            let content = if n == 0 { "x".repeat(1 << 20) } else { format!("turn {n}") };
+            let message: subs_protocol::Message =
+                serde_json::from_value(json!({"id": format!("m{n}"), "role": "user", "content": content})).unwrap();
+            let parent_id = n.checked_sub(1).map(|p| format!("m{p}"));
+            batch.push(Op::PutMessage {
+                session: key.clone(),
+                seq: n,
+                record: MessageRecord { message: message.into(), parent_id },
+            });
+            let mut step = StepRecord::pending(
+                None,
+                format!("s:{n}"),
+                crate::store::StoredTrigger::Plain { trigger: Trigger::SessionStart },
+            );
+            step.status = StepStatus::Applied;
+            step.decision = Some(DecisionResponse::default());
+            step.request = Some(RequestBasis {
+                head_id: Some(format!("m{n}")),
+                messages: n + 1,
+                // The first basis carries the state and config; the
+                // others inherit them.
+                state: (n == 0).then(|| json!({"since": 0})),
+                agent: (n == 0).then_some(None),
+                calls: Vec::new(),
+                pending_calls: 0,
+                proposed: DecisionResponse::default(),
+                trigger: None,
+                attempts: 1,
+                deadline: None,
+            });
+            batch.push(Op::PutStep { session: key.clone(), seq: n, record: step });
+        }
+        store.commit(batch).await.unwrap();
+        key
+    }
+
+    #[tokio::test]
+    async fn rebuilt_requests_share_the_sessions_messages_and_steps_are_read_by_page() {
+        let store = crate::store::MemStore::new();
+        let turns = 3 * STEP_PAGE as u64 + 5;
+        let key = stored_session(&store, turns).await;
+        let requests = requests(&store, &key).await.unwrap();
+        assert_eq!(requests.len() as u64, turns + 1, "every step, across pages");
+        let first = &requests[0].1.messages[0];
+        assert_eq!(first.text().len(), 1 << 20);
+        for (seq, request) in &requests {
+            assert_eq!(request.messages.len() as u64, seq + 1, "step {seq}: the path as it was");
+            assert_eq!(request.state, json!({"since": 0}), "step {seq}: the state carried");
+            // The large message is one allocation, whatever the number
+            // of requests holding it.
+            assert!(Arc::ptr_eq(&request.messages[0], first), "step {seq} copied the message");
+        }
+        // Picking reads every page and keeps only numbers.
+        let odd = pick(&store, &key, |step| step.decision_id.ends_with(['1', '3', '5', '7', '9'])).await.unwrap();
+        assert_eq!(odd, (0..=turns).filter(|n| n % 2 == 1).collect::<Vec<_>>());
+        // A rebuilder of a few steps stops after the last of them.
+        let mut cases = Cases::open(&store, key.clone(), vec![2, 40]).await.unwrap().unwrap();
+        assert_eq!(cases.next().await.unwrap().map(|c| c.seq), Some(2));
+        assert_eq!(cases.next().await.unwrap().map(|c| c.seq), Some(40));
+        assert!(cases.next().await.unwrap().is_none());
+        assert!(cases.from <= 40 + STEP_PAGE as u64 + 1, "no page past the last picked step was read");
     }
 
     #[test]

@@ -24,6 +24,8 @@
 //! });
 //! ```
 
+use std::sync::Arc;
+
 use proptest::collection::{btree_map, vec};
 use proptest::option;
 use proptest::prelude::*;
@@ -780,7 +782,8 @@ pub fn decision_request() -> BoxedStrategy<DecisionRequest> {
             )| {
                 // An engine's `messages` are the tree's active path, which the
                 // WIT form sends once; half the requests have that shape.
-                let messages = if from_tree { active_path(&message_tree) } else { messages };
+                let messages: Vec<Arc<Message>> =
+                    if from_tree { active_path(&message_tree) } else { messages }.into_iter().map(Arc::new).collect();
                 // Held as reading its JSON would hold it.
                 let message_tree = RequestTree::new(message_tree, &messages);
                 DecisionRequest {
@@ -808,11 +811,11 @@ pub fn decision_request() -> BoxedStrategy<DecisionRequest> {
 
 /// Any [`MessageTree`] with a path to hold it against: its active path
 /// (as an engine sends a request), or unrelated messages.
-pub fn tree_and_path() -> BoxedStrategy<(MessageTree, Vec<Message>)> {
+pub fn tree_and_path() -> BoxedStrategy<(MessageTree, Vec<Arc<Message>>)> {
     (message_tree(), vec(message(), 0..=3), any::<bool>())
         .prop_map(|(tree, other, active)| {
             let path = if active { active_path(&tree) } else { other };
-            (tree, path)
+            (tree, path.into_iter().map(Arc::new).collect())
         })
         .boxed()
 }

@@ -2,11 +2,13 @@
 //! decision the worker returns.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::message::FullTree;
 use crate::{Action, AgentConfig, DraftMessage, Handler, Message, MessageTree, ProtocolError, RequestTree, Trigger};
 
 /// What the engine sends a worker whenever it needs to know what happens
@@ -14,7 +16,10 @@ use crate::{Action, AgentConfig, DraftMessage, Handler, Message, MessageTree, Pr
 ///
 /// In JSON its `message_tree` is the full [`MessageTree`]; in memory it is
 /// a [`RequestTree`] whose active-path nodes refer to `messages` instead of
-/// holding a second copy of them.
+/// holding a second copy of them. Messages are shared ([`Arc`]): the engine
+/// builds a request from the messages it holds, copying none, and a
+/// message reads through its handle as it would itself
+/// (`request.messages.last().map(|m| m.text())`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(from = "WireRequest")]
 pub struct DecisionRequest {
@@ -39,8 +44,8 @@ pub struct DecisionRequest {
     pub calls: Vec<Call>,
     /// In-flight tool and sub-agent calls.
     pub pending_calls: u32,
-    /// The active conversation path.
-    pub messages: Vec<Message>,
+    /// The active conversation path, oldest first.
+    pub messages: Vec<Arc<Message>>,
     /// Every message of the session; nodes on the active path refer to
     /// `messages` (see [`DecisionRequest::tree_nodes`]).
     pub message_tree: RequestTree,
@@ -67,7 +72,7 @@ struct WireRequest {
     agent: Option<AgentConfig>,
     calls: Vec<Call>,
     pending_calls: u32,
-    messages: Vec<Message>,
+    messages: Vec<Arc<Message>>,
     message_tree: MessageTree,
     ancestry: Vec<String>,
     attempts: u32,
@@ -113,43 +118,12 @@ impl Serialize for DecisionRequest {
         s.serialize_field("calls", &self.calls)?;
         s.serialize_field("pending_calls", &self.pending_calls)?;
         s.serialize_field("messages", &self.messages)?;
-        s.serialize_field("message_tree", &FullTree { tree: &self.message_tree, path: &self.messages })?;
+        s.serialize_field("message_tree", &FullTree::new(&self.message_tree, &self.messages))?;
         s.serialize_field("ancestry", &self.ancestry)?;
         s.serialize_field("attempts", &self.attempts)?;
         s.serialize_field("deadline", &self.deadline)?;
         s.serialize_field("turn_id", &self.turn_id)?;
         s.end()
-    }
-}
-
-/// A [`RequestTree`] written out as the [`MessageTree`] it stands for,
-/// without copying it first.
-struct FullTree<'a> {
-    tree: &'a RequestTree,
-    path: &'a [Message],
-}
-
-impl Serialize for FullTree<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{Error, SerializeMap, SerializeSeq};
-        /// The nodes, each as `{ message, parent_id? }`.
-        struct Nodes<'a>(&'a FullTree<'a>);
-        impl Serialize for Nodes<'_> {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                let mut seq = serializer.serialize_seq(Some(self.0.tree.nodes.len()))?;
-                for node in self.0.tree.nodes_with(self.0.path) {
-                    let (message, parent_id) = node.map_err(|e| S::Error::custom(e.in_field("message_tree")))?;
-                    seq.serialize_element(&crate::message::TreeNodeRef { message, parent_id })?;
-                }
-                seq.end()
-            }
-        }
-        let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("nodes", &Nodes(self))?;
-        if let Some(head) = &self.tree.head_id {
-            map.serialize_entry("head_id", head)?;
-        }
-        map.end()
     }
 }
 
@@ -206,11 +180,11 @@ impl DecisionRequest {
     /// # use subs_protocol::*;
     /// let hi: Message = from_value(serde_json::json!({"id": "m1", "role": "user", "content": "hi"})).unwrap();
     /// let mut request = DecisionRequest::for_trigger(Trigger::SessionStart);
+    /// request.messages = vec![hi.clone().into()];
     /// request.message_tree = RequestTree::new(
-    ///     MessageTree { nodes: vec![TreeNode { message: hi.clone(), parent_id: None }], head_id: Some("m1".into()) },
-    ///     std::slice::from_ref(&hi),
+    ///     MessageTree { nodes: vec![TreeNode { message: hi, parent_id: None }], head_id: Some("m1".into()) },
+    ///     &request.messages,
     /// );
-    /// request.messages = vec![hi];
     /// let (message, parent) = request.tree_nodes().next().unwrap().unwrap();
     /// assert_eq!((message.id.as_str(), parent), ("m1", None));
     /// ```

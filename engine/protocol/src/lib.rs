@@ -63,7 +63,7 @@ pub use llm::{
     ErrorCode, LlmRequest, LlmResponse, LlmTool, ReasoningConfig, ReasoningEffort, StreamDelta, ToolCallDelta,
 };
 pub use message::{
-    AudioData, Content, ContentPart, DraftMessage, FileData, FunctionCall, Message, MessageTree, NodeMessage,
+    AudioData, Content, ContentPart, DraftMessage, FileData, FullTree, FunctionCall, Message, MessageTree, NodeMessage,
     NodeParent, RequestNode, RequestTree, Role, ToolCall, TreeNode, UrlRef,
 };
 pub use trigger::{ClientContext, ToolInput, Trigger};

@@ -1,5 +1,7 @@
 //! Messages, their content, and the tree a session keeps them in.
 
+use std::sync::Arc;
+
 use serde::de::{self, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -365,6 +367,15 @@ impl From<Message> for DraftMessage {
     }
 }
 
+/// A shared message (as a [`DecisionRequest`](crate::DecisionRequest)
+/// holds its path) as a draft: moved out when nothing else holds it,
+/// copied otherwise.
+impl From<Arc<Message>> for DraftMessage {
+    fn from(m: Arc<Message>) -> Self {
+        Arc::unwrap_or_clone(m).into()
+    }
+}
+
 /// A session's messages as a tree: editing or truncating history forks a
 /// branch; `head_id` is the end of the active path.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -400,9 +411,10 @@ pub(crate) struct TreeNodeRef<'a> {
 /// Most of a session's tree is its active path, which the request already
 /// carries in `messages`; a node on that path names its message by index
 /// there ([`NodeMessage::Active`]) and a node's parent is named by the
-/// index of an earlier node ([`NodeParent::Node`]). So building a request,
-/// carrying it into a component and dropping it copies each message once,
-/// not twice. On the wire (JSON) the tree is the full [`MessageTree`]:
+/// index of an earlier node ([`NodeParent::Node`]). Messages off the path
+/// are shared ([`NodeMessage::Other`] holds an [`Arc`]), as the path's
+/// are: the engine builds a request from the messages it keeps in memory
+/// without copying one. On the wire (JSON) the tree is the full [`MessageTree`]:
 /// [`DecisionRequest`](crate::DecisionRequest) writes every node out and,
 /// reading, folds the active path back in.
 ///
@@ -431,8 +443,8 @@ pub struct RequestNode {
 pub enum NodeMessage {
     /// `messages[i]` of the request: the node is on the active path.
     Active(usize),
-    /// Off the active path: the message itself.
-    Other(Message),
+    /// Off the active path: the message itself, shared.
+    Other(Arc<Message>),
 }
 
 /// A [`RequestNode`]'s parent.
@@ -452,7 +464,7 @@ impl RequestTree {
     /// and each parent id that an earlier node has refers to that node. The
     /// matching is exact, so [`RequestTree::to_tree`] gives `tree` back for
     /// any tree and path.
-    pub fn new(tree: MessageTree, path: &[Message]) -> Self {
+    pub fn new(tree: MessageTree, path: &[Arc<Message>]) -> Self {
         let parents: Vec<NodeParent> = {
             // A repeated id keeps naming its first node.
             let mut seen = std::collections::HashMap::with_capacity(tree.nodes.len());
@@ -478,11 +490,11 @@ impl RequestTree {
             .zip(parents)
             .map(|(node, parent)| {
                 let message = match path.get(next) {
-                    Some(m) if *m == node.message => {
+                    Some(m) if **m == node.message => {
                         next += 1;
                         NodeMessage::Active(next - 1)
                     }
-                    _ => NodeMessage::Other(node.message),
+                    _ => NodeMessage::Other(Arc::new(node.message)),
                 };
                 RequestNode { message, parent }
             })
@@ -495,7 +507,7 @@ impl RequestTree {
     /// nowhere.
     pub fn nodes_with<'a>(
         &'a self,
-        path: &'a [Message],
+        path: &'a [Arc<Message>],
     ) -> impl Iterator<Item = Result<(&'a Message, Option<&'a str>), crate::ProtocolError>> + 'a {
         self.nodes.iter().enumerate().map(move |(k, node)| {
             let message = self.message_at(k, path)?;
@@ -510,11 +522,11 @@ impl RequestTree {
     }
 
     /// The message of node `k`.
-    fn message_at<'a>(&'a self, k: usize, path: &'a [Message]) -> Result<&'a Message, crate::ProtocolError> {
+    fn message_at<'a>(&'a self, k: usize, path: &'a [Arc<Message>]) -> Result<&'a Message, crate::ProtocolError> {
         match &self.nodes[k].message {
             NodeMessage::Other(m) => Ok(m),
             NodeMessage::Active(i) => {
-                path.get(*i).ok_or_else(|| crate::wit::bad_tree_index(k, "message", "message", *i))
+                path.get(*i).map(|m| &**m).ok_or_else(|| crate::wit::bad_tree_index(k, "message", "message", *i))
             }
         }
     }
@@ -523,11 +535,52 @@ impl RequestTree {
     ///
     /// # Errors
     /// An index that points nowhere.
-    pub fn to_tree(&self, path: &[Message]) -> Result<MessageTree, crate::ProtocolError> {
+    pub fn to_tree(&self, path: &[Arc<Message>]) -> Result<MessageTree, crate::ProtocolError> {
         let nodes = self
             .nodes_with(path)
             .map(|node| node.map(|(m, p)| TreeNode { message: m.clone(), parent_id: p.map(str::to_owned) }))
             .collect::<Result<_, _>>()?;
         Ok(MessageTree { nodes, head_id: self.head_id.clone() })
+    }
+}
+
+/// A [`RequestTree`] and the path its active nodes refer to, written out
+/// as the [`MessageTree`] they stand for (`{nodes: [{message, parent_id?}],
+/// head_id?}`) without copying it first: how a request's tree goes out as
+/// JSON, and how a session read from shared messages is.
+#[derive(Debug, Clone, Copy)]
+pub struct FullTree<'a> {
+    tree: &'a RequestTree,
+    path: &'a [Arc<Message>],
+}
+
+impl<'a> FullTree<'a> {
+    /// `tree`, its active nodes resolved against `path`.
+    pub fn new(tree: &'a RequestTree, path: &'a [Arc<Message>]) -> Self {
+        Self { tree, path }
+    }
+}
+
+impl Serialize for FullTree<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeMap, SerializeSeq};
+        /// The nodes, each as `{ message, parent_id? }`.
+        struct Nodes<'a>(&'a FullTree<'a>);
+        impl Serialize for Nodes<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut seq = serializer.serialize_seq(Some(self.0.tree.nodes.len()))?;
+                for node in self.0.tree.nodes_with(self.0.path) {
+                    let (message, parent_id) = node.map_err(|e| S::Error::custom(e.in_field("message_tree")))?;
+                    seq.serialize_element(&TreeNodeRef { message, parent_id })?;
+                }
+                seq.end()
+            }
+        }
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("nodes", &Nodes(self))?;
+        if let Some(head) = &self.tree.head_id {
+            map.serialize_entry("head_id", head)?;
+        }
+        map.end()
     }
 }

@@ -74,6 +74,13 @@ pub use self::tenants::LiveConfig;
 pub struct Limits {
     /// Sessions the tenant may have; `None`: no limit.
     pub max_sessions: Option<usize>,
+    /// Bytes of messages one session may store, each message counted as
+    /// its JSON: a decision whose messages would pass it is refused (its
+    /// turn fails naming the bound), an input likewise (answered 429).
+    pub max_session_bytes: u64,
+    /// Whole-session reads (`GET /v1/sessions/{id}` and other snapshots)
+    /// the tenant may have running at once; more wait their turn.
+    pub max_session_reads: usize,
     /// Largest JSON request body, in bytes.
     pub max_body_bytes: usize,
     /// Largest component upload, in bytes.
@@ -93,6 +100,8 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_sessions: None,
+            max_session_bytes: subs_engine::engine::DEFAULT_MAX_SESSION_BYTES,
+            max_session_reads: subs_engine::engine::DEFAULT_MAX_SESSION_READS,
             max_body_bytes: 4 << 20,
             max_component_bytes: 64 << 20,
             max_uploads_per_hour: 60,

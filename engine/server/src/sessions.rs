@@ -14,7 +14,7 @@ use serde_json::Value;
 use subs_engine::events::Subscription;
 use subs_engine::store::{ID_RULE, OpenInterrupt, SessionRecord, SessionStatus, valid_id};
 use subs_engine::{Accepted, Sender};
-use subs_protocol::{AgentConfig, Call, ClientInput, Message, MessageTree, PostedInput, WorkerIdentity};
+use subs_protocol::{AgentConfig, Call, ClientInput, FullTree, Message, PostedInput, RequestTree, WorkerIdentity};
 use utoipa::ToSchema;
 
 use crate::auth::Caller;
@@ -100,10 +100,10 @@ pub struct SessionView {
     pub state: Value,
     /// The active path (`Message[]`).
     #[schema(value_type = Vec<Object>)]
-    pub messages: Vec<Message>,
+    pub messages: Vec<Arc<Message>>,
     /// Every message (`MessageTree`).
     #[schema(value_type = Object)]
-    pub message_tree: MessageTree,
+    pub message_tree: SharedTree,
     /// The open turn's calls (`Call[]`): queued, in flight, and settled
     /// ones (`completed` / `failed`) until the turn ends.
     #[schema(value_type = Vec<Object>)]
@@ -130,6 +130,20 @@ pub struct SessionView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_version: Option<String>,
 }
+/// A session's tree whose path nodes refer to the path's messages, written
+/// out as the whole `MessageTree`: a snapshot holds each message once.
+#[derive(Debug)]
+pub struct SharedTree {
+    tree: RequestTree,
+    path: Vec<Arc<Message>>,
+}
+
+impl Serialize for SharedTree {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        FullTree::new(&self.tree, &self.path).serialize(serializer)
+    }
+}
+
 
 /// A session in a listing.
 #[derive(Debug, Serialize, ToSchema)]
@@ -332,24 +346,24 @@ pub async fn snapshot(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     SessionPath(session_id): SessionPath,
-) -> Result<Json<SessionView>, ApiError> {
+) -> Result<Response, ApiError> {
     let snapshot = state
         .engine
-        .snapshot(&caller.tenant, &session_id)
+        .shared_snapshot(&caller.tenant, &session_id)
         .await?
         .filter(|snapshot| caller.may_reach(&snapshot.record))
         .ok_or_else(|| ApiError::no_session(&session_id))?;
-    let r = snapshot.record;
-    Ok(Json(SessionView {
+    let subs_engine::SharedSnapshot { record: r, messages, message_tree, calls, read } = snapshot;
+    let view = SessionView {
         session_id: r.key.session,
         agent_id: r.agent_id,
         status: r.status,
         turn_id: r.turn.map(|t| t.turn_id),
         agent: r.agent.map(std::sync::Arc::unwrap_or_clone),
         state: r.state,
-        messages: snapshot.messages,
-        message_tree: snapshot.message_tree,
-        calls: snapshot.calls.into_iter().map(|c| c.call).collect(),
+        message_tree: SharedTree { tree: message_tree, path: messages.clone() },
+        messages,
+        calls: calls.into_iter().map(|c| c.call).collect(),
         interrupts: r.interrupts,
         usage: r.usage,
         cost: r.cost,
@@ -357,7 +371,52 @@ pub async fn snapshot(
         ancestry: r.ancestry,
         identity: r.identity,
         agent_version: r.agent_version,
-    }))
+    };
+    // The session's JSON (each message twice: the path and the tree) is
+    // never held whole: it goes out as it is written, and the tenant's
+    // read lasts until it has.
+    Ok(json_streamed(view, read))
+}
+
+/// Bytes of JSON a streamed answer hands the connection at a time.
+const JSON_CHUNK: usize = 64 << 10;
+
+/// `value` as a `200` JSON answer, serialized on a blocking thread as the
+/// client takes it, a chunk at a time: the answer holds `value` and a few
+/// chunks, however long its JSON. `hold` lives until the last chunk is
+/// taken or the client goes away (which stops the writing).
+fn json_streamed<T: Serialize + Send + 'static>(value: T, hold: impl Send + 'static) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes, std::io::Error>>(2);
+    tokio::task::spawn_blocking(move || {
+        let _hold = hold;
+        let mut out = std::io::BufWriter::with_capacity(JSON_CHUNK, Chunks(tx));
+        let written = serde_json::to_writer(&mut out, &value).map_err(std::io::Error::from);
+        if let Err(error) = written.and_then(|()| std::io::Write::flush(&mut out)) {
+            tracing::debug!(%error, "a streamed answer stopped");
+        }
+    });
+    let chunks = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|chunk| (chunk, rx)) });
+    let body = axum::body::Body::from_stream(chunks);
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Where a streamed answer's JSON goes: chunks of at most
+/// [`JSON_CHUNK`] bytes to the connection, waiting while it has two.
+struct Chunks(tokio::sync::mpsc::Sender<Result<axum::body::Bytes, std::io::Error>>);
+
+impl std::io::Write for Chunks {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(JSON_CHUNK);
+        let chunk = axum::body::Bytes::copy_from_slice(&buf[..n]);
+        self.0
+            .blocking_send(Ok(chunk))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away"))?;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The most sessions one page of `GET /v1/sessions` holds.

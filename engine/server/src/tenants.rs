@@ -154,6 +154,8 @@ impl LiveConfig {
     pub fn apply_to(&self, engine: &Engine) {
         engine.set_default_tenant_budget(self.file.default_limits.budget);
         engine.set_default_session_limit(sessions(&self.file.default_limits));
+        engine.set_default_max_session_bytes(self.file.default_limits.max_session_bytes);
+        engine.set_default_max_session_reads(self.file.default_limits.max_session_reads);
         for tenant in self.file.tenant_limits.keys() {
             self.apply_tenant(engine, tenant);
         }
@@ -169,6 +171,8 @@ impl LiveConfig {
             let limits = self.limits(tenant);
             engine.set_tenant_budget(tenant, limits.budget);
             engine.set_tenant_session_limit(tenant, sessions(&limits));
+            engine.set_tenant_max_session_bytes(tenant, Some(limits.max_session_bytes));
+            engine.set_tenant_max_session_reads(tenant, Some(limits.max_session_reads));
         } else {
             engine.clear_tenant_limits(tenant);
         }

@@ -611,7 +611,7 @@ mod tests {
             .await
             .unwrap();
         let ids = |store: &RedbStore| -> Vec<String> {
-            store.read_messages(&s1).unwrap().into_iter().map(|(_, m)| m.message.id).collect()
+            store.read_messages(&s1).unwrap().into_iter().map(|(_, m)| m.message.id.clone()).collect()
         };
         assert_eq!(ids(&store), ["m0", "m1", "m2", "m3"]);
         assert_eq!(store.read_events(&s1, Some(2), 10).unwrap(), [(3, event(3)), (4, event(4))]);

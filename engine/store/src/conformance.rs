@@ -134,6 +134,7 @@ pub mod sample {
         }
     }
 
+            message_bytes: 0,
     /// A pending step for a client message.
     pub fn step(decision_id: &str) -> StepRecord {
         let trigger = StoredTrigger::ClientMessages {

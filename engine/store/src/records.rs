@@ -133,6 +133,12 @@ pub struct SessionRecord {
     /// `None` before the first one, or when the worker gave none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_version: Option<String>,
+    /// Bytes of the messages the session has recorded, each counted as
+    /// the length of its JSON: what a tenant's bound on a session's stored
+    /// bytes holds. A session stored before the engine kept this count
+    /// reads 0 with messages recorded, and is counted when it is loaded.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub message_bytes: u64,
 }
 
 /// How many agent versions a session counts decisions of by name.
@@ -305,8 +311,9 @@ pub struct OpenInterrupt {
 /// A recorded message and its parent in the tree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MessageRecord {
-    /// The message.
-    pub message: Message,
+    /// The message, shared: the session's tree in memory, the batch that
+    /// stores it and the requests that carry it hold one allocation.
+    pub message: Arc<Message>,
     /// Its parent; `None` for a root.
     pub parent_id: Option<String>,
 }

@@ -1027,7 +1027,14 @@ impl Actor {
         let mut ctx = self.env.ctx();
         ctx.incoming = trace;
         let mut change = Change { created: u64::from(fresh), ..Change::default() };
-        let result = self.session.as_mut().expect("created above").accept_input(input, &ctx, &mut change).await;
+        let session = self.session.as_mut().expect("created above");
+        let result = match session.refuse_input_bytes(&input, ctx.history.max_bytes(&self.key.tenant)) {
+            Some(refused) => {
+                tracing::warn!(session = %self.key, %refused, "an input refused");
+                Err(InputError::LimitExceeded(refused))
+            }
+            None => session.accept_input(input, &ctx, &mut change).await,
+        };
         match result {
             Err(e) => {
                 // Nothing of a refused input may linger in memory: the
@@ -1077,7 +1084,12 @@ impl Actor {
         });
         let outcome = match result {
             Ok(decision) => match validate::validate(session, &trigger, &decision, ctx.store).await {
-                Ok(()) => Ok(decision),
+                Ok(()) => match session.refuse_decision_bytes(&decision, ctx.history.max_bytes(&self.key.tenant)) {
+                    None => Ok(decision),
+                    // Not retried: the session's bound is no worker's
+                    // passing failure.
+                    Some(refused) => Err((refused, false)),
+                },
                 Err(rule) => Err((clip(format!("the decision was rejected: {rule}"), ERROR_TEXT_BYTES), true)),
             },
             // A trap recurs for the same request: it is retried only when

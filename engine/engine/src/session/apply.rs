@@ -46,6 +46,8 @@ pub(crate) struct Ctx<'a> {
     pub quota: &'a (dyn SessionQuota + Sync),
     /// What LLM calls cost: prices replies that come without a cost.
     pub prices: &'a crate::model::PriceTable,
+    /// The tenants' bounds on what a session's messages may take.
+    pub history: &'a super::history::HistoryLimits,
     /// The engine's metrics.
     pub metrics: &'a crate::metrics::Metrics,
     /// Where spans go, and whether turns are traced.
@@ -218,6 +220,7 @@ impl Session {
         match input {
             ClientInput::ClientMessage(_) | ClientInput::ClientMessages(_) | ClientInput::ClientAction(_) => {
                 self.accept_turn_input(input, ctx, change).await
+            message_bytes: 0,
             }
             ClientInput::InterruptResume(resume) => {
                 let Some(i) = self.record.interrupts.iter().position(|i| i.interrupt_id == resume.interrupt_id) else {
@@ -1090,8 +1093,16 @@ impl Session {
                     self.settle(&call_id, Outcome::SubAgent { ok, result, error }, ctx, change);
                 }
             }
-            InboxItem::Message { message, .. } => {
-                self.record_message(message, change);
+            InboxItem::Message { message, from } => {
+                let max = ctx.history.max_bytes(&self.record.key.tenant);
+                match self.refuse_message_bytes(&message, max) {
+                    // The sender's decision is applied already: the
+                    // message is dropped, and the operator told.
+                    Some(refused) => tracing::warn!(session = %self.key(), %from, %refused, "a sent message dropped"),
+                    None => {
+                        self.record_message(message, change);
+                    }
+                }
             }
             InboxItem::Start { turn_id, start, span } => {
                 if self.record.turn.is_some() {
@@ -1402,6 +1413,7 @@ mod tests {
         });
     }
 
+            history: &super::super::history::HistoryLimits::default(),
     #[test]
     fn a_retryable_failure_waits_for_the_later_of_backoff_and_retry_after() {
         with_ctx(|ctx| {

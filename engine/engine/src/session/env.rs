@@ -39,6 +39,9 @@ pub(crate) struct Env {
     pub models: Models,
     /// Each tenant's budgets and session limits, and its use of them.
     pub tenants: Tenants,
+    /// Each tenant's bound on the bytes of messages a session stores and
+    /// on its whole-session reads.
+    pub history: super::history::HistoryLimits,
     /// Callers waiting for answers to requests forwarded to other nodes.
     pub replies: super::forward::Replies,
     /// The engine's metrics.
@@ -59,6 +62,7 @@ impl Env {
             agents: Agents::default(),
             models,
             replies: Default::default(),
+            history: Default::default(),
             metrics: Arc::new(crate::metrics::Metrics::new()),
             tracer,
         }
@@ -81,6 +85,7 @@ impl Env {
             tracer: &self.tracer,
             incoming: None,
             decision: None,
+            history: &self.history,
         }
     }
 

@@ -14,6 +14,8 @@
 //! - [`actor`]: the task that drives one session.
 //! - [`env`]: what every actor works with (store, hub, agents, models,
 //!   tenants' limits, settings).
+//! - [`history`]: the bound on the bytes of messages a session stores,
+//!   and on a tenant's whole-session reads.
 //! - [`directory`]: the running actors, by session.
 //! - [`forward`]: requests forwarded to the node acting for a session,
 //!   when several nodes share a store.
@@ -23,6 +25,7 @@ pub(crate) mod apply;
 pub(crate) mod directory;
 pub(crate) mod env;
 pub(crate) mod forward;
+pub(crate) mod history;
 pub(crate) mod proposal;
 pub(crate) mod tree;
 pub(crate) mod validate;
@@ -161,9 +164,14 @@ impl Change {
 impl Session {
     /// Loads a session from the store; `None` if it does not exist.
     pub async fn load(store: &dyn Store, key: &SessionKey) -> Result<Option<Self>, StoreError> {
-        let Some(loaded) = store.load(key).await? else { return Ok(None) };
+        let Some(mut loaded) = store.load(key).await? else { return Ok(None) };
         let tree = Tree::from_records(loaded.messages.into_iter().map(|(_, r)| r));
         let calls = loaded.calls.into_iter().map(|c| (c.call.id.clone(), c)).collect();
+        // A session stored before its record kept the count is counted
+        // once here; the next commit stores the count.
+        if loaded.record.message_bytes == 0 && tree.len() > 0 {
+            loaded.record.message_bytes = tree.messages().map(history::message_bytes).sum();
+        }
         let steps = loaded.steps.into_iter().filter(|(_, s)| s.status == StepStatus::Pending).collect();
         Ok(Some(Self {
             record: loaded.record,
@@ -376,7 +384,8 @@ impl Session {
 
     // ---- writes ------------------------------------------------------------
 
-    /// Records a message at the head of the active path.
+    /// Records a message at the head of the active path, and counts its
+    /// bytes in the session's record.
     pub fn record_message(&mut self, draft: DraftMessage, change: &mut Change) -> String {
         let id = match draft.id {
             Some(id) => id,
@@ -394,7 +403,11 @@ impl Session {
             name: draft.name,
         };
         let parent_id = self.record.head_id.take();
-        let record = MessageRecord { message: message.clone(), parent_id: parent_id.clone() };
+        self.record.message_bytes = self.record.message_bytes.saturating_add(history::message_bytes(&message));
+        // One allocation for the tree and the write; the event is JSON of
+        // its own.
+        let record = MessageRecord { message: Arc::new(message), parent_id: parent_id.clone() };
+        let message = Message::clone(&record.message);
         let seq = self.record.next.message;
         self.record.next.message += 1;
         change.batch.push(Op::PutMessage { session: self.key().clone(), seq, record: record.clone() });

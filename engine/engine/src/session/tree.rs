@@ -1,9 +1,15 @@
 //! A session's message tree in memory: every message once, each with its
 //! parent; the active path is the chain from `head` back to a root.
+//!
+//! Messages are shared ([`Arc`]): a decision request, a snapshot or a
+//! replayed request holds handles to the tree's messages, never copies, so
+//! what a session costs in memory is its messages once, however many
+//! requests and reads are under way.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use subs_protocol::{DraftMessage, Message, MessageTree, NodeMessage, NodeParent, RequestNode, RequestTree, TreeNode};
+use subs_protocol::{DraftMessage, Message, NodeMessage, NodeParent, RequestNode, RequestTree};
 
 use crate::store::MessageRecord;
 
@@ -77,7 +83,17 @@ impl Tree {
 
     /// The path from a root to `head`, oldest first.
     pub fn path(&self, head: Option<&str>) -> Vec<&Message> {
-        self.path_nodes(head).into_iter().map(|k| &self.nodes[k].message).collect()
+        self.path_nodes(head).into_iter().map(|k| &*self.nodes[k].message).collect()
+    }
+
+    /// How many messages are recorded.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Every recorded message, in recording order.
+    pub fn messages(&self) -> impl Iterator<Item = &Message> {
+        self.nodes.iter().map(|r| &*r.message)
     }
 
     /// The indices in `nodes` of the path from a root to `head`, oldest
@@ -98,24 +114,29 @@ impl Tree {
         path
     }
 
-    /// The whole tree in the protocol's shape.
-    pub fn to_protocol(&self, head: Option<&str>) -> MessageTree {
-        MessageTree {
+    /// The whole tree in the protocol's shape, every message copied: what
+    /// [`for_request`](Self::for_request) stands for.
+    #[cfg(test)]
+    pub fn to_protocol(&self, head: Option<&str>) -> subs_protocol::MessageTree {
+        use subs_protocol::TreeNode;
+        subs_protocol::MessageTree {
             nodes: self
                 .nodes
                 .iter()
-                .map(|r| TreeNode { message: r.message.clone(), parent_id: r.parent_id.clone() })
+                .map(|r| TreeNode { message: Message::clone(&r.message), parent_id: r.parent_id.clone() })
                 .collect(),
             head_id: head.map(str::to_owned),
         }
     }
 
     /// The active path to `head` and the tree as a decision request carries
-    /// them: the path's messages copied once, the tree's path nodes
-    /// referring to them. The same as [`RequestTree::new`] of
-    /// [`Tree::to_protocol`] and [`Tree::path`], without copying every
-    /// message twice and comparing them.
-    pub fn for_request(&self, head: Option<&str>) -> (Vec<Message>, RequestTree) {
+    /// them: handles to the path's messages, the tree's path nodes
+    /// referring to them and its other nodes holding handles to theirs.
+    /// The same as [`RequestTree::new`] of [`Tree::to_protocol`] and
+    /// [`Tree::path`], without copying a message or comparing them: what
+    /// it costs is a pointer per message and a node per message of the
+    /// tree, whatever the messages hold.
+    pub fn for_request(&self, head: Option<&str>) -> (Vec<Arc<Message>>, RequestTree) {
         let path = self.path_nodes(head);
         let mut on_path = path.iter().copied().enumerate().peekable();
         let nodes = self
@@ -125,7 +146,7 @@ impl Tree {
             .map(|(k, record)| {
                 let message = match on_path.next_if(|&(_, node)| node == k) {
                     Some((i, _)) => NodeMessage::Active(i),
-                    None => NodeMessage::Other(record.message.clone()),
+                    None => NodeMessage::Other(Arc::clone(&record.message)),
                 };
                 let parent = match record.parent_id.as_deref() {
                     None => NodeParent::Root,
@@ -137,7 +158,7 @@ impl Tree {
                 RequestNode { message, parent }
             })
             .collect();
-        let messages = path.iter().map(|&k| self.nodes[k].message.clone()).collect();
+        let messages = path.iter().map(|&k| Arc::clone(&self.nodes[k].message)).collect();
         (messages, RequestTree { nodes, head_id: head.map(str::to_owned) })
     }
 
@@ -201,14 +222,14 @@ mod tests {
 
     fn record(id: &str, parent: Option<&str>) -> MessageRecord {
         MessageRecord {
-            message: Message {
+            message: Arc::new(Message {
                 id: id.to_owned(),
                 role: Role::User,
                 content: Some(id.into()),
                 tool_calls: None,
                 tool_call_id: None,
                 name: None,
-            },
+            }),
             parent_id: parent.map(str::to_owned),
         }
     }
@@ -270,11 +291,19 @@ mod tests {
         tree.insert(record("g", Some("nowhere")));
         for head in [None, Some("a"), Some("c"), Some("d"), Some("e"), Some("f"), Some("g")] {
             let (messages, compact) = tree.for_request(head);
-            let path: Vec<Message> = tree.path(head).into_iter().cloned().collect();
+            let path: Vec<Arc<Message>> = tree.path(head).into_iter().cloned().map(Arc::new).collect();
             assert_eq!(messages, path);
             let full = tree.to_protocol(head);
             assert_eq!(compact.to_tree(&messages).unwrap(), full, "head {head:?}");
             assert_eq!(compact, RequestTree::new(full, &path), "head {head:?}");
+            // Every message of the request is the tree's own, shared.
+            let shared = |m: &Arc<Message>| tree.nodes.iter().any(|r| Arc::ptr_eq(&r.message, m));
+            assert!(messages.iter().all(shared), "head {head:?}");
+            for node in &compact.nodes {
+                if let NodeMessage::Other(m) = &node.message {
+                    assert!(shared(m), "head {head:?}");
+                }
+            }
             // Where the path runs in recording order (always, for messages
             // the engine records), only messages off it are carried.
             if matches!(head, Some("c" | "d")) {

@@ -279,7 +279,7 @@ mod fuzz {
                 tool_call_id: None,
                 name: None,
             };
-            session.tree.insert(MessageRecord { message, parent_id: parent.replace(id.to_owned()) });
+            session.tree.insert(MessageRecord { message: message.into(), parent_id: parent.replace(id.to_owned()) });
         }
         session.record.head_id = parent;
         session
