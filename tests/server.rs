@@ -165,7 +165,7 @@ impl TestServerBuilder {
             config,
             metrics: subs_server::metrics::Metrics::default(),
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
+        let listener = subs_server::edge::bind("127.0.0.1:0".parse().expect("an address")).expect("a loopback port");
         let base = format!("http://{}", listener.local_addr().expect("a bound address"));
         let (shutdown, stop) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(subs_server::serve(listener, state, async {

@@ -7,15 +7,27 @@
 //! share turned off (`tenant_slots` = all the slots) shows what it
 //! prevents.
 //!
+//! A second phase goes through the HTTP server (the API served in-process
+//! on `127.0.0.1:0`, with the default `[http]` bounds): the neighbour's
+//! streamed tool turns from `127.0.0.1`, first idle, then beside attackers
+//! from other loopback addresses: strangers without a key holding
+//! connections with heads that never end (a byte a second, or past the
+//! head bound) and the hostile tenant's JSON bodies stalled one byte
+//! short of their `Content-Length`, each started again as soon as the
+//! server cuts it off. Same target: a p50 within 2× the idle one.
+//!
 //! ```text
 //! cargo bench -p subs-tests --bench neighbours
-//! BENCH_SLEEPERS=400 BENCH_TURNS=200 cargo bench -p subs-tests --bench neighbours
+//! BENCH_SLEEPERS=400 BENCH_TURNS=200 BENCH_SLOW_HEADS=1000 BENCH_STALLED=64 \
+//!     cargo bench -p subs-tests --bench neighbours
 //! ```
 //!
-//! Output: a table on stdout and the same as JSON in
+//! Output: tables on stdout and the same as JSON in
 //! `target/bench-neighbours.json`.
 
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -24,9 +36,14 @@ use subs_engine::worker::component::{AgentPolicy, ComponentHost, HostConfig};
 use subs_engine::{Engine, EngineConfig};
 use subs_store_redb::RedbStore;
 use subs_tests::bench::{percentile, write_json};
+use subs_tests::server::TestServer;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpSocket, TcpStream};
 
 const NEIGHBOUR: &str = "neighbour";
 const HOSTILE: &str = "hostile";
+const NEIGHBOUR_KEY: &str = "subs_neighbour_bench_key_0123456789";
+const HOSTILE_KEY: &str = "subs_hostile_bench_key_0123456789ab";
 
 fn main() {
     // SAFETY: nothing else runs yet; see tests/benches/turns.rs.
@@ -36,8 +53,15 @@ fn main() {
     }
     let sleepers: usize = std::env::var("BENCH_SLEEPERS").ok().and_then(|n| n.parse().ok()).unwrap_or(400);
     let turns: usize = std::env::var("BENCH_TURNS").ok().and_then(|n| n.parse().ok()).unwrap_or(200);
+    let attack = Attack {
+        slow_heads: std::env::var("BENCH_SLOW_HEADS").ok().and_then(|n| n.parse().ok()).unwrap_or(1000),
+        stalled: std::env::var("BENCH_STALLED").ok().and_then(|n| n.parse().ok()).unwrap_or(64),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
-    runtime.block_on(run(sleepers, turns));
+    let engine_rows = runtime.block_on(run(sleepers, turns));
+    let edge_rows = runtime.block_on(edge(turns, attack));
+    let slots = HostConfig::default().max_concurrent;
+    write_json("neighbours", &json!({ "slots": slots, "turns": turns, "rows": engine_rows, "edge": edge_rows }));
 }
 
 struct Bench {
@@ -98,7 +122,7 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-async fn run(count: usize, turns: usize) {
+async fn run(count: usize, turns: usize) -> Vec<serde_json::Value> {
     let slots = HostConfig::default().max_concurrent;
     println!("{count} sleeping sessions of one tenant beside a neighbour's tool turns; {turns} turns per case");
     println!();
@@ -134,5 +158,242 @@ async fn run(count: usize, turns: usize) {
         }));
         bench.engine.kill().await;
     }
-    write_json("neighbours", &json!({ "slots": slots, "turns": turns, "rows": rows }));
+    rows
+}
+
+/// The attackers of the HTTP phase: `slow_heads` connections without a
+/// key, `stalled` bodies of the hostile tenant.
+#[derive(Debug, Clone, Copy)]
+struct Attack {
+    slow_heads: usize,
+    stalled: usize,
+}
+
+/// How the attackers' connections ended, counted.
+#[derive(Debug, Default)]
+struct Counts {
+    /// Connections made.
+    connections: AtomicU64,
+    /// Answered 431 (a head past the bound).
+    too_large: AtomicU64,
+    /// Answered 503 (past a connection cap).
+    unavailable: AtomicU64,
+    /// Answered 429 (past the tenant's bytes in flight).
+    limited: AtomicU64,
+    /// Answered 408 (a stalled body).
+    timed_out: AtomicU64,
+    /// Closed without an answer (a head that took too long).
+    closed: AtomicU64,
+}
+
+impl Counts {
+    fn count(&self, status: Option<u16>) {
+        let counter = match status {
+            Some(431) => &self.too_large,
+            Some(503) => &self.unavailable,
+            Some(429) => &self.limited,
+            Some(408) => &self.timed_out,
+            _ => &self.closed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        json!({
+            "connections": n(&self.connections),
+            "431": n(&self.too_large),
+            "503": n(&self.unavailable),
+            "429": n(&self.limited),
+            "408": n(&self.timed_out),
+            "closed": n(&self.closed),
+        })
+    }
+}
+
+/// The neighbour's turns and `/healthz` through the HTTP API, idle, then
+/// beside the attackers.
+async fn edge(turns: usize, attack: Attack) -> Vec<serde_json::Value> {
+    if let Some(files) = subs_server::edge::raise_fd_limit() {
+        let needed = 2 * (attack.slow_heads + attack.stalled) as u64 + 512;
+        assert!(files >= needed, "{needed} open files are needed (both ends of each connection), the limit is {files}");
+    }
+    let server = TestServer::builder()
+        .keys(&[(NEIGHBOUR, NEIGHBOUR_KEY), (HOSTILE, HOSTILE_KEY)])
+        .server_config(subs_server::ServerConfig::default())
+        .start()
+        .await;
+    let (status, body) = server.upload("tools", subs_tests::guests::TOOLS, Some(NEIGHBOUR_KEY)).await;
+    assert_eq!(status, 201, "the neighbour's agent: {body}");
+    let addr: SocketAddr = server.url("").trim_start_matches("http://").parse().expect("the server's address");
+    let client = reqwest::Client::new();
+    println!();
+    println!(
+        "Over HTTP: {} connections with unfinished heads (no key), {} stalled bodies of one tenant; {turns} turns per case",
+        attack.slow_heads, attack.stalled
+    );
+    println!();
+    println!("| case | neighbour p50 | p99 | p50 / idle p50 | /healthz p50 | attackers' connections |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    http_turns(&client, &server, 10, "warm").await;
+    let mut rows = Vec::new();
+    let mut idle_p50 = None;
+    for (case, attacking) in [("over HTTP, idle", false), ("over HTTP, beside slow heads and stalled bodies", true)] {
+        let counts = Arc::new(Counts::default());
+        let mut attackers = tokio::task::JoinSet::new();
+        if attacking {
+            for n in 0..attack.slow_heads {
+                // 200 an address: under the 256 each may hold.
+                let from = Ipv4Addr::new(127, 0, 1, 2 + (n / 200) as u8);
+                attackers.spawn(slow_head(addr, from, n % 4 == 0, counts.clone()));
+            }
+            for n in 0..attack.stalled {
+                let from = Ipv4Addr::new(127, 0, 2, 2 + (n / 200) as u8);
+                attackers.spawn(stalled_body(addr, from, n, counts.clone()));
+            }
+            // Every attacker connected and sending.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let probes = tokio::spawn(healthz(server.url("/healthz")));
+        let latencies = http_turns(&client, &server, turns, case).await;
+        probes.abort();
+        let mut health = probes.await.unwrap_or_default();
+        health.sort();
+        attackers.abort_all();
+        while attackers.join_next().await.is_some() {}
+        let (p50, p99) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99));
+        let idle = *idle_p50.get_or_insert(p50);
+        let ratio = p50.as_secs_f64() / idle.as_secs_f64();
+        let healthz = percentile(&health, 0.5);
+        let ended = counts.json();
+        println!("| {case} | {:.2} ms | {:.2} ms | {ratio:.2} | {:.2} ms | {ended} |", ms(p50), ms(p99), ms(healthz));
+        rows.push(json!({
+            "case": case,
+            "slow_heads": if attacking { attack.slow_heads } else { 0 },
+            "stalled": if attacking { attack.stalled } else { 0 },
+            "p50_ms": ms(p50),
+            "p99_ms": ms(p99),
+            "p50_over_idle": ratio,
+            "healthz_p50_ms": ms(healthz),
+            "attackers": ended,
+        }));
+    }
+    server.stop().await;
+    rows
+}
+
+/// `turns` streamed tool turns of the neighbour through the API, on one
+/// kept-alive client; their latencies, sorted.
+async fn http_turns(client: &reqwest::Client, server: &TestServer, turns: usize, label: &str) -> Vec<Duration> {
+    let mut latencies = Vec::with_capacity(turns);
+    for n in 0..turns {
+        let body = json!({"type": "client.message", "agent_id": "tools", "stream": true,
+            "message": {"role": "user", "content": r#"use tool add with {"a": 1, "b": 2}"#}});
+        let started = Instant::now();
+        let session = format!("http-{}-{}", label.replace(' ', "-"), n / 10);
+        let response = client
+            .post(server.url(&format!("/v1/sessions/{session}/input")))
+            .bearer_auth(NEIGHBOUR_KEY)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("the turn's request");
+        assert_eq!(response.status(), 200, "the neighbour's turn");
+        let text = response.text().await.expect("the turn's stream");
+        assert!(text.contains("event: turn.done"), "the turn ends: {text:.300}");
+        latencies.push(started.elapsed());
+    }
+    latencies.sort();
+    latencies
+}
+
+/// `/healthz` on a new connection every 100 ms, as a load balancer checks;
+/// each one's time, until aborted.
+async fn healthz(url: String) -> Vec<Duration> {
+    let mut took = Vec::new();
+    loop {
+        let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("a client");
+        let started = Instant::now();
+        let response = client.get(&url).send().await.expect("/healthz answers");
+        assert_eq!(response.status(), 200, "/healthz");
+        took.push(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A connection from `from` (another loopback address: another host to
+/// the server's per-address cap).
+async fn connect_from(server: SocketAddr, from: Ipv4Addr) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::V4(SocketAddrV4::new(from, 0)))?;
+    socket.connect(server).await
+}
+
+/// Writes `chunks` (each after `pause`, then holds the connection) until
+/// the server answers or closes; its status, if it answered.
+async fn hold(stream: TcpStream, chunks: Vec<Vec<u8>>, pause: Duration) -> Option<u16> {
+    let (mut read, mut write) = stream.into_split();
+    let writing = tokio::spawn(async move {
+        for chunk in chunks {
+            if write.write_all(&chunk).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(pause).await;
+        }
+        std::future::pending::<()>().await;
+    });
+    let mut head = [0u8; 12];
+    let status = match read.read_exact(&mut head).await {
+        Ok(_) => std::str::from_utf8(&head[9..12]).ok().and_then(|s| s.parse().ok()),
+        Err(_) => None,
+    };
+    writing.abort();
+    status
+}
+
+/// A stranger without a key: a `GET /healthz` whose head never ends,
+/// either a byte a second (`big` false) or 100 KiB at once, past the
+/// head bound; started again once the server cuts it off.
+async fn slow_head(server: SocketAddr, from: Ipv4Addr, big: bool, counts: Arc<Counts>) {
+    loop {
+        let Ok(stream) = connect_from(server, from).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        counts.connections.fetch_add(1, Ordering::Relaxed);
+        let mut chunks = vec![b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ".to_vec()];
+        if big {
+            chunks.push(vec![b'a'; 100 << 10]);
+        } else {
+            chunks.extend((0..600).map(|_| b"a".to_vec()));
+        }
+        let status = hold(stream, chunks, Duration::from_secs(1)).await;
+        counts.count(status);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The hostile tenant: a 4 MiB JSON input one byte short of its
+/// `Content-Length`, stalled; started again once answered (408 after the
+/// stall, or 429 at once past the tenant's bytes in flight).
+async fn stalled_body(server: SocketAddr, from: Ipv4Addr, n: usize, counts: Arc<Counts>) {
+    let length = 4 << 20;
+    loop {
+        let Ok(stream) = connect_from(server, from).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        counts.connections.fetch_add(1, Ordering::Relaxed);
+        let head = format!(
+            "POST /v1/sessions/stalled-{n}/input HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {HOSTILE_KEY}\r\n\
+             Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+        );
+        let mut body = vec![b' '; length - 1];
+        body[0] = b'{';
+        let status = hold(stream, vec![head.into_bytes(), body], Duration::ZERO).await;
+        counts.count(status);
+        // A refused body tries again a second later, not in a busy loop.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }

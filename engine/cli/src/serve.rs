@@ -21,7 +21,6 @@ use subs_engine::store::{KeyRecord, Store};
 use subs_engine::worker::component::{Compiler, ComponentHost, HostConfig};
 use subs_engine::{Engine, EngineConfig, StreamLimits};
 use subs_server::{AppState, Keys, LiveConfig};
-use tokio::net::TcpListener;
 
 use crate::data::{self, ServedStore};
 use crate::error::{CliError, CliResult};
@@ -80,6 +79,7 @@ pub async fn exec(args: ServeArgs) -> CliResult {
     models.resolve(&default_model).map_err(|e| CliError::usage(anyhow!("the default model: {}", e.message)))?;
     let config_keys = file.key_records()?;
     let streams = file.streams.limits()?;
+    let server_config = file.server_config()?;
     let admin_keys = file.admin_key_hashes(args.admin_key.as_deref())?;
 
     data::prepare(&dir)?;
@@ -93,9 +93,19 @@ pub async fn exec(args: ServeArgs) -> CliResult {
         let node = store.shared().map(|shared| shared.node().to_owned()).unwrap_or_default();
         eprintln!("sessions are kept in PostgreSQL at {} (this node: {node})", store.url());
     }
-    let served =
-        serve(Setup { store: store.store(), dir, addr, models, default_model, streams, config_keys, admin_keys, file })
-            .await;
+    let served = serve(Setup {
+        store: store.store(),
+        dir,
+        addr,
+        models,
+        default_model,
+        streams,
+        config_keys,
+        admin_keys,
+        server_config,
+        file,
+    })
+    .await;
     let closed = store.close().await.context("closing the store");
     served?;
     closed?;
@@ -113,11 +123,14 @@ struct Setup {
     config_keys: Vec<KeyRecord>,
     /// SHA-256 of the operator keys.
     admin_keys: Vec<String>,
+    /// Limits, CORS and the HTTP edge's bounds.
+    server_config: subs_server::ServerConfig,
     file: ConfigFile,
 }
 
 async fn serve(setup: Setup) -> CliResult {
-    let Setup { store, dir, addr, models, default_model, streams, config_keys, admin_keys, file } = setup;
+    let Setup { store, dir, addr, models, default_model, streams, config_keys, admin_keys, server_config, file } =
+        setup;
     let stored_keys = store.keys().await.map_err(CliError::unavailable)?;
     if stored_keys.iter().chain(&config_keys).any(|key| admin_keys.contains(&key.hash)) {
         return Err(CliError::usage(anyhow!(
@@ -133,7 +146,9 @@ async fn serve(setup: Setup) -> CliResult {
              `subs keys create`, or an operator key to create them with: `[admin]`, SUBS_ADMIN_KEY)"
         )));
     }
-    let listener = TcpListener::bind(addr).await.map_err(|e| {
+    // A large backlog: a burst of connections waits for the accept loop
+    // (which answers or refuses each at once) rather than being retried.
+    let listener = subs_server::edge::bind(addr).map_err(|e| {
         let why = if e.kind() == std::io::ErrorKind::AddrInUse {
             "the address is already in use (is another server running on that port?)".to_owned()
         } else {
@@ -169,7 +184,7 @@ async fn serve(setup: Setup) -> CliResult {
         .with_upload_policy(&file.upload_policy());
     // The config file's limits, with those the operator stored over them;
     // the sandbox's before any agent is loaded.
-    let config = LiveConfig::load(file.server_config(), &engine).await.map_err(CliError::unavailable)?;
+    let config = LiveConfig::load(server_config, &engine).await.map_err(CliError::unavailable)?;
     config.apply_sandboxes(&agents).map_err(|e| CliError::unavailable(anyhow!("a stored tenant sandbox: {e}")))?;
     for (tenant, agent, error) in agents.load_all().await.map_err(CliError::unavailable)? {
         eprintln!("warning: agent `{agent}` of tenant `{tenant}` was not loaded: {error}");

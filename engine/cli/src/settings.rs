@@ -15,6 +15,7 @@ use subs_engine::store::KeyRecord;
 use subs_engine::store::shared::SharedSettings;
 use subs_engine::worker::component::{AgentPolicy, CompileBudget, HostConfig, LimitOverrides, Limits as SandboxLimits};
 use subs_engine::{EngineConfig, StreamLimits};
+use subs_server::edge::HttpConfig;
 use subs_server::{Limits, ServerConfig};
 use subs_store_postgres::{MAX_NODE_NAME, PgOptions, redact};
 
@@ -75,6 +76,9 @@ pub struct ConfigFile {
     pub retry: RetryEntry,
     /// `[streams]`: what token deltas and event streams may hold.
     pub streams: StreamsEntry,
+    /// `[http]`: the server-wide bounds of connections, request heads and
+    /// bodies (docs/security.md, "The HTTP edge").
+    pub http: HttpEntry,
     /// `[timeouts]`: how long deliveries and calls may take when no retry
     /// policy says.
     pub timeouts: TimeoutsEntry,
@@ -330,6 +334,113 @@ impl StreamsEntry {
     }
 }
 
+/// `[http]` as written: each field optional, over the server's defaults
+/// ([`HttpConfig`]).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpEntry {
+    /// How long a connection may take to send a request's head (and stay
+    /// idle between requests), in seconds.
+    pub header_read_timeout_secs: Option<f64>,
+    /// Connections open at once, server-wide.
+    pub max_connections: Option<usize>,
+    /// Connections open at once from one client address.
+    pub max_connections_per_address: Option<usize>,
+    /// Connections past the caps that may still ask for `/healthz`.
+    pub healthz_connections: Option<usize>,
+    /// The largest request head, in bytes.
+    pub max_head_bytes: Option<usize>,
+    /// The most headers in a request.
+    pub max_headers: Option<usize>,
+    /// How long a request body may go without a byte arriving, in seconds.
+    pub body_read_timeout_secs: Option<f64>,
+    /// Bytes of request bodies in flight, server-wide.
+    pub max_body_bytes_in_flight: Option<usize>,
+    /// The deepest nesting of a JSON body.
+    pub max_json_depth: Option<usize>,
+    /// Array elements and object members in a JSON body.
+    pub max_json_values: Option<usize>,
+}
+
+impl HttpEntry {
+    /// The longest timeout the table takes: an hour.
+    const MAX_SECS: f64 = 3600.0;
+
+    /// The bounds this table sets over the defaults.
+    ///
+    /// # Errors
+    /// A timeout that is not a number of seconds above 0 and at most an
+    /// hour; a count of 0; a head bound under hyper's smallest buffer; a
+    /// JSON depth past serde_json's own.
+    pub fn config(&self) -> CliResult<HttpConfig> {
+        let defaults = HttpConfig::default();
+        let secs = |key: &str, value: Option<f64>, default: std::time::Duration| match value {
+            None => Ok(default),
+            Some(secs) if secs > 0.0 && secs <= Self::MAX_SECS => Ok(std::time::Duration::from_secs_f64(secs)),
+            Some(secs) => Err(CliError::usage(anyhow!(
+                "`[http] {key}` must be a number of seconds above 0 and at most {}, not {secs}",
+                Self::MAX_SECS
+            ))),
+        };
+        let count = |key: &str, value: Option<usize>, default: usize, least: usize, most: usize| match value {
+            None => Ok(default),
+            Some(n) if (least..=most).contains(&n) => Ok(n),
+            Some(n) if n < least => Err(CliError::usage(anyhow!("`[http] {key}` must be at least {least}, not {n}"))),
+            Some(n) => Err(CliError::usage(anyhow!("`[http] {key}` must be at most {most}, not {n}"))),
+        };
+        let config = HttpConfig {
+            header_read_timeout: secs(
+                "header_read_timeout_secs",
+                self.header_read_timeout_secs,
+                defaults.header_read_timeout,
+            )?,
+            max_connections: count("max_connections", self.max_connections, defaults.max_connections, 1, usize::MAX)?,
+            max_connections_per_address: count(
+                "max_connections_per_address",
+                self.max_connections_per_address,
+                defaults.max_connections_per_address,
+                1,
+                usize::MAX,
+            )?,
+            healthz_connections: count(
+                "healthz_connections",
+                self.healthz_connections,
+                defaults.healthz_connections,
+                0,
+                usize::MAX,
+            )?,
+            max_head_bytes: count(
+                "max_head_bytes",
+                self.max_head_bytes,
+                defaults.max_head_bytes,
+                subs_server::edge::MIN_HEAD_BYTES,
+                usize::MAX,
+            )?,
+            max_headers: count("max_headers", self.max_headers, defaults.max_headers, 1, usize::MAX)?,
+            body_read_timeout: secs("body_read_timeout_secs", self.body_read_timeout_secs, defaults.body_read_timeout)?,
+            max_body_bytes_in_flight: count(
+                "max_body_bytes_in_flight",
+                self.max_body_bytes_in_flight,
+                defaults.max_body_bytes_in_flight,
+                1,
+                usize::MAX,
+            )?,
+            max_json_depth: count(
+                "max_json_depth",
+                self.max_json_depth,
+                defaults.max_json_depth,
+                1,
+                subs_server::edge::MAX_JSON_DEPTH,
+            )?,
+            max_json_values: count("max_json_values", self.max_json_values, defaults.max_json_values, 1, usize::MAX)?,
+        };
+        Ok(HttpConfig {
+            max_connections_per_address: config.max_connections_per_address.min(config.max_connections),
+            ..config
+        })
+    }
+}
+
 /// One `[[keys]]` entry: a tenant and its key, hashed or not.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -372,6 +483,8 @@ pub struct LimitsEntry {
     pub max_session_reads: Option<usize>,
     /// Largest JSON request body, in bytes.
     pub max_body_bytes: Option<usize>,
+    /// Bytes of the tenant's request bodies in flight at once.
+    pub max_body_bytes_in_flight: Option<usize>,
     /// Largest component upload, in bytes.
     pub max_component_bytes: Option<usize>,
     /// Component uploads per hour.
@@ -450,6 +563,7 @@ impl LimitsEntry {
             max_session_bytes: self.max_session_bytes.unwrap_or(base.max_session_bytes),
             max_session_reads: self.max_session_reads.unwrap_or(base.max_session_reads),
             max_body_bytes: self.max_body_bytes.unwrap_or(base.max_body_bytes),
+            max_body_bytes_in_flight: self.max_body_bytes_in_flight.unwrap_or(base.max_body_bytes_in_flight),
             max_component_bytes: self.max_component_bytes.unwrap_or(base.max_component_bytes),
             max_uploads_per_hour: self.max_uploads_per_hour.unwrap_or(base.max_uploads_per_hour),
             max_compiled_bytes: self.max_compiled_bytes.unwrap_or(base.max_compiled_bytes),
@@ -581,12 +695,20 @@ impl ConfigFile {
         policies
     }
 
-    /// The server's limits and CORS origins.
-    pub fn server_config(&self) -> ServerConfig {
+    /// The server's limits, CORS origins and HTTP bounds.
+    ///
+    /// # Errors
+    /// A bad value in `[http]` ([`HttpEntry::config`]).
+    pub fn server_config(&self) -> CliResult<ServerConfig> {
         let default_limits = self.limits.over(&Limits::default());
         let tenant_limits =
             self.tenants.iter().map(|(tenant, limits)| (tenant.clone(), limits.over(&default_limits))).collect();
-        ServerConfig { default_limits, tenant_limits, cors_origins: self.cors_origins.clone() }
+        Ok(ServerConfig {
+            default_limits,
+            tenant_limits,
+            cors_origins: self.cors_origins.clone(),
+            http: self.http.config()?,
+        })
     }
 }
 
@@ -703,12 +825,14 @@ mod tests {
         let file = parse(example).unwrap();
         assert_eq!(file.key_records().unwrap().len(), 2);
         assert_eq!(file.admin_key_hashes(None).unwrap().len(), 1);
-        let config = file.server_config();
+        let config = file.server_config().unwrap();
         assert_eq!(config.default_limits.max_sessions, Some(1000));
         let acme = config.limits("acme");
         assert_eq!(acme.max_sessions, Some(50), "the tenant's own");
         assert_eq!(acme.max_body_bytes, config.default_limits.max_body_bytes, "inherited from [limits]");
         assert_eq!(file.streams.limits().unwrap(), subs_engine::StreamLimits::default(), "the defaults, as shown");
+        assert_eq!(config.http, HttpConfig::default(), "the defaults, as shown");
+        assert_eq!(config.default_limits.max_body_bytes_in_flight, Limits::default().max_body_bytes_in_flight);
     }
 
     #[test]
@@ -773,6 +897,37 @@ mod tests {
         let zero = parse("[streams]\nsubscriber_buffer_bytes = 0\n").unwrap().streams.limits().unwrap_err();
         assert!(zero.to_string().contains("subscriber_buffer_bytes"), "{zero}");
         assert!(parse("[streams]\nmax_deltas = 3\n").is_err(), "unknown keys are refused");
+    }
+
+    #[test]
+    fn http_takes_what_the_file_sets_over_the_defaults_and_refuses_nonsense() {
+        let file = parse(
+            "[http]\nheader_read_timeout_secs = 2.5\nmax_connections = 100\nmax_connections_per_address = 500\n\
+             max_json_values = 10\n[limits]\nmax_body_bytes_in_flight = 1000\n\
+             [tenants.acme]\nmax_body_bytes_in_flight = 2000\n",
+        )
+        .unwrap();
+        let config = file.server_config().unwrap();
+        assert_eq!(config.http.header_read_timeout, std::time::Duration::from_millis(2500));
+        assert_eq!(config.http.max_connections, 100);
+        assert_eq!(config.http.max_connections_per_address, 100, "never more than the server's cap");
+        assert_eq!(config.http.max_json_values, 10);
+        assert_eq!(config.http.max_head_bytes, HttpConfig::default().max_head_bytes, "untouched");
+        assert_eq!(config.default_limits.max_body_bytes_in_flight, 1000);
+        assert_eq!(config.limits("acme").max_body_bytes_in_flight, 2000);
+        for (bad, named) in [
+            ("header_read_timeout_secs = 0", "header_read_timeout_secs"),
+            ("body_read_timeout_secs = -1", "body_read_timeout_secs"),
+            ("body_read_timeout_secs = nan", "body_read_timeout_secs"),
+            ("max_connections = 0", "max_connections"),
+            ("max_head_bytes = 4096", "at least 8192"),
+            ("max_json_depth = 129", "at most 128"),
+            ("max_body_bytes_in_flight = 0", "max_body_bytes_in_flight"),
+        ] {
+            let err = parse(&format!("[http]\n{bad}\n")).unwrap().server_config().unwrap_err();
+            assert!(err.to_string().contains(named), "{bad}: {err}");
+        }
+        assert!(parse("[http]\nmax_connection = 3\n").is_err(), "unknown keys are refused");
     }
 
     #[test]

@@ -16,7 +16,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
@@ -27,7 +26,7 @@ use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::{KeySource, Operator, hash_key, key_prefix, names_key, new_key};
-use crate::body;
+use crate::body::{self, Incoming};
 use crate::error::{ApiError, ErrorBody};
 use crate::tenants::checked_limits;
 
@@ -310,7 +309,7 @@ pub async fn put_tenant(
     State(state): State<Arc<AppState>>,
     _: Operator,
     Path(tenant): Path<String>,
-    body: Body,
+    body: Incoming,
 ) -> Result<impl IntoResponse, ApiError> {
     checked_tenant(&tenant)?;
     let body: Option<TenantBody> = body::optional_json(body, MAX_ADMIN_BODY).await?;
@@ -444,7 +443,7 @@ pub async fn put_limits(
     State(state): State<Arc<AppState>>,
     _: Operator,
     Path(tenant): Path<String>,
-    body: Body,
+    body: Incoming,
 ) -> Result<Json<LimitsView>, ApiError> {
     let body: Value = body::optional_json(body, MAX_ADMIN_BODY).await?.ok_or_else(|| {
         ApiError::new(
@@ -517,7 +516,7 @@ pub async fn list_keys(
 pub async fn create_key(
     State(state): State<Arc<AppState>>,
     _: Operator,
-    body: Body,
+    body: Incoming,
 ) -> Result<impl IntoResponse, ApiError> {
     let body: NewKeyBody = body::optional_json(body, MAX_ADMIN_BODY)
         .await?

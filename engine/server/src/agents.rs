@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
@@ -20,7 +19,7 @@ use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::Tenant;
-use crate::body;
+use crate::body::{self, Incoming};
 use crate::error::{ApiError, ErrorBody};
 
 /// An agent as clients see it.
@@ -201,7 +200,7 @@ pub async fn put(
     Path(agent_id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
-    body: Body,
+    body: Incoming,
 ) -> Result<impl IntoResponse, ApiError> {
     checked_agent_id(&agent_id)?;
     let activate = activate_param(&query)?;
@@ -251,7 +250,7 @@ pub async fn activate(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
     Path(agent_id): Path<String>,
-    body: Body,
+    body: Incoming,
 ) -> Result<Json<AgentView>, ApiError> {
     checked_agent_id(&agent_id)?;
     let limits = state.config.limits(&tenant).clone();

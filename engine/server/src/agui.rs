@@ -38,7 +38,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -58,6 +57,7 @@ use subs_protocol::{
 };
 
 use crate::auth::Caller;
+use crate::body::Incoming;
 use crate::error::{ApiError, ErrorBody};
 use crate::stream::{Dropped, TurnFrames};
 use crate::{AppState, body, sessions};
@@ -208,14 +208,13 @@ pub async fn run(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(agent_id): Path<String>,
-    body: Body,
+    body: Incoming,
 ) -> Result<Response, ApiError> {
     if !valid_name(&agent_id) {
         return Err(ApiError::invalid("agent_id", format!("`{agent_id}` is not a valid agent id ({NAME_RULE})")));
     }
     let limits = state.config.limits(&caller.tenant);
-    let bytes = body::bytes(body, limits.max_body_bytes).await?;
-    let input: RunAgentInput = subs_protocol::from_json_slice(&bytes).map_err(|e| refusal(&e))?;
+    let input: RunAgentInput = body::json_with(body, limits.max_body_bytes, refusal).await?;
     for (field, id) in [("threadId", &input.thread_id), ("runId", &input.run_id)] {
         if !valid_id(id) {
             return Err(ApiError::invalid(field, format!("`{}` is not a valid id ({ID_RULE})", id.escape_debug())));
@@ -237,7 +236,7 @@ pub async fn run(
             });
         }
     }
-    let plan = plan(&input, &agent_id, snapshot.as_ref())?;
+    let plan = plan(&input, &agent_id, snapshot.as_ref(), state.config.file().http.json_bounds())?;
     let mut run = AguiRun::new(&input, state.clone(), caller.tenant.clone(), session.clone());
     let frames = match plan {
         Plan::Start { input: messages, origins } => {
@@ -297,7 +296,12 @@ enum Plan {
 }
 
 /// Decides what the run sends, from the input and the session as it is.
-fn plan(input: &RunAgentInput, agent_id: &str, snapshot: Option<&subs_engine::Snapshot>) -> Result<Plan, ApiError> {
+fn plan(
+    input: &RunAgentInput,
+    agent_id: &str,
+    snapshot: Option<&subs_engine::Snapshot>,
+    json: body::JsonBounds,
+) -> Result<Plan, ApiError> {
     let open_turn = snapshot.and_then(|s| s.record.turn.as_ref().map(|t| t.turn_id.clone()));
     let interrupts: Vec<&str> =
         snapshot.map(|s| s.record.interrupts.iter().map(|i| i.interrupt_id.as_str()).collect()).unwrap_or_default();
@@ -325,7 +329,7 @@ fn plan(input: &RunAgentInput, agent_id: &str, snapshot: Option<&subs_engine::Sn
     // Answering frontend tool calls.
     let waiting: Vec<&str> =
         snapshot.map(|s| s.waiting_client_calls().map(|c| c.call.id.as_str()).collect()).unwrap_or_default();
-    let answers = tool_answers(input, &waiting)?;
+    let answers = tool_answers(input, &waiting, json)?;
     if let Some(turn_id) = open_turn.as_ref().filter(|_| !answers.is_empty()) {
         let answered: HashSet<&str> = answers
             .iter()
@@ -465,7 +469,7 @@ fn resumes(input: &RunAgentInput, open: &[&str]) -> Result<Vec<(String, ResumeSt
 
 /// The `tool.result` / `tool.error` inputs for the run's `tool` messages
 /// that answer frontend tool calls the session waits for.
-fn tool_answers(input: &RunAgentInput, waiting: &[&str]) -> Result<Vec<ClientInput>, ApiError> {
+fn tool_answers(input: &RunAgentInput, waiting: &[&str], json: body::JsonBounds) -> Result<Vec<ClientInput>, ApiError> {
     let mut answers = Vec::new();
     if waiting.is_empty() {
         return Ok(answers);
@@ -485,7 +489,7 @@ fn tool_answers(input: &RunAgentInput, waiting: &[&str]) -> Result<Vec<ClientInp
             None => ClientInput::ToolResult(ToolResult {
                 id: message.tool_call_id,
                 attempt: None,
-                result: Some(tool_result(&content(&message.content, i)?)),
+                result: Some(tool_result(&content(&message.content, i)?, json)),
             }),
         });
     }
@@ -494,10 +498,11 @@ fn tool_answers(input: &RunAgentInput, waiting: &[&str]) -> Result<Vec<ClientInp
 
 /// A tool message's content as the call's result: AG-UI carries results as
 /// text, which frontends usually fill with JSON; JSON text is passed as
-/// the value it is, other text as a string.
-fn tool_result(content: &Content) -> Value {
+/// the value it is (within the bounds of a JSON body), other text as a
+/// string.
+fn tool_result(content: &Content, json: body::JsonBounds) -> Value {
     let text = content.text();
-    serde_json::from_str(&text).unwrap_or(Value::String(text))
+    body::embedded_json(&text, json).unwrap_or(Value::String(text))
 }
 
 /// The `client` context of the run's `client.messages` input.

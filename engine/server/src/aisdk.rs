@@ -45,7 +45,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -64,7 +63,7 @@ use subs_protocol::{
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::body;
+use crate::body::{self, Incoming};
 use crate::error::{ApiError, ErrorBody};
 use crate::sessions::{self, Sent};
 use crate::stream::{self as turn_stream, Dropped, TurnFrames};
@@ -180,7 +179,7 @@ pub async fn chat(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(agent_id): Path<String>,
-    request: Body,
+    request: Incoming,
 ) -> Result<Response, ApiError> {
     check_agent_id(&agent_id)?;
     let limits = state.config.limits(&caller.tenant);

@@ -716,7 +716,7 @@ pub struct TokenRequest {
 pub async fn mint_token(
     axum::extract::State(state): axum::extract::State<Arc<AppState>>,
     Tenant(tenant): Tenant,
-    body: axum::body::Body,
+    body: crate::body::Incoming,
 ) -> Result<axum::Json<Token>, ApiError> {
     let now = subs_engine::clock::now_ms() / 1000;
     let limit = state.config.limits(&tenant).max_body_bytes;

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Body;
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use subs_engine::model::Money;
@@ -15,7 +14,7 @@ use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::Tenant;
-use crate::body;
+use crate::body::{self, Incoming};
 use crate::error::{ApiError, ErrorBody};
 use crate::sessions::SessionPath;
 
@@ -69,7 +68,7 @@ pub async fn session_budget(
     State(state): State<Arc<AppState>>,
     Tenant(tenant): Tenant,
     SessionPath(session_id): SessionPath,
-    body: Body,
+    body: Incoming,
 ) -> Result<Json<SessionBudget>, ApiError> {
     let limit = state.config.limits(&tenant).max_body_bytes;
     let body: BudgetBody = body::json(body, limit).await?;

@@ -32,7 +32,7 @@ pub struct ErrorBody {
     pub error: String,
     /// A stable code: `invalid_json`, `invalid_input`, `unauthorized`,
     /// `forbidden`, `admin_disabled`, `not_found`, `unknown_agent`,
-    /// `conflict`, `no_active_version`, `payload_too_large`,
+    /// `conflict`, `no_active_version`, `request_timeout`, `payload_too_large`,
     /// `invalid_component`, `limit_exceeded`, `unavailable`, `internal`.
     pub code: String,
     /// The offending field, as a path (`messages[0].role`).

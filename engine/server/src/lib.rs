@@ -23,6 +23,8 @@
 //!   translation of a turn's events into AG-UI's.
 //! - [`budgets`]: what sessions and tenants spent, and their budgets.
 //! - [`metrics`]: `/healthz` and Prometheus `/metrics`.
+//! - [`edge`]: the accept loop and the bounds of connections and request
+//!   heads; [`body`]: the bounds of request bodies and their JSON.
 //! - [`aisdk`]: the Vercel AI SDK's chat endpoint (its UI message stream)
 //!   over the session input and turn events.
 //! - [`openapi`]: the OpenAPI document, generated from the handlers.
@@ -36,6 +38,7 @@ pub mod auth;
 pub mod body;
 pub mod budgets;
 pub mod decisions;
+pub mod edge;
 pub mod error;
 pub mod identity;
 pub mod metrics;
@@ -55,7 +58,6 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::http::{HeaderValue, Method, header};
-use axum::serve::ListenerExt as _;
 use serde::{Deserialize, Serialize};
 use subs_engine::Engine;
 use subs_engine::agents::AgentRegistry;
@@ -83,6 +85,10 @@ pub struct Limits {
     pub max_session_reads: usize,
     /// Largest JSON request body, in bytes.
     pub max_body_bytes: usize,
+    /// Bytes of the tenant's request bodies in flight at once, uploads
+    /// included (a JSON body also counts its parsed values, see
+    /// [`body`]); a body past it is answered 429.
+    pub max_body_bytes_in_flight: usize,
     /// Largest component upload, in bytes.
     pub max_component_bytes: usize,
     /// Component uploads the tenant may make per hour (a bucket of this
@@ -103,6 +109,8 @@ impl Default for Limits {
             max_session_bytes: subs_engine::engine::DEFAULT_MAX_SESSION_BYTES,
             max_session_reads: subs_engine::engine::DEFAULT_MAX_SESSION_READS,
             max_body_bytes: 4 << 20,
+            // One largest upload and a few dozen JSON bodies.
+            max_body_bytes_in_flight: 96 << 20,
             max_component_bytes: 64 << 20,
             max_uploads_per_hour: 60,
             max_compiled_bytes: 1 << 30,
@@ -120,6 +128,9 @@ pub struct ServerConfig {
     pub tenant_limits: HashMap<String, Limits>,
     /// Origins browsers may call from (CORS); none by default.
     pub cors_origins: Vec<String>,
+    /// The server-wide bounds of connections, request heads and bodies:
+    /// the `[http]` table.
+    pub http: edge::HttpConfig,
 }
 
 impl ServerConfig {
@@ -178,6 +189,7 @@ pub fn app(state: Arc<AppState>) -> Router {
     router
         .merge(ui::router())
         .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(axum::middleware::from_fn_with_state(Arc::new(body::InFlight::default()), body::hold))
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             ApiError::internal(&"a handler panicked").into_response_()
@@ -200,12 +212,8 @@ impl ApiError {
     }
 }
 
-/// Serves the API on `listener` until `shutdown` resolves.
-///
-/// Every accepted connection gets `TCP_NODELAY`: a response's last
-/// segment otherwise waits for the client's delayed ACK (about 40 ms on
-/// Linux) whenever an earlier one is unacknowledged, which is every
-/// streamed turn on a keep-alive connection.
+/// Serves the API on `listener` until `shutdown` resolves, within the
+/// bounds of the config's `[http]` table ([`edge`]).
 pub async fn serve(
     listener: TcpListener,
     state: Arc<AppState>,
@@ -215,12 +223,5 @@ pub async fn serve(
     // is sent, before a session is created, by an input or a spawn); the
     // configured ones take effect with the server that serves them.
     state.config.apply_to(&state.engine);
-    axum::serve(listener.tap_io(no_delay), app(state)).with_graceful_shutdown(shutdown).await
-}
-
-/// Turns Nagle's algorithm off on an accepted connection (see [`serve`]).
-fn no_delay(tcp: &mut tokio::net::TcpStream) {
-    if let Err(e) = tcp.set_nodelay(true) {
-        tracing::warn!(error = %e, "could not set TCP_NODELAY on an accepted connection");
-    }
+    edge::serve_on(listener, app(state.clone()), state, shutdown).await
 }

@@ -122,8 +122,14 @@ pub struct Health {
     tag = "operations"
 )]
 pub async fn healthz(State(state): State<Arc<AppState>>) -> Result<axum::Json<Health>, crate::ApiError> {
+    health(&state).await.map(axum::Json)
+}
+
+/// What `/healthz` answers; also the HTTP edge's, for a connection past
+/// its caps (see [`crate::edge`]).
+pub async fn health(state: &AppState) -> Result<Health, crate::ApiError> {
     state.engine.check_store().await?;
-    Ok(axum::Json(Health { status: "ok".to_owned() }))
+    Ok(Health { status: "ok".to_owned() })
 }
 
 /// Prometheus metrics, in the text exposition format.

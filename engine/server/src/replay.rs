@@ -9,7 +9,6 @@ use std::time::Duration;
 use std::convert::Infallible;
 
 use axum::Json;
-use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -23,7 +22,7 @@ use utoipa::ToSchema;
 
 use crate::AppState;
 use crate::auth::Tenant;
-use crate::body;
+use crate::body::{self, Incoming};
 use crate::error::{ApiError, ErrorBody};
 
 /// The largest replay request body: room for [`MAX_SESSIONS`] session ids.
@@ -92,7 +91,7 @@ pub async fn replay(
     Tenant(tenant): Tenant,
     Path(agent_id): Path<String>,
     headers: HeaderMap,
-    body: Body,
+    body: Incoming,
 ) -> Result<Response, ApiError> {
     let request: ReplayRequest = body::json(body, BODY_LIMIT).await?;
     let selection = selection(&request)?;

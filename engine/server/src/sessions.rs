@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -18,7 +17,7 @@ use subs_protocol::{AgentConfig, Call, ClientInput, FullTree, Message, PostedInp
 use utoipa::ToSchema;
 
 use crate::auth::Caller;
-use crate::body;
+use crate::body::{self, Incoming};
 use crate::error::{ApiError, ErrorBody};
 use crate::{AppState, stream};
 
@@ -227,7 +226,7 @@ pub async fn input(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     SessionPath(session_id): SessionPath,
-    body: Body,
+    body: Incoming,
 ) -> Result<Response, ApiError> {
     let limits = state.config.limits(&caller.tenant);
     let PostedInput { input, identity } = body::json(body, limits.max_body_bytes).await?;

@@ -343,7 +343,7 @@ mod tests {
         let default_limits =
             Limits { max_sessions: Some(10), budget: Some(Money::from_dollars(5)), ..Limits::default() };
         let acme = Limits { max_sessions: Some(3), ..default_limits.clone() };
-        ServerConfig { default_limits, tenant_limits: [("acme".to_owned(), acme)].into(), cors_origins: Vec::new() }
+        ServerConfig { default_limits, tenant_limits: [("acme".to_owned(), acme)].into(), ..ServerConfig::default() }
     }
 
     #[test]
