@@ -380,15 +380,22 @@ pub async fn snapshot(
 /// Bytes of JSON a streamed answer hands the connection at a time.
 const JSON_CHUNK: usize = 64 << 10;
 
+/// How long a streamed answer waits for the client to take a chunk before
+/// it gives up: a client that stops reading gives back what its answer
+/// holds (and the tenant's read it counts as) after this long.
+const JSON_STALL: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// `value` as a `200` JSON answer, serialized on a blocking thread as the
 /// client takes it, a chunk at a time: the answer holds `value` and a few
 /// chunks, however long its JSON. `hold` lives until the last chunk is
-/// taken or the client goes away (which stops the writing).
+/// taken, or the client goes away or takes nothing for [`JSON_STALL`]
+/// (which stops the writing; the client sees the answer cut short).
 fn json_streamed<T: Serialize + Send + 'static>(value: T, hold: impl Send + 'static) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes, std::io::Error>>(2);
+    let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
         let _hold = hold;
-        let mut out = std::io::BufWriter::with_capacity(JSON_CHUNK, Chunks(tx));
+        let mut out = std::io::BufWriter::with_capacity(JSON_CHUNK, Chunks { tx, runtime });
         let written = serde_json::to_writer(&mut out, &value).map_err(std::io::Error::from);
         if let Err(error) = written.and_then(|()| std::io::Write::flush(&mut out)) {
             tracing::debug!(%error, "a streamed answer stopped");
@@ -401,16 +408,25 @@ fn json_streamed<T: Serialize + Send + 'static>(value: T, hold: impl Send + 'sta
 
 /// Where a streamed answer's JSON goes: chunks of at most
 /// [`JSON_CHUNK`] bytes to the connection, waiting while it has two.
-struct Chunks(tokio::sync::mpsc::Sender<Result<axum::body::Bytes, std::io::Error>>);
+struct Chunks {
+    tx: tokio::sync::mpsc::Sender<Result<axum::body::Bytes, std::io::Error>>,
+    runtime: tokio::runtime::Handle,
+}
 
 impl std::io::Write for Chunks {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        use tokio::sync::mpsc::error::SendTimeoutError;
         let n = buf.len().min(JSON_CHUNK);
         let chunk = axum::body::Bytes::copy_from_slice(&buf[..n]);
-        self.0
-            .blocking_send(Ok(chunk))
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away"))?;
-        Ok(n)
+        match self.runtime.block_on(self.tx.send_timeout(Ok(chunk), JSON_STALL)) {
+            Ok(()) => Ok(n),
+            Err(SendTimeoutError::Closed(_)) => {
+                Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away"))
+            }
+            Err(SendTimeoutError::Timeout(_)) => {
+                Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the client stopped reading"))
+            }
+        }
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
