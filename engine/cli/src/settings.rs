@@ -487,10 +487,20 @@ pub struct LimitsEntry {
     pub max_body_bytes_in_flight: Option<usize>,
     /// Largest component upload, in bytes.
     pub max_component_bytes: Option<usize>,
-    /// Component uploads per hour.
+    /// Agent uploads (components and HTTP workers) per hour.
     pub max_uploads_per_hour: Option<u32>,
     /// Compiled code the tenant's agents may hold, in bytes.
     pub max_compiled_bytes: Option<u64>,
+    /// Versions one agent keeps, the current one included.
+    pub max_agent_versions: Option<usize>,
+    /// Bytes one agent's stored versions may hold.
+    pub max_agent_bytes: Option<u64>,
+    /// Bytes all the tenant's agents' stored versions may hold.
+    pub max_stored_agent_bytes: Option<u64>,
+    /// The longest HTTP worker URL, in bytes.
+    pub max_worker_url_bytes: Option<usize>,
+    /// The longest HTTP worker signing secret, in bytes.
+    pub max_worker_secret_bytes: Option<usize>,
     /// Dollars the tenant's sessions may spend on LLM calls, in all.
     pub budget: Option<subs_engine::model::Money>,
     /// `[limits.sandbox]` / `[tenants.<name>.sandbox]`: what each decision
@@ -567,6 +577,11 @@ impl LimitsEntry {
             max_component_bytes: self.max_component_bytes.unwrap_or(base.max_component_bytes),
             max_uploads_per_hour: self.max_uploads_per_hour.unwrap_or(base.max_uploads_per_hour),
             max_compiled_bytes: self.max_compiled_bytes.unwrap_or(base.max_compiled_bytes),
+            max_agent_versions: self.max_agent_versions.unwrap_or(base.max_agent_versions),
+            max_agent_bytes: self.max_agent_bytes.unwrap_or(base.max_agent_bytes),
+            max_stored_agent_bytes: self.max_stored_agent_bytes.unwrap_or(base.max_stored_agent_bytes),
+            max_worker_url_bytes: self.max_worker_url_bytes.unwrap_or(base.max_worker_url_bytes),
+            max_worker_secret_bytes: self.max_worker_secret_bytes.unwrap_or(base.max_worker_secret_bytes),
             budget: self.budget.or(base.budget),
         }
     }

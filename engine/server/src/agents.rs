@@ -167,7 +167,10 @@ fn checked_agent_id(agent_id: &str) -> Result<(), ApiError> {
 /// (`application/json`, `{"url", "secret"?}`). With `activate=false` the
 /// version is stored but not made current (see
 /// `PUT /v1/agents/{agent_id}/current`); an agent's first version must be
-/// activated.
+/// activated. Every upload counts against `max_uploads_per_hour`; an
+/// agent keeps at most `max_agent_versions` versions (the oldest inactive
+/// ones are dropped to make room) within `max_agent_bytes`, and the
+/// tenant's agents at most `max_stored_agent_bytes`.
 #[utoipa::path(
     put,
     path = "/v1/agents/{agent_id}",
@@ -190,7 +193,8 @@ fn checked_agent_id(agent_id: &str) -> Result<(), ApiError> {
         (status = 409, description = "`activate=false` for an agent that does not exist yet (`no_active_version`)", body = ErrorBody),
         (status = 413, body = ErrorBody),
         (status = 415, body = ErrorBody),
-        (status = 422, description = "Not a component of the subs:agent world", body = ErrorBody),
+        (status = 422, description = "Not a component of the subs:agent world (`invalid_component`), or past a quota of compiled or stored bytes (`limit_exceeded`)", body = ErrorBody),
+        (status = 429, description = "Past `max_uploads_per_hour`, or another upload of the tenant is compiling", body = ErrorBody),
     ),
     tag = "agents"
 )]
@@ -207,16 +211,9 @@ pub async fn put(
     let limits = state.config.limits(&tenant).clone();
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let media = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
-    let (record, changed) = match media.as_str() {
-        "application/wasm" => {
-            state.agents.meter_upload(&tenant, limits.max_uploads_per_hour)?;
-            let bytes = body::bytes(body, limits.max_component_bytes).await?;
-            state.agents.put_component(&tenant, &agent_id, bytes.to_vec(), limits.max_compiled_bytes, activate).await?
-        }
-        "application/json" => {
-            let HttpAgent { url, secret } = body::json(body, limits.max_body_bytes).await?;
-            state.agents.put_http(&tenant, &agent_id, url, secret, activate).await?
-        }
+    let component = match media.as_str() {
+        "application/wasm" => true,
+        "application/json" => false,
         other => {
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -224,6 +221,19 @@ pub async fn put(
                 format!("`{other}` is neither application/wasm (a component) nor application/json (an HTTP worker)"),
             ));
         }
+    };
+    // Every version is metered, a worker's as a component's: each is kept
+    // in the agent's record until it is dropped or deleted.
+    state.agents.meter_upload(&tenant, limits.max_uploads_per_hour)?;
+    let agent_limits = limits.agents();
+    let (record, changed) = if component {
+        // Counted in flight until the upload is answered (compiled or
+        // refused): the bytes are held that long.
+        let bytes = body::bytes(body, limits.max_component_bytes).await?;
+        state.agents.put_component(&tenant, &agent_id, Vec::from(bytes), &agent_limits, activate).await?
+    } else {
+        let HttpAgent { url, secret } = body::json(body, limits.max_body_bytes).await?;
+        state.agents.put_http(&tenant, &agent_id, url, secret, &agent_limits, activate).await?
     };
     let status = if changed { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(AgentView::from(&record))))
@@ -300,8 +310,9 @@ pub async fn list(
     Ok(Json(state.agents.agents(&tenant).await?.iter().map(AgentView::from).collect()))
 }
 
-/// Removes an agent. Its sessions stay, and resume once an agent of that
-/// id is uploaded again.
+/// Removes an agent, and the files of its versions that no other agent
+/// has (component bytes, compiled code). Its sessions stay, and resume
+/// once an agent of that id is uploaded again.
 #[utoipa::path(
     delete,
     path = "/v1/agents/{agent_id}",
@@ -319,4 +330,31 @@ pub async fn delete(
     } else {
         Err(ApiError::no_agent(&agent_id))
     }
+}
+
+/// Removes a stored version of an agent, and its files unless another
+/// agent has that version; answers the agent as it is then. The current
+/// version cannot be removed (409): activate another first, or delete
+/// the agent.
+#[utoipa::path(
+    delete,
+    path = "/v1/agents/{agent_id}/versions/{version}",
+    params(("agent_id" = String, Path), ("version" = String, Path, description = "`sha256:<hex>`")),
+    responses(
+        (status = 200, description = "Removed; the agent without it", body = AgentView),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "No such agent, or no such stored version of it", body = ErrorBody),
+        (status = 409, description = "The version is the agent's current one", body = ErrorBody),
+    ),
+    tag = "agents"
+)]
+pub async fn delete_version(
+    State(state): State<Arc<AppState>>,
+    Tenant(tenant): Tenant,
+    Path((agent_id, version)): Path<(String, String)>,
+) -> Result<Json<AgentView>, ApiError> {
+    checked_agent_id(&agent_id)?;
+    let record =
+        state.agents.delete_version(&tenant, &agent_id, &version).await?.ok_or_else(|| ApiError::no_agent(&agent_id))?;
+    Ok(Json(AgentView::from(&record)))
 }

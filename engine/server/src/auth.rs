@@ -15,7 +15,11 @@
 //!
 //! Browsers' `EventSource` cannot set headers, so the events endpoint also
 //! takes `?token=`: a token minted by `POST /v1/tokens`, valid for a few
-//! minutes, signed with a secret that lives only in this process.
+//! minutes, signed with a secret that lives only in this process. It names
+//! the key that minted it, and works only while that key does: at every
+//! connect, and for as long as its stream stays open (a stream ends when
+//! the key it was opened with is revoked or its tenant deleted; see
+//! [`Credential`]).
 //!
 //! `POST /v1/tokens` with a body mints an **end-user token** instead: the
 //! same signature over the tenant, an expiry, an identity and optionally
@@ -113,11 +117,36 @@ pub enum KeySource {
     Config,
 }
 
+/// What a request was authenticated with, which an event stream must go
+/// on holding to stay open: when the key is revoked (or its tenant
+/// deleted, which revokes its keys) the stream ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// A server that takes no key: nothing can be revoked.
+    Open,
+    /// A tenant's key, by its hash: given as `Authorization`, or the key
+    /// that minted the event-stream token.
+    Key {
+        /// The tenant it acts for.
+        tenant: String,
+        /// Hex SHA-256 of the key.
+        hash: String,
+    },
+    /// An end-user token, which works while its tenant has a key.
+    User {
+        /// The tenant whose key minted it.
+        tenant: String,
+    },
+}
+
 /// The keys the server accepts: tenants' keys, which the admin API changes
 /// while the server runs, and the operator's, fixed at start.
 pub struct Keys {
     /// SHA-256 hex → the key's record and where it comes from.
     by_hash: RwLock<HashMap<String, (KeyRecord, KeySource)>>,
+    /// Counts the times keys were removed: open streams watch it and check
+    /// their [`Credential`] again when it moves.
+    removals: tokio::sync::watch::Sender<u64>,
     /// SHA-256 hex of each operator key.
     admin: Vec<String>,
     /// Whether nobody is authenticated (no key of any kind at start).
@@ -137,7 +166,13 @@ impl Keys {
         getrandom::fill(&mut token_secret).expect("the OS provides random bytes");
         let by_hash: HashMap<_, _> = records.into_iter().map(|r| (r.hash.clone(), (r, KeySource::Store))).collect();
         let open = by_hash.is_empty();
-        Self { by_hash: RwLock::new(by_hash), admin: Vec::new(), open, token_secret }
+        Self {
+            by_hash: RwLock::new(by_hash),
+            removals: tokio::sync::watch::Sender::new(0),
+            admin: Vec::new(),
+            open,
+            token_secret,
+        }
     }
 
     /// Adds the config file's keys; where the store holds the same key,
@@ -160,11 +195,15 @@ impl Keys {
     /// Replaces the store's keys with `records` (what another node sharing
     /// the store changed); the config file's keys stay as they are.
     pub fn replace_stored(&self, records: impl IntoIterator<Item = KeyRecord>) {
-        let mut by_hash = self.write();
-        by_hash.retain(|_, (_, source)| !matches!(source, KeySource::Store));
-        for record in records {
-            by_hash.entry(record.hash.clone()).or_insert((record, KeySource::Store));
+        {
+            let mut by_hash = self.write();
+            by_hash.retain(|_, (_, source)| !matches!(source, KeySource::Store));
+            for record in records {
+                by_hash.entry(record.hash.clone()).or_insert((record, KeySource::Store));
+            }
         }
+        // Some may be gone: open streams check theirs.
+        self.removals.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Adds operator keys, by SHA-256 (hex): they enable the admin API.
@@ -205,8 +244,31 @@ impl Keys {
     }
 
     /// Stops accepting the key with this hash; its record, if it had one.
+    /// Event streams opened with it (or with a token it minted) end.
     pub fn remove(&self, hash: &str) -> Option<(KeyRecord, KeySource)> {
-        self.write().remove(hash)
+        let removed = self.write().remove(hash);
+        if removed.is_some() {
+            self.removals.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        removed
+    }
+
+    /// Whether `credential` still authenticates: its key is still
+    /// accepted (for its tenant), or its end user's tenant still has a
+    /// key.
+    pub fn still_valid(&self, credential: &Credential) -> bool {
+        match credential {
+            Credential::Open => true,
+            Credential::Key { tenant, hash } => self.read().get(hash).is_some_and(|(r, _)| &r.tenant == tenant),
+            Credential::User { tenant } => self.is_open() || self.has_tenant(tenant),
+        }
+    }
+
+    /// Moves each time keys are removed (revoked, a tenant deleted, or
+    /// gone from the store another node changed): a stream holding a
+    /// [`Credential`] checks it again then.
+    pub fn removals(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.removals.subscribe()
     }
 
     /// Every tenant key (hashes, never keys), by tenant, then oldest first.
@@ -229,23 +291,36 @@ impl Keys {
         self.by_hash.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A token for `tenant`'s event streams, valid until `expires` (Unix
-    /// seconds).
-    pub fn token(&self, tenant: &str, expires: u64) -> String {
-        format!("{tenant}.{expires}.{}", self.sign(tenant, expires))
+    /// A token for `tenant`'s event streams, minted with the key of hash
+    /// `key` (`None` on a server that takes no key), valid until `expires`
+    /// (Unix seconds) and while that key is: `<tenant>.<key hash or
+    /// ->.<expires>.<signature>`.
+    pub fn token(&self, tenant: &str, key: Option<&str>, expires: u64) -> String {
+        let key = key.unwrap_or(NO_KEY);
+        format!("{tenant}.{key}.{expires}.{}", self.sign(tenant, key, expires))
     }
 
-    /// The tenant of a valid, unexpired token.
-    pub fn tenant_of_token(&self, token: &str, now: u64) -> Option<String> {
-        let mut parts = token.rsplitn(3, '.');
-        let (mac, expires, tenant) = (parts.next()?, parts.next()?, parts.next()?);
-        let expires: u64 = expires.parse().ok()?;
-        let expected = self.sign(tenant, expires);
-        (expires >= now && constant_time_eq(mac.as_bytes(), expected.as_bytes())).then(|| tenant.to_owned())
+    /// The tenant of a valid, unexpired event-stream token whose key is
+    /// still accepted (minted without one: while the server takes none),
+    /// and that key as the stream's [`Credential`].
+    pub fn tenant_of_token(&self, token: &str, now: u64) -> Option<(String, Credential)> {
+        let mut parts = token.rsplitn(4, '.');
+        let (mac, expires, key, tenant) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let expires_at: u64 = expires.parse().ok()?;
+        let expected = self.sign(tenant, key, expires_at);
+        if expires_at < now || !constant_time_eq(mac.as_bytes(), expected.as_bytes()) {
+            return None;
+        }
+        let credential = match key {
+            NO_KEY if self.is_open() => Credential::Open,
+            NO_KEY => return None,
+            hash => Credential::Key { tenant: tenant.to_owned(), hash: hash.to_owned() },
+        };
+        self.still_valid(&credential).then(|| (tenant.to_owned(), credential))
     }
 
-    fn sign(&self, tenant: &str, expires: u64) -> String {
-        self.mac(&format!("{tenant}.{expires}"))
+    fn sign(&self, tenant: &str, key: &str, expires: u64) -> String {
+        self.mac(&format!("{tenant}.{key}.{expires}"))
     }
 
     /// The HMAC of `message` under this process's token secret: the one
@@ -288,9 +363,13 @@ impl Keys {
     }
 }
 
+/// What an event-stream token names in place of a key when the server
+/// takes none.
+const NO_KEY: &str = "-";
+
 /// What an end-user token's signature covers. A `/` appears in no
-/// event-stream token's signed text (a tenant name and digits), so no
-/// signature of one kind is ever one of the other.
+/// event-stream token's signed text (a tenant name, a key's hash or `-`,
+/// and digits), so no signature of one kind is ever one of the other.
 fn user_message(payload: &str) -> String {
     format!("user/{payload}")
 }
@@ -345,7 +424,7 @@ impl FromRequestParts<Arc<AppState>> for Tenant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, ApiError> {
-        let caller = authenticate(parts, state, Accept { users: false, stream_tokens: false })?;
+        let (caller, _) = authenticate(parts, state, Accept { users: false, stream_tokens: false })?;
         Ok(Tenant(caller.tenant))
     }
 }
@@ -376,22 +455,24 @@ impl FromRequestParts<Arc<AppState>> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, ApiError> {
-        let caller = authenticate(parts, state, Accept { users: true, stream_tokens: false })?;
+        let (caller, _) = authenticate(parts, state, Accept { users: true, stream_tokens: false })?;
         let trace = parts.headers.get("traceparent").and_then(|v| v.to_str().ok()).and_then(parse_traceparent);
         Ok(Caller { trace, ..caller })
     }
 }
 
 /// The caller of an event stream: a [`Caller`], or a tenant by an
-/// event-stream token from `POST /v1/tokens` as `?token=`.
+/// event-stream token from `POST /v1/tokens` as `?token=`; and what it
+/// was authenticated with, which the stream must go on holding.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamCaller(pub Caller);
+pub struct StreamCaller(pub Caller, pub Credential);
 
 impl FromRequestParts<Arc<AppState>> for StreamCaller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, ApiError> {
-        authenticate(parts, state, Accept { users: true, stream_tokens: true }).map(StreamCaller)
+        let (caller, credential) = authenticate(parts, state, Accept { users: true, stream_tokens: true })?;
+        Ok(StreamCaller(caller, credential))
     }
 }
 
@@ -444,7 +525,7 @@ fn not_for_end_users() -> ApiError {
     )
 }
 
-fn authenticate(parts: &Parts, state: &AppState, accept: Accept) -> Result<Caller, ApiError> {
+fn authenticate(parts: &Parts, state: &AppState, accept: Accept) -> Result<(Caller, Credential), ApiError> {
     let keys = &state.keys;
     // An end-user token is honoured even by a server without keys: it only
     // ever narrows what the request reaches.
@@ -452,15 +533,17 @@ fn authenticate(parts: &Parts, state: &AppState, accept: Accept) -> Result<Calle
         if !accept.users {
             return Err(not_for_end_users());
         }
-        return Ok(Caller { tenant: user.tenant.clone(), user: Some(user), trace: None });
+        let credential = Credential::User { tenant: user.tenant.clone() };
+        return Ok((Caller { tenant: user.tenant.clone(), user: Some(user), trace: None }, credential));
     }
     let tenant = |tenant: String| Caller { tenant, user: None, trace: None };
     if keys.is_open() {
-        return Ok(tenant(LOCAL_TENANT.to_owned()));
+        return Ok((tenant(LOCAL_TENANT.to_owned()), Credential::Open));
     }
     if let Some(key) = bearer(parts)? {
         if let Some(name) = keys.tenant_of(key) {
-            return Ok(tenant(name));
+            let credential = Credential::Key { tenant: name.clone(), hash: hash_key(key) };
+            return Ok((tenant(name), credential));
         }
         if keys.is_admin(key) {
             return Err(ApiError::forbidden(
@@ -474,8 +557,10 @@ fn authenticate(parts: &Parts, state: &AppState, accept: Accept) -> Result<Calle
     {
         return keys
             .tenant_of_token(token, subs_engine::clock::now_ms() / 1000)
-            .map(tenant)
-            .ok_or_else(|| ApiError::unauthorized("the token is invalid or expired"));
+            .map(|(name, credential)| (tenant(name), credential))
+            .ok_or_else(|| {
+                ApiError::unauthorized("the token is invalid or expired, or the key that minted it was revoked")
+            });
     }
     Err(ApiError::unauthorized("an API key is required: `Authorization: Bearer <key>`"))
 }
@@ -535,14 +620,54 @@ mod tests {
     #[test]
     fn tokens_expire_and_cannot_be_forged() {
         let keys = keys();
-        let token = keys.token("acme", 100);
-        assert_eq!(keys.tenant_of_token(&token, 99).as_deref(), Some("acme"));
-        assert_eq!(keys.tenant_of_token(&token, 101), None, "expired");
-        assert_eq!(keys.tenant_of_token(&token.replace("acme", "evil"), 99), None, "another tenant");
-        assert_eq!(keys.tenant_of_token("acme.999.00", 99), None, "a wrong signature");
-        assert_eq!(keys.tenant_of_token("garbage", 0), None);
+        let hash = hash_key("subs_secret");
+        let token = keys.token("acme", Some(&hash), 100);
+        let tenant = |keys: &Keys, token: &str, now| keys.tenant_of_token(token, now).map(|(tenant, _)| tenant);
+        assert_eq!(tenant(&keys, &token, 99).as_deref(), Some("acme"));
+        assert_eq!(
+            keys.tenant_of_token(&token, 99).map(|(_, c)| c),
+            Some(Credential::Key { tenant: "acme".to_owned(), hash: hash.clone() })
+        );
+        assert_eq!(tenant(&keys, &token, 101), None, "expired");
+        assert_eq!(tenant(&keys, &token.replace("acme", "evil"), 99), None, "another tenant");
+        assert_eq!(tenant(&keys, &format!("acme.{hash}.999.00"), 99), None, "a wrong signature");
+        assert_eq!(tenant(&keys, "acme.999.00", 99), None, "no key named");
+        assert_eq!(tenant(&keys, "garbage", 0), None);
         let other = Keys::new([]);
-        assert_eq!(other.tenant_of_token(&token, 99), None, "another process's secret");
+        assert_eq!(tenant(&other, &token, 99), None, "another process's secret");
+        let keyless = keys.token("acme", None, 100);
+        assert_eq!(tenant(&keys, &keyless, 99), None, "minted with no key, on a server that takes keys");
+    }
+
+    #[test]
+    fn a_token_works_only_while_its_key_does() {
+        let keys = keys();
+        let hash = hash_key("subs_secret");
+        let token = keys.token("acme", Some(&hash), 100);
+        let mut removals = keys.removals();
+        let credential = keys.tenant_of_token(&token, 0).expect("the key is there").1;
+        assert!(keys.still_valid(&credential));
+        let foreign = keys.token("other", Some(&hash), 100);
+        assert_eq!(keys.tenant_of_token(&foreign, 0), None, "a key of another tenant");
+
+        let (record, _) = keys.remove(&hash).expect("revoked");
+        assert!(removals.has_changed().unwrap(), "open streams are told");
+        assert_eq!(keys.tenant_of_token(&token, 0), None, "refused at connect once its key is gone");
+        assert!(!keys.still_valid(&credential), "and an open stream holding it ends");
+        let user = Credential::User { tenant: "acme".to_owned() };
+        assert!(!keys.still_valid(&user), "an end user's tenant without a key");
+
+        keys.insert(record);
+        removals.borrow_and_update();
+        assert!(keys.still_valid(&credential) && keys.still_valid(&user));
+        keys.replace_stored([]);
+        assert!(removals.has_changed().unwrap(), "another node's changes are checked too");
+        assert!(!keys.still_valid(&credential));
+
+        let open = Keys::new([]);
+        let keyless = open.token(LOCAL_TENANT, None, 100);
+        assert_eq!(open.tenant_of_token(&keyless, 0), Some((LOCAL_TENANT.to_owned(), Credential::Open)));
+        assert!(open.still_valid(&Credential::Open));
     }
 
     #[test]
@@ -570,7 +695,8 @@ mod tests {
         assert_eq!(Keys::new([]).user_of_token(&token, 0), None, "another process's secret");
         assert_eq!(keys.user_of_token("subs_user_zz.00", 0), None, "not hex");
         assert_eq!(keys.tenant_of_token(&token, 0), None, "not an event-stream token");
-        assert_eq!(keys.user_of_token(&keys.token("acme", 100), 0), None, "an event-stream token is no user's");
+        let stream = keys.token("acme", Some(&hash_key("subs_secret")), 100);
+        assert_eq!(keys.user_of_token(&stream, 0), None, "an event-stream token is no user's");
         assert!(keys.has_tenant("acme") && !keys.has_tenant("other"));
     }
 
@@ -696,9 +822,10 @@ pub struct TokenRequest {
 }
 
 /// Mints a short-lived token. Without a body: a token that authenticates
-/// the calling tenant's event streams as `?token=` for five minutes, for
-/// clients (browsers' `EventSource`) that cannot send an `Authorization`
-/// header. With a body `{identity, session_id?, ttl_secs?}`: an end-user
+/// the calling tenant's event streams as `?token=` for five minutes, and
+/// only while the key that minted it is not revoked, for clients
+/// (browsers' `EventSource`) that cannot send an `Authorization` header.
+/// With a body `{identity, session_id?, ttl_secs?}`: an end-user
 /// token, which reaches only the sessions of that identity (see
 /// docs/security.md).
 #[utoipa::path(
@@ -716,13 +843,20 @@ pub struct TokenRequest {
 pub async fn mint_token(
     axum::extract::State(state): axum::extract::State<Arc<AppState>>,
     Tenant(tenant): Tenant,
+    headers: axum::http::HeaderMap,
     body: crate::body::Incoming,
 ) -> Result<axum::Json<Token>, ApiError> {
     let now = subs_engine::clock::now_ms() / 1000;
     let limit = state.config.limits(&tenant).max_body_bytes;
     let Some(request) = crate::body::optional_json::<TokenRequest>(body, limit).await? else {
         let expires_at = now + TOKEN_TTL.as_secs();
-        let token = state.keys.token(&tenant, expires_at);
+        // The key the request authenticated with (`Tenant` checked it):
+        // the token works while that key does.
+        let key = (!state.keys.is_open())
+            .then(|| headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer "))
+            .flatten()
+            .map(|key| hash_key(key.trim()));
+        let token = state.keys.token(&tenant, key.as_deref(), expires_at);
         return Ok(axum::Json(Token { token, expires_at, identity: None, session_id: None }));
     };
     crate::identity::check(&request.identity, "identity")?;

@@ -156,7 +156,12 @@ impl From<AgentError> for ApiError {
             AgentError::UploadRate { .. } | AgentError::Compiling | AgentError::Replaying => {
                 Self::new(StatusCode::TOO_MANY_REQUESTS, "limit_exceeded", message)
             }
-            AgentError::CompiledQuota { .. } => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "limit_exceeded", message),
+            AgentError::CompiledQuota { .. } | AgentError::StoredQuota { .. } => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "limit_exceeded", message)
+            }
+            AgentError::CurrentVersion { .. } => {
+                Self { field: Some("version".to_owned()), ..Self::new(StatusCode::CONFLICT, "conflict", message) }
+            }
             AgentError::NoActiveVersion { .. } => Self::new(StatusCode::CONFLICT, "no_active_version", message),
             AgentError::UnknownVersion { .. } => {
                 Self { field: Some("version".to_owned()), ..Self::new(StatusCode::NOT_FOUND, "not_found", message) }

@@ -91,19 +91,48 @@ pub struct Limits {
     pub max_body_bytes_in_flight: usize,
     /// Largest component upload, in bytes.
     pub max_component_bytes: usize,
-    /// Component uploads the tenant may make per hour (a bucket of this
-    /// many, refilled evenly over the hour); more are answered 429.
+    /// Agent uploads (components and HTTP workers) the tenant may make
+    /// per hour (a bucket of this many, refilled evenly over the hour);
+    /// more are answered 429.
     pub max_uploads_per_hour: u32,
     /// Compiled code the tenant's current agents may hold, in bytes: what
     /// they keep in memory and on disk. An upload past it is refused.
     pub max_compiled_bytes: u64,
+    /// Versions one agent keeps, the current one included (at least 2);
+    /// storing more drops the oldest inactive ones.
+    pub max_agent_versions: usize,
+    /// Bytes one agent's stored versions may hold (components' sizes,
+    /// HTTP workers' URLs and secrets).
+    pub max_agent_bytes: u64,
+    /// Bytes all the tenant's agents' stored versions may hold.
+    pub max_stored_agent_bytes: u64,
+    /// The longest HTTP worker URL, in bytes.
+    pub max_worker_url_bytes: usize,
+    /// The longest HTTP worker signing secret, in bytes.
+    pub max_worker_secret_bytes: usize,
     /// The most the tenant's sessions may spend on LLM calls, in all;
     /// `None`: no limit. Calls past it fail with `budget_exceeded`.
     pub budget: Option<Money>,
 }
 
+impl Limits {
+    /// What the agent registry holds the tenant's agents to.
+    pub fn agents(&self) -> subs_engine::agents::AgentLimits {
+        subs_engine::agents::AgentLimits {
+            max_compiled_bytes: self.max_compiled_bytes,
+            max_agent_versions: self.max_agent_versions,
+            max_agent_bytes: self.max_agent_bytes,
+            max_stored_agent_bytes: self.max_stored_agent_bytes,
+            max_worker_url_bytes: self.max_worker_url_bytes,
+            max_worker_secret_bytes: self.max_worker_secret_bytes,
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
+        // The registry's defaults are the agent limits'.
+        let agents = subs_engine::agents::AgentLimits::default();
         Self {
             max_sessions: None,
             max_session_bytes: subs_engine::engine::DEFAULT_MAX_SESSION_BYTES,
@@ -113,7 +142,12 @@ impl Default for Limits {
             max_body_bytes_in_flight: 96 << 20,
             max_component_bytes: 64 << 20,
             max_uploads_per_hour: 60,
-            max_compiled_bytes: 1 << 30,
+            max_compiled_bytes: agents.max_compiled_bytes,
+            max_agent_versions: agents.max_agent_versions,
+            max_agent_bytes: agents.max_agent_bytes,
+            max_stored_agent_bytes: agents.max_stored_agent_bytes,
+            max_worker_url_bytes: agents.max_worker_url_bytes,
+            max_worker_secret_bytes: agents.max_worker_secret_bytes,
             budget: None,
         }
     }

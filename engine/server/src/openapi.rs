@@ -61,6 +61,7 @@ pub fn router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(agents::list))
         .routes(routes!(agents::put, agents::get, agents::delete))
         .routes(routes!(agents::activate))
+        .routes(routes!(agents::delete_version))
         .routes(routes!(replay::replay))
         .routes(routes!(agui::run))
         .routes(routes!(aisdk::chat))

@@ -14,6 +14,11 @@
 //! than the subscriber's buffer is dropped: its stream ends after what it
 //! was already sent, and it reconnects with `Last-Event-ID`. A tenant may
 //! have a limited number of streams open; more are refused with 429.
+//!
+//! A session's event stream lasts only as long as what opened it: when
+//! its key (or the key that minted its event-stream token) is revoked, or
+//! its tenant deleted, the stream ends at once, on every node that learns
+//! of it (see [`Credential`]).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -30,7 +35,7 @@ use subs_engine::follow::{Follow, FollowError};
 use subs_protocol::{EventKind, SessionEvent};
 
 use crate::AppState;
-use crate::auth::StreamCaller;
+use crate::auth::{Credential, StreamCaller};
 use crate::error::{ApiError, ErrorBody};
 use crate::sessions::SessionPath;
 
@@ -64,7 +69,7 @@ pub type EventStream = Sse<axum::response::sse::KeepAliveStream<BoxStream<'stati
 )]
 pub async fn events(
     State(state): State<Arc<AppState>>,
-    StreamCaller(caller): StreamCaller,
+    StreamCaller(caller, credential): StreamCaller,
     SessionPath(session_id): SessionPath,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
@@ -87,7 +92,32 @@ pub async fn events(
         })?),
     };
     let live = subscribe(&state.engine, &tenant, &session_id)?;
-    Ok(respond(Pump::new(state.engine.clone(), tenant, session_id, after, None, live)))
+    let guard = Guard { removals: state.keys.removals(), state: state.clone(), credential };
+    Ok(respond(Pump::new(state.engine.clone(), tenant, session_id, after, None, live), Some(guard)))
+}
+
+/// What keeps a session's event stream open: the credential it was
+/// opened with, checked again whenever keys are removed.
+struct Guard {
+    state: Arc<AppState>,
+    credential: Credential,
+    removals: tokio::sync::watch::Receiver<u64>,
+}
+
+impl Guard {
+    /// Resolves once the credential no longer authenticates (at once if
+    /// it already does not).
+    async fn revoked(&mut self) {
+        loop {
+            if !self.state.keys.still_valid(&self.credential) {
+                return;
+            }
+            if self.removals.changed().await.is_err() {
+                // The keys are gone with the server: nothing is revoked.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
 }
 
 /// Subscribes to the session's live events for a stream, or answers 429
@@ -116,7 +146,7 @@ pub fn turn(
     after: Option<u64>,
     live: Subscription,
 ) -> EventStream {
-    respond(Pump::new(state.engine.clone(), tenant, session, after, Some(turn_id), live))
+    respond(Pump::new(state.engine.clone(), tenant, session, after, Some(turn_id), live), None)
 }
 
 /// The events of one turn, typed, for the protocol adapters that
@@ -170,11 +200,30 @@ impl TurnFrames {
     }
 }
 
-fn respond(pump: Pump) -> EventStream {
+fn respond(pump: Pump, guard: Option<Guard>) -> EventStream {
     // The pump runs only when the connection asks for the next event, so
     // a client that does not read holds nothing here: what waits for it
     // waits in its subscription, which is bounded.
-    let events = stream::unfold(pump, |mut pump| async move { pump.next().await.map(|event| (Ok(event), pump)) });
+    let events = stream::unfold((pump, guard), |(mut pump, guard)| async move {
+        let Some(mut guard) = guard else {
+            return pump.next().await.map(|event| (Ok(event), (pump, None)));
+        };
+        tokio::select! {
+            event = pump.next() => event.map(|event| (Ok(event), (pump, Some(guard)))),
+            () = guard.revoked() => {
+                tracing::info!(
+                    tenant = %pump.tenant,
+                    session = %pump.session,
+                    "event stream ended: its key was revoked or its tenant deleted"
+                );
+                // Ignored by SSE parsers; says why to whoever looks. The
+                // stream ends after it (no guard: the next poll ends it).
+                let why = SseEvent::default().comment("ended: the key of this stream was revoked or its tenant deleted");
+                pump.done = true;
+                Some((Ok(why), (pump, None)))
+            }
+        }
+    });
     let events: BoxStream<'static, Result<SseEvent, Infallible>> = Box::pin(events);
     Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
 }

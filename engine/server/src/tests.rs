@@ -157,8 +157,8 @@ fn agent_errors_answer_their_documented_status() {
                 StatusCode::TOO_MANY_REQUESTS,
                 "limit_exceeded",
                 None,
-                "the tenant has used its 3 component uploads per hour (limit `max_uploads_per_hour`); the next is \
-                 allowed in 1200 s"
+                "the tenant has used its 3 agent uploads per hour (components and HTTP workers; limit \
+                 `max_uploads_per_hour`); the next is allowed in 1200 s"
                     .to_owned(),
             ),
         ),
@@ -188,6 +188,34 @@ fn agent_errors_answer_their_documented_status() {
                 None,
                 "the tenant's agents would hold 3 MiB of compiled code with this one (2 MiB), more than its 1 MiB \
                  (limit `max_compiled_bytes`); remove agents it no longer needs"
+                    .to_owned(),
+            ),
+        ),
+        (
+            AgentError::StoredQuota {
+                whose: "the tenant's agents".to_owned(),
+                setting: "max_stored_agent_bytes",
+                total: 3 << 20,
+                bytes: 2000,
+                limit: 2 << 20,
+            },
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "limit_exceeded",
+                None,
+                "the tenant's agents would store 3 MiB with this version (2000 bytes), more than 2 MiB (limit \
+                 `max_stored_agent_bytes`), even with every other inactive version of the agent dropped; delete \
+                 agents or versions no longer needed"
+                    .to_owned(),
+            ),
+        ),
+        (
+            AgentError::CurrentVersion { agent_id: "a".to_owned(), version: "sha256:00".to_owned() },
+            (
+                StatusCode::CONFLICT,
+                "conflict",
+                Some("version"),
+                "`sha256:00` is the current version of agent `a`: activate another version first, or delete the agent"
                     .to_owned(),
             ),
         ),

@@ -17,7 +17,7 @@
 //! | `inbox` | (sid, seq) | [`InboxItem`]; numbers from the sequence `inbox_seq` |
 //! | `agents`, `api_keys`, `tenants` | (tenant, id) | [`AgentRecord`], [`KeyRecord`], [`TenantRecord`] |
 //! | `replies` | request id | the answer to a forwarded request, and when it was stored |
-//! | `blobs` | digest | a component's bytes |
+//! | `blobs` | digest | a component's bytes, and when they were last stored |
 //! | `nodes` | name | when the node's heartbeat expires |
 //! | `leases` | (tenant, session) | the node holding the lease (NULL once released) and its fencing token, from the sequence `lease_tokens` |
 //!
@@ -988,9 +988,12 @@ impl Shared for PgStore {
         Box::pin(async move {
             encode::text(digest, "a component digest")?;
             let query = || {
-                sqlx::query("INSERT INTO blobs (digest, bytes) VALUES ($1, $2) ON CONFLICT (digest) DO NOTHING")
-                    .bind(digest)
-                    .bind(bytes)
+                sqlx::query(
+                    "INSERT INTO blobs (digest, bytes) VALUES ($1, $2) \
+                     ON CONFLICT (digest) DO UPDATE SET stored = now()",
+                )
+                .bind(digest)
+                .bind(bytes)
             };
             self.fetch_all(|| format!("cannot store component {digest} in {}", self.url), query).await?;
             Ok(())
@@ -1003,6 +1006,37 @@ impl Shared for PgStore {
             let row =
                 self.fetch_optional(|| format!("cannot read component {digest} from {}", self.url), query).await?;
             row.map(|row| column::<Vec<u8>>(&row, 0, table::BLOBS)).transpose()
+        })
+    }
+
+    fn stale_blobs(&self, age: Duration) -> BoxFuture<'_, StoreResult<Vec<String>>> {
+        Box::pin(async move {
+            let query = || {
+                sqlx::query(
+                    "SELECT digest FROM blobs WHERE digest LIKE 'sha256:%' \
+                     AND stored < now() - make_interval(secs => $1) ORDER BY digest",
+                )
+                .bind(age.as_secs_f64())
+            };
+            let rows = self.fetch_all(|| format!("cannot list the components in {}", self.url), query).await?;
+            rows.iter().map(|row| column::<String>(row, 0, table::BLOBS)).collect()
+        })
+    }
+
+    fn delete_blob<'a>(&'a self, digest: &'a str, age: Duration) -> BoxFuture<'a, StoreResult<bool>> {
+        Box::pin(async move {
+            // One statement: a blob stored again meanwhile is newer than
+            // `age` by the time the row is deleted, and is kept.
+            let query = || {
+                sqlx::query(
+                    "DELETE FROM blobs WHERE digest = $1 AND stored < now() - make_interval(secs => $2) \
+                     RETURNING 1",
+                )
+                .bind(digest)
+                .bind(age.as_secs_f64())
+            };
+            let rows = self.fetch_all(|| format!("cannot delete component {digest} from {}", self.url), query).await?;
+            Ok(!rows.is_empty())
         })
     }
 

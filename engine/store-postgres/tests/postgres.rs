@@ -673,6 +673,41 @@ async fn blobs_and_replies_round_trip() {
     b.close().await.unwrap();
 }
 
+/// A blob is deleted only once it is older than the age asked for, and
+/// storing it again makes it young: an upload on another node stores the
+/// blob just before the record naming it. Blobs that are no component
+/// (a shared secret) are never listed as stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blobs_are_deleted_once_stale() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let (a, b) = (open(&url, options()).await, open(&url, options()).await);
+    shared(&a).put_blob("sha256:old", b"old").await.unwrap();
+    shared(&a).put_blob("sha256:new", b"new").await.unwrap();
+    shared(&a).put_blob("secret:tokens", b"s").await.unwrap();
+    let pool = raw(&url).await;
+    pool.execute("UPDATE blobs SET stored = now() - interval '2 hours' WHERE digest IN ('sha256:old', 'secret:tokens')")
+        .await
+        .unwrap();
+    let hour = Duration::from_secs(3600);
+    assert_eq!(shared(&b).stale_blobs(hour).await.unwrap(), ["sha256:old"]);
+    assert!(!shared(&b).delete_blob("sha256:new", hour).await.unwrap(), "stored within the hour");
+    assert!(shared(&b).delete_blob("sha256:old", hour).await.unwrap());
+    assert_eq!(shared(&a).blob("sha256:old").await.unwrap(), None);
+    assert!(!shared(&b).delete_blob("sha256:old", hour).await.unwrap(), "gone already");
+
+    // Stored again: young again, with the bytes first stored.
+    pool.execute("UPDATE blobs SET stored = now() - interval '2 hours' WHERE digest = 'sha256:new'").await.unwrap();
+    shared(&a).put_blob("sha256:new", b"other bytes").await.unwrap();
+    assert!(shared(&b).stale_blobs(hour).await.unwrap().is_empty());
+    assert!(!shared(&b).delete_blob("sha256:new", hour).await.unwrap());
+    assert_eq!(shared(&b).blob("sha256:new").await.unwrap().as_deref(), Some(&b"new"[..]));
+    assert!(shared(&b).delete_blob("sha256:new", Duration::ZERO).await.unwrap());
+    assert_eq!(shared(&a).blob("secret:tokens").await.unwrap().as_deref(), Some(&b"s"[..]));
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
 /// An answer nobody came for is deleted after an hour, by whichever
 /// node's heartbeat gets to it (each does soon after it starts, then once
 /// a minute).

@@ -670,7 +670,54 @@ pub struct AgentRecord {
 impl AgentRecord {
     /// The stored version `digest`, current or not.
     pub fn version(&self, digest: &str) -> Option<&AgentVersion> {
-        std::iter::once(&self.current).chain(&self.history).find(|v| v.digest == digest)
+        self.versions().find(|v| v.digest == digest)
+    }
+
+    /// Every stored version: the current one, then the others in upload
+    /// order.
+    pub fn versions(&self) -> impl Iterator<Item = &AgentVersion> {
+        std::iter::once(&self.current).chain(&self.history)
+    }
+
+    /// What the agent's stored versions hold, in bytes (see
+    /// [`AgentVersion::stored_bytes`]).
+    pub fn stored_bytes(&self) -> u64 {
+        self.versions().map(AgentVersion::stored_bytes).fold(0, u64::saturating_add)
+    }
+}
+
+#[cfg(test)]
+mod agent_bytes {
+    use super::*;
+
+    #[test]
+    fn an_agent_stores_its_components_sizes_and_its_workers_urls_and_secrets() {
+        let version = |digest: &str, worker| AgentVersion {
+            digest: digest.to_owned(),
+            worker,
+            created_ms: 1,
+            activated_ms: None,
+        };
+        let record = AgentRecord {
+            tenant: "t".to_owned(),
+            agent_id: "a".to_owned(),
+            current: version("sha256:1", AgentWorker::Component { bytes: 1000 }),
+            history: vec![
+                version("sha256:2", AgentWorker::Http { url: "http://h/".to_owned(), secret: None }),
+                version("sha256:3", AgentWorker::Http { url: "http://h/".to_owned(), secret: Some("s3".to_owned()) }),
+            ],
+            created_ms: 1,
+        };
+        assert_eq!(record.stored_bytes(), 1000 + 9 + 11);
+        assert_eq!(
+            record.versions().map(|v| v.digest.as_str()).collect::<Vec<_>>(),
+            ["sha256:1", "sha256:2", "sha256:3"]
+        );
+        // Records stored before `activated_ms` existed read as never activated.
+        let text = r#"{"digest":"sha256:1","worker":{"kind":"component","bytes":4},"created_ms":1}"#;
+        let old: AgentVersion = serde_json::from_str(text).unwrap();
+        assert_eq!(old.activated_ms, None);
+        assert_eq!(serde_json::to_string(&old).unwrap(), text, "and write as they read");
     }
 }
 
@@ -684,6 +731,25 @@ pub struct AgentVersion {
     pub worker: AgentWorker,
     /// When it was uploaded (Unix ms).
     pub created_ms: u64,
+    /// When it was last made current (Unix ms): uploaded active or
+    /// activated. `None` for a version never current (stored inactive and
+    /// not activated since), and for versions stored before the engine
+    /// kept this. The inactive version made current most recently is the
+    /// one a rollback goes back to, which pruning keeps longest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activated_ms: Option<u64>,
+}
+
+impl AgentVersion {
+    /// What the version holds in the store and the data directory, in
+    /// bytes: a component's size, or an HTTP worker's URL and secret.
+    /// What an agent's versions may hold is bounded by these.
+    pub fn stored_bytes(&self) -> u64 {
+        match &self.worker {
+            AgentWorker::Component { bytes } => *bytes,
+            AgentWorker::Http { url, secret } => (url.len() + secret.as_ref().map_or(0, String::len)) as u64,
+        }
+    }
 }
 
 /// What runs an agent.

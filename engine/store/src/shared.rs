@@ -158,11 +158,24 @@ pub trait Shared: Send + Sync {
 
     /// Keeps a component's bytes under their digest (`sha256:<hex>`), so
     /// every node can load an agent uploaded to any of them. Storing the
-    /// same digest again changes nothing.
+    /// same digest again keeps the bytes first stored and only notes the
+    /// time (see [`delete_blob`](Self::delete_blob)).
     fn put_blob<'a>(&'a self, digest: &'a str, bytes: &'a [u8]) -> BoxFuture<'a, StoreResult<()>>;
 
     /// A component's bytes by digest.
     fn blob<'a>(&'a self, digest: &'a str) -> BoxFuture<'a, StoreResult<Option<Vec<u8>>>>;
+
+    /// The digests of the component blobs (those named `sha256:…`) last
+    /// stored more than `age` ago: what [`delete_blob`](Self::delete_blob)
+    /// with the same `age` may delete.
+    fn stale_blobs(&self, age: Duration) -> BoxFuture<'_, StoreResult<Vec<String>>>;
+
+    /// Deletes the blob `digest` unless it was stored (or stored again)
+    /// less than `age` ago; whether it deleted it. The caller has made
+    /// sure no agent refers to the digest; `age` covers an upload on
+    /// another node, which stores the blob just before the record naming
+    /// it: a blob stored that recently may be about to be referred to.
+    fn delete_blob<'a>(&'a self, digest: &'a str, age: Duration) -> BoxFuture<'a, StoreResult<bool>>;
 
     /// Notices from the other nodes' commits, from now on (this node's own
     /// are not sent to it). A receiver that lags loses the oldest; it

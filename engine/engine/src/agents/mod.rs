@@ -10,15 +10,40 @@
 //! back. Compiled components are cached by digest under `compiled/`, so a
 //! restart loads them without compiling.
 //!
+//! What an agent keeps is bounded ([`AgentLimits`]): at most
+//! `max_agent_versions` versions (the current one and those before it),
+//! at most `max_agent_bytes` of them, and all the tenant's agents at most
+//! `max_stored_agent_bytes`. A version stored past a bound drops the
+//! agent's oldest inactive versions to make room, never the current one
+//! and, while another can go, never the version current before it (the
+//! one a rollback goes back to); when dropping all of them is not room
+//! enough, the version is refused ([`AgentError::StoredQuota`]).
+//!
+//! A component's files (its bytes under `components/`, its compiled code
+//! under `compiled/`) and its blob in a shared store are kept while any
+//! agent of any tenant, on any node, has a version of that digest, and
+//! removed once none has: when an agent or a version is deleted or
+//! dropped ([`AgentRegistry::collect`]), and at start for whatever a
+//! crash left. The record goes first and the files after, so a crash
+//! in between leaves files nobody refers to, which the next collection
+//! removes, and never a record whose files are gone.
+//!
+//! Changes to one tenant's agents are made one at a time, under that
+//! tenant's lock; tenants do not wait for each other.
+//!
 //! The registry lives beside the loop rather than in the HTTP server so
 //! that the server reaches the store only through the engine: it asks the
 //! registry, which keeps the records and registers the workers.
 
 pub mod uploads;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -51,10 +76,11 @@ pub enum AgentError {
     /// start under their limits.
     #[error(transparent)]
     InvalidComponent(LoadError),
-    /// The tenant used its hourly allowance of uploads.
+    /// The tenant used its hourly allowance of uploads (components and
+    /// HTTP workers alike).
     #[error(
-        "the tenant has used its {per_hour} component uploads per hour (limit `max_uploads_per_hour`); the next is \
-         allowed in {next_in_secs} s"
+        "the tenant has used its {per_hour} agent uploads per hour (components and HTTP workers; limit \
+         `max_uploads_per_hour`); the next is allowed in {next_in_secs} s"
     )]
     UploadRate {
         /// The allowance.
@@ -85,6 +111,40 @@ pub enum AgentError {
         /// The tenant's `max_compiled_bytes`.
         limit: u64,
     },
+    /// The version would make the agent's stored versions, or all the
+    /// tenant's, pass their bound of bytes even with every other inactive
+    /// version of the agent dropped.
+    #[error(
+        "{whose} would store {} with this version ({}), more than {} (limit `{setting}`), even with every other \
+         inactive version of the agent dropped; delete agents or versions no longer needed",
+        size(*total),
+        size(*bytes),
+        size(*limit)
+    )]
+    StoredQuota {
+        /// Whose bound: "agent `a`'s versions", "the tenant's agents".
+        whose: String,
+        /// The setting: `max_agent_bytes` or `max_stored_agent_bytes`.
+        setting: &'static str,
+        /// What would be stored with this version, in bytes.
+        total: u64,
+        /// What this version holds, in bytes.
+        bytes: u64,
+        /// The bound, in bytes.
+        limit: u64,
+    },
+    /// The version to delete is the agent's current one: its sessions
+    /// need a version to run.
+    #[error(
+        "`{version}` is the current version of agent `{agent_id}`: activate another version first, or delete the \
+         agent"
+    )]
+    CurrentVersion {
+        /// The agent.
+        agent_id: String,
+        /// The version.
+        version: String,
+    },
     /// A version was to be stored inactive for an agent that has no
     /// version yet: an agent's first version must be its current one, so
     /// that its sessions always have a version to run.
@@ -113,6 +173,103 @@ pub enum AgentError {
     Internal(String),
 }
 
+/// Writes `n` bytes for people: in MiB from 1 MiB up, else in bytes.
+fn size(n: u64) -> String {
+    if n >= 1 << 20 { format!("{} MiB", n >> 20) } else { format!("{n} bytes") }
+}
+
+/// What a tenant's agents may hold: its limits that bear on agents, named
+/// as the server's settings name them (see docs/configuration.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentLimits {
+    /// Compiled code its current agents may hold, in bytes.
+    pub max_compiled_bytes: u64,
+    /// Versions one agent keeps, the current one included; at least 2
+    /// (less counts as 2): the current version and one to roll back to.
+    pub max_agent_versions: usize,
+    /// Bytes one agent's stored versions may hold (see
+    /// [`AgentVersion::stored_bytes`]).
+    pub max_agent_bytes: u64,
+    /// Bytes all the tenant's agents' stored versions may hold, each
+    /// digest counted once.
+    pub max_stored_agent_bytes: u64,
+    /// The longest HTTP worker URL, in bytes.
+    pub max_worker_url_bytes: usize,
+    /// The longest HTTP worker signing secret, in bytes.
+    pub max_worker_secret_bytes: usize,
+}
+
+impl Default for AgentLimits {
+    fn default() -> Self {
+        Self {
+            max_compiled_bytes: 1 << 30,
+            max_agent_versions: 16,
+            max_agent_bytes: 512 << 20,
+            max_stored_agent_bytes: 2 << 30,
+            max_worker_url_bytes: 2048,
+            max_worker_secret_bytes: 256,
+        }
+    }
+}
+
+/// How recently a blob of a shared store must have been stored for a
+/// collection to keep it though no agent refers to it: an upload on
+/// another node stores the blob just before the record naming it.
+const FRESH_BLOB: Duration = Duration::from_secs(10 * 60);
+
+/// Async locks by name, made when first wanted and forgotten once nobody
+/// holds or waits for them: the registry's lock per tenant, and per
+/// component digest.
+#[derive(Default)]
+struct Locks(std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+/// A lock of [`Locks`], held until dropped.
+struct Held<'a> {
+    locks: &'a Locks,
+    name: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Locks {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn entry(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = self.map();
+        // A waiter that gave up leaves an entry nobody holds; such entries
+        // are cleared now and then, so the map stays as small as the
+        // locks in use.
+        if map.len() >= 1024 {
+            map.retain(|_, lock| Arc::strong_count(lock) > 1);
+        }
+        map.entry(name.to_owned()).or_default().clone()
+    }
+
+    /// Waits for the lock `name`.
+    async fn lock(&self, name: &str) -> Held<'_> {
+        let guard = self.entry(name).lock_owned().await;
+        Held { locks: self, name: name.to_owned(), guard: Some(guard) }
+    }
+
+    /// The lock `name`, unless someone holds it.
+    fn try_lock(&self, name: &str) -> Option<Held<'_>> {
+        let guard = self.entry(name).try_lock_owned().ok()?;
+        Some(Held { locks: self, name: name.to_owned(), guard: Some(guard) })
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let mut map = self.locks.map();
+        drop(self.guard.take());
+        // Nobody else has it (a waiter holds a clone): forget it.
+        if map.get(&self.name).is_some_and(|lock| Arc::strong_count(lock) == 1) {
+            map.remove(&self.name);
+        }
+    }
+}
+
 /// The agents of every tenant, kept in the store and registered with the
 /// engine.
 pub struct AgentRegistry {
@@ -120,8 +277,15 @@ pub struct AgentRegistry {
     host: ComponentHost,
     /// Where component bytes are kept, by digest.
     dir: PathBuf,
-    /// One upload at a time: an upload reads, then replaces, the record.
-    writing: tokio::sync::Mutex<()>,
+    /// Where their compiled code is kept (the compile cache).
+    compiled: PathBuf,
+    /// One change of a tenant's agents at a time: a change reads, then
+    /// replaces, their records.
+    tenants: Locks,
+    /// One user of a component digest's files at a time: an upload
+    /// writing them and committing the record that names them, or a
+    /// collection removing them.
+    files: Locks,
     /// Sandbox policies of particular agents.
     policies: HashMap<(String, String), AgentPolicy>,
     /// Compiles in progress and upload meters.
@@ -167,8 +331,10 @@ impl AgentRegistry {
         Self {
             engine,
             host,
+            compiled: dir.join("compiled"),
             dir: dir.join("components"),
-            writing: tokio::sync::Mutex::new(()),
+            tenants: Locks::default(),
+            files: Locks::default(),
             policies: HashMap::new(),
             uploads: Uploads::new(&UploadPolicy::default()),
             components: Default::default(),
@@ -227,7 +393,7 @@ impl AgentRegistry {
     /// Serves `tenant`'s agent `agent_id` with `worker`, its version
     /// `digest` (and `component`, its compiled code, when it is one): the
     /// engine's next decisions for the agent run it. Callers hold the
-    /// write lock and have stored the version as current.
+    /// tenant's lock and have stored the version as current.
     fn serve(
         &self,
         tenant: &str,
@@ -272,24 +438,37 @@ impl AgentRegistry {
     /// Registers every stored agent with the engine. An agent that cannot
     /// be loaded (its component file is gone, or does not compile with
     /// this engine) is reported, as `(tenant, agent, why)`, and left out;
-    /// its sessions' deliveries fail until it is uploaded again.
+    /// its sessions' deliveries fail until it is uploaded again. Then
+    /// removes the files (and stale shared blobs) no agent refers to,
+    /// which a crash between a record's removal and its files' may have
+    /// left (see [`collect`](Self::collect)).
     pub async fn load_all(&self) -> Result<Vec<(String, String, String)>, StoreError> {
-        self.sync().await
+        let failures = self.sync().await?;
+        self.collect_blobs(&self.referenced().await?).await;
+        Ok(failures)
     }
 
     /// Brings the agents registered with the engine in line with the
     /// store: loads those whose current version changed (or that are new)
-    /// and unregisters those removed. What another node sharing the store
-    /// uploaded is served here after this; see
+    /// and unregisters those removed, each under its tenant's lock; then
+    /// removes this node's files of components no agent refers to any
+    /// more. What another node sharing the store uploaded is served here
+    /// after this, and what it deleted is gone from here too; see
     /// [`Engine::records_changed`]. Failures are reported as by
     /// [`load_all`](Self::load_all).
     pub async fn sync(&self) -> Result<Vec<(String, String, String)>, StoreError> {
-        let _writing = self.writing.lock().await;
         let mut failures = Vec::new();
         let mut stored = std::collections::HashSet::new();
         for record in self.engine.store().agents(None).await? {
             let key = (record.tenant.clone(), record.agent_id.clone());
             stored.insert(key.clone());
+            if self.digests().get(&key) == Some(&record.current.digest) {
+                continue;
+            }
+            let _writing = self.tenants.lock(&record.tenant).await;
+            // Read again under the lock: a change made here since the list
+            // was read is newer than the list.
+            let Some(record) = self.engine.store().agent(&record.tenant, &record.agent_id).await? else { continue };
             if self.digests().get(&key) == Some(&record.current.digest) {
                 continue;
             }
@@ -305,10 +484,15 @@ impl AgentRegistry {
         }
         let gone: Vec<(String, String)> = self.digests().keys().filter(|key| !stored.contains(*key)).cloned().collect();
         for (tenant, agent_id) in gone {
+            let _writing = self.tenants.lock(&tenant).await;
+            if self.engine.store().agent(&tenant, &agent_id).await?.is_some() {
+                continue; // uploaded here since the list was read
+            }
             self.engine.unregister_agent(&tenant, &agent_id);
             self.registered(&tenant, &agent_id, None);
             self.digests().remove(&(tenant, agent_id));
         }
+        self.collect_files().await?;
         Ok(failures)
     }
 
@@ -440,92 +624,142 @@ impl AgentRegistry {
             })
     }
 
-    /// Makes `version` the current version of the agent, run by `worker`
-    /// (and `component`, its compiled code, when it is one); returns the
-    /// agent and whether anything changed. The caller holds the write
-    /// lock, `_writing`.
-    async fn put(
+    /// Stores the agent's record as `planned` (see [`plan`]) and, when
+    /// `serve` gives the worker of its new current version (and its
+    /// compiled code, for a component), registers it: the engine's next
+    /// decisions for the agent run it. Returns what was planned: the
+    /// versions it dropped are for the caller to collect once it holds no
+    /// lock. The caller holds the tenant's lock, `_writing`, and planned
+    /// under it.
+    async fn store_planned(
         &self,
-        _writing: &tokio::sync::MutexGuard<'_, ()>,
+        _writing: &Held<'_>,
+        (tenant, agent_id): (&str, &str),
+        planned: Planned,
+        serve: Option<(Arc<dyn Worker>, Option<ComponentAgent>)>,
+    ) -> Result<Planned, AgentError> {
+        if !planned.changed {
+            return Ok(planned);
+        }
+        let mut batch = Batch::new();
+        batch.push(Op::PutAgent(planned.record.clone()));
+        self.engine.store().commit(batch).await?;
+        for dropped in &planned.dropped {
+            tracing::info!(
+                %tenant,
+                agent = %agent_id,
+                version = %dropped.digest,
+                "a stored agent version was dropped to make room (`max_agent_versions`, `max_agent_bytes`, \
+                 `max_stored_agent_bytes`)"
+            );
+        }
+        if let Some((worker, component)) = serve {
+            self.serve(tenant, agent_id, planned.record.current.digest.clone(), worker, component);
+        }
+        Ok(planned)
+    }
+
+    /// What storing `version` would make of the agent's record, as the
+    /// store holds it and the tenant's other agents now (see [`plan`]);
+    /// a refusal is logged.
+    async fn plan(
+        &self,
         tenant: &str,
         agent_id: &str,
         version: AgentVersion,
-        worker: Arc<dyn Worker>,
-        component: Option<ComponentAgent>,
-    ) -> Result<(AgentRecord, bool), AgentError> {
-        let record = match self.engine.store().agent(tenant, agent_id).await? {
-            Some(current) if current.current.digest == version.digest => return Ok((current, false)),
-            Some(mut record) => {
-                let previous = std::mem::replace(&mut record.current, version);
-                record.history.retain(|v| v.digest != record.current.digest);
-                keep_in_history(&mut record.history, previous);
-                record
+        activate: bool,
+        limits: &AgentLimits,
+    ) -> Result<Planned, AgentError> {
+        let store = self.engine.store();
+        let existing = store.agent(tenant, agent_id).await?;
+        let others = stored_by_digest(store.agents(Some(tenant)).await?.iter().filter(|r| r.agent_id != agent_id));
+        plan(existing, &others, version, activate, (tenant, agent_id), limits).inspect_err(|error| {
+            if let AgentError::StoredQuota { .. } = error {
+                tracing::info!(%tenant, agent = %agent_id, %error, "an agent version was refused");
             }
-            None => AgentRecord {
-                tenant: tenant.to_owned(),
-                agent_id: agent_id.to_owned(),
-                created_ms: version.created_ms,
-                current: version,
-                history: Vec::new(),
-            },
-        };
-        let mut batch = Batch::new();
-        batch.push(Op::PutAgent(record.clone()));
-        self.engine.store().commit(batch).await?;
-        self.serve(tenant, agent_id, record.current.digest.clone(), worker, component);
-        Ok((record, true))
+        })
     }
 
     /// Takes one upload from the tenant's allowance of `per_hour`, before
     /// its body is read: a refused upload costs no memory and no compile.
+    /// Components and HTTP workers alike are uploads.
     pub fn meter_upload(&self, tenant: &str, per_hour: u32) -> Result<(), AgentError> {
         self.uploads.meter(tenant, per_hour)
     }
 
     /// Uploads a component as a version of the agent: checked, compiled
     /// (one compile per tenant at a time) and held to the tenant's
-    /// compiled-code quota, `max_compiled_bytes`, before anything of it is
-    /// kept. With `activate` it becomes the current version; without, it
-    /// is only stored (see [`store_inactive`](Self::store_inactive)).
+    /// `limits` (its compiled-code quota, and what its agents may store)
+    /// before anything of it is kept. With `activate` it becomes the
+    /// current version; without, it is only stored, beside the current
+    /// one, which new decisions go on running; an agent's first version
+    /// must be activated ([`AgentError::NoActiveVersion`]). Returns the
+    /// agent and whether anything changed (not when the version was
+    /// already current, or already stored for an inactive upload).
     pub async fn put_component(
         &self,
         tenant: &str,
         agent_id: &str,
         bytes: Vec<u8>,
-        max_compiled_bytes: u64,
+        limits: &AgentLimits,
         activate: bool,
     ) -> Result<(AgentRecord, bool), AgentError> {
+        let now = crate::clock::now_ms();
+        let version = AgentVersion {
+            digest: component_digest(&bytes),
+            worker: AgentWorker::Component { bytes: bytes.len() as u64 },
+            created_ms: now,
+            activated_ms: activate.then_some(now),
+        };
         // Refused before the compile, which would be wasted.
-        if !activate && !self.exists(tenant, agent_id).await? {
-            return Err(AgentError::NoActiveVersion { agent_id: agent_id.to_owned() });
-        }
-        let digest = component_digest(&bytes);
-        let size = bytes.len() as u64;
-        let path = self.component_path(&digest);
+        self.plan(tenant, agent_id, version.clone(), activate, limits).await?;
         let turn = self.uploads.turn(tenant).await?;
+        // Held until the record naming the digest is stored, so that no
+        // collection removes the files meanwhile.
+        let files = self.files.lock(&version.digest).await;
         let agent = self.compile(tenant, agent_id, bytes.clone()).await?;
         drop(turn);
-        // Checked and kept under the lock every registration takes: two
-        // uploads of the tenant that finish together are held to the quota
-        // together, and the one refused leaves nothing behind. (An inactive
-        // version registers nothing, and holds no room.)
-        let writing = if activate { Some(self.writing.lock().await) } else { None };
-        self.check_quota(tenant, agent_id, agent.compiled_bytes(), max_compiled_bytes)?;
-        let worker: Arc<dyn Worker> = Arc::new(agent.clone());
-        // In the shared store before the record naming it, so that no node
-        // reads a version whose bytes it cannot fetch.
-        if let Some(shared) = self.engine.store().shared() {
-            shared.put_blob(&digest, &bytes).await?;
+        let stored = self.keep_component(tenant, agent_id, version, bytes, agent, limits, activate).await;
+        drop(files);
+        // What was dropped goes, and so does the compiled code of an
+        // upload refused after its compile (unless another agent has it).
+        if stored.as_ref().map_or(true, |planned| !planned.dropped.is_empty()) {
+            self.collect().await;
         }
+        stored.map(|planned| (planned.record, planned.changed))
+    }
+
+    /// Keeps a compiled upload: held to the tenant's quotas under its
+    /// lock, so two uploads of the tenant that finish together are held
+    /// to them together, and the one refused leaves nothing behind; its
+    /// bytes kept (in the shared store first, then here) before the record
+    /// naming them, so that no node reads a version whose bytes it cannot
+    /// fetch. The caller holds the digest's files lock.
+    #[allow(clippy::too_many_arguments)]
+    async fn keep_component(
+        &self,
+        tenant: &str,
+        agent_id: &str,
+        version: AgentVersion,
+        bytes: Vec<u8>,
+        agent: ComponentAgent,
+        limits: &AgentLimits,
+        activate: bool,
+    ) -> Result<Planned, AgentError> {
+        let writing = self.tenants.lock(tenant).await;
+        self.check_quota(tenant, agent_id, agent.compiled_bytes(), limits.max_compiled_bytes)?;
+        // Planned before anything is written: a version refused here
+        // leaves no bytes to remove.
+        let planned = self.plan(tenant, agent_id, version.clone(), activate, limits).await?;
+        if let Some(shared) = self.engine.store().shared() {
+            shared.put_blob(&version.digest, &bytes).await?;
+        }
+        let path = self.component_path(&version.digest);
         if !path.exists() {
             self.keep_bytes(&path, bytes).await?;
         }
-        let version =
-            AgentVersion { digest, worker: AgentWorker::Component { bytes: size }, created_ms: crate::clock::now_ms() };
-        match writing {
-            Some(writing) => self.put(&writing, tenant, agent_id, version, worker, Some(agent)).await,
-            None => self.store_inactive(tenant, agent_id, version).await,
-        }
+        let worker: Arc<dyn Worker> = Arc::new(agent.clone());
+        self.store_planned(&writing, (tenant, agent_id), planned, activate.then_some((worker, Some(agent)))).await
     }
 
     /// Writes a component's bytes under its digest's name, whole or not at
@@ -540,54 +774,42 @@ impl AgentRegistry {
     }
 
     /// Registers the HTTP worker at `url` as a version of the agent; its
-    /// requests are signed with `secret` when there is one. With
-    /// `activate` it becomes the current version; without, it is only
-    /// stored (see [`store_inactive`](Self::store_inactive)).
+    /// requests are signed with `secret` when there is one. The URL and
+    /// secret are bounded by `limits` (`max_worker_url_bytes`,
+    /// `max_worker_secret_bytes`), and the version is stored as a
+    /// component's is (see [`put_component`](Self::put_component)).
     pub async fn put_http(
         &self,
         tenant: &str,
         agent_id: &str,
         url: String,
         secret: Option<String>,
+        limits: &AgentLimits,
         activate: bool,
     ) -> Result<(AgentRecord, bool), AgentError> {
+        checked_worker(&url, secret.as_deref(), limits).inspect_err(|error| {
+            tracing::info!(%tenant, agent = %agent_id, %error, "an HTTP worker was refused");
+        })?;
+        let now = crate::clock::now_ms();
         let version = AgentVersion {
             digest: http_digest(&url, secret.as_deref()),
             worker: AgentWorker::Http { url, secret },
-            created_ms: crate::clock::now_ms(),
+            created_ms: now,
+            activated_ms: activate.then_some(now),
         };
         let (worker, _) = self.worker(tenant, agent_id, &version).await?;
-        if !activate {
-            return self.store_inactive(tenant, agent_id, version).await;
-        }
-        let writing = self.writing.lock().await;
-        self.put(&writing, tenant, agent_id, version, worker, None).await
-    }
-
-    /// Stores `version` among the agent's other versions without making it
-    /// current: nothing is registered with the engine, and the agent's
-    /// decisions go on running its current version. Returns the agent and
-    /// whether anything changed (not when the version is already stored,
-    /// current or not). Refused for an agent that does not exist yet: its
-    /// first version must be activated.
-    async fn store_inactive(
-        &self,
-        tenant: &str,
-        agent_id: &str,
-        version: AgentVersion,
-    ) -> Result<(AgentRecord, bool), AgentError> {
-        let _writing = self.writing.lock().await;
-        let Some(mut record) = self.engine.store().agent(tenant, agent_id).await? else {
-            return Err(AgentError::NoActiveVersion { agent_id: agent_id.to_owned() });
+        let writing = self.tenants.lock(tenant).await;
+        let stored = match self.plan(tenant, agent_id, version, activate, limits).await {
+            Ok(planned) => {
+                self.store_planned(&writing, (tenant, agent_id), planned, activate.then_some((worker, None))).await
+            }
+            Err(error) => Err(error),
         };
-        if record.version(&version.digest).is_some() {
-            return Ok((record, false));
+        drop(writing);
+        if stored.as_ref().is_ok_and(|planned| !planned.dropped.is_empty()) {
+            self.collect().await;
         }
-        keep_in_history(&mut record.history, version);
-        let mut batch = Batch::new();
-        batch.push(Op::PutAgent(record.clone()));
-        self.engine.store().commit(batch).await?;
-        Ok((record, true))
+        stored.map(|planned| (planned.record, planned.changed))
     }
 
     /// Makes the stored version `digest` the agent's current version: the
@@ -611,7 +833,7 @@ impl AgentRegistry {
         digest: &str,
         max_compiled_bytes: u64,
     ) -> Result<Option<(AgentRecord, bool)>, AgentError> {
-        let _writing = self.writing.lock().await;
+        let _writing = self.tenants.lock(tenant).await;
         let Some(mut record) = self.engine.store().agent(tenant, agent_id).await? else { return Ok(None) };
         if record.current.digest == digest {
             return Ok(Some((record, false)));
@@ -623,9 +845,9 @@ impl AgentRegistry {
         if let Some(component) = &component {
             self.check_quota(tenant, agent_id, component.compiled_bytes(), max_compiled_bytes)?;
         }
-        let version = record.history.remove(at);
-        let previous = std::mem::replace(&mut record.current, version);
-        keep_in_history(&mut record.history, previous);
+        let mut version = record.history.remove(at);
+        version.activated_ms = Some(crate::clock::now_ms());
+        demote(&mut record, version);
         let mut batch = Batch::new();
         batch.push(Op::PutAgent(record.clone()));
         self.engine.store().commit(batch).await?;
@@ -657,22 +879,345 @@ impl AgentRegistry {
         }
     }
 
-    /// Removes an agent. Its sessions stay; their deliveries fail (and are
-    /// retried per policy) until an agent of that id is uploaded again.
-    /// `false` when the tenant had no such agent.
+    /// Removes an agent, then the files of its versions that no other
+    /// agent has (see [`collect`](Self::collect)). Its sessions stay;
+    /// their deliveries fail (and are retried per policy) until an agent
+    /// of that id is uploaded again. `false` when the tenant had no such
+    /// agent.
     pub async fn delete(&self, tenant: &str, agent_id: &str) -> Result<bool, StoreError> {
-        let _writing = self.writing.lock().await;
-        if self.engine.store().agent(tenant, agent_id).await?.is_none() {
-            return Ok(false);
+        {
+            let _writing = self.tenants.lock(tenant).await;
+            if self.engine.store().agent(tenant, agent_id).await?.is_none() {
+                return Ok(false);
+            }
+            let mut batch = Batch::new();
+            batch.push(Op::DeleteAgent { tenant: tenant.to_owned(), agent_id: agent_id.to_owned() });
+            self.engine.store().commit(batch).await?;
+            self.engine.unregister_agent(tenant, agent_id);
+            self.registered(tenant, agent_id, None);
+            self.digests().remove(&(tenant.to_owned(), agent_id.to_owned()));
         }
-        let mut batch = Batch::new();
-        batch.push(Op::DeleteAgent { tenant: tenant.to_owned(), agent_id: agent_id.to_owned() });
-        self.engine.store().commit(batch).await?;
-        self.engine.unregister_agent(tenant, agent_id);
-        self.registered(tenant, agent_id, None);
-        self.digests().remove(&(tenant.to_owned(), agent_id.to_owned()));
+        self.collect().await;
         Ok(true)
     }
+
+    /// Removes the stored version `digest` of an agent, then its files
+    /// unless another agent has that version (see
+    /// [`collect`](Self::collect)); returns the agent as it is then.
+    /// `None` when the tenant has no such agent;
+    /// [`AgentError::UnknownVersion`] when the agent has no such version;
+    /// [`AgentError::CurrentVersion`] for its current version, which its
+    /// sessions run.
+    pub async fn delete_version(
+        &self,
+        tenant: &str,
+        agent_id: &str,
+        digest: &str,
+    ) -> Result<Option<AgentRecord>, AgentError> {
+        let record = {
+            let _writing = self.tenants.lock(tenant).await;
+            let Some(mut record) = self.engine.store().agent(tenant, agent_id).await? else { return Ok(None) };
+            if record.current.digest == digest {
+                return Err(AgentError::CurrentVersion { agent_id: agent_id.to_owned(), version: digest.to_owned() });
+            }
+            let Some(at) = record.history.iter().position(|v| v.digest == digest) else {
+                return Err(AgentError::UnknownVersion { agent_id: agent_id.to_owned(), version: digest.to_owned() });
+            };
+            record.history.remove(at);
+            let mut batch = Batch::new();
+            batch.push(Op::PutAgent(record.clone()));
+            self.engine.store().commit(batch).await?;
+            record
+        };
+        self.collect().await;
+        Ok(Some(record))
+    }
+
+    /// Removes the files of components no agent of any tenant has a
+    /// version of any more (their bytes under `components/`, their
+    /// compiled code under `compiled/`), and, in a shared store, their
+    /// blobs once stored more than [`FRESH_BLOB`] ago (younger ones at a
+    /// later collection). The files of a digest being uploaded are left
+    /// for a later collection. Called after every removal of a version
+    /// (an agent deleted, a version deleted or dropped), at start, and on
+    /// each [`sync`](Self::sync) (this node's files only). Failures are
+    /// logged, not returned: what is left stays for the next collection.
+    pub async fn collect(&self) {
+        match self.collect_files().await {
+            Ok(referenced) => self.collect_blobs(&referenced).await,
+            Err(error) => tracing::warn!(%error, "the files of removed agent versions were not collected"),
+        }
+    }
+
+    /// Every digest some version of some agent has, of any tenant.
+    async fn referenced(&self) -> Result<HashSet<String>, StoreError> {
+        let records = self.engine.store().agents(None).await?;
+        Ok(records.iter().flat_map(|r| r.versions().map(|v| v.digest.clone())).collect())
+    }
+
+    /// Removes this node's files of components no agent has a version of;
+    /// returns the digests agents have, as last read.
+    async fn collect_files(&self) -> Result<HashSet<String>, StoreError> {
+        let dirs = [self.dir.clone(), self.compiled.clone()];
+        let files = tokio::task::spawn_blocking(move || component_files(&dirs)).await.unwrap_or_default();
+        let referenced = self.referenced().await?;
+        if files.keys().all(|digest| referenced.contains(digest)) {
+            return Ok(referenced);
+        }
+        // With their locks held, no upload can name these digests in a
+        // record, so the records read now decide; those an upload holds
+        // are left for the next collection.
+        let held: Vec<(&String, Held<'_>)> = files
+            .keys()
+            .filter(|digest| !referenced.contains(*digest))
+            .filter_map(|digest| Some((digest, self.files.try_lock(digest)?)))
+            .collect();
+        let referenced = self.referenced().await?;
+        let doomed: Vec<PathBuf> = held
+            .iter()
+            .filter(|(digest, _)| !referenced.contains(*digest))
+            .flat_map(|(digest, _)| files[*digest].iter().cloned())
+            .collect();
+        let count = doomed.len();
+        let freed = tokio::task::spawn_blocking(move || remove_files(&doomed)).await.unwrap_or_default();
+        drop(held);
+        if count > 0 {
+            tracing::info!(files = count, bytes = freed, "removed the files of component versions no agent has");
+        }
+        Ok(referenced)
+    }
+
+    /// Deletes the shared store's blobs no agent has a version of, of
+    /// those stored more than [`FRESH_BLOB`] ago. `referenced` was read
+    /// before: a record naming a digest after that is newer than its blob,
+    /// which its upload stored just before, so the blob is fresh and kept.
+    async fn collect_blobs(&self, referenced: &HashSet<String>) {
+        let Some(shared) = self.engine.store().shared() else { return };
+        let stale = match shared.stale_blobs(FRESH_BLOB).await {
+            Ok(stale) => stale,
+            Err(error) => return tracing::warn!(%error, "the store's component blobs were not collected"),
+        };
+        let mut deleted = 0;
+        for digest in stale.iter().filter(|digest| !referenced.contains(*digest)) {
+            match shared.delete_blob(digest, FRESH_BLOB).await {
+                Ok(true) => deleted += 1,
+                Ok(false) => {}
+                Err(error) => tracing::warn!(%digest, %error, "a component blob nobody has was not deleted"),
+            }
+        }
+        if deleted > 0 {
+            tracing::info!(blobs = deleted, "deleted the store's blobs of component versions no agent has");
+        }
+    }
+}
+
+/// What storing a version makes of an agent's record.
+#[derive(Debug)]
+struct Planned {
+    /// The record to store.
+    record: AgentRecord,
+    /// Whether it differs from the stored one.
+    changed: bool,
+    /// The versions dropped to make room.
+    dropped: Vec<AgentVersion>,
+}
+
+/// The record of `tenant`'s agent `agent_id` once `version` is stored
+/// (current with `activate`), `existing` being its record now and
+/// `others` what the tenant's other agents store by digest. Versions past `limits` are
+/// dropped ([`make_room`]); refused when the agent does not exist and
+/// `activate` is false, or when dropping every other inactive version is
+/// not room enough for the bytes.
+fn plan(
+    existing: Option<AgentRecord>,
+    others: &HashMap<String, u64>,
+    version: AgentVersion,
+    activate: bool,
+    (tenant, agent_id): (&str, &str),
+    limits: &AgentLimits,
+) -> Result<Planned, AgentError> {
+    let digest = version.digest.clone();
+    let bytes = version.stored_bytes();
+    let mut record = match existing {
+        None if !activate => return Err(AgentError::NoActiveVersion { agent_id: agent_id.to_owned() }),
+        Some(record) if record.current.digest == digest || (!activate && record.version(&digest).is_some()) => {
+            return Ok(Planned { record, changed: false, dropped: Vec::new() });
+        }
+        Some(mut record) if activate => {
+            record.history.retain(|v| v.digest != digest);
+            demote(&mut record, version);
+            record
+        }
+        Some(mut record) => {
+            keep_in_history(&mut record.history, version);
+            record
+        }
+        None => AgentRecord {
+            tenant: tenant.to_owned(),
+            agent_id: agent_id.to_owned(),
+            created_ms: version.created_ms,
+            current: version,
+            history: Vec::new(),
+        },
+    };
+    let dropped = make_room(&mut record, &digest, others, limits);
+    let agent_bytes = record.stored_bytes();
+    if agent_bytes > limits.max_agent_bytes {
+        return Err(AgentError::StoredQuota {
+            whose: format!("agent `{agent_id}`'s versions"),
+            setting: "max_agent_bytes",
+            total: agent_bytes,
+            bytes,
+            limit: limits.max_agent_bytes,
+        });
+    }
+    let tenant_bytes = tenant_bytes(others, &record);
+    if tenant_bytes > limits.max_stored_agent_bytes {
+        return Err(AgentError::StoredQuota {
+            whose: "the tenant's agents".to_owned(),
+            setting: "max_stored_agent_bytes",
+            total: tenant_bytes,
+            bytes,
+            limit: limits.max_stored_agent_bytes,
+        });
+    }
+    Ok(Planned { record, changed: true, dropped })
+}
+
+/// Drops the agent's inactive versions, oldest upload first, until it
+/// keeps at most `max_agent_versions` (at least 2) and its bytes and the
+/// tenant's fit `limits`; returns those dropped. Never drops the current
+/// version nor `keep` (the one being stored), and drops the inactive
+/// version current most recently, the one a rollback goes back to, only
+/// when no other is left.
+fn make_room(
+    record: &mut AgentRecord,
+    keep: &str,
+    others: &HashMap<String, u64>,
+    limits: &AgentLimits,
+) -> Vec<AgentVersion> {
+    let most = limits.max_agent_versions.max(2);
+    let fits = |r: &AgentRecord| {
+        r.history.len() < most
+            && r.stored_bytes() <= limits.max_agent_bytes
+            && tenant_bytes(others, r) <= limits.max_stored_agent_bytes
+    };
+    let rollback = record
+        .history
+        .iter()
+        .filter(|v| v.activated_ms.is_some() && v.digest != keep)
+        .max_by_key(|v| v.activated_ms)
+        .map(|v| v.digest.clone());
+    let mut dropped = Vec::new();
+    while !fits(record) {
+        let droppable = |v: &AgentVersion| v.digest != keep;
+        let next = record
+            .history
+            .iter()
+            .position(|v| droppable(v) && Some(&v.digest) != rollback.as_ref())
+            .or_else(|| record.history.iter().position(droppable));
+        let Some(at) = next else { break };
+        dropped.push(record.history.remove(at));
+    }
+    dropped
+}
+
+/// What the tenant's agents store, in bytes, with `record` beside the
+/// `others` (by digest): each digest counted once, as its files are kept
+/// once.
+fn tenant_bytes(others: &HashMap<String, u64>, record: &AgentRecord) -> u64 {
+    let own = record.versions().filter(|v| !others.contains_key(&v.digest)).map(AgentVersion::stored_bytes);
+    others.values().copied().chain(own).fold(0, u64::saturating_add)
+}
+
+/// What `records` store, by digest.
+fn stored_by_digest<'a>(records: impl IntoIterator<Item = &'a AgentRecord>) -> HashMap<String, u64> {
+    records.into_iter().flat_map(AgentRecord::versions).map(|v| (v.digest.clone(), v.stored_bytes())).collect()
+}
+
+/// Makes `version` the agent's current version; the one current until
+/// now joins the others (noting when it became current, if the record
+/// did not say).
+fn demote(record: &mut AgentRecord, version: AgentVersion) {
+    let mut previous = std::mem::replace(&mut record.current, version);
+    previous.activated_ms.get_or_insert(previous.created_ms);
+    keep_in_history(&mut record.history, previous);
+}
+
+/// Refuses an HTTP worker's URL or secret longer than `limits` allow,
+/// naming the setting.
+fn checked_worker(url: &str, secret: Option<&str>, limits: &AgentLimits) -> Result<(), AgentError> {
+    if url.len() > limits.max_worker_url_bytes {
+        return Err(AgentError::Invalid {
+            field: "url",
+            message: format!(
+                "the URL is {} bytes, more than {} (limit `max_worker_url_bytes`)",
+                url.len(),
+                limits.max_worker_url_bytes
+            ),
+        });
+    }
+    if let Some(secret) = secret.filter(|s| s.len() > limits.max_worker_secret_bytes) {
+        return Err(AgentError::Invalid {
+            field: "secret",
+            message: format!(
+                "the secret is {} bytes, more than {} (limit `max_worker_secret_bytes`)",
+                secret.len(),
+                limits.max_worker_secret_bytes
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The files of components in `dirs`, by digest (`sha256:<hex>`): those
+/// named `<hex>.…` (a component's bytes) or `<hex>-….` (its compiled
+/// code), partly written ones included. Other files and directories are
+/// not the registry's and are left out.
+fn component_files(dirs: &[PathBuf]) -> HashMap<String, Vec<PathBuf>> {
+    let mut files: HashMap<String, Vec<PathBuf>> = HashMap::new();
+    for dir in dirs {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(error) => {
+                tracing::warn!(dir = %dir.display(), %error, "a directory of components could not be read");
+                continue;
+            }
+        };
+        for entry in entries.flatten() {
+            if !entry.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            if let Some(digest) = entry.file_name().to_str().and_then(file_digest) {
+                files.entry(digest).or_default().push(entry.path());
+            }
+        }
+    }
+    files
+}
+
+/// The digest a component file's name says: 64 lowercase hex digits,
+/// then `.` or `-`.
+fn file_digest(name: &str) -> Option<String> {
+    let (hex, rest) = (name.get(..64)?, &name[64..]);
+    let lower_hex = hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    (lower_hex && (rest.starts_with('.') || rest.starts_with('-'))).then(|| format!("sha256:{hex}"))
+}
+
+/// Removes `files`; the bytes they held. One that cannot be removed is
+/// logged and left for the next collection.
+fn remove_files(files: &[PathBuf]) -> u64 {
+    let mut freed = 0;
+    for path in files {
+        let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        match std::fs::remove_file(path) {
+            Ok(()) => freed += bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => tracing::warn!(path = %path.display(), %error, "a component file could not be removed"),
+        }
+    }
+    freed
 }
 
 /// Adds `version` to an agent's other versions, which are kept in upload

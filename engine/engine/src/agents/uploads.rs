@@ -7,7 +7,8 @@
 //! at a time on the server and one at a time per tenant: a tenant's second
 //! upload while its first compiles is refused at once
 //! ([`AgentError::Compiling`], 429 on the API) rather than held (with its
-//! body) in memory. Each tenant's uploads are metered by a
+//! body) in memory. Each tenant's uploads (components and HTTP workers
+//! alike: each is a version kept in the agent's record) are metered by a
 //! bucket of `max_uploads_per_hour`, refilled evenly, checked before the
 //! body is read; and the compiled code its current agents hold now is
 //! counted against `max_compiled_bytes` ([`check_quota`]).
