@@ -168,6 +168,7 @@ async fn serve(setup: Setup) -> CliResult {
     file.timeouts.apply(&mut config)?;
     let exporting = crate::telemetry::exporting(&file.telemetry)?;
     config.spans = exporting.as_ref().map(crate::telemetry::Exporting::spans);
+    config.telemetry = file.telemetry.limits()?;
     // Agents and limits are in place before any session resumes: a
     // resumed session's first delivery must find its agent, its first LLM
     // call its budget, its first spawn its session limit. (The router sets

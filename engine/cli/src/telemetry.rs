@@ -18,7 +18,8 @@ use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SpanProcessor};
 use serde::Deserialize;
-use subs_engine::telemetry::Spans;
+use subs_engine::metrics::LabelLimits;
+use subs_engine::telemetry::{Spans, TelemetryLimits};
 
 use crate::error::{CliError, CliResult};
 
@@ -33,6 +34,37 @@ pub struct TelemetryEntry {
     /// The collector's OTLP/HTTP base URL (`http://collector:4318`);
     /// spans go to its `/v1/traces`. Over `OTEL_EXPORTER_OTLP_ENDPOINT`.
     pub otlp_endpoint: Option<String>,
+    /// How many distinct model names label the engine's metrics.
+    pub max_label_values: Option<usize>,
+    /// The longest model name that labels the engine's metrics, in bytes.
+    pub max_label_bytes: Option<usize>,
+    /// The longest span name, text attribute or status message sent, in
+    /// bytes.
+    pub max_attribute_bytes: Option<usize>,
+}
+
+impl TelemetryEntry {
+    /// The bounds this table sets over the defaults.
+    ///
+    /// # Errors
+    /// `max_label_bytes` or `max_attribute_bytes` of 0, which would leave
+    /// nothing of any name. (`max_label_values` may be 0: every model is
+    /// then `other`.)
+    pub fn limits(&self) -> CliResult<TelemetryLimits> {
+        let defaults = TelemetryLimits::default();
+        for (key, value) in [("max_label_bytes", self.max_label_bytes), ("max_attribute_bytes", self.max_attribute_bytes)] {
+            if value == Some(0) {
+                return Err(CliError::usage(anyhow!("`[telemetry] {key}` must be at least 1")));
+            }
+        }
+        Ok(TelemetryLimits {
+            labels: LabelLimits {
+                max_values: self.max_label_values.unwrap_or(defaults.labels.max_values),
+                max_bytes: self.max_label_bytes.unwrap_or(defaults.labels.max_bytes),
+            },
+            max_attribute_bytes: self.max_attribute_bytes.unwrap_or(defaults.max_attribute_bytes),
+        })
+    }
 }
 
 /// Where spans go while the server runs, and how to flush them at its end.

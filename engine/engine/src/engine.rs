@@ -57,6 +57,9 @@ pub struct EngineConfig {
     /// with an OTLP exporter, for `subs serve`); `None` sends none. See
     /// [`telemetry`](crate::telemetry).
     pub spans: Option<crate::telemetry::Spans>,
+    /// Bounds on the model names metrics label calls with and on the
+    /// text spans carry.
+    pub telemetry: crate::telemetry::TelemetryLimits,
 }
 
 impl Default for EngineConfig {
@@ -77,6 +80,7 @@ impl Default for EngineConfig {
             clock: Arc::new(crate::clock::SystemClock),
             takeover_scan: Duration::from_secs(2),
             spans: None,
+            telemetry: crate::telemetry::TelemetryLimits::default(),
         }
     }
 }

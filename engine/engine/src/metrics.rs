@@ -6,10 +6,17 @@
 //!
 //! Recording is a few atomic operations (a histogram observation is a
 //! bucket search and two adds), cheap enough to stay always on: Prometheus
-//! pulls, so nothing is sent anywhere until `/metrics` is read. Label
-//! values that tenants choose (model names) are bounded: past
-//! [`MAX_LABEL_VALUES`] distinct ones, more are counted as `other`, so a
-//! tenant cannot grow the series without end.
+//! pulls, so nothing is sent anywhere until `/metrics` is read.
+//!
+//! The one label whose values tenants choose is the model of LLM calls.
+//! A model name becomes a label value only when it names a configured
+//! model (one the price table knows, or one a configured provider
+//! answered: the offline provider, which answers any name, only for its
+//! own model), is at most [`LabelLimits::max_bytes`] long, and fewer than
+//! [`LabelLimits::max_values`] names have become labels before; any other
+//! name is counted as `other`. So what a scrape carries is bounded by the
+//! operator's settings, whatever names agents ask for. Every other label
+//! takes its values from a fixed set.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -23,11 +30,28 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::model::PriceTable;
 use crate::worker::WorkerError;
 
-/// How many distinct values a label that tenants choose (a model name) may
-/// take; later ones are counted as `other`.
-pub const MAX_LABEL_VALUES: usize = 100;
+/// The label value of every model name that is not a label of its own.
+pub const OTHER: &str = "other";
+
+/// Bounds on the model names metrics label LLM calls with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LabelLimits {
+    /// How many distinct model names become label values; later ones are
+    /// counted as `other`.
+    pub max_values: usize,
+    /// The longest model name that becomes a label value, in bytes;
+    /// longer ones are counted as `other`.
+    pub max_bytes: usize,
+}
+
+impl Default for LabelLimits {
+    fn default() -> Self {
+        Self { max_values: 100, max_bytes: 128 }
+    }
+}
 
 /// Buckets (seconds) for what takes microseconds to seconds: decisions,
 /// commits, tool calls.
@@ -106,7 +130,11 @@ pub struct Metrics {
     sessions_active: Gauge,
     inputs_waiting: Gauge,
     waiting: AtomicI64,
+    /// The model names that are label values of their own.
     models: Mutex<HashSet<String>>,
+    limits: LabelLimits,
+    /// What makes a model name configured before any call answered it.
+    prices: PriceTable,
 }
 
 /// Histograms by label, each made by a constructor with its buckets.
@@ -122,13 +150,15 @@ fn slow() -> Histogram {
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self::new()
+        Self::new(LabelLimits::default(), PriceTable::new())
     }
 }
 
 impl Metrics {
-    /// Every metric at zero, registered under the `subs_` prefix.
-    pub fn new() -> Self {
+    /// Every metric at zero, registered under the `subs_` prefix, with
+    /// model names held to `limits`; the models `prices` lists are
+    /// configured ones (see the [module docs](self)).
+    pub fn new(limits: LabelLimits, prices: PriceTable) -> Self {
         let mut registry = Registry::with_prefix("subs");
         let decision_seconds: Histograms<_> = Family::new_with_constructor(fast);
         registry.register_with_unit(
@@ -222,6 +252,8 @@ impl Metrics {
             inputs_waiting,
             waiting: AtomicI64::new(0),
             models: Mutex::new(HashSet::new()),
+            limits,
+            prices,
         }
     }
 
@@ -234,18 +266,21 @@ impl Metrics {
         let _ = prometheus_client::encoding::prometheus_text::encode(out, &self.registry);
     }
 
-    /// A model's label: itself while fewer than [`MAX_LABEL_VALUES`] models
-    /// have been seen, `other` after.
-    fn model(&self, model: &str) -> String {
+    /// A model's label: its name when the name is a label already, or
+    /// may become one (it is configured, as `served` says or the price
+    /// table knows it, no longer than the bound, and the bound on names
+    /// is not reached); `other` otherwise.
+    fn model(&self, model: &str, served: bool) -> String {
         let mut models = self.models.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if models.contains(model) {
             return model.to_owned();
         }
-        if models.len() < MAX_LABEL_VALUES {
+        let configured = served || self.prices.get(model).is_some();
+        if configured && model.len() <= self.limits.max_bytes && models.len() < self.limits.max_values {
             models.insert(model.to_owned());
             return model.to_owned();
         }
-        "other".to_owned()
+        OTHER.to_owned()
     }
 
     /// A delivery ended after `took`.
@@ -280,22 +315,30 @@ impl Metrics {
         self.commit_ops.observe(ops as f64);
     }
 
-    /// An LLM call the engine ran ended after `took`.
-    pub fn llm_call(&self, model: &str, took: Duration, ok: bool) {
-        let labels = LlmLabels { model: self.model(model), outcome: if ok { "ok" } else { "error" } };
+    /// An LLM call the engine ran, on the configured provider `model`
+    /// resolved to, ended after `took`. `served`: the call showed that
+    /// the provider serves `model` (it answered, and its answers say so),
+    /// which makes the name configured from then on.
+    pub fn llm_call(&self, model: &str, took: Duration, ok: bool, served: bool) {
+        let labels = LlmLabels { model: self.model(model, served), outcome: if ok { "ok" } else { "error" } };
         self.llm_seconds.get_or_create(&labels).observe(took.as_secs_f64());
     }
 
-    /// A streamed LLM call's first delta came `after` its start.
-    pub fn first_token(&self, model: &str, after: Duration) {
+    /// A streamed LLM call's first delta, from the configured provider
+    /// `model` resolved to, came `after` its start; `served` as for
+    /// [`llm_call`](Self::llm_call).
+    pub fn first_token(&self, model: &str, after: Duration, served: bool) {
         self.llm_first_token_seconds
-            .get_or_create(&ModelLabel { model: self.model(model) })
+            .get_or_create(&ModelLabel { model: self.model(model, served) })
             .observe(after.as_secs_f64());
     }
 
-    /// An LLM call settled with this usage and cost (in dollars).
+    /// An LLM call settled with this usage and cost (in dollars). `model`
+    /// is the name the agent asked for; a worker may have answered the
+    /// call, so the name counts as configured only as the price table
+    /// or an earlier engine-run call says.
     pub fn llm_usage(&self, model: &str, input_tokens: u64, output_tokens: u64, cost: Option<f64>) {
-        let model = self.model(model);
+        let model = self.model(model, false);
         for (kind, n) in [("input", input_tokens), ("output", output_tokens)] {
             if n > 0 {
                 self.tokens.get_or_create(&TokenLabels { model: model.clone(), kind }).inc_by(n);
@@ -335,7 +378,7 @@ mod tests {
 
     #[test]
     fn deliveries_are_counted_by_outcome_and_traps_by_kind() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::default();
         let took = Duration::from_micros(20);
         metrics.delivered("component", took, None);
         metrics.delivered("component", took, Some(&WorkerError::Trapped("unreachable".into())));
@@ -359,14 +402,16 @@ mod tests {
     }
 
     #[test]
-    fn model_labels_are_bounded() {
-        let metrics = Metrics::new();
-        for n in 0..MAX_LABEL_VALUES + 20 {
+    fn model_labels_are_bounded_in_number() {
+        let metrics = Metrics::default();
+        let max = LabelLimits::default().max_values;
+        for n in 0..max + 20 {
+            metrics.llm_call(&format!("p/model-{n}"), Duration::from_millis(5), true, true);
             metrics.llm_usage(&format!("p/model-{n}"), 1, 1, Some(0.5));
         }
         let out = text(&metrics);
         let series = out.lines().filter(|l| l.starts_with("subs_llm_cost_dollars_total{")).count();
-        assert_eq!(series, MAX_LABEL_VALUES + 1, "{out}");
+        assert_eq!(series, max + 1, "{out}");
         assert!(out.contains("subs_llm_cost_dollars_total{model=\"other\"} 10"), "{out}");
         // A model seen before the bound keeps its name after it.
         metrics.llm_usage("p/model-0", 2, 0, None);
@@ -374,8 +419,38 @@ mod tests {
     }
 
     #[test]
+    fn only_configured_names_of_bounded_length_become_labels() {
+        let mut prices = PriceTable::new();
+        prices.insert("p/priced", crate::model::Price::per_million("1", "1"));
+        let metrics = Metrics::new(LabelLimits { max_values: 10, max_bytes: 16 }, prices);
+        let took = Duration::from_millis(5);
+        // Refused by the provider, or answered by a worker: not configured.
+        metrics.llm_call("p/refused", took, false, false);
+        // Answered by a provider whose answers show nothing (the offline
+        // one answers any name).
+        metrics.llm_call("p/any-name", took, true, false);
+        metrics.llm_usage("p/worker-named", 1, 1, None);
+        // A name of any length is `other` past the bound, even served.
+        let long = format!("p/{}", "x".repeat(4 << 20));
+        metrics.llm_call(&long, took, true, true);
+        metrics.first_token(&long, took, true);
+        metrics.llm_usage(&long, 1, 1, Some(1.0));
+        // Priced, or served by a configured provider: its own label.
+        metrics.llm_usage("p/priced", 1, 0, None);
+        metrics.llm_call("p/served", took, true, true);
+        metrics.llm_call("p/served", took, false, false);
+        let out = text(&metrics);
+        assert!(out.len() < 64 << 10, "the scrape is {} bytes", out.len());
+        let labels: HashSet<&str> = out.lines().filter_map(|l| l.split("model=\"").nth(1)?.split('"').next()).collect();
+        assert_eq!(labels, HashSet::from(["other", "p/priced", "p/served"]), "{out}");
+        assert!(out.contains("subs_llm_call_duration_seconds_count{model=\"p/served\",outcome=\"error\"} 1"));
+        assert!(out.contains("subs_llm_call_duration_seconds_count{model=\"other\",outcome=\"error\"} 1"));
+        assert!(out.contains("subs_llm_call_duration_seconds_count{model=\"other\",outcome=\"ok\"} 2"));
+    }
+
+    #[test]
     fn waiting_inputs_rise_and_fall() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::default();
         metrics.input_sent();
         metrics.input_sent();
         metrics.input_taken();

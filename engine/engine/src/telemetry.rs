@@ -16,6 +16,11 @@
 //! W3C `traceparent` (whose trace it then joins); the context of the
 //! decision or call at hand is passed on as `traceparent` to HTTP workers
 //! and LLM providers either way. With neither, nothing here runs.
+//!
+//! Span names and text attributes carry what agents chose (model, tool and
+//! agent names, call ids, error messages): each is cut to
+//! [`TelemetryLimits::max_attribute_bytes`] before it is sent, so a span
+//! waiting in the exporter's queue holds a bounded number of bytes.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -50,15 +55,41 @@ pub struct Span {
     pub error: Option<String>,
 }
 
+/// Bounds on what the engine's metrics and spans take from tenants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TelemetryLimits {
+    /// The model names metrics label LLM calls with.
+    pub labels: crate::metrics::LabelLimits,
+    /// The longest span name, text attribute or status message sent, in
+    /// bytes; longer ones are cut, ending with `…`.
+    pub max_attribute_bytes: usize,
+}
+
+/// [`TelemetryLimits::max_attribute_bytes`] unless set.
+pub const DEFAULT_ATTRIBUTE_BYTES: usize = 1024;
+
+impl Default for TelemetryLimits {
+    fn default() -> Self {
+        Self { labels: crate::metrics::LabelLimits::default(), max_attribute_bytes: DEFAULT_ATTRIBUTE_BYTES }
+    }
+}
+
 /// The instant `ms` after the Unix epoch.
 pub fn at_ms(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
 }
 
 /// The engine's span sending, when configured.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Tracer {
     spans: Option<Spans>,
+    max_attribute_bytes: usize,
+}
+
+impl Default for Tracer {
+    fn default() -> Self {
+        Self::new(None)
+    }
 }
 
 impl std::fmt::Debug for Tracer {
@@ -68,9 +99,19 @@ impl std::fmt::Debug for Tracer {
 }
 
 impl Tracer {
-    /// Spans go to `spans`; none are sent when `None`.
+    /// Spans go to `spans`; none are sent when `None`. Text is cut to
+    /// [`DEFAULT_ATTRIBUTE_BYTES`] unless
+    /// [`with_max_attribute_bytes`](Self::with_max_attribute_bytes) says.
     pub fn new(spans: Option<Spans>) -> Self {
-        Self { spans }
+        Self { spans, max_attribute_bytes: DEFAULT_ATTRIBUTE_BYTES }
+    }
+
+    /// This tracer, cutting span names, text attributes and status
+    /// messages to `max` bytes.
+    #[must_use]
+    pub fn with_max_attribute_bytes(mut self, max: usize) -> Self {
+        self.max_attribute_bytes = max;
+        self
     }
 
     /// Whether spans are sent.
@@ -95,7 +136,7 @@ impl Tracer {
     /// ids (a damaged record) is dropped.
     pub fn send(&self, span: Span) {
         let Some(spans) = &self.spans else { return };
-        let Some(data) = span_data(span) else { return };
+        let Some(data) = span_data(bounded(span, self.max_attribute_bytes)) else { return };
         spans.on_end(data);
     }
 }
@@ -173,6 +214,50 @@ pub fn parse_traceparent(header: &str) -> Option<SpanRef> {
     valid.then(|| SpanRef { trace_id: trace_id.to_owned(), span_id: span_id.to_owned(), parent_id: None })
 }
 
+/// `span` with its name, text attributes and error cut to `max` bytes.
+fn bounded(mut span: Span, max: usize) -> Span {
+    cut(&mut span.name, max);
+    if let Some(error) = &mut span.error {
+        cut(error, max);
+    }
+    for attribute in &mut span.attributes {
+        match &mut attribute.value {
+            opentelemetry::Value::String(text) if text.as_str().len() > max => {
+                let mut owned = text.as_str().to_owned();
+                cut(&mut owned, max);
+                *text = owned.into();
+            }
+            opentelemetry::Value::Array(opentelemetry::Array::String(texts)) => {
+                for text in texts.iter_mut().filter(|t| t.as_str().len() > max) {
+                    let mut owned = text.as_str().to_owned();
+                    cut(&mut owned, max);
+                    *text = owned.into();
+                }
+            }
+            _ => {}
+        }
+    }
+    span
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary, ending
+/// with `…` when anything was cut (and `max` leaves room for it).
+fn cut(text: &mut String, max: usize) {
+    if text.len() <= max {
+        return;
+    }
+    const MORE: &str = "…";
+    let room = if max > MORE.len() { max - MORE.len() } else { max };
+    let mut end = room;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    if max > MORE.len() {
+        text.push_str(MORE);
+    }
+}
+
 fn span_data(span: Span) -> Option<SpanData> {
     let trace_id = TraceId::from_hex(&span.at.trace_id).ok()?;
     let span_id = SpanId::from_hex(&span.at.span_id).ok()?;
@@ -232,6 +317,44 @@ mod tests {
         }
         // A later version may carry more.
         assert!(parse_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra").is_some());
+    }
+
+    #[test]
+    fn names_attributes_and_errors_are_cut_to_the_bound() {
+        let long = format!("é{}", "x".repeat(1 << 20));
+        let span = Span {
+            at: SpanRef {
+                trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+                span_id: "00f067aa0ba902b7".into(),
+                parent_id: None,
+            },
+            name: format!("chat {long}"),
+            kind: SpanKind::Client,
+            start: UNIX_EPOCH,
+            end: UNIX_EPOCH,
+            attributes: vec![
+                KeyValue::new("gen_ai.request.model", long.clone()),
+                KeyValue::new("gen_ai.usage.input_tokens", 3_i64),
+                KeyValue::new(
+                    "gen_ai.response.finish_reasons",
+                    opentelemetry::Value::Array(vec![opentelemetry::StringValue::from(long.clone())].into()),
+                ),
+            ],
+            error: Some(long.clone()),
+        };
+        let data = span_data(bounded(span, 16)).unwrap();
+        assert_eq!(data.name, "chat éxxxxxxx…");
+        assert_eq!(data.attributes[0].value.as_str(), "éxxxxxxxxxxx…");
+        assert_eq!(data.attributes[1].value, opentelemetry::Value::I64(3));
+        let opentelemetry::Value::Array(opentelemetry::Array::String(reasons)) = &data.attributes[2].value else {
+            panic!("{:?}", data.attributes[2])
+        };
+        assert!(reasons[0].as_str().len() <= 16);
+        assert_eq!(data.status, Status::error("éxxxxxxxxxxx…"));
+        // A bound too small for the mark cuts on a character boundary.
+        let mut text = "éé".to_owned();
+        cut(&mut text, 3);
+        assert_eq!(text, "é");
     }
 
     #[test]

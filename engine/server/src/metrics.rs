@@ -83,7 +83,7 @@ impl Default for Metrics {
 /// give one series per session), and times it to its headers; a refused
 /// upload is counted by its error code.
 pub async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    let method = request.method().to_string();
+    let method = method_label(request.method()).to_owned();
     // `/v1/agents/:agent_id` rather than axum's `{agent_id}`: braces in a
     // label value are valid, but trip common exposition parsers.
     let route = request
@@ -104,6 +104,24 @@ pub async fn track(State(state): State<Arc<AppState>>, request: Request, next: N
     metrics.durations.get_or_create(&route_labels).observe(began.elapsed().as_secs_f64());
     metrics.requests.get_or_create(&RequestLabels { method, route, status }).inc();
     response
+}
+
+/// A request's method as a label: one of the methods HTTP defines, or
+/// `other` for any extension method a client made up, so that strangers
+/// cannot add series (nor long label values) by inventing methods.
+fn method_label(method: &axum::http::Method) -> &'static str {
+    match method.as_str() {
+        "GET" => "GET",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "DELETE" => "DELETE",
+        "HEAD" => "HEAD",
+        "OPTIONS" => "OPTIONS",
+        "PATCH" => "PATCH",
+        "CONNECT" => "CONNECT",
+        "TRACE" => "TRACE",
+        _ => "other",
+    }
 }
 
 /// The answer of `/healthz`.

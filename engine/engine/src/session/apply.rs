@@ -1333,7 +1333,7 @@ mod tests {
             call_timeout_ms: 300_000,
             quota: &NoLimit,
             prices: &crate::model::PriceTable::builtin(),
-            metrics: &crate::metrics::Metrics::new(),
+            metrics: &crate::metrics::Metrics::default(),
             tracer: &crate::telemetry::Tracer::default(),
             incoming: None,
             decision: None,

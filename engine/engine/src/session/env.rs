@@ -15,7 +15,7 @@ use subs_protocol::{ErrorCode, LlmRequest};
 use super::apply::{Ctx, Outcome};
 use crate::EngineConfig;
 use crate::events::Hub;
-use crate::model::{ModelError, Models};
+use crate::model::{ModelError, Models, OFFLINE_MODEL, OFFLINE_PROVIDER};
 use crate::store::{SessionKey, Store, StoreError, TurnRecord};
 use crate::tenants::Tenants;
 use crate::worker::{DeltaSink, Worker};
@@ -53,7 +53,12 @@ pub(crate) struct Env {
 impl Env {
     /// The environment of an engine on `store`, with no agents yet.
     pub fn new(store: Arc<dyn Store>, models: Models, config: EngineConfig) -> Self {
-        let tracer = crate::telemetry::Tracer::new(config.spans.clone());
+        let limits = config.telemetry;
+        let tracer =
+            crate::telemetry::Tracer::new(config.spans.clone()).with_max_attribute_bytes(limits.max_attribute_bytes);
+        // Models the price table lists are configured: their names label
+        // metrics before any call of them is answered.
+        let metrics = crate::metrics::Metrics::new(limits.labels, models.prices().clone());
         Self {
             hub: Hub::new(config.streams.clone()),
             tenants: Tenants::new(store.clone()),
@@ -63,7 +68,7 @@ impl Env {
             models,
             replies: Default::default(),
             history: Default::default(),
-            metrics: Arc::new(crate::metrics::Metrics::new()),
+            metrics: Arc::new(metrics),
             tracer,
         }
     }
@@ -139,8 +144,13 @@ impl Env {
             Ok(resolved) => resolved,
             Err(e) => return failed(e),
         };
-        // Metrics name the model as agents do (`provider/model`).
+        // Metrics name the model as agents do (`provider/model`), and only
+        // once the name resolved to a configured provider: see
+        // `Metrics::llm_call` for when it becomes a label of its own.
         let named = std::mem::replace(&mut request.model, model);
+        // A provider's answer shows the model exists, except the offline
+        // provider's, which answers any name: its one model is its own.
+        let answer_shows_model = !named.starts_with(&format!("{OFFLINE_PROVIDER}/")) || named == OFFLINE_MODEL;
         let began = std::time::Instant::now();
         // The first delta of a streamed call is its time to first token.
         let deltas = deltas.map(|sink| {
@@ -148,14 +158,15 @@ impl Env {
             let first = std::sync::atomic::AtomicBool::new(true);
             let timed: DeltaSink = Arc::new(move |delta| {
                 if first.swap(false, std::sync::atomic::Ordering::Relaxed) {
-                    metrics.first_token(&model, began.elapsed());
+                    metrics.first_token(&model, began.elapsed(), answer_shows_model);
                 }
                 sink(delta)
             });
             timed
         });
         let outcome = within(timeout, provider.complete(request, deltas)).await;
-        self.metrics.llm_call(&named, began.elapsed(), matches!(outcome, Outcome::LlmOk(_)));
+        let ok = matches!(outcome, Outcome::LlmOk(_));
+        self.metrics.llm_call(&named, began.elapsed(), ok, ok && answer_shows_model);
         outcome
     }
 }
