@@ -103,6 +103,7 @@ pub async fn exec(args: RunArgs) -> CliResult {
         ..EngineConfig::default()
     };
     file.timeouts.apply(&mut config)?;
+    file.recovery.apply(&mut config)?;
     let engine = Engine::open(store.clone(), models, config);
     engine.register_agent(LOCAL_TENANT, AGENT_ID, worker);
     engine.resume().await.map_err(CliError::unavailable)?;

@@ -166,6 +166,7 @@ async fn serve(setup: Setup) -> CliResult {
         .map_err(|e| CliError::failed(anyhow!(e)))?;
     let mut config = EngineConfig { default_model, streams, retry_cap: file.retry.cap(), ..EngineConfig::default() };
     file.timeouts.apply(&mut config)?;
+    file.recovery.apply(&mut config)?;
     let exporting = crate::telemetry::exporting(&file.telemetry)?;
     config.spans = exporting.as_ref().map(crate::telemetry::Exporting::spans);
     config.telemetry = file.telemetry.limits()?;

@@ -82,6 +82,9 @@ pub struct ConfigFile {
     /// `[timeouts]`: how long deliveries and calls may take when no retry
     /// policy says.
     pub timeouts: TimeoutsEntry,
+    /// `[recovery]`: how sessions with work left are resumed after a
+    /// restart.
+    pub recovery: RecoveryEntry,
     /// `[store]`: where sessions are kept: redb in the data directory
     /// (nothing set), or a PostgreSQL database several nodes share.
     pub store: StoreEntry,
@@ -189,6 +192,36 @@ pub fn store(flag: Option<&str>, file: &ConfigFile) -> CliResult<StoreChoice> {
     }
     let options = PgOptions { node: entry.node.clone(), shared, pool, ..PgOptions::default() };
     Ok(StoreChoice::Postgres { url: url.to_owned(), options })
+}
+
+/// `[recovery]` as written: how many sessions resumed after a restart
+/// (or taken over from a node that died) may work at once.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecoveryEntry {
+    /// Resumed sessions working at once.
+    pub concurrent: Option<usize>,
+}
+
+impl RecoveryEntry {
+    /// The most `concurrent` may be.
+    const MAX_CONCURRENT: usize = 100_000;
+
+    /// Sets the engine's resume concurrency from this table.
+    ///
+    /// # Errors
+    /// A count below 1 or above 100,000.
+    pub fn apply(&self, config: &mut EngineConfig) -> CliResult<()> {
+        let Some(concurrent) = self.concurrent else { return Ok(()) };
+        if !(1..=Self::MAX_CONCURRENT).contains(&concurrent) {
+            return Err(CliError::usage(anyhow!(
+                "`[recovery] concurrent` must be from 1 to {}, not {concurrent}",
+                Self::MAX_CONCURRENT
+            )));
+        }
+        config.resume_concurrency = concurrent;
+        Ok(())
+    }
 }
 
 /// `[timeouts]` as written: the engine's defaults for deliveries and for
@@ -477,6 +510,12 @@ pub const MIN_ADMIN_KEY: usize = 16;
 pub struct LimitsEntry {
     /// Sessions a tenant may have.
     pub max_sessions: Option<usize>,
+    /// Sub-agent sessions one turn may spawn.
+    pub max_spawns_per_turn: Option<u32>,
+    /// How deep below its root a sub-agent session may be.
+    pub max_sub_agent_depth: Option<u32>,
+    /// Sessions one tree of sub-agents may hold, its root included.
+    pub max_tree_sessions: Option<u32>,
     /// Bytes of messages one session may store, each counted as its JSON.
     pub max_session_bytes: Option<u64>,
     /// Whole-session reads (snapshots) a tenant may have running at once.
@@ -570,6 +609,9 @@ impl LimitsEntry {
     fn over(&self, base: &Limits) -> Limits {
         Limits {
             max_sessions: self.max_sessions.or(base.max_sessions),
+            max_spawns_per_turn: self.max_spawns_per_turn.unwrap_or(base.max_spawns_per_turn),
+            max_sub_agent_depth: self.max_sub_agent_depth.unwrap_or(base.max_sub_agent_depth),
+            max_tree_sessions: self.max_tree_sessions.unwrap_or(base.max_tree_sessions),
             max_session_bytes: self.max_session_bytes.unwrap_or(base.max_session_bytes),
             max_session_reads: self.max_session_reads.unwrap_or(base.max_session_reads),
             max_body_bytes: self.max_body_bytes.unwrap_or(base.max_body_bytes),
@@ -902,6 +944,53 @@ mod tests {
     }
 
     #[test]
+    fn session_bounds_take_what_the_file_sets() {
+        let file = parse("[limits]\nmax_session_bytes = 1048576\n[tenants.acme]\nmax_session_reads = 1\n").unwrap();
+        let config = file.server_config().unwrap();
+        let limits = &config.default_limits;
+        assert_eq!(
+            (limits.max_session_bytes, limits.max_session_reads),
+            (1 << 20, subs_engine::engine::DEFAULT_MAX_SESSION_READS)
+        );
+        let acme = config.limits("acme");
+        assert_eq!((acme.max_session_bytes, acme.max_session_reads), (1 << 20, 1));
+        let other = config.limits("other");
+        assert_eq!(other.max_session_bytes, 1 << 20);
+        let defaults = parse("").unwrap().server_config().unwrap();
+        assert_eq!(defaults.default_limits.max_session_bytes, subs_engine::engine::DEFAULT_MAX_SESSION_BYTES);
+    }
+
+    #[test]
+    fn spawn_bounds_and_recovery_take_what_the_file_sets() {
+        let file = parse(
+            "[limits]\nmax_spawns_per_turn = 3\nmax_tree_sessions = 9\n[tenants.acme]\nmax_sub_agent_depth = 1\n\
+             [recovery]\nconcurrent = 4\n",
+        )
+        .unwrap();
+        let config = file.server_config().unwrap();
+        let defaults = subs_engine::engine::SpawnBounds::default();
+        let limits = &config.default_limits;
+        assert_eq!(
+            (limits.max_spawns_per_turn, limits.max_sub_agent_depth, limits.max_tree_sessions),
+            (3, defaults.max_sub_agent_depth, 9)
+        );
+        let acme = config.limits("acme");
+        assert_eq!((acme.max_spawns_per_turn, acme.max_sub_agent_depth, acme.max_tree_sessions), (3, 1, 9));
+        let mut engine = EngineConfig::default();
+        file.recovery.apply(&mut engine).unwrap();
+        assert_eq!(engine.resume_concurrency, 4);
+        let zero = parse("[recovery]\nconcurrent = 0\n").unwrap().recovery.apply(&mut engine).unwrap_err();
+        assert!(zero.to_string().contains("[recovery] concurrent"), "{zero}");
+        assert!(parse("[recovery]\nsessions = 3\n").is_err(), "unknown keys are refused");
+        assert!(parse("[limits]\nmax_spawns_per_turn = -1\n").is_err());
+        // A configured price is never negative.
+        let price = parse("[prices.\"a/b\"]\ninput = -1\noutput = 1\n").unwrap_err();
+        assert!(price.contains("negative"), "{price}");
+        assert!(parse("[prices.\"a/b\"]\ninput = nan\noutput = 1\n").is_err());
+        assert!(parse("[limits]\nbudget = \"-5\"\n").unwrap_err().contains("negative"));
+    }
+
+    #[test]
     fn streams_take_what_the_file_sets_over_the_defaults() {
         let limits = parse("[streams]\nmax_delta_bytes = 1024\nmax_streams_per_tenant = 4\n").unwrap().streams.limits();
         let limits = limits.unwrap();
@@ -975,23 +1064,6 @@ mod tests {
         let bad = parse("[admin]\nkey_sha256 = \"abc\"\n").unwrap().admin_key_hashes(None).unwrap_err();
         assert!(bad.to_string().contains("64 hex digits"), "{bad}");
         assert!(parse("[admin]\nkeys = \"x\"\n").is_err(), "unknown keys are refused");
-    }
-
-    #[test]
-    fn session_bounds_take_what_the_file_sets() {
-        let file = parse("[limits]\nmax_session_bytes = 1048576\n[tenants.acme]\nmax_session_reads = 1\n").unwrap();
-        let config = file.server_config().unwrap();
-        let limits = &config.default_limits;
-        assert_eq!(
-            (limits.max_session_bytes, limits.max_session_reads),
-            (1 << 20, subs_engine::engine::DEFAULT_MAX_SESSION_READS)
-        );
-        let acme = config.limits("acme");
-        assert_eq!((acme.max_session_bytes, acme.max_session_reads), (1 << 20, 1));
-        let other = config.limits("other");
-        assert_eq!(other.max_session_bytes, 1 << 20);
-        let defaults = parse("").unwrap().server_config().unwrap();
-        assert_eq!(defaults.default_limits.max_session_bytes, subs_engine::engine::DEFAULT_MAX_SESSION_BYTES);
     }
 
     #[test]

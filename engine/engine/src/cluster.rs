@@ -128,11 +128,9 @@ async fn take_over(env: Arc<Env>, directory: Arc<Directory>, scan: Duration) {
             Ok(orphans) => {
                 for orphan in orphans {
                     tracing::info!(session = %orphan.key, crashed = orphan.crashed, "taking the session over");
-                    if orphan.crashed {
-                        directory.recover(&orphan.key);
-                    } else {
-                        directory.wake(&orphan.key);
-                    }
+                    // As many at once as a restart resumes: the next scan
+                    // waits for these.
+                    directory.resume(&orphan.key, orphan.crashed).await;
                 }
             }
             Err(error) => tracing::warn!(%error, "sessions to take over could not be listed"),

@@ -57,9 +57,40 @@ pub struct EngineConfig {
     /// with an OTLP exporter, for `subs serve`); `None` sends none. See
     /// [`telemetry`](crate::telemetry).
     pub spans: Option<crate::telemetry::Spans>,
+    /// How many sessions resumed after a restart (or taken over from a
+    /// node that died) may work at once: the others wait their turn, so
+    /// that a store full of unfinished sessions does not load and run
+    /// them all at the same moment. A resumed session works until it has
+    /// nothing in flight (no delivery, no engine-run call); at least 1.
+    pub resume_concurrency: usize,
     /// Bounds on the model names metrics label calls with and on the
     /// text spans carry.
     pub telemetry: crate::telemetry::TelemetryLimits,
+}
+
+/// What the agents of a tenant may spawn: sub-agent sessions past any of
+/// these bounds are not created, and the spawning call fails at once
+/// (its `sub_agent.finished` says `ok: false` and which bound), as one
+/// past the tenant's session limit does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpawnBounds {
+    /// Sub-agent spawns one turn of a session may start
+    /// (`max_spawns_per_turn`).
+    pub max_spawns_per_turn: u32,
+    /// How far below its root a sub-agent session may be: a root's
+    /// children are at depth 1 (`max_sub_agent_depth`; 0: no sub-agents).
+    pub max_sub_agent_depth: u32,
+    /// Sessions one tree may hold, its root included
+    /// (`max_tree_sessions`).
+    pub max_tree_sessions: u32,
+}
+
+impl Default for SpawnBounds {
+    /// 16 children per turn, 4 deep, 256 sessions per tree: room for
+    /// agents that delegate, not for one input to fill a shared server.
+    fn default() -> Self {
+        Self { max_spawns_per_turn: 16, max_sub_agent_depth: 4, max_tree_sessions: 256 }
+    }
 }
 
 impl Default for EngineConfig {
@@ -80,6 +111,7 @@ impl Default for EngineConfig {
             clock: Arc::new(crate::clock::SystemClock),
             takeover_scan: Duration::from_secs(2),
             spans: None,
+            resume_concurrency: 32,
             telemetry: crate::telemetry::TelemetryLimits::default(),
         }
     }
@@ -220,6 +252,12 @@ impl Engine {
     /// its inbox. On a shared store, only those no live node acts for
     /// (their node died, or they never had one); the others go on where
     /// they are.
+    ///
+    /// The sessions are listed here, and resumed in the background a few
+    /// at a time ([`EngineConfig::resume_concurrency`] working at once),
+    /// so that this returns at once and a store full of unfinished
+    /// sessions is not loaded and run all at the same moment. Spawns of
+    /// resumed sessions are held to the tenants' bounds as any others.
     pub async fn resume(&self) -> Result<(), StartError> {
         if let Some(shared) = self.store().shared() {
             // Started here, not at `open`: the sessions they wake must find
@@ -232,21 +270,31 @@ impl Engine {
                     tasks.extend(crate::cluster::start(env, directory, records, self.env.config.takeover_scan));
                 }
             }
-            for orphan in shared.orphans(usize::MAX).await? {
-                tracing::info!(session = %orphan.key, crashed = orphan.crashed, "resuming");
-                if orphan.crashed {
-                    self.directory.recover(&orphan.key);
-                } else {
-                    self.directory.send(&orphan.key, Msg::Wake);
-                }
-            }
+            let orphans = shared.orphans(usize::MAX).await?;
+            self.resume_in_background(orphans.into_iter().map(|o| (o.key, o.crashed)).collect());
             return Ok(());
         }
-        for key in self.store().unfinished().await? {
-            tracing::info!(session = %key, "resuming");
-            self.directory.recover(&key);
-        }
+        let unfinished = self.store().unfinished().await?;
+        self.resume_in_background(unfinished.into_iter().map(|key| (key, true)).collect());
         Ok(())
+    }
+
+    /// Resumes `sessions` (each with whether its node stopped without
+    /// finishing it) through the directory's permits, in a task that
+    /// [`kill`](Self::kill) stops.
+    fn resume_in_background(&self, sessions: Vec<(SessionKey, bool)>) {
+        if sessions.is_empty() {
+            return;
+        }
+        tracing::info!(sessions = sessions.len(), "resuming sessions with work left");
+        let directory = self.directory.clone();
+        let task = tokio::spawn(async move {
+            for (key, crashed) in sessions {
+                tracing::debug!(session = %key, crashed, "resuming");
+                directory.resume(&key, crashed).await;
+            }
+        });
+        self.cluster.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(task);
     }
 
     /// Makes `worker` the agent `agent_id` of `tenant`. Sessions waiting for
@@ -268,8 +316,9 @@ impl Engine {
         self.env.tenants.set_budget(tenant, budget);
     }
 
-    /// Forgets `tenant`'s own budget, session limit and bounds on its
-    /// sessions' messages and reads: the defaults apply to it again.
+    /// Forgets `tenant`'s own budget, session limit, spawn bounds and
+    /// bounds on its sessions' messages and reads: the defaults apply to
+    /// it again.
     pub fn clear_tenant_limits(&self, tenant: &str) {
         self.env.tenants.clear(tenant);
         self.env.history.set_max_bytes(tenant, None);
@@ -294,6 +343,25 @@ impl Engine {
     /// its own (see [`set_tenant_session_limit`](Self::set_tenant_session_limit)).
     pub fn set_default_session_limit(&self, max: Option<u64>) {
         self.env.tenants.set_default_session_limit(max);
+    }
+
+    /// Sets what `tenant`'s agents may spawn: children per turn, depth,
+    /// sessions per tree. A spawn past them fails its call, and the agent
+    /// is told which bound it met.
+    pub fn set_tenant_spawn_bounds(&self, tenant: &str, bounds: SpawnBounds) {
+        self.env.tenants.set_spawn_bounds(tenant, bounds);
+    }
+
+    /// Sets the spawn bounds of every tenant that has none of its own
+    /// (see [`set_tenant_spawn_bounds`](Self::set_tenant_spawn_bounds));
+    /// [`SpawnBounds::default`] until set.
+    pub fn set_default_spawn_bounds(&self, bounds: SpawnBounds) {
+        self.env.tenants.set_default_spawn_bounds(bounds);
+    }
+
+    /// The spawn bounds that apply to `tenant`.
+    pub fn tenant_spawn_bounds(&self, tenant: &str) -> SpawnBounds {
+        self.env.tenants.bounds(tenant)
     }
 
     /// The budget that applies to `tenant`, if any.

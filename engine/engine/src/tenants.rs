@@ -1,23 +1,36 @@
 //! Each tenant's limits and what it has used of them: the budget for
 //! engine-run LLM calls and what its sessions have spent, the most
-//! sessions it may have and how many it has.
+//! sessions it may have and how many it has, and the bounds on what its
+//! agents may spawn (children per turn, depth, sessions per tree).
 //!
 //! Spend and session counts are summed from the store on a tenant's first
 //! use and kept current in memory as calls settle and sessions are
 //! created, so checking a limit on every call or new session costs
 //! nothing. The session loop checks the session limit while it applies a
 //! decision, which does not wait on the store: [`Tenants::count_sessions`]
-//! makes sure the count is in memory before.
+//! (and, before a spawn, [`Tenants::count_trees`]) makes sure the counts
+//! are in memory before.
+//!
+//! A new session is [reserved](Tenants::reserve) in its tenant's count
+//! (and, for a sub-agent's child, in its tree's) before it exists: the
+//! check and the reservation are one step under one lock, so sessions
+//! created by many actors at once cannot all pass a count that none of
+//! them has raised yet. The [`Reservation`] rides in the change that
+//! creates the session; the commit confirms it (the count grows), and a
+//! change dropped uncommitted (a refused input, a failed commit) releases
+//! it.
 //!
 //! When several nodes share the store, each node adds only what its own
-//! sessions spend and create; the sums are then read from the store again
-//! once they are [`SHARED_STALE_AFTER`] old, so a tenant's limits hold
-//! across nodes within that much.
+//! sessions spend and create, and reserves only for its own; the sums are
+//! then read from the store again once they are [`SHARED_STALE_AFTER`]
+//! old, so a tenant's limits hold across nodes within that much: what the
+//! other nodes created in that time may pass them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::engine::SpawnBounds;
 use crate::model::Money;
 use crate::session::apply::SessionQuota;
 use crate::store::{Store, StoreError};
@@ -25,6 +38,10 @@ use crate::store::{Store, StoreError};
 /// How old a tenant's sums may grow, on a store several nodes share,
 /// before they are read from the store again.
 pub(crate) const SHARED_STALE_AFTER: Duration = Duration::from_secs(5);
+
+/// Sessions read per page when a tenant's trees are counted: what the
+/// count holds of the store at once.
+const TREE_SCAN_PAGE: usize = 512;
 
 /// A sum read from the store, and when.
 type Summed<T> = Mutex<HashMap<String, (T, Instant)>>;
@@ -36,33 +53,160 @@ pub(crate) struct Tenants {
     budgets: PerTenant<Money>,
     /// How many sessions each tenant may have.
     session_limits: PerTenant<u64>,
+    /// What each tenant's agents may spawn.
+    spawn_bounds: PerTenant<SpawnBounds>,
     /// What each tenant's sessions have cost, once summed.
     spend: Summed<Money>,
-    /// How many sessions each tenant has, once counted.
-    session_counts: Summed<u64>,
+    /// Each tenant's sessions and trees, once counted, and the sessions
+    /// reserved and not yet committed.
+    counts: Arc<Mutex<Counts>>,
+    /// Held while a tenant's trees are counted, so that the actors of a
+    /// tenant's first spawns wait for one count instead of each making
+    /// its own.
+    counting_trees: tokio::sync::Mutex<()>,
     /// How old a sum may grow before it is read again: never, unless
     /// other nodes share the store.
     stale_after: Option<Duration>,
 }
 
+/// What the tenants have of their session limits and tree bounds.
+#[derive(Default)]
+struct Counts {
+    /// How many sessions each tenant has, once counted, and when.
+    sessions: HashMap<String, (u64, Instant)>,
+    /// Each tenant's trees with children, once counted: the children of
+    /// each root (a tree is its root and these), and when it was counted.
+    /// A root without children has no entry.
+    trees: HashMap<String, (HashMap<String, u64>, Instant)>,
+    /// Sessions reserved and not yet committed, by tenant.
+    reserved: HashMap<String, u64>,
+    /// Children reserved and not yet committed, by tenant and root.
+    tree_reserved: HashMap<(String, String), u64>,
+}
+
+/// A session about to be created, for [`Tenants::reserve`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NewSession<'a> {
+    /// A session of its own (a client's first input): the root of a tree.
+    Root,
+    /// A sub-agent's child in the tree of root session `root`.
+    Child {
+        /// The tree's root session.
+        root: &'a str,
+    },
+}
+
+/// Room reserved for sessions not yet created: confirmed once the change
+/// creating them is committed, released if it is dropped uncommitted.
+/// See the [module docs](self).
+#[derive(Default)]
+pub(crate) struct Reservation {
+    counts: Option<Arc<Mutex<Counts>>>,
+    /// Each session reserved: its tenant and, for a child, its tree's root.
+    sessions: Vec<(String, Option<String>)>,
+}
+
+impl Reservation {
+    /// Whether it holds room for none.
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    /// Takes the sessions `other` reserved into this one.
+    pub fn merge(&mut self, mut other: Reservation) {
+        if other.sessions.is_empty() {
+            return;
+        }
+        if self.counts.is_none() {
+            self.counts = other.counts.take();
+        }
+        self.sessions.append(&mut other.sessions);
+    }
+
+    /// The sessions were created (their commit succeeded): they count,
+    /// and their room is no longer reserved.
+    pub fn confirm(mut self) {
+        let Some(counts) = self.counts.take() else { return };
+        let mut counts = lock(&counts);
+        for (tenant, root) in std::mem::take(&mut self.sessions) {
+            counts.unreserve(&tenant, root.as_deref());
+            if let Some((count, _)) = counts.sessions.get_mut(&tenant) {
+                *count += 1;
+            }
+            if let Some(root) = root
+                && let Some((trees, _)) = counts.trees.get_mut(&tenant)
+            {
+                *trees.entry(root).or_default() += 1;
+            }
+        }
+    }
+}
+
+impl Drop for Reservation {
+    /// Releases what was not confirmed.
+    fn drop(&mut self) {
+        let Some(counts) = self.counts.take() else { return };
+        let mut counts = lock(&counts);
+        for (tenant, root) in self.sessions.drain(..) {
+            counts.unreserve(&tenant, root.as_deref());
+        }
+    }
+}
+
+impl std::fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservation").field("sessions", &self.sessions).finish()
+    }
+}
+
+impl Counts {
+    fn unreserve(&mut self, tenant: &str, root: Option<&str>) {
+        if let Some(n) = self.reserved.get_mut(tenant) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.reserved.remove(tenant);
+            }
+        }
+        if let Some(root) = root {
+            let key = (tenant.to_owned(), root.to_owned());
+            if let Some(n) = self.tree_reserved.get_mut(&key) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.tree_reserved.remove(&key);
+                }
+            }
+        }
+    }
+}
+
 impl Tenants {
-    /// No limits yet; use is read from `store` when first asked for.
+    /// No limits yet but the default spawn bounds; use is read from
+    /// `store` when first asked for.
     pub fn new(store: Arc<dyn Store>) -> Self {
         let stale_after = store.shared().map(|_| SHARED_STALE_AFTER);
+        let spawn_bounds = PerTenant::default();
+        spawn_bounds.set_default(Some(SpawnBounds::default()));
         Self {
             store,
             budgets: PerTenant::default(),
             session_limits: PerTenant::default(),
+            spawn_bounds,
             spend: Mutex::default(),
-            session_counts: Mutex::default(),
+            counts: Arc::default(),
+            counting_trees: tokio::sync::Mutex::new(()),
             stale_after,
         }
+    }
+
+    /// Whether a sum read at `at` may still be trusted.
+    fn trusted(&self, at: Instant) -> bool {
+        self.stale_after.is_none_or(|limit| at.elapsed() < limit)
     }
 
     /// The tenant's sum in `map`, unless it is too old to trust.
     fn fresh<T: Copy>(&self, map: &Summed<T>, tenant: &str) -> Option<T> {
         let (value, at) = *lock(map).get(tenant)?;
-        self.stale_after.is_none_or(|limit| at.elapsed() < limit).then_some(value)
+        self.trusted(at).then_some(value)
     }
 
     /// Keeps `sum`, just read: the first kept wins while it is fresh, so
@@ -70,7 +214,7 @@ impl Tenants {
     fn keep<T: Copy>(&self, map: &Summed<T>, tenant: &str, sum: T) -> T {
         let mut map = lock(map);
         let entry = map.entry(tenant.to_owned()).or_insert((sum, Instant::now()));
-        if self.stale_after.is_some_and(|limit| entry.1.elapsed() >= limit) {
+        if !self.trusted(entry.1) {
             *entry = (sum, Instant::now());
         }
         entry.0
@@ -97,16 +241,32 @@ impl Tenants {
         self.session_limits.set_default(max);
     }
 
-    /// Forgets the tenant's own budget and session limit: the defaults
-    /// apply to it again.
+    /// Sets the tenant's own spawn bounds.
+    pub fn set_spawn_bounds(&self, tenant: &str, bounds: SpawnBounds) {
+        self.spawn_bounds.set(tenant, Some(bounds));
+    }
+
+    /// Sets the spawn bounds of tenants without their own.
+    pub fn set_default_spawn_bounds(&self, bounds: SpawnBounds) {
+        self.spawn_bounds.set_default(Some(bounds));
+    }
+
+    /// Forgets the tenant's own budget, session limit and spawn bounds:
+    /// the defaults apply to it again.
     pub fn clear(&self, tenant: &str) {
         self.budgets.clear(tenant);
         self.session_limits.clear(tenant);
+        self.spawn_bounds.clear(tenant);
     }
 
     /// The tenant's budget: its own, else the default.
     pub fn budget(&self, tenant: &str) -> Option<Money> {
         self.budgets.get(tenant)
+    }
+
+    /// The tenant's spawn bounds: its own, else the default.
+    pub fn bounds(&self, tenant: &str) -> SpawnBounds {
+        self.spawn_bounds.get(tenant).unwrap_or_default()
     }
 
     /// What the tenant's sessions have cost so far.
@@ -129,15 +289,22 @@ impl Tenants {
 
     /// How many sessions the tenant has.
     pub async fn sessions(&self, tenant: &str) -> Result<u64, StoreError> {
-        if let Some(count) = self.fresh(&self.session_counts, tenant) {
+        if let Some((count, at)) = lock(&self.counts).sessions.get(tenant).copied()
+            && self.trusted(at)
+        {
             return Ok(count);
         }
         let count = self.store.session_count(tenant).await?;
-        Ok(self.keep(&self.session_counts, tenant, count))
+        let mut counts = lock(&self.counts);
+        let entry = counts.sessions.entry(tenant.to_owned()).or_insert((count, Instant::now()));
+        if !self.trusted(entry.1) {
+            *entry = (count, Instant::now());
+        }
+        Ok(entry.0)
     }
 
     /// Makes sure the tenant's sessions are counted in memory when it has
-    /// a session limit, so that [`SessionQuota::refuse`] can answer. A
+    /// a session limit, so that [`SessionQuota::reserve`] can answer. A
     /// store error leaves them uncounted: the check then refuses, naming
     /// it.
     pub async fn count_sessions(&self, tenant: &str) {
@@ -148,15 +315,54 @@ impl Tenants {
         }
     }
 
-    /// Counts sessions just created (and committed) for their tenant.
-    pub fn add_sessions(&self, tenant: &str, created: u64) {
-        if let Some((count, _)) = lock(&self.session_counts).get_mut(tenant) {
-            *count += created;
+    /// Makes sure the tenant's sessions and trees are counted in memory,
+    /// so that a spawn can be checked against `max_tree_sessions`: the
+    /// first spawn of a tenant (and, on a shared store, one after
+    /// [`SHARED_STALE_AFTER`]) pages through its sessions once. A store
+    /// error leaves them uncounted: spawns are then refused, naming it.
+    pub async fn count_trees(&self, tenant: &str) {
+        self.count_sessions(tenant).await;
+        let fresh = |this: &Self| lock(&this.counts).trees.get(tenant).is_some_and(|(_, at)| this.trusted(*at));
+        if fresh(self) {
+            return;
+        }
+        let _counting = self.counting_trees.lock().await;
+        if fresh(self) {
+            return;
+        }
+        match self.scan_trees(tenant).await {
+            Ok(trees) => {
+                lock(&self.counts).trees.insert(tenant.to_owned(), (trees, Instant::now()));
+            }
+            Err(error) => tracing::warn!(tenant, %error, "the tenant's session trees could not be counted"),
         }
     }
 
-    /// Counts a settled (and committed) call's cost for its tenant.
+    /// The children of each root of the tenant's trees, from the store.
+    async fn scan_trees(&self, tenant: &str) -> Result<HashMap<String, u64>, StoreError> {
+        let mut trees: HashMap<String, u64> = HashMap::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.store.sessions_page(tenant, after.as_deref(), TREE_SCAN_PAGE).await?;
+            for record in &page {
+                if let Some(root) = record.ancestry.first() {
+                    *trees.entry(root.clone()).or_default() += 1;
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == TREE_SCAN_PAGE => after = Some(last.key.session.clone()),
+                _ => return Ok(trees),
+            }
+        }
+    }
+
+    /// Counts a settled (and committed) call's cost for its tenant. A
+    /// negative amount (none is read from outside; see [`Money`]) is not
+    /// counted: spend never goes down.
     pub fn add_spend(&self, tenant: &str, cost: Money) {
+        if cost < Money::ZERO {
+            return;
+        }
         if let Some((spent, _)) = lock(&self.spend).get_mut(tenant) {
             *spent = *spent + cost;
         }
@@ -164,15 +370,48 @@ impl Tenants {
 }
 
 impl SessionQuota for Tenants {
-    /// Answers from the count in memory, which [`Tenants::count_sessions`]
-    /// makes sure of before a session applies anything.
-    fn refuse(&self, tenant: &str, creating: u64) -> Option<String> {
-        let max = self.session_limits.get(tenant)?;
-        match lock(&self.session_counts).get(tenant).map(|(count, _)| *count) {
-            Some(count) if count.saturating_add(creating) <= max => None,
-            Some(_) => Some(format!("the tenant has its maximum of {max} sessions")),
-            None => Some("the tenant's sessions could not be counted".to_owned()),
+    /// Answers from the counts in memory, which [`Tenants::count_sessions`]
+    /// and [`Tenants::count_trees`] make sure of before a session applies
+    /// anything.
+    fn reserve(&self, tenant: &str, new: NewSession<'_>) -> Result<Reservation, String> {
+        let max = self.session_limits.get(tenant);
+        let tree_max = match new {
+            NewSession::Root => None,
+            NewSession::Child { root } => Some((root, u64::from(self.bounds(tenant).max_tree_sessions))),
+        };
+        let mut counts = lock(&self.counts);
+        if let Some(max) = max {
+            let reserved = counts.reserved.get(tenant).copied().unwrap_or(0);
+            match counts.sessions.get(tenant).map(|(count, _)| *count) {
+                Some(count) if count.saturating_add(reserved).saturating_add(1) <= max => {}
+                Some(_) => return Err(format!("the tenant has its maximum of {max} sessions (`max_sessions`)")),
+                None => return Err("the tenant's sessions could not be counted".to_owned()),
+            }
         }
+        if let Some((root, tree_max)) = tree_max {
+            let Some((trees, _)) = counts.trees.get(tenant) else {
+                return Err("the tenant's session trees could not be counted".to_owned());
+            };
+            // The root and its children, those reserved included.
+            let children = trees.get(root).copied().unwrap_or(0);
+            let reserved = counts.tree_reserved.get(&(tenant.to_owned(), root.to_owned())).copied().unwrap_or(0);
+            if children.saturating_add(reserved).saturating_add(2) > tree_max {
+                return Err(format!(
+                    "the tree of session `{root}` has its maximum of {tree_max} sessions (`max_tree_sessions`)"
+                ));
+            }
+            *counts.tree_reserved.entry((tenant.to_owned(), root.to_owned())).or_default() += 1;
+        }
+        *counts.reserved.entry(tenant.to_owned()).or_default() += 1;
+        let root = match new {
+            NewSession::Root => None,
+            NewSession::Child { root } => Some(root.to_owned()),
+        };
+        Ok(Reservation { counts: Some(self.counts.clone()), sessions: vec![(tenant.to_owned(), root)] })
+    }
+
+    fn spawn_bounds(&self, tenant: &str) -> SpawnBounds {
+        self.bounds(tenant)
     }
 }
 
@@ -268,17 +507,110 @@ mod tests {
     #[tokio::test]
     async fn the_session_limit_counts_what_is_stored_and_what_is_created() {
         let tenants = Tenants::new(store_with(2, "0").await);
-        assert_eq!(tenants.refuse("acme", 1), None, "no limit, nothing to count");
+        assert!(tenants.reserve("acme", NewSession::Root).is_ok(), "no limit, nothing to count");
         tenants.set_session_limit("acme", Some(3));
-        let refused = tenants.refuse("acme", 1).expect("not counted yet: refused");
+        let refused = tenants.reserve("acme", NewSession::Root).expect_err("not counted yet: refused");
         assert!(refused.contains("could not be counted"), "{refused}");
 
         tenants.count_sessions("acme").await;
-        assert_eq!(tenants.refuse("acme", 1), None, "2 + 1 <= 3");
-        let refused = tenants.refuse("acme", 2).expect("2 + 2 > 3");
-        assert!(refused.contains("maximum of 3 sessions"), "{refused}");
-        tenants.add_sessions("acme", 1);
-        assert!(tenants.refuse("acme", 1).is_some(), "3 + 1 > 3");
-        assert_eq!(tenants.sessions("acme").await.unwrap(), 3);
+        let one = tenants.reserve("acme", NewSession::Root).expect("2 + 1 <= 3");
+        let refused = tenants.reserve("acme", NewSession::Root).expect_err("2 + 1 reserved + 1 > 3");
+        assert!(refused.contains("maximum of 3 sessions (`max_sessions`)"), "{refused}");
+        one.confirm();
+        assert_eq!(tenants.sessions("acme").await.unwrap(), 3, "confirmed: counted");
+        assert!(tenants.reserve("acme", NewSession::Root).is_err(), "3 + 1 > 3");
+    }
+
+    #[tokio::test]
+    async fn a_reservation_dropped_uncommitted_is_released() {
+        let tenants = Tenants::new(store_with(0, "0").await);
+        tenants.set_session_limit("acme", Some(1));
+        tenants.count_sessions("acme").await;
+        let mut change = tenants.reserve("acme", NewSession::Root).expect("0 + 1 <= 1");
+        assert!(tenants.reserve("acme", NewSession::Root).is_err(), "the one room is reserved");
+        change.merge(Reservation::default());
+        assert!(!change.is_empty());
+        drop(change); // A refused input, a failed commit.
+        assert_eq!(tenants.sessions("acme").await.unwrap(), 0, "nothing was created");
+        tenants.reserve("acme", NewSession::Root).expect("released: room again").confirm();
+        assert_eq!(tenants.sessions("acme").await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn concurrent_reservations_never_pass_the_limit_together() {
+        // Many actors reserving at once, before any of them commits: the
+        // count in memory has not grown, but the reservations have.
+        let tenants = Arc::new(Tenants::new(store_with(10, "0").await));
+        tenants.set_session_limit("acme", Some(50));
+        tenants.count_sessions("acme").await;
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let tenants = tenants.clone();
+                std::thread::spawn(move || {
+                    (0..20).filter_map(|_| tenants.reserve("acme", NewSession::Root).ok()).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let held: Vec<Reservation> = tasks.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        assert_eq!(held.len(), 40, "10 stored + 40 reserved = 50");
+        for reservation in held {
+            reservation.confirm();
+        }
+        assert_eq!(tenants.sessions("acme").await.unwrap(), 50);
+    }
+
+    #[tokio::test]
+    async fn a_tree_holds_at_most_max_tree_sessions_counted_from_the_store_and_reserved() {
+        let store = MemStore::new();
+        let mut batch = Batch::new();
+        // A tree `r` of the root and 2 children; a lone root `q`.
+        for (id, ancestry) in [("r", vec![]), ("r.a", vec!["r"]), ("r.a.b", vec!["r", "r.a"]), ("q", vec![])] {
+            let mut record = sample::session(&SessionKey::new("acme", id), SessionStatus::Idle);
+            record.ancestry = ancestry.into_iter().map(str::to_owned).collect();
+            batch.push(Op::PutSession(record));
+        }
+        store.commit(batch).await.unwrap();
+        let tenants = Tenants::new(Arc::new(store));
+        tenants.set_spawn_bounds("acme", SpawnBounds { max_tree_sessions: 4, ..SpawnBounds::default() });
+        let refused = tenants.reserve("acme", NewSession::Child { root: "r" }).expect_err("not counted yet");
+        assert!(refused.contains("trees could not be counted"), "{refused}");
+
+        tenants.count_trees("acme").await;
+        let fourth = tenants.reserve("acme", NewSession::Child { root: "r" }).expect("3 + 1 <= 4");
+        let refused = tenants.reserve("acme", NewSession::Child { root: "r" }).expect_err("3 + 1 reserved + 1 > 4");
+        assert!(
+            refused.contains("tree of session `r` has its maximum of 4 sessions (`max_tree_sessions`)"),
+            "{refused}"
+        );
+        drop(fourth);
+        tenants.reserve("acme", NewSession::Child { root: "r" }).expect("released").confirm();
+        assert!(tenants.reserve("acme", NewSession::Child { root: "r" }).is_err(), "confirmed: 4 of 4");
+        // Another tree has room of its own.
+        for _ in 0..3 {
+            tenants.reserve("acme", NewSession::Child { root: "q" }).expect("a tree of its own").confirm();
+        }
+        assert!(tenants.reserve("acme", NewSession::Child { root: "q" }).is_err());
+        assert!(tenants.reserve("acme", NewSession::Root).is_ok(), "a new root is a tree of one");
+    }
+
+    #[test]
+    fn spawn_bounds_are_per_tenant_over_a_default() {
+        let tenants = Tenants::new(Arc::new(MemStore::new()));
+        assert_eq!(tenants.bounds("acme"), SpawnBounds::default());
+        let small = SpawnBounds { max_spawns_per_turn: 1, max_sub_agent_depth: 1, max_tree_sessions: 2 };
+        tenants.set_spawn_bounds("acme", small);
+        assert_eq!(tenants.bounds("acme"), small);
+        tenants.set_default_spawn_bounds(SpawnBounds { max_spawns_per_turn: 3, ..small });
+        assert_eq!(tenants.bounds("beta").max_spawns_per_turn, 3);
+        tenants.clear("acme");
+        assert_eq!(tenants.bounds("acme").max_spawns_per_turn, 3, "cleared: the default again");
+    }
+
+    #[tokio::test]
+    async fn spend_never_goes_down() {
+        let tenants = Tenants::new(store_with(1, "-1500").await);
+        assert_eq!(tenants.spent("acme").await.unwrap(), money("0"), "a negative stored cost counts nothing");
+        tenants.add_spend("acme", Money::from_atto_dollars(-5));
+        assert_eq!(tenants.spent("acme").await.unwrap(), money("0"));
     }
 }

@@ -76,6 +76,12 @@ pub use self::tenants::LiveConfig;
 pub struct Limits {
     /// Sessions the tenant may have; `None`: no limit.
     pub max_sessions: Option<usize>,
+    /// Sub-agent sessions one turn may spawn; spawns past it fail.
+    pub max_spawns_per_turn: u32,
+    /// How deep below its root a sub-agent session may be (0: none).
+    pub max_sub_agent_depth: u32,
+    /// Sessions one tree (a root and its sub-agents') may hold.
+    pub max_tree_sessions: u32,
     /// Bytes of messages one session may store, each message counted as
     /// its JSON: a decision whose messages would pass it is refused (its
     /// turn fails naming the bound), an input likewise (answered 429).
@@ -133,8 +139,13 @@ impl Default for Limits {
     fn default() -> Self {
         // The registry's defaults are the agent limits'.
         let agents = subs_engine::agents::AgentLimits::default();
+        // And the engine's, the spawn bounds.
+        let spawns = subs_engine::engine::SpawnBounds::default();
         Self {
             max_sessions: None,
+            max_spawns_per_turn: spawns.max_spawns_per_turn,
+            max_sub_agent_depth: spawns.max_sub_agent_depth,
+            max_tree_sessions: spawns.max_tree_sessions,
             max_session_bytes: subs_engine::engine::DEFAULT_MAX_SESSION_BYTES,
             max_session_reads: subs_engine::engine::DEFAULT_MAX_SESSION_READS,
             max_body_bytes: 4 << 20,

@@ -33,6 +33,12 @@ const TOKENS_PER_PRICE: i128 = 1_000_000;
 /// `Display`. Serializes as its string; deserializes from a string or a JSON
 /// or TOML number (a number is read by its shortest decimal form, so `0.15`
 /// is exactly fifteen cents).
+///
+/// Every amount read from text or a number is zero or more: costs, prices
+/// and budgets come from workers, decisions, config files and API bodies,
+/// and a negative cost would take spend back, letting budgeted calls run
+/// past their budget. Only arithmetic ([`checked_sub`](Self::checked_sub),
+/// what is left of a budget) makes a negative amount.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Money {
     /// Atto-dollars: an integer, so sums never drift.
@@ -43,7 +49,7 @@ pub struct Money {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum MoneyError {
-    /// Not a plain decimal number (`"1.5"`, `"-0.25"`, `"3"`).
+    /// Not a plain decimal number (`"1.5"`, `"0.25"`, `"3"`).
     #[error("`{0}` is not a decimal amount of dollars (like `0.0042`)")]
     NotDecimal(String),
     /// More than 18 significant decimal places.
@@ -52,13 +58,17 @@ pub enum MoneyError {
     /// Beyond about 10²⁰ dollars.
     #[error("`{0}` is too large an amount")]
     TooLarge(String),
+    /// Below zero: no cost, price or budget is.
+    #[error("`{0}` is negative; an amount of money is zero or more")]
+    Negative(String),
 }
 
 impl Money {
     /// No money.
     pub const ZERO: Money = Money { atto: 0 };
 
-    /// Reads a decimal dollar amount such as `"0.00042"` or `"-3"`.
+    /// Reads a decimal dollar amount such as `"0.00042"` or `"3"`; a
+    /// negative one is refused ([`MoneyError::Negative`]).
     pub fn parse(text: &str) -> Result<Money, MoneyError> {
         text.parse()
     }
@@ -143,7 +153,11 @@ impl FromStr for Money {
             if fraction.is_empty() { 0 } else { fraction.parse().map_err(|_| not_decimal())? };
         fraction_atto *= 10i128.pow(SCALE - fraction.len() as u32);
         let atto = whole.checked_mul(ONE_DOLLAR).and_then(|w| w.checked_add(fraction_atto)).ok_or_else(too_large)?;
-        Ok(Money { atto: if negative { -atto } else { atto } })
+        // `-0` is zero, not a negative amount.
+        if negative && atto != 0 {
+            return Err(MoneyError::Negative(text.to_owned()));
+        }
+        Ok(Money { atto })
     }
 }
 
@@ -183,7 +197,7 @@ impl<'de> Deserialize<'de> for Money {
             }
 
             fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Money, E> {
-                Ok(Money::from_dollars(n))
+                n.to_string().parse().map_err(E::custom)
             }
 
             fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Money, E> {
@@ -460,7 +474,6 @@ mod tests {
             ("12", "12"),
             ("+1.50", "1.5"),
             ("0.000000000000000001", "0.000000000000000001"),
-            ("-3.25", "-3.25"),
             ("00042.4200", "42.42"),
             ("1.000000000000000000000", "1"),
         ] {
@@ -475,6 +488,30 @@ mod tests {
         }
         assert!(matches!(Money::parse("0.0000000000000000001"), Err(MoneyError::TooPrecise(_))));
         assert!(matches!(Money::parse("1000000000000000000000"), Err(MoneyError::TooLarge(_))));
+    }
+
+    #[test]
+    fn no_amount_read_from_outside_is_negative_or_not_finite() {
+        for text in ["-1500", "-0.000000000000000001", "-3"] {
+            let refused = Money::parse(text).unwrap_err();
+            assert!(matches!(refused, MoneyError::Negative(_)), "{text:?}: {refused:?}");
+            assert!(refused.to_string().contains("negative"), "{refused}");
+        }
+        for number in [json!(-1), json!(-0.5), json!("-2")] {
+            assert!(serde_json::from_value::<Money>(number.clone()).is_err(), "{number}");
+        }
+        // JSON has no NaN or infinity; TOML, which config files are, does.
+        for number in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0, -0.25] {
+            let read = serde::de::value::F64Deserializer::<serde::de::value::Error>::new(number);
+            assert!(Money::deserialize(read).is_err(), "{number}");
+        }
+        assert_eq!(money("-0"), Money::ZERO, "minus zero is zero");
+        // A configured price is refused the same way.
+        let price = json!({"input": "-1", "output": "1"});
+        let refused = serde_json::from_value::<Price>(price).unwrap_err().to_string();
+        assert!(refused.contains("negative"), "{refused}");
+        // Arithmetic alone makes a negative amount, and prints it.
+        assert_eq!(money("1").checked_sub(money("3.25")).unwrap().to_string(), "-2.25");
     }
 
     #[test]

@@ -36,6 +36,7 @@ use crate::store::{
     CallRecord, Fence, InboxItem, Op, RequestBasis, SessionKey, SpanRef, StepRecord, StepStatus, StoreError,
     StoredTrigger,
 };
+use crate::tenants::{NewSession, Reservation};
 use crate::worker::{BoxFuture, Delivery, DeltaSink, ERROR_TEXT_BYTES, WorkerError, clip};
 
 /// Whether a delivery of `step` to `worker` may go out before the step is
@@ -95,6 +96,12 @@ pub(crate) trait Mailboxes: Send + Sync {
     /// Whether the session was unfinished when the engine started and is
     /// loaded for the first time since (true once).
     fn take_recovering(&self, key: &SessionKey) -> bool;
+}
+
+/// Whether the session holds sub-agent calls an interrupt queued, which
+/// a resume starts.
+fn holds_spawns(session: &Session) -> bool {
+    session.calls.values().any(|c| c.call.kind == CallKind::SubAgent && c.call.status == CallStatus::Queued)
 }
 
 /// How long an actor whose session has gone quiet waits for another
@@ -158,6 +165,10 @@ pub(crate) struct Actor {
     /// actor only forwards what it is sent to that node (through the
     /// session's inbox) and leaves.
     remote: bool,
+    /// For a session resumed after a restart: its place among the resumed
+    /// sessions that may work at once, held until nothing is in flight
+    /// (see [`Directory::resume`](super::directory::Directory::resume)).
+    resuming: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// Where the answer to a request goes: back to a caller on this node, or,
@@ -203,6 +214,7 @@ impl Actor {
         env: Arc<Env>,
         mail: Arc<dyn Mailboxes>,
         key: SessionKey,
+        resuming: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> (mpsc::UnboundedSender<Msg>, JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let span = tracing::info_span!("session", tenant = %key.tenant, session = %key.session);
@@ -221,6 +233,7 @@ impl Actor {
             check_inbox: true,
             lease: None,
             remote: false,
+            resuming,
         };
         let task = tokio::spawn(actor.run().instrument(span));
         (tx, task)
@@ -240,6 +253,12 @@ impl Actor {
                 }
                 self.halt(&e);
                 return;
+            }
+            if self.resuming.is_some() && self.delivery.is_none() && self.running.is_empty() && self.held.is_none() {
+                // Resumed, and nothing in flight: what it waits for now
+                // (children, clients, a backoff) costs no work; the next
+                // resumed session may start.
+                self.resuming = None;
             }
             let next = if self.is_quiet() {
                 // A session that has just gone quiet is often touched again
@@ -395,9 +414,7 @@ impl Actor {
         if !change.spent.is_zero() {
             self.env.tenants.add_spend(&self.key.tenant, change.spent);
         }
-        if change.created > 0 {
-            self.env.tenants.add_sessions(&self.key.tenant, change.created);
-        }
+        change.created.confirm();
         Ok(())
     }
 
@@ -1001,6 +1018,7 @@ impl Actor {
             ClientInput::ClientMessage(_) | ClientInput::ClientMessages(_) | ClientInput::ClientAction(_)
         );
         let fresh = self.session.is_none();
+        let mut created = Reservation::default();
         if let Some(session) = &self.session
             && let Some(refused) = sender.refuse(&self.key.session, &session.record.identity)
         {
@@ -1012,9 +1030,17 @@ impl Actor {
                 return self.respond(answer, refused, Change::default(), false).await;
             }
             self.env.tenants.count_sessions(&self.key.tenant).await;
-            if let Some(refused) = self.env.tenants.refuse(&self.key.tenant, 1) {
-                return self.respond(answer, Err(InputError::LimitExceeded(refused)), Change::default(), false).await;
-            }
+            // Reserved before the session exists, so that inputs creating
+            // sessions at once cannot all pass the limit; released below
+            // with the change, should the input be refused.
+            created = match self.env.tenants.reserve(&self.key.tenant, NewSession::Root) {
+                Ok(reserved) => reserved,
+                Err(refused) => {
+                    tracing::warn!(tenant = %self.key.tenant, session = %self.key.session, %refused, "a new session was refused");
+                    let refused = Err(InputError::LimitExceeded(refused));
+                    return self.respond(answer, refused, Change::default(), false).await;
+                }
+            };
             let agent_id = match &input {
                 ClientInput::ClientMessage(m) => m.agent_id.clone(),
                 ClientInput::ClientMessages(m) => m.agent_id.clone(),
@@ -1026,7 +1052,11 @@ impl Actor {
         }
         let mut ctx = self.env.ctx();
         ctx.incoming = trace;
-        let mut change = Change { created: u64::from(fresh), ..Change::default() };
+        if self.session.as_ref().is_some_and(holds_spawns) {
+            // A resume may start the sub-agent calls an interrupt held.
+            self.env.tenants.count_trees(&self.key.tenant).await;
+        }
+        let mut change = Change { created, ..Change::default() };
         let session = self.session.as_mut().expect("created above");
         let result = match session.refuse_input_bytes(&input, ctx.history.max_bytes(&self.key.tenant)) {
             Some(refused) => {
@@ -1061,9 +1091,13 @@ impl Actor {
         else {
             return Ok(());
         };
-        // A decision may spawn sessions: the limit is checked against the
-        // count in memory.
-        self.env.tenants.count_sessions(&self.key.tenant).await;
+        // A decision may spawn sessions: the limits are checked against the
+        // counts in memory.
+        let spawns =
+            |d: &DecisionResponse| d.actions().iter().any(|a| matches!(a, subs_protocol::Action::SubAgentSpawn(_)));
+        if result.as_ref().is_ok_and(spawns) {
+            self.env.tenants.count_trees(&self.key.tenant).await;
+        }
         let mut ctx = self.env.ctx();
         ctx.decision = span.as_ref().map(|(span, _)| span.clone());
         let session = self.session.as_mut().expect("loaded");
@@ -1329,7 +1363,7 @@ mod tests {
 
         let proposer = Arc::new(Proposer::default());
         let (env, directory) = start(&store, proposer.clone());
-        directory.recover(&key("s"));
+        directory.resume(&key("s"), true).await;
         assert_eq!(ended(&env, "s", "t1").await.status, TurnStatus::Done);
         let attempts = proposer.attempts.lock().unwrap().clone();
         assert_eq!(attempts.first(), Some(&2), "the cut-short delivery counts: {attempts:?}");

@@ -16,6 +16,7 @@ use subs_protocol::{
 use super::proposal::last_assistant_text;
 use super::{Change, Session};
 use crate::clock;
+use crate::engine::SpawnBounds;
 use crate::model::TokenUsage;
 use crate::retry::RetryCap;
 use crate::store::{
@@ -23,6 +24,7 @@ use crate::store::{
     SessionStatus, SpanRef, StepRecord, StepStatus, Store, StoredTrigger, TurnRecord, TurnStart, TurnState, TurnStatus,
     valid_id,
 };
+use crate::tenants::{NewSession, Reservation};
 use crate::tools;
 
 /// What the loop needs from the engine while applying.
@@ -59,11 +61,16 @@ pub(crate) struct Ctx<'a> {
     pub decision: Option<SpanRef>,
 }
 
-/// Whether a tenant may have more sessions.
+/// Whether a tenant may have more sessions, and what its agents may
+/// spawn.
 pub(crate) trait SessionQuota {
-    /// Why `tenant` may not have `creating` more sessions than it has, if
-    /// it may not.
-    fn refuse(&self, tenant: &str, creating: u64) -> Option<String>;
+    /// Reserves room in `tenant`'s counts for `new`, a session about to be
+    /// created; or says why it may not have it (its session limit, the
+    /// tree's `max_tree_sessions`). See [`Reservation`].
+    fn reserve(&self, tenant: &str, new: NewSession<'_>) -> Result<Reservation, String>;
+
+    /// The bounds on what `tenant`'s agents may spawn.
+    fn spawn_bounds(&self, tenant: &str) -> SpawnBounds;
 }
 
 /// How a call ended (or failed a try).
@@ -132,6 +139,14 @@ impl InputError {
     fn invalid(message: impl Into<String>, field: &str) -> Self {
         InputError::Invalid { message: message.into(), field: Some(field.to_owned()) }
     }
+}
+
+/// Why a sub-agent's child was not created, and whether to tell the
+/// operator (once a turn for the per-turn bound, which an agent in a loop
+/// meets again and again).
+struct Refused {
+    error: String,
+    log: bool,
 }
 
 /// Who sends an input, as far as the session's owner goes.
@@ -205,6 +220,7 @@ impl Session {
             updated_ms: now_ms,
             versions: Default::default(),
             agent_version: None,
+            message_bytes: 0,
         })
     }
 
@@ -220,7 +236,6 @@ impl Session {
         match input {
             ClientInput::ClientMessage(_) | ClientInput::ClientMessages(_) | ClientInput::ClientAction(_) => {
                 self.accept_turn_input(input, ctx, change).await
-            message_bytes: 0,
             }
             ClientInput::InterruptResume(resume) => {
                 let Some(i) = self.record.interrupts.iter().position(|i| i.interrupt_id == resume.interrupt_id) else {
@@ -952,16 +967,29 @@ impl Session {
             .map_or_else(|| "{}".to_owned(), |c| c.function.arguments.clone());
         let child_key = SessionKey::new(&self.record.key.tenant, &child_id);
         let turn_id = if call.call.attempt == 1 {
-            // Over the tenant's session limit the child is not created:
-            // the call fails at once, without a retry, and the agent
-            // learns why from its `sub_agent.finished`.
-            if let Some(error) = ctx.quota.refuse(&self.record.key.tenant, change.created + 1) {
-                if let Some(record) = self.calls.get_mut(call_id) {
-                    record.retry = None;
+            // Past the tenant's spawn bounds or session limit the child is
+            // not created: the call fails at once, without a retry, and
+            // the agent learns why from its `sub_agent.finished`.
+            match self.admit_child(ctx) {
+                Ok(reserved) => change.created.merge(reserved),
+                Err(Refused { error, log }) => {
+                    if log {
+                        tracing::warn!(
+                            tenant = %self.record.key.tenant,
+                            session = %self.record.key.session,
+                            agent = %self.record.agent_id,
+                            call = call_id,
+                            %error,
+                            "a sub-agent spawn was refused"
+                        );
+                    }
+                    if let Some(record) = self.calls.get_mut(call_id) {
+                        record.retry = None;
+                    }
+                    let outcome = Outcome::SubAgent { ok: false, result: None, error: Some(error) };
+                    self.settle(call_id, outcome, ctx, change);
+                    return;
                 }
-                let outcome = Outcome::SubAgent { ok: false, result: None, error: Some(error) };
-                self.settle(call_id, outcome, ctx, change);
-                return;
             }
             let mut child = Session::fresh(child_key.clone(), agent_id, self.record.identity.clone(), ctx.now_ms);
             child.record.ancestry =
@@ -969,7 +997,6 @@ impl Session {
             child.record.parent =
                 Some(ParentLink { session: self.record.key.session.clone(), call_id: call_id.to_owned() });
             change.batch.push(Op::PutSession(child.record));
-            change.created += 1;
             "spawn".to_owned()
         } else {
             format!("spawn_{}", call.call.attempt)
@@ -984,6 +1011,47 @@ impl Session {
             item: InboxItem::Start { turn_id, start, span: call.span.clone() },
         });
         change.wake.push(child_key);
+    }
+
+    /// Whether the turn may create the child of the sub-agent call whose
+    /// first try is starting (it is among the turn's calls already): the
+    /// tenant's spawn bounds, checked here, then its session limit and
+    /// the tree's bound, whose room is reserved.
+    fn admit_child(&self, ctx: &Ctx<'_>) -> Result<Reservation, Refused> {
+        let tenant = &self.record.key.tenant;
+        let bounds = ctx.quota.spawn_bounds(tenant);
+        // Every spawn the turn started counts, those refused included: past
+        // the bound an agent that spawns again in answer to each refusal
+        // is refused at once, without reaching the counts.
+        let spawned = self
+            .calls
+            .values()
+            .filter(|c| c.call.kind == CallKind::SubAgent && c.call.status != CallStatus::Queued)
+            .count();
+        let per_turn = usize::try_from(bounds.max_spawns_per_turn).unwrap_or(usize::MAX);
+        if spawned > per_turn {
+            return Err(Refused {
+                error: format!(
+                    "a turn may spawn at most {per_turn} sub-agent sessions (`max_spawns_per_turn`); this is its \
+                     spawn number {spawned}"
+                ),
+                // Logged once a turn.
+                log: spawned == per_turn + 1,
+            });
+        }
+        let depth = self.record.ancestry.len() + 1;
+        let max_depth = usize::try_from(bounds.max_sub_agent_depth).unwrap_or(usize::MAX);
+        if depth > max_depth {
+            return Err(Refused {
+                error: format!(
+                    "the child would be {depth} levels below its root session; sub-agent sessions may be at \
+                     most {max_depth} deep (`max_sub_agent_depth`)"
+                ),
+                log: true,
+            });
+        }
+        let root = self.record.ancestry.first().unwrap_or(&self.record.key.session);
+        ctx.quota.reserve(tenant, NewSession::Child { root }).map_err(|error| Refused { error, log: true })
     }
 
     // ---- calls ---------------------------------------------------------------
@@ -1312,8 +1380,12 @@ mod tests {
     struct NoLimit;
 
     impl SessionQuota for NoLimit {
-        fn refuse(&self, _: &str, _: u64) -> Option<String> {
-            None
+        fn reserve(&self, _: &str, _: NewSession<'_>) -> Result<Reservation, String> {
+            Ok(Reservation::default())
+        }
+
+        fn spawn_bounds(&self, _: &str) -> SpawnBounds {
+            SpawnBounds::default()
         }
     }
 
@@ -1332,6 +1404,7 @@ mod tests {
             now_ms: NOW,
             call_timeout_ms: 300_000,
             quota: &NoLimit,
+            history: &super::super::history::HistoryLimits::default(),
             prices: &crate::model::PriceTable::builtin(),
             metrics: &crate::metrics::Metrics::default(),
             tracer: &crate::telemetry::Tracer::default(),
@@ -1413,7 +1486,6 @@ mod tests {
         });
     }
 
-            history: &super::super::history::HistoryLimits::default(),
     #[test]
     fn a_retryable_failure_waits_for_the_later_of_backoff_and_retry_after() {
         with_ctx(|ctx| {
@@ -1607,6 +1679,108 @@ mod tests {
             let Trigger::ToolFinished(done) = pushed_trigger(&session) else { panic!("a tool.finished") };
             assert!(done.error.unwrap().contains("not settled by its deadline"));
         });
+    }
+
+    /// Spawn bounds, and a tenant whose counts refuse (or not) any more.
+    struct Bounded {
+        bounds: SpawnBounds,
+        full: Option<&'static str>,
+    }
+
+    impl SessionQuota for Bounded {
+        fn reserve(&self, _: &str, _: NewSession<'_>) -> Result<Reservation, String> {
+            self.full.map_or_else(|| Ok(Reservation::default()), |why| Err(why.to_owned()))
+        }
+
+        fn spawn_bounds(&self, _: &str) -> SpawnBounds {
+            self.bounds
+        }
+    }
+
+    /// Spawns `n` children from `session` in `change`; the ids of the
+    /// children created, and the errors of the spawns refused.
+    fn spawn(session: &mut Session, n: usize, quota: &Bounded, change: &mut Change) -> (Vec<String>, Vec<String>) {
+        with_ctx(|ctx| {
+            let ctx = Ctx { quota, incoming: None, decision: None, ..*ctx };
+            for i in 0..n {
+                let spawn = subs_protocol::action::SubAgentSpawn {
+                    session_id: format!("{}.{i}", session.record.key.session),
+                    agent_id: "agent".to_owned(),
+                    tool_call_id: format!("c{i}"),
+                    retry: Some(RetryPolicy {
+                        timeout_secs: None,
+                        max_retries: 5,
+                        backoff_base_secs: 1.0,
+                        backoff_max_secs: 1.0,
+                    }),
+                };
+                session.spawn_sub_agent(spawn, false, &ctx, change);
+            }
+        });
+        let created = change
+            .batch
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::PutSession(record) if record.key != session.record.key => Some(record.key.session.clone()),
+                _ => None,
+            })
+            .collect();
+        let refused = session
+            .steps
+            .iter()
+            .filter_map(|(_, step)| match session.trigger(&step.trigger) {
+                Trigger::SubAgentFinished(done) if !done.ok => done.error,
+                _ => None,
+            })
+            .collect();
+        (created, refused)
+    }
+
+    #[test]
+    fn spawns_past_the_turns_bound_or_the_depth_fail_their_calls_and_create_nothing() {
+        let bounds = SpawnBounds { max_spawns_per_turn: 3, max_sub_agent_depth: 2, max_tree_sessions: 100 };
+        let quota = Bounded { bounds, full: None };
+        let mut root = session();
+        let mut change = Change::default();
+        let (created, refused) = spawn(&mut root, 5, &quota, &mut change);
+        assert_eq!(created, ["s.0", "s.1", "s.2"], "the turn's first three");
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        assert!(
+            refused.iter().all(|e| e.contains("at most 3 sub-agent sessions (`max_spawns_per_turn`)")),
+            "{refused:?}"
+        );
+        for id in ["c3", "c4"] {
+            let call = &root.calls[id];
+            assert_eq!((call.call.status, call.retry_at_ms), (CallStatus::Failed, None), "{id}: no retry");
+        }
+        // A new turn may spawn again.
+        with_ctx(|ctx| root.end_turn(None, ctx, &mut Change::default()));
+        root.record.turn =
+            Some(TurnState { turn_id: "t2".to_owned(), client_tools: Vec::new(), started_ms: 5, span: None });
+        root.steps.clear();
+        let (created, _) = spawn(&mut root, 1, &quota, &mut Change::default());
+        assert_eq!(created.len(), 1, "the bound is per turn");
+
+        // At depth 2 a child would be at depth 3.
+        let mut deep = session();
+        deep.record.ancestry = vec!["r".to_owned(), "r.a".to_owned()];
+        let (created, refused) = spawn(&mut deep, 1, &quota, &mut Change::default());
+        assert!(created.is_empty());
+        assert!(refused[0].contains("at most 2 deep (`max_sub_agent_depth`)"), "{refused:?}");
+        // Depth 0 allows no sub-agent at all.
+        let none = Bounded { bounds: SpawnBounds { max_sub_agent_depth: 0, ..bounds }, full: None };
+        let (created, refused) = spawn(&mut session(), 1, &none, &mut Change::default());
+        assert!(created.is_empty() && refused[0].contains("`max_sub_agent_depth`"), "{refused:?}");
+    }
+
+    #[test]
+    fn a_spawn_the_counts_refuse_fails_its_call_with_their_reason() {
+        let full = Bounded { bounds: SpawnBounds::default(), full: Some("the tree of session `s` is full") };
+        let mut session = session();
+        let (created, refused) = spawn(&mut session, 2, &full, &mut Change::default());
+        assert!(created.is_empty());
+        assert_eq!(refused, ["the tree of session `s` is full", "the tree of session `s` is full"]);
     }
 
     #[test]

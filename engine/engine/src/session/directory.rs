@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::actor::{Actor, Mailboxes, Msg};
@@ -27,6 +27,10 @@ pub(crate) struct Directory {
     /// Sessions found unfinished at start and not loaded since: the first
     /// load counts a possibly cut-short delivery of their front step.
     recovering: Mutex<HashSet<SessionKey>>,
+    /// One permit for each resumed session that may work at once
+    /// ([`EngineConfig::resume_concurrency`](crate::EngineConfig::resume_concurrency)):
+    /// see [`resume`](Self::resume).
+    resuming: Arc<Semaphore>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -36,12 +40,14 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Directory {
     /// No actors yet; those it starts work with `env`.
     pub fn new(env: Arc<Env>) -> Arc<Self> {
+        let resuming = Arc::new(Semaphore::new(env.config.resume_concurrency.max(1)));
         Arc::new_cyclic(|me| Self {
             env,
             me: me.clone(),
             actors: Mutex::default(),
             closed: AtomicBool::new(false),
             recovering: Mutex::default(),
+            resuming,
         })
     }
 
@@ -49,6 +55,13 @@ impl Directory {
     /// Sending under the lock pairs with [`Mailboxes::leave`]: an actor
     /// leaves only when nothing was sent to it.
     pub fn send(&self, key: &SessionKey, msg: Msg) -> bool {
+        self.send_resuming(key, msg, None)
+    }
+
+    /// [`send`](Self::send), handing a new actor `permit` to hold while it
+    /// works (an actor already running has its session loaded and
+    /// working: the permit is given back).
+    fn send_resuming(&self, key: &SessionKey, msg: Msg, permit: Option<OwnedSemaphorePermit>) -> bool {
         if self.closed.load(Ordering::Acquire) {
             return false;
         }
@@ -61,21 +74,36 @@ impl Directory {
             return false;
         }
         let Some(me) = self.me.upgrade() else { return false };
-        let (tx, task) = Actor::spawn(self.env.clone(), me, key.clone());
+        let (tx, task) = Actor::spawn(self.env.clone(), me, key.clone(), permit);
         let sent = tx.send(msg).is_ok();
         actors.insert(key.clone(), (tx, task));
         sent
     }
 
-    /// Wakes a session that was unfinished when the store was opened; its
+    /// Marks a session that was unfinished when the store was opened: its
     /// first load counts a delivery the stop may have cut short.
-    pub fn recover(&self, key: &SessionKey) {
+    fn mark_recovering(&self, key: &SessionKey) {
         // An actor already running has loaded the session: nothing of a
         // crash is left for it to count.
         if !lock(&self.actors).contains_key(key) {
             lock(&self.recovering).insert(key.clone());
         }
-        self.send(key, Msg::Wake);
+    }
+
+    /// Resumes a session with work left, found at start or taken over
+    /// from a node that died (`crashed`: its first load counts a delivery
+    /// the stop may have cut short), once
+    /// fewer than `resume_concurrency` resumed sessions work: waits for
+    /// one of them to have nothing in flight (or leave). A store full of
+    /// unfinished sessions is so resumed a few at a time, not all loaded
+    /// and run at once; sessions woken for any other reason (an input,
+    /// a child's end) do not wait.
+    pub async fn resume(&self, key: &SessionKey, crashed: bool) {
+        let Ok(permit) = self.resuming.clone().acquire_owned().await else { return };
+        if crashed {
+            self.mark_recovering(key);
+        }
+        self.send_resuming(key, Msg::Wake, Some(permit));
     }
 
     /// Sessions with an actor in memory.
@@ -87,6 +115,8 @@ impl Directory {
     /// more.
     pub async fn kill(&self) {
         self.closed.store(true, Ordering::Release);
+        // Resumes waiting for a permit give up.
+        self.resuming.close();
         let tasks: Vec<_> = lock(&self.actors).drain().map(|(_, (_, task))| task).collect();
         for task in &tasks {
             task.abort();

@@ -127,9 +127,10 @@ pub(crate) struct Change {
     /// the commit.
     pub spent: Money,
     /// Sessions the change creates (a client's first input, a spawned
-    /// child; all of the session's tenant), added to the tenant's count
-    /// after the commit.
-    pub created: u64,
+    /// child; all of the session's tenant), reserved in the tenant's
+    /// counts: confirmed after the commit, released if the change is
+    /// dropped uncommitted.
+    pub created: crate::tenants::Reservation,
     /// Spans that end with the change, sent after the commit.
     pub spans: Vec<crate::telemetry::Span>,
 }
@@ -143,7 +144,7 @@ impl Change {
         self.wake.extend(later.wake);
         self.cancel.extend(later.cancel);
         self.spent = self.spent + later.spent;
-        self.created += later.created;
+        self.created.merge(later.created);
         self.spans.extend(later.spans);
         self
     }
@@ -155,7 +156,7 @@ impl Change {
     pub fn must_commit(&self) -> bool {
         !self.wake.is_empty()
             || !self.cancel.is_empty()
-            || self.created > 0
+            || !self.created.is_empty()
             || !self.spent.is_zero()
             || self.batch.ops.iter().any(|op| matches!(op, Op::PutTurn { record, .. } if record.status.ended()))
     }

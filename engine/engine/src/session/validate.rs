@@ -66,8 +66,9 @@ pub(crate) async fn validate(
             Action::LlmResult(r) => {
                 let id = check_settle(session, trigger, r.id.as_deref(), r.attempt, CallKind::LlmCall, &mut settled)
                     .map_err(at)?;
-                if let Err(e) = session.read_llm_response(&id, &r.response) {
-                    return Err(at(format!("the response of call `{id}` {e}")));
+                match session.read_llm_response(&id, &r.response) {
+                    Ok(response) => check_stated_cost(&response).map_err(at)?,
+                    Err(e) => return Err(at(format!("the response of call `{id}` {e}"))),
                 }
             }
             Action::LlmError(e) => {
@@ -186,6 +187,49 @@ fn check_settle(
     Ok(id.to_owned())
 }
 
+/// What a worker says an LLM call cost and used is added to the session's
+/// and the tenant's totals, which budgets are held to: a `cost` is a
+/// finite decimal amount of dollars, zero or more, and every number in
+/// `usage` is zero or more, so that no reply takes spend or usage back.
+fn check_stated_cost(response: &subs_protocol::LlmResponse) -> Result<(), String> {
+    if let Some(cost) = &response.cost
+        && let Err(e) = cost.parse::<crate::model::Money>()
+    {
+        return Err(format!("response.cost: {e}"));
+    }
+    match &response.usage {
+        Some(usage) => check_usage(usage, &mut "response.usage".to_owned()),
+        None => Ok(()),
+    }
+}
+
+/// Every number in `usage` (nested objects and arrays too) is zero or
+/// more; `path` names where, for the error.
+fn check_usage(usage: &serde_json::Value, path: &mut String) -> Result<(), String> {
+    use serde_json::Value;
+    match usage {
+        Value::Number(n) if n.as_f64().is_some_and(|n| n < 0.0) => {
+            Err(format!("{path}: {n} is negative; usage counts are zero or more"))
+        }
+        Value::Object(fields) => fields.iter().try_for_each(|(key, value)| {
+            let len = path.len();
+            path.push('.');
+            path.push_str(key);
+            let checked = check_usage(value, path);
+            path.truncate(len);
+            checked
+        }),
+        Value::Array(items) => items.iter().enumerate().try_for_each(|(i, value)| {
+            let len = path.len();
+            path.push_str(&format!("[{i}]"));
+            let checked = check_usage(value, path);
+            path.truncate(len);
+            checked
+        }),
+        _ => Ok(()),
+    }
+}
+
 fn check_new_call_id(session: &Session, id: &str, new_calls: &mut HashSet<String>) -> Result<(), String> {
     if !valid_id(id) {
         return Err(format!("call id `{id}` is not a valid id ({ID_RULE})"));
@@ -246,6 +290,80 @@ pub(crate) fn check_config(agent: &AgentConfig) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// What a worker states an LLM call cost and used.
+#[cfg(test)]
+mod money {
+    use serde_json::{Value, json};
+    use subs_protocol::action::{LlmCall, LlmResult};
+    use subs_protocol::{Action, DecisionResponse, Trigger};
+
+    use super::*;
+    use crate::store::{CallRecord, CallSpec, MemStore};
+
+    /// A session with a worker-handled LLM call `l1` in flight.
+    fn session() -> Session {
+        let mut session = Session::fresh(SessionKey::new("t", "s"), "agent".to_owned(), Default::default(), 1);
+        let call = json!({"id": "l1", "kind": "llm_call", "status": "pending", "attempt": 1, "handler": "worker"});
+        let spec = CallSpec::Llm { action: LlmCall::default().into(), system: None, format: None };
+        let record = CallRecord {
+            call: serde_json::from_value(call).unwrap(),
+            order: 0,
+            deadline_ms: None,
+            turn_id: None,
+            retry: None,
+            retry_at_ms: None,
+            spec,
+            started_ms: None,
+            span: None,
+        };
+        session.calls.insert("l1".to_owned(), record);
+        session
+    }
+
+    fn stating(cost: Value, usage: Value) -> Result<(), String> {
+        let response = json!({"model": "m", "content": "hi", "cost": cost, "usage": usage});
+        let decision = DecisionResponse::new().with_action(Action::LlmResult(LlmResult {
+            id: Some("l1".to_owned()),
+            attempt: None,
+            response,
+        }));
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(validate(&session(), &Trigger::SessionStart, &decision, &MemStore::new()))
+    }
+
+    #[test]
+    fn a_stated_cost_is_a_decimal_amount_of_zero_or_more() {
+        let usage = json!({"prompt_tokens": 3, "completion_tokens": 1, "cost": 0.0012});
+        for cost in ["0", "0.0042", "12"] {
+            stating(json!(cost), usage.clone()).unwrap_or_else(|e| panic!("{cost}: {e}"));
+        }
+        for (cost, why) in [
+            ("-1500", "negative"),
+            ("-0.000001", "negative"),
+            ("NaN", "not a decimal"),
+            ("Infinity", "not a decimal"),
+            ("1e3", "not a decimal"),
+            ("", "not a decimal"),
+        ] {
+            let refused = stating(json!(cost), usage.clone()).expect_err(cost);
+            assert!(refused.starts_with("actions[0] (llm.result): response.cost:"), "{cost}: {refused}");
+            assert!(refused.contains(why), "{cost}: {refused}");
+        }
+    }
+
+    #[test]
+    fn stated_usage_is_never_below_zero_and_the_field_is_named() {
+        let refused = stating(json!("0"), json!({"prompt_tokens": -5})).unwrap_err();
+        assert!(refused.contains("response.usage.prompt_tokens: -5 is negative"), "{refused}");
+        let nested = json!({"prompt_tokens_details": {"cached_tokens": -1}});
+        let refused = stating(json!("0"), nested).unwrap_err();
+        assert!(refused.contains("response.usage.prompt_tokens_details.cached_tokens"), "{refused}");
+        let refused = stating(json!("0"), json!({"parts": [1, -0.5]})).unwrap_err();
+        assert!(refused.contains("response.usage.parts[1]"), "{refused}");
+        stating(json!("0"), json!({"prompt_tokens": 0, "model": "x", "parts": [1, 2.5]})).expect("zero or more");
+    }
 }
 
 /// Fuzzing of the rules: whatever a worker decides, answering whatever
