@@ -164,6 +164,7 @@ impl TestServerBuilder {
             keys,
             config,
             metrics: subs_server::metrics::Metrics::default(),
+            scans: Default::default(),
         });
         let listener = subs_server::edge::bind("127.0.0.1:0".parse().expect("an address")).expect("a loopback port");
         let base = format!("http://{}", listener.local_addr().expect("a bound address"));

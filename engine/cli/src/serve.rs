@@ -196,7 +196,14 @@ async fn serve(setup: Setup) -> CliResult {
     let (open, admin) = (keys.is_open(), keys.admin_enabled());
     // The server gets the engine and the registry, not the store: all it
     // keeps goes through them.
-    let state = Arc::new(AppState { engine: engine.clone(), agents, keys, config, metrics: Default::default() });
+    let state = Arc::new(AppState {
+        engine: engine.clone(),
+        agents,
+        keys,
+        config,
+        metrics: Default::default(),
+        scans: Default::default(),
+    });
     // What other nodes sharing the store change (agents, keys, tenants)
     // is served here too once reloaded.
     let reloading = {

@@ -520,6 +520,10 @@ pub struct LimitsEntry {
     pub max_session_bytes: Option<u64>,
     /// Whole-session reads (snapshots) a tenant may have running at once.
     pub max_session_reads: Option<usize>,
+    /// Stored bytes of decisions one page of a session's decisions holds.
+    pub max_page_bytes: Option<usize>,
+    /// Sessions a tenant's filtered listings may look at per second.
+    pub max_listing_scan_per_sec: Option<u32>,
     /// Largest JSON request body, in bytes.
     pub max_body_bytes: Option<usize>,
     /// Bytes of the tenant's request bodies in flight at once.
@@ -614,6 +618,8 @@ impl LimitsEntry {
             max_tree_sessions: self.max_tree_sessions.unwrap_or(base.max_tree_sessions),
             max_session_bytes: self.max_session_bytes.unwrap_or(base.max_session_bytes),
             max_session_reads: self.max_session_reads.unwrap_or(base.max_session_reads),
+            max_page_bytes: self.max_page_bytes.unwrap_or(base.max_page_bytes),
+            max_listing_scan_per_sec: self.max_listing_scan_per_sec.unwrap_or(base.max_listing_scan_per_sec),
             max_body_bytes: self.max_body_bytes.unwrap_or(base.max_body_bytes),
             max_body_bytes_in_flight: self.max_body_bytes_in_flight.unwrap_or(base.max_body_bytes_in_flight),
             max_component_bytes: self.max_component_bytes.unwrap_or(base.max_component_bytes),

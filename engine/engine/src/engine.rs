@@ -532,22 +532,34 @@ impl Engine {
         self.env.history.set_default_max_reads(max);
     }
 
-    /// The session's record, at most `limit` of its steps from number
-    /// `from` on, and its open calls: what an inspector shows of its
-    /// decisions. `None` when the session does not exist.
+    /// Waits until `tenant` may start one more whole-session read (see
+    /// [`set_tenant_max_session_reads`](Self::set_tenant_max_session_reads)):
+    /// for reads other than snapshots that hold as much (a page of a
+    /// session's decisions), to be kept while the read's answer is built
+    /// and written out.
+    pub async fn session_read(&self, tenant: &str) -> ReadPermit {
+        ReadPermit(self.env.history.read_permit(tenant).await)
+    }
+
+    /// At most `limit` of the session's steps from number `from` on, fewer
+    /// when they pass `max_bytes` of stored JSON (see
+    /// [`Store::steps_page`](crate::store::Store::steps_page)): what an
+    /// inspector shows of its decisions.
     pub async fn steps(
         &self,
         tenant: &str,
         session: &str,
         from: u64,
         limit: usize,
-    ) -> Result<Option<(SessionRecord, Vec<(u64, StepRecord)>, Vec<CallRecord>)>, StoreError> {
-        let key = SessionKey::new(tenant, session);
-        let store = self.env.store.as_ref();
-        let Some(record) = store.session(&key).await? else { return Ok(None) };
-        let steps = store.steps(&key, from, limit).await?;
-        let calls = store.calls(&key).await?;
-        Ok(Some((record, steps, calls)))
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, StepRecord)>, StoreError> {
+        self.env.store.steps_page(&SessionKey::new(tenant, session), from, limit, max_bytes).await
+    }
+
+    /// The session's calls in flight whose ids are among `ids`, in id
+    /// order (see [`Store::calls_named`](crate::store::Store::calls_named)).
+    pub async fn calls_named(&self, tenant: &str, session: &str, ids: &[String]) -> Result<Vec<CallRecord>, StoreError> {
+        self.env.store.calls_named(&SessionKey::new(tenant, session), ids).await
     }
 
     /// At most `limit` sessions of `tenant` with ids after `after` (from
@@ -562,18 +574,16 @@ impl Engine {
     }
 
     /// At most `limit` sessions of `tenant` owned by `identity` (their
-    /// identity's id), with ids after `after`, ordered by id, looking at
-    /// no more than `scan` of the tenant's sessions: see
-    /// [`Store::sessions_of_identity`].
+    /// identity's id), with ids after `after`, ordered by id: see
+    /// [`Store::sessions_of_identity`](crate::store::Store::sessions_of_identity).
     pub async fn sessions_of_identity(
         &self,
         tenant: &str,
         identity: &str,
         after: Option<&str>,
         limit: usize,
-        scan: usize,
-    ) -> Result<crate::store::FilteredPage, StoreError> {
-        self.env.store.sessions_of_identity(tenant, identity, after, limit, scan).await
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        self.env.store.sessions_of_identity(tenant, identity, after, limit).await
     }
 
     /// How many sessions `tenant` has, spawned ones included. Counted in

@@ -60,9 +60,10 @@ pub struct VersionView {
     pub bytes: Option<u64>,
     /// Whether this is the current version, the one new decisions run.
     pub active: bool,
-    /// How many decisions this version made, summed over the records of
-    /// the agent's sessions. Only `GET /v1/agents/{agent_id}` counts them
-    /// (it reads the tenant's session records); other answers omit it.
+    /// How many decisions this version made in the tenant's sessions, as
+    /// the store counts them when decisions are committed. Only
+    /// `GET /v1/agents/{agent_id}` reads the counts; other answers omit
+    /// them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decisions: Option<u64>,
 }
@@ -273,8 +274,9 @@ pub async fn activate(
     Ok(Json(AgentView::from(&record)))
 }
 
-/// One agent, with how many decisions each of its versions made (counted
-/// from the records of the agent's sessions).
+/// One agent, with how many decisions each of its versions made: one
+/// count per version, kept by the store, so the read costs the same
+/// however many sessions the tenant has.
 #[utoipa::path(
     get,
     path = "/v1/agents/{agent_id}",

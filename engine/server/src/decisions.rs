@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
-use axum::response::Response;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Value, json};
 use subs_engine::store::{CallRecord, StepRecord, StepStatus, StoredTrigger};
@@ -16,7 +17,8 @@ use utoipa::ToSchema;
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::sessions::{SessionPath, encode_id, page_limit, paged};
+use crate::reads::{self, Stop};
+use crate::sessions::{SessionPath, encode_id, page_limit};
 
 /// One decision of a session: the trigger the agent was asked about, what
 /// became of it, and the calls its decision started.
@@ -99,8 +101,13 @@ pub struct CallView {
 
 /// The session's decisions in order, a page at a time: `limit` of them
 /// (default 100, at most 1000) after the step numbered `after` (from the
-/// first when absent). When more may follow, the `Link` header names the
-/// next page (`rel="next"`).
+/// first when absent), fewer when their stored size passes the tenant's
+/// `max_page_bytes` (a page holds one decision whatever its size). When
+/// more may follow, the `Link` header names the next page (`rel="next"`).
+/// A page costs in proportion to what it holds: it counts as one of the
+/// tenant's whole-session reads (`max_session_reads`) while it is built
+/// and written, off the threads that serve other requests, and stops
+/// when its client goes away.
 #[utoipa::path(
     get,
     path = "/v1/sessions/{session_id}/decisions",
@@ -131,68 +138,136 @@ pub async fn list(
             Err(_) => return Err(ApiError::invalid("after", format!("`{text}` is not a step number"))),
         },
     };
-    // One more than the page, to know whether another follows.
-    let found = state.engine.steps(&caller.tenant, &session_id, from, limit + 1).await?;
-    let Some((record, mut steps, open)) = found.filter(|(record, ..)| caller.may_reach(record)) else {
-        return Err(ApiError::no_session(&session_id));
-    };
-    let more = steps.len() > limit;
-    steps.truncate(limit);
-    let next = steps.last().filter(|_| more).map(|(seq, _)| {
-        format!("</v1/sessions/{}/decisions?limit={limit}&after={seq}>; rel=\"next\"", encode_id(&record.key.session))
-    });
-    Ok(paged(views(&steps, &open), next))
+    let max_bytes = state.config.limits(&caller.tenant).max_page_bytes;
+    // Waits, holding nothing, while the tenant has its bound of
+    // whole-session reads running.
+    let read = state.engine.session_read(&caller.tenant).await;
+    reads::blocking(move |runtime, stop| {
+        let _read = read;
+        let (tenant, engine) = (&caller.tenant, &state.engine);
+        let record = runtime.block_on(engine.session_record(tenant, &session_id))?;
+        let Some(record) = record.filter(|record| caller.may_reach(record)) else {
+            return Err(ApiError::no_session(&session_id));
+        };
+        stop.check()?;
+        // One more than the page, to know whether another follows.
+        let mut steps = runtime.block_on(engine.steps(tenant, &session_id, from, limit + 1, max_bytes))?;
+        // Past the page: a step beyond `limit`, or, when the page ended at
+        // its bytes, steps the session has after it.
+        let more = steps.len() > limit || steps.last().is_some_and(|(seq, _)| seq.saturating_add(1) < record.next.step);
+        steps.truncate(limit);
+        let next = steps.last().filter(|_| more).map(|(seq, _)| {
+            format!(
+                "</v1/sessions/{}/decisions?limit={limit}&after={seq}>; rel=\"next\"",
+                encode_id(&record.key.session)
+            )
+        });
+        // The calls the page's decisions started that are still open, read
+        // a batch of ids at a time.
+        let mut ids: Vec<String> = steps.iter().flat_map(|(_, step)| started(step)).map(str::to_owned).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut open = Vec::new();
+        for batch in ids.chunks(CALLS_PER_READ) {
+            stop.check()?;
+            open.extend(runtime.block_on(engine.calls_named(tenant, &session_id, batch))?);
+        }
+        drop(ids);
+        stop.check()?;
+        let page = views(steps, &open, stop)?;
+        drop(open);
+        let body = reads::to_json(&page, stop)?;
+        Ok(paged_json(body, next))
+    })
+    .await
 }
+
+/// The ids of the calls a step's decision started: those it recorded, or,
+/// for steps stored before the engine recorded them, those its actions
+/// named.
+fn started(step: &StepRecord) -> Vec<&str> {
+    if step.started.is_empty() {
+        let actions = step.decision.as_ref().map(DecisionResponse::actions).unwrap_or_default();
+        actions.iter().filter_map(action_call_id).collect()
+    } else {
+        step.started.iter().map(String::as_str).collect()
+    }
+}
+
+/// How many open calls a page reads from the store at a time, looking
+/// between reads at whether its client is still there. Each read walks the
+/// session's history once, so fewer, larger reads cost less in all.
+const CALLS_PER_READ: usize = 32 * 1024;
+
+/// How many calls [`views`] makes between looks at whether its client
+/// is still there.
+const CALLS_BETWEEN_CHECKS: usize = 4096;
 
 /// The page's views: each step with the calls its decision started,
 /// filled in from the open calls and from the triggers of the page that
-/// settled them.
-fn views(steps: &[(u64, StepRecord)], open: &[CallRecord]) -> Vec<DecisionView> {
+/// settled them. Linear in the page: each step's actions are indexed by
+/// the call ids they name, once.
+fn views(steps: Vec<(u64, StepRecord)>, open: &[CallRecord], stop: &Stop) -> Result<Vec<DecisionView>, ApiError> {
     let open: HashMap<&str, &CallRecord> = open.iter().map(|c| (c.call.id.as_str(), c)).collect();
     let mut settled: HashMap<&str, &Trigger> = HashMap::new();
-    for (_, step) in steps {
+    for (_, step) in &steps {
         if let StoredTrigger::Plain { trigger } = &step.trigger
             && let Some(id) = settled_call(trigger)
         {
             settled.insert(id, trigger);
         }
     }
-    steps
-        .iter()
-        .map(|(seq, step)| {
-            let actions = step.decision.as_ref().map(DecisionResponse::actions).unwrap_or_default();
-            let ids: Vec<&str> = if step.started.is_empty() {
-                // Steps stored before the engine recorded which calls a
-                // decision started: the ids its actions named.
-                actions.iter().filter_map(action_call_id).collect()
-            } else {
-                step.started.iter().map(String::as_str).collect()
-            };
-            let calls = ids
-                .into_iter()
-                .map(|id| call_view(id, actions, open.get(id).copied(), settled.get(id).copied()))
-                .collect();
-            DecisionView {
-                seq: *seq,
-                decision_id: step.decision_id.clone(),
-                turn_id: step.turn_id.clone(),
-                trigger: trigger_view(&step.trigger),
-                status: step.status,
-                attempts: step.attempts,
-                error: step.error.clone(),
-                decision: step.decision.clone(),
-                recorded: step.recorded.clone(),
-                agent_version: step.agent_version.clone(),
-                requested_ms: step.requested_ms,
-                decided_ms: step.decided_ms,
-                // Microseconds to milliseconds: exact for any delivery
-                // shorter than 2^53 µs.
-                #[allow(clippy::cast_precision_loss)]
-                latency_ms: step.latency_us.map(|us| us as f64 / 1000.0),
-                calls,
+    let mut made = 0usize;
+    let mut all_calls = Vec::with_capacity(steps.len());
+    for (_, step) in &steps {
+        let actions = step.decision.as_ref().map(DecisionResponse::actions).unwrap_or_default();
+        // The action naming each call id (the last, if several do).
+        let by_id: HashMap<&str, &Action> = actions.iter().filter_map(|a| Some((action_call_id(a)?, a))).collect();
+        let ids = started(step);
+        let mut calls = Vec::with_capacity(ids.len());
+        for id in ids {
+            made += 1;
+            if made.is_multiple_of(CALLS_BETWEEN_CHECKS) {
+                stop.check()?;
             }
+            calls.push(call_view(id, by_id.get(id).copied(), open.get(id).copied(), settled.get(id).copied()));
+        }
+        all_calls.push(calls);
+    }
+    drop(settled);
+    Ok(steps
+        .into_iter()
+        .zip(all_calls)
+        .map(|((seq, step), calls)| DecisionView {
+            seq,
+            decision_id: step.decision_id,
+            turn_id: step.turn_id,
+            trigger: trigger_view(&step.trigger),
+            status: step.status,
+            attempts: step.attempts,
+            error: step.error,
+            decision: step.decision,
+            recorded: step.recorded,
+            agent_version: step.agent_version,
+            requested_ms: step.requested_ms,
+            decided_ms: step.decided_ms,
+            // Microseconds to milliseconds: exact for any delivery
+            // shorter than 2^53 µs.
+            #[allow(clippy::cast_precision_loss)]
+            latency_ms: step.latency_us.map(|us| us as f64 / 1000.0),
+            calls,
         })
-        .collect()
+        .collect())
+}
+
+/// A page of JSON already encoded, with a `Link` header to the `next`
+/// one if any.
+fn paged_json(body: Vec<u8>, next: Option<String>) -> Response {
+    let mut response = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+    if let Some(link) = next.and_then(|link| HeaderValue::from_str(&link).ok()) {
+        response.headers_mut().insert(header::LINK, link);
+    }
+    response
 }
 
 /// An enum's wire name (`"tool_call"`, `"completed"`…).
@@ -233,23 +308,25 @@ fn action_call_id(action: &Action) -> Option<&str> {
     }
 }
 
-/// Everything the page knows of call `id`.
-fn call_view(id: &str, actions: &[Action], open: Option<&CallRecord>, settled: Option<&Trigger>) -> CallView {
+/// Everything the page knows of call `id`: the action that started it,
+/// its open record, the trigger that settled it.
+fn call_view(id: &str, action: Option<&Action>, open: Option<&CallRecord>, settled: Option<&Trigger>) -> CallView {
     let mut view = CallView { id: id.to_owned(), ..CallView::default() };
-    for action in actions {
-        match action {
-            Action::ToolCall(call) if call.id.as_deref() == Some(id) => {
-                view.kind = Some("tool_call".to_owned());
-                view.name = Some(call.name.clone());
+    match action {
+        Some(Action::ToolCall(call)) => {
+            view.kind = Some("tool_call".to_owned());
+            view.name = Some(call.name.clone());
+            // The open record's copy, when there is one, is shown instead.
+            if open.is_none_or(|record| record.call.arguments.is_none()) {
                 view.arguments = Some(call.arguments.clone());
             }
-            Action::LlmCall(call) if call.id.as_deref() == Some(id) => view.kind = Some("llm_call".to_owned()),
-            Action::SubAgentSpawn(spawn) if spawn.tool_call_id == id => {
-                view.kind = Some("sub_agent".to_owned());
-                view.session_id = Some(spawn.session_id.clone());
-            }
-            _ => {}
         }
+        Some(Action::LlmCall(_)) => view.kind = Some("llm_call".to_owned()),
+        Some(Action::SubAgentSpawn(spawn)) => {
+            view.kind = Some("sub_agent".to_owned());
+            view.session_id = Some(spawn.session_id.clone());
+        }
+        _ => {}
     }
     if let Some(record) = open {
         let call = &record.call;

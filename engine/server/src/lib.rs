@@ -43,6 +43,7 @@ pub mod error;
 pub mod identity;
 pub mod metrics;
 pub mod openapi;
+pub mod reads;
 pub mod replay;
 pub mod sessions;
 pub mod stream;
@@ -89,6 +90,13 @@ pub struct Limits {
     /// Whole-session reads (`GET /v1/sessions/{id}` and other snapshots)
     /// the tenant may have running at once; more wait their turn.
     pub max_session_reads: usize,
+    /// Stored bytes of decisions one page of `GET …/decisions` holds; a
+    /// page holds one decision whatever its size.
+    pub max_page_bytes: usize,
+    /// Sessions the tenant's listings filtered by `status` or `agent` may
+    /// look at per second (a bucket holding one second's worth); a
+    /// listing while it is empty is answered 429.
+    pub max_listing_scan_per_sec: u32,
     /// Largest JSON request body, in bytes.
     pub max_body_bytes: usize,
     /// Bytes of the tenant's request bodies in flight at once, uploads
@@ -148,6 +156,11 @@ impl Default for Limits {
             max_tree_sessions: spawns.max_tree_sessions,
             max_session_bytes: subs_engine::engine::DEFAULT_MAX_SESSION_BYTES,
             max_session_reads: subs_engine::engine::DEFAULT_MAX_SESSION_READS,
+            // The largest decision a worker may make, or a thousand of
+            // several KiB.
+            max_page_bytes: 16 << 20,
+            // Two pages of the widest scan a second.
+            max_listing_scan_per_sec: 20_000,
             max_body_bytes: 4 << 20,
             // One largest upload and a few dozen JSON bodies.
             max_body_bytes_in_flight: 96 << 20,
@@ -199,6 +212,8 @@ pub struct AppState {
     pub config: LiveConfig,
     /// Request counters.
     pub metrics: metrics::Metrics,
+    /// What each tenant's filtered listings have looked at lately.
+    pub scans: reads::Scans,
 }
 
 impl AppState {

@@ -19,7 +19,7 @@ use utoipa::ToSchema;
 use crate::auth::Caller;
 use crate::body::{self, Incoming};
 use crate::error::{ApiError, ErrorBody};
-use crate::{AppState, stream};
+use crate::{AppState, reads, stream};
 
 /// What URLs escape in an id: everything but RFC 3986's unreserved
 /// characters (`A-Z a-z 0-9 - . _ ~`), so an encoded id is one path
@@ -439,19 +439,28 @@ pub const MAX_PAGE: usize = 1000;
 /// How many sessions a page holds unless its `limit` says otherwise.
 pub const DEFAULT_PAGE: usize = 100;
 
-/// How many sessions one page of a listing filtered by `identity` looks
-/// at, at most: a page of an owner with few sessions among many may hold
-/// fewer than `limit`, even none, and still name a next one.
+/// How many sessions one page of a listing filtered by `status` or
+/// `agent` looks at, at most: a page of a filter few sessions match may
+/// hold fewer than `limit`, even none, and still name a next one.
 pub const MAX_SCAN: usize = 10 * MAX_PAGE;
+
+/// How many session records a listing reads at a time: it keeps only
+/// their summaries, so the records it holds at once are this many.
+const CHUNK: usize = 100;
 
 /// The tenant's sessions, ordered by id, a page at a time: `limit` of them
 /// (default 100, at most 1000) after the id `after`; with `identity`, only
 /// those of that owner (an end-user token lists only its own); with
 /// `status` or `agent`, only those with that status or running that
 /// agent. When more may follow, the `Link` header names the next page
-/// (`rel="next"`). A filtered page looks at no more than 10,000 sessions,
-/// so it may hold fewer than `limit`, even none, and still name a next
-/// one.
+/// (`rel="next"`).
+///
+/// A page costs in proportion to what it holds, owners' pages included
+/// (the store keeps an index of owners), except with `status` or `agent`:
+/// a filtered page looks at up to 10,000 sessions, so it may hold fewer
+/// than `limit`, even none, and still name a next one; and the sessions
+/// the tenant's filtered listings look at are held to
+/// `max_listing_scan_per_sec` (429 past it).
 #[utoipa::path(
     get,
     path = "/v1/sessions",
@@ -465,7 +474,8 @@ pub const MAX_SCAN: usize = 10 * MAX_PAGE;
     responses(
         (status = 200, body = Vec<SessionSummary>, headers(("link" = String, description = "the next page, when there is one"))),
         (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody)
+        (status = 401, body = ErrorBody),
+        (status = 429, description = "The tenant's filtered listings looked at their share of sessions", body = ErrorBody)
     ),
     tag = "sessions"
 )]
@@ -474,21 +484,21 @@ pub async fn list(
     caller: Caller,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let tenant = &caller.tenant;
+    let tenant = caller.tenant.clone();
     let bad = |field: &str, message: String| ApiError {
         field: Some(field.to_owned()),
         ..ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", message)
     };
     let limit = page_limit(&query)?;
-    let after = query.get("after").map(String::as_str);
-    if let Some(after) = after.filter(|after| !valid_id(after)) {
+    let after = query.get("after").cloned();
+    if let Some(after) = after.as_deref().filter(|after| !valid_id(after)) {
         return Err(bad("after", format!("`{}` is not a session id ({ID_RULE})", after.escape_debug())));
     }
     let identity = match query.get("identity") {
         Some(id) if id.is_empty() || id.len() > crate::identity::MAX_ID_BYTES => {
             return Err(bad("identity", format!("an identity id is 1 to {} bytes", crate::identity::MAX_ID_BYTES)));
         }
-        other => other.map(String::as_str),
+        other => other.cloned(),
     };
     let status: Option<SessionStatus> = match query.get("status") {
         None => None,
@@ -497,55 +507,108 @@ pub async fn list(
             Err(_) => return Err(bad("status", format!("`{}` is not idle, running or waiting", text.escape_debug()))),
         },
     };
-    let agent = query.get("agent").map(String::as_str);
-    if let Some(agent) = agent.filter(|agent| !valid_id(agent)) {
+    let agent = query.get("agent").cloned();
+    if let Some(agent) = agent.as_deref().filter(|agent| !valid_id(agent)) {
         return Err(bad("agent", format!("`{}` is not an agent id ({ID_RULE})", agent.escape_debug())));
     }
-    let wanted = |r: &SessionRecord| status.is_none_or(|s| r.status == s) && agent.is_none_or(|a| r.agent_id == a);
     let filtered = status.is_some() || agent.is_some();
-    let (mut sessions, next_after) = match (&caller.user, identity) {
+    let wanted = move |r: &SessionRecord| {
+        status.is_none_or(|s| r.status == s) && agent.as_deref().is_none_or(|a| r.agent_id == a)
+    };
+    // Whose sessions the page lists: the tenant's, or one owner's.
+    let owner = match (&caller.user, identity.as_deref()) {
         // An end user lists its own sessions; naming another owner lists
         // nothing, as that owner's sessions do not exist for it.
-        (Some(user), Some(id)) if id != user.id() => (Vec::new(), None),
+        (Some(user), Some(id)) if id != user.id() => return Ok(paged(Vec::<SessionSummary>::new(), None)),
         (Some(user), _) => match &user.session_id {
             // A token for one session lists that one, if it is its own.
             Some(own) => {
-                let record = state.engine.session_record(tenant, own).await?;
-                let past = |r: &SessionRecord| after.is_none_or(|after| r.key.session.as_str() > after);
-                (record.filter(|r| user.may_reach(r) && past(r)).into_iter().collect(), None)
+                let record = state.engine.session_record(&tenant, own).await?;
+                let past = |r: &SessionRecord| after.as_deref().is_none_or(|after| r.key.session.as_str() > after);
+                let page: Vec<SessionSummary> = record
+                    .filter(|r| user.may_reach(r) && past(r) && wanted(r))
+                    .iter()
+                    .map(SessionSummary::from)
+                    .collect();
+                return Ok(paged(page, None));
             }
-            None => {
-                let page = state.engine.sessions_of_identity(tenant, user.id(), after, limit, MAX_SCAN).await?;
-                (page.sessions, page.next_after)
-            }
+            None => Some(user.id().to_owned()),
         },
-        (None, Some(id)) => {
-            let page = state.engine.sessions_of_identity(tenant, id, after, limit, MAX_SCAN).await?;
-            (page.sessions, page.next_after)
-        }
-        (None, None) if filtered => filter_page(&state, tenant, after, limit, &wanted).await?,
-        (None, None) => {
-            // One more than the page, to know whether another follows.
-            let mut sessions = state.engine.sessions_page(tenant, after, limit + 1).await?;
-            let more = sessions.len() > limit;
-            sessions.truncate(limit);
-            let next = sessions.last().filter(|_| more).map(|last| last.key.session.clone());
-            (sessions, next)
-        }
+        (None, identity) => identity.map(str::to_owned),
     };
-    sessions.retain(|r| wanted(r));
-    let next = next_after.map(|after| {
-        let mut filter = identity.map(|id| format!("&identity={}", encode_id(id))).unwrap_or_default();
+    if filtered {
+        state.scans.admit(&tenant, state.config.limits(&tenant).max_listing_scan_per_sec)?;
+    }
+    let link_filter = {
+        let mut filter = identity.as_deref().map(|id| format!("&identity={}", encode_id(id))).unwrap_or_default();
         if let Some(status) = query.get("status") {
             filter.push_str(&format!("&status={}", encode_id(status)));
         }
-        if let Some(agent) = agent {
+        if let Some(agent) = query.get("agent") {
             filter.push_str(&format!("&agent={}", encode_id(agent)));
         }
-        format!("</v1/sessions?limit={limit}&after={}{filter}>; rel=\"next\"", encode_id(&after))
-    });
-    let page: Vec<SessionSummary> = sessions.iter().map(SessionSummary::from).collect();
+        filter
+    };
+    let scans_of = state.clone();
+    let (page, next_after, looked_at) = reads::blocking(move |runtime, stop| {
+        let read = |from: Option<&str>, n: usize| {
+            runtime.block_on(async {
+                match &owner {
+                    Some(owner) => state.engine.sessions_of_identity(&tenant, owner, from, n).await,
+                    None => state.engine.sessions_page(&tenant, from, n).await,
+                }
+            })
+        };
+        let scan = if filtered { MAX_SCAN } else { usize::MAX };
+        page_of(read, after, limit, scan, &wanted, stop)
+    })
+    .await?;
+    if filtered {
+        scans_of.scans.spent(&caller.tenant, looked_at);
+    }
+    let next = next_after
+        .map(|after| format!("</v1/sessions?limit={limit}&after={}{link_filter}>; rel=\"next\"", encode_id(&after)));
     Ok(paged(page, next))
+}
+
+/// A page of at most `limit` summaries of the sessions that are `wanted`,
+/// read through `read` (at most `n` records in id order after an id) from
+/// after `after`, looking at no more than `scan` sessions; where the next
+/// page starts, unless nothing follows; and how many sessions it looked at.
+/// Records are read [`CHUNK`] at a time and only their summaries kept.
+fn page_of(
+    read: impl Fn(Option<&str>, usize) -> Result<Vec<SessionRecord>, subs_engine::store::StoreError>,
+    after: Option<String>,
+    limit: usize,
+    scan: usize,
+    wanted: &dyn Fn(&SessionRecord) -> bool,
+    stop: &reads::Stop,
+) -> Result<(Vec<SessionSummary>, Option<String>, usize), ApiError> {
+    let mut page = Vec::new();
+    let mut cursor = after;
+    let mut looked_at = 0;
+    loop {
+        stop.check()?;
+        let batch = read(cursor.as_deref(), CHUNK)?;
+        let more = batch.len() == CHUNK;
+        for record in batch {
+            if page.len() == limit {
+                // Something follows the full page.
+                return Ok((page, cursor, looked_at));
+            }
+            looked_at += 1;
+            cursor = Some(record.key.session.clone());
+            if wanted(&record) {
+                page.push(SessionSummary::from(&record));
+            }
+            if looked_at == scan && page.len() < limit {
+                return Ok((page, cursor, looked_at));
+            }
+        }
+        if !more {
+            return Ok((page, None, looked_at));
+        }
+    }
 }
 
 /// A listing's `limit` query parameter: 1 to [`MAX_PAGE`], by default
@@ -567,38 +630,6 @@ pub(crate) fn paged<T: Serialize>(page: Vec<T>, next: Option<String>) -> Respons
         response.headers_mut().insert(header::LINK, link);
     }
     response
-}
-
-/// A page of the tenant's sessions that are `wanted`, after `after`: at
-/// most `limit` of them, among at most [`MAX_SCAN`] sessions looked at;
-/// and where the next page starts, unless no session follows.
-async fn filter_page(
-    state: &AppState,
-    tenant: &str,
-    after: Option<&str>,
-    limit: usize,
-    wanted: &(dyn Fn(&SessionRecord) -> bool + Sync),
-) -> Result<(Vec<SessionRecord>, Option<String>), ApiError> {
-    let mut found = Vec::new();
-    let mut cursor = after.map(str::to_owned);
-    let mut scanned = 0;
-    loop {
-        let batch = state.engine.sessions_page(tenant, cursor.as_deref(), MAX_PAGE).await?;
-        let full = batch.len() == MAX_PAGE;
-        for record in batch {
-            scanned += 1;
-            cursor = Some(record.key.session.clone());
-            if wanted(&record) {
-                found.push(record);
-            }
-            if found.len() == limit || scanned == MAX_SCAN {
-                return Ok((found, cursor));
-            }
-        }
-        if !full {
-            return Ok((found, None));
-        }
-    }
 }
 
 /// Stops the session's open turn: calls in flight are cancelled and the

@@ -22,6 +22,7 @@ pub(crate) mod table {
     pub(crate) const REPLIES: &str = "replies";
     pub(crate) const BLOBS: &str = "blobs";
     pub(crate) const LEASES: &str = "leases";
+    pub(crate) const DECISIONS: &str = "decisions";
 }
 
 /// Tables of a session's history keyed by sequence number.
@@ -86,6 +87,18 @@ pub(crate) enum Write {
         tenant: String,
         session: String,
         seq: i64,
+    },
+    /// Adds to the decisions of (tenant, agent, version).
+    CountDecisions {
+        tenant: String,
+        agent: String,
+        version: String,
+        decisions: i64,
+    },
+    /// Forgets every decision count of (tenant, agent).
+    ForgetDecisions {
+        tenant: String,
+        agent: String,
     },
 }
 
@@ -181,7 +194,16 @@ pub(crate) fn encode(batch: Batch) -> Result<Encoded, StoreError> {
                 notices.records = true;
                 text(&tenant, "a tenant")?;
                 text(&agent_id, "an agent id")?;
+                writes.push(Write::ForgetDecisions { tenant: tenant.clone(), agent: agent_id.clone() });
                 Write::Named { table: NamedTable::Agents, key: (tenant, agent_id, String::new()), value: None }
+            }
+            Op::CountDecisions { tenant, agent_id, version, decisions } => {
+                text(&tenant, "a tenant")?;
+                text(&agent_id, "an agent id")?;
+                text(&version, "an agent version")?;
+                // Counts past int8 stay at its largest, as the sum does.
+                let decisions = i64::try_from(decisions).unwrap_or(i64::MAX);
+                Write::CountDecisions { tenant, agent: agent_id, version, decisions }
             }
             Op::PutKey(record) => {
                 notices.records = true;

@@ -10,12 +10,13 @@
 //! | table | key | value, and columns for queries |
 //! | --- | --- | --- |
 //! | `session_ids` | (tenant, session) | the session's number, `sid`, given the first time anything is written for it |
-//! | `sessions` | sid; also (tenant, id) | [`SessionRecord`]; `open_step` (its `first_open_step`), `identity` (its owner's id) |
+//! | `sessions` | sid; also (tenant, id), and (tenant, identity, id) for listing an owner's sessions | [`SessionRecord`]; `open_step` (its `first_open_step`), `identity` (its owner's id) |
 //! | `active_sessions` | sid | nothing: the session's status is not idle (a table of its own, so the record's rewrites stay in place) |
 //! | `messages`, `steps`, `events` | (sid, seq) | [`MessageRecord`], [`StepRecord`], [`EventRecord`] |
 //! | `calls`, `turns` | (sid, id) | [`CallRecord`], [`TurnRecord`] |
 //! | `inbox` | (sid, seq) | [`InboxItem`]; numbers from the sequence `inbox_seq` |
 //! | `agents`, `api_keys`, `tenants` | (tenant, id) | [`AgentRecord`], [`KeyRecord`], [`TenantRecord`] |
+//! | `decisions` | (tenant, agent id, version) | the decisions the version made: the sum of [`Op::CountDecisions`](subs_store::Op::CountDecisions) |
 //! | `replies` | request id | the answer to a forwarded request, and when it was stored |
 //! | `blobs` | digest | a component's bytes, and when they were last stored |
 //! | `nodes` | name | when the node's heartbeat expires |
@@ -111,7 +112,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRo
 use sqlx::{ConnectOptions as _, Connection as _, Executor as _, Row as _};
 use subs_store::shared::{Claim, Lease, Noticed, Orphan, Shared, SharedSettings};
 use subs_store::{
-    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, FilteredPage, InboxItem, KeyRecord, LoadedSession,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession,
     MessageRecord, SessionKey, SessionRecord, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats,
     TenantRecord, TurnRecord,
 };
@@ -505,6 +506,16 @@ const MESSAGES: &str = "SELECT seq, record FROM messages \
     WHERE sid = (SELECT sid FROM session_ids WHERE tenant = $1 AND session = $2) ORDER BY seq";
 const STEPS: &str = "SELECT seq, record FROM steps \
     WHERE sid = (SELECT sid FROM session_ids WHERE tenant = $1 AND session = $2) AND seq >= $3 ORDER BY seq LIMIT $4";
+/// A page of steps: the first `$4` from number `$3` on, up to the one
+/// that takes their stored bytes past `$5` (the first always).
+const STEPS_PAGE: &str = "SELECT seq, record FROM (SELECT seq, record, \
+    row_number() OVER (ORDER BY seq) AS n, sum(octet_length(record)) OVER (ORDER BY seq) AS total \
+    FROM (SELECT seq, record FROM steps \
+    WHERE sid = (SELECT sid FROM session_ids WHERE tenant = $1 AND session = $2) AND seq >= $3 ORDER BY seq LIMIT $4) l) p \
+    WHERE n = 1 OR total <= $5 ORDER BY seq";
+/// The calls of a session whose ids are in `$3`, by id.
+const CALLS_NAMED: &str = "SELECT record FROM calls \
+    WHERE sid = (SELECT sid FROM session_ids WHERE tenant = $1 AND session = $2) AND call_id = ANY($3) ORDER BY call_id";
 const CALLS: &str = "SELECT record FROM calls \
     WHERE sid = (SELECT sid FROM session_ids WHERE tenant = $1 AND session = $2) ORDER BY call_id";
 
@@ -572,42 +583,33 @@ impl Store for PgStore {
         })
     }
 
-    /// Reads the ids of at most `scan` sessions (plus one, to know whether
-    /// there are more) and the records of those `identity` owns only.
+    /// Reads the owner's rows of the index on (tenant, identity, id), and
+    /// the records of those in the page only.
     fn sessions_of_identity<'a>(
         &'a self,
         tenant: &'a str,
         identity: &'a str,
         after: Option<&'a str>,
         limit: usize,
-        scan: usize,
-    ) -> BoxFuture<'a, StoreResult<FilteredPage>> {
+    ) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
         Box::pin(async move {
-            if limit == 0 || scan == 0 {
+            if limit == 0 {
                 self.open_check()?;
-                return Ok(FilteredPage::default());
+                return Ok(Vec::new());
             }
+            // Session ids are never empty: after "" is from the first.
             let query = || {
                 sqlx::query(
-                    "SELECT id, CASE WHEN identity = $3 THEN record END FROM sessions \
-                 WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $4",
+                    "SELECT record FROM sessions WHERE tenant = $1 AND identity = $2 AND id > $3 ORDER BY id LIMIT $4",
                 )
                 .bind(tenant)
-                .bind(after.unwrap_or_default())
                 .bind(identity)
-                .bind(self::limit(scan).saturating_add(1))
+                .bind(after.unwrap_or_default())
+                .bind(self::limit(limit))
             };
             let rows =
                 self.fetch_all(|| format!("cannot list the sessions of {tenant} in {}", self.url), query).await?;
-            let mut offered = Vec::with_capacity(rows.len());
-            for row in &rows {
-                let id: String = column(row, 0, table::SESSIONS)?;
-                let owned = column::<Option<&[u8]>>(row, 1, table::SESSIONS)?
-                    .map(|bytes| decode::<SessionRecord>(table::SESSIONS, bytes))
-                    .transpose()?;
-                offered.push((id, owned));
-            }
-            Ok(identity_page(offered, limit, scan))
+            records(&rows, table::SESSIONS)
         })
     }
 
@@ -690,6 +692,50 @@ impl Store for PgStore {
         })
     }
 
+    /// Sizes come from `octet_length`, which reads a stored value's
+    /// length without reading the value: steps past the page are neither
+    /// sent nor decoded.
+    fn steps_page<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        from: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
+        Box::pin(async move {
+            let Ok(from) = i64::try_from(from) else {
+                self.open_check()?;
+                return Ok(Vec::new());
+            };
+            let query = || {
+                sqlx::query(STEPS_PAGE)
+                    .bind(&key.tenant)
+                    .bind(&key.session)
+                    .bind(from)
+                    .bind(self::limit(limit))
+                    .bind(self::limit(max_bytes))
+            };
+            let rows = self.fetch_all(|| format!("cannot read the steps of {key} from {}", self.url), query).await?;
+            numbered(&rows, table::STEPS)
+        })
+    }
+
+    fn calls_named<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>> {
+        Box::pin(async move {
+            if ids.is_empty() {
+                self.open_check()?;
+                return Ok(Vec::new());
+            }
+            let query = || sqlx::query(CALLS_NAMED).bind(&key.tenant).bind(&key.session).bind(ids);
+            let rows = self.fetch_all(|| format!("cannot read the calls of {key} from {}", self.url), query).await?;
+            records(&rows, table::CALLS)
+        })
+    }
+
     fn calls<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>> {
         Box::pin(async move {
             let query = || sqlx::query(CALLS).bind(&key.tenant).bind(&key.session);
@@ -720,6 +766,30 @@ impl Store for PgStore {
                 .fetch_optional(|| format!("cannot read agent {agent_id} of {tenant} from {}", self.url), query)
                 .await?;
             row.map(|row| record(&row, 0, table::AGENTS)).transpose()
+        })
+    }
+
+    fn decision_counts<'a>(
+        &'a self,
+        tenant: &'a str,
+        agent_id: &'a str,
+    ) -> BoxFuture<'a, StoreResult<std::collections::BTreeMap<String, u64>>> {
+        Box::pin(async move {
+            let query = || {
+                sqlx::query("SELECT version, decisions FROM decisions WHERE tenant = $1 AND agent_id = $2")
+                    .bind(tenant)
+                    .bind(agent_id)
+            };
+            let rows = self
+                .fetch_all(|| format!("cannot read the decision counts of {tenant}/{agent_id} in {}", self.url), query)
+                .await?;
+            rows.iter()
+                .map(|row| {
+                    let version: String = column(row, 0, table::DECISIONS)?;
+                    let decisions: i64 = column(row, 1, table::DECISIONS)?;
+                    Ok((version, u64::try_from(decisions).unwrap_or(0)))
+                })
+                .collect()
         })
     }
 
@@ -817,24 +887,6 @@ impl Store for PgStore {
     fn shared(&self) -> Option<&dyn Shared> {
         Some(self)
     }
-}
-
-/// [`IdentityScan`](subs_store::IdentityScan)'s rule over rows read in id
-/// order, each with its record when `identity` owns it: at most `limit`
-/// matches among at most `scan` sessions looked at, and where the next page
-/// starts if sessions were left unlooked at.
-fn identity_page(rows: Vec<(String, Option<SessionRecord>)>, limit: usize, scan: usize) -> FilteredPage {
-    let mut page = FilteredPage::default();
-    let mut last = None;
-    for (looked_at, (id, owned)) in rows.into_iter().enumerate() {
-        if page.sessions.len() >= limit || looked_at >= scan {
-            page.next_after = last;
-            return page;
-        }
-        last = Some(id);
-        page.sessions.extend(owned);
-    }
-    page
 }
 
 impl StoreAdmin for PgStore {
@@ -1047,9 +1099,6 @@ impl Shared for PgStore {
 
 #[cfg(test)]
 mod tests {
-    use subs_store::conformance::sample;
-    use subs_store::{IdentityScan, SessionStatus};
-
     use super::*;
 
     #[test]
@@ -1063,41 +1112,5 @@ mod tests {
         );
         assert_eq!(redact("postgres:///db?host=/run/postgresql"), "postgres:///db?host=/run/postgresql");
         assert_eq!(redact("not a url"), "not a url");
-    }
-
-    /// The SQL-fed page follows `IdentityScan`, the rule every backend
-    /// shares, for every limit and scan over a mix of owners.
-    #[test]
-    fn identity_pages_follow_the_shared_rule() {
-        let sessions: Vec<SessionRecord> = (0..9)
-            .map(|n| {
-                let mut record = sample::session(&sample::key(&format!("s{n}")), SessionStatus::Idle);
-                record.identity.id = (n % 3 == 0).then(|| "me".to_owned());
-                record
-            })
-            .collect();
-        for limit in 0..5 {
-            for scan in 0..12 {
-                for from in 0..sessions.len() {
-                    let mut rule = IdentityScan::new("me", limit, scan);
-                    for record in &sessions[from..] {
-                        if rule.offer(record).is_break() {
-                            break;
-                        }
-                    }
-                    let rows = sessions[from..]
-                        .iter()
-                        .take(scan + 1)
-                        .map(|r| (r.key.session.clone(), (r.identity.id.as_deref() == Some("me")).then(|| r.clone())))
-                        .collect();
-                    let page = if limit == 0 || scan == 0 {
-                        FilteredPage::default()
-                    } else {
-                        identity_page(rows, limit, scan)
-                    };
-                    assert_eq!(page, rule.finish(), "limit {limit}, scan {scan}, from {from}");
-                }
-            }
-        }
     }
 }

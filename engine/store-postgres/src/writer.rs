@@ -403,6 +403,13 @@ struct GroupWrites<'a> {
     inbox_deletes: BTreeSet<(i64, i64)>,
     /// Agents, keys, tenants and replies, by their (one or two) key parts.
     records: [Rows<(&'a str, &'a str), &'a [u8]>; 4],
+    /// Decisions to add, by (tenant, agent, version), summed over the
+    /// group; `true` when the agent's counts were forgotten earlier in the
+    /// group, so the sum replaces the stored count instead of adding to
+    /// it.
+    counts: BTreeMap<(&'a str, &'a str, &'a str), (i64, bool)>,
+    /// Agents whose counts the group forgets.
+    forgotten: BTreeSet<(&'a str, &'a str)>,
 }
 
 impl<'a> GroupWrites<'a> {
@@ -418,6 +425,8 @@ impl<'a> GroupWrites<'a> {
             pushes: Vec::new(),
             inbox_deletes: BTreeSet::new(),
             records: Default::default(),
+            counts: BTreeMap::new(),
+            forgotten: BTreeSet::new(),
         };
         let sid = |tenant: &str, session: &str| {
             sids.get(tenant, session).ok_or_else(|| {
@@ -455,6 +464,16 @@ impl<'a> GroupWrites<'a> {
                     Write::DeleteInbox { tenant, session, seq } => {
                         writes.inbox_deletes.insert((sid(tenant, session)?, *seq));
                     }
+                    Write::CountDecisions { tenant, agent, version, decisions } => {
+                        let replace = writes.forgotten.contains(&(tenant.as_str(), agent.as_str()));
+                        let count = writes.counts.entry((tenant, agent, version)).or_insert((0, replace));
+                        count.0 = count.0.saturating_add(*decisions);
+                    }
+                    Write::ForgetDecisions { tenant, agent } => {
+                        // What the group counted before is forgotten too.
+                        writes.counts.retain(|(t, a, _), _| !(t == tenant && a == agent));
+                        writes.forgotten.insert((tenant, agent));
+                    }
                 }
             }
         }
@@ -471,7 +490,7 @@ impl<'a> GroupWrites<'a> {
     /// sessions (three arrays read from one materialized `fences`, so in
     /// one order).
     fn statement(self, payloads: Vec<String>, appends: Appends) -> Result<(String, PgArguments), BoxDynError> {
-        let GroupWrites { fences, sessions, seq, by_id, pushes, inbox_deletes, records } = self;
+        let GroupWrites { fences, sessions, seq, by_id, pushes, inbox_deletes, records, counts, forgotten } = self;
         let mut sql = Statement::<'a>::default();
         let fenced = !fences.is_empty();
         if fenced {
@@ -649,6 +668,53 @@ impl<'a> GroupWrites<'a> {
                 }
             }
         }
+        if !forgotten.is_empty() {
+            // Every count of the agents forgotten, but those the group
+            // counts again (which the upsert below replaces): a row is
+            // written by one part of the statement only.
+            let (tenants, agents): (Vec<&str>, Vec<&str>) = forgotten.iter().copied().unzip();
+            let mut kept = (Vec::new(), Vec::new(), Vec::new());
+            for ((tenant, agent, version), _) in counts.iter().filter(|(_, (_, replace))| *replace) {
+                kept.0.push(*tenant);
+                kept.1.push(*agent);
+                kept.2.push(*version);
+            }
+            let [a, b] = [sql.param(tenants)?, sql.param(agents)?];
+            let [c, d, e] = [sql.param(kept.0)?, sql.param(kept.1)?, sql.param(kept.2)?];
+            sql.part(format!(
+                "decisions_forget AS (DELETE FROM decisions d USING UNNEST({a}::text[], {b}::text[]) AS f(tenant, agent) \
+                 WHERE {gate} AND d.tenant = f.tenant AND d.agent_id = f.agent AND NOT EXISTS (\
+                 SELECT 1 FROM UNNEST({c}::text[], {d}::text[], {e}::text[]) AS k(tenant, agent, version) \
+                 WHERE k.tenant = d.tenant AND k.agent = d.agent_id AND k.version = d.version))"
+            ));
+        }
+        // Counts added to the stored ones, and counts of agents forgotten
+        // earlier in the group, which replace them: two parts, each
+        // writing its own rows.
+        for (name, replace, set) in [
+            ("decisions_add", false, "LEAST(d.decisions::numeric + EXCLUDED.decisions, 9223372036854775807)::int8"),
+            ("decisions_set", true, "EXCLUDED.decisions"),
+        ] {
+            let rows: Vec<_> = counts.iter().filter(|(_, (_, r))| *r == replace).collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let n = rows.len();
+            let (mut tenants, mut agents, mut versions, mut added) =
+                (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+            for ((tenant, agent, version), (decisions, _)) in rows {
+                tenants.push(*tenant);
+                agents.push(*agent);
+                versions.push(*version);
+                added.push(*decisions);
+            }
+            let [a, b, c, d] = [sql.param(tenants)?, sql.param(agents)?, sql.param(versions)?, sql.param(added)?];
+            sql.part(format!(
+                "{name} AS (INSERT INTO decisions AS d (tenant, agent_id, version, decisions) \
+                 SELECT * FROM UNNEST({a}::text[], {b}::text[], {c}::text[], {d}::int8[]) WHERE {gate} \
+                 ON CONFLICT (tenant, agent_id, version) DO UPDATE SET decisions = {set})"
+            ));
+        }
         let notified = if payloads.is_empty() {
             "0".to_owned()
         } else {
@@ -740,7 +806,7 @@ impl Write {
             | Write::PushInbox { tenant, session, .. }
             | Write::DeleteInbox { tenant, session, .. } => Some((tenant, session)),
             Write::Named { table: NamedTable::Calls | NamedTable::Turns, key, .. } => Some((&key.0, &key.1)),
-            Write::Named { .. } => None,
+            Write::Named { .. } | Write::CountDecisions { .. } | Write::ForgetDecisions { .. } => None,
         }
     }
 }

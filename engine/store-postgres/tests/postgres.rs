@@ -184,6 +184,113 @@ async fn a_database_at_schema_1_is_migrated_with_its_sessions() {
     store.close().await.unwrap();
 }
 
+/// A database written before the owner index and the decision counts
+/// gains both through the migration: owners list their sessions, and each
+/// agent's versions count what its sessions' records count (a record
+/// holding a NUL escape in its state included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_at_schema_3_gains_owners_and_decision_counts() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let db = raw(&url).await;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("schema-3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text) in [
+        ("0001_store.sql", include_str!("../migrations/0001_store.sql")),
+        ("0002_active_sessions.sql", include_str!("../migrations/0002_active_sessions.sql")),
+        ("0003_blob_stored.sql", include_str!("../migrations/0003_blob_stored.sql")),
+    ] {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    sqlx::migrate::Migrator::new(dir.as_path()).await.unwrap().run(&db).await.unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    /// A session: its id, owner, agent and decisions by version.
+    type Seeded<'a> = (&'a str, Option<&'a str>, &'a str, &'a [(&'a str, u64)]);
+    let sessions: [Seeded; 4] = [
+        ("s1", Some("alice"), "a", &[("sha256:1", 2), ("sha256:2", 1)]),
+        ("s2", None, "a", &[("sha256:1", 3)]),
+        ("s3", Some("alice"), "b", &[("sha256:1", 4)]),
+        ("s4", Some("bob"), "a", &[]),
+    ];
+    for (name, owner, agent, versions) in sessions {
+        let key = key(name);
+        let sid: i64 = sqlx::query("INSERT INTO session_ids (tenant, session) VALUES ($1, $2) RETURNING sid")
+            .bind(&key.tenant)
+            .bind(&key.session)
+            .fetch_one(&db)
+            .await
+            .unwrap()
+            .get(0);
+        let mut record = session(&key, SessionStatus::Idle);
+        record.identity.id = owner.map(str::to_owned);
+        record.agent_id = agent.to_owned();
+        record.state = serde_json::json!({"text": "a\u{0}b"});
+        record.versions = versions.iter().map(|(v, n)| ((*v).to_owned(), *n)).collect();
+        sqlx::query(
+            "INSERT INTO sessions (sid, tenant, id, open_step, identity, record) VALUES ($1, $2, $3, 0, $4, $5)",
+        )
+        .bind(sid)
+        .bind(&key.tenant)
+        .bind(&key.session)
+        .bind(owner)
+        .bind(serde_json::to_vec(&record).unwrap())
+        .execute(&db)
+        .await
+        .unwrap();
+    }
+
+    let store = open(&url, options()).await;
+    let owned = async |owner: &str| -> Vec<String> {
+        let sessions = store.sessions_of_identity("t1", owner, None, 10).await.unwrap();
+        sessions.into_iter().map(|r| r.key.session).collect()
+    };
+    assert_eq!(owned("alice").await, ["s1", "s3"]);
+    assert_eq!(owned("bob").await, ["s4"]);
+    let counts = async |agent: &str| store.decision_counts("t1", agent).await.unwrap().into_iter().collect::<Vec<_>>();
+    assert_eq!(counts("a").await, [("sha256:1".to_owned(), 5), ("sha256:2".to_owned(), 1)]);
+    assert_eq!(counts("b").await, [("sha256:1".to_owned(), 4)]);
+    store.close().await.unwrap();
+}
+
+/// Counts of one agent forgotten and counted again in one group of
+/// batches end as the batches say, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decision_counts_forgotten_and_counted_in_one_group_follow_the_batches() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let store = open(&url, options()).await;
+    let count = |version: &str, decisions: u64| Op::CountDecisions {
+        tenant: "t1".to_owned(),
+        agent_id: "a".to_owned(),
+        version: version.to_owned(),
+        decisions,
+    };
+    let forget = || Op::DeleteAgent { tenant: "t1".to_owned(), agent_id: "a".to_owned() };
+    store.commit(batch([count("sha256:1", 5), count("sha256:2", 5)])).await.unwrap();
+    // Queued while the writer is held, these are written as one group.
+    let held = hold_tenants(&url).await;
+    let first = store.commit(blocker());
+    held.until_the_writer_waits().await;
+    let commits = [
+        store.commit(batch([count("sha256:1", 1)])),
+        store.commit(batch([forget()])),
+        store.commit(batch([count("sha256:2", 2), count("sha256:3", 1)])),
+        store.commit(batch([count("sha256:2", 1)])),
+    ];
+    let before = store.stats().unwrap();
+    held.release().await;
+    first.await.unwrap();
+    for commit in commits {
+        commit.await.unwrap();
+    }
+    let after = store.stats().unwrap();
+    assert_eq!((after.batches - before.batches, after.commits - before.commits), (5, 2), "one group of four");
+    let counts: Vec<(String, u64)> = store.decision_counts("t1", "a").await.unwrap().into_iter().collect();
+    assert_eq!(counts, [("sha256:2".to_owned(), 3), ("sha256:3".to_owned(), 1)]);
+    store.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_migrated_by_a_newer_binary_is_refused_naming_both_versions() {
     let cluster = cluster!();

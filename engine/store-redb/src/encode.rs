@@ -37,6 +37,18 @@ pub(crate) enum Write {
         key: String,
         seq: u64,
     },
+    /// Adds to the decisions of (tenant, agent, version).
+    CountDecisions {
+        tenant: String,
+        agent: String,
+        version: String,
+        decisions: u64,
+    },
+    /// Forgets every decision count of (tenant, agent).
+    ForgetDecisions {
+        tenant: String,
+        agent: String,
+    },
 }
 
 impl Write {
@@ -50,6 +62,7 @@ impl Write {
             | Write::DeleteNamed { key, .. }
             | Write::PushInbox { key, .. }
             | Write::DeleteInbox { key, .. } => key,
+            Write::CountDecisions { tenant, .. } | Write::ForgetDecisions { tenant, .. } => tenant,
         }
     }
 }
@@ -118,7 +131,11 @@ pub(crate) fn encode(batch: Batch) -> Result<Vec<Write>, StoreError> {
                 value: encode_value(name::AGENTS, &record)?,
             },
             Op::DeleteAgent { tenant, agent_id } => {
+                writes.push(Write::ForgetDecisions { tenant: tenant.clone(), agent: agent_id.clone() });
                 Write::DeleteNamed { table: NamedTable::Agents, key: tenant, id: agent_id }
+            }
+            Op::CountDecisions { tenant, agent_id, version, decisions } => {
+                Write::CountDecisions { tenant, agent: agent_id, version, decisions }
             }
             Op::PutKey(record) => Write::PutNamed {
                 table: NamedTable::Keys,

@@ -454,6 +454,8 @@ const PUT_NAMED: u8 = 3;
 const DELETE_NAMED: u8 = 4;
 const PUSH_INBOX: u8 = 5;
 const DELETE_INBOX: u8 = 6;
+const COUNT_DECISIONS: u8 = 7;
+const FORGET_DECISIONS: u8 = 8;
 
 fn table_tag(table: NamedTable) -> u8 {
     match table {
@@ -499,6 +501,18 @@ fn encode(buf: &mut Vec<u8>, write: &Write) {
             buf.push(DELETE_INBOX);
             put_bytes(buf, key.as_bytes());
             buf.extend_from_slice(&seq.to_le_bytes());
+        }
+        Write::CountDecisions { tenant, agent, version, decisions } => {
+            buf.push(COUNT_DECISIONS);
+            put_bytes(buf, tenant.as_bytes());
+            put_bytes(buf, agent.as_bytes());
+            put_bytes(buf, version.as_bytes());
+            buf.extend_from_slice(&decisions.to_le_bytes());
+        }
+        Write::ForgetDecisions { tenant, agent } => {
+            buf.push(FORGET_DECISIONS);
+            put_bytes(buf, tenant.as_bytes());
+            put_bytes(buf, agent.as_bytes());
         }
     }
 }
@@ -584,6 +598,13 @@ impl<'a> Reader<'a> {
             }
             PUSH_INBOX => Write::PushInbox { key: self.string()?, value: self.bytes()? },
             DELETE_INBOX => Write::DeleteInbox { key: self.string()?, seq: self.u64()? },
+            COUNT_DECISIONS => Write::CountDecisions {
+                tenant: self.string()?,
+                agent: self.string()?,
+                version: self.string()?,
+                decisions: self.u64()?,
+            },
+            FORGET_DECISIONS => Write::ForgetDecisions { tenant: self.string()?, agent: self.string()? },
             other => return Err(format!("unknown write kind {other}")),
         })
     }
@@ -604,6 +625,8 @@ mod tests {
             Write::PutNamed { table: NamedTable::Tenants, key: "t".into(), id: String::new(), value: b"z".to_vec() },
             Write::PushInbox { key: "t/s".into(), value: b"item".to_vec() },
             Write::DeleteInbox { key: "t/s".into(), seq: u64::MAX - 1 },
+            Write::CountDecisions { tenant: "t".into(), agent: "a".into(), version: "sha256:1".into(), decisions: 3 },
+            Write::ForgetDecisions { tenant: "t".into(), agent: "a".into() },
         ]
     }
 

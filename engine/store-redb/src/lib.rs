@@ -2,7 +2,7 @@
 //!
 //! # What is in the file
 //!
-//! Every record is a JSON value (`serde_json`). Format 3:
+//! Every record is a JSON value (`serde_json`). Format 4:
 //!
 //! | table | key | value |
 //! | --- | --- | --- |
@@ -14,6 +14,8 @@
 //! | `agents` | (tenant, agent id) | [`AgentRecord`] |
 //! | `keys` | (tenant, key hash) | [`KeyRecord`] |
 //! | `tenants` | (tenant, `""`) | [`TenantRecord`] |
+//! | `owners` | (tenant, owner's identity id, session id) | nothing: an index of sessions by owner, written with a session's first record |
+//! | `decisions` | (tenant, agent id, version) | `u64`: the decisions the version made, the sum of [`Op::CountDecisions`] |
 //! | `meta` | name | `u64`: the file format, its id, the next inbox number and the last journal record the file holds |
 //!
 //! Tuple keys sort by session first, so every read of one session is a
@@ -31,7 +33,9 @@
 //! table per record kind: `messages`, `steps`, `events`, `calls`) has its
 //! records moved into `log`; format 2 (no `tenants`) gains the table, with
 //! a record for every tenant that has a stored key, so the tenants an
-//! operator made with `subs keys create` are listed as such.
+//! operator made with `subs keys create` are listed as such; format 3 (no
+//! `owners`, no `decisions`), and the older ones, gain both, filled from
+//! every session record (its owner, its decisions by version).
 //!
 //! # Writes: group commit
 //!
@@ -102,7 +106,7 @@ use tokio::sync::oneshot;
 #[allow(unused_imports)]
 use self::{encode::*, read::*, recovery::*, schema::*, writer::*};
 use subs_store::{
-    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, FilteredPage, IdentityScan, InboxItem, KeyRecord,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord,
     LoadedSession, MessageRecord, Op, SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin,
     StoreError, StoreResult, StoreStats, TenantRecord, TurnRecord, ready,
 };
@@ -361,9 +365,8 @@ impl Store for RedbStore {
         identity: &'a str,
         after: Option<&'a str>,
         limit: usize,
-        scan: usize,
-    ) -> BoxFuture<'a, StoreResult<FilteredPage>> {
-        ready(self.read_sessions_of_identity(tenant, identity, after, limit, scan))
+    ) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
+        ready(self.read_sessions_of_identity(tenant, identity, after, limit))
     }
 
     fn session_count<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, StoreResult<u64>> {
@@ -391,6 +394,24 @@ impl Store for RedbStore {
         ready(self.read_steps(key, from, limit))
     }
 
+    fn steps_page<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        from: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
+        ready(self.read_steps_page(key, from, limit, max_bytes))
+    }
+
+    fn calls_named<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>> {
+        ready(self.read_calls_named(key, ids))
+    }
+
     fn calls<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>> {
         ready(self.read_calls(key))
     }
@@ -401,6 +422,14 @@ impl Store for RedbStore {
 
     fn agent<'a>(&'a self, tenant: &'a str, agent_id: &'a str) -> BoxFuture<'a, StoreResult<Option<AgentRecord>>> {
         ready(self.read_agent(tenant, agent_id))
+    }
+
+    fn decision_counts<'a>(
+        &'a self,
+        tenant: &'a str,
+        agent_id: &'a str,
+    ) -> BoxFuture<'a, StoreResult<BTreeMap<String, u64>>> {
+        ready(self.read_decision_counts(tenant, agent_id))
     }
 
     fn keys(&self) -> BoxFuture<'_, StoreResult<Vec<KeyRecord>>> {
@@ -784,6 +813,55 @@ mod tests {
             let format = txn.open_table(META).unwrap().get(META_FORMAT).unwrap().map(|f| f.value());
             assert_eq!(format, Some(FORMAT_VERSION));
         }
+        store.close().await.unwrap();
+    }
+
+    /// A format-3 file (no `owners`, no `decisions`) gains both, filled
+    /// from its session records: owners list their sessions, and each
+    /// agent's versions count the decisions its sessions' records count.
+    #[tokio::test]
+    async fn a_format_3_file_gains_owners_and_decision_counts() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        let record = |id: &str, owner: Option<&str>, agent: &str, versions: &[(&str, u64)]| {
+            let mut record = session(&self::key(id), SessionStatus::Idle);
+            record.identity.id = owner.map(str::to_owned);
+            record.agent_id = agent.to_owned();
+            record.versions = versions.iter().map(|(v, n)| ((*v).to_owned(), *n)).collect();
+            Op::PutSession(record)
+        };
+        store
+            .commit(batch([
+                record("s1", Some("alice"), "a", &[("sha256:1", 2), ("sha256:2", 1)]),
+                record("s2", None, "a", &[("sha256:1", 3)]),
+                record("s3", Some("alice"), "b", &[("sha256:1", 4)]),
+                record("s4", Some("bob"), "a", &[]),
+            ]))
+            .await
+            .unwrap();
+        store.close().await.unwrap();
+        // What format 3 wrote: the same tables but these two.
+        {
+            let db = Database::open(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            assert!(txn.delete_table(OWNERS).unwrap());
+            assert!(txn.delete_table(DECISIONS).unwrap());
+            txn.open_table(META).unwrap().insert(META_FORMAT, FORMAT_WITHOUT_INDEXES).unwrap();
+            txn.commit().unwrap();
+        }
+
+        let store = RedbStore::open(&path).unwrap();
+        let owned = |owner: &str| -> Vec<String> {
+            store.read_sessions_of_identity("t1", owner, None, 10).unwrap().into_iter().map(|r| r.key.session).collect()
+        };
+        assert_eq!(owned("alice"), ["s1", "s3"]);
+        assert_eq!(owned("bob"), ["s4"]);
+        let counts = |agent: &str| store.read_decision_counts("t1", agent).unwrap().into_iter().collect::<Vec<_>>();
+        assert_eq!(counts("a"), [("sha256:1".to_owned(), 5), ("sha256:2".to_owned(), 1)]);
+        assert_eq!(counts("b"), [("sha256:1".to_owned(), 4)]);
+        // Kept from then on: a new session of alice's is listed too.
+        store.commit(batch([record("s0", Some("alice"), "a", &[])])).await.unwrap();
+        assert_eq!(owned("alice"), ["s0", "s1", "s3"]);
         store.close().await.unwrap();
     }
 

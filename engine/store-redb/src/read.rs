@@ -39,22 +39,49 @@ impl RedbStore {
         identity: &str,
         after: Option<&str>,
         limit: usize,
-        scan: usize,
-    ) -> Result<FilteredPage, StoreError> {
+    ) -> Result<Vec<SessionRecord>, StoreError> {
+        if limit == 0 {
+            return self.read(|_| Ok(Vec::new()));
+        }
         self.read(|txn| {
-            let table = open_read(txn, LOG, name::LOG)?;
-            let mut filter = IdentityScan::new(identity, limit, scan);
-            // In one tenant's prefix, storage keys are in session id order;
-            // each record is decoded to read its owner (no index of owners
-            // is kept), which `scan` bounds.
-            each_session(&table, Some(tenant), after, |session| {
-                let Some(record) = table.get((session, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))? else {
-                    return Ok(ControlFlow::Continue(()));
-                };
-                let record = decode::<SessionRecord>(name::SESSIONS, record.value())?;
-                Ok(filter.offer(&record))
-            })?;
-            Ok(filter.finish())
+            let owners = open_read(txn, OWNERS, name::OWNERS)?;
+            let log = open_read(txn, LOG, name::LOG)?;
+            // After `after` itself: the least id following it is `after`
+            // with a NUL appended.
+            let from = after.map(|after| format!("{after}\0")).unwrap_or_default();
+            let entries =
+                owners.range((tenant, identity, from.as_str())..).map_err(|err| redb_error(name::OWNERS, err))?;
+            let mut sessions = Vec::new();
+            for entry in entries {
+                let (key, _) = entry.map_err(|err| redb_error(name::OWNERS, err))?;
+                let (owner_tenant, owner, session) = key.value();
+                if owner_tenant != tenant || owner != identity || sessions.len() == limit {
+                    break;
+                }
+                let storage = SessionKey::new(tenant, session).storage_key();
+                let value = log.get((storage.as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
+                if let Some(value) = value {
+                    sessions.push(decode::<SessionRecord>(name::SESSIONS, value.value())?);
+                }
+            }
+            Ok(sessions)
+        })
+    }
+
+    pub(crate) fn read_decision_counts(&self, tenant: &str, agent: &str) -> Result<BTreeMap<String, u64>, StoreError> {
+        self.read(|txn| {
+            let table = open_read(txn, DECISIONS, name::DECISIONS)?;
+            let entries = table.range((tenant, agent, "")..).map_err(|err| redb_error(name::DECISIONS, err))?;
+            let mut counts = BTreeMap::new();
+            for entry in entries {
+                let (key, n) = entry.map_err(|err| redb_error(name::DECISIONS, err))?;
+                let (t, a, version) = key.value();
+                if t != tenant || a != agent {
+                    break;
+                }
+                counts.insert(version.to_owned(), n.value());
+            }
+            Ok(counts)
         })
     }
 
@@ -106,6 +133,98 @@ impl RedbStore {
     ) -> Result<Vec<(u64, StepRecord)>, StoreError> {
         let wanted = Wanted { steps_from: Some(from), steps_limit: limit, ..Wanted::default() };
         self.read(|txn| Ok(read_history(txn, key, wanted)?.steps))
+    }
+
+    /// One pass over the session's log finds where the last frame of each
+    /// of the first `limit` steps from `from` is and how long it is; only
+    /// the steps that fit `max_bytes` (and the first) are then read again
+    /// and decoded, so memory holds no more than the page.
+    pub(crate) fn read_steps_page(
+        &self,
+        key: &SessionKey,
+        from: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<(u64, StepRecord)>, StoreError> {
+        if limit == 0 {
+            return self.read(|_| Ok(Vec::new()));
+        }
+        self.read(|txn| {
+            let table = open_read(txn, LOG, name::LOG)?;
+            let storage = key.storage_key();
+            let entries = table
+                .range((storage.as_str(), 0)..(storage.as_str(), SESSION_SLOT))
+                .map_err(|err| redb_error(name::LOG, err))?;
+            // The `limit` least step numbers seen so far, each with where
+            // its last frame is: (log number, frame index, payload length).
+            // A number past the `limit` least can never come back in: the
+            // set only ever takes smaller ones.
+            let mut found: BTreeMap<u64, (u64, usize, usize)> = BTreeMap::new();
+            for entry in entries {
+                let (log_key, value) = entry.map_err(|err| redb_error(name::LOG, err))?;
+                let lsn = log_key.value().1;
+                for (index, frame) in history::frames(value.value()).enumerate() {
+                    let frame = frame?;
+                    if frame.kind != history::Kind::Step || frame.seq < from {
+                        continue;
+                    }
+                    let at = (lsn, index, frame.payload.len());
+                    if let Some(known) = found.get_mut(&frame.seq) {
+                        *known = at;
+                    } else if found.len() < limit {
+                        found.insert(frame.seq, at);
+                    } else if found.last_key_value().is_some_and(|(last, _)| frame.seq < *last) {
+                        found.pop_last();
+                        found.insert(frame.seq, at);
+                    }
+                }
+            }
+            let mut total = 0usize;
+            let mut steps = Vec::new();
+            for (seq, (lsn, index, len)) in found {
+                total = total.saturating_add(len);
+                if !steps.is_empty() && total > max_bytes {
+                    break;
+                }
+                let value =
+                    table.get((storage.as_str(), lsn)).map_err(|err| redb_error(name::LOG, err))?.ok_or_else(|| {
+                        StoreError::Corrupt {
+                            table: name::LOG,
+                            message: format!("entry {lsn} of {key} went missing within one read"),
+                        }
+                    })?;
+                let frame = history::frames(value.value()).nth(index).transpose()?.ok_or_else(|| {
+                    StoreError::Corrupt { table: name::LOG, message: format!("frame {index} of entry {lsn} of {key}") }
+                })?;
+                steps.push((seq, decode(name::STEPS, frame.payload)?));
+            }
+            Ok(steps)
+        })
+    }
+
+    /// One pass over the session's log, keeping the last frame of the
+    /// calls asked for only: what is decoded is what is returned.
+    pub(crate) fn read_calls_named(&self, key: &SessionKey, ids: &[String]) -> Result<Vec<CallRecord>, StoreError> {
+        let wanted: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
+        if wanted.is_empty() {
+            return self.read(|_| Ok(Vec::new()));
+        }
+        self.read(|txn| {
+            let mut calls: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+            scan_log(txn, key, |frame| {
+                match frame.kind {
+                    history::Kind::Call if wanted.contains(frame.id) => {
+                        calls.insert(frame.id.to_owned(), frame.payload.to_vec());
+                    }
+                    history::Kind::CallGone if wanted.contains(frame.id) => {
+                        calls.remove(frame.id);
+                    }
+                    _ => {}
+                }
+                Ok(ControlFlow::Continue(()))
+            })?;
+            calls.values().map(|value| decode(name::CALLS, value)).collect()
+        })
     }
 
     pub(crate) fn read_calls(&self, key: &SessionKey) -> Result<Vec<CallRecord>, StoreError> {
@@ -275,7 +394,7 @@ impl RedbStore {
 /// the smallest string after it; ids hold no control characters): no
 /// history is read.
 pub(crate) fn each_session(
-    table: &ReadOnlyTable<(&'static str, u64), &'static [u8]>,
+    table: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
     tenant: Option<&str>,
     after: Option<&str>,
     mut f: impl FnMut(&str) -> Result<ControlFlow<()>, StoreError>,

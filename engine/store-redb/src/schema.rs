@@ -15,6 +15,8 @@ pub(crate) mod name {
     pub const KEYS: &str = "keys";
     pub const TENANTS: &str = "tenants";
     pub const META: &str = "meta";
+    pub const OWNERS: &str = "owners";
+    pub const DECISIONS: &str = "decisions";
     /// Not tables since format 2: the kinds of record the log holds, named
     /// in errors about them.
     pub const MESSAGES: &str = "messages";
@@ -48,6 +50,14 @@ pub(crate) const TENANTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition
 /// The second half of a tenant's key in `tenants`.
 pub(crate) const TENANT_SLOT: &str = "";
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new(name::META);
+/// Sessions by owner, keyed by (tenant, owner's identity id, session id):
+/// an index of `log`'s records, written with a session's first record
+/// (an owner never changes), so listing an owner's sessions reads only
+/// theirs.
+pub(crate) const OWNERS: TableDefinition<(&str, &str, &str), ()> = TableDefinition::new(name::OWNERS);
+/// Decisions by (tenant, agent id, version): the sums of
+/// [`Op::CountDecisions`](subs_store::Op::CountDecisions).
+pub(crate) const DECISIONS: TableDefinition<(&str, &str, &str), u64> = TableDefinition::new(name::DECISIONS);
 
 /// `meta` key: the layout version of the file, so a later engine can tell
 /// an old file from a corrupt one.
@@ -65,11 +75,13 @@ pub(crate) const META_JOURNAL_SEQ: &str = "journal_seq";
 /// or replaced database file is never applied to the new one.
 pub(crate) const META_STORE_ID: &str = "store_id";
 /// The layout this code writes.
-pub(crate) const FORMAT_VERSION: u64 = 3;
+pub(crate) const FORMAT_VERSION: u64 = 4;
 /// The oldest layout this code migrates on open.
 pub(crate) const FORMAT_TABLE_PER_KIND: u64 = 1;
 /// The layout before `tenants`.
 pub(crate) const FORMAT_WITHOUT_TENANTS: u64 = 2;
+/// The layout before `owners` and `decisions`.
+pub(crate) const FORMAT_WITHOUT_INDEXES: u64 = 3;
 
 /// The file's id and the last journal record it holds (0 for none).
 pub(crate) fn journal_position(db: &Database) -> Result<(u64, u64), StoreError> {
@@ -101,15 +113,21 @@ pub(crate) fn prepare(db: &Database) -> Result<(), StoreError> {
             None => {
                 meta.insert(META_FORMAT, FORMAT_VERSION).map_err(|err| redb_error(name::META, err))?;
             }
-            Some(old @ (FORMAT_TABLE_PER_KIND | FORMAT_WITHOUT_TENANTS)) => {
+            Some(old @ (FORMAT_TABLE_PER_KIND | FORMAT_WITHOUT_TENANTS | FORMAT_WITHOUT_INDEXES)) => {
                 let mut log_entries = 0;
                 if old == FORMAT_TABLE_PER_KIND {
                     let mut log = open_write(&txn, LOG, name::LOG)?;
                     log_entries = history::migrate_v1(&txn, &mut log)?;
                 }
-                let tenants = tenants_from_keys(&txn)?;
+                let tenants = if old == FORMAT_WITHOUT_INDEXES { 0 } else { tenants_from_keys(&txn)? };
+                let sessions = indexes_from_sessions(&txn)?;
                 meta.insert(META_FORMAT, FORMAT_VERSION).map_err(|err| redb_error(name::META, err))?;
-                tracing::info!(log_entries, tenants, "migrated the store from format {old} to {FORMAT_VERSION}");
+                tracing::info!(
+                    log_entries,
+                    tenants,
+                    sessions,
+                    "migrated the store from format {old} to {FORMAT_VERSION}"
+                );
             }
             Some(other) => {
                 return Err(StoreError::Corrupt {
@@ -149,6 +167,36 @@ pub(crate) fn tenants_from_keys(txn: &WriteTransaction) -> Result<usize, StoreEr
         added += 1;
     }
     Ok(added)
+}
+
+/// Fills `owners` and `decisions` from every session record: each owned
+/// session listed under its owner, each session's decisions by version
+/// (its record's `versions`) added to its agent's. Returns how many
+/// sessions were read.
+pub(crate) fn indexes_from_sessions(txn: &WriteTransaction) -> Result<usize, StoreError> {
+    let log = open_write(txn, LOG, name::LOG)?;
+    let mut owners = open_write(txn, OWNERS, name::OWNERS)?;
+    let mut decisions = open_write(txn, DECISIONS, name::DECISIONS)?;
+    let mut sessions = 0;
+    each_session(&log, None, None, |session| {
+        let Some(value) = log.get((session, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))? else {
+            return Ok(ControlFlow::Continue(()));
+        };
+        let record: SessionRecord = decode(name::SESSIONS, value.value())?;
+        sessions += 1;
+        if let Some(owner) = &record.identity.id {
+            owners
+                .insert((record.key.tenant.as_str(), owner.as_str(), record.key.session.as_str()), ())
+                .map_err(|err| redb_error(name::OWNERS, err))?;
+        }
+        for (version, n) in &record.versions {
+            let key = (record.key.tenant.as_str(), record.agent_id.as_str(), version.as_str());
+            let before = decisions.get(key).map_err(|err| redb_error(name::DECISIONS, err))?.map_or(0, |n| n.value());
+            decisions.insert(key, before.saturating_add(*n)).map_err(|err| redb_error(name::DECISIONS, err))?;
+        }
+        Ok(ControlFlow::Continue(()))
+    })?;
+    Ok(sessions)
 }
 
 /// A number that differs between files: std's hasher keys are random per

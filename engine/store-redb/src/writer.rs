@@ -274,6 +274,8 @@ pub(crate) struct Tables<'txn, 'l> {
     pub(crate) keys: Option<NamedTableOf<'txn>>,
     pub(crate) tenants: Option<NamedTableOf<'txn>>,
     pub(crate) meta: Option<Table<'txn, &'static str, u64>>,
+    pub(crate) owners: Option<Table<'txn, (&'static str, &'static str, &'static str), ()>>,
+    pub(crate) decisions: Option<Table<'txn, (&'static str, &'static str, &'static str), u64>>,
 }
 
 impl<'txn, 'l> Tables<'txn, 'l> {
@@ -289,6 +291,8 @@ impl<'txn, 'l> Tables<'txn, 'l> {
             keys: None,
             tenants: None,
             meta: None,
+            owners: None,
+            decisions: None,
         }
     }
 
@@ -304,6 +308,8 @@ impl<'txn, 'l> Tables<'txn, 'l> {
             tables.named(table)?;
         }
         tables.meta()?;
+        tables.owners()?;
+        tables.decisions()?;
         Ok(())
     }
 
@@ -323,6 +329,18 @@ impl<'txn, 'l> Tables<'txn, 'l> {
         opened(&mut self.meta, self.txn, META, name::META)
     }
 
+    pub(crate) fn owners(
+        &mut self,
+    ) -> Result<&mut Table<'txn, (&'static str, &'static str, &'static str), ()>, StoreError> {
+        opened(&mut self.owners, self.txn, OWNERS, name::OWNERS)
+    }
+
+    pub(crate) fn decisions(
+        &mut self,
+    ) -> Result<&mut Table<'txn, (&'static str, &'static str, &'static str), u64>, StoreError> {
+        opened(&mut self.decisions, self.txn, DECISIONS, name::DECISIONS)
+    }
+
     pub(crate) fn named(&mut self, table: NamedTable) -> Result<(&mut NamedTableOf<'txn>, &'static str), StoreError> {
         let (slot, definition, name) = match table {
             NamedTable::Turns => (&mut self.turns, TURNS, name::TURNS),
@@ -331,6 +349,29 @@ impl<'txn, 'l> Tables<'txn, 'l> {
             NamedTable::Tenants => (&mut self.tenants, TENANTS, name::TENANTS),
         };
         Ok((opened(slot, self.txn, definition, name)?, name))
+    }
+
+    /// Lists the session `key` (a storage key) under its owner, read from
+    /// its record `value`, if it has one.
+    fn index_owner(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        /// The one field of a session record the index needs: its
+        /// identity's id.
+        #[derive(serde::Deserialize)]
+        struct Owned {
+            identity: Identity,
+        }
+        #[derive(serde::Deserialize)]
+        struct Identity {
+            #[serde(default)]
+            id: Option<String>,
+        }
+        let owned: Owned = decode(name::SESSIONS, value)?;
+        let Some(owner) = owned.identity.id else { return Ok(()) };
+        let session = parse_key(name::SESSIONS, key)?;
+        self.owners()?
+            .insert((session.tenant.as_str(), owner.as_str(), session.session.as_str()), ())
+            .map_err(|err| redb_error(name::OWNERS, err))?;
+        Ok(())
     }
 
     /// The next log number of session `key`: one past its newest entry.
@@ -363,7 +404,16 @@ impl<'txn, 'l> Tables<'txn, 'l> {
         match write {
             Write::Session { key, active, value } => {
                 let key = key.as_str();
-                self.log()?.insert((key, SESSION_SLOT), value.as_slice()).map_err(|err| redb_error(name::LOG, err))?;
+                let created = self
+                    .log()?
+                    .insert((key, SESSION_SLOT), value.as_slice())
+                    .map_err(|err| redb_error(name::LOG, err))?
+                    .is_none();
+                // A session's owner is set when it is created and never
+                // changes: its first record is the one to index.
+                if created {
+                    self.index_owner(key, value)?;
+                }
                 // A read costs no page; a write, even of what is there,
                 // dirties one. Most commits do not change the status.
                 let table = self.active()?;
@@ -389,6 +439,23 @@ impl<'txn, 'l> Tables<'txn, 'l> {
             Write::DeleteNamed { table, key, id } => {
                 let (table, name) = self.named(*table)?;
                 table.remove((key.as_str(), id.as_str())).map_err(|err| redb_error(name, err))?;
+            }
+            Write::CountDecisions { tenant, agent, version, decisions } => {
+                let table = self.decisions()?;
+                let key = (tenant.as_str(), agent.as_str(), version.as_str());
+                let before = table.get(key).map_err(|err| redb_error(name::DECISIONS, err))?.map_or(0, |n| n.value());
+                table.insert(key, before.saturating_add(*decisions)).map_err(|err| redb_error(name::DECISIONS, err))?;
+            }
+            Write::ForgetDecisions { tenant, agent } => {
+                // `agent` followed by NUL is the least id after `agent`:
+                // the range holds every version of `agent`, and nothing of
+                // another agent.
+                let next = format!("{agent}\0");
+                self.decisions()?
+                    .retain_in((tenant.as_str(), agent.as_str(), "")..(tenant.as_str(), next.as_str(), ""), |_, _| {
+                        false
+                    })
+                    .map_err(|err| redb_error(name::DECISIONS, err))?;
             }
             Write::PushInbox { key, value } => {
                 let meta = self.meta()?;

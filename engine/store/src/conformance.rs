@@ -36,7 +36,16 @@
 //! - **recovery**: `unfinished` follows status and inbox, across reopen;
 //! - **paging**: `sessions_page` and `session_count` agree with `sessions`;
 //! - **owners**: `sessions_of_identity` pages through one tenant's sessions
-//!   of one owner, looking at no more than its `scan` per page;
+//!   of one owner, across reopen;
+//! - **decision counts**: `CountDecisions` ops add up per tenant, agent and
+//!   version, across batches and reopen, and `DeleteAgent` clears the
+//!   agent's;
+//! - **step pages**: `steps_page` ends before the step that would pass its
+//!   bytes (each step at the size of its last write), with the first step
+//!   whatever its size;
+//! - **calls by id**: `calls_named` reads the open calls asked for, in id
+//!   order, as last written;
+
 //! - **event replay**: `events` from every id and with every page size
 //!   returns exactly the events after it;
 //! - **inbox numbers** increase across the store and across reopens, and
@@ -44,6 +53,7 @@
 //! - **agents, keys and tenants** are kept per tenant, replaced and
 //!   removed.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -80,7 +90,10 @@ pub async fn run<B: Backend>(backend: &mut B) {
     concurrent_commits_all_land(backend).await;
     unfinished_follows_status_and_inbox_across_reopen(backend).await;
     events_replay_from_every_id(backend).await;
-    sessions_are_filtered_by_owner_within_a_bounded_scan(backend).await;
+    sessions_are_listed_by_owner(backend).await;
+    decisions_are_counted_per_agent_version(backend).await;
+    step_pages_end_at_their_bytes(backend).await;
+    calls_are_read_by_id(backend).await;
     inbox_numbers_keep_increasing_across_reopen(backend).await;
     agents_and_keys_are_kept_per_tenant(backend).await;
     tenants_are_kept_replaced_and_removed(backend).await;
@@ -292,8 +305,8 @@ async fn assert_full_batch(property: &str, store: &dyn Store, key: &SessionKey) 
     assert_eq!(inbox, [item("hello")], "{}", at("inbox"));
 }
 
-async fn sessions_are_filtered_by_owner_within_a_bounded_scan<B: Backend>(backend: &mut B) {
-    const P: &str = "conformance: sessions are filtered by owner within a bounded scan";
+async fn sessions_are_listed_by_owner<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: sessions are listed by owner";
     let store = backend.open().await;
     let owned = |id: &str, owner: Option<&str>| {
         let mut record = sample::session(&key(id), SessionStatus::Idle);
@@ -316,34 +329,153 @@ async fn sessions_are_filtered_by_owner_within_a_bounded_scan<B: Backend>(backen
     elsewhere.identity.id = Some("alice".to_owned());
     ops.push(Op::PutSession(elsewhere));
     store.commit(batch(ops)).await.unwrap();
+    // Written again (as every step of a session writes its record): still
+    // listed once.
+    store.commit(batch([owned("a4", Some("alice"))])).await.unwrap();
 
-    let page = async |identity, after, limit, scan| {
-        let page = store.sessions_of_identity("t1", identity, after, limit, scan).await.unwrap();
-        let ids: Vec<String> = page.sessions.into_iter().map(|record| record.key.session).collect();
-        (ids, page.next_after)
+    let check = async |store: &B::Store, when: &str| {
+        let page = async |identity, after, limit| {
+            let page = store.sessions_of_identity("t1", identity, after, limit).await.unwrap();
+            page.into_iter().map(|record| record.key.session).collect::<Vec<String>>()
+        };
+        let ids = |ids: &[&str]| ids.iter().map(|id| (*id).to_owned()).collect::<Vec<_>>();
+        assert_eq!(page("alice", None, 10).await, ids(&["a1", "a4", "a5", "a8"]), "{P}: every one, {when}");
+        assert_eq!(page("alice", None, 2).await, ids(&["a1", "a4"]), "{P}: a full page, {when}");
+        assert_eq!(page("alice", Some("a4"), 2).await, ids(&["a5", "a8"]), "{P}: the next page, {when}");
+        assert_eq!(page("alice", Some("a8"), 2).await, ids(&[]), "{P}: the last page, {when}");
+        assert_eq!(page("alice", Some("a3x"), 1).await, ids(&["a4"]), "{P}: after an id not stored, {when}");
+        assert_eq!(page("bob", None, 10).await, ids(&["a3"]), "{P}: another owner, {when}");
+        assert_eq!(page("alice2", None, 10).await, ids(&["a2"]), "{P}: an owner whose id extends another, {when}");
+        assert_eq!(page("carol", None, 10).await, ids(&[]), "{P}: no such owner, {when}");
+        assert_eq!(page("alice", None, 0).await, ids(&[]), "{P}: an empty page, {when}");
+        let other = store.sessions_of_identity("t", "alice", None, 10).await.unwrap();
+        assert_eq!(other.len(), 1, "{P}: tenant t, {when}");
+        assert!(store.sessions_of_identity("nobody", "alice", None, 10).await.unwrap().is_empty(), "{P}, {when}");
+        // What is listed is the record as last written.
+        let listed = store.sessions_of_identity("t1", "alice", Some("a1"), 1).await.unwrap();
+        assert_eq!(listed, [store.session(&key("a4")).await.unwrap().unwrap()], "{P}: the record, {when}");
     };
-    let ids = |ids: &[&str]| ids.iter().map(|id| (*id).to_owned()).collect::<Vec<_>>();
-    let next = |id: &str| Some(id.to_owned());
-    assert_eq!(page("alice", None, 10, 100).await, (ids(&["a1", "a4", "a5", "a8"]), None), "{P}: every one");
-    assert_eq!(page("alice", None, 2, 100).await, (ids(&["a1", "a4"]), next("a4")), "{P}: a full page");
-    assert_eq!(page("alice", Some("a4"), 2, 100).await, (ids(&["a5", "a8"]), next("a8")), "{P}: the next page");
-    assert_eq!(page("alice", Some("a8"), 2, 100).await, (ids(&[]), None), "{P}: the last page");
-    // The scan stops after `scan` sessions, matching or not, and says
-    // where it stopped.
-    assert_eq!(page("alice", None, 10, 3).await, (ids(&["a1"]), next("a2")), "{P}: a bounded scan");
-    assert_eq!(page("alice", Some("a2"), 10, 1).await, (ids(&[]), next("a3")), "{P}: a scan with no match");
-    assert_eq!(
-        page("alice", Some("a3x"), 10, 3).await,
-        (ids(&["a4", "a5"]), next("a6")),
-        "{P}: after an id not stored"
-    );
-    assert_eq!(page("bob", None, 10, 100).await, (ids(&["a3"]), None), "{P}: another owner");
-    assert_eq!(page("carol", None, 10, 100).await, (ids(&[]), None), "{P}: no such owner");
-    assert_eq!(page("alice", Some("a9"), 10, 100).await, (ids(&[]), None), "{P}: after the last");
-    assert_eq!(page("alice", None, 0, 100).await, (ids(&[]), None), "{P}: an empty page");
-    let other = store.sessions_of_identity("t", "alice", None, 10, 100).await.unwrap();
-    assert_eq!(other.sessions.len(), 1, "{P}: tenant t");
-    assert_eq!(store.sessions_of_identity("nobody", "alice", None, 10, 100).await.unwrap().sessions.len(), 0, "{P}");
+    check(&store, "as written").await;
+    let store = backend.reopen(store).await;
+    check(&store, "after a reopen").await;
+}
+
+async fn decisions_are_counted_per_agent_version<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: decisions are counted per agent version";
+    let store = backend.open().await;
+    let count = |tenant: &str, agent: &str, version: &str, decisions: u64| Op::CountDecisions {
+        tenant: tenant.to_owned(),
+        agent_id: agent.to_owned(),
+        version: version.to_owned(),
+        decisions,
+    };
+    // Two counts of one version in one batch add up, as they do across
+    // batches; other agents, other tenants and agents whose id extends
+    // another's count apart.
+    store
+        .commit(batch([
+            Op::PutAgent(agent("t1", "a")),
+            count("t1", "a", "sha256:1", 1),
+            count("t1", "a", "sha256:1", 2),
+            count("t1", "a", "sha256:2", 1),
+            count("t1", "ab", "sha256:1", 7),
+            count("t2", "a", "sha256:1", 5),
+        ]))
+        .await
+        .unwrap();
+    store.commit(batch([count("t1", "a", "sha256:2", 10)])).await.unwrap();
+    let counts = |pairs: &[(&str, u64)]| pairs.iter().map(|(v, n)| ((*v).to_owned(), *n)).collect::<BTreeMap<_, _>>();
+    let check = async |store: &B::Store, when: &str| {
+        assert_eq!(
+            store.decision_counts("t1", "a").await.unwrap(),
+            counts(&[("sha256:1", 3), ("sha256:2", 11)]),
+            "{P}: agent a, {when}"
+        );
+        assert_eq!(store.decision_counts("t1", "ab").await.unwrap(), counts(&[("sha256:1", 7)]), "{P}: ab, {when}");
+        assert_eq!(store.decision_counts("t2", "a").await.unwrap(), counts(&[("sha256:1", 5)]), "{P}: t2, {when}");
+        assert_eq!(store.decision_counts("t1", "nobody").await.unwrap(), counts(&[]), "{P}: none, {when}");
+    };
+    check(&store, "as written").await;
+    let store = backend.reopen(store).await;
+    check(&store, "after a reopen").await;
+    // Deleting the agent deletes its counts, and only its.
+    store.commit(batch([Op::DeleteAgent { tenant: "t1".to_owned(), agent_id: "a".to_owned() }])).await.unwrap();
+    assert_eq!(store.decision_counts("t1", "a").await.unwrap(), counts(&[]), "{P}: deleted");
+    assert_eq!(store.decision_counts("t1", "ab").await.unwrap(), counts(&[("sha256:1", 7)]), "{P}: ab kept");
+    assert_eq!(store.decision_counts("t2", "a").await.unwrap(), counts(&[("sha256:1", 5)]), "{P}: t2 kept");
+    store.commit(batch([count("t1", "a", "sha256:2", 1)])).await.unwrap();
+    assert_eq!(store.decision_counts("t1", "a").await.unwrap(), counts(&[("sha256:2", 1)]), "{P}: from zero");
+}
+
+async fn calls_are_read_by_id<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: calls are read by id";
+    let store = backend.open().await;
+    let (s, other) = (key("named"), key("named/other"));
+    let mut ops = vec![Op::PutSession(session(&s, SessionStatus::Running))];
+    for id in ["c3", "c1", "c2", "c10"] {
+        ops.push(Op::PutCall { session: s.clone(), record: call(id) });
+    }
+    ops.push(Op::PutCall { session: other.clone(), record: call("c1") });
+    store.commit(batch(ops)).await.unwrap();
+    // c2 settled and forgotten; c3 written again.
+    let mut again = call("c3");
+    again.order = 7;
+    store
+        .commit(batch([
+            Op::DeleteCall { session: s.clone(), call_id: "c2".to_owned() },
+            Op::PutCall { session: s.clone(), record: again.clone() },
+        ]))
+        .await
+        .unwrap();
+    let named = async |ids: &[&str]| {
+        let ids: Vec<String> = ids.iter().map(|id| (*id).to_owned()).collect();
+        store.calls_named(&s, &ids).await.unwrap()
+    };
+    assert_eq!(named(&["c3", "c1", "c2", "nope"]).await, [call("c1"), again.clone()], "{P}: in id order, open ones");
+    assert_eq!(named(&["c10"]).await, [call("c10")], "{P}: an id another extends");
+    assert_eq!(named(&[]).await, Vec::<CallRecord>::new(), "{P}: none asked for");
+    let all: Vec<String> = ["c1", "c10", "c2", "c3"].iter().map(|id| (*id).to_owned()).collect();
+    assert_eq!(store.calls_named(&other, &all).await.unwrap(), [call("c1")], "{P}: another session's");
+    assert!(store.calls_named(&key("nobody"), &all).await.unwrap().is_empty(), "{P}: no session");
+}
+
+async fn step_pages_end_at_their_bytes<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: step pages end at their bytes";
+    let store = backend.open().await;
+    let s = key("paged");
+    // Steps 0..6 of growing sizes; step 2 is written small, then large
+    // (the last write counts).
+    let sized = |n: usize| {
+        let mut step = step(&format!("d{n}"));
+        step.error = Some("x".repeat(n * 100));
+        step
+    };
+    let mut ops = vec![Op::PutSession(session(&s, SessionStatus::Idle))];
+    for n in 0..6u64 {
+        let record = if n == 2 { step("small") } else { sized(n as usize) };
+        ops.push(Op::PutStep { session: s.clone(), seq: n, record });
+    }
+    store.commit(batch(ops)).await.unwrap();
+    store.commit(batch([Op::PutStep { session: s.clone(), seq: 2, record: sized(2) }])).await.unwrap();
+    let size = |n: usize| crate::encode_record("steps", &sized(n)).unwrap().len();
+    let page = async |from, limit, max_bytes| {
+        let steps = store.steps_page(&s, from, limit, max_bytes).await.unwrap();
+        for (seq, step) in &steps {
+            assert_eq!(*step, sized(*seq as usize), "{P}: step {seq} as last written");
+        }
+        steps.into_iter().map(|(seq, _)| seq).collect::<Vec<u64>>()
+    };
+    assert_eq!(page(0, 10, usize::MAX).await, [0, 1, 2, 3, 4, 5], "{P}: every step");
+    assert_eq!(page(0, 3, usize::MAX).await, [0, 1, 2], "{P}: a limit");
+    let two = size(0) + size(1);
+    assert_eq!(page(0, 10, two).await, [0, 1], "{P}: exactly two steps' bytes");
+    assert_eq!(page(0, 10, two + size(2) - 1).await, [0, 1], "{P}: a byte short of three");
+    assert_eq!(page(2, 10, size(2) + size(3)).await, [2, 3], "{P}: from step 2, with its last size");
+    assert_eq!(page(4, 10, 1).await, [4], "{P}: the first step whatever its size");
+    assert_eq!(page(3, 1, 0).await, [3], "{P}: a limit of one");
+    assert_eq!(page(6, 10, usize::MAX).await, Vec::<u64>::new(), "{P}: past the last");
+    assert_eq!(page(0, 0, usize::MAX).await, Vec::<u64>::new(), "{P}: a limit of none");
+    assert!(store.steps_page(&key("nobody"), 0, 10, 100).await.unwrap().is_empty(), "{P}: no session");
 }
 
 async fn reads_return_what_the_ops_wrote<B: Backend>(backend: &mut B) {

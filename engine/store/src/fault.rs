@@ -29,9 +29,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::{
-    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, FilteredPage, InboxItem, KeyRecord, LoadedSession,
-    MessageRecord, SessionKey, SessionRecord, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats,
-    TenantRecord, TurnRecord,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, MessageRecord,
+    SessionKey, SessionRecord, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats, TenantRecord,
+    TurnRecord,
 };
 
 /// A [`Store`] that passes everything to `inner` until it is told to
@@ -227,9 +227,8 @@ impl<S: Store> Store for FaultyStore<S> {
         identity: &'a str,
         after: Option<&'a str>,
         limit: usize,
-        scan: usize,
-    ) -> BoxFuture<'a, StoreResult<FilteredPage>> {
-        self.inner.sessions_of_identity(tenant, identity, after, limit, scan)
+    ) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
+        self.inner.sessions_of_identity(tenant, identity, after, limit)
     }
 
     fn unfinished(&self) -> BoxFuture<'_, StoreResult<Vec<SessionKey>>> {
@@ -261,8 +260,26 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.steps(key, from, limit)
     }
 
+    fn steps_page<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        from: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
+        self.inner.steps_page(key, from, limit, max_bytes)
+    }
+
     fn calls<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>> {
         self.inner.calls(key)
+    }
+
+    fn calls_named<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>> {
+        self.inner.calls_named(key, ids)
     }
 
     fn agents<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<AgentRecord>>> {
@@ -271,6 +288,14 @@ impl<S: Store> Store for FaultyStore<S> {
 
     fn agent<'a>(&'a self, tenant: &'a str, agent_id: &'a str) -> BoxFuture<'a, StoreResult<Option<AgentRecord>>> {
         self.inner.agent(tenant, agent_id)
+    }
+
+    fn decision_counts<'a>(
+        &'a self,
+        tenant: &'a str,
+        agent_id: &'a str,
+    ) -> BoxFuture<'a, StoreResult<std::collections::BTreeMap<String, u64>>> {
+        self.inner.decision_counts(tenant, agent_id)
     }
 
     fn keys(&self) -> BoxFuture<'_, StoreResult<Vec<KeyRecord>>> {

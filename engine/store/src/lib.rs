@@ -25,7 +25,9 @@
 //!
 //! Per tenant, the store also keeps the agents ([`AgentRecord`]: which
 //! worker, which version), the API keys ([`KeyRecord`], hashed) and the
-//! operator's record of the tenant ([`TenantRecord`]: its limits).
+//! operator's record of the tenant ([`TenantRecord`]: its limits), and how
+//! many decisions each version of each agent made ([`Op::CountDecisions`],
+//! read by [`Store::decision_counts`]).
 //!
 //! A session is driven by one owner at a time (the engine's session actor),
 //! so ops are unconditional writes; a store shared by several engine nodes
@@ -37,6 +39,7 @@ pub mod mem;
 pub mod records;
 pub mod shared;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -122,12 +125,26 @@ pub enum Op {
     },
     /// Creates or replaces an agent.
     PutAgent(AgentRecord),
-    /// Removes an agent (its sessions stay).
+    /// Removes an agent and its decision counts (its sessions stay).
     DeleteAgent {
         /// The tenant.
         tenant: String,
         /// The agent.
         agent_id: String,
+    },
+    /// Adds `decisions` to how many decisions version `version` of the
+    /// agent `agent_id` made in `tenant`'s sessions: the count
+    /// [`Store::decision_counts`] reads. Written in the batch that applies
+    /// the decisions, so the count is exactly the decisions committed.
+    CountDecisions {
+        /// The tenant.
+        tenant: String,
+        /// The agent the deciding session runs.
+        agent_id: String,
+        /// The version that decided (`sha256:…`).
+        version: String,
+        /// How many decisions to add.
+        decisions: u64,
     },
     /// Stores an API key (its hash).
     PutKey(KeyRecord),
@@ -321,28 +338,25 @@ pub trait Store: StoreAdmin + Send + Sync + 'static {
 
     /// At most `limit` sessions of `tenant` whose owner is `identity` (the
     /// id of their [`WorkerIdentity`](subs_protocol::WorkerIdentity)), with
-    /// ids after `after` (from the first when `None`), ordered by id,
-    /// looking at no more than `scan` of the tenant's sessions: a page of a
-    /// listing filtered by owner, whose cost is bounded by `scan` however
-    /// few sessions match. [`IdentityScan`] is the rule; a backend feeds it
-    /// its sessions in id order.
+    /// ids after `after` (from the first when `None`), ordered by id. A
+    /// backend keeps an index of owners, so that this costs in proportion
+    /// to the page, however many other sessions the tenant has; the
+    /// default, for stores without one, filters every session of the
+    /// tenant.
     fn sessions_of_identity<'a>(
         &'a self,
         tenant: &'a str,
         identity: &'a str,
         after: Option<&'a str>,
         limit: usize,
-        scan: usize,
-    ) -> BoxFuture<'a, StoreResult<FilteredPage>> {
+    ) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
         Box::pin(async move {
-            let mut filter = IdentityScan::new(identity, limit, scan);
             let sessions = self.sessions(Some(tenant)).await?.into_iter();
-            for record in sessions.filter(|s| after.is_none_or(|after| s.key.session.as_str() > after)) {
-                if filter.offer(&record).is_break() {
-                    break;
-                }
-            }
-            Ok(filter.finish())
+            Ok(sessions
+                .filter(|s| after.is_none_or(|after| s.key.session.as_str() > after))
+                .filter(|s| s.identity.id.as_deref() == Some(identity))
+                .take(limit)
+                .collect())
         })
     }
 
@@ -387,14 +401,75 @@ pub trait Store: StoreAdmin + Send + Sync + 'static {
         limit: usize,
     ) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>>;
 
+    /// At most `limit` of the session's steps from number `from` on, as
+    /// [`steps`](Self::steps) reads them, but no more than fit in
+    /// `max_bytes` of their stored JSON: the page ends before the step
+    /// that would take it past `max_bytes`, and holds the first step
+    /// whatever its size. What a page of a session's history costs is
+    /// then bounded by `max_bytes` (and the first step), not by the
+    /// session. The default reads the steps, then measures them; a
+    /// backend that knows a record's size before decoding it should not
+    /// decode those it leaves out.
+    fn steps_page<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        from: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<(u64, StepRecord)>>> {
+        Box::pin(async move {
+            let mut steps = self.steps(key, from, limit).await?;
+            let mut total = 0usize;
+            let mut keep = 0;
+            for (_, step) in &steps {
+                total = total.saturating_add(encode_record("steps", step)?.len());
+                if keep > 0 && total > max_bytes {
+                    break;
+                }
+                keep += 1;
+            }
+            steps.truncate(keep);
+            Ok(steps)
+        })
+    }
+
     /// The session's in-flight calls.
     fn calls<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>>;
+
+    /// The session's in-flight calls whose ids are among `ids`, in id
+    /// order: what a reader showing some of a session's calls needs,
+    /// costing the calls it returns rather than every call in flight. The
+    /// default reads them all, then keeps those; a backend that can pick
+    /// calls by id before decoding them should.
+    fn calls_named<'a>(
+        &'a self,
+        key: &'a SessionKey,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, StoreResult<Vec<CallRecord>>> {
+        Box::pin(async move {
+            let wanted: std::collections::BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+            let mut calls = self.calls(key).await?;
+            calls.retain(|c| wanted.contains(c.call.id.as_str()));
+            calls.sort_by(|a, b| a.call.id.cmp(&b.call.id));
+            Ok(calls)
+        })
+    }
 
     /// The agents of `tenant` (all tenants when `None`), by tenant and id.
     fn agents<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<AgentRecord>>>;
 
     /// One agent.
     fn agent<'a>(&'a self, tenant: &'a str, agent_id: &'a str) -> BoxFuture<'a, StoreResult<Option<AgentRecord>>>;
+
+    /// How many decisions each version of `tenant`'s agent `agent_id`
+    /// made, by version: the sums of the [`Op::CountDecisions`] committed
+    /// since the agent was last deleted. One read of as many entries as
+    /// versions decided, whatever the number of sessions.
+    fn decision_counts<'a>(
+        &'a self,
+        tenant: &'a str,
+        agent_id: &'a str,
+    ) -> BoxFuture<'a, StoreResult<BTreeMap<String, u64>>>;
 
     /// Every stored API key (hashes, never the keys), by tenant and hash.
     fn keys(&self) -> BoxFuture<'_, StoreResult<Vec<KeyRecord>>>;
@@ -426,60 +501,6 @@ pub trait Store: StoreAdmin + Send + Sync + 'static {
     /// `None` for a store one node owns.
     fn shared(&self) -> Option<&dyn shared::Shared> {
         None
-    }
-}
-
-/// A page of sessions filtered by owner: see
-/// [`Store::sessions_of_identity`].
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct FilteredPage {
-    /// The sessions that matched, ordered by id.
-    pub sessions: Vec<SessionRecord>,
-    /// Where the next page starts (after this id) when the scan stopped
-    /// with sessions left to look at, because the page was full or `scan`
-    /// sessions were looked at; `None` when it looked at every session
-    /// there is.
-    pub next_after: Option<String>,
-}
-
-/// Filters sessions offered in id order by owner, into a page of at most
-/// `limit`, looking at no more than `scan` of them: the one rule of
-/// [`Store::sessions_of_identity`] for every backend.
-#[derive(Debug)]
-pub struct IdentityScan<'a> {
-    identity: &'a str,
-    limit: usize,
-    scan: usize,
-    looked_at: usize,
-    last: Option<String>,
-    page: FilteredPage,
-}
-
-impl<'a> IdentityScan<'a> {
-    /// A filter for sessions owned by `identity`. With `limit` or `scan`
-    /// 0, the page is empty and has no next.
-    pub fn new(identity: &'a str, limit: usize, scan: usize) -> Self {
-        Self { identity, limit, scan, looked_at: 0, last: None, page: FilteredPage::default() }
-    }
-
-    /// Offers the next session, in id order. `Break` when the page is
-    /// done: `record` was not looked at, and the next page starts with it.
-    pub fn offer(&mut self, record: &SessionRecord) -> std::ops::ControlFlow<()> {
-        if self.page.sessions.len() >= self.limit || self.looked_at >= self.scan {
-            self.page.next_after = self.last.take();
-            return std::ops::ControlFlow::Break(());
-        }
-        self.looked_at += 1;
-        self.last = Some(record.key.session.clone());
-        if record.identity.id.as_deref() == Some(self.identity) {
-            self.page.sessions.push(record.clone());
-        }
-        std::ops::ControlFlow::Continue(())
-    }
-
-    /// The page: what matched, and where the next starts.
-    pub fn finish(self) -> FilteredPage {
-        self.page
     }
 }
 

@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::{
-    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, FilteredPage, IdentityScan, InboxItem, KeyRecord,
-    MessageRecord, Op, SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin, StoreError,
-    StoreResult, StoreStats, TenantRecord, TurnRecord, ready,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, MessageRecord, Op, SessionKey,
+    SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats, TenantRecord,
+    TurnRecord, ready,
 };
 
 /// Records of one session, keyed by its storage key and then by number
@@ -35,6 +35,8 @@ struct State {
     next_inbox: u64,
     /// By (tenant, agent id).
     agents: BTreeMap<(String, String), AgentRecord>,
+    /// Decisions by (tenant, agent id, version).
+    decisions: BTreeMap<(String, String, String), u64>,
     /// By (tenant, hash).
     keys: BTreeMap<(String, String), KeyRecord>,
     tenants: BTreeMap<String, TenantRecord>,
@@ -119,7 +121,12 @@ impl State {
                 self.agents.insert((record.tenant.clone(), record.agent_id.clone()), record);
             }
             Op::DeleteAgent { tenant, agent_id } => {
+                self.decisions.retain(|(t, a, _), _| !(*t == tenant && *a == agent_id));
                 self.agents.remove(&(tenant, agent_id));
+            }
+            Op::CountDecisions { tenant, agent_id, version, decisions } => {
+                let count = self.decisions.entry((tenant, agent_id, version)).or_default();
+                *count = count.saturating_add(decisions);
             }
             Op::PutKey(record) => {
                 self.keys.insert((record.tenant.clone(), record.hash.clone()), record);
@@ -174,19 +181,18 @@ impl Store for MemStore {
         identity: &'a str,
         after: Option<&'a str>,
         limit: usize,
-        scan: usize,
-    ) -> BoxFuture<'a, StoreResult<FilteredPage>> {
+    ) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {
         use std::ops::Bound;
         self.read(|s| {
             let from = SessionKey::new(tenant, after.unwrap_or_default());
             let from = if after.is_some() { Bound::Excluded(from) } else { Bound::Included(from) };
-            let mut filter = IdentityScan::new(identity, limit, scan);
-            for (key, record) in s.sessions.range((from, Bound::Unbounded)) {
-                if key.tenant != tenant || filter.offer(record).is_break() {
-                    break;
-                }
-            }
-            filter.finish()
+            s.sessions
+                .range((from, Bound::Unbounded))
+                .take_while(|(key, _)| key.tenant == tenant)
+                .filter(|(_, record)| record.identity.id.as_deref() == Some(identity))
+                .take(limit)
+                .map(|(_, record)| record.clone())
+                .collect()
         })
     }
 
@@ -223,6 +229,20 @@ impl Store for MemStore {
 
     fn agent<'a>(&'a self, tenant: &'a str, agent_id: &'a str) -> BoxFuture<'a, StoreResult<Option<AgentRecord>>> {
         self.read(|s| s.agents.get(&(tenant.to_owned(), agent_id.to_owned())).cloned())
+    }
+
+    fn decision_counts<'a>(
+        &'a self,
+        tenant: &'a str,
+        agent_id: &'a str,
+    ) -> BoxFuture<'a, StoreResult<BTreeMap<String, u64>>> {
+        self.read(|s| {
+            s.decisions
+                .iter()
+                .filter(|((t, a, _), _)| t == tenant && a == agent_id)
+                .map(|((_, _, version), n)| (version.clone(), *n))
+                .collect()
+        })
     }
 
     fn keys(&self) -> BoxFuture<'_, StoreResult<Vec<KeyRecord>>> {

@@ -856,27 +856,12 @@ impl AgentRegistry {
     }
 
     /// How many decisions each version of `tenant`'s agent `agent_id` made,
-    /// by digest: the counts kept in the records of the agent's sessions
-    /// ([`SessionRecord::versions`](crate::store::SessionRecord::versions)),
-    /// summed. This reads every session record of the tenant, a page at a
-    /// time, so it costs in proportion to the tenant's sessions.
+    /// by digest: the counts the store keeps as decisions are committed
+    /// ([`Store::decision_counts`](crate::store::Store::decision_counts)),
+    /// one entry per version that decided, however many sessions the
+    /// tenant has.
     pub async fn decisions(&self, tenant: &str, agent_id: &str) -> Result<HashMap<String, u64>, StoreError> {
-        const PAGE: usize = 1000;
-        let mut counts: HashMap<String, u64> = HashMap::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page = self.engine.store().sessions_page(tenant, after.as_deref(), PAGE).await?;
-            for record in page.iter().filter(|r| r.agent_id == agent_id) {
-                for (version, n) in &record.versions {
-                    let count = counts.entry(version.clone()).or_default();
-                    *count = count.saturating_add(*n);
-                }
-            }
-            if page.len() < PAGE {
-                return Ok(counts);
-            }
-            after = page.last().map(|r| r.key.session.clone());
-        }
+        Ok(self.engine.store().decision_counts(tenant, agent_id).await?.into_iter().collect())
     }
 
     /// Removes an agent, then the files of its versions that no other

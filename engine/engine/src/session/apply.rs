@@ -612,6 +612,15 @@ impl Session {
         self.steps.retain(|(s, _)| *s != seq);
         // The messages and state below are this version's doing.
         self.record.count_decision(step.agent_version.as_deref());
+        if let Some(version) = &step.agent_version {
+            // What `GET /v1/agents/{id}` reads, kept with the decision.
+            change.batch.push(Op::CountDecisions {
+                tenant: self.key().tenant.clone(),
+                agent_id: self.record.agent_id.clone(),
+                version: version.clone(),
+                decisions: 1,
+            });
+        }
         self.deciding = step.agent_version.clone();
         if let Some(agent) = &decision.agent {
             let agent = super::proposal::without_client_tools(agent, self.client_tools());
