@@ -129,6 +129,7 @@ pub struct SessionView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_version: Option<String>,
 }
+
 /// A session's tree whose path nodes refer to the path's messages, written
 /// out as the whole `MessageTree`: a snapshot holds each message once.
 #[derive(Debug)]
@@ -142,7 +143,6 @@ impl Serialize for SharedTree {
         FullTree::new(&self.tree, &self.path).serialize(serializer)
     }
 }
-
 
 /// A session in a listing.
 #[derive(Debug, Serialize, ToSchema)]

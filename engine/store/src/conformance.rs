@@ -45,7 +45,6 @@
 //!   whatever its size;
 //! - **calls by id**: `calls_named` reads the open calls asked for, in id
 //!   order, as last written;
-
 //! - **event replay**: `events` from every id and with every page size
 //!   returns exactly the events after it;
 //! - **inbox numbers** increase across the store and across reopens, and
@@ -135,6 +134,7 @@ pub mod sample {
             updated_ms: 2,
             versions: Default::default(),
             agent_version: None,
+            message_bytes: 0,
         }
     }
 
@@ -147,7 +147,6 @@ pub mod sample {
         }
     }
 
-            message_bytes: 0,
     /// A pending step for a client message.
     pub fn step(decision_id: &str) -> StepRecord {
         let trigger = StoredTrigger::ClientMessages {
