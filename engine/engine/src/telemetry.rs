@@ -343,14 +343,14 @@ mod tests {
             error: Some(long.clone()),
         };
         let data = span_data(bounded(span, 16)).unwrap();
-        assert_eq!(data.name, "chat éxxxxxxx…");
-        assert_eq!(data.attributes[0].value.as_str(), "éxxxxxxxxxxx…");
+        assert_eq!(data.name, format!("chat é{}…", "x".repeat(6)));
+        assert_eq!(data.attributes[0].value.as_str(), format!("é{}…", "x".repeat(11)));
         assert_eq!(data.attributes[1].value, opentelemetry::Value::I64(3));
         let opentelemetry::Value::Array(opentelemetry::Array::String(reasons)) = &data.attributes[2].value else {
             panic!("{:?}", data.attributes[2])
         };
         assert!(reasons[0].as_str().len() <= 16);
-        assert_eq!(data.status, Status::error("éxxxxxxxxxxx…"));
+        assert_eq!(data.status, Status::error(format!("é{}…", "x".repeat(11))));
         // A bound too small for the mark cuts on a character boundary.
         let mut text = "éé".to_owned();
         cut(&mut text, 3);
