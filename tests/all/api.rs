@@ -514,7 +514,8 @@ async fn the_openapi_document_matches_the_routes() {
                 .replace("{agent_id}", "nobody")
                 .replace("{chat_id}", "nobody")
                 .replace("{tenant}", "nobody")
-                .replace("{key}", "nobody00");
+                .replace("{key}", "nobody00")
+                .replace("{version}", "sha256:00");
             let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
             let response = s.request(method.clone(), &concrete, None).send().await.unwrap();
             let status = response.status();
@@ -531,6 +532,7 @@ async fn the_openapi_document_matches_the_routes() {
             "DELETE /v1/admin/keys/{key}",
             "DELETE /v1/admin/tenants/{tenant}",
             "DELETE /v1/agents/{agent_id}",
+            "DELETE /v1/agents/{agent_id}/versions/{version}",
             "GET /healthz",
             "GET /metrics",
             "GET /v1/admin/keys",

@@ -189,10 +189,14 @@ async fn a_large_first_upload_runs_on_baseline_code_until_its_optimized_code_rep
         .await
         .unwrap();
     let agents = AgentRegistry::new(engine, ComponentHost::with_config(fresh).unwrap(), dir.path().join("agents"));
+    let limits = |max_compiled_bytes| subs_engine::agents::AgentLimits {
+        max_compiled_bytes,
+        ..subs_engine::agents::AgentLimits::default()
+    };
     let put = |id: &'static str, path: &str, limit: u64| {
         let bytes = std::fs::read(path).unwrap();
         let agents = &agents;
-        async move { agents.put_component("quota", id, bytes, limit, true).await.map(|_| ()) }
+        async move { agents.put_component("quota", id, bytes, &limits(limit), true).await.map(|_| ()) }
     };
     put("js", guests::TOOLS_JS, baseline_bytes).await.expect("the JavaScript agent fits alone");
     // Room for the small agent beside the optimized code only.

@@ -252,7 +252,8 @@ async fn another_tenants_ids_are_not_found_on_every_route() {
         let concrete = path
             .replace("{session_id}", "secret-session")
             .replace("{chat_id}", "secret-session")
-            .replace("{agent_id}", "secret-agent");
+            .replace("{agent_id}", "secret-agent")
+            .replace("{version}", before_agent["version"].as_str().expect("acme's version"));
         assert!(!concrete.contains('{'), "{path}: an id this test does not know; add it");
         for method in item.as_object().unwrap().keys() {
             let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();

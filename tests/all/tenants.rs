@@ -345,7 +345,10 @@ async fn two_uploads_that_finish_together_are_held_to_the_quota_together() {
     let agents = Arc::new(AgentRegistry::new(engine, host, dir.path().join("agents")));
     // Room for one agent, not two; and the first one's record takes a
     // while to commit, so the second's compile ends before it is stored.
-    let limit = one + one / 2;
+    let limits = subs_engine::agents::AgentLimits {
+        max_compiled_bytes: one + one / 2,
+        ..subs_engine::agents::AgentLimits::default()
+    };
     store.inject_fsync_delay(Duration::from_millis(300));
 
     // Each retries while the other compiles (one compile per tenant at a
@@ -355,7 +358,7 @@ async fn two_uploads_that_finish_together_are_held_to_the_quota_together() {
         tokio::spawn(async move {
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
-                match agents.put_component("race", id, bytes.clone(), limit, true).await {
+                match agents.put_component("race", id, bytes.clone(), &limits, true).await {
                     Err(AgentError::Compiling) if Instant::now() < deadline => {
                         tokio::time::sleep(Duration::from_millis(2)).await;
                     }
