@@ -950,6 +950,19 @@ mod tests {
     }
 
     #[test]
+    fn read_bounds_take_what_the_file_sets() {
+        let file = parse("[limits]\nmax_page_bytes = 1024\n[tenants.acme]\nmax_listing_scan_per_sec = 5\n").unwrap();
+        let config = file.server_config().unwrap();
+        let (acme, other) = (config.limits("acme"), config.limits("other"));
+        assert_eq!((acme.max_page_bytes, acme.max_listing_scan_per_sec), (1024, 5));
+        assert_eq!(
+            (other.max_page_bytes, other.max_listing_scan_per_sec),
+            (1024, Limits::default().max_listing_scan_per_sec)
+        );
+        assert_eq!(parse("").unwrap().server_config().unwrap().default_limits.max_page_bytes, 16 << 20);
+    }
+
+    #[test]
     fn session_bounds_take_what_the_file_sets() {
         let file = parse("[limits]\nmax_session_bytes = 1048576\n[tenants.acme]\nmax_session_reads = 1\n").unwrap();
         let config = file.server_config().unwrap();

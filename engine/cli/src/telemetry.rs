@@ -52,7 +52,9 @@ impl TelemetryEntry {
     /// then `other`.)
     pub fn limits(&self) -> CliResult<TelemetryLimits> {
         let defaults = TelemetryLimits::default();
-        for (key, value) in [("max_label_bytes", self.max_label_bytes), ("max_attribute_bytes", self.max_attribute_bytes)] {
+        for (key, value) in
+            [("max_label_bytes", self.max_label_bytes), ("max_attribute_bytes", self.max_attribute_bytes)]
+        {
             if value == Some(0) {
                 return Err(CliError::usage(anyhow!("`[telemetry] {key}` must be at least 1")));
             }
@@ -168,5 +170,27 @@ impl HttpClient for Client {
             Ok::<_, HttpError>(response.body(Bytes::from(body))?)
         });
         sent.await?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_and_attribute_bounds_take_what_the_file_sets() {
+        let entry: TelemetryEntry =
+            toml::from_str("max_label_values = 5\nmax_label_bytes = 64\nmax_attribute_bytes = 256\n").unwrap();
+        let limits = entry.limits().unwrap();
+        assert_eq!((limits.labels.max_values, limits.labels.max_bytes, limits.max_attribute_bytes), (5, 64, 256));
+        assert_eq!(TelemetryEntry::default().limits().unwrap(), TelemetryLimits::default());
+        for zero in ["max_label_bytes = 0", "max_attribute_bytes = 0"] {
+            let entry: TelemetryEntry = toml::from_str(zero).unwrap();
+            let refused = entry.limits().unwrap_err().to_string();
+            assert!(refused.contains(zero.split(' ').next().unwrap()), "{refused}");
+        }
+        // Every model `other`: allowed.
+        let entry: TelemetryEntry = toml::from_str("max_label_values = 0").unwrap();
+        assert_eq!(entry.limits().unwrap().labels.max_values, 0);
     }
 }
