@@ -3,6 +3,7 @@
 
 mod admin;
 mod crash;
+mod hostile;
 mod inspector;
 mod postgres;
 mod replay;
