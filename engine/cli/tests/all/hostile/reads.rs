@@ -117,7 +117,9 @@ async fn a_decision_of_150k_calls_pages_beside_the_neighbour_and_stops_with_its_
     // match took minutes.
     assert!(cpu < Duration::from_secs(90), "two pages took {cpu:?} of CPU");
     watched.assert_within(Duration::from_secs(15), Duration::from_secs(2));
-    arena.assert_peak_below(1536 << 20);
+    // The session's 150,000 calls held in memory take the server past
+    // 1 GiB before any page is read; two pages add a few hundred MiB.
+    arena.assert_peak_below(2 << 30);
 
     // Clients that go away mid-page: the server stops working for them at
     // its next look (between its reads, between batches of calls, while
