@@ -216,53 +216,60 @@ impl Session {
     }
 
     /// Why the client's `input` may not be taken, if what it would store
-    /// takes the session past `max` bytes: with a turn open, the whole
-    /// input waits in the session's record (as do the inputs queued
-    /// before it); otherwise the messages it adds to the tree are what
-    /// its turn records.
+    /// takes the session past `max` bytes. With a turn open, an input
+    /// starting a turn waits in the session's record whole (its messages,
+    /// an action's arguments, client tools), as do the inputs queued
+    /// before it: all of them count. Otherwise the messages it adds to the
+    /// tree are what its turn records. Inputs that settle something
+    /// (results, resumes) record nothing themselves.
     pub fn refuse_input_bytes(&self, input: &ClientInput, max: u64) -> Option<String> {
-        let queued: u64 = self.record.queued.iter().map(|q| input_message_bytes(&q.input)).sum();
-        let adding = if self.record.turn.is_some() {
-            input_message_bytes(input)
-        } else {
-            match input {
-                ClientInput::ClientMessage(m) => {
-                    let is_new = match self.tree.reconcile_appended(self.record.head_id.as_deref(), &m.message) {
-                        Some((_, is_new)) => is_new,
-                        None => !m.message.id.as_deref().is_some_and(|id| self.tree.contains(id)),
-                    };
-                    if is_new { draft_bytes(&m.message) } else { 0 }
-                }
-                ClientInput::ClientMessages(m) => {
-                    let new_from = self.tree.reconcile(&m.messages).new_from;
-                    m.messages.iter().skip(new_from).map(draft_bytes).sum()
-                }
-                _ => 0,
+        let held = self.record.message_bytes;
+        match input {
+            ClientInput::ClientMessage(_) | ClientInput::ClientMessages(_) | ClientInput::ClientAction(_)
+                if self.record.turn.is_some() =>
+            {
+                let queued: u64 = self.record.queued.iter().map(|q| json_bytes(&q.input)).sum();
+                let adding = json_bytes(input);
+                (held.saturating_add(queued).saturating_add(adding) > max).then(|| {
+                    format!(
+                        "the input would wait for the open turn in the session's record with {adding} bytes, \
+                         beside {queued} bytes of inputs queued before it and {held} bytes of messages, past \
+                         its {max} (max_session_bytes); nothing of it was stored"
+                    )
+                })
             }
-        };
-        let holding = self.record.message_bytes.saturating_add(queued);
-        (adding > 0 && holding.saturating_add(adding) > max).then(|| {
+            ClientInput::ClientMessage(m) => {
+                let is_new = match self.tree.reconcile_appended(self.record.head_id.as_deref(), &m.message) {
+                    Some((_, is_new)) => is_new,
+                    None => !m.message.id.as_deref().is_some_and(|id| self.tree.contains(id)),
+                };
+                self.refuse_new_messages(if is_new { draft_bytes(&m.message) } else { 0 }, max)
+            }
+            ClientInput::ClientMessages(m) => {
+                let new_from = self.tree.reconcile(&m.messages).new_from;
+                self.refuse_new_messages(m.messages.iter().skip(new_from).map(draft_bytes).sum(), max)
+            }
+            _ => None,
+        }
+    }
+
+    /// Why a client's `adding` bytes of new messages may not be recorded,
+    /// if they would take the session past `max`.
+    fn refuse_new_messages(&self, adding: u64, max: u64) -> Option<String> {
+        let held = self.record.message_bytes;
+        (adding > 0 && held.saturating_add(adding) > max).then(|| {
             format!(
-                "the input would add {adding} bytes of messages to a session holding {holding} of its {max} \
+                "the input would add {adding} bytes of messages to a session holding {held} of its {max} \
                  (max_session_bytes); nothing of it was stored"
             )
         })
     }
 }
 
-/// The bytes of the messages a client input carries.
-fn input_message_bytes(input: &ClientInput) -> u64 {
-    match input {
-        ClientInput::ClientMessage(m) => draft_bytes(&m.message),
-        ClientInput::ClientMessages(m) => m.messages.iter().map(draft_bytes).sum(),
-        _ => 0,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use subs_protocol::action::MessageSend;
-    use subs_protocol::client::{ClientMessage, ClientMessages};
+    use subs_protocol::client::{ClientAction, ClientMessages};
 
     use super::*;
     use crate::session::Change;
@@ -332,21 +339,36 @@ mod tests {
         assert_eq!(session.refuse_input_bytes(&view("b"), held + added), None);
         let refused = session.refuse_input_bytes(&view("b"), held + added - 1).expect("refused");
         assert!(refused.contains("max_session_bytes"), "{refused}");
-        // With a turn open, the whole view waits in the record.
+        // An action adds no message.
+        let action = ClientInput::ClientAction(ClientAction {
+            agent_id: "agent".to_owned(),
+            turn_id: None,
+            name: "go".to_owned(),
+            args: Some(serde_json::json!({"big": "x".repeat(100)})),
+        });
+        assert_eq!(session.refuse_input_bytes(&action, held), None);
+        // With a turn open, the whole input waits in the record, beside
+        // those queued before it.
         session.record.turn = Some(crate::store::TurnState {
             turn_id: "t".to_owned(),
             client_tools: Vec::new(),
             started_ms: 1,
             span: None,
         });
-        assert!(session.refuse_input_bytes(&view("b"), held + added).is_some());
-        let one = ClientInput::ClientMessage(ClientMessage {
-            agent_id: "agent".to_owned(),
-            turn_id: None,
-            message: DraftMessage::user("b"),
-            stream: None,
+        let whole = json_bytes(&view("b"));
+        assert_eq!(session.refuse_input_bytes(&view("b"), held + whole), None);
+        assert!(session.refuse_input_bytes(&view("b"), held + whole - 1).is_some());
+        let queued = crate::store::QueuedInput { turn_id: "q".to_owned(), input: action.clone(), trace: None };
+        session.record.queued.push(queued);
+        let refused = session.refuse_input_bytes(&view("b"), held + whole).expect("the queue counts");
+        assert!(refused.contains("queued") && refused.contains("max_session_bytes"), "{refused}");
+        // Results and resumes record nothing themselves.
+        let result = ClientInput::ToolResult(subs_protocol::client::ToolResult {
+            id: "c".to_owned(),
+            result: Some(serde_json::json!("x".repeat(1000))),
+            attempt: None,
         });
-        assert_eq!(session.refuse_input_bytes(&one, held + added), None);
+        assert_eq!(session.refuse_input_bytes(&result, 0), None);
     }
 
     #[tokio::test]
