@@ -62,12 +62,12 @@ impl Env {
         Self {
             hub: Hub::new(config.streams.clone()),
             tenants: Tenants::new(store.clone()),
+            history: Default::default(),
             store,
             config,
             agents: Agents::default(),
             models,
             replies: Default::default(),
-            history: Default::default(),
             metrics: Arc::new(metrics),
             tracer,
         }
@@ -85,12 +85,12 @@ impl Env {
             now_ms: config.clock.now_ms(),
             call_timeout_ms: u64::try_from(config.call_timeout.as_millis()).unwrap_or(u64::MAX),
             quota: &self.tenants,
+            history: &self.history,
             prices: self.models.prices(),
             metrics: &self.metrics,
             tracer: &self.tracer,
             incoming: None,
             decision: None,
-            history: &self.history,
         }
     }
 
