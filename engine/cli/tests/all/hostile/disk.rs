@@ -13,7 +13,7 @@ use reqwest::Method;
 use serde_json::Value;
 
 use super::{Arena, HOSTILE, HOSTILE2};
-use crate::TOOLS;
+use crate::{Server, TOOLS, http};
 
 /// The tools component with a custom section of `mib` MiB of `fill`
 /// appended: a component of its own digest, compiled to the same code.
@@ -163,6 +163,43 @@ async fn a_tenants_stored_bytes_are_bounded_and_what_is_dropped_is_reclaimed() {
     let refused = digest(&padded(8, 4));
     assert_eq!(files_of(&arena.data, &refused), (false, false), "nothing of a refused upload stays");
     arena.assert_peak_below(768 << 20);
+}
+
+/// Two servers on one PostgreSQL database, each with its own data
+/// directory: an agent deleted through one is removed from the other's
+/// disk too, once the other hears of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_removes_its_files_of_an_agent_deleted_on_another() {
+    let Some(cluster) = subs_store_postgres::testing::TestCluster::shared() else { return };
+    let database = cluster.fresh_database();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = |dir: &Path| Server::start_with(&["--data", dir.to_str().unwrap(), "--store", &database], "127.0.0.1:0");
+    let (a, b) = (node(dir_a.path()), node(dir_b.path()));
+    let bytes = padded(2, 7);
+    let version = digest(&bytes);
+    let response = http()
+        .put(format!("{}/v1/agents/big", a.url))
+        .header("content-type", "application/wasm")
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+
+    // `b` loads the agent once it hears of it: its bytes from the
+    // database, its code compiled into its own data directory.
+    let within = |what: &'static str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    within("b keeps the agent's files", &|| files_of(dir_b.path(), &version) == (true, true));
+    let response = http().delete(format!("{}/v1/agents/big", a.url)).send().await.unwrap();
+    assert_eq!(response.status(), 204);
+    assert_eq!(files_of(dir_a.path(), &version), (false, false), "a removes its files at once");
+    within("b removes its files once it hears of the delete", &|| files_of(dir_b.path(), &version) == (false, false));
 }
 
 /// The version name of a component's bytes.
