@@ -167,12 +167,12 @@ impl Session {
     pub async fn load(store: &dyn Store, key: &SessionKey) -> Result<Option<Self>, StoreError> {
         let Some(mut loaded) = store.load(key).await? else { return Ok(None) };
         let tree = Tree::from_records(loaded.messages.into_iter().map(|(_, r)| r));
-        let calls = loaded.calls.into_iter().map(|c| (c.call.id.clone(), c)).collect();
         // A session stored before its record kept the count is counted
         // once here; the next commit stores the count.
         if loaded.record.message_bytes == 0 && tree.len() > 0 {
             loaded.record.message_bytes = tree.messages().map(history::message_bytes).sum();
         }
+        let calls = loaded.calls.into_iter().map(|c| (c.call.id.clone(), c)).collect();
         let steps = loaded.steps.into_iter().filter(|(_, s)| s.status == StepStatus::Pending).collect();
         Ok(Some(Self {
             record: loaded.record,
@@ -403,8 +403,8 @@ impl Session {
             tool_call_id: draft.tool_call_id,
             name: draft.name,
         };
-        let parent_id = self.record.head_id.take();
         self.record.message_bytes = self.record.message_bytes.saturating_add(history::message_bytes(&message));
+        let parent_id = self.record.head_id.take();
         // One allocation for the tree and the write; the event is JSON of
         // its own.
         let record = MessageRecord { message: Arc::new(message), parent_id: parent_id.clone() };
