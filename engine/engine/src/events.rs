@@ -21,7 +21,7 @@ use subs_protocol::event::TokenDelta;
 use subs_protocol::{EventError, SessionEvent, StreamDelta};
 use tokio::sync::{Notify, oneshot};
 
-use crate::store::{EventRecord, SessionKey, TurnRecord};
+use crate::store::{EventRecord, SessionKey, TurnRecord, TurnStatus};
 use crate::worker::DeltaRefused;
 
 /// An event as subscribers receive it.
@@ -184,6 +184,9 @@ struct QueueState {
     /// Set when the queue takes no more; the subscriber ends once it has
     /// drained what is left (nothing, when it was dropped).
     end: Option<RecvError>,
+    /// Set by [`Hub::resync`]: events may have been stored that were not
+    /// published here.
+    resync: bool,
 }
 
 impl Queue {
@@ -214,6 +217,11 @@ impl Queue {
         drop(state);
         self.ready.notify_one();
         true
+    }
+
+    fn resync(&self) {
+        self.state().resync = true;
+        self.ready.notify_one();
     }
 
     fn close(&self) {
@@ -257,6 +265,21 @@ impl Subscription {
             }
             // The one waiter of this queue: a notification sent since the
             // check above is kept as a permit, so none is lost.
+            self.queue.ready.notified().await;
+        }
+    }
+
+    /// The next event, or `None` when the hub says events may have been
+    /// stored that were never published to it ([`Hub::resync`]): the
+    /// subscriber reads the store again from the last event it saw.
+    pub(crate) async fn recv_or_resync(&mut self) -> Result<Option<Arc<Frame>>, RecvError> {
+        loop {
+            if std::mem::take(&mut self.queue.state().resync) {
+                return Ok(None);
+            }
+            if let Some(next) = self.try_recv_frame() {
+                return next.map(Some);
+            }
             self.queue.ready.notified().await;
         }
     }
@@ -347,6 +370,14 @@ impl Channels {
 
 /// A turn that a commit ended: its id and its record as stored.
 pub(crate) type EndedTurn = (String, TurnRecord);
+
+/// What [`Hub::resync`] tells those waiting for a session's turns: an end
+/// under an empty turn id, which no turn has (ids are never empty). As
+/// for the end of another of the session's turns, a waiter reads the
+/// store again and goes on waiting if its turn has not ended.
+fn unseen_end() -> EndedTurn {
+    (String::new(), TurnRecord { status: TurnStatus::Running, data: None, started_ms: 0, ended_ms: None })
+}
 
 impl Hub {
     /// A hub that holds its subscribers to `limits`.
@@ -470,6 +501,39 @@ impl Hub {
         let (tx, rx) = oneshot::channel();
         channels.turn_waiters.entry(key.clone()).or_default().push(tx);
         rx
+    }
+
+    /// Tells the session's followers and those waiting for its turns that
+    /// events may have been stored that were never published here (a
+    /// commit whose outcome was in doubt; notices from other nodes lost
+    /// while this node could not hear them): followers read the stored
+    /// events again from the last one they passed on, and waiters the
+    /// turns they wait for.
+    pub fn resync(&self, key: &SessionKey) {
+        let mut channels = self.channels();
+        for queue in channels.by_session.get(key).into_iter().flatten() {
+            queue.resync();
+        }
+        let waiters = channels.turn_waiters.remove(key);
+        drop(channels);
+        for waiter in waiters.into_iter().flatten() {
+            let _ = waiter.send(unseen_end());
+        }
+    }
+
+    /// [`resync`](Self::resync) for every session followed or waited for
+    /// here.
+    pub fn resync_all(&self) {
+        let mut channels = self.channels();
+        for queue in channels.by_session.values().flatten() {
+            queue.resync();
+        }
+        let waiters = std::mem::take(&mut channels.turn_waiters);
+        channels.waiters_swept = 0;
+        drop(channels);
+        for waiter in waiters.into_values().flatten() {
+            let _ = waiter.send(unseen_end());
+        }
     }
 
     /// Whether anyone follows the session or waits for one of its turns.
@@ -824,5 +888,28 @@ mod tests {
         assert!((100..110).contains(&passed), "a burst of one second's worth, then the rate: {passed}");
         let e = gate.admit(&StreamDelta::text("t")).unwrap_err();
         assert!(e.to_string().contains("max_deltas_per_sec"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_resync_sends_followers_to_the_store_and_waiters_to_read_their_turns() {
+        let hub = hub();
+        let (a, b) = (SessionKey::new("t", "a"), SessionKey::new("t", "b"));
+        let (mut on_a, mut on_b) = (hub.subscribe(&a).unwrap(), hub.subscribe(&b).unwrap());
+        let waiter_a = hub.turn_end(&a);
+        let mut waiter_b = hub.turn_end(&b);
+        hub.publish_all([(a.clone(), event(0))]);
+        hub.resync(&a);
+        // The resync comes first: the follower reads the store from where
+        // it is, then the queued event, which it then skips by number.
+        assert_eq!(on_a.recv_or_resync().await, Ok(None));
+        assert_eq!(on_a.recv_or_resync().await.unwrap().map(|f| f.event()), Some(event(0)));
+        let (id, _) = waiter_a.await.expect("told");
+        assert!(id.is_empty(), "an end no turn has: the waiter reads the store");
+        assert!(on_b.try_recv_frame().is_none() && waiter_b.try_recv().is_err(), "other sessions untouched");
+
+        hub.resync_all();
+        assert_eq!(on_b.recv_or_resync().await, Ok(None));
+        assert!(waiter_b.await.expect("told").0.is_empty());
+        assert_eq!(on_a.recv_or_resync().await, Ok(None));
     }
 }

@@ -9,9 +9,19 @@
 //! it subscribed, or events were published while a page was read) sends
 //! the follower back to the store until it has caught up. Token deltas
 //! are live only: they pass as they come and are never replayed.
+//!
+//! Events can also be stored without ever being published here: a commit
+//! whose outcome was in doubt turns out written, or this node could not
+//! hear other nodes' notices for a while. The engine then asks every
+//! follower concerned to read the store again ([`Hub::resync`](crate::events)),
+//! and it does so from the last event it passed on, so it still misses
+//! none and sees none twice. A read of the store that fails while the
+//! database cannot be reached is tried again, for up to
+//! [`STORE_PATIENCE`], before the follower gives up with the error.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::Engine;
 use crate::events::{Frame, RecvError, Subscription, TooManyStreams};
@@ -26,6 +36,18 @@ const FIRST_PAGE: usize = 32;
 /// About how many bytes of stored events are read at a time: a run of
 /// large events is read a few at a time.
 const PAGE_BYTES: usize = 256 << 10;
+
+/// How long a follower keeps trying to read the store while the database
+/// cannot be reached (restarting, or a connection cut) before it gives up
+/// with the error: longer than a restart of PostgreSQL takes.
+pub const STORE_PATIENCE: Duration = Duration::from_secs(30);
+
+/// The first wait before a failed read is tried again; twice as long each
+/// time after, up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+
+/// The longest wait between two tries of a failed read.
+const RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Why a [`Follow`] stopped.
 #[derive(Debug, thiserror::Error)]
@@ -94,11 +116,13 @@ impl Follow {
                 return Ok(self.passed(frame));
             }
             if self.replaying {
-                self.read_page().await?;
+                self.read_page_patiently().await?;
                 continue;
             }
-            match self.live.recv_frame().await {
-                Ok(frame) => match frame.seq {
+            match self.live.recv_or_resync().await {
+                // Events may have been stored unseen: read from the store.
+                Ok(None) => self.replaying = true,
+                Ok(Some(frame)) => match frame.seq {
                     Some(seq) if self.last.is_some_and(|last| seq <= last) => {}
                     Some(seq) if seq != self.last.map_or(0, |last| last + 1) => self.replaying = true,
                     _ => return Ok(self.passed(frame)),
@@ -129,6 +153,23 @@ impl Follow {
             self.last = Some(seq);
         }
         frame
+    }
+
+    /// [`read_page`](Self::read_page), tried again while the store fails
+    /// as an unreachable database does, for up to [`STORE_PATIENCE`].
+    async fn read_page_patiently(&mut self) -> Result<(), StoreError> {
+        let started = tokio::time::Instant::now();
+        let mut wait = RETRY_FIRST;
+        loop {
+            match self.read_page().await {
+                Err(error) if error.is_transient() && started.elapsed() < STORE_PATIENCE => {
+                    tracing::debug!(session = %self.key, %error, "stored events could not be read; trying again");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(RETRY_MAX);
+                }
+                read => return read,
+            }
+        }
     }
 
     /// Reads the next page of stored events after the last one passed on,

@@ -1,6 +1,13 @@
 //! The API's one error shape, `{error, code, field?}`, and how every
 //! failure maps to a status. All handlers return [`ApiError`]; nothing else
 //! decides a status code.
+//!
+//! A store that cannot be reached, or that failed mid-commit, is the
+//! server's passing state, not a bug: it answers 503 `unavailable` with
+//! `Retry-After`, and the message says whether what was sent was stored
+//! (nothing, perhaps, or yes and not yet acted on); the store's own words,
+//! which name the database, stay in the log. Only what the server cannot
+//! get past by waiting (a corrupt record, a panic) is a 500 `internal`.
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -114,7 +121,18 @@ impl ApiError {
         tracing::error!(%error, "request failed");
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the server failed; see its logs")
     }
+
+    /// 503 `unavailable` (answered with `Retry-After`), for what passes
+    /// with time.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
 }
+
+/// The `Retry-After` of every 503, in seconds: a store restarting, or a
+/// session moving to another node, is back within about this long; a
+/// client that waits longer between tries loses nothing.
+pub const RETRY_AFTER_SECS: u64 = 1;
 
 impl From<InputError> for ApiError {
     fn from(error: InputError) -> Self {
@@ -125,18 +143,33 @@ impl From<InputError> for ApiError {
             }
             InputError::NoSession(_) => Self::new(StatusCode::NOT_FOUND, "not_found", message),
             InputError::Conflict(_) => Self::new(StatusCode::CONFLICT, "conflict", message),
-            InputError::Store(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message),
+            InputError::Store(_) | InputError::Unavailable(_) | InputError::ShuttingDown => Self::unavailable(message),
             InputError::LimitExceeded(_) => Self::new(StatusCode::TOO_MANY_REQUESTS, "limit_exceeded", message),
-            _ => Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message),
+            _ => Self::unavailable(message),
         }
     }
 }
 
 impl From<StoreError> for ApiError {
+    /// A store that cannot be reached (or whose answer to a write was
+    /// lost) is 503 with what the client may assume; a corrupt record or
+    /// an unsupported request is the server's fault, a 500.
     fn from(error: StoreError) -> Self {
         match error {
-            StoreError::Closed => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the server is shutting down")
+            StoreError::Closed => Self::unavailable("the server is shutting down"),
+            StoreError::Io { .. } | StoreError::Locked { .. } => {
+                tracing::warn!(%error, "a request failed: the store is unavailable");
+                Self::unavailable("the store is unavailable; nothing was changed. Try again in a moment")
+            }
+            StoreError::InDoubt { .. } => {
+                tracing::warn!(%error, "a request failed: the store's answer to a write was lost");
+                Self::unavailable(
+                    "the store failed while the change was being written, and whether it was is unknown: read it \
+                     back before trying again",
+                )
+            }
+            StoreError::Fenced { .. } => {
+                Self::unavailable("the session moved to another node meanwhile; nothing was changed. Try again")
             }
             other => Self::internal(&other),
         }
@@ -178,8 +211,13 @@ pub struct ErrorCode(pub &'static str);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let status = self.status;
         let body = ErrorBody { error: self.message, code: self.code.to_owned(), field: self.field };
         // The code rides along for the metrics, which count refusals by it.
-        (self.status, axum::Extension(ErrorCode(self.code)), Json(body)).into_response()
+        let mut response = (status, axum::Extension(ErrorCode(self.code)), Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, RETRY_AFTER_SECS.into());
+        }
+        response
     }
 }

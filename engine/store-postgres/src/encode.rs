@@ -22,6 +22,7 @@ pub(crate) mod table {
     pub(crate) const REPLIES: &str = "replies";
     pub(crate) const BLOBS: &str = "blobs";
     pub(crate) const LEASES: &str = "leases";
+    pub(crate) const NODES: &str = "nodes";
     pub(crate) const DECISIONS: &str = "decisions";
 }
 

@@ -19,7 +19,7 @@
 //! | `decisions` | (tenant, agent id, version) | the decisions the version made: the sum of [`Op::CountDecisions`](subs_store::Op::CountDecisions) |
 //! | `replies` | request id | the answer to a forwarded request, and when it was stored |
 //! | `blobs` | digest | a component's bytes, and when they were last stored |
-//! | `nodes` | name | when the node's heartbeat expires |
+//! | `nodes` | name | when the node's heartbeat expires; the key of its lock, and when it was taken |
 //! | `leases` | (tenant, session) | the node holding the lease (NULL once released) and its fencing token, from the sequence `lease_tokens` |
 //!
 //! A session's rows are keyed by its number rather than its two texts: a
@@ -51,10 +51,11 @@
 //! again one by one, so one bad batch fails alone; one it chose as a
 //! deadlock or serialization victim is tried once more as a whole. If the
 //! connection fails while the statement is in flight, its outcome is
-//! unknown and every batch of the group gets the error; none is written
-//! again (a connection idle for more than a second is checked before a
-//! group is sent on it, so a connection that died while idle costs
-//! nothing).
+//! unknown and every batch of the group gets [`StoreError::InDoubt`]; none
+//! is written again (a connection idle for more than a second is checked
+//! before a group is sent on it, so a connection that died while idle
+//! costs nothing). When the database cannot be reached at all, the group
+//! fails with [`StoreError::Io`]: nothing of it was written.
 //!
 //! # Several nodes: leases, fencing, notices
 //!
@@ -66,6 +67,11 @@
 //!   the database's clock (`now()`), never by the nodes'. Closing or
 //!   dropping the store deletes the row, so others take its sessions at
 //!   once;
+//! - that task's connection also holds the node's advisory lock, which
+//!   PostgreSQL releases as soon as the connection ends: a node whose
+//!   process died counts as dead at once, without waiting for its
+//!   heartbeat to expire ([`Shared::live_nodes`]; see `node.rs` for why a
+//!   paused node and a restarted server still go by the heartbeat);
 //! - [`Shared::claim`] upserts the session's `leases` row with a new token
 //!   unless a live node other than this one holds it;
 //! - the group's statement first locks (`FOR SHARE`) the lease rows of the
@@ -95,6 +101,19 @@
 //! private network, a Unix socket (`postgres:///subs?host=/run/postgresql`)
 //! or a local TLS proxy.
 
+/// A condition on a row `n` of `nodes`: the node is live (see `node.rs`:
+/// its heartbeat has not expired and its connection holds its lock, or
+/// held it only before the server's restart). Testing another
+/// connection's lock takes a shared lock held to the end of the
+/// transaction, which conflicts with nothing but a node taking that key,
+/// and no key is taken twice. The number is [`node::LOCK_CLASS`].
+macro_rules! live_node {
+    () => {
+        "(n.expires > now() AND (n.lock_key IS NULL OR n.locked < pg_postmaster_start_time() \
+         OR NOT pg_try_advisory_xact_lock_shared(1937072755, n.lock_key)))"
+    };
+}
+
 mod encode;
 mod node;
 pub mod notice;
@@ -112,9 +131,9 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRo
 use sqlx::{ConnectOptions as _, Connection as _, Executor as _, Row as _};
 use subs_store::shared::{Claim, Lease, Noticed, Orphan, Shared, SharedSettings};
 use subs_store::{
-    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession,
-    MessageRecord, SessionKey, SessionRecord, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats,
-    TenantRecord, TurnRecord,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, MessageRecord,
+    SessionKey, SessionRecord, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats, TenantRecord,
+    TurnRecord,
 };
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -171,6 +190,8 @@ pub struct PgStore {
     /// The database, without its password, for errors.
     url: String,
     node: String,
+    /// The lease timing.
+    settings: SharedSettings,
     pool: PgPool,
     /// Where commits queue for the writer; `None` once closed.
     queue: Mutex<Option<mpsc::Sender<writer::Request>>>,
@@ -269,7 +290,7 @@ impl PgStore {
         };
         let mut heartbeat_conn = dedicated().await?;
         node::warn_if_not_durable(&mut heartbeat_conn, &shown).await;
-        node::register(&mut heartbeat_conn, &node, &shared, &shown).await?;
+        let key = node::register(&mut heartbeat_conn, &node, &shared, &shown).await?;
         let mut writer_conn = dedicated().await?;
         writer_conn
             .execute(writer::WRITER_SETTINGS)
@@ -301,6 +322,7 @@ impl PgStore {
         let heartbeat = node::Heartbeat {
             options: connect,
             conn: Some(heartbeat_conn),
+            key: Some(key),
             node: node.clone(),
             settings: shared,
             paused: Arc::clone(&paused),
@@ -320,6 +342,7 @@ impl PgStore {
         Ok(PgStore {
             url: shown,
             node,
+            settings: shared,
             pool,
             queue: Mutex::new(Some(queue)),
             tasks: Mutex::new(tasks),
@@ -400,18 +423,23 @@ impl PgStore {
     }
 
     /// Runs `read` on a pooled connection, unless the store is closed;
-    /// `op` names what it does in errors.
+    /// `op` names what it does in errors. A connection found dead is
+    /// dropped and the read tried on another: after a restart of the
+    /// server every pooled connection is dead, so as many tries as the
+    /// pool holds, and one more on a connection made anew.
     async fn fetch_all<'q>(
         &self,
         op: impl FnOnce() -> String,
         query: impl Fn() -> Query<'q>,
     ) -> StoreResult<Vec<PgRow>> {
         self.open_check()?;
-        match query().fetch_all(&self.pool).await {
-            Err(err) if broken(&err) => query().fetch_all(&self.pool).await,
-            result => result,
+        let mut tries = self.pool.size() + 1;
+        loop {
+            match query().fetch_all(&self.pool).await {
+                Err(err) if broken(&err) && tries > 0 => tries -= 1,
+                result => return result.map_err(|err| StoreError::io(op(), err)),
+            }
         }
-        .map_err(|err| StoreError::io(op(), err))
     }
 
     async fn fetch_optional<'q>(
@@ -420,11 +448,13 @@ impl PgStore {
         query: impl Fn() -> Query<'q>,
     ) -> StoreResult<Option<PgRow>> {
         self.open_check()?;
-        match query().fetch_optional(&self.pool).await {
-            Err(err) if broken(&err) => query().fetch_optional(&self.pool).await,
-            result => result,
+        let mut tries = self.pool.size() + 1;
+        loop {
+            match query().fetch_optional(&self.pool).await {
+                Err(err) if broken(&err) && tries > 0 => tries -= 1,
+                result => return result.map_err(|err| StoreError::io(op(), err)),
+            }
         }
-        .map_err(|err| StoreError::io(op(), err))
     }
 }
 
@@ -433,7 +463,7 @@ type Query<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArgume
 /// Whether `err` says the connection was lost, rather than the query
 /// refused: a read is then tried once more, on another connection.
 fn broken(err: &sqlx::Error) -> bool {
-    matches!(err, sqlx::Error::Io(_) | sqlx::Error::Protocol(_))
+    matches!(err, sqlx::Error::Io(_) | sqlx::Error::Protocol(_)) || writer::connection_lost(err)
 }
 
 enum Queued {
@@ -648,11 +678,20 @@ impl Store for PgStore {
         Box::pin(async move {
             self.open_check()?;
             let failed = |err: sqlx::Error| StoreError::io(format!("cannot load session {key} from {}", self.url), err);
-            let mut tx =
-                self.pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await.map_err(failed)?;
-            let rows =
-                sqlx::query(LOAD).bind(&key.tenant).bind(&key.session).fetch_all(&mut *tx).await.map_err(failed)?;
-            tx.commit().await.map_err(failed)?;
+            let read = async || {
+                let mut tx = self.pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await?;
+                let rows = sqlx::query(LOAD).bind(&key.tenant).bind(&key.session).fetch_all(&mut *tx).await?;
+                tx.commit().await?;
+                Ok::<_, sqlx::Error>(rows)
+            };
+            // As `fetch_all`: dead connections are dropped, one by one.
+            let mut tries = self.pool.size() + 1;
+            let rows = loop {
+                match read().await {
+                    Err(err) if broken(&err) && tries > 0 => tries -= 1,
+                    rows => break rows.map_err(failed)?,
+                }
+            };
             let mut record = None;
             let (mut messages, mut calls, mut steps) = (Vec::new(), Vec::new(), Vec::new());
             for row in &rows {
@@ -948,13 +987,14 @@ impl Shared for PgStore {
             // then the claim is tried again.
             for _ in 0..3 {
                 let query = || {
-                    sqlx::query(
-                    "INSERT INTO leases AS l (tenant, session, node, token) VALUES ($1, $2, $3, nextval('lease_tokens')) \
+                    sqlx::query(concat!(
+                        "INSERT INTO leases AS l (tenant, session, node, token) VALUES ($1, $2, $3, nextval('lease_tokens')) \
                      ON CONFLICT (tenant, session) DO UPDATE SET node = EXCLUDED.node, token = EXCLUDED.token \
                      WHERE l.node IS NULL OR l.node = EXCLUDED.node \
-                        OR NOT EXISTS (SELECT 1 FROM nodes n WHERE n.name = l.node AND n.expires > now()) \
-                     RETURNING token",
-                )
+                        OR NOT EXISTS (SELECT 1 FROM nodes n WHERE n.name = l.node AND ",
+                        live_node!(),
+                        ") RETURNING token"
+                    ))
                 .bind(&tenant)
                 .bind(&session)
                 .bind(&self.node)
@@ -966,10 +1006,11 @@ impl Shared for PgStore {
                     return Ok(Claim::Granted(Lease { token }));
                 }
                 let query = || {
-                    sqlx::query(
-                        "SELECT l.node FROM leases l JOIN nodes n ON n.name = l.node AND n.expires > now() \
-                     WHERE l.tenant = $1 AND l.session = $2 AND l.node <> $3",
-                    )
+                    sqlx::query(concat!(
+                        "SELECT l.node FROM leases l JOIN nodes n ON n.name = l.node AND ",
+                        live_node!(),
+                        " WHERE l.tenant = $1 AND l.session = $2 AND l.node <> $3"
+                    ))
                     .bind(&tenant)
                     .bind(&session)
                     .bind(&self.node)
@@ -1001,7 +1042,8 @@ impl Shared for PgStore {
 
     /// Sessions with work left (status not idle, or inbox items) whose
     /// lease row is missing or whose holder is not live (`crashed`), and
-    /// released sessions with inbox items (not `crashed`); by key.
+    /// sessions with inbox items released or held by this node (not
+    /// `crashed`); by key.
     fn orphans(&self, limit: usize) -> BoxFuture<'_, StoreResult<Vec<Orphan>>> {
         Box::pin(async move {
             if limit == 0 {
@@ -1009,19 +1051,22 @@ impl Shared for PgStore {
                 return Ok(Vec::new());
             }
             let query = || {
-                sqlx::query(
-                "WITH mail AS (SELECT k.tenant, k.session FROM (SELECT DISTINCT sid FROM inbox) i \
+                sqlx::query(concat!(
+                    "WITH mail AS (SELECT k.tenant, k.session FROM (SELECT DISTINCT sid FROM inbox) i \
                    JOIN session_ids k ON k.sid = i.sid), \
                  unfinished AS (SELECT k.tenant, k.session FROM active_sessions a JOIN session_ids k ON k.sid = a.sid \
                    UNION SELECT * FROM mail) \
-                 SELECT u.tenant, u.session, l.tenant IS NULL OR l.node IS NOT NULL AS crashed \
+                 SELECT u.tenant, u.session, l.tenant IS NULL OR (l.node IS NOT NULL AND l.node <> $2) AS crashed \
                  FROM unfinished u LEFT JOIN leases l ON l.tenant = u.tenant AND l.session = u.session \
                  WHERE l.tenant IS NULL \
-                    OR (l.node IS NOT NULL AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.name = l.node AND n.expires > now())) \
-                    OR (l.node IS NULL AND EXISTS (SELECT 1 FROM mail m WHERE m.tenant = u.tenant AND m.session = u.session)) \
-                 ORDER BY u.tenant, u.session LIMIT $1",
-            )
-            .bind(self::limit(limit))
+                    OR (l.node IS NOT NULL AND l.node <> $2 AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.name = l.node AND ",
+                    live_node!(),
+                    ")) OR ((l.node IS NULL OR l.node = $2) \
+                        AND EXISTS (SELECT 1 FROM mail m WHERE m.tenant = u.tenant AND m.session = u.session)) \
+                 ORDER BY u.tenant, u.session LIMIT $1"
+                ))
+                .bind(self::limit(limit))
+                .bind(&self.node)
             };
             let rows = self.fetch_all(|| format!("cannot look for orphaned sessions in {}", self.url), query).await?;
             rows.iter()
@@ -1094,6 +1139,18 @@ impl Shared for PgStore {
 
     fn listen(&self) -> broadcast::Receiver<Noticed> {
         self.notices.subscribe()
+    }
+
+    fn live_nodes(&self) -> BoxFuture<'_, StoreResult<Vec<String>>> {
+        Box::pin(async move {
+            let query = || sqlx::query(concat!("SELECT n.name FROM nodes n WHERE ", live_node!(), " ORDER BY n.name"));
+            let rows = self.fetch_all(|| format!("cannot list the live nodes in {}", self.url), query).await?;
+            rows.iter().map(|row| column::<String>(row, 0, table::NODES)).collect()
+        })
+    }
+
+    fn settings(&self) -> SharedSettings {
+        self.settings
     }
 }
 

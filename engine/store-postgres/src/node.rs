@@ -1,5 +1,31 @@
-//! This node in the database: its name, its heartbeat, and the
-//! housekeeping the heartbeat task does on the side.
+//! This node in the database: its name, its heartbeat, the lock that
+//! says it is alive, and the housekeeping the heartbeat task does on the
+//! side.
+//!
+//! # Liveness
+//!
+//! A node is live while both hold:
+//!
+//! - its heartbeat (`nodes.expires`, renewed every
+//!   [`SharedSettings::renew`]) has not expired, by the database's clock;
+//! - its heartbeat's connection holds its advisory lock (`(LOCK_CLASS,
+//!   nodes.lock_key)`, session-level, taken when the node registers and
+//!   whenever that connection is made anew, with a new key each time).
+//!
+//! The lock is what makes a dead node's sessions free at once: when a
+//! node's process dies, the kernel closes its connections and PostgreSQL
+//! ends their backends at once, releasing the lock; others test it with
+//! `pg_try_advisory_xact_lock_shared`, which succeeds only when no
+//! connection holds it. A node paused (SIGSTOP) or cut off by the network
+//! keeps its connection, and its lock, until PostgreSQL notices the
+//! connection is gone (TCP keepalive): for those the heartbeat's expiry
+//! decides, and fencing keeps the node from writing once others have
+//! claimed its sessions.
+//!
+//! A lock taken before the database server last started (`nodes.locked <
+//! pg_postmaster_start_time()`) was lost to the restart, not to the node's
+//! death: until the node takes a new one, its heartbeat alone decides, so
+//! a restart of PostgreSQL does not make every node look dead at once.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,6 +44,16 @@ pub const MAX_NODE_NAME: usize = 128;
 
 /// How often the heartbeat task deletes what nobody will read again.
 const HOUSEKEEPING: Duration = Duration::from_secs(60);
+
+/// The first of the two keys of every node's advisory lock (`subs` in
+/// ASCII): the second is the node's `lock_key`. Two-key advisory locks
+/// never meet the one-key locks others take (sqlx's migration lock).
+pub(crate) const LOCK_CLASS: i32 = 0x7375_6273;
+
+/// How soon a failed renewal is tried again, at first: a node whose
+/// heartbeat's connection was cut counts as dead (its lock is gone) until
+/// it has a new one, so it reconnects at once rather than a period later.
+const RETRY: Duration = Duration::from_millis(100);
 
 /// A name for this process's node, unique per process and per store:
 /// `host-pid-random`.
@@ -49,7 +85,17 @@ fn seconds(duration: Duration) -> f64 {
     duration.as_secs_f64()
 }
 
-/// Registers `node` with a heartbeat good for `settings.lease`.
+/// Takes a new key for this node's lock and the lock itself, on `conn`
+/// (the heartbeat's connection), which holds it until it ends.
+async fn lock(conn: &mut PgConnection) -> Result<i32, sqlx::Error> {
+    let key: i32 = sqlx::query_scalar("SELECT nextval('node_locks')::int4").fetch_one(&mut *conn).await?;
+    // Nobody else takes a key handed out by the sequence: this never waits.
+    sqlx::query("SELECT pg_advisory_lock($1, $2)").bind(LOCK_CLASS).bind(key).execute(&mut *conn).await?;
+    Ok(key)
+}
+
+/// Registers `node` with a heartbeat good for `settings.lease`, and its
+/// lock on `conn`, the heartbeat's connection.
 ///
 /// A live node of the same name is an error: two processes would share
 /// leases. A dead one is this node's previous process: the leases it still
@@ -61,15 +107,21 @@ pub(crate) async fn register(
     node: &str,
     settings: &SharedSettings,
     url: &str,
-) -> Result<(), StoreError> {
+) -> Result<i32, StoreError> {
     let failed = |err: sqlx::Error| StoreError::io(format!("cannot register node {node:?} in {url}"), err);
+    // Outside the transaction: a session-level lock outlives it either way.
+    let key = lock(conn).await.map_err(failed)?;
     let mut tx = conn.begin().await.map_err(failed)?;
-    let registered = sqlx::query(
-        "INSERT INTO nodes (name, expires) VALUES ($1, now() + make_interval(secs => $2)) \
-         ON CONFLICT (name) DO UPDATE SET expires = EXCLUDED.expires WHERE nodes.expires <= now() RETURNING name",
-    )
+    let registered = sqlx::query(concat!(
+        "INSERT INTO nodes (name, expires, lock_key, locked) VALUES ($1, now() + make_interval(secs => $2), $3, now()) \
+         ON CONFLICT (name) DO UPDATE SET expires = EXCLUDED.expires, lock_key = EXCLUDED.lock_key, \
+         locked = EXCLUDED.locked WHERE NOT (SELECT ",
+        live_node!(),
+        " FROM nodes n WHERE n.name = $1) RETURNING name"
+    ))
     .bind(node)
     .bind(seconds(settings.lease))
+    .bind(key)
     .fetch_optional(&mut *tx)
     .await
     .map_err(failed)?;
@@ -81,13 +133,16 @@ pub(crate) async fn register(
     }
     sqlx::query("UPDATE leases SET node = '' WHERE node = $1").bind(node).execute(&mut *tx).await.map_err(failed)?;
     tx.commit().await.map_err(failed)?;
-    Ok(())
+    Ok(key)
 }
 
 /// What the heartbeat task needs.
 pub(crate) struct Heartbeat {
     pub(crate) options: PgConnectOptions,
     pub(crate) conn: Option<PgConnection>,
+    /// The key of the node's lock, while `conn` holds it (made anew, it
+    /// does not yet).
+    pub(crate) key: Option<i32>,
     pub(crate) node: String,
     pub(crate) settings: SharedSettings,
     /// Tests stop the heartbeat with this, to watch leases lapse.
@@ -95,37 +150,55 @@ pub(crate) struct Heartbeat {
 }
 
 /// Renews the node's heartbeat every `renew` until `stop`, on a
-/// connection of its own (a busy pool never delays it); deletes replies
-/// nobody read within an hour, and nodes dead for a day. When stopped,
-/// deletes the node's row: its leases then count as held by a dead node,
-/// and other nodes take its sessions at once instead of after the lease.
+/// connection of its own (a busy pool never delays it), which holds the
+/// node's lock; deletes replies nobody read within an hour, and nodes dead
+/// for a day. A failed renewal is tried again on a new connection (with a
+/// new lock) after [`RETRY`], then twice as long each time, up to a period.
+/// When stopped, deletes the node's row: its leases then count as held by
+/// a dead node, and other nodes take its sessions at once instead of after
+/// the lease.
 pub(crate) async fn run(mut heartbeat: Heartbeat, mut stop: watch::Receiver<bool>) {
-    let mut ticks = tokio::time::interval(heartbeat.settings.renew);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The first tick is now: the node was registered a moment ago.
-    ticks.tick().await;
+    let period = heartbeat.settings.renew;
+    // The node was registered a moment ago.
+    let mut wait = period;
     // The first renewal also does the housekeeping, then once a period.
     let mut housekept: Option<Instant> = None;
+    // Failures in a row: the first is told at `warn`, the rest at `debug`
+    // (the store's outage is told by whoever needs the store).
+    let mut failures = 0u32;
     loop {
         tokio::select! {
             () = stopped(&mut stop) => break,
-            _ = ticks.tick() => {}
+            () = tokio::time::sleep(wait) => {}
         }
         if heartbeat.paused.load(Ordering::Relaxed) {
+            wait = period;
             continue;
         }
         // A renewal that takes longer than a period is given up: the next
         // starts on a new connection.
-        let renewed = tokio::time::timeout(heartbeat.settings.renew, heartbeat.renew()).await;
+        let renewed = match tokio::time::timeout(period, heartbeat.renew()).await {
+            Ok(renewed) => renewed.map_err(|error| error.to_string()),
+            Err(_) => Err("timed out".to_owned()),
+        };
         match renewed {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                tracing::warn!(%error, node = heartbeat.node, "the node's heartbeat failed; retrying");
-                heartbeat.conn = None;
+            Ok(()) => {
+                if failures > 0 {
+                    tracing::info!(node = heartbeat.node, failures, "the node's heartbeat is renewed again");
+                }
+                failures = 0;
+                wait = period;
             }
-            Err(_) => {
-                tracing::warn!(node = heartbeat.node, "the node's heartbeat timed out; retrying");
+            Err(error) => {
+                if failures == 0 {
+                    tracing::warn!(%error, node = heartbeat.node, "the node's heartbeat failed; retrying");
+                } else {
+                    tracing::debug!(%error, node = heartbeat.node, failures, "the node's heartbeat failed again");
+                }
+                failures = failures.saturating_add(1);
                 heartbeat.conn = None;
+                wait = if failures == 1 { RETRY } else { (wait * 2).min(period) };
+                continue;
             }
         }
         if housekept.is_none_or(|at| at.elapsed() >= HOUSEKEEPING) {
@@ -146,6 +219,7 @@ pub(crate) async fn run(mut heartbeat: Heartbeat, mut stop: watch::Receiver<bool
 impl Heartbeat {
     async fn connection(&mut self) -> Result<&mut PgConnection, sqlx::Error> {
         if self.conn.is_none() {
+            self.key = None;
             self.conn = Some(PgConnection::connect_with(&self.options).await?);
         }
         self.conn.as_mut().ok_or(sqlx::Error::PoolClosed)
@@ -153,16 +227,35 @@ impl Heartbeat {
 
     async fn renew(&mut self) -> Result<(), sqlx::Error> {
         let (node, lease) = (self.node.clone(), seconds(self.settings.lease));
+        self.connection().await?;
+        let conn = self.conn.as_mut().ok_or(sqlx::Error::PoolClosed)?;
+        let Some(key) = self.key else {
+            // A new connection: the lock went with the old one.
+            let key = lock(conn).await?;
+            sqlx::query(
+                "INSERT INTO nodes (name, expires, lock_key, locked) VALUES ($1, now() + make_interval(secs => $2), $3, now()) \
+                 ON CONFLICT (name) DO UPDATE SET expires = EXCLUDED.expires, lock_key = EXCLUDED.lock_key, \
+                 locked = EXCLUDED.locked",
+            )
+            .bind(node)
+            .bind(lease)
+            .bind(key)
+            .execute(&mut *conn)
+            .await?;
+            self.key = Some(key);
+            return Ok(());
+        };
         // An upsert: should the row have been deleted as dead meanwhile,
         // the node is back (its old tokens still fence it where it lost
         // its leases).
         sqlx::query(
-            "INSERT INTO nodes (name, expires) VALUES ($1, now() + make_interval(secs => $2)) \
+            "INSERT INTO nodes (name, expires, lock_key, locked) VALUES ($1, now() + make_interval(secs => $2), $3, now()) \
              ON CONFLICT (name) DO UPDATE SET expires = EXCLUDED.expires",
         )
         .bind(node)
         .bind(lease)
-        .execute(self.connection().await?)
+        .bind(key)
+        .execute(conn)
         .await?;
         Ok(())
     }

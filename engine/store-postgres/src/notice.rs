@@ -19,12 +19,11 @@
 //!
 //! PostgreSQL keeps no notices for a listener that is not connected, so
 //! whatever was sent meanwhile is lost. When the listener is connected and
-//! listening again, it sends every receiver one [`Notice::Records`] from
+//! listening again, it sends every receiver one [`Notice::Missed`] from
 //! the node named [`MISSED`] (an empty name, which no node has): receivers
-//! should then read again what they follow, as after a lag of their
-//! broadcast receiver. A receiver that lags (more than
-//! [`NOTICE_BUFFER`] notices behind) loses the oldest and learns it from
-//! `RecvError::Lagged`.
+//! then read again what they follow, as after a lag of their broadcast
+//! receiver. A receiver that lags (more than [`NOTICE_BUFFER`] notices
+//! behind) loses the oldest and learns it from `RecvError::Lagged`.
 
 use std::time::Duration;
 
@@ -46,8 +45,8 @@ pub const MAX_PAYLOAD: usize = 7999;
 /// may fall behind by before it loses the oldest.
 pub const NOTICE_BUFFER: usize = 16_384;
 
-/// The `from` of the [`Notice::Records`] sent after the listener
-/// reconnected: notices may have been missed (see the module docs).
+/// The `from` of the [`Notice::Missed`] sent after the listener
+/// reconnected (see the module docs).
 pub const MISSED: &str = "";
 
 /// The payloads carrying `notices` from `node`: as few as fit under
@@ -59,7 +58,8 @@ pub(crate) fn payloads<'a>(node: &str, notices: impl IntoIterator<Item = &'a Not
     let mut current = head.clone();
     let mut count = 0;
     for notice in notices {
-        let item = encode(notice).to_string();
+        let Some(item) = encode(notice) else { continue };
+        let item = item.to_string();
         if head.len() + item.len() + TAIL.len() > MAX_PAYLOAD {
             // Only a key far beyond the id rules gets here.
             tracing::warn!(len = item.len(), "a notice too large for NOTIFY was not sent");
@@ -83,13 +83,16 @@ pub(crate) fn payloads<'a>(node: &str, notices: impl IntoIterator<Item = &'a Not
     payloads
 }
 
-fn encode(notice: &Notice) -> Value {
-    match notice {
+/// A notice as sent; `None` for [`Notice::Missed`], which each node's
+/// listener tells its own receivers and no node sends.
+fn encode(notice: &Notice) -> Option<Value> {
+    Some(match notice {
         Notice::Events { key, first, last } => json!(["e", key.tenant, key.session, first, last]),
         Notice::Inbox { key } => json!(["i", key.tenant, key.session]),
         Notice::Reply { id } => json!(["r", id]),
         Notice::Records => json!(["R"]),
-    }
+        Notice::Missed => return None,
+    })
 }
 
 /// The node and notices of a payload; `None` for what no node of this
@@ -182,7 +185,8 @@ fn forward(node: &str, payload: &str, sender: &broadcast::Sender<Noticed>) {
 }
 
 fn missed(sender: &broadcast::Sender<Noticed>) {
-    let _ = sender.send(Noticed { from: MISSED.to_owned(), notice: Notice::Records });
+    tracing::info!("the notice listener is back; notices sent meanwhile are read again from the store");
+    let _ = sender.send(Noticed { from: MISSED.to_owned(), notice: Notice::Missed });
 }
 
 /// Resolves once `stop` says so (or its sender is gone).

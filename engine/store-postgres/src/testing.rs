@@ -66,6 +66,8 @@ pub struct TestCluster {
     /// The watchdog and the pipe it waits on.
     watchdog: Mutex<Option<(Child, ChildStdin)>>,
     databases: AtomicU64,
+    /// Who runs the server's programs.
+    run_as: Option<RunAs>,
 }
 
 /// The user PostgreSQL runs as, when this process is root.
@@ -140,6 +142,7 @@ impl TestCluster {
             port: 0,
             watchdog: Mutex::new(Some((watchdog, pipe))),
             databases: AtomicU64::new(0),
+            run_as,
         };
 
         let mut initdb = Command::new(bindir.join("initdb"));
@@ -192,6 +195,48 @@ impl TestCluster {
         pid.lines().next()?.trim().parse().ok()
     }
 
+    /// Stops the server, as `pg_ctl stop -m <mode>` does (`fast`: clients
+    /// are disconnected, the server shuts down cleanly; `immediate`: it
+    /// stops at once, as in a crash, and recovers from its WAL at the
+    /// next start). Waits until it has stopped.
+    ///
+    /// # Panics
+    /// If `pg_ctl` fails.
+    pub fn stop(&self, mode: StopMode) {
+        self.pg_ctl(&["-w", "-t", "60", "stop", "-m", mode.name()]);
+    }
+
+    /// Starts the server again after [`stop`](Self::stop), on the same
+    /// port and data; waits until it takes connections.
+    ///
+    /// # Panics
+    /// If `pg_ctl` fails.
+    pub fn start_again(&self) {
+        let log = self.dir.join("postgresql.log");
+        let log = log.to_str().expect("a UTF-8 path").to_owned();
+        self.pg_ctl(&["-l", &log, "-w", "-t", "60", "start"]);
+    }
+
+    /// [`stop`](Self::stop) then [`start_again`](Self::start_again), as an
+    /// operator's restart.
+    pub fn restart(&self, mode: StopMode) {
+        self.stop(mode);
+        self.start_again();
+    }
+
+    fn pg_ctl(&self, args: &[&str]) {
+        let mut command = Command::new(self.bindir.join("pg_ctl"));
+        command.arg("-D").arg(self.dir.join("data")).args(args);
+        let out = as_user(command, self.run_as, &self.dir).stdin(Stdio::null()).output().expect("pg_ctl runs");
+        assert!(
+            out.status.success(),
+            "pg_ctl {args:?} failed: {}{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(self.dir.join("postgresql.log")).unwrap_or_default()
+        );
+    }
+
     /// The URL of the cluster's `postgres` database, as its superuser.
     pub fn url(&self) -> String {
         self.database_url("postgres")
@@ -215,6 +260,45 @@ impl TestCluster {
     fn database_url(&self, database: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
     }
+}
+
+/// How [`TestCluster::stop`] stops the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopMode {
+    /// Disconnects every client, then shuts down cleanly.
+    Fast,
+    /// Stops at once, as a crash of the server would; the next start
+    /// recovers from the WAL.
+    Immediate,
+}
+
+impl StopMode {
+    fn name(self) -> &'static str {
+        match self {
+            StopMode::Fast => "fast",
+            StopMode::Immediate => "immediate",
+        }
+    }
+}
+
+/// Runs `sql` (one or more statements) on a connection of its own to
+/// `url`, and returns the rows the statements return, each value as text
+/// (`None` for NULL): for tests that look under the store, or break it
+/// (terminate backends, add triggers, change roles). Casting non-text
+/// columns to `text` in the query keeps the values readable.
+///
+/// # Errors
+/// What PostgreSQL answered, as text.
+pub async fn sql(url: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+    use sqlx::{Connection as _, Executor as _, Row as _};
+    let mut conn = sqlx::PgConnection::connect(url).await.map_err(|e| e.to_string())?;
+    let rows = conn.fetch_all(sqlx::raw_sql(sql)).await.map_err(|e| e.to_string())?;
+    let _ = conn.close().await;
+    rows.iter()
+        .map(|row| {
+            (0..row.len()).map(|at| row.try_get_unchecked::<Option<String>, _>(at).map_err(|e| e.to_string())).collect()
+        })
+        .collect()
 }
 
 impl Drop for TestCluster {

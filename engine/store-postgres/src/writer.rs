@@ -142,6 +142,9 @@ enum Failure {
     /// The connection failed: whether the group's statement committed is
     /// unknown, so its batches must not be written again.
     Unknown(sqlx::Error),
+    /// The group's statement was never sent (no connection, or the
+    /// statement numbering new sessions failed): nothing was written.
+    NotSent(sqlx::Error),
 }
 
 impl Failure {
@@ -150,20 +153,42 @@ impl Failure {
             Failure::Refused(err) => {
                 StoreError::io(format!("cannot write a group of {batches} batches"), err.to_string())
             }
-            Failure::Unknown(err) => StoreError::io(
-                format!(
-                    "the connection failed while writing a group of {batches} batches; whether it was written is unknown"
-                ),
+            Failure::Unknown(err) => StoreError::in_doubt(
+                format!("the connection failed while writing a group of {batches} batches"),
+                err.to_string(),
+            ),
+            Failure::NotSent(err) => StoreError::io(
+                format!("cannot reach the database to write a group of {batches} batches"),
                 err.to_string(),
             ),
         }
     }
 }
 
+/// Whether PostgreSQL ended the connection rather than refusing the
+/// statement: an operator's or a shutdown's termination (class `57`), or
+/// a connection exception (class `08`). The server says so in place of
+/// the statement's answer, and the connection is gone with it.
+pub(crate) fn connection_lost(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db)
+        if db.code().is_some_and(|code| code.starts_with("57") || code.starts_with("08")))
+}
+
 fn failure(err: sqlx::Error) -> Failure {
     match err {
+        // A statement cut short by the connection's end may have committed
+        // just before: its outcome is unknown.
+        sqlx::Error::Database(_) if connection_lost(&err) => Failure::Unknown(err),
         sqlx::Error::Database(_) => Failure::Refused(err),
         _ => Failure::Unknown(err),
+    }
+}
+
+/// A failure before the group's statement was sent.
+fn not_sent(err: sqlx::Error) -> Failure {
+    match err {
+        sqlx::Error::Database(_) if !connection_lost(&err) => Failure::Refused(err),
+        _ => Failure::NotSent(err),
     }
 }
 
@@ -259,7 +284,7 @@ impl Writer {
     /// batch's [`StoreError::Fenced`] (nothing of it written).
     async fn write(&mut self, batches: &[&Encoded], appends: Appends) -> Result<Vec<StoreResult<()>>, Failure> {
         let outcome = self.try_write(batches, appends).await;
-        if let Err(Failure::Unknown(_)) = &outcome {
+        if let Err(Failure::Unknown(_) | Failure::NotSent(_)) = &outcome {
             self.conn = None;
         }
         outcome
@@ -290,7 +315,7 @@ impl Writer {
             let (sql, arguments) = GroupWrites::collect(&group, &self.sids)?
                 .statement(payloads, appends)
                 .map_err(|err| Failure::Refused(sqlx::Error::Encode(err)))?;
-            let conn = self.connection().await.map_err(failure)?;
+            let conn = self.connection().await.map_err(not_sent)?;
             let row = sqlx::query_with(&sql, arguments).fetch_one(&mut *conn).await.map_err(failure)?;
             let answer = Answer::read(&row).map_err(failure)?;
             if answer.ok {
@@ -337,12 +362,12 @@ impl Writer {
         // beside it predates it): the next try reads it.
         for _ in 0..3 {
             let (tenants, sessions): (Vec<&str>, Vec<&str>) = missing.iter().copied().unzip();
-            let conn = self.connection().await.map_err(failure)?;
-            let rows = sqlx::query(SIDS).bind(tenants).bind(sessions).fetch_all(&mut *conn).await.map_err(failure)?;
+            let conn = self.connection().await.map_err(not_sent)?;
+            let rows = sqlx::query(SIDS).bind(tenants).bind(sessions).fetch_all(&mut *conn).await.map_err(not_sent)?;
             for row in rows {
-                let sid: i64 = row.try_get(0).map_err(failure)?;
-                let tenant: String = row.try_get(1).map_err(failure)?;
-                let session: String = row.try_get(2).map_err(failure)?;
+                let sid: i64 = row.try_get(0).map_err(not_sent)?;
+                let tenant: String = row.try_get(1).map_err(not_sent)?;
+                let session: String = row.try_get(2).map_err(not_sent)?;
                 self.sids.insert(tenant, session, sid);
             }
             missing.retain(|(tenant, session)| self.sids.get(tenant, session).is_none());

@@ -644,6 +644,8 @@ async fn orphans_are_crashed_or_released_with_mail() {
         running("held-by-dead"),
         running("never-held"),
         idle("idle"),
+        idle("held-with-mail"),
+        Op::PushInbox { session: key("held-with-mail"), item: item("x") },
         idle("released-with-mail"),
         Op::PushInbox { session: key("released-with-mail"), item: item("x") },
         Op::PutSession(session(&key("released-waiting"), SessionStatus::Waiting)),
@@ -652,6 +654,7 @@ async fn orphans_are_crashed_or_released_with_mail() {
     .await
     .unwrap();
     granted(&live, &key("held-by-live")).await;
+    granted(&live, &key("held-with-mail")).await;
     granted(&dying, &key("held-by-dead")).await;
     for name in ["released-with-mail", "released-waiting"] {
         let token = granted(&live, &key(name)).await;
@@ -660,6 +663,8 @@ async fn orphans_are_crashed_or_released_with_mail() {
     dying.pause_heartbeat(true);
     let expected = [
         Orphan { key: key("held-by-dead"), crashed: true },
+        // Its own, with mail an actor may not have seen: woken, not taken.
+        Orphan { key: key("held-with-mail"), crashed: false },
         Orphan { key: key("never-held"), crashed: true },
         Orphan { key: key("released-with-mail"), crashed: false },
         Orphan { key: key("unborn"), crashed: true },
@@ -675,8 +680,233 @@ async fn orphans_are_crashed_or_released_with_mail() {
     }
     assert_eq!(shared(&live).orphans(2).await.unwrap(), expected[..2]);
     assert!(shared(&live).orphans(0).await.unwrap().is_empty());
+    // Another node does not see the mail of a session `live` holds.
+    let other = open(&url, options()).await;
+    assert!(!shared(&other).orphans(100).await.unwrap().iter().any(|o| o.key == key("held-with-mail")));
+    other.close().await.unwrap();
     live.close().await.unwrap();
     dying.close().await.unwrap();
+}
+
+/// The backend holding node `name`'s lock (its heartbeat's connection).
+async fn lock_holder(db: &sqlx::PgPool, name: &str) -> Option<i32> {
+    sqlx::query_scalar(
+        "SELECT l.pid FROM pg_locks l JOIN nodes n ON l.objid::int8 = n.lock_key \
+         WHERE l.locktype = 'advisory' AND l.classid = 1937072755::oid AND l.objsubid = 2 AND l.granted \
+         AND l.mode = 'ExclusiveLock' AND n.name = $1 \
+         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    )
+    .bind(name)
+    .fetch_optional(db)
+    .await
+    .expect("pg_locks reads")
+}
+
+async fn terminate(db: &sqlx::PgPool, pid: i32) {
+    let done: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)").bind(pid).fetch_one(db).await.unwrap();
+    assert!(done, "backend {pid} terminated");
+}
+
+async fn live_nodes(store: &PgStore) -> Vec<String> {
+    shared(store).live_nodes().await.expect("the live nodes are listed")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_connection_ends_is_dead_at_once_and_one_paused_at_its_lease() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let db = raw(&url).await;
+    // Leases of a minute: anything sooner is the lock's doing.
+    let long = || PgOptions {
+        shared: SharedSettings { lease: Duration::from_secs(60), renew: Duration::from_millis(200) },
+        ..options()
+    };
+    let (a, b) = (open(&url, long()).await, open(&url, long()).await);
+    let (name_a, name_b) = (shared(&a).node().to_owned(), shared(&b).node().to_owned());
+    let mut both = vec![name_a.clone(), name_b.clone()];
+    both.sort();
+    assert_eq!(live_nodes(&b).await, both);
+    let s = key("s");
+    granted(&a, &s).await;
+    assert!(matches!(claim(&b, &s).await, Claim::HeldBy { .. }));
+
+    // A's heartbeat connection is cut while A lives: A is dead until it
+    // reconnects, which it does at once, with a new lock.
+    let first = lock_holder(&db, &name_a).await.expect("A holds its lock");
+    terminate(&db, first).await;
+    let started = Instant::now();
+    loop {
+        let holder = lock_holder(&db, &name_a).await;
+        if holder.is_some_and(|pid| pid != first) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "A took its lock again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(started.elapsed() < Duration::from_secs(2), "reconnected in {:?}", started.elapsed());
+    assert_eq!(live_nodes(&b).await, both, "live again");
+
+    // A dies as a killed process does: its heartbeat stops and its
+    // connection ends. B claims A's session at once, not after a minute.
+    a.pause_heartbeat(true);
+    let holder = lock_holder(&db, &name_a).await.expect("A holds its lock");
+    terminate(&db, holder).await;
+    let started = Instant::now();
+    loop {
+        if let Claim::Granted(_) = claim(&b, &s).await {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "B could not take A's session");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(live_nodes(&b).await, [name_b]);
+    assert_eq!(shared(&b).orphans(10).await.unwrap(), [], "nothing left behind");
+    std::mem::forget(a);
+
+    // A paused node keeps its connection and its lock: its lease decides.
+    let c = open(&url, short_leases()).await;
+    let t = key("t");
+    granted(&c, &t).await;
+    c.pause_heartbeat(true);
+    assert!(matches!(claim(&b, &t).await, Claim::HeldBy { .. }), "held while its heartbeat is young");
+    let started = Instant::now();
+    while !matches!(claim(&b, &t).await, Claim::Granted(_)) {
+        assert!(started.elapsed() < Duration::from_secs(10), "C's lease never lapsed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(started.elapsed() >= Duration::from_millis(500), "lapsed too early: {:?}", started.elapsed());
+    assert!(lock_holder(&db, shared(&c).node()).await.is_some(), "C's connection still holds its lock");
+    c.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_cut_in_flight_is_in_doubt_and_one_that_cannot_be_sent_is_not() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let db = raw(&url).await;
+    let store = open(&url, options()).await;
+    db.execute(
+        "CREATE FUNCTION slow() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(30); RETURN NEW; END $$ LANGUAGE plpgsql; \
+         CREATE TRIGGER slow BEFORE INSERT ON tenants FOR EACH ROW EXECUTE FUNCTION slow()",
+    )
+    .await
+    .unwrap();
+    let commit = store.commit(batch([Op::PutTenant(tenant("slow", json!({}), 1))]));
+    let sleeping = async {
+        loop {
+            let pid: Option<i32> = sqlx::query_scalar(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()",
+            )
+            .fetch_optional(&db)
+            .await
+            .unwrap();
+            if let Some(pid) = pid {
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let pid = tokio::time::timeout(Duration::from_secs(10), sleeping).await.expect("the writer sleeps in the trigger");
+    terminate(&db, pid).await;
+    let err = commit.await.expect_err("the connection was cut");
+    assert!(err.may_have_written() && err.is_transient(), "{err:?}");
+    assert!(err.to_string().contains("whether it was written is unknown"), "{err}");
+    db.execute("DROP TRIGGER slow ON tenants").await.unwrap();
+    // The writer connects again for the next group.
+    store.commit(batch([Op::PutTenant(tenant("next", json!({}), 1))])).await.expect("written");
+    assert!(store.tenants().await.unwrap().iter().all(|t| t.tenant != "slow"), "the cut statement wrote nothing");
+
+    // The database takes no connections, and the writer's is gone: the
+    // group is never sent, and the error says nothing was written.
+    let name: String = sqlx::query_scalar("SELECT current_database()").fetch_one(&db).await.unwrap();
+    let pids: Vec<i32> = sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() \
+         AND application_name = 'subs'",
+    )
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    let admin = raw(&cluster.url()).await;
+    admin.execute(format!("ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS false").as_str()).await.unwrap();
+    for pid in pids {
+        terminate(&db, pid).await;
+    }
+    // Idle past the writer's check, so it finds its connection dead.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let err = store.commit(batch([Op::PutTenant(tenant("unsent", json!({}), 1))])).await.expect_err("unreachable");
+    assert!(err.is_transient() && !err.may_have_written(), "{err:?}");
+    admin.execute(format!("ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS true").as_str()).await.unwrap();
+    store.commit(batch([Op::PutTenant(tenant("back", json!({}), 1))])).await.expect("the database is back");
+    let tenants: Vec<String> = store.tenants().await.unwrap().into_iter().map(|t| t.tenant).collect();
+    assert_eq!(tenants, ["back", "next"]);
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_lost_its_connection_says_notices_were_missed() {
+    let cluster = cluster!();
+    let url = cluster.fresh_database();
+    let db = raw(&url).await;
+    let (a, b) = (open(&url, options()).await, open(&url, options()).await);
+    let mut to_b = shared(&b).listen();
+    let listeners: Vec<i32> = sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND datname = current_database()",
+    )
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    assert_eq!(listeners.len(), 2, "one listener per node");
+    for pid in listeners {
+        terminate(&db, pid).await;
+    }
+    // What A commits before B listens again is lost to B, which is told.
+    let missed = loop {
+        let noticed = next(&mut to_b).await;
+        if noticed.notice == Notice::Missed {
+            break noticed;
+        }
+    };
+    assert_eq!(missed.from, "", "from no node");
+    a.commit(batch([Op::PushInbox { session: key("s"), item: item("after") }])).await.unwrap();
+    assert_eq!(next(&mut to_b).await.notice, Notice::Inbox { key: key("s") }, "listening again");
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_of_the_server_does_not_make_live_nodes_look_dead() {
+    // A cluster of its own: the others' tests must not see it restart.
+    let Some(cluster) = TestCluster::start() else { return };
+    let url = cluster.fresh_database();
+    let long = || PgOptions {
+        shared: SharedSettings { lease: Duration::from_secs(60), renew: Duration::from_secs(20) },
+        ..options()
+    };
+    let (a, b) = (open(&url, long()).await, open(&url, long()).await);
+    let s = key("s");
+    a.commit(batch([Op::PutSession(session(&s, SessionStatus::Running))])).await.unwrap();
+    granted(&a, &s).await;
+    cluster.restart(subs_store_postgres::testing::StopMode::Fast);
+    // A's lock went with the restart and its next renewal is 20 s away:
+    // until then its heartbeat alone says it lives, and it does.
+    let started = Instant::now();
+    let live = loop {
+        match shared(&b).live_nodes().await {
+            Ok(live) => break live,
+            Err(_) => {
+                assert!(started.elapsed() < Duration::from_secs(10), "the server is back");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(live.len(), 2, "{live:?}");
+    assert!(matches!(claim(&b, &s).await, Claim::HeldBy { .. }));
+    assert_eq!(shared(&b).orphans(10).await.unwrap(), []);
+    // Commits fail while the server is down and work once it is back.
+    a.commit(batch([Op::PutSession(session(&s, SessionStatus::Idle))])).await.expect("the writer reconnects");
+    a.close().await.unwrap();
+    b.close().await.unwrap();
 }
 
 /// Waits (at most 10 s) for the next notice.
@@ -793,9 +1023,11 @@ async fn blobs_are_deleted_once_stale() {
     shared(&a).put_blob("sha256:new", b"new").await.unwrap();
     shared(&a).put_blob("secret:tokens", b"s").await.unwrap();
     let pool = raw(&url).await;
-    pool.execute("UPDATE blobs SET stored = now() - interval '2 hours' WHERE digest IN ('sha256:old', 'secret:tokens')")
-        .await
-        .unwrap();
+    pool.execute(
+        "UPDATE blobs SET stored = now() - interval '2 hours' WHERE digest IN ('sha256:old', 'secret:tokens')",
+    )
+    .await
+    .unwrap();
     let hour = Duration::from_secs(3600);
     assert_eq!(shared(&b).stale_blobs(hour).await.unwrap(), ["sha256:old"]);
     assert!(!shared(&b).delete_blob("sha256:new", hour).await.unwrap(), "stored within the hour");

@@ -72,6 +72,20 @@ struct State {
     reorder: bool,
     /// The acknowledged batch waiting for the next one, when reordering.
     held: Option<Batch>,
+    /// Commits still to fail as a database that went away would (see
+    /// [`FaultyStore::fail_commits`]), and whether they are written first.
+    failing: u64,
+    failing_written: bool,
+}
+
+/// What [`FaultyStore::admit`] decided for one commit.
+enum Admitted {
+    /// Through to the inner store, after the delay.
+    Through(Duration),
+    /// Refused: the store crashed.
+    Crashed,
+    /// Failed as by a lost connection; written first when `written`.
+    Failed { written: bool },
 }
 
 impl<S: Store> FaultyStore<S> {
@@ -122,6 +136,19 @@ impl<S: Store> FaultyStore<S> {
         self.state().reorder = true;
     }
 
+    /// Makes the next `n` commits fail as they do when the connection to a
+    /// database is lost: with `written` false, each fails with
+    /// [`StoreError::Io`] and writes nothing (the database refused it or
+    /// was not reached); with `written` true, each is written and then
+    /// fails with [`StoreError::InDoubt`] (the answer was lost on the
+    /// way). Commits after them go through. Unlike a crash, the store
+    /// stays usable: this is a database restarting under a live engine.
+    pub fn fail_commits(&self, n: u64, written: bool) {
+        let mut state = self.state();
+        state.failing = n;
+        state.failing_written = written;
+    }
+
     /// Commits passed through to the inner store so far.
     pub fn commits(&self) -> u64 {
         self.state().commits
@@ -155,21 +182,25 @@ impl<S: Store> FaultyStore<S> {
         }
     }
 
-    /// Decides whether a commit goes through; `Some(delay)` when it does.
-    fn admit(&self) -> Option<Duration> {
+    /// Decides whether a commit goes through.
+    fn admit(&self) -> Admitted {
         let mut state = self.state();
         if !state.crashed && state.budget == Some(0) {
             self.crash(&mut state);
         }
         if state.crashed {
             state.refused += 1;
-            return None;
+            return Admitted::Crashed;
+        }
+        if state.failing > 0 {
+            state.failing -= 1;
+            return Admitted::Failed { written: state.failing_written };
         }
         if let Some(budget) = state.budget.as_mut() {
             *budget -= 1;
         }
         state.commits += 1;
-        Some(state.delay)
+        Admitted::Through(state.delay)
     }
 }
 
@@ -177,7 +208,20 @@ impl<S: Store> Store for FaultyStore<S> {
     fn commit(&self, batch: Batch) -> BoxFuture<'_, StoreResult<()>> {
         let admitted = self.admit();
         Box::pin(async move {
-            let delay = admitted.ok_or(StoreError::Closed)?;
+            let delay = match admitted {
+                Admitted::Through(delay) => delay,
+                Admitted::Crashed => return Err(StoreError::Closed),
+                Admitted::Failed { written: false } => {
+                    return Err(StoreError::io("cannot write a batch", "injected: the database went away"));
+                }
+                Admitted::Failed { written: true } => {
+                    self.inner.commit(batch).await?;
+                    return Err(StoreError::in_doubt(
+                        "the connection failed while writing a batch",
+                        "injected: the answer was lost",
+                    ));
+                }
+            };
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
@@ -410,6 +454,20 @@ mod tests {
         assert!(store.commit(event_batch(0)).await.is_err());
         waiter.await.unwrap();
         assert!(stored_events(store.as_ref()).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn failed_commits_write_nothing_or_everything_and_the_store_goes_on() {
+        let store = FaultyStore::new(MemStore::new());
+        store.fail_commits(1, false);
+        let lost = store.commit(event_batch(0)).await.expect_err("the database went away");
+        assert!(lost.is_transient() && !lost.may_have_written(), "{lost:?}");
+        store.fail_commits(1, true);
+        let doubt = store.commit(event_batch(1)).await.expect_err("the answer was lost");
+        assert!(doubt.is_transient() && doubt.may_have_written(), "{doubt:?}");
+        store.commit(event_batch(2)).await.expect("the store answers again");
+        assert!(!store.crashed());
+        assert_eq!(stored_events(&store).await, vec![1, 2], "the first was not written, the second was");
     }
 
     #[tokio::test]

@@ -266,8 +266,6 @@ pub enum StoreError {
         #[source]
         source: Arc<dyn std::error::Error + Send + Sync>,
     },
-    /// A stored record could not be decoded (a bug or a corrupted file).
-    #[error("a stored record is unreadable ({table}): {message}")]
     Corrupt {
         /// The table holding it.
         table: &'static str,
@@ -282,6 +280,8 @@ pub enum StoreError {
     /// forwarded requests, which only a shared store does).
     #[error("this store does not support that: {0}")]
     Unsupported(&'static str),
+    /// A stored record could not be decoded (a bug or a corrupted file).
+    #[error("a stored record is unreadable ({table}): {message}")]
     /// The batch was written under a lease this node no longer holds
     /// (see [`Batch::fence`]): another node acts for the session now.
     /// Nothing of the batch was written.
@@ -313,6 +313,27 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// the network; an embedded one answers at once. [`conformance::run`]
 /// checks all of this for any implementation.
 pub trait Store: StoreAdmin + Send + Sync + 'static {
+
+    /// A commit whose outcome is unknown: see [`StoreError::InDoubt`].
+    pub fn in_doubt(op: impl Into<String>, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::InDoubt { op: op.into(), source: Arc::from(source.into()) }
+    }
+
+    /// Whether the batch of a failed commit may have been written
+    /// ([`StoreError::InDoubt`]); every other error of a commit means
+    /// nothing of the batch was.
+    pub fn may_have_written(&self) -> bool {
+        matches!(self, Self::InDoubt { .. })
+    }
+
+    /// Whether the error is one that passes: the database could not be
+    /// reached or failed mid-way ([`Io`](Self::Io),
+    /// [`InDoubt`](Self::InDoubt)), and the same read or commit may
+    /// succeed once it answers again. Not a closed store, a corrupt
+    /// record, or a lease lost to another node.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Io { .. } | Self::InDoubt { .. })
+    }
     /// Makes `batch` durable, all or nothing.
     fn commit(&self, batch: Batch) -> BoxFuture<'_, StoreResult<()>>;
 

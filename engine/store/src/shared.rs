@@ -17,7 +17,10 @@
 //! [`SharedSettings::renew`]) and a lease counts as held while its node's
 //! heartbeat is younger than [`SharedSettings::lease`]. A node that stops
 //! renewing loses every lease it holds at once, and the others take its
-//! unfinished sessions over ([`Shared::orphans`]). A node whose actor for
+//! unfinished sessions over ([`Shared::orphans`]). A store may also know
+//! sooner that a node died (PostgreSQL: the node's own connection to the
+//! database ended, see `subs-store-postgres`): its leases are then free at
+//! once, and [`Shared::live_nodes`] tells the others. A node whose actor for
 //! a session goes quiet [`release`](Shared::release)s the lease, so the
 //! next input to any node claims it at once.
 //!
@@ -89,6 +92,12 @@ pub enum Notice {
     },
     /// Agents, keys or tenants changed.
     Records,
+    /// Notices from other nodes may have been lost: this node could not
+    /// hear them for a while (the store's connection for them was cut and
+    /// is back). Sent by the store itself, never by a commit. A receiver
+    /// treats every session it follows, every session it holds and every
+    /// record it keeps as changed.
+    Missed,
 }
 
 /// A [`Notice`] and the node it came from.
@@ -153,8 +162,21 @@ pub trait Shared: Send + Sync {
     /// At most `limit` sessions with work left (not idle, or items in
     /// their inbox) that no live node holds: their holder died, or
     /// released them with items left in the inbox, or they never had a
-    /// holder.
+    /// holder; and the sessions this node holds with items in their inbox
+    /// (not `crashed`), which an actor of this node may not have seen
+    /// arrive (a notice lost while the store was unreachable): the caller
+    /// wakes them, which costs an actor that has them in hand already
+    /// one read of its inbox.
     fn orphans(&self, limit: usize) -> BoxFuture<'_, StoreResult<Vec<Orphan>>>;
+
+    /// The names of the nodes live now, this one included if it is (it
+    /// may not be, while its heartbeat cannot reach the store): what a
+    /// node watches to take a dead node's sessions over as soon as it is
+    /// seen dead, rather than at its next scan.
+    fn live_nodes(&self) -> BoxFuture<'_, StoreResult<Vec<String>>>;
+
+    /// The lease timing this node runs with.
+    fn settings(&self) -> SharedSettings;
 
     /// Keeps a component's bytes under their digest (`sha256:<hex>`), so
     /// every node can load an agent uploaded to any of them. Storing the
@@ -178,7 +200,8 @@ pub trait Shared: Send + Sync {
     fn delete_blob<'a>(&'a self, digest: &'a str, age: Duration) -> BoxFuture<'a, StoreResult<bool>>;
 
     /// Notices from the other nodes' commits, from now on (this node's own
-    /// are not sent to it). A receiver that lags loses the oldest; it
-    /// should then treat every session it follows as changed.
+    /// are not sent to it), and [`Notice::Missed`] when some may have been
+    /// lost. A receiver that lags loses the oldest; it should then do as
+    /// for [`Notice::Missed`].
     fn listen(&self) -> broadcast::Receiver<Noticed>;
 }

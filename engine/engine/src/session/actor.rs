@@ -98,6 +98,25 @@ pub(crate) trait Mailboxes: Send + Sync {
     fn take_recovering(&self, key: &SessionKey) -> bool;
 }
 
+/// What a caller is told when the commit acting on its request failed:
+/// that nothing of it was stored, or, when the commit's outcome is in
+/// doubt, that it may have been and how to find out. The store's own
+/// words stay in the log: they name the database.
+fn not_stored(error: &StoreError) -> InputError {
+    match error {
+        StoreError::Fenced { .. } => {
+            InputError::Store("the session moved to another node meanwhile; nothing of it was kept".to_owned())
+        }
+        error if error.may_have_written() => InputError::Unavailable(
+            "the store failed while this was being stored, and whether it was is unknown. An input sent again \
+             with the same turn_id is answered with its turn if the first was stored (without a turn_id, sending \
+             it again starts another turn)"
+                .to_owned(),
+        ),
+        _ => InputError::Store("the store is unavailable; nothing of it was kept".to_owned()),
+    }
+}
+
 /// Whether the session holds sub-agent calls an interrupt queued, which
 /// a resume starts.
 fn holds_spawns(session: &Session) -> bool {
@@ -112,6 +131,26 @@ const LINGER: Duration = Duration::from_secs(1);
 /// but not yet committed, before they are committed anyway: a bound on
 /// what a crash can make the agent decide again, and on the held batch.
 const MAX_HELD: u32 = 8;
+
+/// How soon an actor whose store failed first tries to reload its session
+/// (see [`Actor::fall`]); each further failure doubles the wait, up to
+/// [`RELOAD_MAX`].
+const RELOAD_FIRST: Duration = Duration::from_millis(100);
+
+/// The longest wait between two tries to reload a session whose store
+/// failed: what a store that comes back costs the session at most.
+const RELOAD_MAX: Duration = Duration::from_secs(1);
+
+/// An actor whose store failed: its session is not in memory, and it
+/// reloads it from the store when the timer fires (or a wake comes).
+struct Down {
+    /// The wait before the next try.
+    backoff: Duration,
+    /// Fires when the next try is due.
+    retry: Pin<Box<tokio::time::Sleep>>,
+    /// Failures in a row.
+    failures: u32,
+}
 
 struct InFlight {
     seq: u64,
@@ -169,6 +208,15 @@ pub(crate) struct Actor {
     /// sessions that may work at once, held until nothing is in flight
     /// (see [`Directory::resume`](super::directory::Directory::resume)).
     resuming: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Set while the store fails: see [`Actor::fall`].
+    down: Option<Down>,
+    /// The step whose decision is being applied and committed.
+    deciding: Option<u64>,
+    /// After a failure: the step whose delivery was in flight or whose
+    /// decision was not committed. If the reloaded session's front step
+    /// is that one, its delivery may have reached the worker and counts,
+    /// as after a crash.
+    cut: Option<u64>,
 }
 
 /// Where the answer to a request goes: back to a caller on this node, or,
@@ -234,6 +282,9 @@ impl Actor {
             lease: None,
             remote: false,
             resuming,
+            down: None,
+            deciding: None,
+            cut: None,
         };
         let task = tokio::spawn(actor.run().instrument(span));
         (tx, task)
@@ -247,12 +298,17 @@ impl Actor {
 
     async fn serve(&mut self) {
         loop {
-            if let Err(e) = self.pump().await {
-                if self.fenced(&e) {
-                    continue;
+            if self.down.is_some() {
+                if !self.reload().await {
+                    return;
                 }
-                self.halt(&e);
-                return;
+                continue;
+            }
+            if let Err(e) = self.pump().await {
+                if !self.failed(&e) {
+                    return;
+                }
+                continue;
             }
             if self.resuming.is_some() && self.delivery.is_none() && self.running.is_empty() && self.held.is_none() {
                 // Resumed, and nothing in flight: what it waits for now
@@ -290,7 +346,16 @@ impl Actor {
                 Next::Decided(delivered) => {
                     let d = self.delivery.take().expect("the delivery that ended");
                     // What a node that lost the session's lease decided is stale.
-                    if self.remote { Ok(()) } else { self.on_decided(d.seq, d.attempt, d.contained, *delivered).await }
+                    if self.remote {
+                        Ok(())
+                    } else {
+                        self.deciding = Some(d.seq);
+                        let decided = self.on_decided(d.seq, d.attempt, d.contained, *delivered).await;
+                        if decided.is_ok() {
+                            self.deciding = None;
+                        }
+                        decided
+                    }
                 }
                 Next::Due => {
                     // Fired once: the next pump arms it again for whatever
@@ -300,13 +365,112 @@ impl Actor {
                     Ok(())
                 }
             };
-            if let Err(e) = handled {
-                if self.fenced(&e) {
-                    continue;
-                }
-                self.halt(&e);
+            if let Err(e) = handled
+                && !self.failed(&e)
+            {
                 return;
             }
+        }
+    }
+
+    /// After a failed commit or read: gives the session up to the node
+    /// that fenced it, waits for a failing store to answer again, or
+    /// stops on one that is closed or unreadable. Whether the actor goes
+    /// on.
+    fn failed(&mut self, error: &StoreError) -> bool {
+        if self.fenced(error) {
+            return true;
+        }
+        if error.is_transient() {
+            self.fall(error);
+            return true;
+        }
+        self.halt(error);
+        false
+    }
+
+    /// The store failed (it restarted, the connection was cut, a commit's
+    /// outcome is in doubt): what is in memory may be ahead of the store,
+    /// or behind it, so it is dropped, tasks in flight are stopped, and
+    /// the session is reloaded from the store, as after a crash, as soon
+    /// as the store answers: tried after [`RELOAD_FIRST`], then twice as
+    /// long each time up to [`RELOAD_MAX`] (see [`reload`](Self::reload)).
+    /// The lease is kept meanwhile (no other node acts for the session
+    /// while this one lives), so nothing accepted waits for anything but
+    /// the store.
+    fn fall(&mut self, error: &StoreError) {
+        let failures = self.down.as_ref().map_or(0, |down| down.failures).saturating_add(1);
+        if failures == 1 {
+            tracing::error!(%error, "the store failed; the session is reloaded from the store once it answers");
+        } else {
+            tracing::debug!(%error, failures, "the store failed again; the session waits for it");
+        }
+        let cut = self.delivery.as_ref().map(|delivery| delivery.seq).or(self.deciding.take());
+        self.cut = self.cut.or(cut);
+        self.env.hub.forget_turns(&self.key);
+        self.stop_tasks();
+        self.held = None;
+        self.session = None;
+        self.loaded = false;
+        self.lease = None;
+        self.remote = false;
+        self.check_inbox = true;
+        let backoff = self.down.as_ref().map_or(RELOAD_FIRST, |down| (down.backoff * 2).min(RELOAD_MAX));
+        self.down = Some(Down { backoff, retry: Box::pin(tokio::time::sleep(backoff)), failures });
+    }
+
+    /// While the store fails: waits for the next try, and tries to reload
+    /// the session. A request that comes meanwhile is refused at once,
+    /// saying nothing of it was stored (trying the store for each would
+    /// keep its client waiting for the store's timeout, and the next try
+    /// is at most [`RELOAD_MAX`] away); a wake (the store's notices flow
+    /// again, a scan found mail) tries at once. Whether the actor goes on.
+    async fn reload(&mut self) -> bool {
+        let down = self.down.as_mut().expect("called while down");
+        let msg = tokio::select! {
+            () = down.retry.as_mut() => None,
+            msg = self.rx.recv() => match msg {
+                Some(msg) => Some(msg),
+                None => return false,
+            },
+        };
+        match msg {
+            None | Some(Msg::Wake) => {}
+            // The reloaded session finds its calls in the store.
+            Some(Msg::CallDone { .. }) => return true,
+            Some(msg) => {
+                self.refuse(msg);
+                return true;
+            }
+        }
+        if let Err(error) = self.pump().await {
+            return self.failed(&error);
+        }
+        let failures = self.down.take().map_or(0, |down| down.failures);
+        tracing::info!(failures, "the store answers again; the session was reloaded");
+        // What the failed commit may have written was never published
+        // here: followers read the store again, waiters for turns too.
+        self.env.hub.resync(&self.key);
+        true
+    }
+
+    /// Answers a message the actor cannot act on while its store fails.
+    fn refuse(&self, msg: Msg) {
+        let refused = || InputError::Store("the store is unavailable; nothing of it was kept".to_owned());
+        match msg {
+            Msg::Input { reply, .. } => {
+                self.env.metrics.input_taken();
+                let _ = reply.send(Err(refused()));
+            }
+            Msg::Cancel { reply } => {
+                let _ = reply.send(Err(refused()));
+            }
+            Msg::SetBudget { reply, .. } => {
+                let _ = reply.send(Err(refused()));
+            }
+            // Reloaded, the session finds what these were about in the
+            // store.
+            Msg::Wake | Msg::CallDone { .. } => {}
         }
     }
 
@@ -340,13 +504,20 @@ impl Actor {
         }
     }
 
-    /// A store failure: what is in memory may be ahead of the store, so it
-    /// is dropped; the session is reloaded from the store when next
-    /// touched. Tasks in flight are stopped.
+    /// A store closed (the engine is stopping) or unreadable (a corrupt
+    /// record): what is in memory may be ahead of the store, so it is
+    /// dropped, and the actor stops; the session is reloaded from the
+    /// store when next touched. Tasks in flight are stopped, and the
+    /// messages already sent to the actor are answered with the error.
     fn halt(&mut self, error: &StoreError) {
         tracing::error!(%error, "session stopped: the store failed");
         self.stop_tasks();
         self.mail.forget(&self.key);
+        // Forgotten: nothing more is sent here.
+        self.rx.close();
+        while let Ok(msg) = self.rx.try_recv() {
+            self.refuse(msg);
+        }
     }
 
     fn stop_tasks(&mut self) {
@@ -481,6 +652,7 @@ impl Actor {
                     tracing::debug!(holder = %node, "the session is leased to another node; forwarding to it");
                     self.loaded = true;
                     self.remote = true;
+                    self.cut = None;
                     self.mail.take_recovering(&self.key);
                 }
             }
@@ -492,9 +664,14 @@ impl Actor {
         if !self.loaded {
             self.session = Session::load(self.env.store.as_ref(), &self.key).await?;
             self.loaded = true;
-            if self.session.is_some() && self.mail.take_recovering(&self.key) {
+            // Reloaded after a failure with the front step's delivery cut
+            // short, as after a crash: it may have reached the worker.
+            let recovering = self.mail.take_recovering(&self.key);
+            let front = self.session.as_ref().and_then(|s| s.next_step()).map(|(seq, _)| *seq);
+            if self.session.is_some() && (recovering || (front.is_some() && front == self.cut)) {
                 self.mark_interrupted().await?;
             }
+            self.cut = None;
         }
         // Requests forwarded by other nodes may wait in the inbox of a
         // session that does not exist yet (an input creating it).
@@ -620,7 +797,7 @@ impl Actor {
                 Ok(())
             }
             (Answer::Local(tx), Err(e)) => {
-                let _ = tx.send(Err(InputError::Store(e.to_string())));
+                let _ = tx.send(Err(not_stored(&e)));
                 Err(e)
             }
             (Answer::Forwarded { .. }, committed) => {
@@ -1369,3 +1546,97 @@ mod tests {
         assert_eq!(attempts.first(), Some(&2), "the cut-short delivery counts: {attempts:?}");
     }
 }
+
+    /// Proposes, like [`Proposer`], once the gate is open; counts
+    /// deliveries by their `attempts`.
+    #[derive(Default)]
+    struct GatedProposer {
+        proposer: Proposer,
+        arrived: Notify,
+        open: tokio::sync::watch::Sender<bool>,
+    }
+
+    impl Worker for GatedProposer {
+        fn decide(&self, delivery: Delivery) -> BoxFuture<'_, Result<DecisionResponse, WorkerError>> {
+            self.arrived.notify_one();
+            let mut open = self.open.subscribe();
+            let decided = self.proposer.decide(delivery);
+            Box::pin(async move {
+                let _ = open.wait_for(|open| *open).await;
+                decided.await
+            })
+        }
+    }
+
+    fn start_faulty(
+        store: &Arc<crate::store::fault::FaultyStore<MemStore>>,
+        agent: Arc<dyn Worker>,
+    ) -> (Arc<Env>, Arc<Directory>) {
+        let env = Env::new(store.clone(), Models::with_offline(), EngineConfig::default());
+        env.agents.register(TENANT, "agent", agent);
+        let env = Arc::new(env);
+        (env.clone(), Directory::new(env))
+    }
+
+    /// A commit after the input's fails (the database restarted under the
+    /// turn): the actor stays, reloads the session once the store answers,
+    /// delivers the step again as after a crash, and the turn ends, with
+    /// nothing but its own timer to wake it.
+    async fn a_turn_outlives_a_failed_commit(written: bool) {
+        let store = Arc::new(crate::store::fault::FaultyStore::new(MemStore::new()));
+        let agent = Arc::new(GatedProposer::default());
+        let (env, directory) = start_faulty(&store, agent.clone());
+        let arrived = agent.arrived.notified();
+        say(&directory, "s", "t1").await.expect("accepted");
+        arrived.await;
+        // The decision's commit fails; the one after goes through.
+        store.fail_commits(1, written);
+        agent.open.send_replace(true);
+        let turn = tokio::time::timeout(Duration::from_secs(10), ended(&env, "s", "t1")).await;
+        assert_eq!(turn.expect("the turn ends without another input").status, TurnStatus::Done);
+        assert_eq!(directory.active(), 1, "the actor stayed");
+        let attempts = agent.proposer.attempts.lock().unwrap().clone();
+        let messages = store.load(&key("s")).await.unwrap().expect("stored").messages;
+        assert_eq!(messages.len(), 2, "one user message and one answer: {messages:?}");
+        if written {
+            // The decision was stored: the reloaded session went on from it.
+            assert_eq!(attempts, [1, 1, 1], "session start, message, the model's reply, once each");
+        } else {
+            // Delivered again, counted as a delivery that may have reached
+            // the worker.
+            assert_eq!(attempts, [1, 2, 1, 1], "session start twice, then message and reply");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_turn_whose_commit_failed_unwritten_is_reloaded_and_ends() {
+        a_turn_outlives_a_failed_commit(false).await;
+    }
+
+    #[tokio::test]
+    async fn a_turn_whose_commit_is_in_doubt_but_written_is_reloaded_and_ends() {
+        a_turn_outlives_a_failed_commit(true).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn inputs_while_the_store_fails_are_answered_not_stored_and_the_next_is_taken() {
+        let store = Arc::new(crate::store::fault::FaultyStore::new(MemStore::new()));
+        let (env, directory) = start_faulty(&store, Arc::new(Proposer::default()));
+        store.fail_commits(1, false);
+        let refused = say(&directory, "s", "t1").await.expect_err("the store fails");
+        assert!(matches!(&refused, InputError::Store(m) if m.contains("nothing of it was kept")), "{refused:?}");
+        // Until the session is reloaded, inputs are refused at once.
+        let refused = say(&directory, "s", "t1").await.expect_err("the store is not back yet");
+        assert!(matches!(&refused, InputError::Store(m) if m.contains("nothing of it was kept")), "{refused:?}");
+        assert_eq!(directory.active(), 1, "the actor waits for the store");
+
+        store.fail_commits(1, true);
+        tokio::time::sleep(RELOAD_MAX).await;
+        let doubt = say(&directory, "s", "t1").await.expect_err("the answer was lost");
+        assert!(matches!(&doubt, InputError::Unavailable(m) if m.contains("same turn_id")), "{doubt:?}");
+        // The same turn id again: the input was stored, its turn is told.
+        tokio::time::sleep(RELOAD_MAX).await;
+        let again = say(&directory, "s", "t1").await.expect("the store answers");
+        assert!(again.existing, "the first send was stored");
+        assert_eq!(ended(&env, "s", "t1").await.status, TurnStatus::Done);
+    }

@@ -127,6 +127,12 @@ pub enum InputError {
     /// The engine could not store the input; nothing of it was kept.
     #[error("the input could not be stored: {0}")]
     Store(String),
+    /// The input may have been stored, or was stored and not yet acted
+    /// on, but the engine cannot say it was accepted: the store failed
+    /// mid-commit, or the node acting for the session did not answer in
+    /// time. The message says which, and how to find out.
+    #[error("{0}")]
+    Unavailable(String),
     /// The input would create a session beyond the tenant's limit.
     #[error("{0}")]
     LimitExceeded(String),

@@ -66,13 +66,18 @@ impl Directory {
             return false;
         }
         let mut actors = lock(&self.actors);
-        if let Some((tx, _)) = actors.get(key) {
-            if tx.send(msg).is_ok() {
-                return true;
-            }
-            actors.remove(key);
-            return false;
-        }
+        let msg = match actors.get(key) {
+            Some((tx, _)) => match tx.send(msg) {
+                Ok(()) => return true,
+                // The actor stopped (its store closed or unreadable) and
+                // has not been forgotten yet: a new one takes the message.
+                Err(mpsc::error::SendError(msg)) => {
+                    actors.remove(key);
+                    msg
+                }
+            },
+            None => msg,
+        };
         let Some(me) = self.me.upgrade() else { return false };
         let (tx, task) = Actor::spawn(self.env.clone(), me, key.clone(), permit);
         let sent = tx.send(msg).is_ok();

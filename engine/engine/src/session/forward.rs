@@ -29,13 +29,23 @@ use crate::store::{Batch, InboxItem, Op, SessionKey};
 /// most this much.
 const POLL: Duration = Duration::from_millis(500);
 
+/// How much longer than a lease a caller waits for the node holding a
+/// session to answer a forwarded request (see [`wait`]).
+pub(crate) const MARGIN: Duration = Duration::from_secs(5);
+
 /// How long a caller waits for the node holding a session to answer a
-/// forwarded request. The request stays in the session's inbox after
-/// that, and is acted on when a node takes the session.
-const WAIT: Duration = Duration::from_secs(60);
+/// forwarded request: the lease plus [`MARGIN`] (15 s with the default
+/// 10 s lease). A live holder answers at once; a dead one's lease lapses
+/// within the lease (at once when its death is seen), and this node then
+/// takes the session and the request over itself. The request stays in
+/// the session's inbox after that, and is acted on when a node takes the
+/// session.
+pub(crate) fn wait(env: &Env) -> Duration {
+    env.store.shared().map_or(Duration::ZERO, |shared| shared.settings().lease) + MARGIN
+}
 
 /// Forwards `request` to the node holding the session's lease, through the
-/// session's inbox, and waits for its answer.
+/// session's inbox, and waits for its answer (at most [`wait`]).
 pub(crate) async fn send(
     env: &Env,
     mail: &dyn Mailboxes,
@@ -43,35 +53,73 @@ pub(crate) async fn send(
     request: Request,
 ) -> Result<Reply, InputError> {
     let id = env.replies.new_id(env.store.shared().map_or("", |s| s.node()));
+    let what = request.what();
     let request = serde_json::to_value(&request)
         .map_err(|e| InputError::Store(format!("the request could not be encoded: {e}")))?;
     let signal = env.replies.expect(&id);
     let _waiting = Waiting { replies: &env.replies, id: &id };
     let push =
         Batch::of([Op::PushInbox { session: key.clone(), item: InboxItem::Request { id: id.clone(), request } }]);
-    env.store.commit(push).await.map_err(|e| InputError::Store(e.to_string()))?;
+    if let Err(error) = env.store.commit(push).await {
+        tracing::warn!(%error, request = %id, "a request could not be forwarded to the session's node");
+        return Err(if error.may_have_written() {
+            InputError::Unavailable(format!(
+                "the store failed while the {what} was being passed to the node acting for session `{}`, and \
+                 whether it was is unknown: if it was, it will be acted on. {}",
+                key.session,
+                resend(what)
+            ))
+        } else {
+            InputError::Store("the store is unavailable; nothing of it was kept".to_owned())
+        });
+    }
     tracing::debug!(request = %id, "forwarded to the session's node");
-    let give_up = tokio::time::Instant::now() + WAIT;
+    let wait = wait(env);
+    let give_up = tokio::time::Instant::now() + wait;
     loop {
         let _ = tokio::time::timeout(POLL, signal.notified()).await;
-        if let Some(stored) = env.store.reply(&id).await.map_err(|e| InputError::Store(e.to_string()))? {
-            // Read once; the row is not needed again (a failure to delete
-            // it leaves it to the store's sweep of old answers).
-            let _ = env.store.commit(Batch::of([Op::DeleteReply { id: id.clone() }])).await;
-            let reply: Reply = serde_json::from_value(stored)
-                .map_err(|e| InputError::Store(format!("the answer to request {id} is unreadable: {e}")))?;
-            return reply.into_result();
+        match env.store.reply(&id).await {
+            Ok(Some(stored)) => {
+                // Read once; the row is not needed again (a failure to
+                // delete it leaves it to the store's sweep of old answers).
+                let _ = env.store.commit(Batch::of([Op::DeleteReply { id: id.clone() }])).await;
+                let reply: Reply = serde_json::from_value(stored).map_err(|e| {
+                    InputError::Unavailable(format!(
+                        "the {what} was acted on, but this node cannot read the answer to it (request {id}: {e})"
+                    ))
+                })?;
+                return reply.into_result();
+            }
+            Ok(None) => {}
+            // The store may answer again before the wait is over.
+            Err(error) => tracing::debug!(%error, request = %id, "the answer to a forwarded request could not be read"),
         }
         if tokio::time::Instant::now() >= give_up {
-            return Err(InputError::Store(format!(
-                "the node acting for session `{}` did not answer within {WAIT:?}; the request ({id}) is stored and \
-                 will be acted on when a node takes the session",
-                key.session
+            tracing::warn!(request = %id, session = %key, ?wait, "the node acting for the session did not answer in time");
+            return Err(InputError::Unavailable(format!(
+                "the {what} is stored, but the node acting for session `{}` did not answer within {}s: it will be \
+                 acted on when a node takes the session. {}",
+                key.session,
+                wait.as_secs(),
+                resend(what)
             )));
         }
         // The holder may have died or left meanwhile: waking the session
         // here claims it if it is free, and takes in the inbox.
         mail.wake(key);
+    }
+}
+
+/// How a client learns what became of a request it was not answered: an
+/// input sent again with the same `turn_id` is answered with its turn
+/// (`existing: true` if the first was stored); one without a `turn_id`
+/// would start another turn.
+fn resend(what: &str) -> &'static str {
+    if what == "input" {
+        "Send it again with the same turn_id to learn its turn (without a turn_id, sending it again starts another \
+         turn)."
+    } else {
+        "Read the session to learn whether it was."
     }
 }
 
@@ -163,6 +211,18 @@ pub(crate) enum WireSender {
     },
 }
 
+impl Request {
+    /// What the request is, for messages: `input`, `cancel`, `budget
+    /// change`.
+    fn what(&self) -> &'static str {
+        match self {
+            Request::Input { .. } => "input",
+            Request::Cancel => "cancel",
+            Request::SetBudget { .. } => "budget change",
+        }
+    }
+}
+
 impl From<Sender> for WireSender {
     fn from(sender: Sender) -> Self {
         match sender {
@@ -242,6 +302,7 @@ impl Reply {
             InputError::NoSession(session) => ("no_session", session.clone(), None),
             InputError::Conflict(message) => ("conflict", message.clone(), None),
             InputError::Store(message) => ("store", message.clone(), None),
+            InputError::Unavailable(message) => ("unavailable", message.clone(), None),
             InputError::LimitExceeded(message) => ("limit_exceeded", message.clone(), None),
             InputError::ShuttingDown => ("shutting_down", String::new(), None),
         };
@@ -258,6 +319,7 @@ impl Reply {
             "conflict" => InputError::Conflict(message),
             "limit_exceeded" => InputError::LimitExceeded(message),
             "shutting_down" => InputError::ShuttingDown,
+            "unavailable" => InputError::Unavailable(message),
             _ => InputError::Store(message),
         })
     }
@@ -292,6 +354,7 @@ mod tests {
             InputError::NoSession("s".to_owned()),
             InputError::Conflict("busy".to_owned()),
             InputError::Store("disk".to_owned()),
+            InputError::Unavailable("in doubt".to_owned()),
             InputError::LimitExceeded("full".to_owned()),
             InputError::ShuttingDown,
         ] {
