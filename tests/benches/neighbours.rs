@@ -19,7 +19,7 @@
 //! ```text
 //! cargo bench -p subs-tests --bench neighbours
 //! BENCH_SLEEPERS=400 BENCH_TURNS=200 BENCH_SLOW_HEADS=1000 BENCH_STALLED=64 \
-//!     cargo bench -p subs-tests --bench neighbours
+//!     BENCH_ATTACK_SECS=25 cargo bench -p subs-tests --bench neighbours
 //! ```
 //!
 //! Output: tables on stdout and the same as JSON in
@@ -56,6 +56,9 @@ fn main() {
     let attack = Attack {
         slow_heads: std::env::var("BENCH_SLOW_HEADS").ok().and_then(|n| n.parse().ok()).unwrap_or(1000),
         stalled: std::env::var("BENCH_STALLED").ok().and_then(|n| n.parse().ok()).unwrap_or(64),
+        seconds: Duration::from_secs(
+            std::env::var("BENCH_ATTACK_SECS").ok().and_then(|n| n.parse().ok()).unwrap_or(25),
+        ),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
     let engine_rows = runtime.block_on(run(sleepers, turns));
@@ -162,11 +165,13 @@ async fn run(count: usize, turns: usize) -> Vec<serde_json::Value> {
 }
 
 /// The attackers of the HTTP phase: `slow_heads` connections without a
-/// key, `stalled` bodies of the hostile tenant.
+/// key, `stalled` bodies of the hostile tenant, for at least `seconds`
+/// of the neighbour's turns.
 #[derive(Debug, Clone, Copy)]
 struct Attack {
     slow_heads: usize,
     stalled: usize,
+    seconds: Duration,
 }
 
 /// How the attackers' connections ended, counted.
@@ -233,9 +238,9 @@ async fn edge(turns: usize, attack: Attack) -> Vec<serde_json::Value> {
         attack.slow_heads, attack.stalled
     );
     println!();
-    println!("| case | neighbour p50 | p99 | p50 / idle p50 | /healthz p50 | attackers' connections |");
-    println!("| --- | --- | --- | --- | --- | --- |");
-    http_turns(&client, &server, 10, "warm").await;
+    println!("| case | turns | neighbour p50 | p99 | p50 / idle p50 | /healthz p50 | max | attackers' connections |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    http_turns(&client, &server, 10, Duration::ZERO, "warm").await;
     let mut rows = Vec::new();
     let mut idle_p50 = None;
     for (case, attacking) in [("over HTTP, idle", false), ("over HTTP, beside slow heads and stalled bodies", true)] {
@@ -254,10 +259,15 @@ async fn edge(turns: usize, attack: Attack) -> Vec<serde_json::Value> {
             // Every attacker connected and sending.
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
-        let probes = tokio::spawn(healthz(server.url("/healthz")));
-        let latencies = http_turns(&client, &server, turns, case).await;
-        probes.abort();
-        let mut health = probes.await.unwrap_or_default();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let probes = tokio::spawn(healthz(server.url("/healthz"), stop.clone()));
+        // Long enough for the attackers' connections to be cut off (10 s
+        // for a head or a stalled body) and started again; idle as long,
+        // so that both medians are over as warm a server.
+        let least = attack.seconds;
+        let latencies = http_turns(&client, &server, turns, least, case).await;
+        stop.store(true, Ordering::SeqCst);
+        let mut health = probes.await.expect("the /healthz probes");
         health.sort();
         attackers.abort_all();
         while attackers.join_next().await.is_some() {}
@@ -266,15 +276,24 @@ async fn edge(turns: usize, attack: Attack) -> Vec<serde_json::Value> {
         let ratio = p50.as_secs_f64() / idle.as_secs_f64();
         let healthz = percentile(&health, 0.5);
         let ended = counts.json();
-        println!("| {case} | {:.2} ms | {:.2} ms | {ratio:.2} | {:.2} ms | {ended} |", ms(p50), ms(p99), ms(healthz));
+        let healthz_max = ms(health.last().copied().unwrap_or_default());
+        println!(
+            "| {case} | {} | {:.2} ms | {:.2} ms | {ratio:.2} | {:.2} ms | {healthz_max:.2} ms | {ended} |",
+            latencies.len(),
+            ms(p50),
+            ms(p99),
+            ms(healthz)
+        );
         rows.push(json!({
             "case": case,
             "slow_heads": if attacking { attack.slow_heads } else { 0 },
             "stalled": if attacking { attack.stalled } else { 0 },
+            "turns": latencies.len(),
             "p50_ms": ms(p50),
             "p99_ms": ms(p99),
             "p50_over_idle": ratio,
             "healthz_p50_ms": ms(healthz),
+            "healthz_max_ms": healthz_max,
             "attackers": ended,
         }));
     }
@@ -282,11 +301,22 @@ async fn edge(turns: usize, attack: Attack) -> Vec<serde_json::Value> {
     rows
 }
 
-/// `turns` streamed tool turns of the neighbour through the API, on one
-/// kept-alive client; their latencies, sorted.
-async fn http_turns(client: &reqwest::Client, server: &TestServer, turns: usize, label: &str) -> Vec<Duration> {
+/// At least `turns` streamed tool turns of the neighbour through the API,
+/// for at least `least`, on one kept-alive client; their latencies,
+/// sorted.
+async fn http_turns(
+    client: &reqwest::Client,
+    server: &TestServer,
+    turns: usize,
+    least: Duration,
+    label: &str,
+) -> Vec<Duration> {
     let mut latencies = Vec::with_capacity(turns);
-    for n in 0..turns {
+    let began = Instant::now();
+    for n in 0.. {
+        if n >= turns && began.elapsed() >= least {
+            break;
+        }
         let body = json!({"type": "client.message", "agent_id": "tools", "stream": true,
             "message": {"role": "user", "content": r#"use tool add with {"a": 1, "b": 2}"#}});
         let started = Instant::now();
@@ -309,10 +339,10 @@ async fn http_turns(client: &reqwest::Client, server: &TestServer, turns: usize,
 }
 
 /// `/healthz` on a new connection every 100 ms, as a load balancer checks;
-/// each one's time, until aborted.
-async fn healthz(url: String) -> Vec<Duration> {
+/// each one's time, until `stop`.
+async fn healthz(url: String, stop: Arc<std::sync::atomic::AtomicBool>) -> Vec<Duration> {
     let mut took = Vec::new();
-    loop {
+    while !stop.load(Ordering::SeqCst) {
         let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("a client");
         let started = Instant::now();
         let response = client.get(&url).send().await.expect("/healthz answers");
@@ -320,6 +350,7 @@ async fn healthz(url: String) -> Vec<Duration> {
         took.push(started.elapsed());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    took
 }
 
 /// A connection from `from` (another loopback address: another host to
@@ -370,7 +401,7 @@ async fn slow_head(server: SocketAddr, from: Ipv4Addr, big: bool, counts: Arc<Co
         }
         let status = hold(stream, chunks, Duration::from_secs(1)).await;
         counts.count(status);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
@@ -389,9 +420,21 @@ async fn stalled_body(server: SocketAddr, from: Ipv4Addr, n: usize, counts: Arc<
             "POST /v1/sessions/stalled-{n}/input HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {HOSTILE_KEY}\r\n\
              Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
         );
-        let mut body = vec![b' '; length - 1];
-        body[0] = b'{';
-        let status = hold(stream, vec![head.into_bytes(), body], Duration::ZERO).await;
+        // The head first: a body refused at once (429, past the tenant's
+        // bytes in flight) is not sent, as a client reading its answer
+        // would not; one the server reads is sent one byte short.
+        let mut stream = stream;
+        let mut answer = [0u8; 12];
+        let status = if stream.write_all(head.as_bytes()).await.is_err() {
+            None
+        } else if let Ok(read) = tokio::time::timeout(Duration::from_millis(100), stream.read_exact(&mut answer)).await
+        {
+            read.ok().and_then(|_| std::str::from_utf8(&answer[9..12]).ok()?.parse().ok())
+        } else {
+            let mut body = vec![b' '; length - 1];
+            body[0] = b'{';
+            hold(stream, vec![body], Duration::ZERO).await
+        };
         counts.count(status);
         // A refused body tries again a second later, not in a busy loop.
         tokio::time::sleep(Duration::from_secs(1)).await;
