@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use subs_engine::worker::{Delivery, Worker};
-use subs_protocol::{DecisionRequest, Message, MessageTree, RequestTree, Role, TreeNode};
+use subs_protocol::{DecisionRequest, Message, MessageTree, RequestTree, Role, SharedMessage, TreeNode};
 
 /// A worker's latencies and throughput over one run.
 pub struct Stats {
@@ -108,16 +108,18 @@ pub fn ratio(a: Duration, b: Duration) -> f64 {
 }
 
 /// A 20-message conversation (user and assistant in turn, about 250
-/// characters each) and its tree, the path ending at its last message.
-pub fn conversation() -> (Vec<std::sync::Arc<Message>>, RequestTree) {
-    let messages: Vec<std::sync::Arc<Message>> = (0..20)
+/// characters each) and its tree, the path ending at its last message;
+/// its messages shared, as the engine's requests hold them.
+pub fn conversation() -> (Vec<SharedMessage>, RequestTree) {
+    let messages: Vec<SharedMessage> = (0..20)
         .map(|i| {
             let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
             let text =
                 format!("message {i}: {}", "lorem ipsum dolor sit amet, consectetur adipiscing elit. ".repeat(4));
-            subs_protocol::from_value::<Message>(json!({"id": format!("msg_{i}"), "role": role, "content": text}))
-                .expect("a message")
-                .into()
+            let message =
+                subs_protocol::from_value::<Message>(json!({"id": format!("msg_{i}"), "role": role, "content": text}))
+                    .expect("a message");
+            SharedMessage::Shared(std::sync::Arc::new(message))
         })
         .collect();
     let nodes = messages

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use subs_protocol::{ClientInput, Message, MessageTree, RequestTree, RetryPolicy, WorkerIdentity};
+use subs_protocol::{ClientInput, Message, MessageTree, RequestTree, RetryPolicy, SharedMessage, WorkerIdentity};
 use tokio::sync::oneshot;
 
 use crate::events::{Event, StreamLimits, Subscription, TooManyStreams};
@@ -151,8 +151,8 @@ impl Snapshot {
 pub struct SharedSnapshot {
     /// The stored record.
     pub record: SessionRecord,
-    /// The active path.
-    pub messages: Vec<Arc<Message>>,
+    /// The active path, shared with the session's tree.
+    pub messages: Vec<SharedMessage>,
     /// Every message: the path's nodes refer to `messages`.
     pub message_tree: RequestTree,
     /// The open turn's calls, in the order they were made.
@@ -474,7 +474,7 @@ impl Engine {
             .to_tree(&messages)
             .map_err(|e| StoreError::Corrupt { table: "messages", message: e.to_string() })?;
         drop(message_tree);
-        let messages = messages.into_iter().map(Arc::unwrap_or_clone).collect();
+        let messages = messages.into_iter().map(SharedMessage::into_message).collect();
         drop(read);
         Ok(Some(Snapshot { record, messages, message_tree: full, calls }))
     }

@@ -43,7 +43,7 @@ use crate::{
     Action, AgentConfig, AgentTool, AudioData, Call, ClientContext, ClientInput, Content, ContentPart, DecisionRequest,
     DecisionResponse, DraftMessage, ErrorCode, FileData, FunctionCall, Handler, LlmFormat, LlmHandler, LlmRequest,
     LlmResponse, LlmTool, Message, MessageTree, ReasoningConfig, ReasoningEffort, RequestTree, RetryPolicy, Role,
-    StreamDelta, SubAgent, ToolCall, ToolHandler, ToolInput, TreeNode, Trigger, UrlRef, WorkerIdentity,
+    SharedMessage, StreamDelta, SubAgent, ToolCall, ToolHandler, ToolInput, TreeNode, Trigger, UrlRef, WorkerIdentity,
 };
 
 // ---- building blocks ---------------------------------------------------
@@ -782,8 +782,8 @@ pub fn decision_request() -> BoxedStrategy<DecisionRequest> {
             )| {
                 // An engine's `messages` are the tree's active path, which the
                 // WIT form sends once; half the requests have that shape.
-                let messages: Vec<Arc<Message>> =
-                    if from_tree { active_path(&message_tree) } else { messages }.into_iter().map(Arc::new).collect();
+                let messages: Vec<SharedMessage> =
+                    if from_tree { active_path(&message_tree) } else { messages }.into_iter().map(Into::into).collect();
                 // Held as reading its JSON would hold it.
                 let message_tree = RequestTree::new(message_tree, &messages);
                 DecisionRequest {
@@ -811,11 +811,17 @@ pub fn decision_request() -> BoxedStrategy<DecisionRequest> {
 
 /// Any [`MessageTree`] with a path to hold it against: its active path
 /// (as an engine sends a request), or unrelated messages.
-pub fn tree_and_path() -> BoxedStrategy<(MessageTree, Vec<Arc<Message>>)> {
+pub fn tree_and_path() -> BoxedStrategy<(MessageTree, Vec<SharedMessage>)> {
     (message_tree(), vec(message(), 0..=3), any::<bool>())
         .prop_map(|(tree, other, active)| {
             let path = if active { active_path(&tree) } else { other };
-            (tree, path.into_iter().map(Arc::new).collect())
+            // Half of them shared, as the engine shares them.
+            let path = path
+                .into_iter()
+                .enumerate()
+                .map(|(i, m)| if i % 2 == 0 { SharedMessage::Own(m) } else { SharedMessage::Shared(Arc::new(m)) })
+                .collect();
+            (tree, path)
         })
         .boxed()
 }

@@ -2,24 +2,25 @@
 //! decision the worker returns.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::message::FullTree;
-use crate::{Action, AgentConfig, DraftMessage, Handler, Message, MessageTree, ProtocolError, RequestTree, Trigger};
+use crate::{
+    Action, AgentConfig, DraftMessage, Handler, Message, MessageTree, ProtocolError, RequestTree, SharedMessage,
+    Trigger,
+};
 
 /// What the engine sends a worker whenever it needs to know what happens
 /// next.
 ///
 /// In JSON its `message_tree` is the full [`MessageTree`]; in memory it is
 /// a [`RequestTree`] whose active-path nodes refer to `messages` instead of
-/// holding a second copy of them. Messages are shared ([`Arc`]): the engine
-/// builds a request from the messages it holds, copying none, and a
-/// message reads through its handle as it would itself
-/// (`request.messages.last().map(|m| m.text())`).
+/// holding a second copy of them. The engine builds a request from the
+/// messages it holds, copying none ([`SharedMessage`]); a message reads
+/// through it as it would itself (`request.messages.last().map(|m| m.text())`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(from = "WireRequest")]
 pub struct DecisionRequest {
@@ -45,7 +46,7 @@ pub struct DecisionRequest {
     /// In-flight tool and sub-agent calls.
     pub pending_calls: u32,
     /// The active conversation path, oldest first.
-    pub messages: Vec<Arc<Message>>,
+    pub messages: Vec<SharedMessage>,
     /// Every message of the session; nodes on the active path refer to
     /// `messages` (see [`DecisionRequest::tree_nodes`]).
     pub message_tree: RequestTree,
@@ -72,7 +73,7 @@ struct WireRequest {
     agent: Option<AgentConfig>,
     calls: Vec<Call>,
     pending_calls: u32,
-    messages: Vec<Arc<Message>>,
+    messages: Vec<SharedMessage>,
     message_tree: MessageTree,
     ancestry: Vec<String>,
     attempts: u32,

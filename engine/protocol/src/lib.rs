@@ -64,7 +64,7 @@ pub use llm::{
 };
 pub use message::{
     AudioData, Content, ContentPart, DraftMessage, FileData, FullTree, FunctionCall, Message, MessageTree, NodeMessage,
-    NodeParent, RequestNode, RequestTree, Role, ToolCall, TreeNode, UrlRef,
+    NodeParent, RequestNode, RequestTree, Role, SharedMessage, ToolCall, TreeNode, UrlRef,
 };
 pub use trigger::{ClientContext, ToolInput, Trigger};
 

@@ -367,12 +367,88 @@ impl From<Message> for DraftMessage {
     }
 }
 
-/// A shared message (as a [`DecisionRequest`](crate::DecisionRequest)
-/// holds its path) as a draft: moved out when nothing else holds it,
+/// A request's message as a draft: moved out when nothing else holds it,
 /// copied otherwise.
-impl From<Arc<Message>> for DraftMessage {
-    fn from(m: Arc<Message>) -> Self {
-        Arc::unwrap_or_clone(m).into()
+impl From<SharedMessage> for DraftMessage {
+    fn from(m: SharedMessage) -> Self {
+        m.into_message().into()
+    }
+}
+
+/// A message as a [`DecisionRequest`](crate::DecisionRequest) holds it: its
+/// own, or shared with the session it came from. The engine builds a
+/// request from the messages it keeps in memory and hands out shared ones
+/// ([`Arc`]), so a request costs a pointer per message however large the
+/// messages are; a request read from JSON or WIT (as a worker or a guest
+/// reads it) holds its own, with no allocation more than the message's.
+/// Either reads as the [`Message`] it dereferences to, and both are the
+/// message itself on the wire.
+#[derive(Debug, Clone)]
+pub enum SharedMessage {
+    /// The request's own message.
+    Own(Message),
+    /// A message shared with whatever else holds it.
+    Shared(Arc<Message>),
+}
+
+impl SharedMessage {
+    /// The message, moved out when nothing else holds it, copied
+    /// otherwise.
+    pub fn into_message(self) -> Message {
+        match self {
+            Self::Own(message) => message,
+            Self::Shared(message) => Arc::unwrap_or_clone(message),
+        }
+    }
+
+    /// The shared allocation, when the message is shared.
+    pub fn shared(&self) -> Option<&Arc<Message>> {
+        match self {
+            Self::Own(_) => None,
+            Self::Shared(message) => Some(message),
+        }
+    }
+}
+
+impl std::ops::Deref for SharedMessage {
+    type Target = Message;
+
+    fn deref(&self) -> &Message {
+        match self {
+            Self::Own(message) => message,
+            Self::Shared(message) => message,
+        }
+    }
+}
+
+/// Equal when the messages are, however each is held.
+impl PartialEq for SharedMessage {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl From<Message> for SharedMessage {
+    fn from(message: Message) -> Self {
+        Self::Own(message)
+    }
+}
+
+impl From<Arc<Message>> for SharedMessage {
+    fn from(message: Arc<Message>) -> Self {
+        Self::Shared(message)
+    }
+}
+
+impl Serialize for SharedMessage {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedMessage {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Message::deserialize(deserializer).map(Self::Own)
     }
 }
 
@@ -412,9 +488,8 @@ pub(crate) struct TreeNodeRef<'a> {
 /// carries in `messages`; a node on that path names its message by index
 /// there ([`NodeMessage::Active`]) and a node's parent is named by the
 /// index of an earlier node ([`NodeParent::Node`]). Messages off the path
-/// are shared ([`NodeMessage::Other`] holds an [`Arc`]), as the path's
-/// are: the engine builds a request from the messages it keeps in memory
-/// without copying one. On the wire (JSON) the tree is the full [`MessageTree`]:
+/// are [`SharedMessage`]s, as the path's are: the engine builds a request
+/// from the messages it keeps in memory without copying one. On the wire (JSON) the tree is the full [`MessageTree`]:
 /// [`DecisionRequest`](crate::DecisionRequest) writes every node out and,
 /// reading, folds the active path back in.
 ///
@@ -443,8 +518,9 @@ pub struct RequestNode {
 pub enum NodeMessage {
     /// `messages[i]` of the request: the node is on the active path.
     Active(usize),
-    /// Off the active path: the message itself, shared.
-    Other(Arc<Message>),
+    /// Off the active path: the message itself (shared, in a request the
+    /// engine built).
+    Other(SharedMessage),
 }
 
 /// A [`RequestNode`]'s parent.
@@ -464,7 +540,7 @@ impl RequestTree {
     /// and each parent id that an earlier node has refers to that node. The
     /// matching is exact, so [`RequestTree::to_tree`] gives `tree` back for
     /// any tree and path.
-    pub fn new(tree: MessageTree, path: &[Arc<Message>]) -> Self {
+    pub fn new(tree: MessageTree, path: &[SharedMessage]) -> Self {
         let parents: Vec<NodeParent> = {
             // A repeated id keeps naming its first node.
             let mut seen = std::collections::HashMap::with_capacity(tree.nodes.len());
@@ -494,7 +570,7 @@ impl RequestTree {
                         next += 1;
                         NodeMessage::Active(next - 1)
                     }
-                    _ => NodeMessage::Other(Arc::new(node.message)),
+                    _ => NodeMessage::Other(SharedMessage::Own(node.message)),
                 };
                 RequestNode { message, parent }
             })
@@ -507,7 +583,7 @@ impl RequestTree {
     /// nowhere.
     pub fn nodes_with<'a>(
         &'a self,
-        path: &'a [Arc<Message>],
+        path: &'a [SharedMessage],
     ) -> impl Iterator<Item = Result<(&'a Message, Option<&'a str>), crate::ProtocolError>> + 'a {
         self.nodes.iter().enumerate().map(move |(k, node)| {
             let message = self.message_at(k, path)?;
@@ -522,7 +598,7 @@ impl RequestTree {
     }
 
     /// The message of node `k`.
-    fn message_at<'a>(&'a self, k: usize, path: &'a [Arc<Message>]) -> Result<&'a Message, crate::ProtocolError> {
+    fn message_at<'a>(&'a self, k: usize, path: &'a [SharedMessage]) -> Result<&'a Message, crate::ProtocolError> {
         match &self.nodes[k].message {
             NodeMessage::Other(m) => Ok(m),
             NodeMessage::Active(i) => {
@@ -535,7 +611,7 @@ impl RequestTree {
     ///
     /// # Errors
     /// An index that points nowhere.
-    pub fn to_tree(&self, path: &[Arc<Message>]) -> Result<MessageTree, crate::ProtocolError> {
+    pub fn to_tree(&self, path: &[SharedMessage]) -> Result<MessageTree, crate::ProtocolError> {
         let nodes = self
             .nodes_with(path)
             .map(|node| node.map(|(m, p)| TreeNode { message: m.clone(), parent_id: p.map(str::to_owned) }))
@@ -551,12 +627,12 @@ impl RequestTree {
 #[derive(Debug, Clone, Copy)]
 pub struct FullTree<'a> {
     tree: &'a RequestTree,
-    path: &'a [Arc<Message>],
+    path: &'a [SharedMessage],
 }
 
 impl<'a> FullTree<'a> {
     /// `tree`, its active nodes resolved against `path`.
-    pub fn new(tree: &'a RequestTree, path: &'a [Arc<Message>]) -> Self {
+    pub fn new(tree: &'a RequestTree, path: &'a [SharedMessage]) -> Self {
         Self { tree, path }
     }
 }

@@ -306,7 +306,8 @@ macro_rules! wit_conversions {
             // A tree crosses as the request holds it (`p::RequestTree`):
             // active-path nodes refer to `messages`, parents to earlier
             // nodes, so no message crosses twice. A shared message is
-            // copied into the record unless nothing else holds it.
+            // copied into the record unless nothing else holds it; one read
+            // from the record is the request's own.
             fn tree_to_wit(tree: p::RequestTree) -> w::MessageTree {
                 let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
                 let nodes = tree
@@ -315,9 +316,7 @@ macro_rules! wit_conversions {
                     .map(|node| w::TreeNode {
                         message: match node.message {
                             p::NodeMessage::Active(i) => w::TreeMessage::Active(index(i)),
-                            p::NodeMessage::Other(m) => {
-                                w::TreeMessage::Other(::std::sync::Arc::unwrap_or_clone(m).into())
-                            }
+                            p::NodeMessage::Other(m) => w::TreeMessage::Other(m.into_message().into()),
                         },
                         parent: match node.parent {
                             p::NodeParent::Root => w::TreeParent::Root,
@@ -328,14 +327,14 @@ macro_rules! wit_conversions {
                     .collect();
                 w::MessageTree { nodes, head_id: tree.head_id }
             }
-            fn tree_from_wit(tree: w::MessageTree, path: &[::std::sync::Arc<p::Message>]) -> R<p::RequestTree> {
+            fn tree_from_wit(tree: w::MessageTree, path: &[p::SharedMessage]) -> R<p::RequestTree> {
                 use $crate::wit::bad_tree_index;
                 let mut nodes = Vec::with_capacity(tree.nodes.len());
                 for (k, node) in tree.nodes.into_iter().enumerate() {
                     let message = match node.message {
                         w::TreeMessage::Active(i) if (i as usize) < path.len() => p::NodeMessage::Active(i as usize),
                         w::TreeMessage::Active(i) => return Err(bad_tree_index(k, "message", "message", i)),
-                        w::TreeMessage::Other(m) => p::NodeMessage::Other(::std::sync::Arc::new(
+                        w::TreeMessage::Other(m) => p::NodeMessage::Other(p::SharedMessage::Own(
                             p::Message::from_wit(m).map_err(|e| e.in_field("message").in_index(k).in_field("nodes"))?,
                         )),
                     };
@@ -983,7 +982,7 @@ macro_rules! wit_conversions {
                         agent: v.agent.map(Into::into),
                         calls: v.calls.into_iter().map(Into::into).collect(),
                         pending_calls: v.pending_calls,
-                        messages: v.messages.into_iter().map(|m| ::std::sync::Arc::unwrap_or_clone(m).into()).collect(),
+                        messages: v.messages.into_iter().map(|m| m.into_message().into()).collect(),
                         message_tree,
                         ancestry: v.ancestry,
                         attempts: v.attempts,
@@ -995,8 +994,7 @@ macro_rules! wit_conversions {
             impl FromWit<w::DecisionRequest> for p::DecisionRequest {
                 fn from_wit(v: w::DecisionRequest) -> R<Self> {
                     let messages: Vec<p::Message> = list(v.messages, "messages")?;
-                    let messages: Vec<::std::sync::Arc<p::Message>> =
-                        messages.into_iter().map(::std::sync::Arc::new).collect();
+                    let messages: Vec<p::SharedMessage> = messages.into_iter().map(p::SharedMessage::Own).collect();
                     let message_tree =
                         tree_from_wit(v.message_tree, &messages).map_err(|e| e.in_field("message_tree"))?;
                     Ok(Self {

@@ -13,7 +13,7 @@ use serde_json::Value;
 use subs_engine::events::Subscription;
 use subs_engine::store::{ID_RULE, OpenInterrupt, SessionRecord, SessionStatus, valid_id};
 use subs_engine::{Accepted, Sender};
-use subs_protocol::{AgentConfig, Call, ClientInput, FullTree, Message, PostedInput, RequestTree, WorkerIdentity};
+use subs_protocol::{AgentConfig, Call, ClientInput, FullTree, PostedInput, RequestTree, SharedMessage, WorkerIdentity};
 use utoipa::ToSchema;
 
 use crate::auth::Caller;
@@ -99,7 +99,7 @@ pub struct SessionView {
     pub state: Value,
     /// The active path (`Message[]`).
     #[schema(value_type = Vec<Object>)]
-    pub messages: Vec<Arc<Message>>,
+    pub messages: Vec<SharedMessage>,
     /// Every message (`MessageTree`).
     #[schema(value_type = Object)]
     pub message_tree: SharedTree,
@@ -135,7 +135,7 @@ pub struct SessionView {
 #[derive(Debug)]
 pub struct SharedTree {
     tree: RequestTree,
-    path: Vec<Arc<Message>>,
+    path: Vec<SharedMessage>,
 }
 
 impl Serialize for SharedTree {

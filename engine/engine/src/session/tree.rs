@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use subs_protocol::{DraftMessage, Message, NodeMessage, NodeParent, RequestNode, RequestTree};
+use subs_protocol::{DraftMessage, Message, NodeMessage, NodeParent, RequestNode, RequestTree, SharedMessage};
 
 use crate::store::MessageRecord;
 
@@ -136,7 +136,7 @@ impl Tree {
     /// [`Tree::path`], without copying a message or comparing them: what
     /// it costs is a pointer per message and a node per message of the
     /// tree, whatever the messages hold.
-    pub fn for_request(&self, head: Option<&str>) -> (Vec<Arc<Message>>, RequestTree) {
+    pub fn for_request(&self, head: Option<&str>) -> (Vec<SharedMessage>, RequestTree) {
         let path = self.path_nodes(head);
         let mut on_path = path.iter().copied().enumerate().peekable();
         let nodes = self
@@ -146,7 +146,7 @@ impl Tree {
             .map(|(k, record)| {
                 let message = match on_path.next_if(|&(_, node)| node == k) {
                     Some((i, _)) => NodeMessage::Active(i),
-                    None => NodeMessage::Other(Arc::clone(&record.message)),
+                    None => NodeMessage::Other(SharedMessage::Shared(Arc::clone(&record.message))),
                 };
                 let parent = match record.parent_id.as_deref() {
                     None => NodeParent::Root,
@@ -158,7 +158,7 @@ impl Tree {
                 RequestNode { message, parent }
             })
             .collect();
-        let messages = path.iter().map(|&k| Arc::clone(&self.nodes[k].message)).collect();
+        let messages = path.iter().map(|&k| SharedMessage::Shared(Arc::clone(&self.nodes[k].message))).collect();
         (messages, RequestTree { nodes, head_id: head.map(str::to_owned) })
     }
 
@@ -291,13 +291,14 @@ mod tests {
         tree.insert(record("g", Some("nowhere")));
         for head in [None, Some("a"), Some("c"), Some("d"), Some("e"), Some("f"), Some("g")] {
             let (messages, compact) = tree.for_request(head);
-            let path: Vec<Arc<Message>> = tree.path(head).into_iter().cloned().map(Arc::new).collect();
+            let path: Vec<SharedMessage> = tree.path(head).into_iter().cloned().map(SharedMessage::from).collect();
             assert_eq!(messages, path);
             let full = tree.to_protocol(head);
             assert_eq!(compact.to_tree(&messages).unwrap(), full, "head {head:?}");
             assert_eq!(compact, RequestTree::new(full, &path), "head {head:?}");
             // Every message of the request is the tree's own, shared.
-            let shared = |m: &Arc<Message>| tree.nodes.iter().any(|r| Arc::ptr_eq(&r.message, m));
+            let shared =
+                |m: &SharedMessage| m.shared().is_some_and(|m| tree.nodes.iter().any(|r| Arc::ptr_eq(&r.message, m)));
             assert!(messages.iter().all(shared), "head {head:?}");
             for node in &compact.nodes {
                 if let NodeMessage::Other(m) = &node.message {
