@@ -266,6 +266,20 @@ pub enum StoreError {
         #[source]
         source: Arc<dyn std::error::Error + Send + Sync>,
     },
+    /// The connection to the database failed while a commit was in
+    /// flight: the batch was written whole or not at all, and which is
+    /// unknown. Whoever committed it reads the store again to learn which
+    /// (and must not count on either).
+    #[error("{op}: {source}; whether it was written is unknown")]
+    InDoubt {
+        /// What the store was doing.
+        op: String,
+        /// The cause, kept whole for callers that walk the chain.
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync>,
+    },
+    /// A stored record could not be decoded (a bug or a corrupted file).
+    #[error("a stored record is unreadable ({table}): {message}")]
     Corrupt {
         /// The table holding it.
         table: &'static str,
@@ -280,8 +294,6 @@ pub enum StoreError {
     /// forwarded requests, which only a shared store does).
     #[error("this store does not support that: {0}")]
     Unsupported(&'static str),
-    /// A stored record could not be decoded (a bug or a corrupted file).
-    #[error("a stored record is unreadable ({table}): {message}")]
     /// The batch was written under a lease this node no longer holds
     /// (see [`Batch::fence`]): another node acts for the session now.
     /// Nothing of the batch was written.
@@ -299,20 +311,6 @@ impl StoreError {
     pub fn io(op: impl Into<String>, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Self::Io { op: op.into(), source: Arc::from(source.into()) }
     }
-}
-
-/// A store's result.
-pub type StoreResult<T> = Result<T, StoreError>;
-
-/// Durable storage of sessions.
-///
-/// Reads see every batch whose `commit` has returned. Implementations must
-/// make each batch atomic and durable before `commit` resolves, and apply
-/// batches in the order their commits were called when one caller awaits
-/// each before the next. Every read is async, so a backend may answer over
-/// the network; an embedded one answers at once. [`conformance::run`]
-/// checks all of this for any implementation.
-pub trait Store: StoreAdmin + Send + Sync + 'static {
 
     /// A commit whose outcome is unknown: see [`StoreError::InDoubt`].
     pub fn in_doubt(op: impl Into<String>, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
@@ -334,6 +332,20 @@ pub trait Store: StoreAdmin + Send + Sync + 'static {
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Io { .. } | Self::InDoubt { .. })
     }
+}
+
+/// A store's result.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Durable storage of sessions.
+///
+/// Reads see every batch whose `commit` has returned. Implementations must
+/// make each batch atomic and durable before `commit` resolves, and apply
+/// batches in the order their commits were called when one caller awaits
+/// each before the next. Every read is async, so a backend may answer over
+/// the network; an embedded one answers at once. [`conformance::run`]
+/// checks all of this for any implementation.
+pub trait Store: StoreAdmin + Send + Sync + 'static {
     /// Makes `batch` durable, all or nothing.
     fn commit(&self, batch: Batch) -> BoxFuture<'_, StoreResult<()>>;
 

@@ -1545,7 +1545,6 @@ mod tests {
         let attempts = proposer.attempts.lock().unwrap().clone();
         assert_eq!(attempts.first(), Some(&2), "the cut-short delivery counts: {attempts:?}");
     }
-}
 
     /// Proposes, like [`Proposer`], once the gate is open; counts
     /// deliveries by their `attempts`.
@@ -1640,3 +1639,4 @@ mod tests {
         assert!(again.existing, "the first send was stored");
         assert_eq!(ended(&env, "s", "t1").await.status, TurnStatus::Done);
     }
+}
