@@ -516,6 +516,10 @@ pub struct LimitsEntry {
     pub max_sub_agent_depth: Option<u32>,
     /// Sessions one tree of sub-agents may hold, its root included.
     pub max_tree_sessions: Option<u32>,
+    /// Actions one decision may hold.
+    pub max_actions_per_decision: Option<u32>,
+    /// Calls one turn may hold, settled ones included.
+    pub max_calls_per_turn: Option<u32>,
     /// Bytes of messages one session may store, each counted as its JSON.
     pub max_session_bytes: Option<u64>,
     /// Whole-session reads (snapshots) a tenant may have running at once.
@@ -616,6 +620,8 @@ impl LimitsEntry {
             max_spawns_per_turn: self.max_spawns_per_turn.unwrap_or(base.max_spawns_per_turn),
             max_sub_agent_depth: self.max_sub_agent_depth.unwrap_or(base.max_sub_agent_depth),
             max_tree_sessions: self.max_tree_sessions.unwrap_or(base.max_tree_sessions),
+            max_actions_per_decision: self.max_actions_per_decision.unwrap_or(base.max_actions_per_decision),
+            max_calls_per_turn: self.max_calls_per_turn.unwrap_or(base.max_calls_per_turn),
             max_session_bytes: self.max_session_bytes.unwrap_or(base.max_session_bytes),
             max_session_reads: self.max_session_reads.unwrap_or(base.max_session_reads),
             max_page_bytes: self.max_page_bytes.unwrap_or(base.max_page_bytes),

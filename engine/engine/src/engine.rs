@@ -93,6 +93,30 @@ impl Default for SpawnBounds {
     }
 }
 
+/// What one decision of a tenant's agent may start, and what one turn
+/// may hold: each action becomes records, events and writes, and every
+/// call the turn holds goes into each decision request after it. A
+/// decision past either bound is rejected whole (nothing of it applied),
+/// as a decision that breaks any rule is, the error naming the bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecisionBounds {
+    /// Actions one decision may hold (`max_actions_per_decision`).
+    pub max_actions_per_decision: u32,
+    /// Calls one turn may hold, settled ones included, counting those a
+    /// decision would start (`max_calls_per_turn`).
+    pub max_calls_per_turn: u32,
+}
+
+impl Default for DecisionBounds {
+    /// 1,000 actions a decision and 10,000 calls a turn: models call a
+    /// handful of tools at once and long turns make hundreds of calls;
+    /// at these bounds one decision's writes and a request's calls stay
+    /// a few MiB.
+    fn default() -> Self {
+        Self { max_actions_per_decision: 1_000, max_calls_per_turn: 10_000 }
+    }
+}
+
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
@@ -316,9 +340,9 @@ impl Engine {
         self.env.tenants.set_budget(tenant, budget);
     }
 
-    /// Forgets `tenant`'s own budget, session limit, spawn bounds and
-    /// bounds on its sessions' messages and reads: the defaults apply to
-    /// it again.
+    /// Forgets `tenant`'s own budget, session limit, spawn and decision
+    /// bounds and bounds on its sessions' messages and reads: the defaults
+    /// apply to it again.
     pub fn clear_tenant_limits(&self, tenant: &str) {
         self.env.tenants.clear(tenant);
         self.env.history.set_max_bytes(tenant, None);
@@ -362,6 +386,24 @@ impl Engine {
     /// The spawn bounds that apply to `tenant`.
     pub fn tenant_spawn_bounds(&self, tenant: &str) -> SpawnBounds {
         self.env.tenants.bounds(tenant)
+    }
+
+    /// Sets what one decision of `tenant`'s agents may start and what one
+    /// of its turns may hold (see [`DecisionBounds`]).
+    pub fn set_tenant_decision_bounds(&self, tenant: &str, bounds: DecisionBounds) {
+        self.env.tenants.set_decision_bounds(tenant, bounds);
+    }
+
+    /// Sets the decision bounds of every tenant that has none of its own
+    /// (see [`set_tenant_decision_bounds`](Self::set_tenant_decision_bounds));
+    /// [`DecisionBounds::default`] until set.
+    pub fn set_default_decision_bounds(&self, bounds: DecisionBounds) {
+        self.env.tenants.set_default_decision_bounds(bounds);
+    }
+
+    /// The decision bounds that apply to `tenant`.
+    pub fn tenant_decision_bounds(&self, tenant: &str) -> DecisionBounds {
+        self.env.tenants.decision_bounds(tenant)
     }
 
     /// The budget that applies to `tenant`, if any.
@@ -558,7 +600,12 @@ impl Engine {
 
     /// The session's calls in flight whose ids are among `ids`, in id
     /// order (see [`Store::calls_named`](crate::store::Store::calls_named)).
-    pub async fn calls_named(&self, tenant: &str, session: &str, ids: &[String]) -> Result<Vec<CallRecord>, StoreError> {
+    pub async fn calls_named(
+        &self,
+        tenant: &str,
+        session: &str,
+        ids: &[String],
+    ) -> Result<Vec<CallRecord>, StoreError> {
         self.env.store.calls_named(&SessionKey::new(tenant, session), ids).await
     }
 

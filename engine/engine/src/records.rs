@@ -151,7 +151,7 @@ mod tests {
         let mut batch = Batch::new();
         for (tenant, session) in [("acme", "s1"), ("other", "s2"), ("acme", "s3")] {
             let item = InboxItem::SubAgentFinished { call_id: "c".to_owned(), ok: true, result: None, error: None };
-            batch.push(Op::PushInbox { session: SessionKey::new(tenant, session), item });
+            batch.push(Op::PushInbox { session: SessionKey::new(tenant, session), item: Box::new(item) });
         }
         store.commit(batch).await.unwrap();
         assert_eq!(engine.unfinished_sessions("acme").await.unwrap(), ["s1", "s3"]);

@@ -619,7 +619,7 @@ async fn compare(candidate: &ComponentAgent, case: Case) -> Outcome {
         error: None,
         http_refused,
     };
-    let recorded = step.decision.unwrap_or_default();
+    let recorded = step.decision.map(|decision| *decision).unwrap_or_default();
     let verdict = match result {
         Err(e) => {
             replayed.error = Some(e.to_string());
@@ -868,7 +868,7 @@ mod tests {
         use crate::store::{Batch, Op, RequestBasis, SessionStatus};
         let key = SessionKey::new("t", "s");
         let mut batch = Batch::new();
-        batch.push(Op::PutSession(sample::session(&key, SessionStatus::Idle)));
+        batch.push(Op::PutSession(Box::new(sample::session(&key, SessionStatus::Idle))));
         for n in 0..=turns {
             let content = if n == 0 { "x".repeat(1 << 20) } else { format!("turn {n}") };
             let message: subs_protocol::Message =
@@ -885,8 +885,8 @@ mod tests {
                 crate::store::StoredTrigger::Plain { trigger: Trigger::SessionStart },
             );
             step.status = StepStatus::Applied;
-            step.decision = Some(DecisionResponse::default());
-            step.request = Some(RequestBasis {
+            step.decision = Some(Box::new(DecisionResponse::default()));
+            step.request = Some(Box::new(RequestBasis {
                 head_id: Some(format!("m{n}")),
                 messages: n + 1,
                 // The first basis carries the state and config; the
@@ -899,8 +899,8 @@ mod tests {
                 trigger: None,
                 attempts: 1,
                 deadline: None,
-            });
-            batch.push(Op::PutStep { session: key.clone(), seq: n, record: step });
+            }));
+            batch.push(Op::PutStep { session: key.clone(), seq: n, record: Box::new(step) });
         }
         store.commit(batch).await.unwrap();
         key

@@ -1,7 +1,8 @@
 //! Each tenant's limits and what it has used of them: the budget for
 //! engine-run LLM calls and what its sessions have spent, the most
-//! sessions it may have and how many it has, and the bounds on what its
-//! agents may spawn (children per turn, depth, sessions per tree).
+//! sessions it may have and how many it has, the bounds on what its
+//! agents may spawn (children per turn, depth, sessions per tree), and
+//! on what one of their decisions may start.
 //!
 //! Spend and session counts are summed from the store on a tenant's first
 //! use and kept current in memory as calls settle and sessions are
@@ -30,7 +31,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::engine::SpawnBounds;
+use crate::engine::{DecisionBounds, SpawnBounds};
 use crate::model::Money;
 use crate::session::apply::SessionQuota;
 use crate::store::{Store, StoreError};
@@ -55,6 +56,8 @@ pub(crate) struct Tenants {
     session_limits: PerTenant<u64>,
     /// What each tenant's agents may spawn.
     spawn_bounds: PerTenant<SpawnBounds>,
+    /// What one decision of each tenant's agents may start.
+    decision_bounds: PerTenant<DecisionBounds>,
     /// What each tenant's sessions have cost, once summed.
     spend: Summed<Money>,
     /// Each tenant's sessions and trees, once counted, and the sessions
@@ -186,11 +189,14 @@ impl Tenants {
         let stale_after = store.shared().map(|_| SHARED_STALE_AFTER);
         let spawn_bounds = PerTenant::default();
         spawn_bounds.set_default(Some(SpawnBounds::default()));
+        let decision_bounds = PerTenant::default();
+        decision_bounds.set_default(Some(DecisionBounds::default()));
         Self {
             store,
             budgets: PerTenant::default(),
             session_limits: PerTenant::default(),
             spawn_bounds,
+            decision_bounds,
             spend: Mutex::default(),
             counts: Arc::default(),
             counting_trees: tokio::sync::Mutex::new(()),
@@ -251,12 +257,23 @@ impl Tenants {
         self.spawn_bounds.set_default(Some(bounds));
     }
 
-    /// Forgets the tenant's own budget, session limit and spawn bounds:
-    /// the defaults apply to it again.
+    /// Sets the tenant's own decision bounds.
+    pub fn set_decision_bounds(&self, tenant: &str, bounds: DecisionBounds) {
+        self.decision_bounds.set(tenant, Some(bounds));
+    }
+
+    /// Sets the decision bounds of tenants without their own.
+    pub fn set_default_decision_bounds(&self, bounds: DecisionBounds) {
+        self.decision_bounds.set_default(Some(bounds));
+    }
+
+    /// Forgets the tenant's own budget, session limit, spawn and decision
+    /// bounds: the defaults apply to it again.
     pub fn clear(&self, tenant: &str) {
         self.budgets.clear(tenant);
         self.session_limits.clear(tenant);
         self.spawn_bounds.clear(tenant);
+        self.decision_bounds.clear(tenant);
     }
 
     /// The tenant's budget: its own, else the default.
@@ -267,6 +284,11 @@ impl Tenants {
     /// The tenant's spawn bounds: its own, else the default.
     pub fn bounds(&self, tenant: &str) -> SpawnBounds {
         self.spawn_bounds.get(tenant).unwrap_or_default()
+    }
+
+    /// The tenant's decision bounds: its own, else the default.
+    pub fn decision_bounds(&self, tenant: &str) -> DecisionBounds {
+        self.decision_bounds.get(tenant).unwrap_or_default()
     }
 
     /// What the tenant's sessions have cost so far.
@@ -413,6 +435,10 @@ impl SessionQuota for Tenants {
     fn spawn_bounds(&self, tenant: &str) -> SpawnBounds {
         self.bounds(tenant)
     }
+
+    fn decision_bounds(&self, tenant: &str) -> DecisionBounds {
+        Tenants::decision_bounds(self, tenant)
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -474,7 +500,7 @@ mod tests {
         for i in 0..sessions {
             let mut record = sample::session(&SessionKey::new("acme", format!("s{i}")), SessionStatus::Idle);
             record.cost = Some(cost.to_owned());
-            batch.push(Op::PutSession(record));
+            batch.push(Op::PutSession(Box::new(record)));
         }
         store.commit(batch).await.expect("a commit to memory");
         Arc::new(store)
@@ -567,7 +593,7 @@ mod tests {
         for (id, ancestry) in [("r", vec![]), ("r.a", vec!["r"]), ("r.a.b", vec!["r", "r.a"]), ("q", vec![])] {
             let mut record = sample::session(&SessionKey::new("acme", id), SessionStatus::Idle);
             record.ancestry = ancestry.into_iter().map(str::to_owned).collect();
-            batch.push(Op::PutSession(record));
+            batch.push(Op::PutSession(Box::new(record)));
         }
         store.commit(batch).await.unwrap();
         let tenants = Tenants::new(Arc::new(store));

@@ -278,6 +278,23 @@ macro_rules! wit_conversions {
                 }
             }
 
+            // A shared message is copied field by field, its handle then
+            // let go: no attempt to take it over, which would only
+            // succeed for a message nothing else holds.
+            impl From<p::SharedMessage> for w::Message {
+                fn from(v: p::SharedMessage) -> Self {
+                    match v {
+                        p::SharedMessage::Own(m) => m.into(),
+                        p::SharedMessage::Shared(m) => p::Message::clone(&m).into(),
+                    }
+                }
+            }
+            impl FromWit<w::Message> for p::SharedMessage {
+                fn from_wit(v: w::Message) -> R<Self> {
+                    p::Message::from_wit(v).map(Self::Own)
+                }
+            }
+
             impl From<p::DraftMessage> for w::DraftMessage {
                 fn from(v: p::DraftMessage) -> Self {
                     Self {
@@ -316,7 +333,7 @@ macro_rules! wit_conversions {
                     .map(|node| w::TreeNode {
                         message: match node.message {
                             p::NodeMessage::Active(i) => w::TreeMessage::Active(index(i)),
-                            p::NodeMessage::Other(m) => w::TreeMessage::Other(m.into_message().into()),
+                            p::NodeMessage::Other(m) => w::TreeMessage::Other(m.into()),
                         },
                         parent: match node.parent {
                             p::NodeParent::Root => w::TreeParent::Root,
@@ -982,7 +999,7 @@ macro_rules! wit_conversions {
                         agent: v.agent.map(Into::into),
                         calls: v.calls.into_iter().map(Into::into).collect(),
                         pending_calls: v.pending_calls,
-                        messages: v.messages.into_iter().map(|m| m.into_message().into()).collect(),
+                        messages: v.messages.into_iter().map(Into::into).collect(),
                         message_tree,
                         ancestry: v.ancestry,
                         attempts: v.attempts,
@@ -993,8 +1010,7 @@ macro_rules! wit_conversions {
             }
             impl FromWit<w::DecisionRequest> for p::DecisionRequest {
                 fn from_wit(v: w::DecisionRequest) -> R<Self> {
-                    let messages: Vec<p::Message> = list(v.messages, "messages")?;
-                    let messages: Vec<p::SharedMessage> = messages.into_iter().map(p::SharedMessage::Own).collect();
+                    let messages: Vec<p::SharedMessage> = list(v.messages, "messages")?;
                     let message_tree =
                         tree_from_wit(v.message_tree, &messages).map_err(|e| e.in_field("message_tree"))?;
                     Ok(Self {

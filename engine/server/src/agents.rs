@@ -356,7 +356,10 @@ pub async fn delete_version(
     Path((agent_id, version)): Path<(String, String)>,
 ) -> Result<Json<AgentView>, ApiError> {
     checked_agent_id(&agent_id)?;
-    let record =
-        state.agents.delete_version(&tenant, &agent_id, &version).await?.ok_or_else(|| ApiError::no_agent(&agent_id))?;
+    let record = state
+        .agents
+        .delete_version(&tenant, &agent_id, &version)
+        .await?
+        .ok_or_else(|| ApiError::no_agent(&agent_id))?;
     Ok(Json(AgentView::from(&record)))
 }

@@ -187,7 +187,7 @@ pub async fn list(
 /// named.
 fn started(step: &StepRecord) -> Vec<&str> {
     if step.started.is_empty() {
-        let actions = step.decision.as_ref().map(DecisionResponse::actions).unwrap_or_default();
+        let actions = step.decision.as_deref().map(DecisionResponse::actions).unwrap_or_default();
         actions.iter().filter_map(action_call_id).collect()
     } else {
         step.started.iter().map(String::as_str).collect()
@@ -220,7 +220,7 @@ fn views(steps: Vec<(u64, StepRecord)>, open: &[CallRecord], stop: &Stop) -> Res
     let mut made = 0usize;
     let mut all_calls = Vec::with_capacity(steps.len());
     for (_, step) in &steps {
-        let actions = step.decision.as_ref().map(DecisionResponse::actions).unwrap_or_default();
+        let actions = step.decision.as_deref().map(DecisionResponse::actions).unwrap_or_default();
         // The action naming each call id (the last, if several do).
         let by_id: HashMap<&str, &Action> = actions.iter().filter_map(|a| Some((action_call_id(a)?, a))).collect();
         let ids = started(step);
@@ -246,7 +246,7 @@ fn views(steps: Vec<(u64, StepRecord)>, open: &[CallRecord], stop: &Stop) -> Res
             status: step.status,
             attempts: step.attempts,
             error: step.error,
-            decision: step.decision,
+            decision: step.decision.map(|decision| *decision),
             recorded: step.recorded,
             agent_version: step.agent_version,
             requested_ms: step.requested_ms,

@@ -221,3 +221,47 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_failures_are_503_with_retry_after_and_corruption_is_500() {
+        let cases = [
+            (
+                StoreError::io("cannot read session t/s from postgres://db", "connection refused"),
+                503,
+                "nothing was changed",
+            ),
+            (StoreError::in_doubt("the connection failed while writing a group", "reset"), 503, "is unknown"),
+            (StoreError::Fenced { session: subs_engine::store::SessionKey::new("t", "s"), token: 3 }, 503, "moved"),
+            (StoreError::Closed, 503, "shutting down"),
+            (StoreError::Corrupt { table: "sessions", message: "bad".to_owned() }, 500, "see its logs"),
+        ];
+        for (error, status, said) in cases {
+            let answer = ApiError::from(error.clone());
+            assert_eq!(answer.status.as_u16(), status, "{error:?}");
+            assert!(answer.message.contains(said), "{error:?}: {}", answer.message);
+            assert!(!answer.message.contains("postgres://"), "the store's words stay in the log: {}", answer.message);
+            let response = answer.into_response();
+            let retry = response.headers().get(axum::http::header::RETRY_AFTER);
+            assert_eq!(retry.is_some(), status == 503, "{error:?}: Retry-After {retry:?}");
+        }
+        for (error, said) in [
+            (
+                InputError::Store("the store is unavailable; nothing of it was kept".to_owned()),
+                "nothing of it was kept",
+            ),
+            (InputError::Unavailable("whether it was is unknown".to_owned()), "unknown"),
+            (InputError::ShuttingDown, "shutting down"),
+        ] {
+            let answer = ApiError::from(error);
+            assert_eq!((answer.status, answer.code), (StatusCode::SERVICE_UNAVAILABLE, "unavailable"));
+            assert!(answer.message.contains(said), "{}", answer.message);
+            assert_eq!(answer.into_response().headers()[axum::http::header::RETRY_AFTER], "1");
+        }
+        let refused = ApiError::conflict("busy").into_response();
+        assert!(refused.headers().get(axum::http::header::RETRY_AFTER).is_none());
+    }
+}

@@ -83,6 +83,12 @@ pub struct Limits {
     pub max_sub_agent_depth: u32,
     /// Sessions one tree (a root and its sub-agents') may hold.
     pub max_tree_sessions: u32,
+    /// Actions one decision may hold; a decision with more is rejected,
+    /// naming the bound.
+    pub max_actions_per_decision: u32,
+    /// Calls one turn may hold (settled ones included); a decision that
+    /// would start calls past it is rejected, naming the bound.
+    pub max_calls_per_turn: u32,
     /// Bytes of messages one session may store, each message counted as
     /// its JSON: a decision whose messages would pass it is refused (its
     /// turn fails naming the bound), an input likewise (answered 429).
@@ -147,13 +153,16 @@ impl Default for Limits {
     fn default() -> Self {
         // The registry's defaults are the agent limits'.
         let agents = subs_engine::agents::AgentLimits::default();
-        // And the engine's, the spawn bounds.
+        // And the engine's, the spawn and decision bounds.
         let spawns = subs_engine::engine::SpawnBounds::default();
+        let decisions = subs_engine::engine::DecisionBounds::default();
         Self {
             max_sessions: None,
             max_spawns_per_turn: spawns.max_spawns_per_turn,
             max_sub_agent_depth: spawns.max_sub_agent_depth,
             max_tree_sessions: spawns.max_tree_sessions,
+            max_actions_per_decision: decisions.max_actions_per_decision,
+            max_calls_per_turn: decisions.max_calls_per_turn,
             max_session_bytes: subs_engine::engine::DEFAULT_MAX_SESSION_BYTES,
             max_session_reads: subs_engine::engine::DEFAULT_MAX_SESSION_READS,
             // The largest decision a worker may make, or a thousand of

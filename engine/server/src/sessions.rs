@@ -13,7 +13,9 @@ use serde_json::Value;
 use subs_engine::events::Subscription;
 use subs_engine::store::{ID_RULE, OpenInterrupt, SessionRecord, SessionStatus, valid_id};
 use subs_engine::{Accepted, Sender};
-use subs_protocol::{AgentConfig, Call, ClientInput, FullTree, PostedInput, RequestTree, SharedMessage, WorkerIdentity};
+use subs_protocol::{
+    AgentConfig, Call, ClientInput, FullTree, PostedInput, RequestTree, SharedMessage, WorkerIdentity,
+};
 use utoipa::ToSchema;
 
 use crate::auth::Caller;

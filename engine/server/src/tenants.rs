@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use subs_engine::Engine;
 use subs_engine::agents::AgentRegistry;
-use subs_engine::engine::SpawnBounds;
+use subs_engine::engine::{DecisionBounds, SpawnBounds};
 use subs_engine::model::Money;
 use subs_engine::store::{StoreError, TenantRecord};
 use subs_engine::worker::component::AgentPolicy;
@@ -151,12 +151,13 @@ impl LiveConfig {
     }
 
     /// Hands the limits the engine enforces (budgets, session limits,
-    /// spawn bounds) to `engine`: the defaults, and those of every tenant
+    /// spawn and decision bounds) to `engine`: the defaults, and those of every tenant
     /// with its own.
     pub fn apply_to(&self, engine: &Engine) {
         engine.set_default_tenant_budget(self.file.default_limits.budget);
         engine.set_default_session_limit(sessions(&self.file.default_limits));
         engine.set_default_spawn_bounds(spawn_bounds(&self.file.default_limits));
+        engine.set_default_decision_bounds(decision_bounds(&self.file.default_limits));
         engine.set_default_max_session_bytes(self.file.default_limits.max_session_bytes);
         engine.set_default_max_session_reads(self.file.default_limits.max_session_reads);
         for tenant in self.file.tenant_limits.keys() {
@@ -175,6 +176,7 @@ impl LiveConfig {
             engine.set_tenant_budget(tenant, limits.budget);
             engine.set_tenant_session_limit(tenant, sessions(&limits));
             engine.set_tenant_spawn_bounds(tenant, spawn_bounds(&limits));
+            engine.set_tenant_decision_bounds(tenant, decision_bounds(&limits));
             engine.set_tenant_max_session_bytes(tenant, Some(limits.max_session_bytes));
             engine.set_tenant_max_session_reads(tenant, Some(limits.max_session_reads));
         } else {
@@ -226,6 +228,13 @@ fn spawn_bounds(limits: &Limits) -> SpawnBounds {
         max_spawns_per_turn: limits.max_spawns_per_turn,
         max_sub_agent_depth: limits.max_sub_agent_depth,
         max_tree_sessions: limits.max_tree_sessions,
+    }
+}
+
+fn decision_bounds(limits: &Limits) -> DecisionBounds {
+    DecisionBounds {
+        max_actions_per_decision: limits.max_actions_per_decision,
+        max_calls_per_turn: limits.max_calls_per_turn,
     }
 }
 

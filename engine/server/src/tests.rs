@@ -43,7 +43,17 @@ fn state(dir: &tempfile::TempDir) -> (Arc<AppState>, Arc<dyn subs_engine::Store>
         default_limits: Limits { max_body_bytes: 1024, ..Limits::default() },
         ..ServerConfig::default()
     };
-    (Arc::new(AppState { engine, agents, keys, config: config.into(), metrics: Default::default(), scans: Default::default() }), store)
+    (
+        Arc::new(AppState {
+            engine,
+            agents,
+            keys,
+            config: config.into(),
+            metrics: Default::default(),
+            scans: Default::default(),
+        }),
+        store,
+    )
 }
 
 /// Sends one request through the router; the status and the body as JSON.

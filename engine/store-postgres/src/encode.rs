@@ -345,8 +345,8 @@ mod tests {
         let mut batch = full_batch(&a);
         batch.push(Op::PutEvent { session: a.clone(), seq: 3, record: event(3) });
         batch.push(Op::PutEvent { session: b.clone(), seq: 7, record: event(7) });
-        batch.push(Op::PushInbox { session: a.clone(), item: item("again") });
-        batch.push(Op::PushInbox { session: b.clone(), item: item("x") });
+        batch.push(Op::PushInbox { session: a.clone(), item: Box::new(item("again")) });
+        batch.push(Op::PushInbox { session: b.clone(), item: Box::new(item("x")) });
         batch.push(Op::PutReply { id: "r1".to_owned(), reply: json!(1) });
         batch.push(Op::PutKey(api_key("t1", "h", 1)));
         batch.push(Op::DeleteAgent { tenant: "t1".to_owned(), agent_id: "x".to_owned() });
@@ -363,14 +363,17 @@ mod tests {
             ]
         );
         assert!(
-            encode(Batch::of([Op::PutSession(session(&key("s"), SessionStatus::Idle))])).unwrap().notices.is_empty()
+            encode(Batch::of([Op::PutSession(Box::new(session(&key("s"), SessionStatus::Idle)))]))
+                .unwrap()
+                .notices
+                .is_empty()
         );
     }
 
     #[test]
     fn what_postgresql_cannot_hold_is_refused_before_it_is_queued() {
         let nul = key("a\0b");
-        let err = encode(Batch::of([Op::PutSession(session(&nul, SessionStatus::Idle))])).unwrap_err();
+        let err = encode(Batch::of([Op::PutSession(Box::new(session(&nul, SessionStatus::Idle)))])).unwrap_err();
         assert!(err.to_string().contains("NUL"), "{err}");
         let big = Op::PutEvent { session: key("s"), seq: u64::MAX, record: event(0) };
         let err = encode(Batch::of([big])).unwrap_err();

@@ -869,7 +869,7 @@ mod tests {
         let encoded = |names: &[&str]| {
             let ops = names.iter().flat_map(|name| {
                 [
-                    Op::PutSession(session(&key(name), SessionStatus::Running)),
+                    Op::PutSession(Box::new(session(&key(name), SessionStatus::Running))),
                     Op::PutEvent { session: key(name), seq: 0, record: event(0) },
                 ]
             });

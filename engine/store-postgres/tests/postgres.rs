@@ -179,7 +179,7 @@ async fn a_database_at_schema_1_is_migrated_with_its_sessions() {
     assert!(loaded.steps.is_empty(), "{:?}", loaded.steps);
     // The status moves as before: the running session goes idle.
     let idle = session(&key("running"), SessionStatus::Idle);
-    store.commit(batch([Op::PutSession(idle)])).await.unwrap();
+    store.commit(batch([Op::PutSession(Box::new(idle))])).await.unwrap();
     assert!(store.unfinished().await.unwrap().is_empty());
     store.close().await.unwrap();
 }
@@ -329,13 +329,13 @@ async fn concurrent_commits_share_transactions() {
             tokio::spawn(async move {
                 let key = key(&format!("s{n}"));
                 let mut ops = vec![
-                    Op::PutSession(session(&key, SessionStatus::Running)),
+                    Op::PutSession(Box::new(session(&key, SessionStatus::Running))),
                     Op::PutMessage { session: key.clone(), seq: 0, record: message(&format!("m{n}")) },
                     Op::PutEvent { session: key.clone(), seq: 0, record: event(n) },
-                    Op::PushInbox { session: key.clone(), item: item("x") },
+                    Op::PushInbox { session: key.clone(), item: Box::new(item("x")) },
                 ];
                 if n % 3 == 0 {
-                    ops.push(Op::PutCall { session: key.clone(), record: call("c") });
+                    ops.push(Op::PutCall { session: key.clone(), record: Box::new(call("c")) });
                 }
                 store.commit(batch(ops)).await
             })
@@ -365,23 +365,23 @@ async fn a_group_means_its_batches_applied_in_order() {
     let url = cluster.fresh_database();
     let store = open(&url, options()).await;
     let s = key("s");
-    store.commit(batch([Op::PutCall { session: s.clone(), record: call("old") }])).await.unwrap();
+    store.commit(batch([Op::PutCall { session: s.clone(), record: Box::new(call("old")) }])).await.unwrap();
     let with_state = |n: u64| {
         let mut record = session(&s, SessionStatus::Running);
         record.state = json!({"n": n});
-        Op::PutSession(record)
+        Op::PutSession(Box::new(record))
     };
     let held = hold_tenants(&url).await;
     let first = store.commit(blocker());
     held.until_the_writer_waits().await;
     let commits = [
-        store.commit(batch([with_state(1), Op::PutCall { session: s.clone(), record: call("a") }])),
+        store.commit(batch([with_state(1), Op::PutCall { session: s.clone(), record: Box::new(call("a")) }])),
         store.commit(batch([
             with_state(2),
             Op::DeleteCall { session: s.clone(), call_id: "a".to_owned() },
             Op::DeleteCall { session: s.clone(), call_id: "old".to_owned() },
         ])),
-        store.commit(batch([Op::PutCall { session: s.clone(), record: call("old") }, with_state(3)])),
+        store.commit(batch([Op::PutCall { session: s.clone(), record: Box::new(call("old")) }, with_state(3)])),
     ];
     let before = store.stats().unwrap();
     held.release().await;
@@ -488,7 +488,7 @@ async fn a_node_that_lost_its_lease_is_fenced_and_its_neighbours_commit() {
     let (s, other) = (key("s"), key("other"));
     let token_a = granted(&a, &s).await;
     assert_eq!(claim(&b, &s).await, Claim::HeldBy { node: shared(&a).node().to_owned() }, "held while A lives");
-    a.commit(fenced([Op::PutSession(session(&s, SessionStatus::Running))], &s, token_a)).await.unwrap();
+    a.commit(fenced([Op::PutSession(Box::new(session(&s, SessionStatus::Running)))], &s, token_a)).await.unwrap();
     let other_token = granted(&a, &other).await;
 
     // A hangs: its heartbeat stops, and B takes the session over once the
@@ -512,9 +512,9 @@ async fn a_node_that_lost_its_lease_is_fenced_and_its_neighbours_commit() {
     // token still current land.
     let stale = fenced(
         [
-            Op::PutSession(session(&s, SessionStatus::Idle)),
+            Op::PutSession(Box::new(session(&s, SessionStatus::Idle))),
             Op::PutEvent { session: s.clone(), seq: 0, record: event(0) },
-            Op::PushInbox { session: other.clone(), item: item("from a stale node") },
+            Op::PushInbox { session: other.clone(), item: Box::new(item("from a stale node")) },
         ],
         &s,
         token_a,
@@ -525,8 +525,8 @@ async fn a_node_that_lost_its_lease_is_fenced_and_its_neighbours_commit() {
     let before = a.stats().unwrap();
     let commits = [
         a.commit(stale),
-        a.commit(batch([Op::PutSession(session(&key("free"), SessionStatus::Idle))])),
-        a.commit(fenced([Op::PutSession(session(&other, SessionStatus::Running))], &other, other_token)),
+        a.commit(batch([Op::PutSession(Box::new(session(&key("free"), SessionStatus::Idle)))])),
+        a.commit(fenced([Op::PutSession(Box::new(session(&other, SessionStatus::Running)))], &other, other_token)),
     ];
     held.release().await;
     first.await.unwrap();
@@ -545,7 +545,7 @@ async fn a_node_that_lost_its_lease_is_fenced_and_its_neighbours_commit() {
     assert_eq!(a.session(&key("free")).await.unwrap(), Some(session(&key("free"), SessionStatus::Idle)));
     assert_eq!(a.session(&other).await.unwrap(), Some(session(&other, SessionStatus::Running)));
     // B, the new holder, writes.
-    b.commit(fenced([Op::PutSession(session(&s, SessionStatus::Idle))], &s, token_b)).await.unwrap();
+    b.commit(fenced([Op::PutSession(Box::new(session(&s, SessionStatus::Idle)))], &s, token_b)).await.unwrap();
     assert_eq!(b.session(&s).await.unwrap(), Some(session(&s, SessionStatus::Idle)));
     // A's heartbeat resumes: the session stays B's.
     a.pause_heartbeat(false);
@@ -570,15 +570,19 @@ async fn a_released_lease_is_claimed_at_once_and_fences_its_old_holder() {
     shared(&a).release(&s, again).await.unwrap();
     let token_b = granted(&b, &s).await;
     assert!(token_b > again);
-    let err = a.commit(fenced([Op::PutSession(session(&s, SessionStatus::Idle))], &s, again)).await.unwrap_err();
+    let err =
+        a.commit(fenced([Op::PutSession(Box::new(session(&s, SessionStatus::Idle)))], &s, again)).await.unwrap_err();
     assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
     // Released and never claimed again: fenced too.
     shared(&b).release(&s, token_b).await.unwrap();
-    let err = b.commit(fenced([Op::PutSession(session(&s, SessionStatus::Idle))], &s, token_b)).await.unwrap_err();
+    let err =
+        b.commit(fenced([Op::PutSession(Box::new(session(&s, SessionStatus::Idle)))], &s, token_b)).await.unwrap_err();
     assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
     // A session never claimed has no lease to write under.
-    let err =
-        a.commit(fenced([Op::PutSession(session(&key("n"), SessionStatus::Idle))], &key("n"), 1)).await.unwrap_err();
+    let err = a
+        .commit(fenced([Op::PutSession(Box::new(session(&key("n"), SessionStatus::Idle)))], &key("n"), 1))
+        .await
+        .unwrap_err();
     assert!(matches!(err, StoreError::Fenced { .. }), "{err:?}");
     a.close().await.unwrap();
     b.close().await.unwrap();
@@ -607,7 +611,7 @@ async fn node_names_are_unique_among_live_nodes_and_a_restart_takes_over() {
     let err = PgStore::open(&url, named()).await.unwrap_err().to_string();
     assert!(err.contains("node-x") && err.contains("unique"), "{err}");
     let s = key("s");
-    first.commit(batch([Op::PutSession(session(&s, SessionStatus::Running))])).await.unwrap();
+    first.commit(batch([Op::PutSession(Box::new(session(&s, SessionStatus::Running)))])).await.unwrap();
     granted(&first, &s).await;
     // Killed: its row stays, as a crash leaves it, until its heartbeat
     // expires; made expired here rather than waited for.
@@ -637,19 +641,19 @@ async fn orphans_are_crashed_or_released_with_mail() {
     let cluster = cluster!();
     let url = cluster.fresh_database();
     let (live, dying) = (open(&url, options()).await, open(&url, short_leases()).await);
-    let running = |name: &str| Op::PutSession(session(&key(name), SessionStatus::Running));
-    let idle = |name: &str| Op::PutSession(session(&key(name), SessionStatus::Idle));
+    let running = |name: &str| Op::PutSession(Box::new(session(&key(name), SessionStatus::Running)));
+    let idle = |name: &str| Op::PutSession(Box::new(session(&key(name), SessionStatus::Idle)));
     live.commit(batch([
         running("held-by-live"),
         running("held-by-dead"),
         running("never-held"),
         idle("idle"),
         idle("held-with-mail"),
-        Op::PushInbox { session: key("held-with-mail"), item: item("x") },
+        Op::PushInbox { session: key("held-with-mail"), item: Box::new(item("x")) },
         idle("released-with-mail"),
-        Op::PushInbox { session: key("released-with-mail"), item: item("x") },
-        Op::PutSession(session(&key("released-waiting"), SessionStatus::Waiting)),
-        Op::PushInbox { session: key("unborn"), item: item("x") },
+        Op::PushInbox { session: key("released-with-mail"), item: Box::new(item("x")) },
+        Op::PutSession(Box::new(session(&key("released-waiting"), SessionStatus::Waiting))),
+        Op::PushInbox { session: key("unborn"), item: Box::new(item("x")) },
     ]))
     .await
     .unwrap();
@@ -868,7 +872,7 @@ async fn a_listener_that_lost_its_connection_says_notices_were_missed() {
         }
     };
     assert_eq!(missed.from, "", "from no node");
-    a.commit(batch([Op::PushInbox { session: key("s"), item: item("after") }])).await.unwrap();
+    a.commit(batch([Op::PushInbox { session: key("s"), item: Box::new(item("after")) }])).await.unwrap();
     assert_eq!(next(&mut to_b).await.notice, Notice::Inbox { key: key("s") }, "listening again");
     a.close().await.unwrap();
     b.close().await.unwrap();
@@ -885,7 +889,7 @@ async fn a_restart_of_the_server_does_not_make_live_nodes_look_dead() {
     };
     let (a, b) = (open(&url, long()).await, open(&url, long()).await);
     let s = key("s");
-    a.commit(batch([Op::PutSession(session(&s, SessionStatus::Running))])).await.unwrap();
+    a.commit(batch([Op::PutSession(Box::new(session(&s, SessionStatus::Running)))])).await.unwrap();
     granted(&a, &s).await;
     cluster.restart(subs_store_postgres::testing::StopMode::Fast);
     // A's lock went with the restart and its next renewal is 20 s away:
@@ -904,7 +908,7 @@ async fn a_restart_of_the_server_does_not_make_live_nodes_look_dead() {
     assert!(matches!(claim(&b, &s).await, Claim::HeldBy { .. }));
     assert_eq!(shared(&b).orphans(10).await.unwrap(), []);
     // Commits fail while the server is down and work once it is back.
-    a.commit(batch([Op::PutSession(session(&s, SessionStatus::Idle))])).await.expect("the writer reconnects");
+    a.commit(batch([Op::PutSession(Box::new(session(&s, SessionStatus::Idle)))])).await.expect("the writer reconnects");
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
@@ -927,10 +931,10 @@ async fn notices_reach_the_other_nodes_in_one_notify_per_commit() {
         Op::PutEvent { session: s1.clone(), seq: 4, record: event(4) },
         Op::PutEvent { session: s1.clone(), seq: 5, record: event(5) },
         Op::PutEvent { session: s2.clone(), seq: 0, record: event(0) },
-        Op::PushInbox { session: s2.clone(), item: item("x") },
+        Op::PushInbox { session: s2.clone(), item: Box::new(item("x")) },
         Op::PutReply { id: "req-1".to_owned(), reply: json!({"ok": true}) },
         Op::PutAgent(agent("t1", "x")),
-        Op::PutSession(session(&s1, SessionStatus::Running)),
+        Op::PutSession(Box::new(session(&s1, SessionStatus::Running))),
     ]))
     .await
     .unwrap();
@@ -951,7 +955,7 @@ async fn notices_reach_the_other_nodes_in_one_notify_per_commit() {
     assert_eq!(payload["f"], json!(from));
     assert_eq!(payload["n"].as_array().map(Vec::len), Some(5), "{payload}");
     // A batch writing nothing of note sends nothing.
-    a.commit(batch([Op::PutSession(session(&s1, SessionStatus::Idle))])).await.unwrap();
+    a.commit(batch([Op::PutSession(Box::new(session(&s1, SessionStatus::Idle)))])).await.unwrap();
 
     // Many notices: several NOTIFYs, each under the limit, all delivered.
     let long = |n: usize| key(&format!("{n}-{}", "x".repeat(200)));
@@ -977,7 +981,7 @@ async fn notices_reach_the_other_nodes_in_one_notify_per_commit() {
     assert!((2..10).contains(&payloads), "{payloads} payloads for 100 notices");
 
     // B's commit reaches A; neither hears itself.
-    b.commit(batch([Op::PushInbox { session: s1.clone(), item: item("y") }])).await.unwrap();
+    b.commit(batch([Op::PushInbox { session: s1.clone(), item: Box::new(item("y")) }])).await.unwrap();
     assert_eq!(
         next(&mut to_a).await,
         Noticed { from: shared(&b).node().to_owned(), notice: Notice::Inbox { key: s1 } }

@@ -106,9 +106,9 @@ use tokio::sync::oneshot;
 #[allow(unused_imports)]
 use self::{encode::*, read::*, recovery::*, schema::*, writer::*};
 use subs_store::{
-    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord,
-    LoadedSession, MessageRecord, Op, SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin,
-    StoreError, StoreResult, StoreStats, TenantRecord, TurnRecord, ready,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, MessageRecord, Op,
+    SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats,
+    TenantRecord, TurnRecord, ready,
 };
 
 /// The most batches one write transaction takes. Bounds how long the first
@@ -661,7 +661,10 @@ mod tests {
         let (_dir, path) = temp_file();
         let store = RedbStore::open(&path).unwrap();
         for n in 0..3 {
-            store.commit(batch([Op::PushInbox { session: key("s"), item: item(&format!("i{n}")) }])).await.unwrap();
+            store
+                .commit(batch([Op::PushInbox { session: key("s"), item: Box::new(item(&format!("i{n}"))) }]))
+                .await
+                .unwrap();
         }
         store.close().await.unwrap();
         let (id, applied) = journal_position(&path);
@@ -695,7 +698,7 @@ mod tests {
         let stats = store.read_stats().unwrap();
         assert_eq!((stats.batches, stats.commits), (0, 0));
         // The inbox counter was rolled back with the rest.
-        store.commit(batch([Op::PushInbox { session: key("s2"), item: item("x") }])).await.unwrap();
+        store.commit(batch([Op::PushInbox { session: key("s2"), item: Box::new(item("x")) }])).await.unwrap();
         assert_eq!(store.read_inbox(&key("s2")).unwrap()[0].0, 1);
         store.close().await.unwrap();
 
@@ -789,7 +792,7 @@ mod tests {
         let keys = [key("a", "h1", 5), key("a", "h2", 3), key("b", "h3", 9)];
         let store = RedbStore::open(&path).unwrap();
         let mut ops: Vec<Op> = keys.iter().cloned().map(Op::PutKey).collect();
-        ops.push(Op::PutSession(session(&self::key("s1"), SessionStatus::Idle)));
+        ops.push(Op::PutSession(Box::new(session(&self::key("s1"), SessionStatus::Idle))));
         store.commit(batch(ops)).await.unwrap();
         store.close().await.unwrap();
         // What format 2 wrote: the same tables but `tenants`.
@@ -828,7 +831,7 @@ mod tests {
             record.identity.id = owner.map(str::to_owned);
             record.agent_id = agent.to_owned();
             record.versions = versions.iter().map(|(v, n)| ((*v).to_owned(), *n)).collect();
-            Op::PutSession(record)
+            Op::PutSession(Box::new(record))
         };
         store
             .commit(batch([
@@ -904,7 +907,7 @@ mod tests {
                     let key = key(&format!("s{n}"));
                     store
                         .commit(batch([
-                            Op::PutSession(session(&key, SessionStatus::Running)),
+                            Op::PutSession(Box::new(session(&key, SessionStatus::Running))),
                             Op::PutMessage { session: key.clone(), seq: 0, record: message(&format!("m{n}")) },
                         ]))
                         .await
@@ -1072,9 +1075,9 @@ mod tests {
                                 break;
                             }
                             let ops = [
-                                Op::PutSession(session(&sk, SessionStatus::Running)),
+                                Op::PutSession(Box::new(session(&sk, SessionStatus::Running))),
                                 Op::PutMessage { session: sk.clone(), seq: n, record: message(&format!("m{n}")) },
-                                Op::PushInbox { session: sk.clone(), item: item(&format!("i{n}")) },
+                                Op::PushInbox { session: sk.clone(), item: Box::new(item(&format!("i{n}"))) },
                             ];
                             store.commit(batch(ops)).await.unwrap();
                             let mut out = std::io::stdout().lock();

@@ -168,7 +168,7 @@ pub mod sample {
             attempts: 1,
             deadline: None,
         };
-        StepRecord { request: Some(request), ..StepRecord::pending(None, decision_id.to_owned(), trigger) }
+        StepRecord { request: Some(Box::new(request)), ..StepRecord::pending(None, decision_id.to_owned(), trigger) }
     }
 
     /// A sub-agent call in flight.
@@ -244,14 +244,14 @@ pub mod sample {
     pub fn full_batch(key: &SessionKey) -> Batch {
         let s = || key.clone();
         batch([
-            Op::PutSession(session(key, SessionStatus::Running)),
+            Op::PutSession(Box::new(session(key, SessionStatus::Running))),
             Op::PutMessage { session: s(), seq: 0, record: message("m0") },
             Op::PutMessage { session: s(), seq: 1, record: message("m1") },
-            Op::PutStep { session: s(), seq: 0, record: step("d0") },
-            Op::PutCall { session: s(), record: call("c1") },
+            Op::PutStep { session: s(), seq: 0, record: Box::new(step("d0")) },
+            Op::PutCall { session: s(), record: Box::new(call("c1")) },
             Op::PutEvent { session: s(), seq: 0, record: event(0) },
             Op::PutTurn { session: s(), turn_id: "turn-1".to_owned(), record: turn(TurnStatus::Running) },
-            Op::PushInbox { session: s(), item: item("hello") },
+            Op::PushInbox { session: s(), item: Box::new(item("hello")) },
         ])
     }
 }
@@ -310,7 +310,7 @@ async fn sessions_are_listed_by_owner<B: Backend>(backend: &mut B) {
     let owned = |id: &str, owner: Option<&str>| {
         let mut record = sample::session(&key(id), SessionStatus::Idle);
         record.identity.id = owner.map(str::to_owned);
-        Op::PutSession(record)
+        Op::PutSession(Box::new(record))
     };
     // Of t1's sessions a0..a9, alice owns a1, a4, a5 and a8; `alice` of
     // another tenant, and `alice2` (a prefix match), are not hers.
@@ -326,7 +326,7 @@ async fn sessions_are_listed_by_owner<B: Backend>(backend: &mut B) {
     }
     let mut elsewhere = sample::session(&SessionKey::new("t", "a0"), SessionStatus::Idle);
     elsewhere.identity.id = Some("alice".to_owned());
-    ops.push(Op::PutSession(elsewhere));
+    ops.push(Op::PutSession(Box::new(elsewhere)));
     store.commit(batch(ops)).await.unwrap();
     // Written again (as every step of a session writes its record): still
     // listed once.
@@ -410,11 +410,11 @@ async fn calls_are_read_by_id<B: Backend>(backend: &mut B) {
     const P: &str = "conformance: calls are read by id";
     let store = backend.open().await;
     let (s, other) = (key("named"), key("named/other"));
-    let mut ops = vec![Op::PutSession(session(&s, SessionStatus::Running))];
+    let mut ops = vec![Op::PutSession(Box::new(session(&s, SessionStatus::Running)))];
     for id in ["c3", "c1", "c2", "c10"] {
-        ops.push(Op::PutCall { session: s.clone(), record: call(id) });
+        ops.push(Op::PutCall { session: s.clone(), record: Box::new(call(id)) });
     }
-    ops.push(Op::PutCall { session: other.clone(), record: call("c1") });
+    ops.push(Op::PutCall { session: other.clone(), record: Box::new(call("c1")) });
     store.commit(batch(ops)).await.unwrap();
     // c2 settled and forgotten; c3 written again.
     let mut again = call("c3");
@@ -422,7 +422,7 @@ async fn calls_are_read_by_id<B: Backend>(backend: &mut B) {
     store
         .commit(batch([
             Op::DeleteCall { session: s.clone(), call_id: "c2".to_owned() },
-            Op::PutCall { session: s.clone(), record: again.clone() },
+            Op::PutCall { session: s.clone(), record: Box::new(again.clone()) },
         ]))
         .await
         .unwrap();
@@ -449,13 +449,13 @@ async fn step_pages_end_at_their_bytes<B: Backend>(backend: &mut B) {
         step.error = Some("x".repeat(n * 100));
         step
     };
-    let mut ops = vec![Op::PutSession(session(&s, SessionStatus::Idle))];
+    let mut ops = vec![Op::PutSession(Box::new(session(&s, SessionStatus::Idle)))];
     for n in 0..6u64 {
         let record = if n == 2 { step("small") } else { sized(n as usize) };
-        ops.push(Op::PutStep { session: s.clone(), seq: n, record });
+        ops.push(Op::PutStep { session: s.clone(), seq: n, record: Box::new(record) });
     }
     store.commit(batch(ops)).await.unwrap();
-    store.commit(batch([Op::PutStep { session: s.clone(), seq: 2, record: sized(2) }])).await.unwrap();
+    store.commit(batch([Op::PutStep { session: s.clone(), seq: 2, record: Box::new(sized(2)) }])).await.unwrap();
     let size = |n: usize| crate::encode_record("steps", &sized(n)).unwrap().len();
     let page = async |from, limit, max_bytes| {
         let steps = store.steps_page(&s, from, limit, max_bytes).await.unwrap();
@@ -487,26 +487,26 @@ async fn reads_return_what_the_ops_wrote<B: Backend>(backend: &mut B) {
     let other = SessionKey::new("t", "s1");
     let dashed = SessionKey::new("t1-x", "s0");
     let mut ops = vec![
-        Op::PutSession(session(&s10, SessionStatus::Idle)),
-        Op::PutSession(session(&s1, SessionStatus::Idle)),
-        Op::PutSession(session(&other, SessionStatus::Idle)),
-        Op::PutSession(session(&dashed, SessionStatus::Idle)),
+        Op::PutSession(Box::new(session(&s10, SessionStatus::Idle))),
+        Op::PutSession(Box::new(session(&s1, SessionStatus::Idle))),
+        Op::PutSession(Box::new(session(&other, SessionStatus::Idle))),
+        Op::PutSession(Box::new(session(&dashed, SessionStatus::Idle))),
     ];
     for seq in 0..10 {
-        ops.push(Op::PutStep { session: s1.clone(), seq, record: step(&format!("d{seq}")) });
+        ops.push(Op::PutStep { session: s1.clone(), seq, record: Box::new(step(&format!("d{seq}"))) });
         ops.push(Op::PutEvent { session: s1.clone(), seq, record: event(seq) });
         ops.push(Op::PutMessage { session: s1.clone(), seq, record: message(&format!("m{seq}")) });
     }
-    ops.push(Op::PutStep { session: s10.clone(), seq: 3, record: step("other") });
+    ops.push(Op::PutStep { session: s10.clone(), seq: 3, record: Box::new(step("other")) });
     ops.push(Op::PutEvent { session: s10.clone(), seq: 3, record: event(99) });
     for id in ["c1", "c2", "c3"] {
-        ops.push(Op::PutCall { session: s1.clone(), record: call(id) });
+        ops.push(Op::PutCall { session: s1.clone(), record: Box::new(call(id)) });
     }
-    ops.push(Op::PutCall { session: s10.clone(), record: call("c9") });
+    ops.push(Op::PutCall { session: s10.clone(), record: Box::new(call("c9")) });
     for text in ["first", "second", "third"] {
-        ops.push(Op::PushInbox { session: s1.clone(), item: item(text) });
+        ops.push(Op::PushInbox { session: s1.clone(), item: Box::new(item(text)) });
     }
-    ops.push(Op::PushInbox { session: s10.clone(), item: item("elsewhere") });
+    ops.push(Op::PushInbox { session: s10.clone(), item: Box::new(item("elsewhere")) });
     ops.push(Op::PutTurn { session: s1.clone(), turn_id: "turn-1".to_owned(), record: turn(TurnStatus::Running) });
     store.commit(batch(ops)).await.unwrap();
 
@@ -580,7 +580,7 @@ async fn reads_return_what_the_ops_wrote<B: Backend>(backend: &mut B) {
     done.first_open_step = 8;
     store
         .commit(batch([
-            Op::PutSession(done.clone()),
+            Op::PutSession(Box::new(done.clone())),
             Op::DeleteCall { session: s1.clone(), call_id: "c2".to_owned() },
             Op::DeleteCall { session: s1.clone(), call_id: "never-existed".to_owned() },
             Op::DeleteInbox { session: s1.clone(), seq: inbox[0].0 },
@@ -611,22 +611,22 @@ async fn any_session_id_keeps_its_own_records<B: Backend>(backend: &mut B) {
     // Tenant `t` with session `1/a` is storage key `t/1/a`: it must not be
     // read as tenant `t1`'s session `a`.
     let foreign = SessionKey::new("t", "1/a");
-    let mut ops = vec![Op::PutSession(session(&foreign, SessionStatus::Running))];
+    let mut ops = vec![Op::PutSession(Box::new(session(&foreign, SessionStatus::Running)))];
     ops.push(Op::PutEvent { session: foreign.clone(), seq: 0, record: event(1000) });
     for (n, id) in AWKWARD_IDS.iter().enumerate() {
         let s = key(id);
         let n = n as u64;
         // Every other session is running, so `unfinished` lists it.
         let status = if n.is_multiple_of(2) { SessionStatus::Running } else { SessionStatus::Idle };
-        ops.push(Op::PutSession(session(&s, status)));
+        ops.push(Op::PutSession(Box::new(session(&s, status))));
         for seq in 0..2 {
             ops.push(Op::PutMessage { session: s.clone(), seq, record: message(&format!("{id}#{seq}")) });
-            ops.push(Op::PutStep { session: s.clone(), seq, record: step(&format!("{id}#{seq}")) });
+            ops.push(Op::PutStep { session: s.clone(), seq, record: Box::new(step(&format!("{id}#{seq}"))) });
             ops.push(Op::PutEvent { session: s.clone(), seq, record: event(n * 10 + seq) });
         }
-        ops.push(Op::PutCall { session: s.clone(), record: call(&format!("{id}/call")) });
+        ops.push(Op::PutCall { session: s.clone(), record: Box::new(call(&format!("{id}/call"))) });
         ops.push(Op::PutTurn { session: s.clone(), turn_id: id.to_string(), record: turn(TurnStatus::Running) });
-        ops.push(Op::PushInbox { session: s.clone(), item: item(id) });
+        ops.push(Op::PushInbox { session: s.clone(), item: Box::new(item(id)) });
     }
     store.commit(batch(ops)).await.unwrap();
 
@@ -703,12 +703,12 @@ async fn ops_apply_in_order<B: Backend>(backend: &mut B) {
     // Within a batch: the later write wins, a delete after a put removes.
     store
         .commit(batch([
-            Op::PutSession(with_state(1)),
-            Op::PutSession(with_state(2)),
-            Op::PutCall { session: s1.clone(), record: call("gone") },
+            Op::PutSession(Box::new(with_state(1))),
+            Op::PutSession(Box::new(with_state(2))),
+            Op::PutCall { session: s1.clone(), record: Box::new(call("gone")) },
             Op::DeleteCall { session: s1.clone(), call_id: "gone".to_owned() },
             Op::DeleteCall { session: s1.clone(), call_id: "kept".to_owned() },
-            Op::PutCall { session: s1.clone(), record: call("kept") },
+            Op::PutCall { session: s1.clone(), record: Box::new(call("kept")) },
         ]))
         .await
         .unwrap();
@@ -718,7 +718,7 @@ async fn ops_apply_in_order<B: Backend>(backend: &mut B) {
     for n in 3..20 {
         store
             .commit(batch([
-                Op::PutSession(with_state(n)),
+                Op::PutSession(Box::new(with_state(n))),
                 Op::PutEvent { session: s1.clone(), seq: n, record: event(n) },
             ]))
             .await
@@ -757,14 +757,14 @@ fn crash_batches() -> Vec<Batch> {
             record.count_decision(Some(&format!("sha256:{}", v % 2)));
         }
         let mut ops = vec![
-            Op::PutSession(record),
+            Op::PutSession(Box::new(record)),
             Op::PutMessage { session: a.clone(), seq: n + 1, record: message(&format!("m{n}")) },
-            Op::PutStep { session: a.clone(), seq: n, record: step(&format!("d{n}")) },
+            Op::PutStep { session: a.clone(), seq: n, record: Box::new(step(&format!("d{n}"))) },
             Op::PutEvent { session: a.clone(), seq: n, record: event(n) },
-            Op::PutCall { session: a.clone(), record: call(&format!("c{}", n + 1)) },
+            Op::PutCall { session: a.clone(), record: Box::new(call(&format!("c{}", n + 1))) },
             Op::DeleteCall { session: a.clone(), call_id: format!("c{n}") },
             Op::PutTurn { session: a.clone(), turn_id: format!("turn-{n}"), record: turn(TurnStatus::Done) },
-            Op::PushInbox { session: b.clone(), item: item(&format!("from a {n}")) },
+            Op::PushInbox { session: b.clone(), item: Box::new(item(&format!("from a {n}"))) },
         ];
         if n == 3 {
             ops.push(Op::PutAgent(agent("t1", "agent")));
@@ -813,7 +813,7 @@ async fn concurrent_commits_all_land<B: Backend>(backend: &mut B) {
         async move {
             let key = key(&format!("s{n}"));
             let ops = [
-                Op::PutSession(session(&key, SessionStatus::Running)),
+                Op::PutSession(Box::new(session(&key, SessionStatus::Running))),
                 Op::PutMessage { session: key.clone(), seq: 0, record: message(&format!("m{n}")) },
             ];
             store.commit(batch(ops)).await.unwrap();
@@ -849,14 +849,14 @@ async fn unfinished_follows_status_and_inbox_across_reopen<B: Backend>(backend: 
     let store = backend.open().await;
     store
         .commit(batch([
-            Op::PutSession(session(&key("running"), SessionStatus::Running)),
-            Op::PutSession(session(&key("idle"), SessionStatus::Idle)),
-            Op::PutSession(session(&key("waiting"), SessionStatus::Waiting)),
-            Op::PutSession(session(&key("idle-with-mail"), SessionStatus::Idle)),
-            Op::PushInbox { session: key("idle-with-mail"), item: item("wake up") },
-            Op::PushInbox { session: key("idle-with-mail"), item: item("again") },
+            Op::PutSession(Box::new(session(&key("running"), SessionStatus::Running))),
+            Op::PutSession(Box::new(session(&key("idle"), SessionStatus::Idle))),
+            Op::PutSession(Box::new(session(&key("waiting"), SessionStatus::Waiting))),
+            Op::PutSession(Box::new(session(&key("idle-with-mail"), SessionStatus::Idle))),
+            Op::PushInbox { session: key("idle-with-mail"), item: Box::new(item("wake up")) },
+            Op::PushInbox { session: key("idle-with-mail"), item: Box::new(item("again")) },
             // Mail for a session not created yet is not forgotten either.
-            Op::PushInbox { session: key("unborn"), item: item("start") },
+            Op::PushInbox { session: key("unborn"), item: Box::new(item("start")) },
         ]))
         .await
         .unwrap();
@@ -868,8 +868,8 @@ async fn unfinished_follows_status_and_inbox_across_reopen<B: Backend>(backend: 
     let mail: Vec<_> = store.inbox(&key("idle-with-mail")).await.unwrap().into_iter().map(|(seq, _)| seq).collect();
     let unborn = store.inbox(&key("unborn")).await.unwrap()[0].0;
     let mut ops = vec![
-        Op::PutSession(session(&key("running"), SessionStatus::Idle)),
-        Op::PutSession(session(&key("waiting"), SessionStatus::Running)),
+        Op::PutSession(Box::new(session(&key("running"), SessionStatus::Idle))),
+        Op::PutSession(Box::new(session(&key("waiting"), SessionStatus::Running))),
         Op::DeleteInbox { session: key("unborn"), seq: unborn },
     ];
     ops.extend(mail.iter().map(|&seq| Op::DeleteInbox { session: key("idle-with-mail"), seq }));
@@ -892,7 +892,7 @@ async fn events_replay_from_every_id<B: Backend>(backend: &mut B) {
             ops.push(Op::PutEvent { session: s1.clone(), seq: next_event, record: event(next_event) });
             next_event += 1;
         }
-        ops.push(Op::PutSession(session(&s1, SessionStatus::Running)));
+        ops.push(Op::PutSession(Box::new(session(&s1, SessionStatus::Running))));
         store.commit(batch(ops)).await.unwrap();
     }
     let all: Vec<_> = (0..next_event).map(|n| (n, event(n))).collect();
@@ -914,7 +914,7 @@ async fn inbox_numbers_keep_increasing_across_reopen<B: Backend>(backend: &mut B
     let mut last = None;
     for round in 0..3 {
         for session in ["a", "b"] {
-            store.commit(batch([Op::PushInbox { session: key(session), item: item("x") }])).await.unwrap();
+            store.commit(batch([Op::PushInbox { session: key(session), item: Box::new(item("x")) }])).await.unwrap();
             let inbox = store.inbox(&key(session)).await.unwrap();
             assert_eq!(inbox.len(), 1, "{P}: round {round}");
             let seq = inbox[0].0;

@@ -51,13 +51,15 @@ pub use self::records::*;
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// One write of a [`Batch`].
-// Ops live for one commit and are moved, not copied; boxing the large
-// records would cost an allocation per write for nothing.
-#[allow(clippy::large_enum_variant)]
+// The large records (a session's, a step's, a call's, an inbox item) are
+// boxed so that an op takes a few words: a decision that starts a thousand
+// calls makes thousands of small writes (a call and its event each), and a
+// batch of ops the size of the largest record would hold and copy ten
+// times what those writes are.
 #[derive(Debug, Clone)]
 pub enum Op {
     /// Creates or replaces a session's record.
-    PutSession(SessionRecord),
+    PutSession(Box<SessionRecord>),
     /// Records a message under its sequence number.
     PutMessage {
         /// The session.
@@ -74,14 +76,14 @@ pub enum Op {
         /// The step's sequence number within the session.
         seq: u64,
         /// The step.
-        record: StepRecord,
+        record: Box<StepRecord>,
     },
     /// Creates or replaces an in-flight call.
     PutCall {
         /// The session.
         session: SessionKey,
         /// The call.
-        record: CallRecord,
+        record: Box<CallRecord>,
     },
     /// Forgets a settled call.
     DeleteCall {
@@ -114,7 +116,7 @@ pub enum Op {
         /// The receiving session.
         session: SessionKey,
         /// What it receives.
-        item: InboxItem,
+        item: Box<InboxItem>,
     },
     /// Removes an inbox item the session has taken in.
     DeleteInbox {

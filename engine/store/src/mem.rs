@@ -89,16 +89,16 @@ impl State {
     fn apply(&mut self, op: Op) {
         match op {
             Op::PutSession(record) => {
-                self.sessions.insert(record.key.clone(), record);
+                self.sessions.insert(record.key.clone(), *record);
             }
             Op::PutMessage { session, seq, record } => {
                 self.messages.insert((session.storage_key(), seq), record);
             }
             Op::PutStep { session, seq, record } => {
-                self.steps.insert((session.storage_key(), seq), record);
+                self.steps.insert((session.storage_key(), seq), *record);
             }
             Op::PutCall { session, record } => {
-                self.calls.insert((session.storage_key(), record.call.id.clone()), record);
+                self.calls.insert((session.storage_key(), record.call.id.clone()), *record);
             }
             Op::DeleteCall { session, call_id } => {
                 self.calls.remove(&(session.storage_key(), call_id));
@@ -112,7 +112,7 @@ impl State {
             Op::PushInbox { session, item } => {
                 let seq = self.next_inbox;
                 self.next_inbox += 1;
-                self.inbox.insert((session.storage_key(), seq), item);
+                self.inbox.insert((session.storage_key(), seq), *item);
             }
             Op::DeleteInbox { session, seq } => {
                 self.inbox.remove(&(session.storage_key(), seq));

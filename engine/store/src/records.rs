@@ -389,8 +389,10 @@ pub struct StepRecord {
     pub retry_at_ms: Option<u64>,
     /// The last delivery's error.
     pub error: Option<String>,
-    /// The decision, once applied.
-    pub decision: Option<DecisionResponse>,
+    /// The decision, once applied. Boxed, as is [`request`](Self::request):
+    /// a pending step (one per worker-run call in flight) holds neither,
+    /// and carries a pointer for each instead of their room.
+    pub decision: Option<Box<DecisionResponse>>,
     /// Ids of the messages the decision recorded.
     pub recorded: Vec<String>,
     /// The agent version that decided (a content digest), when known.
@@ -415,7 +417,7 @@ pub struct StepRecord {
     /// docs/upgrades.md). Set once the decision is applied; `None` for
     /// steps stored before the engine kept it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request: Option<RequestBasis>,
+    pub request: Option<Box<RequestBasis>>,
 }
 
 /// What a decision request held that neither the session's constants

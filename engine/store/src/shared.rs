@@ -112,8 +112,9 @@ pub struct Noticed {
 /// Lease timing, in the settings of a shared store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SharedSettings {
-    /// How long a node's leases outlive its last heartbeat: how long a
-    /// dead node's sessions wait before another node takes them.
+    /// How long a node's leases outlive its last heartbeat: how long the
+    /// sessions of a node that stopped renewing wait before another node
+    /// takes them, unless the store sees sooner that it died.
     pub lease: Duration,
     /// How often a node renews its heartbeat; well under `lease`, so a
     /// slow renewal does not lose the leases.

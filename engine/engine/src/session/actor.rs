@@ -1277,6 +1277,7 @@ impl Actor {
         }
         let mut ctx = self.env.ctx();
         ctx.decision = span.as_ref().map(|(span, _)| span.clone());
+        let bounds = ctx.quota.decision_bounds(&self.key.tenant);
         let session = self.session.as_mut().expect("loaded");
         let trigger = session.trigger(&step.trigger);
         // Built only for a traced turn: untraced, a decision costs nothing here.
@@ -1294,7 +1295,7 @@ impl Actor {
             attributes
         });
         let outcome = match result {
-            Ok(decision) => match validate::validate(session, &trigger, &decision, ctx.store).await {
+            Ok(decision) => match validate::validate(session, &trigger, &decision, ctx.store, &bounds).await {
                 Ok(()) => match session.refuse_decision_bytes(&decision, ctx.history.max_bytes(&self.key.tenant)) {
                     None => Ok(decision),
                     // Not retried: the session's bound is no worker's
@@ -1320,7 +1321,7 @@ impl Actor {
                 step.latency_us = Some(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
                 step.agent_version = version;
                 session.based(&basis);
-                step.request = Some(basis);
+                step.request = Some(Box::new(basis));
                 session.apply_decision(seq, step, decision, &trigger, &ctx, &mut change);
                 None
             }

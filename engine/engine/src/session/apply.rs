@@ -16,7 +16,7 @@ use subs_protocol::{
 use super::proposal::last_assistant_text;
 use super::{Change, Session};
 use crate::clock;
-use crate::engine::SpawnBounds;
+use crate::engine::{DecisionBounds, SpawnBounds};
 use crate::model::TokenUsage;
 use crate::retry::RetryCap;
 use crate::store::{
@@ -46,10 +46,10 @@ pub(crate) struct Ctx<'a> {
     pub call_timeout_ms: u64,
     /// The tenants' session limits.
     pub quota: &'a (dyn SessionQuota + Sync),
-    /// What LLM calls cost: prices replies that come without a cost.
-    pub prices: &'a crate::model::PriceTable,
     /// The tenants' bounds on what a session's messages may take.
     pub history: &'a super::history::HistoryLimits,
+    /// What LLM calls cost: prices replies that come without a cost.
+    pub prices: &'a crate::model::PriceTable,
     /// The engine's metrics.
     pub metrics: &'a crate::metrics::Metrics,
     /// Where spans go, and whether turns are traced.
@@ -71,6 +71,9 @@ pub(crate) trait SessionQuota {
 
     /// The bounds on what `tenant`'s agents may spawn.
     fn spawn_bounds(&self, tenant: &str) -> SpawnBounds;
+
+    /// The bounds on what one decision of `tenant`'s agents may start.
+    fn decision_bounds(&self, tenant: &str) -> DecisionBounds;
 }
 
 /// How a call ended (or failed a try).
@@ -567,7 +570,7 @@ impl Session {
         };
         let parent = SessionKey::new(&self.record.key.tenant, parent);
         let item = InboxItem::SubAgentFinished { call_id, ok: error.is_none(), result, error };
-        change.batch.push(Op::PushInbox { session: parent.clone(), item });
+        change.batch.push(Op::PushInbox { session: parent.clone(), item: Box::new(item) });
         change.wake.push(parent);
     }
 
@@ -661,9 +664,9 @@ impl Session {
         step.started = started.into_iter().map(|(_, id)| id).collect();
         step.decided_ms = Some(ctx.now_ms);
         step.status = StepStatus::Applied;
-        step.decision = Some(decision);
+        step.decision = Some(Box::new(decision));
         self.deciding = None;
-        change.batch.push(Op::PutStep { session: self.key().clone(), seq, record: step });
+        change.batch.push(Op::PutStep { session: self.key().clone(), seq, record: Box::new(step) });
         self.record.first_open_step = self.steps.front().map_or(self.record.next.step, |(s, _)| *s);
         if self.turn_is_exhausted() {
             self.end_turn(None, ctx, change);
@@ -709,7 +712,7 @@ impl Session {
                 } else {
                     let target = SessionKey::new(&self.record.key.tenant, &send.session_id);
                     let item = InboxItem::Message { message: send.message, from: self.record.key.session.clone() };
-                    change.batch.push(Op::PushInbox { session: target.clone(), item });
+                    change.batch.push(Op::PushInbox { session: target.clone(), item: Box::new(item) });
                     change.wake.push(target);
                 }
             }
@@ -812,11 +815,8 @@ impl Session {
     /// `tool.call` event, a child session's turn; the actor starts
     /// engine-run LLM calls).
     pub fn begin_try(&mut self, call_id: &str, ctx: &Ctx<'_>, change: &mut Change) {
-        let Some(mut record) = self.calls.get(call_id).cloned() else { return };
-        let timeout_ms = self.call_timeout_ms(&record, ctx);
-        record.deadline_ms = timeout_ms.map(|t| ctx.now_ms.saturating_add(t));
-        record.call.deadline = record.deadline_ms.map(clock::rfc3339);
-        record.started_ms = Some(ctx.now_ms);
+        let Some(record) = self.calls.get(call_id) else { return };
+        let timeout_ms = self.call_timeout_ms(record, ctx);
         // A try's span is a child of what started the call: the decision
         // for a first try (a retry keeps its first try's parent), else the
         // turn.
@@ -828,9 +828,14 @@ impl Session {
             (_, Some(decision), _) if turn.is_some() => Some(decision.clone()),
             (_, _, turn) => turn.cloned(),
         };
+        // Changed where it is kept: the write is the one copy made.
+        let Some(record) = self.calls.get_mut(call_id) else { return };
+        record.deadline_ms = timeout_ms.map(|t| ctx.now_ms.saturating_add(t));
+        record.call.deadline = record.deadline_ms.map(clock::rfc3339);
+        record.started_ms = Some(ctx.now_ms);
         record.span = parent.as_ref().map(crate::telemetry::child_of);
         let (kind, handler, attempt) = (record.call.kind, record.call.handler, record.call.attempt);
-        self.put_call(record, change);
+        change.batch.push(Op::PutCall { session: self.record.key.clone(), record: Box::new(record.clone()) });
         match kind {
             CallKind::LlmCall if handler == Some(Handler::Worker) => {
                 self.push_step(StoredTrigger::LlmExecute { call_id: call_id.to_owned(), attempt }, change);
@@ -920,7 +925,7 @@ impl Session {
     /// Hands a pending tool call to whoever runs it: a `tool.execute` step
     /// for the worker, a `tool.call` event for clients.
     pub fn dispatch_tool(&mut self, call_id: &str, change: &mut Change) {
-        let Some(call) = self.calls.get(call_id).cloned() else { return };
+        let Some(call) = self.calls.get(call_id) else { return };
         let CallSpec::Tool { arguments, input, .. } = &call.spec else { return };
         let name = call.call.name.clone().unwrap_or_default();
         if call.call.handler == Some(Handler::Client) {
@@ -1011,7 +1016,7 @@ impl Session {
                 self.record.ancestry.iter().cloned().chain([self.record.key.session.clone()]).collect();
             child.record.parent =
                 Some(ParentLink { session: self.record.key.session.clone(), call_id: call_id.to_owned() });
-            change.batch.push(Op::PutSession(child.record));
+            change.batch.push(Op::PutSession(Box::new(child.record)));
             "spawn".to_owned()
         } else {
             format!("spawn_{}", call.call.attempt)
@@ -1023,7 +1028,7 @@ impl Session {
         };
         change.batch.push(Op::PushInbox {
             session: child_key.clone(),
-            item: InboxItem::Start { turn_id, start, span: call.span.clone() },
+            item: Box::new(InboxItem::Start { turn_id, start, span: call.span.clone() }),
         });
         change.wake.push(child_key);
     }
@@ -1402,6 +1407,10 @@ mod tests {
         fn spawn_bounds(&self, _: &str) -> SpawnBounds {
             SpawnBounds::default()
         }
+
+        fn decision_bounds(&self, _: &str) -> DecisionBounds {
+            DecisionBounds::default()
+        }
     }
 
     const NOW: u64 = 1_000_000;
@@ -1710,6 +1719,10 @@ mod tests {
         fn spawn_bounds(&self, _: &str) -> SpawnBounds {
             self.bounds
         }
+
+        fn decision_bounds(&self, _: &str) -> DecisionBounds {
+            DecisionBounds::default()
+        }
     }
 
     /// Spawns `n` children from `session` in `change`; the ids of the
@@ -1870,12 +1883,12 @@ mod tests {
             assert_eq!(parent, SessionKey::new("acme", "p"));
             assert_eq!(
                 item,
-                InboxItem::SubAgentFinished {
+                Box::new(InboxItem::SubAgentFinished {
                     call_id: "pc".to_owned(),
                     ok: false,
                     result: None,
                     error: Some("it broke".to_owned())
-                }
+                })
             );
             assert_eq!(change.wake, [SessionKey::new("acme", "p")]);
         });

@@ -58,8 +58,10 @@ pub(crate) async fn send(
         .map_err(|e| InputError::Store(format!("the request could not be encoded: {e}")))?;
     let signal = env.replies.expect(&id);
     let _waiting = Waiting { replies: &env.replies, id: &id };
-    let push =
-        Batch::of([Op::PushInbox { session: key.clone(), item: InboxItem::Request { id: id.clone(), request } }]);
+    let push = Batch::of([Op::PushInbox {
+        session: key.clone(),
+        item: Box::new(InboxItem::Request { id: id.clone(), request }),
+    }]);
     if let Err(error) = env.store.commit(push).await {
         tracing::warn!(%error, request = %id, "a request could not be forwarded to the session's node");
         return Err(if error.may_have_written() {

@@ -438,7 +438,7 @@ impl Session {
             format!("{}:{seq}", self.record.key.session),
             trigger,
         );
-        change.batch.push(Op::PutStep { session: self.key().clone(), seq, record: step.clone() });
+        change.batch.push(Op::PutStep { session: self.key().clone(), seq, record: Box::new(step.clone()) });
         self.steps.push_back((seq, step));
         seq
     }
@@ -446,7 +446,7 @@ impl Session {
     /// Finishes the front step with `status`, storing it.
     pub fn finish_step(&mut self, mut step: StepRecord, seq: u64, status: StepStatus, change: &mut Change) {
         step.status = status;
-        change.batch.push(Op::PutStep { session: self.key().clone(), seq, record: step });
+        change.batch.push(Op::PutStep { session: self.key().clone(), seq, record: Box::new(step) });
         self.steps.retain(|(s, _)| *s != seq);
         self.record.first_open_step = self.steps.front().map_or(self.record.next.step, |(s, _)| *s);
     }
@@ -454,13 +454,13 @@ impl Session {
     /// Stores the front step as it is now (after a failed delivery).
     pub fn store_step(&self, seq: u64, change: &mut Change) {
         if let Some((_, step)) = self.steps.iter().find(|(s, _)| *s == seq) {
-            change.batch.push(Op::PutStep { session: self.key().clone(), seq, record: step.clone() });
+            change.batch.push(Op::PutStep { session: self.key().clone(), seq, record: Box::new(step.clone()) });
         }
     }
 
     /// Stores a call as it is now.
     pub fn put_call(&mut self, record: CallRecord, change: &mut Change) {
-        change.batch.push(Op::PutCall { session: self.key().clone(), record: record.clone() });
+        change.batch.push(Op::PutCall { session: self.key().clone(), record: Box::new(record.clone()) });
         self.calls.insert(record.call.id.clone(), record);
     }
 
@@ -490,7 +490,7 @@ impl Session {
         self.stamp(change, now_ms);
         self.refresh_status();
         self.record.updated_ms = now_ms;
-        change.batch.push(Op::PutSession(self.record.clone()));
+        change.batch.push(Op::PutSession(Box::new(self.record.clone())));
     }
 
     // ---- requests ----------------------------------------------------------

@@ -1,22 +1,30 @@
 //! The rules a decision must keep. A decision that breaks one is rejected
 //! whole, nothing of it applied, and counts as a failed delivery; the error
 //! says which rule and where.
+//!
+//! Checking costs time linear in the decision: its size is bounded first
+//! (the tenant's [`DecisionBounds`]), and every "already used" check looks
+//! the id up in a set rather than scanning what the session holds.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use subs_protocol::{Action, AgentConfig, CallKind, DecisionResponse, Handler, Trigger};
 
 use super::Session;
+use crate::engine::DecisionBounds;
 use crate::store::{ID_RULE, NAME_RULE, SessionKey, Store, valid_id, valid_name};
 use crate::tools;
 
-/// Checks `decision`, the answer to `trigger`, against the session.
+/// Checks `decision`, the answer to `trigger`, against the session and
+/// the tenant's `bounds`.
 pub(crate) async fn validate(
     session: &Session,
     trigger: &Trigger,
     decision: &DecisionResponse,
     store: &dyn Store,
+    bounds: &DecisionBounds,
 ) -> Result<(), String> {
+    check_bounds(session, decision, bounds)?;
     if let Some(agent) = &decision.agent {
         check_config(agent).map_err(|e| format!("agent: {e}"))?;
     }
@@ -34,6 +42,15 @@ pub(crate) async fn validate(
 
     let mut settled = HashSet::new();
     let mut new_calls = HashSet::new();
+    // Child sessions spawned: by the calls in flight (made once, at the
+    // first spawn), and by this decision.
+    let mut children: Option<HashSet<&str>> = None;
+    let mut spawned = HashSet::new();
+    // Interrupts open, and those this decision opens.
+    let mut interrupts: Option<HashSet<&str>> = None;
+    // Each session sent to, and whether it is of the family: one read
+    // of the store for each, however many messages go to it.
+    let mut family: HashMap<&str, bool> = HashMap::new();
     let mut done_at = None;
     let mut interrupt_at = None;
     for (i, action) in decision.actions().iter().enumerate() {
@@ -89,15 +106,39 @@ pub(crate) async fn validate(
                     return Err(at(format!("session_id `{}` is not a valid id ({ID_RULE})", spawn.session_id)));
                 }
                 let child = SessionKey::new(&session.record.key.tenant, &spawn.session_id);
-                let queued = session.open_calls().any(|c| c.call.session_id.as_deref() == Some(&spawn.session_id));
-                if queued || store.session(&child).await.map_err(|e| at(e.to_string()))?.is_some() {
+                let children = children.get_or_insert_with(|| {
+                    session
+                        .open_calls()
+                        .filter(|c| c.call.kind == CallKind::SubAgent)
+                        .filter_map(|c| c.call.session_id.as_deref())
+                        .collect()
+                });
+                if !spawned.insert(spawn.session_id.as_str()) {
+                    return Err(at(format!("session `{}` is spawned twice", spawn.session_id)));
+                }
+                if children.contains(spawn.session_id.as_str())
+                    || store.session(&child).await.map_err(|e| at(e.to_string()))?.is_some()
+                {
                     return Err(at(format!("session `{}` already exists", spawn.session_id)));
                 }
                 check_new_call_id(session, &spawn.tool_call_id, &mut new_calls).map_err(at)?;
             }
             Action::MessageSend(send) => {
                 if send.session_id != session.record.key.session {
-                    check_family(session, &send.session_id, store).await.map_err(at)?;
+                    let target = send.session_id.as_str();
+                    let known = match family.get(target) {
+                        Some(known) => *known,
+                        None => {
+                            let known = in_family(session, target, store).await.map_err(at)?;
+                            family.insert(target, known);
+                            known
+                        }
+                    };
+                    if !known {
+                        return Err(at(format!(
+                            "session `{target}` does not exist or is not in this session's family"
+                        )));
+                    }
                 }
             }
             Action::Interrupt(interrupt) => {
@@ -106,7 +147,10 @@ pub(crate) async fn validate(
                     if !valid_id(id) {
                         return Err(at(format!("interrupt_id `{id}` is not a valid id ({ID_RULE})")));
                     }
-                    if session.record.interrupts.iter().any(|i| &i.interrupt_id == id) {
+                    let open = interrupts.get_or_insert_with(|| {
+                        session.record.interrupts.iter().map(|i| i.interrupt_id.as_str()).collect::<HashSet<_>>()
+                    });
+                    if !open.insert(id.as_str()) {
                         return Err(at(format!("interrupt `{id}` is already open")));
                     }
                 }
@@ -240,21 +284,43 @@ fn check_new_call_id(session: &Session, id: &str, new_calls: &mut HashSet<String
     Ok(())
 }
 
-/// `message.send` reaches this session or one of its family: sessions with
-/// the same root ancestor, of the same tenant.
-async fn check_family(session: &Session, target: &str, store: &dyn Store) -> Result<(), String> {
-    let missing = || format!("session `{target}` does not exist or is not in this session's family");
+/// Whether `message.send` may reach `target`: a session of the family of
+/// this one (sessions with the same root ancestor, of the same tenant).
+async fn in_family(session: &Session, target: &str, store: &dyn Store) -> Result<bool, String> {
     if !valid_id(target) {
-        return Err(missing());
+        return Ok(false);
     }
     let key = SessionKey::new(&session.record.key.tenant, target);
-    let Some(other) = store.session(&key).await.map_err(|e| e.to_string())? else { return Err(missing()) };
+    let Some(other) = store.session(&key).await.map_err(|e| e.to_string())? else { return Ok(false) };
     let root = |ancestry: &[String], own: &str| ancestry.first().cloned().unwrap_or_else(|| own.to_owned());
-    if root(&other.ancestry, target) == root(&session.record.ancestry, &session.record.key.session) {
-        Ok(())
-    } else {
-        Err(missing())
+    Ok(root(&other.ancestry, target) == root(&session.record.ancestry, &session.record.key.session))
+}
+
+/// The tenant's bounds on one decision: its actions, and the calls the
+/// open turn would hold with those the decision starts. Checked before
+/// anything else, so that a decision past them costs no more than it took
+/// to read.
+fn check_bounds(session: &Session, decision: &DecisionResponse, bounds: &DecisionBounds) -> Result<(), String> {
+    let actions = decision.actions();
+    let max = bounds.max_actions_per_decision;
+    if actions.len() > max as usize {
+        return Err(format!(
+            "the decision has {} actions, more than the {max} one decision may have (`max_actions_per_decision`)",
+            actions.len()
+        ));
     }
+    let starts = actions
+        .iter()
+        .filter(|a| matches!(a, Action::LlmCall(_) | Action::ToolCall(_) | Action::SubAgentSpawn(_)))
+        .count();
+    let (held, max) = (session.calls.len(), bounds.max_calls_per_turn);
+    if starts > 0 && held.saturating_add(starts) > max as usize {
+        return Err(format!(
+            "the decision starts {starts} calls, and the turn holds {held}: more than the {max} calls one turn may \
+             hold (`max_calls_per_turn`)"
+        ));
+    }
+    Ok(())
 }
 
 /// A config the engine can run: consistent handler and format, valid and
@@ -330,7 +396,7 @@ mod money {
             response,
         }));
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        runtime.block_on(validate(&session(), &Trigger::SessionStart, &decision, &MemStore::new()))
+        runtime.block_on(validate(&session(), &Trigger::SessionStart, &decision, &MemStore::new(), &Default::default()))
     }
 
     #[test]
@@ -363,6 +429,153 @@ mod money {
         let refused = stating(json!("0"), json!({"parts": [1, -0.5]})).unwrap_err();
         assert!(refused.contains("response.usage.parts[1]"), "{refused}");
         stating(json!("0"), json!({"prompt_tokens": 0, "model": "x", "parts": [1, 2.5]})).expect("zero or more");
+    }
+}
+
+/// The tenant's bounds on a decision, and the checks that look ids up
+/// instead of scanning what the session holds.
+#[cfg(test)]
+mod bounds {
+    use serde_json::{Value, json};
+    use subs_protocol::{AgentConfig, SubAgent};
+
+    use super::*;
+    use crate::store::{CallRecord, CallSpec, MemStore};
+
+    /// A session of an agent with sub-agent `helper`, holding `open`
+    /// client tool calls in flight (`o0`, `o1`, …).
+    fn session(open: usize) -> Session {
+        let mut session = Session::fresh(SessionKey::new("t", "s"), "agent".to_owned(), Default::default(), 1);
+        let mut agent = AgentConfig::new("subs/offline");
+        agent.sub_agents = Some(vec![SubAgent { id: "helper".to_owned(), description: None }]);
+        session.record.agent = Some(agent.into());
+        for n in 0..open {
+            let id = format!("o{n}");
+            let call = json!({"id": id, "kind": "tool_call", "status": "pending", "attempt": 1, "handler": "client"});
+            let spec = CallSpec::Tool {
+                arguments: "{}".to_owned(),
+                input: subs_protocol::ToolInput::Valid { value: json!({}) },
+                output: None,
+            };
+            let record = CallRecord {
+                call: serde_json::from_value(call).unwrap(),
+                order: n as u64,
+                deadline_ms: None,
+                turn_id: None,
+                retry: None,
+                retry_at_ms: None,
+                spec,
+                started_ms: None,
+                span: None,
+            };
+            session.calls.insert(id, record);
+        }
+        session
+    }
+
+    fn tool_call(id: &str) -> Value {
+        json!({"type": "tool.call", "id": id, "name": "t", "arguments": {}, "handler": "client"})
+    }
+
+    fn checked(session: &Session, actions: Vec<Value>, bounds: DecisionBounds) -> Result<(), String> {
+        let decision: DecisionResponse = serde_json::from_value(json!({"actions": actions})).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(validate(session, &Trigger::SessionStart, &decision, &MemStore::new(), &bounds))
+    }
+
+    const ACTIONS: DecisionBounds = DecisionBounds { max_actions_per_decision: 3, max_calls_per_turn: 100 };
+
+    #[test]
+    fn a_decision_past_max_actions_per_decision_is_refused_naming_the_bound() {
+        let calls = |n: usize| (0..n).map(|n| tool_call(&format!("c{n}"))).collect::<Vec<_>>();
+        checked(&session(0), calls(3), ACTIONS).expect("three actions, the bound");
+        let refused = checked(&session(0), calls(4), ACTIONS).unwrap_err();
+        assert_eq!(
+            refused,
+            "the decision has 4 actions, more than the 3 one decision may have (`max_actions_per_decision`)"
+        );
+        // Every kind of action counts, not only the calls.
+        let sends: Vec<Value> =
+            (0..4).map(|_| json!({"type": "message.send", "session_id": "s", "message": {"role": "user"}})).collect();
+        let refused = checked(&session(0), sends, ACTIONS).unwrap_err();
+        assert!(refused.contains("`max_actions_per_decision`"), "{refused}");
+    }
+
+    #[test]
+    fn the_bound_is_checked_before_any_action_is() {
+        // Past the bound, the decision is refused for its size, though
+        // its first action breaks a rule too.
+        let mut actions = vec![json!({"type": "tool.result", "id": "nope", "result": 1})];
+        actions.extend((0..3).map(|n| tool_call(&format!("c{n}"))));
+        let refused = checked(&session(0), actions, ACTIONS).unwrap_err();
+        assert!(refused.starts_with("the decision has 4 actions"), "{refused}");
+    }
+
+    #[test]
+    fn calls_past_max_calls_per_turn_are_refused_and_settling_is_not() {
+        let bounds = DecisionBounds { max_actions_per_decision: 100, max_calls_per_turn: 5 };
+        let full = session(4);
+        checked(&full, vec![tool_call("c0")], bounds).expect("the fifth call of the turn");
+        let spawn =
+            json!({"type": "sub_agent.spawn", "session_id": "child", "agent_id": "helper", "tool_call_id": "x"});
+        let refused = checked(&full, vec![tool_call("c0"), spawn], bounds).unwrap_err();
+        assert_eq!(
+            refused,
+            "the decision starts 2 calls, and the turn holds 4: more than the 5 calls one turn may hold \
+             (`max_calls_per_turn`)"
+        );
+        // A turn at its bound still settles what it holds, and still ends.
+        let full = session(5);
+        let settle = json!({"type": "tool.result", "id": "o0", "result": 1});
+        let messages = json!({"type": "message.send", "session_id": "s", "message": {"role": "user"}});
+        checked(&full, vec![settle, messages, json!({"type": "done"})], bounds).expect("nothing started");
+        let refused = checked(&full, vec![json!({"type": "llm.call"})], bounds).unwrap_err();
+        assert!(refused.contains("`max_calls_per_turn`"), "{refused}");
+    }
+
+    #[test]
+    fn ids_used_twice_are_found_among_many_by_lookup() {
+        let bounds = DecisionBounds { max_actions_per_decision: 50_000, max_calls_per_turn: 100_000 };
+        // 20,000 calls in flight and 20,000 new ones: a scan per action
+        // would make 400 million comparisons of this; sets make 40,000
+        // lookups.
+        let many = session(20_000);
+        let mut actions: Vec<Value> = (0..20_000).map(|n| tool_call(&format!("c{n}"))).collect();
+        checked(&many, actions.clone(), bounds).expect("20,000 new calls");
+        actions.push(tool_call("o19999"));
+        let refused = checked(&many, actions.clone(), bounds).unwrap_err();
+        assert_eq!(refused, "actions[20000] (tool.call): a call with id `o19999` is already in flight");
+        *actions.last_mut().unwrap() = tool_call("c7");
+        let refused = checked(&many, actions, bounds).unwrap_err();
+        assert_eq!(refused, "actions[20000] (tool.call): a call with id `c7` is already in flight");
+    }
+
+    #[test]
+    fn a_child_session_or_an_interrupt_is_not_opened_twice_by_one_decision() {
+        let spawn = |tool: &str| json!({"type": "sub_agent.spawn", "session_id": "child", "agent_id": "helper", "tool_call_id": tool});
+        let refused = checked(&session(0), vec![spawn("x"), spawn("y")], ACTIONS).unwrap_err();
+        assert_eq!(refused, "actions[1] (sub_agent.spawn): session `child` is spawned twice");
+        let interrupt = json!({"type": "interrupt", "interrupt_id": "i1", "reason": "ok?"});
+        let refused = checked(&session(0), vec![interrupt.clone(), interrupt.clone()], ACTIONS).unwrap_err();
+        assert_eq!(refused, "actions[1] (interrupt): interrupt `i1` is already open");
+        let mut open = session(0);
+        open.record.interrupts.push(crate::store::OpenInterrupt {
+            interrupt_id: "i1".to_owned(),
+            reason: "earlier".to_owned(),
+            payload: None,
+        });
+        let refused = checked(&open, vec![interrupt], ACTIONS).unwrap_err();
+        assert_eq!(refused, "actions[0] (interrupt): interrupt `i1` is already open");
+    }
+
+    #[test]
+    fn messages_to_a_session_outside_the_family_are_refused_each_time() {
+        let send = |to: &str| json!({"type": "message.send", "session_id": to, "message": {"role": "user"}});
+        let refused = checked(&session(0), vec![send("s"), send("elsewhere"), send("elsewhere")], ACTIONS).unwrap_err();
+        assert_eq!(
+            refused,
+            "actions[1] (message.send): session `elsewhere` does not exist or is not in this session's family"
+        );
     }
 }
 
@@ -413,7 +626,7 @@ mod fuzz {
         let (accepted, refused) = (std::cell::Cell::new(0u32), std::cell::Cell::new(0u32));
         runner
             .run(&(arbitrary::trigger(), arbitrary::decision_response()), |(trigger, decision)| {
-                match runtime.block_on(validate(&session, &trigger, &decision, &store)) {
+                match runtime.block_on(validate(&session, &trigger, &decision, &store, &Default::default())) {
                     Ok(()) => accepted.set(accepted.get() + 1),
                     Err(reason) => {
                         assert!(!reason.trim().is_empty(), "a refusal without a reason for {decision:?}");

@@ -174,7 +174,7 @@ async fn a_node_removes_its_files_of_an_agent_deleted_on_another() {
     let database = cluster.fresh_database();
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let node = |dir: &Path| Server::start_with(&["--data", dir.to_str().unwrap(), "--store", &database], "127.0.0.1:0");
-    let (a, b) = (node(dir_a.path()), node(dir_b.path()));
+    let (a, _b) = (node(dir_a.path()), node(dir_b.path()));
     let bytes = padded(2, 7);
     let version = digest(&bytes);
     let response = http()
@@ -186,7 +186,7 @@ async fn a_node_removes_its_files_of_an_agent_deleted_on_another() {
         .unwrap();
     assert_eq!(response.status(), 201);
 
-    // `b` loads the agent once it hears of it: its bytes from the
+    // `b` (kept running as `_b`) loads the agent once it hears of it: its bytes from the
     // database, its code compiled into its own data directory.
     let within = |what: &'static str, done: &dyn Fn() -> bool| {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);

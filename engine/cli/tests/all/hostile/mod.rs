@@ -76,8 +76,10 @@ impl Arena {
         text.push_str(extra);
         std::fs::write(&config, text).expect("the config file is written");
         let data = dir.path().join("data");
-        let server =
-            Server::start_with(&["--config", config.to_str().unwrap(), "--data", data.to_str().unwrap()], "127.0.0.1:0");
+        let server = Server::start_with(
+            &["--config", config.to_str().unwrap(), "--data", data.to_str().unwrap()],
+            "127.0.0.1:0",
+        );
         let url = server.url.clone();
         let addr = server.addr.parse().expect("a socket address");
         let watching = Arc::new(AtomicBool::new(true));
@@ -180,7 +182,13 @@ impl Arena {
     }
 
     /// `method path` with `key` (none: no `Authorization`) and a JSON body.
-    pub async fn call(&self, method: reqwest::Method, path: &str, key: Option<&str>, body: Option<Value>) -> (u16, Value) {
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let mut request = http().request(method, format!("{}{path}", self.url));
         if let Some(key) = key {
             request = request.bearer_auth(key);
@@ -391,7 +399,11 @@ async fn turn(url: &str, session: &str) -> Result<(), String> {
     let status = response.status();
     let text = response.text().await.map_err(|e| format!("the turn's stream: {e}"))?;
     let last = text.lines().rev().find_map(|l| l.strip_prefix("event: ")).unwrap_or_default();
-    if status == 200 && last == "turn.done" { Ok(()) } else { Err(format!("the turn ended {status} {last:?}: {text:.300}")) }
+    if status == 200 && last == "turn.done" {
+        Ok(())
+    } else {
+        Err(format!("the turn ended {status} {last:?}: {text:.300}"))
+    }
 }
 
 /// What the neighbour saw.
