@@ -34,8 +34,12 @@ cached=$(compgen -G "${CARGO_HOME:-$HOME/.cargo}/registry/cache/*/wasmtime-$VERS
 if [[ -n "$cached" ]]; then
     cp "$cached" "$crate"
 else
-    curl --fail --silent --show-error --location --retry 3 \
-        -o "$crate" "https://static.crates.io/crates/wasmtime/wasmtime-$VERSION.crate"
+    url="https://static.crates.io/crates/wasmtime/wasmtime-$VERSION.crate"
+    if command -v curl >/dev/null; then
+        curl --fail --silent --show-error --location --retry 3 -o "$crate" "$url"
+    else
+        python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "$url" "$crate"
+    fi
 fi
 echo "$CHECKSUM  $crate" | sha256sum --check --quiet -
 
