@@ -32,29 +32,122 @@ imports the bindings only where they exist: agents are unit tested natively.
 
 from .agent import Agent, Context, DecideError, Host, Level
 from .component import export
-from .protocol import *  # noqa: F401,F403  (the protocol types)
-from .protocol import __all__ as _protocol_all
+from .protocol import (
+    ProtocolError,
+    from_json,
+    to_json,
+    to_value,
+    js_number,
+    jsonable,
+    parse_json,
+    dump_json,
+    Role,
+    Handler,
+    LlmHandler,
+    ToolHandler,
+    LlmFormat,
+    ReasoningEffort,
+    ErrorCode,
+    CallKind,
+    CallStatus,
+    UrlRef,
+    FileData,
+    AudioData,
+    ContentPart,
+    TextPart,
+    ImageUrlPart,
+    FilePart,
+    InputAudioPart,
+    VideoUrlPart,
+    Content,
+    FunctionCall,
+    ToolCall,
+    Message,
+    DraftMessage,
+    TreeNode,
+    MessageTree,
+    RetryPolicy,
+    AgentTool,
+    SubAgent,
+    AgentConfig,
+    LlmTool,
+    ReasoningConfig,
+    LlmRequest,
+    LlmResponse,
+    ToolCallDelta,
+    StreamDelta,
+    ToolInput,
+    ValidInput,
+    InvalidInput,
+    MalformedInput,
+    ClientContext,
+    Trigger,
+    SessionStart,
+    ClientMessages,
+    ClientAction,
+    ToolExecute,
+    ToolFinished,
+    LlmExecute,
+    LlmFinished,
+    SubAgentFinished,
+    InterruptResumed,
+    Action,
+    LlmCall,
+    ToolCallAction,
+    ToolResult,
+    CallError,
+    ToolError,
+    LlmError,
+    LlmResult,
+    SubAgentSpawn,
+    MessageSend,
+    Interrupt,
+    Done,
+    WorkerIdentity,
+    Call,
+    DecisionResponse,
+    DecisionRequest,
+    ClientInput,
+    ClientMessageInput,
+    ClientMessagesInput,
+    ClientActionInput,
+    InterruptResumeInput,
+    ToolResultInput,
+    ToolErrorInput,
+)
 from .testing import RecordingHost, tool_execute
 from .tools import Tool, ToolRouter, schema_of, tool
 
 __version__ = "0.1.0"
 
 # The common actions as functions: `subs_sdk.tool_result(...)`.
-llm_call = Action.llm_call  # noqa: F405
-tool_call = Action.tool_call  # noqa: F405
-tool_result = Action.tool_result  # noqa: F405
-tool_error = Action.tool_error  # noqa: F405
-llm_result = Action.llm_result  # noqa: F405
-llm_error = Action.llm_error  # noqa: F405
-interrupt = Action.interrupt  # noqa: F405
-done = Action.done  # noqa: F405
-done_with = Action.done_with  # noqa: F405
-sub_agent_spawn = Action.sub_agent_spawn  # noqa: F405
-message_send = Action.message_send  # noqa: F405
+llm_call = Action.llm_call
+tool_call = Action.tool_call
+tool_result = Action.tool_result
+tool_error = Action.tool_error
+llm_result = Action.llm_result
+llm_error = Action.llm_error
+interrupt = Action.interrupt
+done = Action.done
+done_with = Action.done_with
+sub_agent_spawn = Action.sub_agent_spawn
+message_send = Action.message_send
 
+# Static, so that type checkers see every name as exported.
 __all__ = [
-    "Agent", "Context", "DecideError", "Host", "Level", "export", "RecordingHost", "tool_execute",
-    "Tool", "ToolRouter", "schema_of", "tool",
-    "llm_call", "tool_call", "tool_result", "tool_error", "llm_result", "llm_error", "interrupt", "done",
-    "done_with", "sub_agent_spawn", "message_send",
-] + list(_protocol_all)
+    "Agent", "Context", "DecideError", "Host", "Level", "export", "RecordingHost", "tool_execute", "Tool",
+    "ToolRouter", "schema_of", "tool", "llm_call", "tool_call", "tool_result", "tool_error", "llm_result",
+    "llm_error", "interrupt", "done", "done_with", "sub_agent_spawn", "message_send", "ProtocolError",
+    "from_json", "to_json", "to_value", "js_number", "jsonable", "parse_json", "dump_json", "Role", "Handler",
+    "LlmHandler", "ToolHandler", "LlmFormat", "ReasoningEffort", "ErrorCode", "CallKind", "CallStatus",
+    "UrlRef", "FileData", "AudioData", "ContentPart", "TextPart", "ImageUrlPart", "FilePart",
+    "InputAudioPart", "VideoUrlPart", "Content", "FunctionCall", "ToolCall", "Message", "DraftMessage",
+    "TreeNode", "MessageTree", "RetryPolicy", "AgentTool", "SubAgent", "AgentConfig", "LlmTool",
+    "ReasoningConfig", "LlmRequest", "LlmResponse", "ToolCallDelta", "StreamDelta", "ToolInput", "ValidInput",
+    "InvalidInput", "MalformedInput", "ClientContext", "Trigger", "SessionStart", "ClientMessages",
+    "ClientAction", "ToolExecute", "ToolFinished", "LlmExecute", "LlmFinished", "SubAgentFinished",
+    "InterruptResumed", "Action", "LlmCall", "ToolCallAction", "ToolResult", "CallError", "ToolError",
+    "LlmError", "LlmResult", "SubAgentSpawn", "MessageSend", "Interrupt", "Done", "WorkerIdentity", "Call",
+    "DecisionResponse", "DecisionRequest", "ClientInput", "ClientMessageInput", "ClientMessagesInput",
+    "ClientActionInput", "InterruptResumeInput", "ToolResultInput", "ToolErrorInput",
+]

@@ -10,18 +10,24 @@ class, so an agent module ends with::
     WitWorld = subs_sdk.export(MyAgent())
 """
 
+import importlib
 import sys
 import traceback
-from typing import Any
+from typing import Any, Dict, List
 
 from . import wit
 from .agent import Agent, Context, DecideError, Host, Level
 from .protocol import DecisionRequest, DecisionResponse, ProtocolError, StreamDelta, ToolResult, from_json
 
+# The bindings componentize-py generates for each component: imported by
+# name, as modules the SDK has no static view of (``Any`` to a type checker).
+Err: Any
+_host: Any
+_types: Any
 try:  # inside a component (or where the bindings were generated)
-    from componentize_py_types import Err
-    from wit_world.imports import host as _host
-    from wit_world.imports import subs_agent_types as _types
+    Err = importlib.import_module("componentize_py_types").Err
+    _host = importlib.import_module("wit_world.imports.host")
+    _types = importlib.import_module("wit_world.imports.subs_agent_types")
 except ImportError:  # natively: tests use a RecordingHost
     Err = None
     _host = None
@@ -51,7 +57,7 @@ def decide_wit(agent: Agent, request: Any, host: Host, w: Any = None) -> Any:
     w = w if w is not None else _types
     err = Err
     if err is None:
-        from componentize_py_types import Err as err
+        err = importlib.import_module("componentize_py_types").Err
     try:
         try:
             proto = wit.from_wit(DecisionRequest, request)
@@ -102,9 +108,9 @@ def _warm_up(w: Any) -> None:
     decision, measured). Never fails the build: a warm-up that fails only
     costs speed."""
     try:
-        messages = []
+        messages: List[Dict[str, Any]] = []
         for i, role in enumerate(["user", "assistant", "tool"] * 2):
-            message: dict = {"id": f"msg_{i}", "role": role, "content": "text " * 10}
+            message: Dict[str, Any] = {"id": f"msg_{i}", "role": role, "content": "text " * 10}
             if role == "assistant":
                 message["tool_calls"] = [
                     {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}

@@ -27,7 +27,23 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List, Literal, Optional, Union, get_args, get_origin, get_type_hints
+from typing import (
+    Any,
+    ClassVar,
+    Dict,
+    FrozenSet,
+    List,
+    Literal,
+    Optional,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    overload,
+)
 
 __all__ = [
     "ProtocolError", "from_json", "to_json", "to_value", "js_number", "jsonable", "parse_json", "dump_json",
@@ -298,7 +314,7 @@ class MessageTree:
 class RetryPolicy:
     """Exponential backoff: doubling from the base, capped at the max."""
 
-    _KEEP_NULL: ClassVar[frozenset] = frozenset({"timeout_secs"})
+    _KEEP_NULL: ClassVar[FrozenSet[str]] = frozenset({"timeout_secs"})
     timeout_secs: Optional[float] = None
     max_retries: int = 0
     backoff_base_secs: float = 0.0
@@ -824,7 +840,7 @@ class DecisionRequest:
     """What the engine asks. The defaults make a minimal request (a new
     session, first delivery) for tests: ``DecisionRequest(trigger=SessionStart())``."""
 
-    _KEEP_NULL: ClassVar[frozenset] = frozenset({"agent", "deadline", "turn_id"})
+    _KEEP_NULL: ClassVar[FrozenSet[str]] = frozenset({"agent", "deadline", "turn_id"})
     session_id: str = "session"
     decision_id: str = "decision"
     agent_id: str = "agent"
@@ -919,14 +935,15 @@ _MAX_SAFE_INTEGER = 2**53 - 1
 
 # Per class: its fields as (name, type, optional, keep_null), computed once
 # (at import: a component snapshots them with the module).
-_PLANS: Dict[type, list] = {}
+_Plan = List[Tuple[str, Any, bool, bool]]
+_PLANS: Dict[type, _Plan] = {}
 
 
-def _plan(cls: type) -> list:
+def _plan(cls: type) -> _Plan:
     plan = _PLANS.get(cls)
     if plan is None:
         hints = get_type_hints(cls)
-        keep = getattr(cls, "_KEEP_NULL", frozenset())
+        keep: FrozenSet[str] = getattr(cls, "_KEEP_NULL", frozenset())
         plan = []
         for f in dataclasses.fields(cls):
             tp = hints[f.name]
@@ -1020,31 +1037,31 @@ def _decode(tp: Any, value: Any) -> Any:
         if not isinstance(value, list):
             raise _invalid(value, "a sequence")
         (item,) = get_args(tp)
-        out = []
+        items: List[Any] = []
         for i, v in enumerate(value):
             try:
-                out.append(_decode(item, v))
+                items.append(_decode(item, v))
             except ProtocolError as e:
                 raise e.in_index(i) from None
-        return out
+        return items
     if origin is dict:
         if not isinstance(value, dict):
             raise _invalid(value, "a map")
-        out = {}
+        entries: Dict[str, Any] = {}
         for k, v in value.items():
             try:
-                out[k] = _decode(str, v)
+                entries[k] = _decode(str, v)
             except ProtocolError as e:
                 raise e.in_field(k) from None
-        return out
+        return entries
     if isinstance(tp, type) and issubclass(tp, _Tagged) and tp._TAG is None:
         return _decode_tagged(tp, value)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _decode_struct(tp, value)
     raise TypeError(f"not a protocol type: {tp!r}")
 
 
-def _decode_tagged(base: type, value: Any) -> Any:
+def _decode_tagged(base: Type[_Tagged], value: Any) -> Any:
     tag_field = base._TAG_FIELD
     if not isinstance(value, dict):
         raise ProtocolError(f"invalid type: {_value_kind(value)}, expected an object with a `{tag_field}` field")
@@ -1063,7 +1080,7 @@ def _decode_tagged(base: type, value: Any) -> Any:
 def _decode_struct(cls: type, value: Any) -> Any:
     if not isinstance(value, dict):
         raise _invalid(value, f"struct {cls.__name__}")
-    kwargs = {}
+    kwargs: Dict[str, Any] = {}
     for name, tp, optional, _keep in _plan(cls):
         if name not in value:
             if optional:
@@ -1182,6 +1199,17 @@ def parse_json(text: Union[str, bytes]) -> Any:
 def to_json(value: Any) -> str:
     """A protocol value as compact JSON text."""
     return dump_json(to_value(value))
+
+
+_T = TypeVar("_T")
+
+
+@overload
+def from_json(tp: Type[_T], data: Any) -> _T: ...
+
+
+@overload
+def from_json(tp: Any, data: Any) -> Any: ...
 
 
 def from_json(tp: Any, data: Any) -> Any:

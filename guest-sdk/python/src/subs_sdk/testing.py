@@ -9,7 +9,7 @@ A recorded request can be replayed as protocol JSON::
     assert decision["actions"][0]["type"] == "tool.result"
 """
 
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .agent import Agent, Context, Host, Level
 from .protocol import (
@@ -18,6 +18,7 @@ from .protocol import (
     MalformedInput,
     StreamDelta,
     ToolExecute,
+    ToolInput,
     ValidInput,
     from_json,
     parse_json,
@@ -60,7 +61,7 @@ class RecordingHost(Host):
         Raises whatever the agent raises."""
         return agent.decide(request, Context(self))
 
-    def decide_json(self, agent: Agent, request: Union[str, bytes, dict]) -> dict:
+    def decide_json(self, agent: Agent, request: Union[str, bytes, Dict[str, Any]]) -> Dict[str, Any]:
         """Runs ``agent`` on a request given as protocol JSON (text or parsed)
         and returns the decision as protocol JSON (parsed: a ``dict``).
         Both are checked against the protocol on the way, as the engine
@@ -68,7 +69,8 @@ class RecordingHost(Host):
         decision = self.decide(agent, from_json(DecisionRequest, request))
         if not isinstance(decision, DecisionResponse):
             raise TypeError(f"decide returned {type(decision).__name__}, not a DecisionResponse")
-        return parse_json(to_json(decision))
+        out: Dict[str, Any] = parse_json(to_json(decision))
+        return out
 
     def text(self) -> str:
         """The text of all deltas, joined."""
@@ -80,6 +82,7 @@ def tool_execute(name: str, arguments: str, *, id: str = "call-1", attempt: int 
     them, the input judged as the engine judges it before the schema check:
     a JSON object is ``valid``, anything else ``malformed``. Set ``input``
     to test an ``invalid`` one."""
+    input: ToolInput
     try:
         value: Any = parse_json(arguments)
     except ValueError as e:

@@ -43,7 +43,7 @@ import enum
 import inspect
 import types
 import typing
-from typing import Any, Callable, Dict, Iterable, List, Literal, Optional, Union
+from typing import Any, Callable, Dict, Generic, Iterable, List, Literal, Optional, ParamSpec, TypeVar, Union, overload
 
 from .agent import DecideError
 from .protocol import (
@@ -56,6 +56,7 @@ from .protocol import (
     ProtocolError,
     ToolExecute,
     ToolHandler,
+    ValidInput,
     dump_json,
     jsonable,
 )
@@ -63,6 +64,8 @@ from .protocol import (
 __all__ = ["Tool", "ToolRouter", "tool", "schema_of", "ArgumentError"]
 
 _NONE = type(None)
+_P = ParamSpec("_P")
+_R = TypeVar("_R", covariant=True)
 
 
 class ArgumentError(ProtocolError):
@@ -282,7 +285,7 @@ def convert(tp: Any, value: Any) -> Any:
             raise ArgumentError(f"unknown variant {dump_json(value)}, expected one of {expected}") from None
     if _is_typeddict(tp):
         return _fields(value, _hints(tp), tp.__required_keys__, f"struct {tp.__name__}")
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         hints = _hints(tp)
         fields = [f for f in dataclasses.fields(tp) if f.init]
         required = [
@@ -295,14 +298,15 @@ def convert(tp: Any, value: Any) -> Any:
 # ---- tools ----------------------------------------------------------------
 
 
-class Tool:
+class Tool(Generic[_P, _R]):
     """A tool: its declaration (what the model sees) and its code.
 
-    Made by :func:`tool`; calling it calls the function."""
+    Made by :func:`tool`; calling it calls the function (with its
+    signature: a type checker sees ``Tool[(a: float, b: float), Sum]``)."""
 
     def __init__(
         self,
-        fn: Callable[..., Any],
+        fn: Callable[_P, _R],
         *,
         name: Optional[str] = None,
         description: Optional[str] = None,
@@ -349,7 +353,7 @@ class Tool:
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", self.name)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         return self.fn(*args, **kwargs)
 
     def run(self, arguments: Any, call: ToolExecute) -> Any:
@@ -360,27 +364,45 @@ class Tool:
             kwargs.update((k, v) for k, v in arguments.items() if k not in self._params and k != self._call_param)
         if self._call_param is not None:
             kwargs[self._call_param] = call
-        return self.fn(**kwargs)
+        # The parameters were read from the function's own signature above.
+        run: Callable[..., Any] = self.fn
+        return run(**kwargs)
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
 
 
+@overload
+def tool(fn: Callable[_P, _R]) -> Tool[_P, _R]: ...
+
+
+@overload
 def tool(
-    fn: Optional[Callable[..., Any]] = None,
+    fn: None = None,
     *,
     name: Optional[str] = None,
     description: Optional[str] = None,
     input: Optional[Dict[str, Any]] = None,
     output: Optional[Dict[str, Any]] = None,
     handler: Optional[ToolHandler] = None,
-) -> Any:
+) -> Callable[[Callable[_P, _R]], Tool[_P, _R]]: ...
+
+
+def tool(
+    fn: Optional[Callable[_P, _R]] = None,
+    *,
+    name: Optional[str] = None,
+    description: Optional[str] = None,
+    input: Optional[Dict[str, Any]] = None,
+    output: Optional[Dict[str, Any]] = None,
+    handler: Optional[ToolHandler] = None,
+) -> Union[Tool[_P, _R], Callable[[Callable[_P, _R]], Tool[_P, _R]]]:
     """Declares a function as a tool: ``@tool`` or ``@tool(description=...)``.
 
     The name is the function's unless given; the description its docstring
     unless given; the schemas come from the type hints unless given."""
 
-    def make(f: Callable[..., Any]) -> Tool:
+    def make(f: Callable[_P, _R]) -> Tool[_P, _R]:
         return Tool(f, name=name, description=description, input=input, output=output, handler=handler)
 
     return make(fn) if fn is not None else make
@@ -405,13 +427,14 @@ class ToolRouter:
     Errors are terminal: the model reads them and may call again.
     """
 
-    def __init__(self, tools: Iterable[Tool] = ()):
-        self._routes: List[Tool] = []
+    def __init__(self, tools: Iterable[Union["Tool[..., Any]", Callable[..., Any]]] = ()):
+        self._routes: List[Tool[..., Any]] = []
         for t in tools:
             self.add(t)
 
-    def add(self, t: Tool) -> "ToolRouter":
-        """Adds the tool ``t``; a second tool of the same name is an error."""
+    def add(self, t: Union["Tool[..., Any]", Callable[..., Any]]) -> "ToolRouter":
+        """Adds the tool ``t`` (a plain function is made one with
+        :func:`tool`); a second tool of the same name is an error."""
         if not isinstance(t, Tool):
             t = Tool(t)
         if self.handles(t.name):
@@ -419,11 +442,35 @@ class ToolRouter:
         self._routes.append(t)
         return self
 
-    def tool(self, fn: Optional[Callable[..., Any]] = None, **options: Any) -> Any:
+    @overload
+    def tool(self, fn: Callable[_P, _R]) -> Tool[_P, _R]: ...
+
+    @overload
+    def tool(
+        self,
+        fn: None = None,
+        *,
+        name: Optional[str] = None,
+        description: Optional[str] = None,
+        input: Optional[Dict[str, Any]] = None,
+        output: Optional[Dict[str, Any]] = None,
+        handler: Optional[ToolHandler] = None,
+    ) -> Callable[[Callable[_P, _R]], Tool[_P, _R]]: ...
+
+    def tool(
+        self,
+        fn: Optional[Callable[_P, _R]] = None,
+        *,
+        name: Optional[str] = None,
+        description: Optional[str] = None,
+        input: Optional[Dict[str, Any]] = None,
+        output: Optional[Dict[str, Any]] = None,
+        handler: Optional[ToolHandler] = None,
+    ) -> Union[Tool[_P, _R], Callable[[Callable[_P, _R]], Tool[_P, _R]]]:
         """:func:`tool` that also adds the tool to this router."""
 
-        def make(f: Callable[..., Any]) -> Tool:
-            t = tool(f, **options)
+        def make(f: Callable[_P, _R]) -> Tool[_P, _R]:
+            t = Tool(f, name=name, description=description, input=input, output=output, handler=handler)
             self.add(t)
             return t
 
@@ -454,6 +501,8 @@ class ToolRouter:
             return Action.tool_error(f"invalid arguments for `{call.name}`: {call.input.error}")
         if isinstance(call.input, MalformedInput):
             return Action.tool_error(f"malformed arguments for `{call.name}`: {call.input.error}")
+        if not isinstance(call.input, ValidInput):  # the union has no other members
+            raise TypeError(f"not a tool input: {call.input!r}")
         try:
             result = t.run(call.input.value, call)
         except ArgumentError as e:
@@ -476,7 +525,7 @@ class ToolRouter:
             return None
         return request.proposed.with_action(self.execute(request.trigger))
 
-    def _find(self, name: str) -> Optional[Tool]:
+    def _find(self, name: str) -> "Optional[Tool[..., Any]]":
         return next((t for t in self._routes if t.name == name), None)
 
     def _unknown(self, name: str) -> str:

@@ -27,12 +27,14 @@ it as ``w``, defaulting to the component's.
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union, get_args, get_origin
+import importlib
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, Union, get_args, get_origin
 
 from . import protocol as p
 from .protocol import ProtocolError
 
 _NONE = type(None)
+_T = TypeVar("_T")
 
 # Each string enum of the protocol and its WIT enum's name.
 _ENUMS: Dict[Any, str] = {
@@ -99,10 +101,11 @@ for _cls, (_case, _payload) in _CASES.items():
 
 
 def bindings() -> Any:
-    """The generated ``subs:agent/types`` module of the component."""
-    from wit_world.imports import subs_agent_types
+    """The generated ``subs:agent/types`` module of the component.
 
-    return subs_agent_types
+    componentize-py generates it for each component, so the SDK has no
+    static view of it (the bindings are ``Any`` to a type checker)."""
+    return importlib.import_module("wit_world.imports.subs_agent_types")
 
 
 # ---- JSON text --------------------------------------------------------------
@@ -133,10 +136,10 @@ def _strict_equal(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(_strict_equal(v, b[k]) for k, v in a.items())
     if isinstance(a, list):
         return len(a) == len(b) and all(_strict_equal(x, y) for x, y in zip(a, b))
-    return a == b
+    return bool(a == b)
 
 
-def exact_typed(cls: type, value: Any) -> Optional[Any]:
+def exact_typed(cls: Type[_T], value: Any) -> Optional[_T]:
     """The typed form of ``value`` when that form holds it exactly (parsing
     drops unknown fields and may change how numbers are written)."""
     try:
@@ -205,7 +208,7 @@ def _variant_to(value: Any, w: Any) -> Any:
 
 
 def _record_to(cls: type, wit_name: str, value: Any, w: Any) -> Any:
-    kwargs = {}
+    kwargs: Dict[str, Any] = {}
     for name, tp, _optional, _keep in p._plan(cls):
         v = getattr(value, name)
         try:
@@ -266,7 +269,10 @@ def _tree_to(value: p.DecisionRequest, w: Any) -> Tuple[str, Any]:
     return "message_tree", w.MessageTree(nodes=nodes, head_id=tree.head_id)
 
 
-_SPECIAL_TO = {
+# A field whose WIT form differs: its WIT name and value, from the
+# protocol value holding it and the bindings.
+_SpecialTo = Callable[[Any, Any], Tuple[str, Any]]
+_SPECIAL_TO: Dict[Tuple[type, str], _SpecialTo] = {
     (p.ToolCall, "type"): _tool_call_kind,
     (p.WorkerIdentity, "metadata"): _metadata_to,
     (p.LlmExecute, "request"): _request_body_to,
@@ -364,7 +370,11 @@ def _make_variant_from(base: type) -> Callable[[Any], Any]:
             continue
         _case, payload = _CASES[cls]
         if payload is None:
-            cases[wit_case] = lambda v, cls=cls: cls()
+
+            def empty(v: Any, cls: type = cls) -> Any:
+                return cls()
+
+            cases[wit_case] = empty
         elif payload.startswith("="):
             name = payload[1:]
             conv = _from_conv(dict((n, t) for n, t, _o, _k in p._plan(cls))[name])
@@ -378,7 +388,11 @@ def _make_variant_from(base: type) -> Callable[[Any], Any]:
             cases[wit_case] = one
         else:
             record = _make_record_from(cls)
-            cases[wit_case] = lambda v, record=record: record(v.value)
+
+            def of_record(v: Any, record: Callable[[Any], Any] = record) -> Any:
+                return record(v.value)
+
+            cases[wit_case] = of_record
 
     def variant(v: Any) -> Any:
         if v is None:
@@ -389,10 +403,11 @@ def _make_variant_from(base: type) -> Callable[[Any], Any]:
 
 
 def _make_record_from(cls: type) -> Callable[[Any], Any]:
-    plan = []
+    # (field, its special conversion or None, its plain one: unused when special)
+    plan: List[Tuple[str, Optional[_SpecialFrom], Callable[[Any], Any]]] = []
     for name, tp, _optional, _keep in p._plan(cls):
         special = _SPECIAL_FROM.get((cls, name))
-        plan.append((name, special, None if special is not None else _from_conv(tp)))
+        plan.append((name, special, _same if special is not None else _from_conv(tp)))
     new = object.__new__
 
     def record(v: Any) -> Any:
@@ -409,15 +424,21 @@ def _make_record_from(cls: type) -> Callable[[Any], Any]:
                 raise e.in_field(name) from None
         # Every field is set, and the protocol's dataclasses check nothing
         # in `__init__`: filling the instance directly skips the call.
-        out = new(cls)
+        out: Any = new(cls)
         out.__dict__.update(fields)
         return out
 
     return record
 
 
+# A field whose WIT form differs: its protocol value, from the WIT record
+# holding it and the fields converted before it.
+_SpecialFrom = Callable[[Any, Dict[str, Any]], Any]
+
+
 def _tool_call_type(value: Any, done: Dict[str, Any]) -> str:
-    return value.kind
+    kind: str = value.kind
+    return kind
 
 
 def _metadata_from(value: Any, done: Dict[str, Any]) -> Optional[Dict[str, str]]:
@@ -475,7 +496,7 @@ def _tree_from(value: Any, done: Dict[str, Any]) -> p.MessageTree:
     return p.MessageTree(nodes=nodes, head_id=value.message_tree.head_id)
 
 
-_SPECIAL_FROM = {
+_SPECIAL_FROM: Dict[Tuple[type, str], _SpecialFrom] = {
     (p.ToolCall, "type"): _tool_call_type,
     (p.WorkerIdentity, "metadata"): _metadata_from,
     (p.LlmExecute, "request"): _request_body_from,
