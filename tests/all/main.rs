@@ -23,6 +23,7 @@ mod pyjs;
 mod recovery;
 mod replay;
 mod sandbox;
+mod sdk_types;
 mod security;
 mod storage_growth;
 mod streaming;

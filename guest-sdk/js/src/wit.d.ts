@@ -1,5 +1,5 @@
 // The protocol <-> WIT mapping (src/wit.js). The WIT types are jco's, in types/wit/.
-/// <reference path="../types/wit/agent.d.ts" />
+/// <reference path="../types/wit/interfaces/subs-agent-types.d.ts" />
 import type { DecisionRequest, DecisionResponse } from './index.js';
 
 export { ProtocolError } from './index.js';
