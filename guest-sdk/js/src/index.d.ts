@@ -535,13 +535,17 @@ export interface Tool<A = any> {
  * A tool. Its arguments' type comes from the `input` schema literal
  * (`FromSchema`): `tool({name: 'add', input: s.object({a: s.number()})},
  * ({a}) => a + 1)`. Without `input` the tool takes none (the engine refuses
- * any). `tool<Args>(declaration, run)` gives the type instead.
+ * any). `tool<Args>(declaration, run)` gives the type instead; a `run`
+ * whose parameter is annotated must accept what the schema says.
  */
 export declare function tool<const S extends SchemaLiteral = { type: 'object' }>(
   declaration: ToolDeclaration<S>,
   run: ToolRun<FromSchema<S>>,
 ): Tool<FromSchema<S>>;
-export declare function tool<A>(declaration: ToolDeclaration<SchemaLiteral>, run: ToolRun<A>): Tool<A>;
+export declare function tool<A extends FromSchema<S>, const S extends SchemaLiteral = {}>(
+  declaration: ToolDeclaration<S>,
+  run: ToolRun<A>,
+): Tool<A>;
 
 /** Checks a value against the shape parts of a JSON Schema; throws with serde's wording. */
 export declare function check(schema: SchemaLiteral, value: unknown): void;
@@ -551,7 +555,7 @@ export declare class ToolRouter {
   add(tool: Tool): this;
   /** `add(tool(declaration, run))`, with `tool()`'s typing. */
   tool<const S extends SchemaLiteral = { type: 'object' }>(declaration: ToolDeclaration<S>, run: ToolRun<FromSchema<S>>): this;
-  tool<A>(declaration: ToolDeclaration<SchemaLiteral>, run: ToolRun<A>): this;
+  tool<A extends FromSchema<S>, const S extends SchemaLiteral = {}>(declaration: ToolDeclaration<S>, run: ToolRun<A>): this;
   tools(): AgentTool[];
   get(name: string): AgentTool | undefined;
   handles(name: string): boolean;

@@ -134,6 +134,15 @@ const typed = tool<{ a: number; b: number }>(
 );
 expectType<Equal<typeof typed, Tool<{ a: number; b: number }>>>();
 
+// A `run` annotated with a type the schema does not give is refused.
+tool(
+  { name: 'half', input: s.object({ x: s.number() }) },
+  // @ts-expect-error: the schema says `x` is a number.
+  (args: { x: string }) => args.x,
+);
+// One that accepts more than the schema gives is fine.
+tool({ name: 'half2', input: s.object({ x: s.number() }) }, (args: { x: number | string }) => args.x);
+
 // The router's `tool()` infers the same way.
 new ToolRouter().tool({ name: 'neg', input: s.object({ x: s.number() }) }, ({ x }) => {
   expectType<Equal<typeof x, number>>();
