@@ -302,7 +302,7 @@ class Tool(Generic[_P, _R]):
     """A tool: its declaration (what the model sees) and its code.
 
     Made by :func:`tool`; calling it calls the function (with its
-    signature: a type checker sees ``Tool[(a: float, b: float), Sum]``)."""
+    signature: a type checker sees ``Tool[[a: float, b: float], Sum]``)."""
 
     def __init__(
         self,
