@@ -32,6 +32,7 @@ pub struct TestServerBuilder {
     tenant_limits: HashMap<String, subs_server::Limits>,
     server_config: Option<subs_server::ServerConfig>,
     engine_config: Option<subs_engine::EngineConfig>,
+    models: Option<subs_engine::model::Models>,
     host: Option<ComponentHost>,
     host_config: Option<HostConfig>,
     dir: Option<PathBuf>,
@@ -73,6 +74,12 @@ impl TestServerBuilder {
     /// The engine's settings.
     pub fn engine_config(mut self, config: subs_engine::EngineConfig) -> Self {
         self.engine_config = Some(config);
+        self
+    }
+
+    /// The models the engine calls (default: the offline model alone).
+    pub fn models(mut self, models: subs_engine::model::Models) -> Self {
+        self.models = Some(models);
         self
     }
 
@@ -124,7 +131,7 @@ impl TestServerBuilder {
         let store = Arc::new(RedbStore::open(dir.join("subs.redb")).expect("the store opens"));
         let engine = subs_engine::Engine::start(
             store.clone(),
-            subs_engine::model::Models::with_offline(),
+            self.models.unwrap_or_else(subs_engine::model::Models::with_offline),
             self.engine_config.unwrap_or_default(),
         )
         .await

@@ -15,6 +15,7 @@ mod json_world;
 mod llm_retries;
 mod load;
 mod loop_scenarios;
+mod loop_rules;
 mod nodes;
 mod paused_time;
 mod protocol_rules;

@@ -58,6 +58,8 @@ pub(crate) struct Delivered {
     span: Option<(SpanRef, std::time::SystemTime)>,
     /// What the step keeps of the request, should it decide.
     basis: RequestBasis,
+    /// Whether the delivery ran a call and was cut at the call's deadline.
+    cut_at_deadline: bool,
 }
 
 /// What an actor is told.
@@ -702,6 +704,14 @@ impl Actor {
         self.expire_calls(now).await?;
 
         self.refuse_over_budget().await?;
+        let mut change = Change::default();
+        if self.session.as_mut().expect("loaded").drop_stale_steps(&mut change) {
+            self.commit(change).await?;
+        }
+        // A delivery whose step is gone (the call it runs was settled
+        // meanwhile) is given up: its decision could settle nothing.
+        let steps = &self.session.as_ref().expect("loaded").steps;
+        self.delivery.take_if(|d| !steps.iter().any(|(seq, _)| *seq == d.seq));
         if self.held.is_some() && self.must_flush() {
             self.flush().await?;
         }
@@ -986,9 +996,19 @@ impl Actor {
         let config = &self.env.config;
         let trigger = session.trigger(&step.trigger);
         let proposed = proposal::propose(session, seq, &trigger, &config.default_model);
-        let policy = session.retry_policy(&config.default_retry, &config.retry_cap);
-        let timeout = policy.timeout_secs.map_or(config.decision_timeout, clock::secs);
-        let deadline_ms = now + u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        // A step that runs a call (a worker's `tool.execute`, `llm.execute`)
+        // takes as long as the call may: until the try's deadline, when it
+        // fails as `deadline_exceeded`. Any other step is a decision, bounded
+        // by the agent's `timeout_secs`, else the engine's decision timeout.
+        let runs_call = session.call_deadline(step).is_some();
+        let (timeout, deadline_ms) = match session.call_deadline(step) {
+            Some(deadline_ms) => (Duration::from_millis(deadline_ms.saturating_sub(now)), deadline_ms),
+            None => {
+                let policy = session.retry_policy(&config.default_retry, &config.retry_cap);
+                let timeout = policy.timeout_secs.map_or(config.decision_timeout, clock::secs);
+                (timeout, now.saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)))
+            }
+        };
         let deltas = match &trigger {
             Trigger::LlmExecute(t) if t.stream => Some(self.delta_sink(&t.id)),
             _ => None,
@@ -1017,13 +1037,17 @@ impl Actor {
                 let (sent, sent_at) = (std::time::Instant::now(), std::time::SystemTime::now());
                 let version = worker.as_ref().and_then(|w| w.version().map(str::to_owned));
                 let worker_kind = worker.as_ref().map_or("none", |w| w.kind());
+                let mut cut_at_deadline = false;
                 let result = match worker {
                     None => Err(WorkerError::NoAgent(agent_id)),
                     Some(worker) => {
                         let decided = tokio::time::timeout(timeout, worker.decide(Delivery { request, deltas }));
                         match crate::telemetry::in_span(span.as_ref(), decided).await {
                             Ok(result) => result,
-                            Err(_) => Err(WorkerError::Timeout(timeout)),
+                            Err(_) => {
+                                cut_at_deadline = runs_call;
+                                Err(WorkerError::Timeout(timeout))
+                            }
                         }
                     }
                 };
@@ -1033,7 +1057,7 @@ impl Actor {
                     tracing::warn!(error = %clip(e.to_string(), ERROR_TEXT_BYTES), "delivery failed");
                 }
                 let span = span.map(|span| (span, sent_at));
-                Box::new(Delivered { result, took, version, kind: worker_kind, span, basis })
+                Box::new(Delivered { result, took, version, kind: worker_kind, span, basis, cut_at_deadline })
             }
             .instrument(log_span),
         );
@@ -1263,11 +1287,31 @@ impl Actor {
         contained: bool,
         delivered: Delivered,
     ) -> Result<(), StoreError> {
-        let Delivered { result, took, version, kind, span, basis } = delivered;
+        let Delivered { result, took, version, kind, span, basis, cut_at_deadline } = delivered;
         let Some((_, step)) = self.session.as_ref().and_then(|s| s.steps.iter().find(|(s, _)| *s == seq).cloned())
         else {
+            // Dropped meanwhile: the call it ran was settled, or the turn
+            // ended. Its decision could settle nothing; it is discarded.
+            tracing::debug!(step = seq, "a decision for a step no longer open was discarded");
             return Ok(());
         };
+        // A delivery running a call that failed once the call's deadline
+        // had passed (cut at it, most often) is the call's failure, not the
+        // worker's: the try fails as `deadline_exceeded`, retried per the
+        // call's policy, and the step goes with it.
+        let now = self.env.config.clock.now_ms();
+        let session = self.session.as_ref().expect("loaded");
+        if result.is_err()
+            && (cut_at_deadline || session.call_deadline(&step).is_some_and(|deadline_ms| deadline_ms <= now))
+            && let Some((call_id, _)) = super::apply::runs_call(&step.trigger)
+        {
+            let call_id = call_id.to_owned();
+            tracing::info!(call = %call_id, step = seq, "a call's deadline passed while its worker ran it");
+            let ctx = self.env.ctx();
+            let mut change = Change::default();
+            self.session.as_mut().expect("loaded").expire(&call_id, &ctx, &mut change);
+            return self.commit(change).await;
+        }
         // A decision may spawn sessions: the limits are checked against the
         // counts in memory.
         let spawns =

@@ -881,22 +881,13 @@ impl Session {
 
     /// Fails the current try of an in-flight call whose deadline has
     /// passed (`deadline_exceeded`, retried per the call's policy). The
-    /// step that was to run it is dropped: a worker's late answer to it
-    /// would settle a try that is over. A sub-agent's child has its turn
+    /// step that was to run it is dropped with the settling (see
+    /// [`settle`](Self::settle)). A sub-agent's child has its turn
     /// cancelled, and the call fails as a child's failed turn does.
     pub fn expire(&mut self, call_id: &str, ctx: &Ctx<'_>, change: &mut Change) {
         let Some(call) = self.open_call(call_id).filter(|c| c.call.status == CallStatus::Pending).cloned() else {
             return;
         };
-        let runs_call = |t: &StoredTrigger| match t {
-            StoredTrigger::LlmExecute { call_id: id, .. } => id == call_id,
-            StoredTrigger::Plain { trigger: Trigger::ToolExecute(t) } => t.id == call_id,
-            _ => false,
-        };
-        let stale: Vec<(u64, StepRecord)> = self.steps.iter().filter(|(_, s)| runs_call(&s.trigger)).cloned().collect();
-        for (seq, step) in stale {
-            self.finish_step(step, seq, StepStatus::Dropped, change);
-        }
         let what = match call.call.kind {
             CallKind::LlmCall => "LLM call",
             CallKind::ToolCall => "tool call",
@@ -1170,8 +1161,15 @@ impl Session {
         self.begin_try(call_id, ctx, change);
     }
 
+    ///
+    /// The step that was to run the settled try (its `tool.execute` or
+    /// `llm.execute`, not yet delivered) is dropped: whatever settled the
+    /// call (another decision, such as one denying a call an interrupt
+    /// held; its deadline; a retryable failure) ended that try, and a
+    /// decision answering the step could settle nothing.
     // ---- the inbox -----------------------------------------------------------
 
+        self.drop_steps_running(|_, id, _| id == call_id, change);
     /// Takes in one inbox item.
     pub fn take_inbox(&mut self, seq: u64, item: InboxItem, ctx: &Ctx<'_>, change: &mut Change) {
         change.batch.push(Op::DeleteInbox { session: self.key().clone(), seq });
@@ -1250,6 +1248,51 @@ fn finished_trigger(call: &CallRecord, outcome: Outcome) -> Option<Trigger> {
                 for call in message.tool_calls.iter_mut().flatten() {
                     call.id = super::proposal::usable_call_id(&call.id);
                 }
+    /// Drops the steps not yet finished that run a call (`tool.execute`,
+    /// `llm.execute`) for which `stale(session, call_id, attempt)` holds;
+    /// whether any was dropped.
+    fn drop_steps_running(&mut self, stale: impl Fn(&Self, &str, u32) -> bool, change: &mut Change) -> bool {
+        let dropped: Vec<(u64, StepRecord)> = self
+            .steps
+            .iter()
+            .filter(|(_, s)| runs_call(&s.trigger).is_some_and(|(id, attempt)| stale(self, id, attempt)))
+            .cloned()
+            .collect();
+        let any = !dropped.is_empty();
+        for (seq, step) in dropped {
+            self.finish_step(step, seq, StepStatus::Dropped, change);
+        }
+        any
+    }
+
+    /// The deadline (Unix ms) of the try `step` runs, when it runs one (a
+    /// worker's `tool.execute` or `llm.execute` of a call in flight on
+    /// that attempt) and the try has one.
+    pub fn call_deadline(&self, step: &StepRecord) -> Option<u64> {
+        let (id, attempt) = runs_call(&step.trigger)?;
+        let call = self.calls.get(id).filter(|c| c.call.status == CallStatus::Pending && c.call.attempt == attempt)?;
+        call.deadline_ms
+    }
+
+    /// Drops the steps that would run a try no longer in flight: the
+    /// call is settled, gone with its turn, or on another attempt. Such a
+    /// step can have no valid decision (it must settle its call, which is
+    /// not in flight), so delivering it could only fail the turn.
+    /// [`settle`](Self::settle) drops the step of the try it ends; this
+    /// covers steps stored before the session was last loaded. Whether
+    /// any was dropped.
+    pub fn drop_stale_steps(&mut self, change: &mut Change) -> bool {
+        self.drop_steps_running(
+            |session, id, attempt| {
+                !session
+                    .calls
+                    .get(id)
+                    .is_some_and(|c| c.call.status == CallStatus::Pending && c.call.attempt == attempt)
+            },
+            change,
+        )
+    }
+
                 message
             }),
             usage: response.usage,
@@ -1298,6 +1341,16 @@ fn failed(e: subs_protocol::action::CallError) -> Outcome {
         retryable: e.retryable.unwrap_or(false),
         code: e.code,
         detail: e.detail,
+/// The call a step runs, and on which attempt: a worker's `tool.execute`
+/// or `llm.execute`; `None` for any other step.
+pub(crate) fn runs_call(trigger: &StoredTrigger) -> Option<(&str, u32)> {
+    match trigger {
+        StoredTrigger::LlmExecute { call_id, attempt } => Some((call_id, *attempt)),
+        StoredTrigger::Plain { trigger: Trigger::ToolExecute(t) } => Some((&t.id, t.attempt)),
+        _ => None,
+    }
+}
+
         retry_after_ms: None,
     }
 }
@@ -1808,6 +1861,37 @@ mod tests {
         let mut session = session();
         let (created, refused) = spawn(&mut session, 2, &full, &mut Change::default());
         assert!(created.is_empty());
+    #[test]
+    fn settling_a_call_drops_its_undelivered_execute_step_and_stale_steps_are_dropped() {
+        with_ctx(|ctx| {
+            let mut session = session();
+            let mut change = Change::default();
+            session.add_call(call("c1", "tool_call", tool_spec(None), None), false, ctx, &mut change);
+            let (execute, step) = session.steps[0].clone();
+            assert_eq!(session.call_deadline(&step), Some(NOW + 300_000), "a worker's call runs to its deadline");
+
+            // Settled by another decision (a denial): the execute step goes.
+            let mut change = Change::default();
+            session.settle("c1", failed(false, None), ctx, &mut change);
+            let Trigger::ToolFinished(done) = pushed_trigger(&session) else { panic!("a tool.finished") };
+            assert_eq!(session.steps.len(), 1, "only the tool.finished is left");
+            assert_eq!(done.error.as_deref(), Some("busy"));
+            let dropped = change.batch.ops.iter().any(
+                |op| matches!(op, Op::PutStep { seq, record, .. } if *seq == execute && record.status == StepStatus::Dropped),
+            );
+            assert!(dropped, "the drop is stored");
+            assert_eq!(session.call_deadline(&step), None, "the try is over");
+
+            // A step for a try no longer in flight (stored before a reload)
+            // is dropped before it is delivered; the others stay.
+            session.push_step(step.trigger.clone(), &mut change);
+            assert!(session.drop_stale_steps(&mut change));
+            assert_eq!(session.steps.len(), 1);
+            assert!(matches!(pushed_trigger(&session), Trigger::ToolFinished(_)));
+            assert!(!session.drop_stale_steps(&mut change), "nothing else is stale");
+        });
+    }
+
         assert_eq!(refused, ["the tree of session `s` is full", "the tree of session `s` is full"]);
     }
 
