@@ -152,4 +152,22 @@ fn the_js_sdk_types_pass_tsc_strict_with_a_plain_config() {
     let mut check = Command::new("node");
     check.arg(&tsc).args(["-p", "tsconfig.json"]).current_dir(&sdk);
     run(check, "tsc -p tsconfig.json in guest-sdk/js");
+
+    // The same agent in a project of its own, the SDK installed as a
+    // package (a link, as a `file:` dependency makes it): the types are
+    // found through the package's `exports`, and the config is exactly
+    // the plain one, with nothing to include.
+    let project = work_dir("js-project");
+    let linked = project.join("node_modules/@subs/sdk");
+    std::fs::create_dir_all(linked.parent().expect("a parent")).expect("node_modules can be created");
+    // Made again each time: the checkout may have moved.
+    let _ = std::fs::remove_file(&linked);
+    std::os::unix::fs::symlink(&sdk, &linked).expect("the SDK can be linked");
+    std::fs::write(project.join("package.json"), r#"{"private": true, "type": "module"}"#).expect("package.json");
+    let plain = r#"{"compilerOptions": {"target": "es2022", "module": "nodenext", "moduleResolution": "nodenext", "strict": true, "noEmit": true}}"#;
+    std::fs::write(project.join("tsconfig.json"), plain).expect("tsconfig.json");
+    std::fs::copy(sdk.join("test/types.ts"), project.join("agent.ts")).expect("the agent can be copied");
+    let mut check = Command::new("node");
+    check.arg(&tsc).args(["-p", "tsconfig.json"]).current_dir(&project);
+    run(check, "tsc -p tsconfig.json in a project using the SDK as a package");
 }
