@@ -291,6 +291,58 @@ async fn a_worker_run_call_still_running_at_its_deadline_fails_as_deadline_excee
     assert_eq!(attempts, [json!(1), json!(1)], "no delivery was repeated");
 }
 
+/// Takes 240 s to run its tool; decides everything else at once.
+struct FourMinuteTool {
+    executes: Arc<Mutex<Vec<u32>>>,
+}
+
+impl subs_engine::worker::Worker for FourMinuteTool {
+    fn decide(
+        &self,
+        delivery: subs_engine::worker::Delivery,
+    ) -> subs_engine::worker::BoxFuture<'_, Result<subs_protocol::DecisionResponse, subs_engine::worker::WorkerError>>
+    {
+        Box::pin(async move {
+            let request = serde_json::to_value(&delivery.request).unwrap();
+            let decision = match kind(&request) {
+                "client.messages" => json!({"actions": [add("c1", 40, 2)]}),
+                "tool.execute" => {
+                    self.executes.lock().unwrap().push(delivery.request.attempts);
+                    tokio::time::sleep(Duration::from_secs(240)).await;
+                    execute_add(&request)
+                }
+                "tool.finished" => {
+                    json!({"actions": [{"type": "done", "data": {"sum": request["trigger"]["result"]}}]})
+                }
+                _ => serde_json::to_value(&delivery.request.proposed).unwrap(),
+            };
+            Ok(serde_json::from_value(decision).unwrap())
+        })
+    }
+}
+
+/// With the engine's defaults (a decision may take 60 s, a call's try
+/// 300 s), a worker's tool that takes four minutes is delivered once and
+/// settles the call. On paused time: the minutes pass without waiting.
+#[tokio::test(start_paused = true)]
+async fn with_the_default_timeouts_a_four_minute_tool_runs_once() {
+    let config = EngineConfig { clock: Arc::new(subs_engine::clock::TokioClock::new()), ..EngineConfig::default() };
+    assert_eq!((config.decision_timeout, config.call_timeout), (Duration::from_secs(60), Duration::from_secs(300)));
+    let store = Arc::new(subs_engine::store::MemStore::new());
+    let engine = subs_engine::Engine::open(store, Models::with_offline(), config);
+    let executes = Arc::new(Mutex::new(Vec::new()));
+    engine.register_agent(subs_tests::TENANT, "w", Arc::new(FourMinuteTool { executes: executes.clone() }));
+    let (started, real) = (tokio::time::Instant::now(), std::time::Instant::now());
+    let input = subs_tests::user_input("w", Some("t1"), "add");
+    engine.input(subs_tests::TENANT, "s", input, Default::default()).await.expect("accepted");
+    let ended = engine.wait_turn(subs_tests::TENANT, "s", "t1").await.expect("the store answers");
+    assert_eq!(ended.status, subs_engine::store::TurnStatus::Done, "{ended:?}");
+    assert_eq!(ended.data, Some(json!({"sum": r#"{"sum":42}"#})));
+    assert_eq!(*executes.lock().unwrap(), [1], "one delivery");
+    assert!(started.elapsed() >= Duration::from_secs(240), "{:?}", started.elapsed());
+    assert!(real.elapsed() < Duration::from_secs(10), "not waited in real time: {:?}", real.elapsed());
+}
+
 // ---- settling ends a try ------------------------------------------------------
 
 /// Approval by denial: the agent proposes a tool call and asks first; on
