@@ -122,7 +122,9 @@ async fn a_sub_agent(t: TestEngine) {
     assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
     let parent = t.snapshot("parent").await;
     let call_id = parent.messages[1].tool_calls.as_ref().unwrap()[0].id.clone();
-    let child_id = format!("parent.{call_id}");
+    // `<parent>.<step>.<tool call>`: the reply came in step 2 (after
+    // `session.start` and `client.messages`).
+    let child_id = format!("parent.2.{call_id}");
 
     let child = t.snapshot(&child_id).await;
     assert_eq!(child.record.ancestry, ["parent"]);
@@ -155,7 +157,7 @@ async fn a_sub_agent_beyond_the_session_limit_fails_its_call(t: TestEngine) {
     assert!(transcript[2].contains("the tenant has its maximum of 1 sessions"), "{transcript:?}");
     assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 1, "no child was created");
     let call_id = t.snapshot("parent").await.messages[1].tool_calls.as_ref().unwrap()[0].id.clone();
-    assert!(t.engine.snapshot(TENANT, &format!("parent.{call_id}")).await.unwrap().is_none());
+    assert!(t.engine.snapshot(TENANT, &format!("parent.2.{call_id}")).await.unwrap().is_none());
 
     // A client's new session is refused the same way; the limit lifted,
     // both work.

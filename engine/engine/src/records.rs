@@ -150,7 +150,14 @@ mod tests {
         let engine = Engine::open(store.clone(), Models::with_offline(), EngineConfig::default());
         let mut batch = Batch::new();
         for (tenant, session) in [("acme", "s1"), ("other", "s2"), ("acme", "s3")] {
-            let item = InboxItem::SubAgentFinished { call_id: "c".to_owned(), ok: true, result: None, error: None };
+            let item = InboxItem::SubAgentFinished {
+                call_id: "c".to_owned(),
+                ok: true,
+                result: None,
+                error: None,
+                spawn: None,
+                from: None,
+            };
             batch.push(Op::PushInbox { session: SessionKey::new(tenant, session), item: Box::new(item) });
         }
         store.commit(batch).await.unwrap();

@@ -352,6 +352,35 @@ impl Message {
     pub fn text(&self) -> String {
         self.content.as_ref().map(Content::text).unwrap_or_default()
     }
+
+    /// Whether `sent`, a client's copy of this message under its id, is
+    /// this message unchanged: the same role and, for the messages a client
+    /// writes (`user`, `system`), the same content. Text and a single text
+    /// part are the same content, as are no content and empty text.
+    /// Assistant and tool messages are matched by role alone: a client
+    /// keeps its own rendering of them (streamed text, a result it
+    /// formatted), which need not be what the engine recorded.
+    pub fn sent_unchanged(&self, sent: &DraftMessage) -> bool {
+        if self.role != sent.role {
+            return false;
+        }
+        match self.role {
+            Role::User | Role::System => parts_of(self.content.as_ref()) == parts_of(sent.content.as_ref()),
+            Role::Assistant | Role::Tool => true,
+        }
+    }
+}
+
+/// Content as a list of parts, for comparing: no content and empty text
+/// are no parts, text is one text part.
+fn parts_of(content: Option<&Content>) -> std::borrow::Cow<'_, [ContentPart]> {
+    use std::borrow::Cow;
+    match content {
+        None => Cow::Borrowed(&[]),
+        Some(Content::Text(text)) if text.is_empty() => Cow::Borrowed(&[]),
+        Some(Content::Text(text)) => Cow::Owned(vec![ContentPart::Text { text: text.clone() }]),
+        Some(Content::Parts(parts)) => Cow::Borrowed(parts),
+    }
 }
 
 impl From<Message> for DraftMessage {

@@ -415,10 +415,11 @@ fn plan(request: &ChatRequest, snapshot: Option<&Snapshot>, agent_id: &str) -> R
             start = i;
             continue;
         }
-        let content = user_content(message, i)?;
+        let sent = DraftMessage { content: Some(user_content(message, i)?), ..DraftMessage::user("") };
         match tree.get(&message.id) {
-            None => new.push(DraftMessage { content: Some(content), ..DraftMessage::user("").with_id(&message.id) }),
-            Some(stored) if stored.role == Role::User && stored.content.as_ref() == Some(&content) => {
+            None => new.push(sent.with_id(&message.id)),
+            // The comparison `client.messages` makes of a re-sent message.
+            Some(stored) if stored.sent_unchanged(&sent) => {
                 if i == last {
                     // A new answer to a recorded message: the view ends
                     // there, which moves the head back to it.
@@ -428,7 +429,7 @@ fn plan(request: &ChatRequest, snapshot: Option<&Snapshot>, agent_id: &str) -> R
             }
             // Edited in place (the SDK keeps the id): recorded anew under an
             // id the engine mints, where the edited message was.
-            Some(_) if i == last => new.push(DraftMessage { content: Some(content), ..DraftMessage::user("") }),
+            Some(_) if i == last => new.push(sent),
             Some(_) => {
                 return Err(ApiError {
                     field: Some(format!("messages[{i}]")),

@@ -181,7 +181,7 @@ pub mod sample {
             turn_id: None,
             retry: None,
             retry_at_ms: None,
-            spec: CallSpec::SubAgent { tool_call_id: format!("tc-{id}") },
+            spec: CallSpec::SubAgent { tool_call_id: format!("tc-{id}"), arguments: None },
             started_ms: None,
             span: None,
         }

@@ -228,6 +228,18 @@ pub struct ParentLink {
     pub call_id: String,
 }
 
+/// The try of a parent's sub-agent call that a child's turn runs. The
+/// child's turn reports to its parent with it, and the parent takes the
+/// report only while that call is on that attempt in that turn: a report of
+/// an expired or cancelled try cannot settle the try that replaced it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnTry {
+    /// The call's attempt (1 for the first try).
+    pub attempt: u32,
+    /// The parent's turn the call belongs to.
+    pub parent_turn: String,
+}
+
 /// The open turn of a session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnState {
@@ -242,6 +254,11 @@ pub struct TurnState {
     /// traces, or its input carried a W3C `traceparent`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub span: Option<SpanRef>,
+    /// For a sub-agent session, the parent's try this turn runs; only such
+    /// a turn reports to the parent when it ends. `None` for a turn a
+    /// client started (and for turns stored without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawn: Option<SpawnTry>,
 }
 
 /// Where a span sits in a trace: W3C trace-context ids as lowercase hex.
@@ -271,6 +288,10 @@ pub struct QueuedInput {
     /// is a child of `span_id` in that trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<SpanRef>,
+    /// The parent's try, for a sub-agent's try that arrived while another
+    /// turn of the child was open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawn: Option<SpawnTry>,
 }
 
 /// What a turn starts with, after reconciliation.
@@ -561,6 +582,12 @@ pub enum CallSpec {
     SubAgent {
         /// The model tool call the delegation answers.
         tool_call_id: String,
+        /// The child's first user message: the arguments of the tool call
+        /// named `tool_call_id` on the active path when the spawn was
+        /// applied, else `{}`. Every try starts from it. `None` in calls
+        /// stored without it, whose tries read the path.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<String>,
     },
 }
 
@@ -610,6 +637,8 @@ pub struct TurnRecord {
 /// Something another session (or the engine on its behalf) hands a session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+// Boxed where it is kept (`Op::PushInbox`), and read one at a time.
+#[allow(clippy::large_enum_variant)]
 pub enum InboxItem {
     /// A child session's turn ended; settles the `sub_agent` call.
     SubAgentFinished {
@@ -621,6 +650,14 @@ pub enum InboxItem {
         result: Option<String>,
         /// The child's error.
         error: Option<String>,
+        /// The try the child's turn ran; `None` in reports stored without
+        /// it, which settle the call whatever its attempt.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        spawn: Option<SpawnTry>,
+        /// The child session that reports; `None` in reports stored
+        /// without it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from: Option<String>,
     },
     /// A message to append to the active path (`message.send`).
     Message {
@@ -639,6 +676,10 @@ pub enum InboxItem {
         /// is traced under it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         span: Option<crate::SpanRef>,
+        /// The parent's try the turn runs; `None` in items stored without
+        /// it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        spawn: Option<SpawnTry>,
     },
     /// A request for the session's actor (an input, a cancel) that a node
     /// not holding the session's lease received and forwarded to the

@@ -21,8 +21,8 @@ use crate::model::TokenUsage;
 use crate::retry::RetryCap;
 use crate::store::{
     CallRecord, CallSpec, ID_RULE, InboxItem, Op, OpenInterrupt, ParentLink, QueuedInput, SessionKey, SessionRecord,
-    SessionStatus, SpanRef, StepRecord, StepStatus, Store, StoredTrigger, TurnRecord, TurnStart, TurnState, TurnStatus,
-    valid_id,
+    SessionStatus, SpanRef, SpawnTry, StepRecord, StepStatus, Store, StoredTrigger, TurnRecord, TurnStart, TurnState,
+    TurnStatus, valid_id,
 };
 use crate::tenants::{NewSession, Reservation};
 use crate::tools;
@@ -345,7 +345,12 @@ impl Session {
         self.turns.add(&turn_id);
         if self.record.turn.is_some() {
             // One turn at a time: this one starts when the open one ends.
-            self.record.queued.push(QueuedInput { turn_id: turn_id.clone(), input, trace: ctx.incoming.clone() });
+            self.record.queued.push(QueuedInput {
+                turn_id: turn_id.clone(),
+                input,
+                trace: ctx.incoming.clone(),
+                spawn: None,
+            });
             let record = TurnRecord { status: TurnStatus::Queued, data: None, started_ms: ctx.now_ms, ended_ms: None };
             change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: turn_id.clone(), record });
             return Ok(Accepted { turn_id: Some(turn_id), existing: false });
@@ -363,6 +368,26 @@ impl Session {
         view
     }
 
+    /// The messages of a client's view that the tree has (matched by id)
+    /// are what it recorded under those ids: an edited message re-sent
+    /// under its old id is refused, naming the id, rather than taken for
+    /// the recorded one (see [`Message::sent_unchanged`]).
+    ///
+    /// [`Message::sent_unchanged`]: subs_protocol::Message::sent_unchanged
+    fn check_unchanged(&self, shared: &[DraftMessage]) -> Result<(), InputError> {
+        for sent in shared {
+            let Some(id) = sent.id.as_deref() else { continue };
+            if let Some(record) = self.tree.get(id)
+                && !record.message.sent_unchanged(sent)
+            {
+                return Err(InputError::Conflict(format!(
+                    "message `{id}` is stored with other content; send it under a new id to fork"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// What a turn-starting input starts, against the tree as it is now.
     fn reconcile_input(&self, input: ClientInput) -> Result<TurnStart, InputError> {
         let head = self.record.head_id.as_deref();
@@ -370,12 +395,16 @@ impl Session {
             ClientInput::ClientMessage(m) => match self.tree.reconcile_appended(head, &m.message) {
                 Some((reconciled, is_new)) => {
                     debug_assert_eq!(reconciled, self.tree.reconcile(&self.view_with(&m.message)));
+                    if !is_new {
+                        self.check_unchanged(std::slice::from_ref(&m.message))?;
+                    }
                     let new = if is_new { vec![m.message] } else { Vec::new() };
                     (reconciled, new, ClientContext::default())
                 }
                 None => {
                     let mut view = self.view_with(&m.message);
                     let reconciled = self.tree.reconcile(&view);
+                    self.check_unchanged(&view[..reconciled.new_from])?;
                     let new = view.split_off(reconciled.new_from);
                     (reconciled, new, ClientContext::default())
                 }
@@ -383,6 +412,7 @@ impl Session {
             ClientInput::ClientMessages(m) => {
                 let mut view = m.messages;
                 let reconciled = self.tree.reconcile(&view);
+                self.check_unchanged(&view[..reconciled.new_from])?;
                 let new = view.split_off(reconciled.new_from);
                 (reconciled, new, m.client.unwrap_or_default())
             }
@@ -451,6 +481,7 @@ impl Session {
             client_tools,
             started_ms: ctx.now_ms,
             span: ctx.tracer.turn(incoming),
+            spawn: None,
         });
         let record = TurnRecord { status: TurnStatus::Running, data: None, started_ms: ctx.now_ms, ended_ms: None };
         change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id: turn_id.clone(), record });
@@ -483,8 +514,8 @@ impl Session {
         });
         let code = data.as_ref().and_then(|d| d.get("code")).and_then(Value::as_str).map(str::to_owned);
         self.drop_what_is_left(change);
-        self.record_turn_end(turn, data.clone(), error.clone(), code, ctx, change);
-        self.report_to_parent(data.as_ref(), error, change);
+        self.report_to_parent(&turn, data.as_ref(), error.clone(), change);
+        self.record_turn_end(turn, data, error, code, ctx, change);
         self.start_queued(ctx, change);
     }
 
@@ -558,8 +589,13 @@ impl Session {
     /// A sub-agent session tells its parent how its turn ended: the `done`
     /// data (or its last assistant text) or the error, through the
     /// parent's inbox, in the same commit.
-    fn report_to_parent(&mut self, data: Option<&Value>, error: Option<String>, change: &mut Change) {
+    /// Only a turn the parent's call started reports (see
+    /// [`reports_to_parent`]).
+    fn report_to_parent(&mut self, turn: &TurnState, data: Option<&Value>, error: Option<String>, change: &mut Change) {
         let Some(ParentLink { session: parent, call_id }) = self.record.parent.clone() else { return };
+        if !reports_to_parent(turn) {
+            return;
+        }
         let result = match data {
             Some(d) if error.is_none() && !d.is_null() => Some(match d {
                 Value::String(s) => s.clone(),
@@ -569,7 +605,14 @@ impl Session {
             _ => None,
         };
         let parent = SessionKey::new(&self.record.key.tenant, parent);
-        let item = InboxItem::SubAgentFinished { call_id, ok: error.is_none(), result, error };
+        let item = InboxItem::SubAgentFinished {
+            call_id,
+            ok: error.is_none(),
+            result,
+            error,
+            spawn: turn.spawn.clone(),
+            from: Some(self.record.key.session.clone()),
+        };
         change.batch.push(Op::PushInbox { session: parent.clone(), item: Box::new(item) });
         change.wake.push(parent);
     }
@@ -585,6 +628,9 @@ impl Session {
             Ok(start) => {
                 // Starting cannot fail after reconciliation succeeded.
                 let _ = self.start_turn(next.turn_id, start, next.trace.as_ref(), ctx, change);
+                if let Some(turn) = &mut self.record.turn {
+                    turn.spawn = next.spawn;
+                }
             }
             Err(e) => {
                 let record = TurnRecord {
@@ -947,12 +993,15 @@ impl Session {
         ctx: &Ctx<'_>,
         change: &mut Change,
     ) {
+        // Taken once, when the decision's messages are recorded: every try
+        // starts from the same message, whatever the path holds later.
+        let arguments = self.tool_call_arguments(&spawn.tool_call_id).unwrap_or_else(|| "{}".to_owned());
         let mut record = self.new_call(
             spawn.tool_call_id.clone(),
             CallKind::SubAgent,
             None,
             spawn.retry.clone(),
-            CallSpec::SubAgent { tool_call_id: spawn.tool_call_id },
+            CallSpec::SubAgent { tool_call_id: spawn.tool_call_id, arguments: Some(arguments) },
             hold,
         );
         record.call.agent_id = Some(spawn.agent_id);
@@ -969,13 +1018,11 @@ impl Session {
         let (Some(agent_id), Some(child_id)) = (call.call.agent_id.clone(), call.call.session_id.clone()) else {
             return;
         };
-        let arguments = self
-            .path()
-            .into_iter()
-            .rev()
-            .flat_map(|m| m.tool_calls.iter().flatten())
-            .find(|c| c.id == call_id)
-            .map_or_else(|| "{}".to_owned(), |c| c.function.arguments.clone());
+        let arguments = match &call.spec {
+            CallSpec::SubAgent { arguments: Some(arguments), .. } => arguments.clone(),
+            _ => self.tool_call_arguments(call_id).unwrap_or_else(|| "{}".to_owned()),
+        };
+        let spawn = SpawnTry { attempt: call.call.attempt, parent_turn: call.turn_id.clone().unwrap_or_default() };
         let child_key = SessionKey::new(&self.record.key.tenant, &child_id);
         let turn_id = if call.call.attempt == 1 {
             // Past the tenant's spawn bounds or session limit the child is
@@ -1019,9 +1066,20 @@ impl Session {
         };
         change.batch.push(Op::PushInbox {
             session: child_key.clone(),
-            item: Box::new(InboxItem::Start { turn_id, start, span: call.span.clone() }),
+            item: Box::new(InboxItem::Start { turn_id, start, span: call.span.clone(), spawn: Some(spawn) }),
         });
         change.wake.push(child_key);
+    }
+
+    /// The argument text of the latest tool call `id` of an assistant
+    /// message on the active path.
+    fn tool_call_arguments(&self, id: &str) -> Option<String> {
+        self.path()
+            .into_iter()
+            .rev()
+            .flat_map(|m| m.tool_calls.iter().flatten())
+            .find(|c| c.id == id)
+            .map(|c| c.function.arguments.clone())
     }
 
     /// Whether the turn may create the child of the sub-agent call whose
@@ -1065,13 +1123,78 @@ impl Session {
         ctx.quota.reserve(tenant, NewSession::Child { root }).map_err(|error| Refused { error, log: true })
     }
 
+    /// Starts a try of the parent's sub-agent call in this child. An
+    /// earlier try still open (its cancel has not arrived) is ended; a
+    /// turn a client started is not: the try waits for it, queued.
+    fn start_spawned(
+        &mut self,
+        turn_id: String,
+        start: TurnStart,
+        span: Option<SpanRef>,
+        spawn: Option<SpawnTry>,
+        ctx: &Ctx<'_>,
+        change: &mut Change,
+    ) {
+        let superseded = match (self.record.turn.as_ref().and_then(|t| t.spawn.as_ref()), &spawn) {
+            (Some(open), Some(new)) => open.attempt < new.attempt || open.parent_turn != new.parent_turn,
+            _ => false,
+        };
+        if superseded {
+            self.fail_turn("a later try of the parent's sub-agent call replaced this one", "cancelled", ctx, change);
+        }
+        if self.record.turn.is_none() {
+            let _ = self.start_turn(turn_id, start, span.as_ref(), ctx, change);
+            if let Some(turn) = &mut self.record.turn {
+                turn.spawn = spawn;
+            }
+            return;
+        }
+        let TurnStart::Messages { new, client, .. } = start else {
+            tracing::warn!(session = %self.key(), "a sub-agent start that is not a message arrived while a turn is open; ignored");
+            return;
+        };
+        // Without ids the messages share nothing with the tree: queued, the
+        // try still starts on a branch of its own from the root.
+        let input = subs_protocol::ClientInput::ClientMessages(subs_protocol::client::ClientMessages {
+            agent_id: self.record.agent_id.clone(),
+            turn_id: Some(turn_id.clone()),
+            messages: new,
+            stream: None,
+            client: Some(client),
+        });
+        self.record.queued.push(QueuedInput { turn_id: turn_id.clone(), input, trace: span, spawn });
+        let record = TurnRecord { status: TurnStatus::Queued, data: None, started_ms: ctx.now_ms, ended_ms: None };
+        change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id, record });
+    }
+
+    /// Whether a child's report settles sub-agent call `call_id`: the call
+    /// is waiting for its child, and the report is of the try it waits on
+    /// (its attempt, its turn, its child). A report stored without the try
+    /// or the child is taken while the call waits.
+    fn answers_call(&self, call_id: &str, spawn: Option<&SpawnTry>, from: Option<&str>) -> bool {
+        let Some(call) = self.open_call(call_id).filter(|c| c.call.status == CallStatus::Pending) else {
+            return false;
+        };
+        let same_try =
+            spawn.is_none_or(|s| s.attempt == call.call.attempt && Some(&s.parent_turn) == call.turn_id.as_ref());
+        let same_child = from.is_none_or(|f| call.call.session_id.as_deref() == Some(f));
+        call.call.kind == CallKind::SubAgent && same_try && same_child
+    }
+
     // ---- calls ---------------------------------------------------------------
 
     /// Settles a call (or schedules its retry), producing the trigger that
     /// reports it. The call stays in the turn's `calls`, `completed` or `failed`,
     /// until the turn ends.
+    ///
+    /// The step that was to run the settled try (its `tool.execute` or
+    /// `llm.execute`, not yet delivered) is dropped: whatever settled the
+    /// call (another decision, such as one denying a call an interrupt
+    /// held; its deadline; a retryable failure) ended that try, and a
+    /// decision answering the step could settle nothing.
     pub fn settle(&mut self, call_id: &str, outcome: Outcome, ctx: &Ctx<'_>, change: &mut Change) {
         let Some(call) = self.open_call(call_id).cloned() else { return };
+        self.drop_steps_running(|_, id, _| id == call_id, change);
         let mut outcome = checked_outcome(&call, outcome);
         if let (Outcome::LlmOk(response), CallSpec::Llm { action, .. }) = (&mut outcome, &call.spec) {
             ctx.prices.price_reply(action.model.as_deref().unwrap_or_default(), response);
@@ -1150,104 +1273,6 @@ impl Session {
         true
     }
 
-    /// Starts the next try of a call whose backoff has passed.
-    pub fn retry_call(&mut self, call_id: &str, ctx: &Ctx<'_>, change: &mut Change) {
-        let Some(record) = self.calls.get_mut(call_id).filter(|c| c.call.status == CallStatus::RetryScheduled) else {
-            return;
-        };
-        record.call.attempt += 1;
-        record.call.status = CallStatus::Pending;
-        record.retry_at_ms = None;
-        self.begin_try(call_id, ctx, change);
-    }
-
-    ///
-    /// The step that was to run the settled try (its `tool.execute` or
-    /// `llm.execute`, not yet delivered) is dropped: whatever settled the
-    /// call (another decision, such as one denying a call an interrupt
-    /// held; its deadline; a retryable failure) ended that try, and a
-    /// decision answering the step could settle nothing.
-    // ---- the inbox -----------------------------------------------------------
-
-        self.drop_steps_running(|_, id, _| id == call_id, change);
-    /// Takes in one inbox item.
-    pub fn take_inbox(&mut self, seq: u64, item: InboxItem, ctx: &Ctx<'_>, change: &mut Change) {
-        change.batch.push(Op::DeleteInbox { session: self.key().clone(), seq });
-        match item {
-            InboxItem::SubAgentFinished { call_id, ok, result, error } => {
-                if self.open_call(&call_id).is_some_and(|c| c.call.status == CallStatus::Pending) {
-                    self.settle(&call_id, Outcome::SubAgent { ok, result, error }, ctx, change);
-                }
-            }
-            InboxItem::Message { message, from } => {
-                let max = ctx.history.max_bytes(&self.record.key.tenant);
-                match self.refuse_message_bytes(&message, max) {
-                    // The sender's decision is applied already: the
-                    // message is dropped, and the operator told.
-                    Some(refused) => tracing::warn!(session = %self.key(), %from, %refused, "a sent message dropped"),
-                    None => {
-                        self.record_message(message, change);
-                    }
-                }
-            }
-            InboxItem::Start { turn_id, start, span } => {
-                if self.record.turn.is_some() {
-                    tracing::warn!(session = %self.key(), "a sub-agent start arrived while a turn is open; ignored");
-                } else {
-                    let _ = self.start_turn(turn_id, start, span.as_ref(), ctx, change);
-                }
-            }
-            // The actor answers forwarded requests before it takes in the
-            // rest of the inbox (they need the actor, not just the
-            // session); one reaching here has nobody to answer.
-            InboxItem::Request { id, .. } => {
-                tracing::warn!(session = %self.key(), request = %id, "a forwarded request reached the session itself; dropped");
-            }
-        }
-    }
-}
-
-/// A tool's result checked against the tool's output schema: one that does
-/// not match is a failure (not retried) naming what is wrong.
-fn checked_outcome(call: &CallRecord, outcome: Outcome) -> Outcome {
-    match (outcome, &call.spec) {
-        (Outcome::ToolOk(result), CallSpec::Tool { output, .. }) => match tools::check_result(output.as_ref(), &result)
-        {
-            Ok(()) => Outcome::ToolOk(result),
-            Err(e) => Outcome::Failed {
-                error: format!("the result does not match the tool's output schema: {e}"),
-                retryable: false,
-                code: None,
-                detail: Some(json!({"result": result})),
-                retry_after_ms: None,
-            },
-        },
-        (outcome, _) => outcome,
-    }
-}
-
-/// The trigger that tells the agent how `call` ended; `None` for an
-/// outcome of another kind of call.
-fn finished_trigger(call: &CallRecord, outcome: Outcome) -> Option<Trigger> {
-    let name = call.call.name.clone().unwrap_or_default();
-    let trigger = match (call.call.kind, outcome) {
-        (CallKind::SubAgent, Outcome::SubAgent { ok, result, error }) => Trigger::SubAgentFinished(SubAgentFinished {
-            id: call.call.id.clone(),
-            ok,
-            session_id: call.call.session_id.clone().unwrap_or_default(),
-            agent_id: call.call.agent_id.clone().unwrap_or_default(),
-            result,
-            error,
-        }),
-        (CallKind::LlmCall, Outcome::LlmOk(response)) => Trigger::LlmFinished(LlmFinished {
-            id: call.call.id.clone(),
-            ok: true,
-            truncated: response.finish_reason.as_deref() == Some("length"),
-            message: Some({
-                let mut message = crate::model::assistant_message(&response);
-                for call in message.tool_calls.iter_mut().flatten() {
-                    call.id = super::proposal::usable_call_id(&call.id);
-                }
     /// Drops the steps not yet finished that run a call (`tool.execute`,
     /// `llm.execute`) for which `stale(session, call_id, attempt)` holds;
     /// whether any was dropped.
@@ -1293,6 +1318,114 @@ fn finished_trigger(call: &CallRecord, outcome: Outcome) -> Option<Trigger> {
         )
     }
 
+    /// Starts the next try of a call whose backoff has passed.
+    pub fn retry_call(&mut self, call_id: &str, ctx: &Ctx<'_>, change: &mut Change) {
+        let Some(record) = self.calls.get_mut(call_id).filter(|c| c.call.status == CallStatus::RetryScheduled) else {
+            return;
+        };
+        record.call.attempt += 1;
+        record.call.status = CallStatus::Pending;
+        record.retry_at_ms = None;
+        self.begin_try(call_id, ctx, change);
+    }
+
+    // ---- the inbox -----------------------------------------------------------
+
+    /// Takes in one inbox item.
+    pub fn take_inbox(&mut self, seq: u64, item: InboxItem, ctx: &Ctx<'_>, change: &mut Change) {
+        change.batch.push(Op::DeleteInbox { session: self.key().clone(), seq });
+        match item {
+            InboxItem::SubAgentFinished { call_id, ok, result, error, spawn, from } => {
+                if self.answers_call(&call_id, spawn.as_ref(), from.as_deref()) {
+                    self.settle(&call_id, Outcome::SubAgent { ok, result, error }, ctx, change);
+                } else {
+                    tracing::debug!(session = %self.key(), call = %call_id, ?spawn, ?from, "a report of a try that is over; ignored");
+                }
+            }
+            InboxItem::Message { message, from } => {
+                let max = ctx.history.max_bytes(&self.record.key.tenant);
+                match self.refuse_message_bytes(&message, max) {
+                    // The sender's decision is applied already: the
+                    // message is dropped, and the operator told.
+                    Some(refused) => tracing::warn!(session = %self.key(), %from, %refused, "a sent message dropped"),
+                    None => {
+                        self.record_message(message, change);
+                    }
+                }
+            }
+            InboxItem::Start { turn_id, start, span, spawn } => {
+                self.start_spawned(turn_id, start, span, spawn, ctx, change)
+            }
+            // The actor answers forwarded requests before it takes in the
+            // rest of the inbox (they need the actor, not just the
+            // session); one reaching here has nobody to answer.
+            InboxItem::Request { id, .. } => {
+                tracing::warn!(session = %self.key(), request = %id, "a forwarded request reached the session itself; dropped");
+            }
+        }
+    }
+}
+
+/// The call a step runs, and on which attempt: a worker's `tool.execute`
+/// or `llm.execute`; `None` for any other step.
+pub(crate) fn runs_call(trigger: &StoredTrigger) -> Option<(&str, u32)> {
+    match trigger {
+        StoredTrigger::LlmExecute { call_id, attempt } => Some((call_id, *attempt)),
+        StoredTrigger::Plain { trigger: Trigger::ToolExecute(t) } => Some((&t.id, t.attempt)),
+        _ => None,
+    }
+}
+
+/// Whether a child's turn reports to its parent when it ends: a turn a
+/// try of the parent's call started. A turn stored without its try is
+/// taken for one when it has a spawn turn's id (`spawn`, `spawn_<n>`).
+fn reports_to_parent(turn: &TurnState) -> bool {
+    turn.spawn.is_some()
+        || turn.turn_id == "spawn"
+        || turn.turn_id.strip_prefix("spawn_").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A tool's result checked against the tool's output schema: one that does
+/// not match is a failure (not retried) naming what is wrong.
+fn checked_outcome(call: &CallRecord, outcome: Outcome) -> Outcome {
+    match (outcome, &call.spec) {
+        (Outcome::ToolOk(result), CallSpec::Tool { output, .. }) => match tools::check_result(output.as_ref(), &result)
+        {
+            Ok(()) => Outcome::ToolOk(result),
+            Err(e) => Outcome::Failed {
+                error: format!("the result does not match the tool's output schema: {e}"),
+                retryable: false,
+                code: None,
+                detail: Some(json!({"result": result})),
+                retry_after_ms: None,
+            },
+        },
+        (outcome, _) => outcome,
+    }
+}
+
+/// The trigger that tells the agent how `call` ended; `None` for an
+/// outcome of another kind of call.
+fn finished_trigger(call: &CallRecord, outcome: Outcome) -> Option<Trigger> {
+    let name = call.call.name.clone().unwrap_or_default();
+    let trigger = match (call.call.kind, outcome) {
+        (CallKind::SubAgent, Outcome::SubAgent { ok, result, error }) => Trigger::SubAgentFinished(SubAgentFinished {
+            id: call.call.id.clone(),
+            ok,
+            session_id: call.call.session_id.clone().unwrap_or_default(),
+            agent_id: call.call.agent_id.clone().unwrap_or_default(),
+            result,
+            error,
+        }),
+        (CallKind::LlmCall, Outcome::LlmOk(response)) => Trigger::LlmFinished(LlmFinished {
+            id: call.call.id.clone(),
+            ok: true,
+            truncated: response.finish_reason.as_deref() == Some("length"),
+            message: Some({
+                let mut message = crate::model::assistant_message(&response);
+                for call in message.tool_calls.iter_mut().flatten() {
+                    call.id = super::proposal::usable_call_id(&call.id);
+                }
                 message
             }),
             usage: response.usage,
@@ -1341,16 +1474,6 @@ fn failed(e: subs_protocol::action::CallError) -> Outcome {
         retryable: e.retryable.unwrap_or(false),
         code: e.code,
         detail: e.detail,
-/// The call a step runs, and on which attempt: a worker's `tool.execute`
-/// or `llm.execute`; `None` for any other step.
-pub(crate) fn runs_call(trigger: &StoredTrigger) -> Option<(&str, u32)> {
-    match trigger {
-        StoredTrigger::LlmExecute { call_id, attempt } => Some((call_id, *attempt)),
-        StoredTrigger::Plain { trigger: Trigger::ToolExecute(t) } => Some((&t.id, t.attempt)),
-        _ => None,
-    }
-}
-
         retry_after_ms: None,
     }
 }
@@ -1493,8 +1616,13 @@ mod tests {
     /// A session with turn `t1` open.
     fn session() -> Session {
         let mut session = Session::fresh(SessionKey::new("acme", "s"), "agent".to_owned(), Default::default(), 1);
-        session.record.turn =
-            Some(TurnState { turn_id: "t1".to_owned(), client_tools: Vec::new(), started_ms: 5, span: None });
+        session.record.turn = Some(TurnState {
+            turn_id: "t1".to_owned(),
+            client_tools: Vec::new(),
+            started_ms: 5,
+            span: None,
+            spawn: None,
+        });
         session
     }
 
@@ -1539,7 +1667,7 @@ mod tests {
         assert_eq!((done.ok, done.result.as_deref(), done.name.as_str()), (true, Some(r#"{"sum":3}"#), "add"));
         let Some(Trigger::ToolFinished(done)) = finished_trigger(&tool, failed(false, None)) else { panic!() };
         assert_eq!((done.ok, done.error.as_deref()), (false, Some("busy")));
-        let llm = call("c2", "llm_call", CallSpec::SubAgent { tool_call_id: "x".to_owned() }, None);
+        let llm = call("c2", "llm_call", CallSpec::SubAgent { tool_call_id: "x".to_owned(), arguments: None }, None);
         let Some(Trigger::LlmFinished(done)) = finished_trigger(&llm, failed(true, None)) else { panic!() };
         assert_eq!((done.ok, done.code), (false, Some(ErrorCode::ProviderError)));
         let sub = Outcome::SubAgent { ok: true, result: Some("hi".to_owned()), error: None };
@@ -1758,6 +1886,37 @@ mod tests {
         });
     }
 
+    #[test]
+    fn settling_a_call_drops_its_undelivered_execute_step_and_stale_steps_are_dropped() {
+        with_ctx(|ctx| {
+            let mut session = session();
+            let mut change = Change::default();
+            session.add_call(call("c1", "tool_call", tool_spec(None), None), false, ctx, &mut change);
+            let (execute, step) = session.steps[0].clone();
+            assert_eq!(session.call_deadline(&step), Some(NOW + 300_000), "a worker's call runs to its deadline");
+
+            // Settled by another decision (a denial): the execute step goes.
+            let mut change = Change::default();
+            session.settle("c1", failed(false, None), ctx, &mut change);
+            let Trigger::ToolFinished(done) = pushed_trigger(&session) else { panic!("a tool.finished") };
+            assert_eq!(session.steps.len(), 1, "only the tool.finished is left");
+            assert_eq!(done.error.as_deref(), Some("busy"));
+            let dropped = change.batch.ops.iter().any(
+                |op| matches!(op, Op::PutStep { seq, record, .. } if *seq == execute && record.status == StepStatus::Dropped),
+            );
+            assert!(dropped, "the drop is stored");
+            assert_eq!(session.call_deadline(&step), None, "the try is over");
+
+            // A step for a try no longer in flight (stored before a reload)
+            // is dropped before it is delivered; the others stay.
+            session.push_step(step.trigger.clone(), &mut change);
+            assert!(session.drop_stale_steps(&mut change));
+            assert_eq!(session.steps.len(), 1);
+            assert!(matches!(pushed_trigger(&session), Trigger::ToolFinished(_)));
+            assert!(!session.drop_stale_steps(&mut change), "nothing else is stale");
+        });
+    }
+
     /// Spawn bounds, and a tenant whose counts refuse (or not) any more.
     struct Bounded {
         bounds: SpawnBounds,
@@ -1837,8 +1996,13 @@ mod tests {
         }
         // A new turn may spawn again.
         with_ctx(|ctx| root.end_turn(None, ctx, &mut Change::default()));
-        root.record.turn =
-            Some(TurnState { turn_id: "t2".to_owned(), client_tools: Vec::new(), started_ms: 5, span: None });
+        root.record.turn = Some(TurnState {
+            turn_id: "t2".to_owned(),
+            client_tools: Vec::new(),
+            started_ms: 5,
+            span: None,
+            spawn: None,
+        });
         root.steps.clear();
         let (created, _) = spawn(&mut root, 1, &quota, &mut Change::default());
         assert_eq!(created.len(), 1, "the bound is per turn");
@@ -1861,37 +2025,6 @@ mod tests {
         let mut session = session();
         let (created, refused) = spawn(&mut session, 2, &full, &mut Change::default());
         assert!(created.is_empty());
-    #[test]
-    fn settling_a_call_drops_its_undelivered_execute_step_and_stale_steps_are_dropped() {
-        with_ctx(|ctx| {
-            let mut session = session();
-            let mut change = Change::default();
-            session.add_call(call("c1", "tool_call", tool_spec(None), None), false, ctx, &mut change);
-            let (execute, step) = session.steps[0].clone();
-            assert_eq!(session.call_deadline(&step), Some(NOW + 300_000), "a worker's call runs to its deadline");
-
-            // Settled by another decision (a denial): the execute step goes.
-            let mut change = Change::default();
-            session.settle("c1", failed(false, None), ctx, &mut change);
-            let Trigger::ToolFinished(done) = pushed_trigger(&session) else { panic!("a tool.finished") };
-            assert_eq!(session.steps.len(), 1, "only the tool.finished is left");
-            assert_eq!(done.error.as_deref(), Some("busy"));
-            let dropped = change.batch.ops.iter().any(
-                |op| matches!(op, Op::PutStep { seq, record, .. } if *seq == execute && record.status == StepStatus::Dropped),
-            );
-            assert!(dropped, "the drop is stored");
-            assert_eq!(session.call_deadline(&step), None, "the try is over");
-
-            // A step for a try no longer in flight (stored before a reload)
-            // is dropped before it is delivered; the others stay.
-            session.push_step(step.trigger.clone(), &mut change);
-            assert!(session.drop_stale_steps(&mut change));
-            assert_eq!(session.steps.len(), 1);
-            assert!(matches!(pushed_trigger(&session), Trigger::ToolFinished(_)));
-            assert!(!session.drop_stale_steps(&mut change), "nothing else is stale");
-        });
-    }
-
         assert_eq!(refused, ["the tree of session `s` is full", "the tree of session `s` is full"]);
     }
 
@@ -1902,7 +2035,7 @@ mod tests {
             let mut change = Change::default();
             let retry =
                 RetryPolicy { timeout_secs: Some(2.0), max_retries: 0, backoff_base_secs: 1.0, backoff_max_secs: 1.0 };
-            let spec = CallSpec::SubAgent { tool_call_id: "c1".to_owned() };
+            let spec = CallSpec::SubAgent { tool_call_id: "c1".to_owned(), arguments: None };
             let mut record = call("c1", "sub_agent", spec, Some(retry));
             record.call.agent_id = Some("helper".to_owned());
             session.add_call(record, false, ctx, &mut change);
@@ -1922,7 +2055,7 @@ mod tests {
             let mut session = session();
             let mut change = Change::default();
             session.put_call(
-                call("c1", "sub_agent", CallSpec::SubAgent { tool_call_id: "x".to_owned() }, None),
+                call("c1", "sub_agent", CallSpec::SubAgent { tool_call_id: "x".to_owned(), arguments: None }, None),
                 &mut change,
             );
             session.settle("never", Outcome::ToolOk(json!(1)), ctx, &mut change);
@@ -1955,6 +2088,8 @@ mod tests {
         with_ctx(|ctx| {
             let mut session = session();
             session.record.parent = Some(ParentLink { session: "p".to_owned(), call_id: "pc".to_owned() });
+            let spawn = SpawnTry { attempt: 2, parent_turn: "pt".to_owned() };
+            session.record.turn.as_mut().expect("a turn").spawn = Some(spawn.clone());
             let mut change = Change::default();
             session.fail_turn("it broke", "tool_error", ctx, &mut change);
             let expected = json!({"turn_id": "t1", "error": "it broke", "code": "tool_error"});
@@ -1971,10 +2106,64 @@ mod tests {
                     call_id: "pc".to_owned(),
                     ok: false,
                     result: None,
-                    error: Some("it broke".to_owned())
+                    error: Some("it broke".to_owned()),
+                    spawn: Some(spawn),
+                    from: Some("s".to_owned()),
                 })
             );
             assert_eq!(change.wake, [SessionKey::new("acme", "p")]);
+        });
+    }
+
+    #[test]
+    fn a_turn_a_client_started_in_a_child_does_not_report() {
+        with_ctx(|ctx| {
+            let mut session = session();
+            session.record.parent = Some(ParentLink { session: "p".to_owned(), call_id: "pc".to_owned() });
+            let mut change = Change::default();
+            session.end_turn(Some(json!({"answer": 1})), ctx, &mut change);
+            assert!(!change.batch.ops.iter().any(|op| matches!(op, Op::PushInbox { .. })), "nothing for the parent");
+            assert!(change.wake.is_empty());
+            // A spawn turn stored without its try still reports.
+            let legacy = |id: &str| TurnState {
+                turn_id: id.to_owned(),
+                client_tools: Vec::new(),
+                started_ms: 0,
+                span: None,
+                spawn: None,
+            };
+            assert!(reports_to_parent(&legacy("spawn")) && reports_to_parent(&legacy("spawn_3")));
+            assert!(!reports_to_parent(&legacy("spawn_")) && !reports_to_parent(&legacy("spawn_x")));
+        });
+    }
+
+    #[test]
+    fn a_report_settles_only_the_try_its_call_is_on() {
+        with_ctx(|ctx| {
+            let mut session = session();
+            let mut change = Change::default();
+            let spec = CallSpec::SubAgent { tool_call_id: "c1".to_owned(), arguments: None };
+            let mut record = call("c1", "sub_agent", spec, None);
+            record.call.attempt = 2;
+            record.call.session_id = Some("s.kid".to_owned());
+            record.turn_id = Some("t1".to_owned());
+            session.put_call(record, &mut change);
+            let report = |attempt: u32, turn: &str, from: &str| InboxItem::SubAgentFinished {
+                call_id: "c1".to_owned(),
+                ok: true,
+                result: Some(format!("{attempt} {turn} {from}")),
+                error: None,
+                spawn: Some(SpawnTry { attempt, parent_turn: turn.to_owned() }),
+                from: Some(from.to_owned()),
+            };
+            for (seq, stale) in
+                [report(1, "t1", "s.kid"), report(2, "t0", "s.kid"), report(2, "t1", "s.other")].into_iter().enumerate()
+            {
+                session.take_inbox(seq as u64, stale, ctx, &mut change);
+                assert_eq!(session.calls["c1"].call.status, CallStatus::Pending, "report {seq} is of another try");
+            }
+            session.take_inbox(9, report(2, "t1", "s.kid"), ctx, &mut change);
+            assert_eq!(session.calls["c1"].call.status, CallStatus::Completed);
         });
     }
 }

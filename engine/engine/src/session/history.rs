@@ -354,11 +354,13 @@ mod tests {
             client_tools: Vec::new(),
             started_ms: 1,
             span: None,
+            spawn: None,
         });
         let whole = json_bytes(&view("b"));
         assert_eq!(session.refuse_input_bytes(&view("b"), held + whole), None);
         assert!(session.refuse_input_bytes(&view("b"), held + whole - 1).is_some());
-        let queued = crate::store::QueuedInput { turn_id: "q".to_owned(), input: action.clone(), trace: None };
+        let queued =
+            crate::store::QueuedInput { turn_id: "q".to_owned(), input: action.clone(), trace: None, spawn: None };
         session.record.queued.push(queued);
         let refused = session.refuse_input_bytes(&view("b"), held + whole).expect("the queue counts");
         assert!(refused.contains("queued") && refused.contains("max_session_bytes"), "{refused}");

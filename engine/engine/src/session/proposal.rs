@@ -95,7 +95,7 @@ fn ordinary(session: &Session, seq: u64, trigger: &Trigger, default_model: &str)
             let mut decision = DecisionResponse::new().with_message(message.clone());
             let calls = message.tool_calls.as_deref().unwrap_or_default();
             for call in calls {
-                decision = decision.with_action(tool_call_action(session, call));
+                decision = decision.with_action(tool_call_action(session, seq, call));
             }
             if calls.is_empty() { decision.with_action(Action::done()) } else { decision }
         }
@@ -124,12 +124,13 @@ fn settled(session: &Session, seq: u64, call_id: &str, content: &str) -> Decisio
 }
 
 /// The action answering one tool call of the model: a sub-agent spawn when
-/// it names a sub-agent, else a tool call with the tool's handler.
-fn tool_call_action(session: &Session, call: &ModelToolCall) -> Action {
+/// it names a sub-agent, else a tool call with the tool's handler. `seq`
+/// is the step of the `llm.finished` the call came in.
+fn tool_call_action(session: &Session, seq: u64, call: &ModelToolCall) -> Action {
     let name = &call.function.name;
     if session.is_sub_agent(name) {
         return Action::SubAgentSpawn(SubAgentSpawn {
-            session_id: child_session_id(&session.record.key.session, &call.id),
+            session_id: child_session_id(&session.record.key.session, seq, &call.id),
             agent_id: name.clone(),
             tool_call_id: call.id.clone(),
             retry: None,
@@ -149,18 +150,22 @@ fn tool_call_action(session: &Session, call: &ModelToolCall) -> Action {
     })
 }
 
-/// The id of the child session answering tool call `tool_call_id`:
-/// `<parent>.<tool call>` when that is a valid id (any characters, at most
-/// `MAX_ID_BYTES`), else `sub_` and a digest of both, which is always
-/// valid. Deterministic, so a step redone after a crash spawns the same
-/// child.
-pub(crate) fn child_session_id(parent: &str, tool_call_id: &str) -> String {
-    let id = format!("{parent}.{tool_call_id}");
+/// The id of the child session answering tool call `tool_call_id` of the
+/// model reply that step `step` of `parent` delivered:
+/// `<parent>.<step>.<tool call>` when that is a valid id (any characters,
+/// at most `MAX_ID_BYTES`), else `sub_` and a digest of the three, which is
+/// always valid. A step answers one reply, and a reply's tool call ids
+/// differ, so a model that reuses a tool call id in a later reply (some
+/// number their calls from 1 in each) gets a new child. Deterministic, so
+/// a step redone after a crash spawns the same child.
+pub(crate) fn child_session_id(parent: &str, step: u64, tool_call_id: &str) -> String {
+    let id = format!("{parent}.{step}.{tool_call_id}");
     if valid_id(&id) {
         return id;
     }
     // The parent's length goes in first, so that `a` + `b.c` and `a.b` +
-    // `c` differ.
+    // `c` differ; the step is written out, so `1` + `2.x` and `12` + `x`
+    // differ too.
     let hash = fnv1a((parent.len() as u64).to_le_bytes().into_iter().chain(id.bytes()));
     format!("sub_{hash:016x}")
 }
@@ -202,10 +207,12 @@ mod tests {
 
     #[test]
     fn child_ids_are_valid() {
-        assert_eq!(child_session_id("s1", "call_1"), "s1.call_1");
+        assert_eq!(child_session_id("s1", 4, "call_1"), "s1.4.call_1");
+        // A reused tool call id in a later reply: another child.
+        assert_ne!(child_session_id("s1", 4, "1"), child_session_id("s1", 9, "1"));
         // Any parent and model call id: `/`, spaces, unicode are kept.
-        assert_eq!(child_session_id("chat/ü 1", "call/ü 1"), "chat/ü 1.call/ü 1");
-        assert_eq!(child_session_id("s", "toolu_01A09q90qw90lq917835lq9"), "s.toolu_01A09q90qw90lq917835lq9");
+        assert_eq!(child_session_id("chat/ü 1", 2, "call/ü 1"), "chat/ü 1.2.call/ü 1");
+        assert_eq!(child_session_id("s", 2, "toolu_01A09q90qw90lq917835lq9"), "s.2.toolu_01A09q90qw90lq917835lq9");
         let longest = "ü".repeat(subs_protocol::MAX_ID_BYTES / 2);
         for (parent, call) in [
             (longest.as_str(), "call/1"),
@@ -214,18 +221,20 @@ mod tests {
             ("s1", "call\n1"),
             ("x".repeat(200).as_str(), "y".repeat(56).as_str()),
         ] {
-            let id = child_session_id(parent, call);
+            let id = child_session_id(parent, 7, call);
             assert!(valid_id(&id), "{parent:?} + {call:?}: {id}");
-            assert_eq!(id, child_session_id(parent, call), "stable");
+            assert_eq!(id, child_session_id(parent, 7, call), "stable");
+            assert_ne!(id, child_session_id(parent, 8, call), "per step");
         }
         // Exactly at the bound the plain form is kept; one byte over, the
         // digest, distinct for distinct parents and calls.
-        let (parent, call) = ("x".repeat(200), "y".repeat(55));
-        assert_eq!(child_session_id(&parent, &call).len(), subs_protocol::MAX_ID_BYTES);
-        let over = child_session_id(&parent, &format!("{call}y"));
+        let (parent, call) = ("x".repeat(200), "y".repeat(53));
+        assert_eq!(child_session_id(&parent, 7, &call).len(), subs_protocol::MAX_ID_BYTES);
+        let over = child_session_id(&parent, 7, &format!("{call}y"));
         assert!(over.starts_with("sub_"), "{over}");
-        assert_ne!(over, child_session_id(&parent, &format!("{call}z")));
+        assert_ne!(over, child_session_id(&parent, 7, &format!("{call}z")));
         let (a, b) = ("a".repeat(200), "b".repeat(60));
-        assert_ne!(child_session_id(&a, &format!("{b}.c")), child_session_id(&format!("{a}.{b}"), "c"));
+        assert_ne!(child_session_id(&a, 1, &format!("{b}.c")), child_session_id(&format!("{a}.1.{b}"), 1, "c"));
+        assert_ne!(child_session_id(&a, 1, &format!("2.{b}")), child_session_id(&a, 12, &b));
     }
 }

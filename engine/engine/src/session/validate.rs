@@ -93,7 +93,10 @@ pub(crate) async fn validate(
                     .map_err(at)?;
             }
             Action::SubAgentSpawn(spawn) => {
-                let declared = session.record.agent.as_ref().and_then(|a| a.sub_agents.as_deref()).unwrap_or_default();
+                // The config the decision sets, when it sets one: its
+                // actions run under it.
+                let config = decision.agent.as_ref().or(session.record.agent.as_deref());
+                let declared = config.and_then(|a| a.sub_agents.as_deref()).unwrap_or_default();
                 if !declared.iter().any(|s| s.id == spawn.agent_id) {
                     let names: Vec<&str> = declared.iter().map(|s| s.id.as_str()).collect();
                     return Err(at(format!(
