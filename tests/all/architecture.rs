@@ -120,9 +120,9 @@ fn sources(dir: &Path) -> Vec<std::path::PathBuf> {
 /// and its agent registry), so only the engine decides what goes into a
 /// batch. No source of `engine/server/src/` names the store trait as a
 /// type, commits a batch, or imports the trait or the batch types. The
-/// modules `lib.rs` declares under `#[cfg(test)]` are left out: a unit
-/// test builds the store its engine runs on and may look into it, as
-/// `tests/server.rs` does.
+/// modules `lib.rs` declares under `#[cfg(test)]`, and each file's own
+/// `#[cfg(test)] mod tests`, are left out: a unit test builds the store its
+/// engine runs on and may look into it, as `tests/server.rs` does.
 #[test]
 fn the_server_reaches_the_store_only_through_the_engine() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/server/src");
@@ -137,7 +137,15 @@ fn the_server_reaches_the_store_only_through_the_engine() {
     let mut wrong = Vec::new();
     for path in sources(&dir).into_iter().filter(|path| !test_only.contains(path)) {
         let text = std::fs::read_to_string(&path).expect("a source file");
-        let code: Vec<&str> = text.lines().filter(|line| !line.trim_start().starts_with("//")).collect();
+        // A file's own unit tests (`#[cfg(test)] mod tests {`, to its end)
+        // are left out for the same reason.
+        let lines: Vec<&str> = text.lines().collect();
+        let tests_at = lines
+            .windows(2)
+            .position(|pair| pair[0].trim() == "#[cfg(test)]" && pair[1].trim_start().starts_with("mod tests {"))
+            .unwrap_or(lines.len());
+        let code: Vec<&str> =
+            lines[..tests_at].iter().copied().filter(|line| !line.trim_start().starts_with("//")).collect();
         for line in &code {
             for what in STORE_BY_HAND.iter().filter(|what| line.contains(*what)) {
                 wrong.push(format!("{} names `{what}`: {}", path.display(), line.trim()));
