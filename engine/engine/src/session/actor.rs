@@ -1302,7 +1302,8 @@ impl Actor {
         let now = self.env.config.clock.now_ms();
         let session = self.session.as_ref().expect("loaded");
         if result.is_err()
-            && (cut_at_deadline || session.call_deadline(&step).is_some_and(|deadline_ms| deadline_ms <= now))
+            && let Some(deadline_ms) = session.call_deadline(&step)
+            && (cut_at_deadline || deadline_ms <= now)
             && let Some((call_id, _)) = super::apply::runs_call(&step.trigger)
         {
             let call_id = call_id.to_owned();
