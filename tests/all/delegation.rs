@@ -473,3 +473,75 @@ async fn ag_ui_refuses_an_edited_message_under_its_old_id() {
     let (_, view) = snapshot(&s, "thread").await;
     assert_eq!(view["message_tree"]["nodes"].as_array().unwrap().len(), 2, "nothing stored: {view}");
 }
+
+// ---- budgets over the tree -------------------------------------------------------
+
+/// A session's budget covers its sub-agents: the child gets what the
+/// parent has left as its budget, and what the child spent counts against
+/// the parent's. Here the child's worker states a cost past the parent's
+/// budget: its next engine-run call is refused, and so is the parent's.
+#[tokio::test]
+async fn a_sessions_budget_covers_what_its_sub_agents_spend() {
+    let worker = Scripted::start(|r| {
+        let trigger = &r["trigger"];
+        if child(r) {
+            return Some(match kind(r) {
+                // The child's model runs on its worker and costs $0.02.
+                "client.messages" => json!({"actions": [{"type": "llm.call", "handler": "worker"}]}),
+                "llm.execute" => json!({"actions": [{"type": "llm.result", "response":
+                    {"model": "m", "content": "expensive", "finish_reason": "stop", "cost": "0.02"}}]}),
+                // Then an engine-run call, which the budget refuses.
+                "llm.finished" if trigger["message"]["content"] == "expensive" => {
+                    json!({"actions": [{"type": "llm.call"}]})
+                }
+                "llm.finished" => json!({"actions": [{"type": "done", "data": {
+                    "error": trigger["error"].as_str().unwrap_or("answered"), "code": trigger["code"]
+                }}]}),
+                _ => json!({}),
+            });
+        }
+        Some(match kind(r) {
+            "session.start" => json!({"agent": {
+                "model": "subs/offline", "retry": no_retries(), "sub_agents": [{"id": "kid"}]
+            }}),
+            "client.messages" if asked(r) == "hello" => json!({"actions": [{"type": "done"}]}),
+            "client.messages" => json!({
+                "messages": [calls_kid("tc1", "{}")],
+                "actions": [{"type": "sub_agent.spawn", "session_id": "p.kid", "agent_id": "kid", "tool_call_id": "tc1"}]
+            }),
+            // The parent's own engine-run call after the child.
+            "sub_agent.finished" => json!({"actions": [{"type": "llm.call"}]}),
+            "llm.finished" => json!({"actions": [{"type": "done", "data": {
+                "ok": trigger["ok"], "code": trigger["code"], "message": trigger["error"]
+            }}]}),
+            _ => json!({}),
+        })
+    })
+    .await;
+    let s = server_with(&worker).await;
+    let turn = say(&s, "p", "w", "hello").await;
+    assert_eq!(turn_end(&s, "p", &turn).await.0, "turn.done");
+    let (status, body) = s.call(PUT, "/v1/sessions/p/budget", None, Some(json!({"budget": "0.01"}))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let turn = say(&s, "p", "w", "delegate").await;
+    let (end, data) = turn_end(&s, "p", &turn).await;
+    assert_eq!(end, "turn.done", "{data}");
+
+    // The child was given what the parent had left, and held to it.
+    let (_, kid) = snapshot(&s, "p.kid").await;
+    assert_eq!(kid["budget"], "0.01", "{kid}");
+    let finished = worker.requests("p.kid").into_iter().filter(|r| kind(r) == "llm.finished").nth(1).expect("refused");
+    assert_eq!(finished["trigger"]["ok"], false, "{finished}");
+    assert_eq!(finished["trigger"]["code"], "budget_exceeded", "{finished}");
+    let error = finished["trigger"]["error"].as_str().unwrap();
+    assert!(error.contains("budget of $0.01 is spent"), "{error}");
+
+    // The parent heard of the failure, and its own call counts the child's
+    // spend against its budget.
+    let heard = worker.requests("p").into_iter().find(|r| kind(r) == "sub_agent.finished").expect("the report");
+    assert_eq!(heard["trigger"]["ok"], false, "{heard}");
+    assert_eq!((&data["data"]["ok"], &data["data"]["code"]), (&json!(false), &json!("budget_exceeded")), "{data}");
+    let message = data["data"]["message"].as_str().unwrap();
+    assert!(message.contains("the session's budget of $0.01 is spent ($0.02 used)"), "{message}");
+}

@@ -157,6 +157,7 @@ mod tests {
                 error: None,
                 spawn: None,
                 from: None,
+                spent: None,
             };
             batch.push(Op::PushInbox { session: SessionKey::new(tenant, session), item: Box::new(item) });
         }

@@ -130,6 +130,8 @@ pub mod sample {
             usage: json!({}),
             cost: None,
             budget: None,
+            tree_cost: None,
+            reported_cost: None,
             created_ms: 1,
             updated_ms: 2,
             versions: Default::default(),
@@ -181,7 +183,12 @@ pub mod sample {
             turn_id: None,
             retry: None,
             retry_at_ms: None,
-            spec: CallSpec::SubAgent { tool_call_id: format!("tc-{id}"), arguments: None },
+            spec: CallSpec::SubAgent {
+                tool_call_id: format!("tc-{id}"),
+                arguments: None,
+                budget: None,
+                reported: None,
+            },
             started_ms: None,
             span: None,
         }

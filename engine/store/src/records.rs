@@ -118,6 +118,16 @@ pub struct SessionRecord {
     /// `budget_exceeded` before they are sent. `None`: no limit.
     #[serde(default)]
     pub budget: Option<String>,
+    /// What the session's sub-agent sessions (and theirs, down the tree)
+    /// spent, as they reported it when their turns ended (decimal
+    /// dollars); counted against the session's budget with its own `cost`.
+    /// `None` before the first report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree_cost: Option<String>,
+    /// For a sub-agent session: how much of its `cost` and `tree_cost` it
+    /// has reported to its parent so far (decimal dollars).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_cost: Option<String>,
     /// Creation time (Unix ms).
     pub created_ms: u64,
     /// Last change (Unix ms).
@@ -588,6 +598,15 @@ pub enum CallSpec {
         /// stored without it, whose tries read the path.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         arguments: Option<String>,
+        /// The budget the child was created with (decimal dollars): what
+        /// the parent had left then. Held back from the parent's budget
+        /// while the call is in flight, less what the child reported.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget: Option<String>,
+        /// What the child reported spending while the call was in flight
+        /// (decimal dollars).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reported: Option<String>,
     },
 }
 
@@ -658,6 +677,11 @@ pub enum InboxItem {
         /// without it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         from: Option<String>,
+        /// What the child's tree spent since its last report (decimal
+        /// dollars), whatever try the report is of; the parent counts it
+        /// against its budget.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        spent: Option<String>,
     },
     /// A message to append to the active path (`message.send`).
     Message {

@@ -17,7 +17,7 @@ use super::proposal::last_assistant_text;
 use super::{Change, Session};
 use crate::clock;
 use crate::engine::{DecisionBounds, SpawnBounds};
-use crate::model::TokenUsage;
+use crate::model::{Money, TokenUsage};
 use crate::retry::RetryCap;
 use crate::store::{
     CallRecord, CallSpec, ID_RULE, InboxItem, Op, OpenInterrupt, ParentLink, QueuedInput, SessionKey, SessionRecord,
@@ -225,6 +225,8 @@ impl Session {
             usage: Value::Object(serde_json::Map::new()),
             cost: None,
             budget: None,
+            tree_cost: None,
+            reported_cost: None,
             created_ms: now_ms,
             updated_ms: now_ms,
             versions: Default::default(),
@@ -605,6 +607,15 @@ impl Session {
             _ => None,
         };
         let parent = SessionKey::new(&self.record.key.tenant, parent);
+        // What the tree spent since the last report, whatever this turn
+        // is: the parent's budget counts it.
+        let total = self.tree_spent();
+        let reported = money(self.record.reported_cost.as_deref());
+        let spent =
+            (total > reported).then(|| Money::from_atto_dollars(total.atto_dollars() - reported.atto_dollars()));
+        if spent.is_some() {
+            self.record.reported_cost = Some(total.to_string());
+        }
         let item = InboxItem::SubAgentFinished {
             call_id,
             ok: error.is_none(),
@@ -612,6 +623,7 @@ impl Session {
             error,
             spawn: turn.spawn.clone(),
             from: Some(self.record.key.session.clone()),
+            spent: spent.map(|s| s.to_string()),
         };
         change.batch.push(Op::PushInbox { session: parent.clone(), item: Box::new(item) });
         change.wake.push(parent);
@@ -1001,7 +1013,12 @@ impl Session {
             CallKind::SubAgent,
             None,
             spawn.retry.clone(),
-            CallSpec::SubAgent { tool_call_id: spawn.tool_call_id, arguments: Some(arguments) },
+            CallSpec::SubAgent {
+                tool_call_id: spawn.tool_call_id,
+                arguments: Some(arguments),
+                budget: None,
+                reported: None,
+            },
             hold,
         );
         record.call.agent_id = Some(spawn.agent_id);
@@ -1050,6 +1067,20 @@ impl Session {
                 }
             }
             let mut child = Session::fresh(child_key.clone(), agent_id, self.record.identity.clone(), ctx.now_ms);
+            // A child may spend what its parent has left, and no more: that
+            // much is held back from the parent's budget while the call is
+            // in flight (see `Session::spent`).
+            if let Some(left) = self.budget_left() {
+                child.record.budget = Some(left.to_string());
+                if let Some(record) = self.calls.get_mut(call_id)
+                    && let CallSpec::SubAgent { budget, .. } = &mut record.spec
+                {
+                    *budget = Some(left.to_string());
+                    change
+                        .batch
+                        .push(Op::PutCall { session: self.record.key.clone(), record: Box::new(record.clone()) });
+                }
+            }
             child.record.ancestry =
                 self.record.ancestry.iter().cloned().chain([self.record.key.session.clone()]).collect();
             child.record.parent =
@@ -1165,6 +1196,28 @@ impl Session {
         self.record.queued.push(QueuedInput { turn_id: turn_id.clone(), input, trace: span, spawn });
         let record = TurnRecord { status: TurnStatus::Queued, data: None, started_ms: ctx.now_ms, ended_ms: None };
         change.batch.push(Op::PutTurn { session: self.key().clone(), turn_id, record });
+    }
+
+    /// Adds what child `from` reported spending to the session's tree
+    /// spend, and to its call's `reported` while the call is in flight (its
+    /// hold on the budget shrinks by as much). Counted from any report of
+    /// the child, of the try the call waits on or not.
+    fn count_child_spend(&mut self, call_id: &str, from: &str, spent: &str, change: &mut Change) {
+        let Ok(spent) = spent.parse::<Money>() else {
+            tracing::warn!(session = %self.key(), %from, spent, "a child's reported spend is not an amount; not counted");
+            return;
+        };
+        let tree = money(self.record.tree_cost.as_deref()) + spent;
+        self.record.tree_cost = Some(tree.to_string());
+        let open = self.calls.get_mut(call_id).filter(|c| {
+            c.call.kind == CallKind::SubAgent && c.call.session_id.as_deref() == Some(from) && !super::is_settled(c)
+        });
+        if let Some(record) = open
+            && let CallSpec::SubAgent { reported, .. } = &mut record.spec
+        {
+            *reported = Some((money(reported.as_deref()) + spent).to_string());
+            change.batch.push(Op::PutCall { session: self.record.key.clone(), record: Box::new(record.clone()) });
+        }
     }
 
     /// Whether a child's report settles sub-agent call `call_id`: the call
@@ -1335,7 +1388,10 @@ impl Session {
     pub fn take_inbox(&mut self, seq: u64, item: InboxItem, ctx: &Ctx<'_>, change: &mut Change) {
         change.batch.push(Op::DeleteInbox { session: self.key().clone(), seq });
         match item {
-            InboxItem::SubAgentFinished { call_id, ok, result, error, spawn, from } => {
+            InboxItem::SubAgentFinished { call_id, ok, result, error, spawn, from, spent } => {
+                if let (Some(from), Some(spent)) = (from.as_deref(), spent.as_deref()) {
+                    self.count_child_spend(&call_id, from, spent, change);
+                }
                 if self.answers_call(&call_id, spawn.as_ref(), from.as_deref()) {
                     self.settle(&call_id, Outcome::SubAgent { ok, result, error }, ctx, change);
                 } else {
@@ -1374,6 +1430,11 @@ pub(crate) fn runs_call(trigger: &StoredTrigger) -> Option<(&str, u32)> {
         StoredTrigger::Plain { trigger: Trigger::ToolExecute(t) } => Some((&t.id, t.attempt)),
         _ => None,
     }
+}
+
+/// A stored amount of dollars; none (or one that does not read) is zero.
+fn money(amount: Option<&str>) -> Money {
+    amount.and_then(|a| a.parse().ok()).unwrap_or_default()
 }
 
 /// Whether a child's turn reports to its parent when it ends: a turn a
@@ -1667,7 +1728,12 @@ mod tests {
         assert_eq!((done.ok, done.result.as_deref(), done.name.as_str()), (true, Some(r#"{"sum":3}"#), "add"));
         let Some(Trigger::ToolFinished(done)) = finished_trigger(&tool, failed(false, None)) else { panic!() };
         assert_eq!((done.ok, done.error.as_deref()), (false, Some("busy")));
-        let llm = call("c2", "llm_call", CallSpec::SubAgent { tool_call_id: "x".to_owned(), arguments: None }, None);
+        let llm = call(
+            "c2",
+            "llm_call",
+            CallSpec::SubAgent { tool_call_id: "x".to_owned(), arguments: None, budget: None, reported: None },
+            None,
+        );
         let Some(Trigger::LlmFinished(done)) = finished_trigger(&llm, failed(true, None)) else { panic!() };
         assert_eq!((done.ok, done.code), (false, Some(ErrorCode::ProviderError)));
         let sub = Outcome::SubAgent { ok: true, result: Some("hi".to_owned()), error: None };
@@ -2035,7 +2101,8 @@ mod tests {
             let mut change = Change::default();
             let retry =
                 RetryPolicy { timeout_secs: Some(2.0), max_retries: 0, backoff_base_secs: 1.0, backoff_max_secs: 1.0 };
-            let spec = CallSpec::SubAgent { tool_call_id: "c1".to_owned(), arguments: None };
+            let spec =
+                CallSpec::SubAgent { tool_call_id: "c1".to_owned(), arguments: None, budget: None, reported: None };
             let mut record = call("c1", "sub_agent", spec, Some(retry));
             record.call.agent_id = Some("helper".to_owned());
             session.add_call(record, false, ctx, &mut change);
@@ -2055,7 +2122,12 @@ mod tests {
             let mut session = session();
             let mut change = Change::default();
             session.put_call(
-                call("c1", "sub_agent", CallSpec::SubAgent { tool_call_id: "x".to_owned(), arguments: None }, None),
+                call(
+                    "c1",
+                    "sub_agent",
+                    CallSpec::SubAgent { tool_call_id: "x".to_owned(), arguments: None, budget: None, reported: None },
+                    None,
+                ),
                 &mut change,
             );
             session.settle("never", Outcome::ToolOk(json!(1)), ctx, &mut change);
@@ -2109,10 +2181,73 @@ mod tests {
                     error: Some("it broke".to_owned()),
                     spawn: Some(spawn),
                     from: Some("s".to_owned()),
+                    spent: None,
                 })
             );
             assert_eq!(change.wake, [SessionKey::new("acme", "p")]);
         });
+    }
+
+    #[test]
+    fn children_spend_out_of_what_their_parent_has_left() {
+        let quota = Bounded { bounds: SpawnBounds::default(), full: None };
+        let mut parent = session();
+        parent.record.budget = Some("1".to_owned());
+        parent.record.cost = Some("0.25".to_owned());
+        let mut change = Change::default();
+        let (created, _) = spawn(&mut parent, 2, &quota, &mut change);
+        assert_eq!(created.len(), 2);
+        let budgets: Vec<Option<String>> = change
+            .batch
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::PutSession(record) if record.key != parent.record.key => Some(record.budget.clone()),
+                _ => None,
+            })
+            .collect();
+        // The first takes what is left; side by side, the second gets nothing.
+        assert_eq!(budgets, [Some("0.75".to_owned()), Some("0".to_owned())]);
+        assert_eq!(parent.spent().to_string(), "1", "what the first child holds counts");
+        // The child reports $0.5: held back less that, counted as the tree's.
+        with_ctx(|ctx| {
+            let report = InboxItem::SubAgentFinished {
+                call_id: "c0".to_owned(),
+                ok: true,
+                result: None,
+                error: None,
+                spawn: None,
+                from: Some("s.0".to_owned()),
+                spent: Some("0.5".to_owned()),
+            };
+            parent.take_inbox(1, report, ctx, &mut Change::default());
+        });
+        assert_eq!(parent.record.tree_cost.as_deref(), Some("0.5"));
+        assert_eq!(parent.tree_spent().to_string(), "0.75");
+        assert_eq!(parent.spent().to_string(), "0.75", "settled: nothing held");
+        assert_eq!(parent.budget_left().map(|m| m.to_string()).as_deref(), Some("0.25"));
+        // Without a budget, children get none.
+        let (mut free, mut change) = (session(), Change::default());
+        spawn(&mut free, 1, &quota, &mut change);
+        assert!(change.batch.ops.iter().all(|op| !matches!(op, Op::PutSession(r) if r.budget.is_some())));
+        // A child reports what its tree spent since its last report.
+        let mut child = session();
+        child.record.parent = Some(ParentLink { session: "p".to_owned(), call_id: "pc".to_owned() });
+        child.record.turn.as_mut().expect("a turn").spawn = Some(SpawnTry { attempt: 1, parent_turn: "pt".to_owned() });
+        child.record.cost = Some("0.3".to_owned());
+        child.record.tree_cost = Some("0.2".to_owned());
+        child.record.reported_cost = Some("0.1".to_owned());
+        let mut change = Change::default();
+        with_ctx(|ctx| child.end_turn(None, ctx, &mut change));
+        let spent = change.batch.ops.iter().find_map(|op| match op {
+            Op::PushInbox { item, .. } => match item.as_ref() {
+                InboxItem::SubAgentFinished { spent, .. } => spent.clone(),
+                _ => None,
+            },
+            _ => None,
+        });
+        assert_eq!(spent.as_deref(), Some("0.4"));
+        assert_eq!(child.record.reported_cost.as_deref(), Some("0.5"));
     }
 
     #[test]
@@ -2142,7 +2277,8 @@ mod tests {
         with_ctx(|ctx| {
             let mut session = session();
             let mut change = Change::default();
-            let spec = CallSpec::SubAgent { tool_call_id: "c1".to_owned(), arguments: None };
+            let spec =
+                CallSpec::SubAgent { tool_call_id: "c1".to_owned(), arguments: None, budget: None, reported: None };
             let mut record = call("c1", "sub_agent", spec, None);
             record.call.attempt = 2;
             record.call.session_id = Some("s.kid".to_owned());
@@ -2155,6 +2291,7 @@ mod tests {
                 error: None,
                 spawn: Some(SpawnTry { attempt, parent_turn: turn.to_owned() }),
                 from: Some(from.to_owned()),
+                spent: None,
             };
             for (seq, stale) in
                 [report(1, "t1", "s.kid"), report(2, "t0", "s.kid"), report(2, "t1", "s.other")].into_iter().enumerate()

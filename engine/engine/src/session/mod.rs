@@ -347,9 +347,46 @@ impl Session {
         }
     }
 
-    /// What the session's LLM calls have cost so far.
+    /// What counts against the session's budget: what its tree spent
+    /// ([`tree_spent`](Self::tree_spent)), and the budgets handed to its
+    /// children whose calls are still in flight, less what those reported
+    /// spending. Sub-agents spend out of their parent's budget: what one is
+    /// given is held back until its call settles, so children running side
+    /// by side cannot together spend more than the parent had left.
     pub fn spent(&self) -> Money {
-        self.record.cost.as_deref().and_then(|c| c.parse().ok()).unwrap_or_default()
+        let held: Money = self
+            .open_calls()
+            .filter(|c| c.call.kind == CallKind::SubAgent && !is_settled(c))
+            .filter_map(|c| match &c.spec {
+                CallSpec::SubAgent { budget: Some(budget), reported, .. } => {
+                    let budget = budget.parse::<Money>().ok()?;
+                    let reported = reported.as_deref().and_then(|r| r.parse::<Money>().ok()).unwrap_or_default();
+                    (budget > reported)
+                        .then(|| Money::from_atto_dollars(budget.atto_dollars() - reported.atto_dollars()))
+                }
+                _ => None,
+            })
+            .sum();
+        self.tree_spent() + held
+    }
+
+    /// What the session's LLM calls cost, with what its sub-agent
+    /// sessions (and theirs) reported spending.
+    pub fn tree_spent(&self) -> Money {
+        let amount = |a: Option<&str>| a.and_then(|c| c.parse::<Money>().ok()).unwrap_or_default();
+        amount(self.record.cost.as_deref()) + amount(self.record.tree_cost.as_deref())
+    }
+
+    /// What is left of the session's budget (zero when spent or over);
+    /// `None` without a budget.
+    pub fn budget_left(&self) -> Option<Money> {
+        let budget = self.budget()?;
+        let spent = self.spent();
+        Some(if budget > spent {
+            Money::from_atto_dollars(budget.atto_dollars() - spent.atto_dollars())
+        } else {
+            Money::default()
+        })
     }
 
     /// The session's budget, when it has one.
