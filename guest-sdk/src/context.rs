@@ -84,6 +84,12 @@ impl<'a> Context<'a> {
         Self { host }
     }
 
+    /// The services behind this context, for the SDK's own helpers that
+    /// hand them on ([`ToolRouter`](crate::ToolRouter)'s tool contexts).
+    pub(crate) fn host(&mut self) -> &mut dyn Host {
+        &mut *self.host
+    }
+
     /// Streams a piece of the reply of the `llm.execute` being answered;
     /// see [`Host::emit_delta`]. The final `llm.result` must still carry
     /// the whole reply.

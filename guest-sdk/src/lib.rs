@@ -33,9 +33,10 @@
 //! result is a core module, which the engine makes a component at upload,
 //! and every decision is a few microseconds cheaper; there the export glue
 //! sends a panic's message to the engine's logs, having no stderr.
-//! Agent crates depend on this crate alone: it re-exports the
-//! protocol types, `serde`, `serde_json`, and the generated WIT bindings the
-//! export glue needs.
+//! Agent crates depend on this crate, plus `serde` (with its `derive`
+//! feature) when they derive `Serialize`/`Deserialize`: this crate
+//! re-exports the protocol types, `serde`, `serde_json`, and the generated
+//! WIT bindings the export glue needs.
 //!
 //! Nothing here except the export glue knows about WebAssembly: the same
 //! [`Agent`], [`Context`] and [`ToolRouter`] serve an HTTP worker, and agents
@@ -51,7 +52,13 @@
 //!   [`Host`] that keeps what the agent logged and streamed, and request
 //!   builders.
 //! - [`tools`]: [`ToolRouter`], which runs an agent's own tools for
-//!   `tool.execute` and declares them in its config.
+//!   `tool.execute` (each with a [`ToolContext`]: typed state, call,
+//!   identity, logs), declares them and its sub-agents in its config, and
+//!   asks a person's approval before the calls of the tools that need it.
+//! - [`builders`]: [`ActionBuilders`] and [`DecisionBuilders`], the
+//!   actions and decisions agents write by hand (an interrupt with id and
+//!   payload, a spawn, an approval, a delegation, a proposal with other
+//!   actions).
 //! - `component`: the [`export!`] macro and the [`Host`] that calls the
 //!   engine's imports.
 //! - `arena`: the component's allocator, a bump arena that lives as long
@@ -76,6 +83,7 @@ pub mod agent;
 mod arena;
 #[doc(hidden)]
 pub mod bindings;
+pub mod builders;
 mod component;
 pub mod context;
 mod convert;
@@ -91,18 +99,22 @@ pub mod tools;
 static ALLOCATOR: arena::Arena = arena::Arena::new();
 
 pub use agent::Agent;
+pub use builders::{ActionBuilders, DecisionBuilders};
 pub use context::{Context, Host, Level};
 pub use error::DecideError;
 pub use testing::RecordingHost;
-pub use tools::ToolRouter;
+pub use tools::{ToolContext, ToolRouter};
 
 pub use subs_protocol as protocol;
 pub use subs_protocol::*;
 
 pub use serde_json::{Value, json};
 
-/// Re-exported so agent crates need no serde dependency of their own for
-/// JSON work; `#[serde(crate = "subs_sdk::serde")]` lets derives use it too.
+/// Re-exported for JSON work without a serde dependency of the agent
+/// crate's own. Serde's derives name the `serde` crate itself: an agent
+/// crate that derives `Serialize`/`Deserialize` lists `serde` (with its
+/// `derive` feature) among its dependencies, as every example does, and
+/// needs no `#[serde(crate = …)]`.
 pub use serde;
 /// Re-exported for [`json!`] and JSON helpers in agent crates.
 pub use serde_json;
@@ -121,11 +133,14 @@ pub use component::report_panics as __report_panics;
 
 /// What most agents need: `use subs_sdk::prelude::*;`.
 pub mod prelude {
-    pub use crate::{Agent, Context, DecideError, Host, Level, RecordingHost, ToolRouter};
+    pub use crate::{
+        ActionBuilders, Agent, Context, DecideError, DecisionBuilders, Host, Level, RecordingHost, ToolContext,
+        ToolRouter,
+    };
     pub use serde_json::{Value, json};
     pub use subs_protocol::trigger::ToolExecute;
     pub use subs_protocol::{
         Action, AgentConfig, AgentTool, DecisionRequest, DecisionResponse, DraftMessage, Message, ProtocolError, Role,
-        StreamDelta, ToolInput, Trigger,
+        StreamDelta, SubAgent, ToolInput, Trigger, WorkerIdentity,
     };
 }
