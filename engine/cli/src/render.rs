@@ -92,8 +92,12 @@ impl<W: Write> Human<W> {
             Some(SessionEvent::State(state)) if watcher => self.line(&format!("state: {}", state.state))?,
             // The state is the agent's business; `subs run` shows the conversation.
             Some(SessionEvent::State(_)) => {}
-            None if watcher => self.line(&format!("{name} {data}"))?,
-            None => {}
+            // Events this printer has no words for, from a newer protocol:
+            // as they are, for watchers.
+            #[allow(unreachable_patterns)]
+            Some(_) | None if watcher => self.line(&format!("{name} {data}"))?,
+            #[allow(unreachable_patterns)]
+            Some(_) | None => {}
         }
         self.out.flush()
     }
@@ -175,8 +179,11 @@ pub enum TurnEnd {
         /// What went wrong.
         error: String,
     },
-    /// The turn waits for someone outside (an interrupt to resume, a
-    /// client tool's result), which the command cannot give.
+    /// The turn opened an interrupt: the `interrupt` event's data. The
+    /// turn goes on once it is resumed.
+    Interrupted(Value),
+    /// The turn waits for someone outside (a client tool's result), which
+    /// the command cannot give.
     Waiting(&'static str),
 }
 
@@ -189,6 +196,9 @@ impl TurnEnd {
             TurnEnd::Failed { code, error } => {
                 Err(crate::error::CliError::failed(anyhow!("the turn failed ({code}): {error}")))
             }
+            TurnEnd::Interrupted(_) => Err(crate::error::CliError::failed(anyhow!(
+                "the turn waits for an interrupt to be resumed, which this command cannot give: answer through the API"
+            ))),
             TurnEnd::Waiting(what) => Err(crate::error::CliError::failed(anyhow!(
                 "the turn waits for {what}, which this command cannot give: answer through the API"
             ))),
@@ -213,8 +223,23 @@ impl TurnView {
         Self { json, human: Human::new(io::stdout(), Audience::Runner), turn_id, in_turn: false }
     }
 
+    /// A view of the turn `turn_id`, already started: the stream holds
+    /// what it does after now.
+    pub fn continuing(json: bool, turn_id: String) -> Self {
+        Self { json, human: Human::new(io::stdout(), Audience::Runner), turn_id: Some(turn_id), in_turn: true }
+    }
+
+    /// Shows people an interrupt opened before the view began (as its
+    /// `interrupt` event would be); machines read the events only.
+    pub fn show_interrupt(&mut self, data: &Value) -> io::Result<()> {
+        if self.json {
+            return Ok(());
+        }
+        self.human.event("interrupt", data)
+    }
+
     /// Prints an event of the session; returns how the turn ended when it
-    /// has.
+    /// has, or when it opened an interrupt.
     pub fn event(&mut self, id: Option<u64>, name: &str, data: &Value) -> io::Result<Option<TurnEnd>> {
         let event = SessionEvent::from_parts(name, data.clone()).ok();
         let turn_of_event = event.as_ref().and_then(SessionEvent::turn_id);
@@ -242,7 +267,7 @@ impl TurnView {
         let end = match event {
             Some(SessionEvent::TurnDone(_)) if ours => TurnEnd::Done,
             Some(SessionEvent::TurnFailed(TurnFailed { code, error, .. })) if ours => TurnEnd::Failed { code, error },
-            Some(SessionEvent::Interrupt(_)) => TurnEnd::Waiting("an interrupt to be resumed"),
+            Some(SessionEvent::Interrupt(_)) => TurnEnd::Interrupted(data.clone()),
             Some(SessionEvent::ToolCall(_)) => TurnEnd::Waiting("a client tool's result"),
             _ => return Ok(None),
         };

@@ -1,11 +1,22 @@
-//! `subs run`: one turn of an agent, in this process, no server.
+//! `subs run`: an agent in this process, no server: one turn for a
+//! message, or a chat at a terminal.
 //!
 //! The agent (a component file or an HTTP worker's URL) is registered as
 //! agent `agent` of the local tenant on an engine over a temporary store
-//! (or the one in `--data`), the message is sent, and the turn's events
-//! are printed as they happen. LLM calls stream by default here, so the
-//! answer appears token by token even when the agent does not ask for
-//! streaming.
+//! (or the one in `--data`), with each `--agent NAME=…` beside it (so its
+//! sub-agents run offline too); then the message is sent, or, without one
+//! at a terminal, each line typed is, in one session, until `/exit` or
+//! Ctrl-D. The turn's events are printed as they happen. LLM calls stream
+//! by default here, so the answer appears token by token even when the
+//! agent does not ask for streaming.
+//!
+//! An interrupt the turn opens is answered here: at a terminal by asking
+//! (`approve refund {…}? [y/N]` for an approval, a JSON value otherwise);
+//! with `--json` or without a terminal by the `--resume` values in order,
+//! then by lines of JSON on stdin; when neither has one left, the command
+//! fails naming the interrupt rather than wait for an answer that cannot
+//! come. A continued session (`--data`) that waits on interrupts is asked
+//! for them before the message is sent.
 //!
 //! `--config` takes the same file as `subs serve`: its sandbox limits
 //! (`[limits.sandbox]`, `[tenants.local.sandbox]`, `[agents.local.agent]`),
@@ -13,38 +24,61 @@
 //! components are kept in the user's cache directory (`--cache`), so a
 //! second run of the same agent compiles nothing.
 
+use std::collections::VecDeque;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow};
+use serde_json::{Value, json};
 use subs_engine::events::Event;
 use subs_engine::follow::{Follow, FollowError};
+use subs_engine::store::SessionStatus;
 use subs_engine::worker::Worker;
 use subs_engine::worker::component::{ComponentHost, HostConfig};
 use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
 use subs_engine::{Engine, EngineConfig, InputError};
-use subs_protocol::client::ClientMessage;
-use subs_protocol::{ClientInput, DraftMessage, WorkerIdentity};
+use subs_protocol::client::{ClientMessage, InterruptResume};
+use subs_protocol::{ClientInput, DraftMessage, NAME_RULE, WorkerIdentity, valid_name};
 use subs_server::LOCAL_TENANT;
 
 use crate::error::{CliError, CliResult};
 use crate::progress::Spinner;
-use crate::render::TurnView;
+use crate::render::{TurnEnd, TurnView};
 use crate::{data, settings};
 
 /// The id the agent is registered under.
 pub const AGENT_ID: &str = "agent";
 
-/// `subs run <agent.wasm|url> "message"`.
+/// What a person types at the chat's prompt to leave it.
+pub const EXIT: &str = "/exit";
+
+/// The chat's prompt.
+const PROMPT: &str = ">>> ";
+
+/// `subs run <agent.wasm|url> ["message"]`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// The agent: a WebAssembly component file (`.wasm`), or the URL of an
     /// HTTP worker (`http://…`, `https://…`).
     #[arg(value_name = "AGENT")]
     pub agent: String,
-    /// The user message to send.
+    /// The user message to send. Without one, at a terminal, a chat opens:
+    /// each line is a message of the same session; `/exit` or Ctrl-D
+    /// leaves.
     #[arg(value_name = "MESSAGE")]
-    pub message: String,
+    pub message: Option<String>,
+    /// Another agent, registered as NAME beside the one run (a `.wasm`
+    /// file or an HTTP worker's URL), so that sub-agents it delegates to
+    /// run here too. Repeatable.
+    #[arg(long = "agent", value_name = "NAME=AGENT")]
+    pub agents: Vec<String>,
+    /// The payload (JSON) that answers the next interrupt the turn opens,
+    /// instead of asking. Repeatable: one per interrupt, in the order they
+    /// open. Without a terminal or with `--json`, interrupts beyond these
+    /// are answered by lines of JSON on stdin.
+    #[arg(long, value_name = "JSON")]
+    pub resume: Vec<String>,
     /// Print every event as one JSON object per line
     /// (`{"id":…,"event":…,"data":…}`) and nothing else.
     #[arg(long)]
@@ -74,10 +108,22 @@ pub struct RunArgs {
     pub cache: Option<PathBuf>,
 }
 
-/// Runs the turn; `Ok` when it is done, an error when it failed.
+/// The longest line read from stdin (a message at the chat's prompt, an
+/// interrupt's answer): 1 MiB, far past what anyone types, so a stream
+/// piped in without newlines fails instead of filling memory.
+const MAX_LINE_BYTES: u64 = 1 << 20;
+
+/// Runs the turn, or the chat; `Ok` when it is done, an error when it
+/// failed.
 pub async fn exec(args: RunArgs) -> CliResult {
     let file = settings::load(args.config.as_deref())?;
-    let worker = load_worker(&args, &file).await?;
+    let mut answers = Answers::new(&args)?;
+    if args.message.is_none() && !answers.terminal {
+        return Err(CliError::usage(anyhow!(
+            "no message to send: give one, or run at a terminal without --json for a chat"
+        )));
+    }
+    let workers = load_workers(&args, &file).await?;
     let models = crate::serve::models(&file.providers_config())?;
     let default_model = settings::default_model(args.default_model.as_deref(), &file);
     models.resolve(&default_model).map_err(|e| CliError::usage(anyhow!("the default model: {}", e.message)))?;
@@ -105,11 +151,13 @@ pub async fn exec(args: RunArgs) -> CliResult {
     file.timeouts.apply(&mut config)?;
     file.recovery.apply(&mut config)?;
     let engine = Engine::open(store.clone(), models, config);
-    engine.register_agent(LOCAL_TENANT, AGENT_ID, worker);
+    for (name, worker) in workers {
+        engine.register_agent(LOCAL_TENANT, &name, worker);
+    }
     engine.resume().await.map_err(CliError::unavailable)?;
 
     let outcome = tokio::select! {
-        outcome = turn(&engine, &args) => outcome,
+        outcome = session(&engine, &args, &mut answers) => outcome,
         _ = tokio::signal::ctrl_c() => Err(CliError { code: 130, error: anyhow!("interrupted") }),
     };
     // Whatever happened is committed; stopping now loses nothing (a
@@ -119,60 +167,308 @@ pub async fn exec(args: RunArgs) -> CliResult {
     outcome
 }
 
-/// The agent's worker: an HTTP worker for a URL, else a compiled component
-/// (from the cache when it was compiled before).
-async fn load_worker(args: &RunArgs, file: &settings::ConfigFile) -> CliResult<Arc<dyn Worker>> {
-    let agent = args.agent.as_str();
-    if agent.starts_with("http://") || agent.starts_with("https://") {
-        let mut options = HttpWorkerOptions::new();
-        if let Some(secret) = &args.secret {
-            options = options.secret(secret);
-        }
-        let worker = HttpWorker::new(agent, options).map_err(|e| CliError::usage(anyhow!("{agent}: {e}")))?;
-        return Ok(Arc::new(worker));
+/// The session's work: the interrupts it waits on, then the message or
+/// the chat.
+async fn session(engine: &Engine, args: &RunArgs, answers: &mut Answers) -> CliResult {
+    open_interrupts(engine, args, answers).await?;
+    match &args.message {
+        Some(message) => turn(engine, args, answers, message).await?.result(),
+        None => chat(engine, args, answers).await,
     }
-    let bytes = tokio::fs::read(agent).await.map_err(|e| CliError::usage(anyhow!("reading {agent}: {e}")))?;
-    let cache = args.cache.clone().or_else(|| settings::default_cache_dir().map(|d| d.join("compiled")));
-    // A run may exit before a background optimizing compile would end:
-    // the agent is compiled optimized at once, and cached for the next run.
-    let config = HostConfig { compile_cache: cache, baseline_first: false, ..file.host_config()? };
-    let policy = file.agent_policies().remove(&(LOCAL_TENANT.to_owned(), AGENT_ID.to_owned())).unwrap_or_default();
-    let _spinner = Spinner::start(format!("loading {agent}"));
-    let compiled = tokio::task::spawn_blocking(move || {
-        let host = ComponentHost::with_config(config).map_err(|e| CliError::failed(anyhow!(e)))?;
-        host.load_as(LOCAL_TENANT, AGENT_ID, &policy, &bytes).map_err(|e| CliError::usage(anyhow!("{e}")))
-    })
-    .await
-    .map_err(|e| CliError::failed(anyhow!("compiling panicked: {e}")))?
-    .map_err(|e| CliError { error: e.error.context(format!("{agent} is not a usable agent")), ..e })?;
-    Ok(Arc::new(compiled))
 }
 
-/// Sends the message and prints the turn's events until it ends.
-async fn turn(engine: &Engine, args: &RunArgs) -> CliResult {
+/// Each line typed is a message; a failed turn is reported and the chat
+/// goes on, the session keeping what was said.
+async fn chat(engine: &Engine, args: &RunArgs, answers: &mut Answers) -> CliResult {
+    println!("Chatting with {}: {EXIT} or Ctrl-D leaves.", args.agent);
+    loop {
+        prompt(PROMPT)?;
+        let Some(line) = read_line().await? else {
+            // Ctrl-D leaves the cursor after the prompt.
+            println!();
+            return Ok(());
+        };
+        let line = line.trim();
+        if line == EXIT {
+            return Ok(());
+        }
+        if line.is_empty() {
+            continue;
+        }
+        match turn(engine, args, answers, line).await? {
+            TurnEnd::Done => {}
+            TurnEnd::Failed { code, error } => eprintln!("error: the turn failed ({code}): {error}"),
+            // A session waiting for a client tool takes no more messages.
+            end => return end.result(),
+        }
+    }
+}
+
+/// Sends the message and prints the turn's events until it ends,
+/// answering the interrupts it opens.
+async fn turn(engine: &Engine, args: &RunArgs, answers: &mut Answers, message: &str) -> CliResult<TurnEnd> {
     // Subscribed before the input is sent, so no event of the turn is
     // missed.
     let mut events = Follower::new(engine.clone(), &args.session).await.map_err(CliError::failed)?;
     let input = ClientInput::ClientMessage(ClientMessage {
         agent_id: AGENT_ID.to_owned(),
         turn_id: None,
-        message: DraftMessage::user(args.message.as_str()),
+        message: DraftMessage::user(message),
         stream: None,
     });
     let accepted =
-        engine.input(LOCAL_TENANT, &args.session, input, WorkerIdentity::default()).await.map_err(|e| match e {
-            InputError::Invalid { .. } | InputError::Conflict(_) => CliError::usage(anyhow!(e)),
-            other => CliError::failed(anyhow!(other)),
-        })?;
+        engine.input(LOCAL_TENANT, &args.session, input, WorkerIdentity::default()).await.map_err(refused)?;
     let turn_id = accepted.turn_id.ok_or_else(|| CliError::failed(anyhow!("the message started no turn")))?;
-
     let mut view = TurnView::new(args.json, Some(turn_id));
+    follow(engine, args, answers, &mut events, &mut view).await
+}
+
+/// A session continued from `--data` may wait on interrupts its last run
+/// left open: they are answered, and their turn followed to its end,
+/// before anything is sent (a message sent now would wait behind them).
+async fn open_interrupts(engine: &Engine, args: &RunArgs, answers: &mut Answers) -> CliResult {
+    let Some(snapshot) = engine.snapshot(LOCAL_TENANT, &args.session).await.map_err(CliError::failed)? else {
+        return Ok(());
+    };
+    let record = snapshot.record;
+    let (SessionStatus::Waiting, Some(turn)) = (record.status, record.turn) else { return Ok(()) };
+    if record.interrupts.is_empty() {
+        return Err(CliError::failed(anyhow!(
+            "session `{}` waits for a client tool's result, which this command cannot give: answer through the API",
+            args.session
+        )));
+    }
+    let mut events = Follower::new(engine.clone(), &args.session).await.map_err(CliError::failed)?;
+    let mut view = TurnView::continuing(args.json, turn.turn_id);
+    for interrupt in &record.interrupts {
+        let data = serde_json::to_value(interrupt).context("reading an open interrupt")?;
+        view.show_interrupt(&data)?;
+        answers.answer(engine, &args.session, &data).await?;
+    }
+    follow(engine, args, answers, &mut events, &mut view).await?.result()
+}
+
+/// Prints the turn's events until it ends or waits for a client tool,
+/// answering each interrupt it opens on the way.
+async fn follow(
+    engine: &Engine,
+    args: &RunArgs,
+    answers: &mut Answers,
+    events: &mut Follower,
+    view: &mut TurnView,
+) -> CliResult<TurnEnd> {
     loop {
         let event = events.next().await.map_err(CliError::failed)?;
-        if let Some(end) = view.event(event.seq, &event.name, &event.data)? {
-            return end.result();
+        match view.event(event.seq, &event.name, &event.data)? {
+            None => {}
+            Some(TurnEnd::Interrupted(data)) => answers.answer(engine, &args.session, &data).await?,
+            Some(end) => return Ok(end),
         }
     }
+}
+
+/// An input the engine refused, as the command's error.
+fn refused(e: InputError) -> CliError {
+    match e {
+        InputError::Invalid { .. } | InputError::Conflict(_) => CliError::usage(anyhow!(e)),
+        other => CliError::failed(anyhow!(other)),
+    }
+}
+
+/// Where the answers to interrupts come from: the `--resume` values in
+/// order, then the person at the terminal, or else lines on stdin.
+struct Answers {
+    /// The `--resume` values not used yet.
+    given: VecDeque<Value>,
+    /// Whether a person is at the terminal to be asked (stdin and stdout
+    /// are terminals and the output is not `--json`).
+    terminal: bool,
+    /// Whether `--resume` was given at all, to word the error.
+    any_given: bool,
+}
+
+impl Answers {
+    fn new(args: &RunArgs) -> CliResult<Self> {
+        let given = args
+            .resume
+            .iter()
+            .map(|text| {
+                serde_json::from_str(text).map_err(|e| CliError::usage(anyhow!("--resume {text}: not JSON: {e}")))
+            })
+            .collect::<CliResult<VecDeque<Value>>>()?;
+        let terminal = !args.json && std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+        Ok(Self { any_given: !given.is_empty(), given, terminal })
+    }
+
+    /// Resumes the interrupt whose `interrupt` event (or stored open
+    /// interrupt) is `data`. At the terminal, an answer the engine refuses
+    /// (a payload that fails the interrupt's schema) is shown and asked
+    /// again; elsewhere it fails the command, nothing resumed.
+    async fn answer(&mut self, engine: &Engine, session: &str, data: &Value) -> CliResult {
+        let id = data.get("interrupt_id").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let reason = data.get("reason").and_then(Value::as_str).unwrap_or_default().to_owned();
+        loop {
+            let payload = match self.given.pop_front() {
+                Some(payload) => payload,
+                None if self.terminal => ask(&id, data).await?,
+                None => self.read_stdin(&id, &reason).await?,
+            };
+            let input =
+                ClientInput::InterruptResume(InterruptResume { interrupt_id: id.clone(), payload: Some(payload) });
+            match engine.input(LOCAL_TENANT, session, input, WorkerIdentity::default()).await {
+                Ok(_) => return Ok(()),
+                Err(InputError::Invalid { message, .. }) if self.terminal => eprintln!("refused: {message}"),
+                Err(e) => {
+                    return Err(CliError {
+                        error: refused(e).error.context(format!("resuming interrupt `{id}`")),
+                        code: 1,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The next line of stdin as the interrupt's payload.
+    async fn read_stdin(&self, id: &str, reason: &str) -> CliResult<Value> {
+        let Some(line) = read_line().await? else {
+            let more = if self.any_given { " another --resume" } else { " --resume" };
+            return Err(CliError::failed(anyhow!(
+                "the turn waits for interrupt `{id}` ({reason}): answer it with{more} '<json>' or a line of JSON on stdin"
+            )));
+        };
+        serde_json::from_str(line.trim())
+            .map_err(|e| CliError::usage(anyhow!("the answer to interrupt `{id}` on stdin is not JSON: {e}")))
+    }
+}
+
+/// Asks the person at the terminal for the interrupt's payload: yes or no
+/// for an approval (a payload naming `tool`, `call_id` and `arguments`),
+/// else a JSON value, asked again until it parses.
+async fn ask(id: &str, data: &Value) -> CliResult<Value> {
+    let payload = data.get("payload").unwrap_or(&Value::Null);
+    let eof = || CliError::failed(anyhow!("interrupt `{id}` was left unanswered"));
+    if let Some((tool, arguments)) = approval(payload) {
+        prompt(&format!("approve {tool} {arguments}? [y/N] "))?;
+        let line = read_line().await?.ok_or_else(eof)?;
+        let approved = matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes");
+        return Ok(if approved {
+            json!({"approved": true})
+        } else {
+            json!({"approved": false, "reason": "denied at the terminal"})
+        });
+    }
+    if let Some(schema) = data.get("resume_schema").filter(|s| !s.is_null()) {
+        println!("its answer must fit the schema {schema}");
+    }
+    loop {
+        prompt(&format!("answer `{id}` (JSON): "))?;
+        let line = read_line().await?.ok_or_else(eof)?;
+        match serde_json::from_str(line.trim()) {
+            Ok(value) => return Ok(value),
+            Err(e) => eprintln!("not JSON: {e}"),
+        }
+    }
+}
+
+/// The tool and arguments an approval's payload names, the arguments as
+/// the model wrote them.
+fn approval(payload: &Value) -> Option<(&str, String)> {
+    let tool = payload.get("tool")?.as_str()?;
+    payload.get("call_id")?.as_str()?;
+    let arguments = match payload.get("arguments")? {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    Some((tool, arguments))
+}
+
+/// Writes `text` with no newline and flushes it, so the answer is typed
+/// after it.
+fn prompt(text: &str) -> CliResult {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(|e| CliError::failed(anyhow!(e)))
+}
+
+/// The next line of stdin without its newline; `None` at its end.
+async fn read_line() -> CliResult<Option<String>> {
+    tokio::task::spawn_blocking(|| {
+        use std::io::{BufRead as _, Read as _};
+        let mut line = String::new();
+        let read = std::io::stdin().lock().take(MAX_LINE_BYTES).read_line(&mut line)?;
+        if read as u64 == MAX_LINE_BYTES && !line.ends_with('\n') {
+            return Err(std::io::Error::other(format!("a line of stdin is longer than {MAX_LINE_BYTES} bytes")));
+        }
+        Ok((read > 0).then(|| line.trim_end_matches(['\n', '\r']).to_owned()))
+    })
+    .await
+    .map_err(|e| CliError::failed(anyhow!("reading stdin: {e}")))?
+    .map_err(|e| CliError::failed(anyhow!("reading stdin: {e}")))
+}
+
+/// The agents to register: the one run, as [`AGENT_ID`], then each
+/// `--agent NAME=AGENT`.
+fn agent_specs(args: &RunArgs) -> CliResult<Vec<(String, String)>> {
+    let mut specs = vec![(AGENT_ID.to_owned(), args.agent.clone())];
+    for spec in &args.agents {
+        let bad = |why: String| CliError::usage(anyhow!("--agent {spec}: {why}"));
+        let (name, source) = spec
+            .split_once('=')
+            .filter(|(name, source)| !name.is_empty() && !source.is_empty())
+            .ok_or_else(|| bad("expected NAME=AGENT (a .wasm file or an HTTP worker's URL)".to_owned()))?;
+        if !valid_name(name) {
+            return Err(bad(format!("`{name}` is not an agent name ({NAME_RULE})")));
+        }
+        if specs.iter().any(|(taken, _)| taken == name) {
+            return Err(bad(format!("the name `{name}` is taken (`{AGENT_ID}` is the agent run)")));
+        }
+        specs.push((name.to_owned(), source.to_owned()));
+    }
+    Ok(specs)
+}
+
+/// The agents' workers: an HTTP worker for a URL, else a compiled
+/// component (from the cache when it was compiled before).
+async fn load_workers(args: &RunArgs, file: &settings::ConfigFile) -> CliResult<Vec<(String, Arc<dyn Worker>)>> {
+    let mut workers: Vec<(String, Arc<dyn Worker>)> = Vec::new();
+    let mut components = Vec::new();
+    for (name, source) in agent_specs(args)? {
+        if source.starts_with("http://") || source.starts_with("https://") {
+            let mut options = HttpWorkerOptions::new();
+            if let Some(secret) = &args.secret {
+                options = options.secret(secret);
+            }
+            let worker = HttpWorker::new(&source, options).map_err(|e| CliError::usage(anyhow!("{source}: {e}")))?;
+            workers.push((name, Arc::new(worker)));
+            continue;
+        }
+        let bytes = tokio::fs::read(&source).await.map_err(|e| CliError::usage(anyhow!("reading {source}: {e}")))?;
+        let policy = file.agent_policies().remove(&(LOCAL_TENANT.to_owned(), name.clone())).unwrap_or_default();
+        components.push((name, source, policy, bytes));
+    }
+    if components.is_empty() {
+        return Ok(workers);
+    }
+    let cache = args.cache.clone().or_else(|| settings::default_cache_dir().map(|d| d.join("compiled")));
+    // A run may exit before a background optimizing compile would end:
+    // each agent is compiled optimized at once, and cached for the next run.
+    let config = HostConfig { compile_cache: cache, baseline_first: false, ..file.host_config()? };
+    let sources: Vec<&str> = components.iter().map(|(_, source, ..)| source.as_str()).collect();
+    let _spinner = Spinner::start(format!("loading {}", sources.join(", ")));
+    let compiled = tokio::task::spawn_blocking(move || {
+        let host = ComponentHost::with_config(config).map_err(|e| CliError::failed(anyhow!(e)))?;
+        let mut loaded: Vec<(String, Arc<dyn Worker>)> = Vec::new();
+        for (name, source, policy, bytes) in components {
+            let agent = host
+                .load_as(LOCAL_TENANT, &name, &policy, &bytes)
+                .map_err(|e| CliError::usage(anyhow!("{e}").context(format!("{source} is not a usable agent"))))?;
+            loaded.push((name, Arc::new(agent)));
+        }
+        Ok::<_, CliError>(loaded)
+    })
+    .await
+    .map_err(|e| CliError::failed(anyhow!("compiling panicked: {e}")))??;
+    workers.extend(compiled);
+    Ok(workers)
 }
 
 /// A session's events in order, live; a reader that fell behind and was

@@ -173,3 +173,320 @@ fn the_config_file_sets_the_sandbox_limits() {
     let out = output(&["run", TOOLS, ADD, "--config", config.to_str().unwrap()]);
     assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
 }
+
+/// The scenario component: `interrupt …` opens the interrupt `approval`
+/// and ends the turn with `resumed with <payload>`; it delegates to the
+/// sub-agent `helper`.
+const SCENARIO: &str = subs_tests::guests::TEST_SCENARIO;
+
+/// What makes the offline model call the scenario's sub-agent `helper`.
+const DELEGATE: &str = r#"use tool helper with {"prompt": "say hi"}"#;
+
+/// Runs `subs args…` with `stdin` written to its input, to its end.
+fn output_with_stdin(args: &[&str], stdin: &str) -> crate::Output {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let mut child = crate::subs()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("subs starts");
+    let mut input = child.stdin.take().expect("stdin is piped");
+    input.write_all(stdin.as_bytes()).expect("stdin takes the input");
+    drop(input);
+    let mut process = crate::Process::new(child);
+    let code = process.wait(crate::PATIENCE);
+    crate::Output { code, stdout: process.stdout_text(), stderr: process.stderr_text() }
+}
+
+/// The last assistant message of `--json` output.
+fn answer(stdout: &str) -> String {
+    let events: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let answer = events
+        .iter()
+        .rfind(|e| e["event"] == "message" && e["data"]["message"]["role"] == "assistant")
+        .unwrap_or_else(|| panic!("an answer in {stdout}"));
+    answer["data"]["message"]["content"].as_str().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn json_and_resume_answer_an_interrupt() {
+    let out = output(&["run", SCENARIO, "interrupt please", "--json", "--resume", r#"{"ok":true}"#]);
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert!(out.stdout.lines().any(|l| l.contains(r#""event":"interrupt""#)), "{}", out.stdout);
+    assert_eq!(answer(&out.stdout), r#"resumed with {"ok":true}"#);
+
+    // Without --resume, a line of JSON on stdin answers it.
+    let out = output_with_stdin(&["run", SCENARIO, "interrupt please", "--json"], "{\"ok\":2}\n");
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(answer(&out.stdout), r#"resumed with {"ok":2}"#);
+}
+
+/// Nothing to answer with and no one to ask: the command fails at once,
+/// naming the interrupt and how to answer it, instead of waiting.
+#[test]
+fn an_interrupt_with_no_answer_fails_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let out = output(&["run", SCENARIO, "interrupt please", "--data", data]);
+    assert_eq!(out.code, Some(1), "stdout: {}", out.stdout);
+    assert_eq!(
+        out.stderr,
+        "error: the turn waits for interrupt `approval` (needs approval): answer it with --resume '<json>' or a \
+         line of JSON on stdin\n"
+    );
+    assert!(out.stdout.contains("‖ interrupt approval: needs approval"), "{}", out.stdout);
+
+    // The session in --data still waits: the next run answers the open
+    // interrupt first, then sends its message.
+    let out = output(&["run", SCENARIO, "hello", "--data", data, "--resume", r#""yes""#]);
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(out.stdout, "‖ interrupt approval: needs approval\nresumed with \"yes\"\nYou said: hello\n");
+
+    // Not JSON: refused before anything runs.
+    let out = output(&["run", SCENARIO, "interrupt", "--resume", "{nope"]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.starts_with("error: --resume {nope: not JSON"), "{}", out.stderr);
+    let out = output_with_stdin(&["run", SCENARIO, "interrupt please"], "nope\n");
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.starts_with("error: the answer to interrupt `approval` on stdin is not JSON"), "{}", out.stderr);
+}
+
+#[test]
+fn without_a_message_or_a_terminal_there_is_nothing_to_do() {
+    let out = output(&["run", TOOLS]);
+    assert_eq!(out.code, Some(2));
+    assert_eq!(out.stderr, "error: no message to send: give one, or run at a terminal without --json for a chat\n");
+}
+
+/// `--agent NAME=FILE` registers a second agent, so the scenario's
+/// sub-agent runs offline; without it the sub-agent's call fails.
+#[test]
+fn more_agents_make_delegation_work_offline() {
+    let helper = format!("helper={TOOLS}");
+    let out = output(&["run", SCENARIO, DELEGATE, "--agent", &helper]);
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert!(
+        out.stdout.starts_with("→ helper {\"prompt\":\"say hi\"}\n← helper: You said: {\"prompt\":\"say hi\"}\n"),
+        "{}",
+        out.stdout
+    );
+
+    // Without it, the sub-agent's call fails and the model is told why.
+    let out = output(&["run", SCENARIO, DELEGATE]);
+    assert!(out.stdout.contains("no agent `helper` is registered"), "{}", out.stdout);
+
+    for (spec, error) in [
+        ("helper", "expected NAME=AGENT"),
+        ("=x.wasm", "expected NAME=AGENT"),
+        ("agent=x.wasm", "the name `agent` is taken"),
+        ("bad name=x.wasm", "`bad name` is not an agent name"),
+    ] {
+        let out = output(&["run", SCENARIO, "hi", "--agent", spec]);
+        assert_eq!(out.code, Some(2), "{spec}");
+        assert!(out.stderr.starts_with(&format!("error: --agent {spec}: {error}")), "{spec}: {}", out.stderr);
+    }
+    let out = output(&["run", SCENARIO, "hi", "--agent", "helper=no/such.wasm"]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("reading no/such.wasm"), "{}", out.stderr);
+}
+
+/// `subs run` at a pseudo-terminal: its stdin, stdout and stderr are the
+/// terminal's, as they are for a person; what it prints is gathered as it
+/// comes.
+struct Terminal {
+    child: std::process::Child,
+    master: std::fs::File,
+    output: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    /// How much of the output earlier expectations consumed.
+    seen: usize,
+}
+
+impl Terminal {
+    fn spawn(args: &[&str]) -> Self {
+        use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).expect("a pty");
+        grantpt(&master).expect("grantpt");
+        unlockpt(&master).expect("unlockpt");
+        let name = ptsname(&master, Vec::new()).expect("the pty's name");
+        let open = || {
+            std::fs::OpenOptions::new().read(true).write(true).open(name.to_str().unwrap()).expect("the pty's slave")
+        };
+        let child = crate::subs().args(args).stdin(open()).stdout(open()).stderr(open()).spawn().expect("subs starts");
+        let master = std::fs::File::from(master);
+        let output = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut reader = master.try_clone().expect("the pty twice");
+        let sink = output.clone();
+        std::thread::spawn(move || {
+            use std::io::Read as _;
+            let mut buffer = [0u8; 4096];
+            // EIO once the child closed the terminal: the end.
+            while let Ok(n @ 1..) = reader.read(&mut buffer) {
+                sink.lock().unwrap().extend_from_slice(&buffer[..n]);
+            }
+        });
+        Self { child, master, output, seen: 0 }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
+    }
+
+    /// Waits for `text` after what was expected before; panics with the
+    /// output after [`crate::PATIENCE`].
+    fn expect(&mut self, text: &str) {
+        let deadline = std::time::Instant::now() + crate::PATIENCE;
+        loop {
+            let output = self.text();
+            if let Some(at) = output.get(self.seen..).and_then(|rest| rest.find(text)) {
+                self.seen += at + text.len();
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "waiting for {text:?}; the terminal shows:\n{output}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Types `bytes` (a line needs its `\n`).
+    fn type_in(&mut self, bytes: &str) {
+        use std::io::Write as _;
+        self.master.write_all(bytes.as_bytes()).expect("the terminal takes input");
+    }
+
+    /// The exit code, once it exits (at most [`crate::PATIENCE`]).
+    fn wait(&mut self) -> Option<i32> {
+        let deadline = std::time::Instant::now() + crate::PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(std::time::Instant::now() < deadline, "subs did not exit; the terminal shows:\n{}", self.text());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An agent whose `refund` must be approved: `refund` opens an approval
+/// naming the tool, its call and its arguments; on the answer it refunds
+/// (counted) or says why not. `count` answers how many messages the
+/// session holds; anything else goes the ordinary way.
+struct Approver {
+    refunds: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl subs_sdk::Agent for Approver {
+    fn decide(
+        &self,
+        request: subs_sdk::DecisionRequest,
+        _cx: &mut subs_sdk::Context<'_>,
+    ) -> Result<subs_sdk::DecisionResponse, subs_sdk::DecideError> {
+        use subs_sdk::prelude::*;
+        match &request.trigger {
+            Trigger::ClientMessages(input) => {
+                let text = input.messages.last().map(DraftMessage::text).unwrap_or_default();
+                if text == "refund" {
+                    // From its wire form: the fields left out take their defaults.
+                    let interrupt: subs_sdk::action::Interrupt = serde_json::from_value(json!({
+                        "reason": "refund needs approval",
+                        "payload": {
+                            "tool": "refund",
+                            "call_id": "call_refund",
+                            "arguments": r#"{"order_id":"A1","amount":5}"#,
+                        },
+                    }))
+                    .expect("an interrupt");
+                    Ok(DecisionResponse::new().with_action(interrupt))
+                } else if text == "count" {
+                    let count = format!("{} messages", request.messages.len());
+                    Ok(DecisionResponse::new().with_message(DraftMessage::assistant(count)).with_action(Action::done()))
+                } else {
+                    Ok(request.proposed)
+                }
+            }
+            Trigger::InterruptResumed(resumed) => {
+                let payload = resumed.payload.clone().unwrap_or_default();
+                let reply = if payload["approved"] == true {
+                    self.refunds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    "refunded A1".to_owned()
+                } else {
+                    format!("refund denied: {}", payload["reason"].as_str().unwrap_or("no reason"))
+                };
+                Ok(DecisionResponse::new().with_message(DraftMessage::assistant(reply)).with_action(Action::done()))
+            }
+            _ => Ok(request.proposed),
+        }
+    }
+}
+
+/// The chat: two turns in one session (the second sees the first), one
+/// refund approved and one denied at the `[y/N]` prompt, then `/exit`.
+#[test]
+fn a_chat_at_a_terminal_keeps_the_session_and_asks_for_approvals() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let refunds = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let agent = Approver { refunds: refunds.clone() };
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    runtime.spawn(subs_http_worker::serve(listener, agent));
+
+    let mut t = Terminal::spawn(&["run", &url]);
+    t.expect(&format!("Chatting with {url}: /exit or Ctrl-D leaves."));
+    t.expect(">>> ");
+    t.type_in("hello\n");
+    t.expect("You said: hello");
+    t.expect(">>> ");
+    t.type_in("count\n");
+    // The session before `count`: hello and its answer.
+    t.expect("2 messages");
+    t.expect(">>> ");
+
+    t.type_in("refund\n");
+    t.expect("‖ interrupt");
+    t.expect(r#"approve refund {"order_id":"A1","amount":5}? [y/N] "#);
+    t.type_in("y\n");
+    t.expect("refunded A1");
+    assert_eq!(refunds.load(std::sync::atomic::Ordering::SeqCst), 1);
+    t.expect(">>> ");
+
+    t.type_in("refund\n");
+    t.expect(r#"approve refund {"order_id":"A1","amount":5}? [y/N] "#);
+    t.type_in("n\n");
+    t.expect("refund denied: denied at the terminal");
+    t.expect(">>> ");
+    assert_eq!(refunds.load(std::sync::atomic::Ordering::SeqCst), 1, "a denied refund is not made");
+
+    t.type_in("/exit\n");
+    assert_eq!(t.wait(), Some(0), "{}", t.text());
+}
+
+/// Any other interrupt asks for JSON, again until it parses; delegation
+/// runs offline with `--agent`; Ctrl-D leaves.
+#[test]
+fn a_chat_asks_for_json_delegates_and_ends_at_ctrl_d() {
+    let helper = format!("helper={TOOLS}");
+    let mut t = Terminal::spawn(&["run", SCENARIO, "--agent", &helper]);
+    t.expect(">>> ");
+    t.type_in("interrupt me\n");
+    t.expect("answer `approval` (JSON): ");
+    t.type_in("{oops\n");
+    t.expect("not JSON");
+    t.expect("answer `approval` (JSON): ");
+    t.type_in("{\"ok\": true}\n");
+    t.expect(r#"resumed with {"ok":true}"#);
+    t.expect(">>> ");
+    t.type_in(&format!("{DELEGATE}\n"));
+    t.expect(r#"← helper: You said: {"prompt":"say hi"}"#);
+    t.expect(">>> ");
+    // Ctrl-D at the start of a line: the end of input.
+    t.type_in("\x04");
+    assert_eq!(t.wait(), Some(0), "{}", t.text());
+}
