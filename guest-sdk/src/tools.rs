@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use subs_protocol::trigger::{InterruptResumed, ToolExecute};
 use subs_protocol::{
-    Action, AgentConfig, AgentTool, CallKind, CallStatus, DecisionRequest, DecisionResponse, SubAgent, ToolInput,
+    Action, AgentConfig, AgentTool, Call, CallKind, CallStatus, DecisionRequest, DecisionResponse, SubAgent, ToolInput,
     Trigger, WorkerIdentity,
 };
 
@@ -283,7 +283,10 @@ impl ToolRouter {
         let name = tool.name.clone();
         self.route(tool, move |value: Value, env: &mut Env<'_>| {
             let args: T = parse_args(&name, value)?;
-            let state: S = if env.state.is_null() {
+            // `{}` is what an agent state holding nothing but used-up
+            // approval answers is left as (see `keep_cleared`).
+            let empty = env.state.as_object().is_some_and(serde_json::Map::is_empty);
+            let state: S = if env.state.is_null() || empty {
                 S::default()
             } else {
                 subs_protocol::from_value(env.state.clone()).map_err(|e| {
@@ -305,8 +308,19 @@ impl ToolRouter {
     /// [`Action::approval`](crate::builders::ActionBuilders::approval)):
     /// the call waits, queued, until the interrupt is resumed with
     /// `{"approved": true}`; any other answer (`{"approved": false,
-    /// "reason": …}`, or one that is not an approval) settles the call
-    /// with a `tool.error` the model reads, and the engine never runs it.
+    /// "reason": …}`, or one that is not an approval) denies it: the call
+    /// is settled with a `tool.error` the model reads, and the handler
+    /// never runs.
+    ///
+    /// Each gated call of one reply gets its own interrupt, answered on its
+    /// own. The engine holds every call of the reply until the last of them
+    /// is answered, and refuses to settle a call it still holds; so the
+    /// answers wait in the agent state under [`APPROVALS_STATE_KEY`] and
+    /// the call's `tool.execute` reads its own: approved, the handler runs;
+    /// denied, or with no answer recorded (a state the agent replaced
+    /// meanwhile), it is settled with the `tool.error` unrun. A denial of a
+    /// call no longer held settles it at once, and the engine drops its
+    /// execution.
     ///
     /// ```
     /// use subs_sdk::prelude::*;
@@ -452,19 +466,60 @@ impl ToolRouter {
         match &request.trigger {
             Trigger::ToolExecute(call) => {
                 let mut state = request.state.clone();
-                let action = self.run(&mut Env { call, request: Some(request), state: &mut state, host: cx.host() });
+                let mut answers = take_answers(&mut state);
+                let action = if self.needs_approval_for(&call.name, &execute_arguments(call)) {
+                    // A gated call runs only on a recorded approval: a
+                    // denial, or a record lost with the state, denies.
+                    match answers.remove(&call.id) {
+                        Some(Value::Bool(true)) => {
+                            self.run(&mut Env { call, request: Some(request), state: &mut state, host: cx.host() })
+                        }
+                        Some(Value::String(reason)) => Action::tool_error(denial(&reason)),
+                        _ => Action::tool_error(denial("no approval of this call was recorded")),
+                    }
+                } else {
+                    self.run(&mut Env { call, request: Some(request), state: &mut state, host: cx.host() })
+                };
+                put_answers(&mut state, answers);
+                keep_cleared(&mut state, &request.state);
                 let decision = request.proposed.clone().with_action(action);
                 if state == request.state { decision } else { decision.with_state(state) }
             }
-            Trigger::InterruptResumed(resumed) => match self.answer(request, resumed) {
-                Some(Err((tool, reason))) => {
-                    cx.info(format!("the call `{}` of `{tool}` was denied: {reason}", resumed.interrupt_id));
-                    let mut error = subs_protocol::action::CallError::new(denial(&reason));
-                    error.id = Some(resumed.interrupt_id.clone());
-                    request.proposed.clone().with_action(Action::ToolError(error))
+            Trigger::InterruptResumed(resumed) => {
+                let Some((call, answer)) = self.answer(request, resumed) else {
+                    return request.proposed.clone();
+                };
+                let id = resumed.interrupt_id.clone();
+                let tool = call.name.as_deref().unwrap_or_default();
+                let mut state = request.state.clone();
+                let mut answers = take_answers(&mut state);
+                let mut decision = request.proposed.clone();
+                match answer {
+                    Ok(()) => {
+                        cx.info(format!("the call `{id}` of `{tool}` was approved"));
+                        answers.insert(id, Value::Bool(true));
+                    }
+                    // Still held behind another open approval: the engine
+                    // refuses to settle it before it starts, so the denial
+                    // waits in the state for its `tool.execute`.
+                    Err(reason) if call.status == CallStatus::Queued => {
+                        cx.info(format!("the call `{id}` of `{tool}` was denied: {reason}"));
+                        answers.insert(id, Value::String(reason));
+                    }
+                    Err(reason) => {
+                        cx.info(format!("the call `{id}` of `{tool}` was denied: {reason}"));
+                        let mut error = subs_protocol::action::CallError::new(denial(&reason));
+                        error.id = Some(id);
+                        decision = decision.with_action(Action::ToolError(error));
+                    }
                 }
-                Some(Ok(())) | None => request.proposed.clone(),
-            },
+                // A state that is neither an object nor null cannot hold
+                // the answer: the call's `tool.execute` then finds none and
+                // denies.
+                put_answers(&mut state, answers);
+                keep_cleared(&mut state, &request.state);
+                if state == request.state { decision } else { decision.with_state(state) }
+            }
             _ => self.gate(request, request.proposed.clone()),
         }
     }
@@ -510,29 +565,34 @@ impl ToolRouter {
         decision
     }
 
-    /// The answer to the approval `resumed` resumes: `Ok` approved,
-    /// `Err((tool, reason))` denied; `None` when it is not an approval of a
-    /// call of this router still open.
-    fn answer(&self, request: &DecisionRequest, resumed: &InterruptResumed) -> Option<Result<(), (String, String)>> {
+    /// The call the approval `resumed` answers and the answer: `Ok`
+    /// approved, `Err(reason)` denied; `None` when it is not an approval of
+    /// a call of this router still open.
+    fn answer<'r>(
+        &self,
+        request: &'r DecisionRequest,
+        resumed: &InterruptResumed,
+    ) -> Option<(&'r Call, Result<(), String>)> {
         let call = request.call(&resumed.interrupt_id)?;
         let open = !matches!(call.status, CallStatus::Completed | CallStatus::Failed);
         let tool = call.name.as_deref()?;
         if call.kind != CallKind::ToolCall || !open || self.find(tool).is_none_or(|r| r.approval.is_none()) {
             return None;
         }
-        let deny = |reason: String| Some(Err((tool.to_owned(), reason)));
+        const NOT_AN_ANSWER: &str = r#"the answer was not {"approved": true|false}"#;
         // Anything but an explicit `"approved": true` denies: an approval
         // fails closed.
-        match resumed.payload.as_ref().and_then(Value::as_object) {
+        let answer = match resumed.payload.as_ref().and_then(Value::as_object) {
             Some(answer) => match answer.get("approved") {
-                Some(Value::Bool(true)) => Some(Ok(())),
+                Some(Value::Bool(true)) => Ok(()),
                 Some(Value::Bool(false)) => {
-                    deny(answer.get("reason").and_then(Value::as_str).unwrap_or_default().to_owned())
+                    Err(answer.get("reason").and_then(Value::as_str).unwrap_or_default().to_owned())
                 }
-                _ => deny(r#"the answer was not {"approved": true|false}"#.to_owned()),
+                _ => Err(NOT_AN_ANSWER.to_owned()),
             },
-            None => deny(r#"the answer was not {"approved": true|false}"#.to_owned()),
-        }
+            None => Err(NOT_AN_ANSWER.to_owned()),
+        };
+        Some((call, answer))
     }
 
     /// Adds a route.
@@ -590,6 +650,57 @@ impl ToolRouter {
 impl Agent for ToolRouter {
     fn decide(&self, request: DecisionRequest, cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
         Ok(self.handle(&request, cx))
+    }
+}
+
+/// The key of the agent state under which the router keeps the answers to
+/// its approvals until the calls' `tool.execute`: call id → `true`
+/// (approved) or the reason of a denial.
+pub const APPROVALS_STATE_KEY: &str = "subs_approvals";
+
+/// Takes the approval answers out of `state` (see [`APPROVALS_STATE_KEY`]),
+/// so that handlers see the state without them.
+fn take_answers(state: &mut Value) -> serde_json::Map<String, Value> {
+    let Some(Value::Object(answers)) = state.as_object_mut().and_then(|s| s.remove(APPROVALS_STATE_KEY)) else {
+        return serde_json::Map::new();
+    };
+    // The answers alone made a `null` state an object: it is `null` again
+    // for handlers, whose state type then starts from its default.
+    if state.as_object().is_some_and(serde_json::Map::is_empty) {
+        *state = Value::Null;
+    }
+    answers
+}
+
+/// Puts approval answers back into `state`; none when there are none left.
+/// A state that is neither an object nor null cannot hold them.
+fn put_answers(state: &mut Value, answers: serde_json::Map<String, Value>) {
+    if answers.is_empty() {
+        return;
+    }
+    if state.is_null() {
+        *state = Value::Object(serde_json::Map::new());
+    }
+    if let Some(object) = state.as_object_mut() {
+        object.insert(APPROVALS_STATE_KEY.to_owned(), Value::Object(answers));
+    }
+}
+
+/// `{}` for a `state` that became `null` from `before`: a decision's
+/// `null` state keeps the session's, which would keep approval answers
+/// already used.
+fn keep_cleared(state: &mut Value, before: &Value) {
+    if state.is_null() && !before.is_null() {
+        *state = Value::Object(serde_json::Map::new());
+    }
+}
+
+/// The arguments of a `tool.execute` as its `tool.call` had them, for the
+/// approval gate: the parsed value, or the raw text when it did not parse.
+fn execute_arguments(call: &ToolExecute) -> Value {
+    match &call.input {
+        ToolInput::Valid { value } | ToolInput::Invalid { value, .. } => value.clone(),
+        ToolInput::Malformed { .. } => Value::String(call.arguments.clone()),
     }
 }
 
@@ -809,6 +920,13 @@ mod approval_tests {
         RecordingHost::new().decide(&router(), request).unwrap()
     }
 
+    /// The `tool.execute` of the call `id` of `refund`.
+    fn execute(id: &str, arguments: &str) -> DecisionRequest {
+        let mut call = tool_execute("refund", arguments);
+        call.id = id.to_owned();
+        DecisionRequest::for_trigger(Trigger::ToolExecute(call))
+    }
+
     #[test]
     fn each_gated_call_gets_its_own_approval_and_others_none() {
         let decision = decide(proposing(vec![
@@ -851,25 +969,69 @@ mod approval_tests {
     }
 
     #[test]
-    fn an_approval_lets_the_call_run() {
+    fn an_approval_is_recorded_for_the_calls_execution() {
         let decision = decide(resumed("c1", "refund", Some(json!({"approved": true}))));
-        assert!(decision.is_empty(), "{decision:?}");
+        assert!(decision.actions().is_empty(), "{decision:?}");
+        assert_eq!(decision.state, Some(json!({"subs_approvals": {"c1": true}})));
+
+        let mut request = execute("c1", r#"{"amount": 5}"#);
+        request.state = json!({"count": 1, "subs_approvals": {"c1": true, "c9": "later"}});
+        let decision = decide(request);
+        assert_eq!(decision.actions(), [Action::tool_result(json!({"refunded": 5, "by": null}))]);
+        assert_eq!(
+            decision.state,
+            Some(json!({"count": 2, "subs_approvals": {"c9": "later"}})),
+            "the answer is used up"
+        );
+    }
+
+    #[test]
+    fn a_gated_call_without_a_recorded_approval_never_runs() {
+        for state in [Value::Null, json!({"count": 1}), json!({"subs_approvals": {"c2": true}}), json!([1])] {
+            let mut request = execute("c1", r#"{"amount": 5}"#);
+            request.state = state.clone();
+            let decision = decide(request);
+            assert_eq!(
+                decision.actions(),
+                [Action::tool_error("denied by the approver: no approval of this call was recorded")],
+                "{state}"
+            );
+        }
+        // A call its gate let through runs without one.
+        let decision =
+            decide(DecisionRequest::for_trigger(Trigger::ToolExecute(tool_execute("note", r#"{"amount": 1}"#))));
+        assert_eq!(decision.actions(), [Action::tool_result(json!("noted"))]);
     }
 
     #[test]
     fn a_denial_settles_the_call_with_its_reason() {
-        let decision = decide(resumed("c1", "refund", Some(json!({"approved": false, "reason": "too much"}))));
+        let mut request = resumed("c1", "refund", Some(json!({"approved": false, "reason": "too much"})));
+        request.calls[0].status = CallStatus::Pending;
+        let decision = decide(request);
         let Action::ToolError(e) = &decision.actions()[0] else { panic!("{decision:?}") };
         assert_eq!((e.id.as_deref(), e.error.as_str()), (Some("c1"), "denied by the approver: too much"));
         assert_eq!(e.retryable, None);
-        let decision = decide(resumed("c1", "refund", Some(json!({"approved": false}))));
-        assert_eq!(decision.actions().len(), 1);
+        assert_eq!(decision.state, None);
+    }
+
+    #[test]
+    fn a_denial_of_a_call_still_held_waits_for_its_execution() {
+        let decision = decide(resumed("c1", "refund", Some(json!({"approved": false, "reason": "too much"}))));
+        assert!(decision.actions().is_empty(), "{decision:?}");
+        assert_eq!(decision.state, Some(json!({"subs_approvals": {"c1": "too much"}})));
+        let mut request = execute("c1", r#"{"amount": 5}"#);
+        request.state = decision.state.unwrap();
+        let decision = decide(request);
+        assert_eq!(decision.actions(), [Action::tool_error("denied by the approver: too much")]);
+        assert_eq!(decision.state, Some(json!({})), "a null state would keep the answer");
     }
 
     #[test]
     fn anything_but_an_approval_denies() {
         for payload in [None, Some(json!("yes")), Some(json!({"approved": "true"})), Some(json!({"aproved": true}))] {
-            let decision = decide(resumed("c1", "refund", payload.clone()));
+            let mut request = resumed("c1", "refund", payload.clone());
+            request.calls[0].status = CallStatus::Pending;
+            let decision = decide(request);
             let Action::ToolError(e) = &decision.actions()[0] else { panic!("{payload:?}: {decision:?}") };
             assert!(e.error.contains(r#"not {"approved": true|false}"#), "{}", e.error);
         }
@@ -889,13 +1051,13 @@ mod approval_tests {
 
     #[test]
     fn handlers_read_and_write_typed_state_and_see_the_owner() {
-        let mut request =
-            DecisionRequest::for_trigger(Trigger::ToolExecute(tool_execute("refund", r#"{"amount": 5}"#)));
+        let mut request = execute("c1", r#"{"amount": 5}"#);
         request.identity.id = Some("ann".to_owned());
+        request.state = json!({"subs_approvals": {"c1": true}});
         let decision = decide(request.clone());
         assert_eq!(decision.actions(), [Action::tool_result(json!({"refunded": 5, "by": "ann"}))]);
         assert_eq!(decision.state, Some(json!({"count": 1})));
-        request.state = json!({"count": 4});
+        request.state = json!({"count": 4, "subs_approvals": {"c1": true}});
         assert_eq!(decide(request.clone()).state, Some(json!({"count": 5})));
         // A tool that does not change the state leaves it out.
         let request = DecisionRequest::for_trigger(Trigger::ToolExecute(tool_execute("lookup", "{}")));
@@ -904,9 +1066,8 @@ mod approval_tests {
 
     #[test]
     fn a_state_of_another_shape_is_a_tool_error_naming_the_field() {
-        let mut request =
-            DecisionRequest::for_trigger(Trigger::ToolExecute(tool_execute("refund", r#"{"amount": 5}"#)));
-        request.state = json!({"count": "many"});
+        let mut request = execute("c1", r#"{"amount": 5}"#);
+        request.state = json!({"count": "many", "subs_approvals": {"c1": true}});
         let decision = decide(request);
         let Action::ToolError(e) = &decision.actions()[0] else { panic!("{decision:?}") };
         assert!(
@@ -914,7 +1075,7 @@ mod approval_tests {
             "{}",
             e.error
         );
-        assert_eq!(decision.state, None);
+        assert_eq!(decision.state, Some(json!({"count": "many"})), "the approval is used up");
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod admin;
 mod agui;
 mod aisdk;
 mod api;
+mod approval;
 mod architecture;
 mod bad_guests;
 mod delegation;
