@@ -1,13 +1,14 @@
 //! Native unit tests of agents: [`RecordingHost`], a [`Host`] that keeps
-//! what the agent logged and streamed, and [`tool_execute`] to build the
-//! trigger of a tool call.
+//! what the agent logged and streamed, [`tool_execute`] to build the
+//! trigger of a tool call, and [`approval_resumed`] the answer to an
+//! approval.
 //!
 //! Requests themselves come from
 //! [`DecisionRequest::for_trigger`](subs_protocol::DecisionRequest::for_trigger).
 
 use serde_json::Value;
-use subs_protocol::trigger::ToolExecute;
-use subs_protocol::{DecisionRequest, DecisionResponse, StreamDelta, ToolInput};
+use subs_protocol::trigger::{InterruptResumed, ToolExecute};
+use subs_protocol::{Call, CallKind, CallStatus, DecisionRequest, DecisionResponse, StreamDelta, ToolInput, Trigger};
 
 use crate::{Agent, Context, DecideError, Host, Level};
 
@@ -121,6 +122,45 @@ pub fn tool_execute(name: impl Into<String>, arguments: impl Into<String>) -> To
         Err(e) => ToolInput::Malformed { error: e.to_string() },
     };
     ToolExecute { id: "call-1".to_owned(), name: name.into(), arguments, input, attempt: 1, deadline: None }
+}
+
+/// The `interrupt.resumed` request a [`ToolRouter`](crate::ToolRouter)
+/// gets when the approval of the call `call_id` of `tool` is answered with
+/// `payload` (`{"approved": true}`, `{"approved": false, "reason": …}`):
+/// the call open and started, as it is once no other approval holds it.
+///
+/// ```
+/// use subs_sdk::prelude::*;
+/// use subs_sdk::testing::approval_resumed;
+///
+/// let router = ToolRouter::new().tool(AgentTool::new("refund"), |_: Value| Ok::<_, String>("done")).needs_approval();
+/// let request = approval_resumed("c1", "refund", json!({"approved": false, "reason": "no"}));
+/// let decision = RecordingHost::new().decide(&router, request).unwrap();
+/// let Action::ToolError(e) = &decision.actions()[0] else { panic!() };
+/// assert_eq!(e.error, "denied by the approver: no");
+/// ```
+pub fn approval_resumed(call_id: impl Into<String>, tool: impl Into<String>, payload: Value) -> DecisionRequest {
+    let call_id = call_id.into();
+    let mut request = DecisionRequest::for_trigger(Trigger::InterruptResumed(InterruptResumed {
+        interrupt_id: call_id.clone(),
+        payload: Some(payload),
+    }));
+    request.calls.push(Call {
+        id: call_id,
+        kind: CallKind::ToolCall,
+        status: CallStatus::Pending,
+        attempt: 1,
+        deadline: None,
+        anchor: None,
+        name: Some(tool.into()),
+        arguments: None,
+        handler: None,
+        stream: None,
+        agent_id: None,
+        session_id: None,
+    });
+    request.pending_calls = 1;
+    request
 }
 
 #[cfg(test)]
