@@ -8,7 +8,8 @@
 //! # Layout
 //!
 //! - [`serve`]: `subs serve`, the engine with the HTTP API.
-//! - [`run`]: `subs run`, one turn of an agent in this process.
+//! - [`run`]: `subs run`, an agent in this process: one turn, or a chat.
+//! - [`new`]: `subs new`, a new agent project from a template.
 //! - [`agents`], [`sessions`]: clients of a running server (`sessions
 //!   tail` follows events across dropped connections).
 //! - [`tenants`], [`keys`]: tenants, their limits and their keys, through
@@ -28,6 +29,7 @@ pub mod client;
 pub mod data;
 pub mod error;
 pub mod keys;
+pub mod new;
 pub mod progress;
 pub mod render;
 pub mod replay;
@@ -58,9 +60,13 @@ pub struct Cli {
 pub enum Command {
     /// Run the engine with its HTTP API.
     Serve(serve::ServeArgs),
-    /// Run one turn of an agent (a .wasm component or an HTTP worker's URL)
-    /// in this process, offline, streaming the reply.
+    /// Run an agent (a .wasm component or an HTTP worker's URL) in this
+    /// process, offline, streaming the reply: one turn for a message, a
+    /// chat without one.
     Run(run::RunArgs),
+    /// Make a new agent project (a tool, a state field, an approval-gated
+    /// tool, its tests) from a template.
+    New(new::NewArgs),
     /// Upload, list and remove the agents of a running server.
     #[command(subcommand)]
     Agents(agents::AgentsCommand),
@@ -120,6 +126,7 @@ async fn exec(command: Command) -> CliResult {
     match command {
         Command::Serve(args) => serve::exec(args).await,
         Command::Run(args) => run::exec(args).await,
+        Command::New(args) => new::exec(args),
         Command::Agents(command) => agents::exec(command).await,
         Command::Sessions(command) => sessions::exec(command).await,
         Command::Keys(command) => keys::exec(command).await,

@@ -1,0 +1,87 @@
+//! `subs new`: a project from a template, that passes its own tests and
+//! builds into an agent `subs run` runs; never over an existing directory.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// `subs new args…` run in `dir`.
+fn new_in(dir: &Path, args: &[&str]) -> crate::Output {
+    let child = crate::subs()
+        .arg("new")
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("subs starts");
+    let mut process = crate::Process::new(child);
+    let code = process.wait(crate::PATIENCE);
+    crate::Output { code, stdout: process.stdout_text(), stderr: process.stderr_text() }
+}
+
+#[test]
+fn an_existing_directory_or_a_bad_name_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("taken")).unwrap();
+    std::fs::write(dir.path().join("taken/keep.txt"), "mine").unwrap();
+    let out = new_in(dir.path(), &["rust", "taken"]);
+    assert_eq!(out.code, Some(2), "{}", out.stdout);
+    assert_eq!(out.stderr, "error: taken exists: subs new writes a new directory, and leaves existing ones alone\n");
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("taken")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, ["keep.txt"], "nothing written");
+
+    let out = new_in(dir.path(), &["rust", "Bad/Name"]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("`Bad/Name` is not a project name"), "{}", out.stderr);
+    let out = new_in(dir.path(), &["rust", "fine", "--sdk", "/nowhere"]);
+    assert_eq!(out.code, Some(2));
+    assert!(out.stderr.contains("is not a subs source tree with its guest-sdk/"), "{}", out.stderr);
+    assert!(!dir.path().join("fine").exists());
+}
+
+/// The Rust project passes its own tests, builds with the one command its
+/// README gives, and the agent it builds runs: a lookup, and a refund
+/// approved through `--resume`.
+#[test]
+fn a_rust_project_tests_builds_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = new_in(dir.path(), &["rust", "my-agent"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("cargo build --target wasm32-wasip2 --release"), "{}", out.stdout);
+    let project = dir.path().join("my-agent");
+    let readme = std::fs::read_to_string(project.join("README.md")).unwrap();
+    assert!(readme.contains("target/wasm32-wasip2/release/my_agent.wasm"), "{readme}");
+
+    // The workspace's lock: the same versions as the tree's own builds,
+    // from the local registry cache, and the compiled ones shared.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::fs::copy(root.join("Cargo.lock"), project.join("Cargo.lock")).unwrap();
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("templates");
+    let cargo = |args: &[&str]| {
+        let status = Command::new(env!("CARGO"))
+            .args(args)
+            .arg("--offline")
+            .current_dir(&project)
+            .env("CARGO_TARGET_DIR", &target)
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "cargo {args:?}");
+    };
+    cargo(&["test", "--quiet"]);
+    cargo(&["build", "--target", "wasm32-wasip2", "--release", "--quiet"]);
+
+    let wasm = target.join("wasm32-wasip2/release/my_agent.wasm");
+    let wasm = wasm.to_str().unwrap();
+    let lookup = crate::output(&["run", wasm, r#"use tool lookup_order with {"order_id": "A1"}"#]);
+    assert_eq!(lookup.code, Some(0), "{}", lookup.stderr);
+    assert!(lookup.stdout.contains(r#"← lookup_order: {"order_id":"A1","status":"shipped"}"#), "{}", lookup.stdout);
+
+    let refund = r#"use tool refund with {"order_id": "A1", "amount": 5}"#;
+    let approved = crate::output(&["run", wasm, refund, "--resume", r#"{"approved": true}"#]);
+    assert_eq!(approved.code, Some(0), "{}", approved.stderr);
+    assert!(approved.stdout.contains(r#"← refund: {"refunded":5.0,"order_id":"A1"}"#), "{}", approved.stdout);
+    let denied = crate::output(&["run", wasm, refund, "--resume", r#"{"approved": false, "reason": "no"}"#]);
+    assert_eq!(denied.code, Some(0), "{}", denied.stderr);
+    assert!(denied.stdout.contains("← refund: denied by the approver: no"), "{}", denied.stdout);
+    assert!(!denied.stdout.contains("refunded"), "{}", denied.stdout);
+}
