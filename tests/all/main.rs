@@ -13,6 +13,7 @@ mod examples;
 mod http_worker;
 mod identity;
 mod ids;
+mod interrupts;
 mod json_world;
 mod llm_retries;
 mod load;

@@ -139,8 +139,12 @@ async fn list(args: ListArgs) -> CliResult {
 async fn show(args: ShowArgs) -> CliResult {
     let client = Client::new(&args.client)?;
     let id = checked_session(&args.id)?;
-    let session = client.json(client.request(Method::GET, &session_path(id, ""))).await?;
+    let mut session = client.json(client.request(Method::GET, &session_path(id, ""))).await?;
+    let answered = answered_interrupts(&client, id, &session).await?;
     if args.client.json {
+        if let Some(fields) = session.as_object_mut() {
+            fields.insert("answered_interrupts".to_owned(), Value::Array(answered));
+        }
         println!("{session}");
         return Ok(());
     }
@@ -168,10 +172,88 @@ async fn show(args: ShowArgs) -> CliResult {
             call.get("deadline").and_then(Value::as_str).map(|d| format!(", deadline {d}")).unwrap_or_default();
         println!("call: {} {} ({}{deadline})", str_at(call, "kind"), str_at(call, "id"), str_at(call, "status"));
     }
+    for interrupt in &answered {
+        let by = interrupt.get("resumed_by").map(resumer).unwrap_or_default();
+        println!(
+            "answered: interrupt {} ({}) with {} by {by}",
+            str_at(interrupt, "interrupt_id"),
+            str_at(interrupt, "reason"),
+            interrupt.get("payload").unwrap_or(&Value::Null)
+        );
+    }
     for interrupt in session.get("interrupts").and_then(Value::as_array).into_iter().flatten() {
-        println!("waiting: interrupt {}", interrupt.get("interrupt_id").and_then(Value::as_str).unwrap_or("?"));
+        let payload = interrupt.get("payload").filter(|p| !p.is_null()).map(|p| format!(" {p}")).unwrap_or_default();
+        let schema = interrupt.get("resume_schema").map(|s| format!(", resume schema {s}")).unwrap_or_default();
+        println!(
+            "waiting: interrupt {} ({}){payload}{schema}",
+            interrupt.get("interrupt_id").and_then(Value::as_str).unwrap_or("?"),
+            str_at(interrupt, "reason")
+        );
     }
     Ok(())
+}
+
+/// The session's answered interrupts, oldest first, each
+/// `{interrupt_id, reason, payload, resumed_by}`: its `interrupt.resumed`
+/// events, with the reason of the `interrupt` event that opened it. Read
+/// from the stored events up to the snapshot's last one (the snapshot
+/// lists only the open ones).
+async fn answered_interrupts(client: &Client, session: &str, snapshot: &Value) -> CliResult<Vec<Value>> {
+    let Some(last) = snapshot.get("last_event_id").and_then(Value::as_u64) else {
+        return Ok(Vec::new());
+    };
+    let request = client
+        .request(Method::GET, &session_path(session, "/events"))
+        .header(reqwest::header::ACCEPT, "text/event-stream");
+    let mut response = client.send(request).await?;
+    let mut parser = SseParser::new();
+    let mut reasons = std::collections::HashMap::<String, String>::new();
+    let mut answered = Vec::new();
+    loop {
+        let chunk = match response.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            // A stream cut short (the server stopping, the session
+            // dropped) lists what it had.
+            Ok(None) => return Ok(answered),
+            Err(e) => return Err(client.transport(&e)),
+        };
+        let events =
+            parser.push(&chunk).map_err(|e| CliError::unavailable(anyhow!("reading the session's events: {e}")))?;
+        for event in events {
+            let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+            match event.event.as_str() {
+                "interrupt" => {
+                    reasons.insert(str_at(&data, "interrupt_id").to_owned(), str_at(&data, "reason").to_owned());
+                }
+                "interrupt.resumed" => {
+                    let id = str_at(&data, "interrupt_id").to_owned();
+                    let reason = reasons.get(&id).cloned().unwrap_or_default();
+                    answered.push(json!({
+                        "interrupt_id": id,
+                        "reason": reason,
+                        "payload": data.get("payload").cloned().unwrap_or(Value::Null),
+                        "resumed_by": data.get("resumed_by").cloned().unwrap_or(Value::Null),
+                    }));
+                }
+                _ => {}
+            }
+            if event.id.as_deref().and_then(|id| id.parse::<u64>().ok()).is_some_and(|id| id >= last) {
+                return Ok(answered);
+            }
+        }
+    }
+}
+
+/// Who resumed an interrupt, as `show` prints it: `the tenant`, `the
+/// tenant for user-1`, `end user user-1`.
+fn resumer(by: &Value) -> String {
+    let identity = by.pointer("/identity/id").and_then(Value::as_str);
+    match (str_at(by, "kind"), identity) {
+        ("end_user", Some(id)) => format!("end user {id}"),
+        ("end_user", None) => "an end user".to_owned(),
+        (_, Some(id)) => format!("the tenant for {id}"),
+        _ => "the tenant".to_owned(),
+    }
 }
 
 async fn send(args: SendArgs) -> CliResult {

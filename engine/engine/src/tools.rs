@@ -133,6 +133,41 @@ pub fn check_result(schema: Option<&Value>, result: &Value) -> Result<(), String
     })
 }
 
+/// Checks an interrupt's resume payload against the interrupt's
+/// `resume_schema`. The error is the field at fault, as a client names it
+/// (`payload`, `payload.approved`, `payload.items[0]`: the first problem's
+/// place), and the list of problems.
+pub fn check_resume_payload(schema: &Value, payload: &Value) -> Result<(), (String, String)> {
+    let field = |pointer: &str| {
+        let mut field = "payload".to_owned();
+        for segment in pointer.split('/').skip(1) {
+            if !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()) {
+                field.push_str(&format!("[{segment}]"));
+            } else {
+                field.push('.');
+                field.push_str(&segment.replace("~1", "/").replace("~0", "~"));
+            }
+        }
+        field
+    };
+    // The first problem's place, found apart from the list so that the
+    // list keeps its one way of being written.
+    let first = compiled(schema).ok().and_then(|validator| {
+        catch_unwind(AssertUnwindSafe(|| {
+            validator.iter_errors(payload).next().map(|e| field(e.instance_path().as_str()))
+        }))
+        .ok()
+        .flatten()
+    });
+    validate(schema, payload).map_err(|problem| match problem {
+        Problem::Schema(e) => ("payload".to_owned(), format!("the interrupt's resume_schema is not usable: {e}")),
+        Problem::Instance(error) => (
+            first.unwrap_or_else(|| "payload".to_owned()),
+            format!("the payload does not satisfy the interrupt's resume_schema: {error}"),
+        ),
+    })
+}
+
 /// Why a value could not be vouched for.
 enum Problem {
     /// The schema does not compile.
@@ -251,6 +286,27 @@ mod tests {
             "required": ["a", "b"],
             "additionalProperties": false
         })
+    }
+
+    #[test]
+    fn a_resume_payload_is_checked_and_the_first_problem_named_as_a_field() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"approved": {"type": "boolean"}, "items": {"type": "array", "items": {"type": "integer"}}},
+            "required": ["approved"]
+        });
+        assert_eq!(check_resume_payload(&schema, &json!({"approved": true})), Ok(()));
+        let (field, message) = check_resume_payload(&schema, &json!({"approved": "yes"})).unwrap_err();
+        assert_eq!(field, "payload.approved");
+        assert!(message.contains("\"yes\" is not of type \"boolean\""), "{message}");
+        let (field, _) = check_resume_payload(&schema, &json!({"approved": true, "items": [1, "x"]})).unwrap_err();
+        assert_eq!(field, "payload.items[1]");
+        let (field, message) = check_resume_payload(&schema, &Value::Null).unwrap_err();
+        assert_eq!(field, "payload");
+        assert!(message.contains("at the top level"), "{message}");
+        let (field, message) = check_resume_payload(&json!({"type": 5}), &json!({})).unwrap_err();
+        assert_eq!(field, "payload");
+        assert!(message.contains("resume_schema is not usable"), "{message}");
     }
 
     #[test]

@@ -108,7 +108,7 @@ impl Action {
 
     /// `interrupt` with an engine-minted id.
     pub fn interrupt(reason: impl Into<String>) -> Self {
-        Action::Interrupt(Interrupt { interrupt_id: None, reason: reason.into(), payload: None })
+        Action::Interrupt(Interrupt { interrupt_id: None, reason: reason.into(), payload: None, resume_schema: None })
     }
 
     /// `done` without data.
@@ -285,6 +285,10 @@ pub struct Interrupt {
     /// Anything the resumer needs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
+    /// A JSON Schema the resume payload must satisfy; the engine refuses a
+    /// resume whose payload fails it, and the interrupt stays open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_schema: Option<Value>,
 }
 
 /// `done`: end the turn.

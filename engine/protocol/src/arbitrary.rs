@@ -678,8 +678,11 @@ pub fn action() -> BoxedStrategy<Action> {
         });
     let message_send = (id(), draft_message())
         .prop_map(|(session_id, message)| Action::MessageSend(MessageSend { session_id, message }));
-    let interrupt = (option::of(id()), text(), opt_json())
-        .prop_map(|(interrupt_id, reason, payload)| Action::Interrupt(Interrupt { interrupt_id, reason, payload }));
+    let interrupt = (option::of(id()), text(), opt_json(), opt_json()).prop_map(
+        |(interrupt_id, reason, payload, resume_schema)| {
+            Action::Interrupt(Interrupt { interrupt_id, reason, payload, resume_schema })
+        },
+    );
     let done = opt_json().prop_map(|data| Action::Done(Done { data }));
     prop_oneof![
         llm_call().prop_map(Action::LlmCall),
@@ -889,13 +892,14 @@ pub fn posted_input() -> BoxedStrategy<crate::PostedInput> {
 
 // ---- session events ----------------------------------------------------
 
-/// Any [`SessionEvent`](crate::SessionEvent), all eight kinds. Optional
+/// Any [`SessionEvent`](crate::SessionEvent), all nine kinds. Optional
 /// `unknown` payload fields (`payload`, `data`) are never `Some(null)`,
 /// which reads back as `None`.
 pub fn session_event() -> BoxedStrategy<crate::SessionEvent> {
     use crate::SessionEvent;
     use crate::event::{
-        ClientToolCall, InterruptRaised, MessageRecorded, StateChanged, TokenDelta, TurnDone, TurnFailed, TurnStarted,
+        ClientToolCall, InterruptAnswered, InterruptRaised, MessageRecorded, Resumer, StateChanged, TokenDelta,
+        TurnDone, TurnFailed, TurnStarted,
     };
 
     prop_oneof![
@@ -907,9 +911,18 @@ pub fn session_event() -> BoxedStrategy<crate::SessionEvent> {
         (id(), name(), json_text(), small_u32()).prop_map(|(id, name, arguments, attempt)| {
             SessionEvent::ToolCall(ClientToolCall { id, name, arguments, attempt })
         }),
-        (id(), text(), opt_json()).prop_map(|(interrupt_id, reason, payload)| {
-            SessionEvent::Interrupt(InterruptRaised { interrupt_id, reason, payload })
+        (id(), text(), opt_json(), opt_json()).prop_map(|(interrupt_id, reason, payload, resume_schema)| {
+            SessionEvent::Interrupt(InterruptRaised { interrupt_id, reason, payload, resume_schema })
         }),
+        (id(), opt_json(), option::of(worker_identity()), any::<bool>()).prop_map(
+            |(interrupt_id, payload, identity, end_user)| {
+                let resumed_by = match identity {
+                    Some(identity) if end_user => Resumer::EndUser { identity },
+                    identity => Resumer::Tenant { identity },
+                };
+                SessionEvent::InterruptResumed(InterruptAnswered { interrupt_id, payload, resumed_by })
+            },
+        ),
         (id(), opt_json()).prop_map(|(turn_id, data)| SessionEvent::TurnDone(TurnDone { turn_id, data })),
         (id(), text(), name()).prop_map(|(turn_id, error, code)| SessionEvent::TurnFailed(TurnFailed {
             turn_id,

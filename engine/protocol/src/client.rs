@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::json::tagged_union;
+use crate::json;
 use crate::{ClientContext, DraftMessage, WorkerIdentity};
 
 /// What a client sends a session. Tagged by `"type"` on the wire.
@@ -31,14 +31,28 @@ pub enum ClientInput {
     ToolError(ToolError),
 }
 
-tagged_union!(ClientInput, "type", {
-    "client.message" => ClientMessage(ClientMessage),
-    "client.messages" => ClientMessages(ClientMessages),
-    "client.action" => ClientAction(ClientAction),
-    "interrupt.resume" => InterruptResume(InterruptResume),
-    "tool.result" => ToolResult(ToolResult),
-    "tool.error" => ToolError(ToolError),
-});
+// Not `tagged_union!`: each input refuses fields it does not know (a typo
+// such as `paylod` must not pass as an input without its payload), so the
+// tag is taken out before the variant's fields are read.
+impl<'de> Deserialize<'de> for ClientInput {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        const TAGS: &[&str] =
+            &["client.message", "client.messages", "client.action", "interrupt.resume", "tool.result", "tool.error"];
+        let (tag, mut value) = json::tagged(deserializer, "type", TAGS)?;
+        if let Value::Object(fields) = &mut value {
+            fields.remove("type");
+        }
+        Ok(match tag.as_str() {
+            "client.message" => ClientInput::ClientMessage(json::variant::<_, D>(value)?),
+            "client.messages" => ClientInput::ClientMessages(json::variant::<_, D>(value)?),
+            "client.action" => ClientInput::ClientAction(json::variant::<_, D>(value)?),
+            "interrupt.resume" => ClientInput::InterruptResume(json::variant::<_, D>(value)?),
+            "tool.result" => ClientInput::ToolResult(json::variant::<_, D>(value)?),
+            "tool.error" => ClientInput::ToolError(json::variant::<_, D>(value)?),
+            _ => unreachable!("tag checked against TAGS"),
+        })
+    }
+}
 
 impl ClientInput {
     /// The input's `type` tag (`client.message`).
@@ -56,6 +70,7 @@ impl ClientInput {
 
 /// `client.message`: one new message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ClientMessage {
     /// The agent the session runs.
     pub agent_id: String,
@@ -71,6 +86,7 @@ pub struct ClientMessage {
 
 /// `client.messages`: the client's whole conversation view.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ClientMessages {
     /// The agent the session runs.
     pub agent_id: String,
@@ -89,6 +105,7 @@ pub struct ClientMessages {
 
 /// `client.action`: a named action the agent defines.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ClientAction {
     /// The agent the session runs.
     pub agent_id: String,
@@ -104,6 +121,7 @@ pub struct ClientAction {
 
 /// `interrupt.resume`: resume the interrupt `interrupt_id`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct InterruptResume {
     /// The interrupt to resume.
     pub interrupt_id: String,
@@ -114,6 +132,7 @@ pub struct InterruptResume {
 
 /// `tool.result`: the result of a client-side tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ToolResult {
     /// The call.
     pub id: String,
@@ -127,6 +146,7 @@ pub struct ToolResult {
 
 /// `tool.error`: a client-side tool call failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ToolError {
     /// The call.
     pub id: String,
@@ -215,5 +235,30 @@ impl<'de> Deserialize<'de> for PostedInput {
             )));
         }
         Ok(Self { input, identity })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn an_unknown_field_in_any_input_is_refused_by_name() {
+        let inputs = [
+            json!({"type": "client.message", "agent_id": "a", "message": {"role": "user", "content": "hi"}, "strem": true}),
+            json!({"type": "client.messages", "agent_id": "a", "messages": [], "clinet": {}}),
+            json!({"type": "client.action", "agent_id": "a", "name": "go", "arg": {}}),
+            json!({"type": "interrupt.resume", "interrupt_id": "i1", "paylod": {"approved": true}}),
+            json!({"type": "tool.result", "id": "c1", "reslt": 1}),
+            json!({"type": "tool.error", "id": "c1", "error": "e", "retryable": false, "atempt": 1}),
+        ];
+        for (input, field) in inputs.into_iter().zip(["strem", "clinet", "arg", "paylod", "reslt", "atempt"]) {
+            let error = crate::from_value::<PostedInput>(input).unwrap_err();
+            assert!(error.message().starts_with(&format!("unknown field `{field}`")), "{field}: {error}");
+        }
+        let known = json!({"type": "interrupt.resume", "interrupt_id": "i1", "payload": {"approved": true}});
+        assert!(crate::from_value::<PostedInput>(known).is_ok());
     }
 }

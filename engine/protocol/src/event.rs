@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{Message, ProtocolError, StreamDelta};
+use crate::{Message, ProtocolError, StreamDelta, WorkerIdentity};
 
 /// An event of a session, for its clients. Each variant is one event name;
 /// its payload is the event's data.
@@ -42,6 +42,8 @@ pub enum SessionEvent {
     ToolCall(ClientToolCall),
     /// `interrupt`: the agent waits for an `interrupt.resume` input.
     Interrupt(InterruptRaised),
+    /// `interrupt.resumed`: someone resumed an interrupt.
+    InterruptResumed(InterruptAnswered),
     /// `turn.done`: a turn ended.
     TurnDone(TurnDone),
     /// `turn.failed`: a turn ended with an error.
@@ -63,6 +65,8 @@ pub enum EventKind {
     ToolCall,
     /// `interrupt`.
     Interrupt,
+    /// `interrupt.resumed`.
+    InterruptResumed,
     /// `turn.done`.
     TurnDone,
     /// `turn.failed`.
@@ -73,12 +77,13 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind of event.
-    pub const ALL: [EventKind; 8] = [
+    pub const ALL: [EventKind; 9] = [
         EventKind::TurnStarted,
         EventKind::Message,
         EventKind::TokenDelta,
         EventKind::ToolCall,
         EventKind::Interrupt,
+        EventKind::InterruptResumed,
         EventKind::TurnDone,
         EventKind::TurnFailed,
         EventKind::State,
@@ -92,6 +97,7 @@ impl EventKind {
             EventKind::TokenDelta => "llm.token.delta",
             EventKind::ToolCall => "tool.call",
             EventKind::Interrupt => "interrupt",
+            EventKind::InterruptResumed => "interrupt.resumed",
             EventKind::TurnDone => "turn.done",
             EventKind::TurnFailed => "turn.failed",
             EventKind::State => "state",
@@ -180,6 +186,42 @@ pub struct InterruptRaised {
     /// Anything the resumer needs; `null` when the agent gave nothing
     /// (always written).
     pub payload: Option<Value>,
+    /// The JSON Schema a resume payload must satisfy; omitted when the
+    /// agent set none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_schema: Option<Value>,
+}
+
+/// `interrupt.resumed` data: `{interrupt_id, payload, resumed_by}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InterruptAnswered {
+    /// The interrupt that was resumed.
+    pub interrupt_id: String,
+    /// The payload it was resumed with; `null` when none (always written).
+    pub payload: Option<Value>,
+    /// Who resumed it.
+    pub resumed_by: Resumer,
+}
+
+/// Who resumed an interrupt: `{"kind": "tenant", "identity": …}` for the
+/// tenant (its API key, or the process embedding the engine, as `subs
+/// run` does; `identity` when the input named one), `{"kind": "end_user",
+/// "identity": …}` for an end-user token. The operator key posts no
+/// inputs, so never resumes one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Resumer {
+    /// The tenant's API key.
+    Tenant {
+        /// The identity the request named, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        identity: Option<WorkerIdentity>,
+    },
+    /// An end user, by the identity of its token.
+    EndUser {
+        /// The token's identity.
+        identity: WorkerIdentity,
+    },
 }
 
 /// `turn.done` data: `{turn_id, data}`.
@@ -246,6 +288,7 @@ impl SessionEvent {
             SessionEvent::TokenDelta(_) => EventKind::TokenDelta,
             SessionEvent::ToolCall(_) => EventKind::ToolCall,
             SessionEvent::Interrupt(_) => EventKind::Interrupt,
+            SessionEvent::InterruptResumed(_) => EventKind::InterruptResumed,
             SessionEvent::TurnDone(_) => EventKind::TurnDone,
             SessionEvent::TurnFailed(_) => EventKind::TurnFailed,
             SessionEvent::State(_) => EventKind::State,
@@ -266,6 +309,7 @@ impl SessionEvent {
             SessionEvent::TokenDelta(p) => crate::to_value(p),
             SessionEvent::ToolCall(p) => crate::to_value(p),
             SessionEvent::Interrupt(p) => crate::to_value(p),
+            SessionEvent::InterruptResumed(p) => crate::to_value(p),
             SessionEvent::TurnDone(p) => crate::to_value(p),
             SessionEvent::TurnFailed(p) => crate::to_value(p),
             SessionEvent::State(p) => crate::to_value(p),
@@ -281,6 +325,7 @@ impl SessionEvent {
             SessionEvent::TokenDelta(p) => crate::to_json(p),
             SessionEvent::ToolCall(p) => crate::to_json(p),
             SessionEvent::Interrupt(p) => crate::to_json(p),
+            SessionEvent::InterruptResumed(p) => crate::to_json(p),
             SessionEvent::TurnDone(p) => crate::to_json(p),
             SessionEvent::TurnFailed(p) => crate::to_json(p),
             SessionEvent::State(p) => crate::to_json(p),
@@ -303,6 +348,7 @@ impl SessionEvent {
             EventKind::TokenDelta => SessionEvent::TokenDelta(payload(kind, data)?),
             EventKind::ToolCall => SessionEvent::ToolCall(payload(kind, data)?),
             EventKind::Interrupt => SessionEvent::Interrupt(payload(kind, data)?),
+            EventKind::InterruptResumed => SessionEvent::InterruptResumed(payload(kind, data)?),
             EventKind::TurnDone => SessionEvent::TurnDone(payload(kind, data)?),
             EventKind::TurnFailed => SessionEvent::TurnFailed(payload(kind, data)?),
             EventKind::State => SessionEvent::State(payload(kind, data)?),
@@ -355,6 +401,12 @@ impl From<InterruptRaised> for SessionEvent {
     }
 }
 
+impl From<InterruptAnswered> for SessionEvent {
+    fn from(payload: InterruptAnswered) -> Self {
+        SessionEvent::InterruptResumed(payload)
+    }
+}
+
 impl From<TurnDone> for SessionEvent {
     fn from(payload: TurnDone) -> Self {
         SessionEvent::TurnDone(payload)
@@ -402,6 +454,22 @@ mod tests {
             ("tool.call", json!({"id": "call_1", "name": "add", "arguments": "{\"a\":1}", "attempt": 1})),
             ("interrupt", json!({"interrupt_id": "int_1", "reason": "approve?", "payload": {"amount": 5}})),
             ("interrupt", json!({"interrupt_id": "int_1", "reason": "approve?", "payload": null})),
+            (
+                "interrupt",
+                json!({"interrupt_id": "int_1", "reason": "ok?", "payload": null, "resume_schema": {"type": "object"}}),
+            ),
+            (
+                "interrupt.resumed",
+                json!({"interrupt_id": "int_1", "payload": {"approved": true}, "resumed_by": {"kind": "tenant"}}),
+            ),
+            (
+                "interrupt.resumed",
+                json!({"interrupt_id": "int_1", "payload": null, "resumed_by": {"kind": "tenant", "identity": {"id": "u1"}}}),
+            ),
+            (
+                "interrupt.resumed",
+                json!({"interrupt_id": "int_1", "payload": 3, "resumed_by": {"kind": "end_user", "identity": {"id": "u1"}}}),
+            ),
             ("turn.done", json!({"turn_id": "turn_1", "data": {"ok": true, "n": 1.5}})),
             ("turn.done", json!({"turn_id": "turn_1", "data": null})),
             ("turn.failed", json!({"turn_id": "turn_1", "error": "boom", "code": "agent_error"})),
@@ -460,6 +528,7 @@ mod tests {
             interrupt_id: "int_1".into(),
             reason: "r".into(),
             payload: None,
+            resume_schema: None,
         });
         assert_eq!(interrupt.data_json(), r#"{"interrupt_id":"int_1","reason":"r","payload":null}"#);
         let done = SessionEvent::TurnDone(TurnDone { turn_id: "t".into(), data: None });

@@ -854,6 +854,7 @@ macro_rules! wit_conversions {
                             interrupt_id: i.interrupt_id,
                             reason: i.reason,
                             payload: i.payload.as_ref().map(json_text),
+                            resume_schema: i.resume_schema.as_ref().map(json_text),
                         }),
                         p::Action::Done(d) => Self::Done(w::Done { data: d.data.as_ref().map(json_text) }),
                     }
@@ -908,6 +909,7 @@ macro_rules! wit_conversions {
                             interrupt_id: i.interrupt_id,
                             reason: i.reason,
                             payload: opt_json(i.payload, "payload")?,
+                            resume_schema: opt_json(i.resume_schema, "resume_schema")?,
                         }),
                         w::Action::Done(d) => Self::Done(a::Done { data: opt_json(d.data, "data")? }),
                     })

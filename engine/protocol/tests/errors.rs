@@ -512,9 +512,37 @@ fn unknown_fields_are_ignored_in<T: DeserializeOwned + serde::Serialize + Debug>
 fn unknown_fields_are_ignored_everywhere() {
     unknown_fields_are_ignored_in::<DecisionRequest>("decision_request");
     unknown_fields_are_ignored_in::<DecisionResponse>("decision_response");
-    unknown_fields_are_ignored_in::<ClientInput>("client_input");
     unknown_fields_are_ignored_in::<Action>("action");
     unknown_fields_are_ignored_in::<Trigger>("trigger");
+}
+
+/// A client input refuses a field it does not know at its top level (a
+/// typo there changes what the input does), naming it; the objects inside
+/// it (messages, content, client context) are as lenient as everywhere.
+#[test]
+fn a_client_input_refuses_unknown_fields_of_its_own() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/protocol/client_input");
+    let mut seen = 0;
+    for file in fs::read_dir(&root).unwrap_or_else(|e| panic!("reading {}: {e}", root.display())) {
+        let path = file.expect("directory entry").path();
+        let name = path.display().to_string();
+        let original: Value = serde_json::from_str(&fs::read_to_string(&path).expect("readable")).expect("JSON");
+        let mut nested = original.clone();
+        for value in nested.as_object_mut().expect("an input is an object").values_mut() {
+            with_extra_fields(value);
+        }
+        let parsed: ClientInput = from_json(&nested.to_string()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut written = to_value(&parsed);
+        without_extra_fields(&mut written);
+        assert_eq!(written, original, "{name}");
+
+        let mut top = original.clone();
+        top.as_object_mut().expect("an object").insert(EXTRA.to_owned(), json!(1));
+        let error = from_json::<ClientInput>(&top.to_string()).expect_err(&name);
+        assert!(error.message().contains(&format!("unknown field `{EXTRA}`")), "{name}: {error}");
+        seen += 1;
+    }
+    assert!(seen > 0, "no client input fixtures");
 }
 
 #[test]

@@ -907,7 +907,7 @@ impl AguiRun {
                     self.finish(out, json!({"type": "success", "pendingToolCallIds": pending}), None).await;
                 }
             }
-            SessionEvent::Interrupt(InterruptRaised { interrupt_id, reason, payload }) => {
+            SessionEvent::Interrupt(InterruptRaised { interrupt_id, reason, payload, .. }) => {
                 // Every interrupt open now, this one whatever the read says.
                 let mut open: Vec<(String, String, Option<Value>)> =
                     match self.state.engine.snapshot(&self.tenant, &self.session).await {
@@ -953,7 +953,9 @@ impl AguiRun {
                     self.finish_error(out, &code, error).await;
                 }
             }
-            SessionEvent::TurnStarted(_) => {}
+            // AG-UI has no event for it: the run a resume starts is the
+            // client's own.
+            SessionEvent::TurnStarted(_) | SessionEvent::InterruptResumed(_) => {}
         }
     }
 

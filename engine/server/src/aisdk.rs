@@ -860,7 +860,9 @@ impl Translator {
 
     async fn translate(&mut self, event: SessionEvent, out: &mut Vec<Value>) {
         match event {
-            SessionEvent::TurnStarted(_) => {}
+            // The chat protocol has no part for a resume: the request
+            // that resumes is the client's own.
+            SessionEvent::TurnStarted(_) | SessionEvent::InterruptResumed(_) => {}
             // The agent's state, as a data part the SDK keeps one of (the
             // latest replaces the one before: same id).
             SessionEvent::State(changed) => {

@@ -130,6 +130,10 @@ pub struct SessionView {
     /// decision; omitted before the first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_version: Option<String>,
+    /// The sequence number of the session's latest stored event (what
+    /// `GET …/events` replays up to); omitted before the first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_event_id: Option<u64>,
 }
 
 /// A session's tree whose path nodes refer to the path's messages, written
@@ -372,6 +376,7 @@ pub async fn snapshot(
         ancestry: r.ancestry,
         identity: r.identity,
         agent_version: r.agent_version,
+        last_event_id: r.next.event.checked_sub(1),
     };
     // The session's JSON (each message twice: the path and the tree) is
     // never held whole: it goes out as it is written, and the tenant's

@@ -160,7 +160,7 @@ export function follow(sessionId, { onEvent, onState }) {
   let stopped = false;
   let last = null;
   let retry = null;
-  const names = ['turn.started', 'message', 'llm.token.delta', 'tool.call', 'interrupt', 'turn.done', 'turn.failed', 'state'];
+  const names = ['turn.started', 'message', 'llm.token.delta', 'tool.call', 'interrupt', 'interrupt.resumed', 'turn.done', 'turn.failed', 'state'];
   const open = async () => {
     if (stopped) return;
     let url = `/v1/sessions/${enc(sessionId)}/events`;

@@ -113,7 +113,10 @@ export function sessionView(main, id) {
         h('h3', {}, 'Interrupt ', h('code', {}, String(it.interrupt_id))),
         h('p', {}, String(it.reason ?? '')),
         it.payload !== undefined && it.payload !== null ? h('pre', { testid: 'interrupt-payload' }, pretty(it.payload)) : null,
-        h('label', { for: `resume-${i}` }, 'Resume payload (JSON, optional)'), area,
+        it.resume_schema !== undefined && it.resume_schema !== null
+          ? h('details', {}, h('summary', {}, 'The payload must satisfy this schema'), h('pre', { testid: 'interrupt-schema' }, pretty(it.resume_schema)))
+          : null,
+        h('label', { for: `resume-${i}` }, it.resume_schema ? 'Resume payload (JSON)' : 'Resume payload (JSON, optional)'), area,
         h('button', { type: 'submit', testid: 'resume-interrupt' }, 'Resume'),
       ));
     });

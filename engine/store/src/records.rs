@@ -337,6 +337,9 @@ pub struct OpenInterrupt {
     pub reason: String,
     /// What the resumer needs.
     pub payload: Option<Value>,
+    /// The JSON Schema a resume payload must satisfy; `None`: any payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_schema: Option<Value>,
 }
 
 /// A recorded message and its parent in the tree.

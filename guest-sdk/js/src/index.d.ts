@@ -207,7 +207,14 @@ export interface SubAgentSpawn {
   retry?: RetryPolicy;
 }
 export interface MessageSend { type: 'message.send'; session_id: string; message: DraftMessage }
-export interface Interrupt { type: 'interrupt'; interrupt_id?: string; reason: string; payload?: Json }
+export interface Interrupt {
+  type: 'interrupt';
+  interrupt_id?: string;
+  reason: string;
+  payload?: Json;
+  /** A JSON Schema the resume payload must satisfy; the engine refuses a resume that fails it. */
+  resume_schema?: Json;
+}
 export interface Done { type: 'done'; data?: Json }
 export type Action =
   | LlmCall

@@ -418,7 +418,10 @@ const Action = union('Action', 'type', {
     rec('SubAgentSpawn', { session_id: str, agent_id: str, tool_call_id: str, retry: opt(RetryPolicy) }),
   ],
   'message.send': ['message-send', rec('MessageSend', { session_id: str, message: DraftMessage })],
-  interrupt: ['interrupt', rec('Interrupt', { interrupt_id: opt(str), reason: str, payload: opt(json) })],
+  interrupt: [
+    'interrupt',
+    rec('Interrupt', { interrupt_id: opt(str), reason: str, payload: opt(json), resume_schema: opt(json) }),
+  ],
   done: ['done', rec('Done', { data: opt(json) })],
 });
 

@@ -6,6 +6,7 @@ mod chaos;
 mod crash;
 mod hostile;
 mod inspector;
+mod interrupts;
 mod new;
 mod postgres;
 mod replay;

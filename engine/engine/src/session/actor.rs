@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
+use subs_protocol::event::Resumer;
 use subs_protocol::{CallKind, CallStatus, ClientInput, DecisionResponse, Handler, Trigger};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -1253,6 +1254,10 @@ impl Actor {
         }
         let mut ctx = self.env.ctx();
         ctx.incoming = trace;
+        ctx.resumer = match &sender {
+            Sender::Tenant(identity) => Resumer::Tenant { identity: identity.clone() },
+            Sender::Owner(identity) => Resumer::EndUser { identity: identity.clone() },
+        };
         if self.session.as_ref().is_some_and(holds_spawns) {
             // A resume may start the sub-agent calls an interrupt held.
             self.env.tenants.count_trees(&self.key.tenant).await;

@@ -4,7 +4,9 @@
 
 use serde_json::{Value, json};
 use subs_protocol::action::LlmCall;
-use subs_protocol::event::{ClientToolCall, InterruptRaised, StateChanged, TurnDone, TurnFailed, TurnStarted};
+use subs_protocol::event::{
+    ClientToolCall, InterruptAnswered, InterruptRaised, Resumer, StateChanged, TurnDone, TurnFailed, TurnStarted,
+};
 use subs_protocol::trigger::{
     ClientAction as ActionTrigger, InterruptResumed, LlmFinished, SubAgentFinished, ToolExecute, ToolFinished,
 };
@@ -59,6 +61,9 @@ pub(crate) struct Ctx<'a> {
     /// The span of the decision being applied: the parent of the calls it
     /// starts.
     pub decision: Option<SpanRef>,
+    /// Who sends the input being taken, as an `interrupt.resumed` event
+    /// records it.
+    pub resumer: Resumer,
 }
 
 /// Whether a tenant may have more sessions, and what its agents may
@@ -250,9 +255,26 @@ impl Session {
             }
             ClientInput::InterruptResume(resume) => {
                 let Some(i) = self.record.interrupts.iter().position(|i| i.interrupt_id == resume.interrupt_id) else {
-                    return Err(InputError::Conflict(format!("no interrupt `{}` is waiting", resume.interrupt_id)));
+                    return Err(InputError::Conflict(format!(
+                        "no interrupt `{}` is waiting: it was resumed already, its turn ended, or it never existed",
+                        resume.interrupt_id
+                    )));
                 };
+                // Checked before anything changes: a refused payload leaves
+                // the interrupt open for a corrected one.
+                if let Some(schema) = &self.record.interrupts[i].resume_schema {
+                    let payload = resume.payload.clone().unwrap_or(Value::Null);
+                    if let Err((field, message)) = crate::tools::check_resume_payload(schema, &payload) {
+                        return Err(InputError::Invalid { message, field: Some(field) });
+                    }
+                }
                 self.record.interrupts.remove(i);
+                let answered = InterruptAnswered {
+                    interrupt_id: resume.interrupt_id.clone(),
+                    payload: resume.payload.clone(),
+                    resumed_by: ctx.resumer.clone(),
+                };
+                self.emit(SessionEvent::InterruptResumed(answered), change);
                 self.push_step(
                     StoredTrigger::Plain {
                         trigger: Trigger::InterruptResumed(InterruptResumed {
@@ -780,8 +802,14 @@ impl Session {
                     interrupt_id: interrupt_id.clone(),
                     reason: interrupt.reason.clone(),
                     payload: interrupt.payload.clone(),
+                    resume_schema: interrupt.resume_schema.clone(),
                 });
-                let raised = InterruptRaised { interrupt_id, reason: interrupt.reason, payload: interrupt.payload };
+                let raised = InterruptRaised {
+                    interrupt_id,
+                    reason: interrupt.reason,
+                    payload: interrupt.payload,
+                    resume_schema: interrupt.resume_schema,
+                };
                 self.emit(SessionEvent::Interrupt(raised), change);
             }
             Action::Done(done) => self.end_turn(done.data, ctx, change),
@@ -1671,6 +1699,7 @@ mod tests {
             tracer: &crate::telemetry::Tracer::default(),
             incoming: None,
             decision: None,
+            resumer: Resumer::Tenant { identity: None },
         })
     }
 
@@ -1864,6 +1893,53 @@ mod tests {
     }
 
     #[test]
+    fn a_resume_failing_the_schema_changes_nothing_and_an_accepted_one_is_an_event_naming_its_sender() {
+        with_ctx(|ctx| {
+            let mut session = session();
+            session.record.interrupts.push(OpenInterrupt {
+                interrupt_id: "i1".to_owned(),
+                reason: "approve?".to_owned(),
+                payload: None,
+                resume_schema: Some(json!({"type": "object", "required": ["approved"]})),
+            });
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let input = |payload: Value| {
+                ClientInput::InterruptResume(subs_protocol::client::InterruptResume {
+                    interrupt_id: "i1".to_owned(),
+                    payload: Some(payload),
+                })
+            };
+            let mut change = Change::default();
+            let refused = runtime.block_on(session.accept_input(input(json!({"ok": 1})), ctx, &mut change));
+            let Err(InputError::Invalid { field, message }) = refused else { panic!("{refused:?}") };
+            assert_eq!(field.as_deref(), Some("payload"));
+            assert!(message.contains("\"approved\" is a required property"), "{message}");
+            assert_eq!(session.record.interrupts.len(), 1, "still open");
+            assert!(change.batch.is_empty() && change.events.is_empty() && session.steps.is_empty());
+
+            let alice = subs_protocol::WorkerIdentity { id: Some("alice".to_owned()), metadata: None };
+            let ctx = Ctx { resumer: Resumer::EndUser { identity: alice }, incoming: None, decision: None, ..*ctx };
+            let accepted = runtime.block_on(session.accept_input(input(json!({"approved": true})), &ctx, &mut change));
+            assert!(accepted.is_ok(), "{accepted:?}");
+            assert!(session.record.interrupts.is_empty());
+            assert_eq!(
+                events(&change),
+                [(
+                    "interrupt.resumed".to_owned(),
+                    json!({
+                        "interrupt_id": "i1",
+                        "payload": {"approved": true},
+                        "resumed_by": {"kind": "end_user", "identity": {"id": "alice"}}
+                    })
+                )]
+            );
+            assert!(
+                matches!(pushed_trigger(&session), Trigger::InterruptResumed(r) if r.payload == Some(json!({"approved": true})))
+            );
+        });
+    }
+
+    #[test]
     fn calls_made_with_an_interrupt_wait_queued_until_the_last_resume_then_start_in_order() {
         with_ctx(|ctx| {
             let mut session = session();
@@ -1884,6 +1960,7 @@ mod tests {
                     interrupt_id: Some(id.to_owned()),
                     reason: "wait".to_owned(),
                     payload: None,
+                    resume_schema: None,
                 })
             };
             let decision = DecisionResponse::new()
@@ -2007,7 +2084,7 @@ mod tests {
     /// children created, and the errors of the spawns refused.
     fn spawn(session: &mut Session, n: usize, quota: &Bounded, change: &mut Change) -> (Vec<String>, Vec<String>) {
         with_ctx(|ctx| {
-            let ctx = Ctx { quota, incoming: None, decision: None, ..*ctx };
+            let ctx = Ctx { quota, incoming: None, decision: None, resumer: ctx.resumer.clone(), ..*ctx };
             for i in 0..n {
                 let spawn = subs_protocol::action::SubAgentSpawn {
                     session_id: format!("{}.{i}", session.record.key.session),
@@ -2136,6 +2213,7 @@ mod tests {
                 interrupt_id: "i1".to_owned(),
                 reason: "ask".to_owned(),
                 payload: None,
+                resume_schema: None,
             });
             let mut change = Change::default();
             session.end_turn(Some(json!({"answer": 42})), ctx, &mut change);

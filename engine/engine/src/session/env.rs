@@ -91,6 +91,7 @@ impl Env {
             tracer: &self.tracer,
             incoming: None,
             decision: None,
+            resumer: subs_protocol::event::Resumer::Tenant { identity: None },
         }
     }
 

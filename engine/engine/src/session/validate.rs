@@ -77,8 +77,9 @@ pub(crate) async fn validate(
                     .map_err(at)?;
             }
             Action::ToolError(e) => {
-                check_settle(session, trigger, e.id.as_deref(), e.attempt, CallKind::ToolCall, &mut settled)
+                let id = check_settle(session, trigger, e.id.as_deref(), e.attempt, CallKind::ToolCall, &mut settled)
                     .map_err(at)?;
+                check_queued_error(session, &id, e.retryable).map_err(at)?;
             }
             Action::LlmResult(r) => {
                 let id = check_settle(session, trigger, r.id.as_deref(), r.attempt, CallKind::LlmCall, &mut settled)
@@ -89,8 +90,9 @@ pub(crate) async fn validate(
                 }
             }
             Action::LlmError(e) => {
-                check_settle(session, trigger, e.id.as_deref(), e.attempt, CallKind::LlmCall, &mut settled)
+                let id = check_settle(session, trigger, e.id.as_deref(), e.attempt, CallKind::LlmCall, &mut settled)
                     .map_err(at)?;
+                check_queued_error(session, &id, e.retryable).map_err(at)?;
             }
             Action::SubAgentSpawn(spawn) => {
                 // The config the decision sets, when it sets one: its
@@ -157,6 +159,13 @@ pub(crate) async fn validate(
                         return Err(at(format!("interrupt `{id}` is already open")));
                     }
                 }
+                // Refused here, not at resume: an unusable schema would
+                // refuse every payload and leave the turn paused for good.
+                if let Some(schema) = &interrupt.resume_schema
+                    && let Err(e) = tools::check_schema(schema)
+                {
+                    return Err(at(format!("resume_schema is not a usable JSON Schema: {e}")));
+                }
             }
             Action::Done(_) => {
                 if let Some(interrupt) = interrupt_at {
@@ -213,9 +222,6 @@ fn check_settle(
     let Some(call) = session.open_call(id) else {
         return Err(format!("call `{id}` is not in flight"));
     };
-    if call.call.status == subs_protocol::CallStatus::Queued {
-        return Err(format!("call `{id}` is queued behind an open interrupt and has not started"));
-    }
     if call.call.kind != kind {
         return Err(format!("call `{id}` is a {:?} call, not a {kind:?} call", call.call.kind));
     }
@@ -232,6 +238,20 @@ fn check_settle(
         return Err(format!("call `{id}` is settled twice"));
     }
     Ok(id.to_owned())
+}
+
+/// A call queued behind an open interrupt may be settled before it
+/// starts (a denied approval: the call never runs), but only for good: a
+/// retryable error would start a new try while the branch is paused.
+fn check_queued_error(session: &Session, id: &str, retryable: Option<bool>) -> Result<(), String> {
+    let queued = session.open_call(id).is_some_and(|c| c.call.status == subs_protocol::CallStatus::Queued);
+    if queued && retryable == Some(true) {
+        return Err(format!(
+            "call `{id}` is queued behind an open interrupt and has not started: it may be settled, but not with a \
+             retryable error"
+        ));
+    }
+    Ok(())
 }
 
 /// What a worker says an LLM call cost and used is added to the session's
@@ -566,6 +586,7 @@ mod bounds {
             interrupt_id: "i1".to_owned(),
             reason: "earlier".to_owned(),
             payload: None,
+            resume_schema: None,
         });
         let refused = checked(&open, vec![interrupt], ACTIONS).unwrap_err();
         assert_eq!(refused, "actions[0] (interrupt): interrupt `i1` is already open");

@@ -761,6 +761,8 @@ class Interrupt(Action):
     interrupt_id: Optional[str] = None
     reason: str
     payload: Optional[Any] = None
+    #: A JSON Schema the resume payload must satisfy.
+    resume_schema: Optional[Any] = None
 
 
 @dataclass(kw_only=True)

@@ -85,10 +85,21 @@ impl Agent for Scenario {
                 if text.starts_with("interrupt") {
                     let mut decision = request.proposed;
                     decision.actions = None;
+                    // "interrupt with schema": the resume must be an
+                    // approval, `{"approved": bool, "reason"?: string}`.
+                    let resume_schema = text.contains("with schema").then(|| {
+                        json!({
+                            "type": "object",
+                            "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
+                            "required": ["approved"],
+                            "additionalProperties": false
+                        })
+                    });
                     let interrupt = subs_sdk::action::Interrupt {
                         interrupt_id: Some("approval".to_owned()),
                         reason: "needs approval".to_owned(),
                         payload: Some(json!({"question": text})),
+                        resume_schema,
                     };
                     Ok(decision.with_action(interrupt))
                 } else if text.starts_with("hold") {
@@ -98,6 +109,7 @@ impl Agent for Scenario {
                         interrupt_id: Some("hold".to_owned()),
                         reason: "hold the call".to_owned(),
                         payload: None,
+                        resume_schema: None,
                     };
                     let add = subs_sdk::action::ToolCall {
                         id: None,

@@ -602,12 +602,14 @@ declare module 'subs:agent/types@0.1.0' {
     message: DraftMessage,
   }
   /**
-   * `interrupt`.
+   * `interrupt`; `resume-schema` is a JSON Schema the resume payload
+   * must satisfy.
    */
   export interface Interrupt {
     interruptId?: string,
     reason: string,
     payload?: Json,
+    resumeSchema?: Json,
   }
   /**
    * `done`.

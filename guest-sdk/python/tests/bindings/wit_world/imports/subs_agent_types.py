@@ -675,11 +675,13 @@ class MessageSend:
 @dataclass
 class Interrupt:
     """
-    `interrupt`.
+    `interrupt`; `resume-schema` is a JSON Schema the resume payload
+    must satisfy.
     """
     interrupt_id: Optional[str]
     reason: str
     payload: Optional[str]
+    resume_schema: Optional[str]
 
 @dataclass
 class Done:
