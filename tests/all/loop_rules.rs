@@ -390,12 +390,13 @@ async fn a_call_denied_on_resume_is_never_run_and_the_turn_goes_on() {
 // ---- rules a decision must keep ---------------------------------------------
 
 /// Runs one turn whose `client.messages` decision is `decision`, under an
-/// agent whose deliveries are not retried; the error of the turn's
-/// `turn.failed` (`decision_failed`).
+/// agent whose retry policy allows three more deliveries; the error of the
+/// turn's `turn.failed` (`decision_failed`). A refused decision would be
+/// refused again, so it is delivered once: the turn fails at once.
 async fn refused(decision: Value) -> String {
     let worker = Scripted::start(move |r| {
         Some(match kind(r) {
-            "session.start" => config(0),
+            "session.start" => config(3),
             "client.messages" => decision.clone(),
             _ => json!({"actions": [{"type": "done"}]}),
         })
@@ -405,6 +406,8 @@ async fn refused(decision: Value) -> String {
     let turn = say(&s, "rules", "w", "go").await;
     let (end, data) = turn_end(&s, "rules", &turn).await;
     assert_eq!((end.as_str(), &data["code"]), ("turn.failed", &json!("decision_failed")), "{data}");
+    assert_eq!(worker.of_kind("rules", "client.messages").len(), 1, "not delivered again");
+    assert!(data["error"].as_str().unwrap().starts_with("no decision after 1 deliveries"), "{data}");
     // Nothing of the refused decision was applied.
     let view = snapshot(&s, "rules").await;
     assert_eq!(view["messages"], json!([]), "{view}");
@@ -718,6 +721,48 @@ async fn message_send_reaches_the_family_and_no_other_session() {
 }
 
 // ---- sub-agents and client calls: cancels and deadlines -----------------------
+
+/// A spawn of an agent nobody registered fails at once: the child's first
+/// delivery finds no agent, which a retry would not change, so its turn
+/// fails and the parent hears of it without a backoff.
+#[tokio::test]
+async fn a_sub_agent_of_an_unknown_agent_fails_at_once() {
+    let worker = Scripted::start(|r| {
+        Some(match kind(r) {
+            "session.start" => {
+                let mut config = config(0);
+                config["agent"]["sub_agents"] = json!([{"id": "ghost"}]);
+                config
+            }
+            "client.messages" => json!({
+                "messages": [{"role": "assistant", "tool_calls": [
+                    {"id": "tc1", "type": "function", "function": {"name": "ghost", "arguments": "{}"}}
+                ]}],
+                "actions": [{
+                    "type": "sub_agent.spawn", "session_id": "haunt.ghost", "agent_id": "ghost", "tool_call_id": "tc1",
+                    "retry": {"timeout_secs": 60, "max_retries": 0, "backoff_base_secs": 0.01, "backoff_max_secs": 0.01}
+                }]
+            }),
+            "sub_agent.finished" => json!({"actions": [{"type": "done", "data": {
+                "ok": r["trigger"]["ok"], "seen": r["trigger"]["error"]
+            }}]}),
+            _ => json!({}),
+        })
+    })
+    .await;
+    // The child has no config, so the engine's default policy (two more
+    // deliveries) would apply to a failure worth retrying.
+    let s = server(&worker, None, None).await;
+    let turn = say(&s, "haunt", "w", "delegate").await;
+    let (end, data) = turn_end(&s, "haunt", &turn).await;
+    assert_eq!(end, "turn.done", "{data}");
+    assert_eq!(data["data"]["ok"], false, "{data}");
+    let error = data["data"]["seen"].as_str().unwrap();
+    assert!(error.contains("no agent `ghost` is registered"), "{error}");
+    let (end, data) = first_end(&s, "haunt.ghost").await;
+    assert_eq!(end, "turn.failed", "{data}");
+    assert!(data["error"].as_str().unwrap().starts_with("no decision after 1 deliveries"), "{data}");
+}
 
 /// A worker whose root agent spawns the child `<session>.kid` with
 /// `retry` and ends its turn with what `sub_agent.finished` said; the

@@ -233,7 +233,7 @@ async fn the_same_turn_id_twice_is_one_turn(t: TestEngine) {
 
 /// `wait_turn` answers with the turn it was asked for, as stored, even
 /// when a turn queued before it ends first (its end wakes the waiter too):
-/// the first turn here fails (after retried deliveries), the second is
+/// the first turn here fails (its decision broke a rule), the second is
 /// done.
 async fn waiting_for_a_queued_turn_returns_that_turn(t: TestEngine) {
     let first = t.send("queue", "scenario", "invalid please").await;
@@ -248,7 +248,7 @@ async fn waiting_for_a_queued_turn_returns_that_turn(t: TestEngine) {
     assert_eq!(failed.status, TurnStatus::Failed, "an ended turn, from the store: {failed:?}");
 }
 
-async fn an_invalid_decision_is_rejected_retried_then_fails_the_turn(t: TestEngine) {
+async fn an_invalid_decision_is_rejected_and_fails_the_turn_at_once(t: TestEngine) {
     t.chat("bad", "scenario", "count once").await;
     let before = t.snapshot("bad").await;
 
@@ -257,7 +257,7 @@ async fn an_invalid_decision_is_rejected_retried_then_fails_the_turn(t: TestEngi
     let data = turn.data.unwrap();
     let error = data["error"].as_str().unwrap();
     assert!(error.contains("call `nope` is not in flight"), "the rule is named: {error}");
-    assert!(error.contains("after 3 deliveries"), "retried per policy: {error}");
+    assert!(error.contains("after 1 deliveries"), "a broken rule is not retried: {error}");
     let failed = t.engine.events(TENANT, "bad", None, 100).await.unwrap().pop().unwrap();
     assert_eq!(failed.name, "turn.failed");
     assert_eq!(failed.data["code"], "decision_failed");
@@ -384,7 +384,7 @@ on_every_store!(
     an_edit_forks_a_branch,
     the_same_turn_id_twice_is_one_turn,
     waiting_for_a_queued_turn_returns_that_turn,
-    an_invalid_decision_is_rejected_retried_then_fails_the_turn,
+    an_invalid_decision_is_rejected_and_fails_the_turn_at_once,
     cancel_stops_a_turn_and_keeps_the_session,
     inputs_for_unknown_sessions_and_bad_ids_are_refused,
     a_client_action_and_a_decision_that_leaves_nothing_to_wait_for,

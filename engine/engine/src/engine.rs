@@ -328,7 +328,8 @@ impl Engine {
     }
 
     /// Removes the agent `agent_id` of `tenant`; its sessions' deliveries
-    /// fail (and are retried per policy) until it is registered again.
+    /// fail (at once: no agent is not worth a retry) until it is
+    /// registered again.
     pub fn unregister_agent(&self, tenant: &str, agent_id: &str) {
         self.env.agents.unregister(tenant, agent_id);
     }

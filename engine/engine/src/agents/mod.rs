@@ -866,8 +866,8 @@ impl AgentRegistry {
 
     /// Removes an agent, then the files of its versions that no other
     /// agent has (see [`collect`](Self::collect)). Its sessions stay;
-    /// their deliveries fail (and are retried per policy) until an agent
-    /// of that id is uploaded again. `false` when the tenant had no such
+    /// their deliveries fail (at once, not retried) until an agent of that
+    /// id is uploaded again. `false` when the tenant had no such
     /// agent.
     pub async fn delete(&self, tenant: &str, agent_id: &str) -> Result<bool, StoreError> {
         {

@@ -1352,7 +1352,8 @@ impl Actor {
                     // passing failure.
                     Some(refused) => Err((refused, false)),
                 },
-                Err(rule) => Err((clip(format!("the decision was rejected: {rule}"), ERROR_TEXT_BYTES), true)),
+                // Not retried: the same request would break the same rule.
+                Err(rule) => Err((clip(format!("the decision was rejected: {rule}"), ERROR_TEXT_BYTES), false)),
             },
             // A trap recurs for the same request: it is retried only when
             // the agent's own retry policy asks for retries.

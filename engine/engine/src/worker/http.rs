@@ -586,6 +586,12 @@ mod tests {
             assert!(!http(status).is_retryable(), "{status}");
         }
         assert!(WorkerError::Transport("refused".into()).is_retryable());
+        assert!(WorkerError::Timeout(std::time::Duration::from_secs(1)).is_retryable());
+        // Deterministic: the same request meets them again.
+        assert!(!WorkerError::MalformedDecision(subs_protocol::ProtocolError::new("invalid type")).is_retryable());
+        assert!(!WorkerError::NoAgent("ghost".into()).is_retryable());
+        let not_a_decision = ReplyProblem::NotADecision(subs_protocol::ProtocolError::new("invalid type"));
+        assert!(!bad_reply(StatusCode::OK, not_a_decision).is_retryable());
         let cut = bad_reply(StatusCode::OK, ReplyProblem::Cut("ended".into()));
         assert!(cut.is_retryable());
         assert_eq!(cut.to_string(), "the worker's reply (HTTP 200) broke off: ended");

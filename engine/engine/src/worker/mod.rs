@@ -225,13 +225,17 @@ impl WorkerError {
     pub fn is_retryable(&self) -> bool {
         match self {
             WorkerError::Declined { retryable, .. } => *retryable,
-            // A malformed decision or a timeout may depend on clocks,
-            // randomness or outside services; the retry policy bounds it.
-            WorkerError::MalformedDecision(_) | WorkerError::Timeout(_) => true,
+            // A reply that is not a decision breaks the protocol's schema,
+            // and would again: the turn fails at once, saying why.
+            WorkerError::MalformedDecision(_) => false,
+            // A timeout may depend on load or outside services; the retry
+            // policy bounds it.
+            WorkerError::Timeout(_) => true,
             // A trap recurs for the same request (see `is_trap`).
             WorkerError::Trapped(_) => false,
-            // An agent may be registered (uploaded) between tries.
-            WorkerError::NoAgent(_) => true,
+            // Deterministic: waiting on the chance that someone uploads
+            // the agent meanwhile would only delay the error.
+            WorkerError::NoAgent(_) => false,
             WorkerError::Instantiation(_) => false,
             // The same request would run into the same limit.
             WorkerError::LimitExceeded(_) => false,
@@ -241,8 +245,13 @@ impl WorkerError {
             WorkerError::Http { status, .. } => *status >= 500 || *status == 408 || *status == 429,
             // A worker restarting, a dropped connection: worth another try.
             WorkerError::Transport(_) => true,
-            // As a malformed decision from a component: a proxy's error
-            // page or a stream cut mid-way may not recur.
+            // JSON that breaks the protocol's schema would come again, as
+            // a malformed decision from a component would.
+            WorkerError::BadReply {
+                problem: http::ReplyProblem::NotADecision(_) | http::ReplyProblem::BadEvent { .. },
+                ..
+            } => false,
+            // A proxy's error page or a stream cut mid-way may not recur.
             WorkerError::BadReply { .. } => true,
         }
     }
