@@ -40,8 +40,9 @@ fn an_existing_directory_or_a_bad_name_is_refused() {
 }
 
 /// The Rust project passes its own tests, builds with the one command its
-/// README gives, and the agent it builds runs: a lookup, and a refund
-/// approved through `--resume`.
+/// README gives, and the agent it builds runs: a lookup, and refunds
+/// approved and denied, through `--resume` and at a terminal, the denied
+/// one never run.
 #[test]
 fn a_rust_project_tests_builds_and_runs() {
     let dir = tempfile::tempdir().unwrap();
@@ -84,4 +85,19 @@ fn a_rust_project_tests_builds_and_runs() {
     assert_eq!(denied.code, Some(0), "{}", denied.stderr);
     assert!(denied.stdout.contains("← refund: denied by the approver: no"), "{}", denied.stdout);
     assert!(!denied.stdout.contains("refunded"), "{}", denied.stdout);
+
+    // At a terminal: the approval asked, granted once and denied once.
+    let mut t = crate::run::Terminal::spawn(&["run", wasm]);
+    for (answer, result) in
+        [("y", r#"← refund: {"refunded":5.0,"order_id":"A1"}"#), ("n", "← refund: denied by the approver")]
+    {
+        t.expect(">>> ");
+        t.type_in(&format!("{refund}\n"));
+        t.expect(r#"approve refund {"order_id":"A1","amount":5}? [y/N] "#);
+        t.type_in(&format!("{answer}\n"));
+        t.expect(result);
+    }
+    t.expect(">>> ");
+    t.type_in("/exit\n");
+    assert_eq!(t.wait(), Some(0), "{}", t.text());
 }

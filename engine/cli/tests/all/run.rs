@@ -296,7 +296,7 @@ fn more_agents_make_delegation_work_offline() {
 /// `subs run` at a pseudo-terminal: its stdin, stdout and stderr are the
 /// terminal's, as they are for a person; what it prints is gathered as it
 /// comes.
-struct Terminal {
+pub struct Terminal {
     child: std::process::Child,
     master: std::fs::File,
     output: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
@@ -305,7 +305,7 @@ struct Terminal {
 }
 
 impl Terminal {
-    fn spawn(args: &[&str]) -> Self {
+    pub fn spawn(args: &[&str]) -> Self {
         use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
         let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).expect("a pty");
         grantpt(&master).expect("grantpt");
@@ -330,13 +330,13 @@ impl Terminal {
         Self { child, master, output, seen: 0 }
     }
 
-    fn text(&self) -> String {
+    pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
     }
 
     /// Waits for `text` after what was expected before; panics with the
     /// output after [`crate::PATIENCE`].
-    fn expect(&mut self, text: &str) {
+    pub fn expect(&mut self, text: &str) {
         let deadline = std::time::Instant::now() + crate::PATIENCE;
         loop {
             let output = self.text();
@@ -350,13 +350,13 @@ impl Terminal {
     }
 
     /// Types `bytes` (a line needs its `\n`).
-    fn type_in(&mut self, bytes: &str) {
+    pub fn type_in(&mut self, bytes: &str) {
         use std::io::Write as _;
         self.master.write_all(bytes.as_bytes()).expect("the terminal takes input");
     }
 
     /// The exit code, once it exits (at most [`crate::PATIENCE`]).
-    fn wait(&mut self) -> Option<i32> {
+    pub fn wait(&mut self) -> Option<i32> {
         let deadline = std::time::Instant::now() + crate::PATIENCE;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
