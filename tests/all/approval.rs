@@ -265,3 +265,38 @@ async fn delegation_gives_the_child_the_input_and_returns_its_reply() {
     let tool = texts(&view, "tool");
     assert!(tool.len() == 1 && tool[0].contains("two boxes"), "{view}");
 }
+
+/// The approver as a component (`tests/components/approver`): a denied
+/// refund settles unrun (its body would count it in the state), an
+/// approved one runs, two in one reply are answered one by one.
+#[tokio::test]
+async fn the_component_approver_runs_only_approved_refunds() {
+    let s = TestServer::start(&[]).await;
+    let (status, body) = s.upload("approver", subs_tests::guests::TEST_APPROVER, None).await;
+    assert!(status.is_success(), "{status}: {body}");
+
+    let turn = say(&s, "c", r#"use tool refund with {"order_id": "A1", "amount": 500}"#).await;
+    let open = interrupts(&s, "c", 1).await;
+    resume(&s, "c", &open[0]["interrupt_id"], json!({"approved": false, "reason": "too large"})).await;
+    done(&s, "c", &turn).await;
+    let view = snapshot(&s, "c").await;
+    assert_eq!(texts(&view, "tool"), ["denied by the approver: too large"], "{view}");
+    assert!(view["state"].is_null(), "the refund's body never ran: {view}");
+
+    let turn = say(
+        &s,
+        "c",
+        r#"use tool refund with {"order_id": "A1", "amount": 5} and use tool refund with {"order_id": "B2", "amount": 7}"#,
+    )
+    .await;
+    let open = interrupts(&s, "c", 2).await;
+    for interrupt in &open {
+        let approved = interrupt["payload"]["arguments"]["order_id"] == "A1";
+        resume(&s, "c", &interrupt["interrupt_id"], json!({"approved": approved})).await;
+    }
+    done(&s, "c", &turn).await;
+    let view = snapshot(&s, "c").await;
+    assert_eq!(view["state"], json!({"refunds": 1}), "only the approved refund ran: {view}");
+    let tool = texts(&view, "tool");
+    assert_eq!(tool[1..], ["denied by the approver", r#"{"refunded":5,"refunds":1}"#], "{view}");
+}
