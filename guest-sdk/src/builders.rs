@@ -18,6 +18,20 @@ pub const APPROVAL_CALL_ID: &str = "call_id";
 /// The payload key holding the arguments of an approval request.
 pub const APPROVAL_ARGUMENTS: &str = "arguments";
 
+/// The JSON Schema of the answer to an approval,
+/// `{"approved": bool, "reason"?: string}`: the `resume_schema` of
+/// [`ActionBuilders::approval`]'s interrupt, so that the engine refuses any
+/// other answer (a typo, a missing `approved`) with a 400 and keeps the
+/// approval open.
+pub fn approval_answer_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": { "approved": { "type": "boolean" }, "reason": { "type": "string" } },
+        "required": ["approved"],
+        "additionalProperties": false,
+    })
+}
+
 /// More ways to build an [`Action`].
 pub trait ActionBuilders {
     /// `interrupt` under the id `interrupt_id`, carrying `payload` for
@@ -40,8 +54,9 @@ pub trait ActionBuilders {
 
     /// The `interrupt` asking a person to approve the tool call `call_id` of
     /// `tool` with `arguments`: its id is the call id, its payload
-    /// `{"tool", "call_id", "arguments"}`. The resume payload is
-    /// `{"approved": bool, "reason"?: string}`; a
+    /// `{"tool", "call_id", "arguments"}`, its `resume_schema`
+    /// [`approval_answer_schema`]: the resume payload is
+    /// `{"approved": bool, "reason"?: string}`. A
     /// [`ToolRouter`](crate::ToolRouter) opens and answers these for the
     /// tools it gates.
     fn approval(call_id: impl Into<String>, tool: impl Into<String>, arguments: Value) -> Action;
@@ -72,7 +87,11 @@ impl ActionBuilders for Action {
         let (call_id, tool) = (call_id.into(), tool.into());
         let reason = format!("approve {tool}");
         let payload = json!({ APPROVAL_TOOL: tool, APPROVAL_CALL_ID: call_id.clone(), APPROVAL_ARGUMENTS: arguments });
-        Action::interrupt_with(call_id, reason, payload)
+        let mut action = Action::interrupt_with(call_id, reason, payload);
+        if let Action::Interrupt(interrupt) = &mut action {
+            interrupt.resume_schema = Some(approval_answer_schema());
+        }
+        action
     }
 }
 
@@ -167,6 +186,7 @@ mod tests {
         assert_eq!(i.interrupt_id.as_deref(), Some("c1"));
         assert_eq!(i.reason, "approve refund");
         assert_eq!(i.payload, Some(json!({"tool": "refund", "call_id": "c1", "arguments": {"amount": 5}})));
+        assert_eq!(i.resume_schema, Some(approval_answer_schema()));
     }
 
     #[test]

@@ -205,12 +205,22 @@ async fn a_denied_refund_never_runs_and_the_model_reads_why() {
     assert!(answer.contains("denied by the approver: too large"), "the model saw the reason: {answer}");
     assert!(view["state"].is_null(), "{view}");
 
-    // An answer that is not an approval denies too.
+    // An answer that is not an approval is refused by the approval's
+    // resume schema, and the approval stays open for a proper one.
     let turn = say(&s, "no", r#"use tool refund with {"order_id": "A2", "amount": 5}"#).await;
     let open = interrupts(&s, "no", 1).await;
-    resume(&s, "no", &open[0]["interrupt_id"], json!("sure")).await;
+    assert_eq!(open[0]["resume_schema"]["required"], json!(["approved"]), "{}", open[0]);
+    for wrong in [json!("sure"), json!({"aproved": true})] {
+        let body = json!({ "type": "interrupt.resume", "interrupt_id": open[0]["interrupt_id"], "payload": wrong });
+        let (status, body) = s.call(Method::POST, "/v1/sessions/no/input", None, Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    }
+    assert_eq!(interrupts(&s, "no", 1).await, open);
+    resume(&s, "no", &open[0]["interrupt_id"], json!({"approved": false})).await;
     done(&s, "no", &turn).await;
     assert_eq!(runs.load(Ordering::SeqCst), 0);
+    let view = snapshot(&s, "no").await;
+    assert_eq!(texts(&view, "tool").last().unwrap(), "denied by the approver");
 }
 
 #[tokio::test]
