@@ -6,6 +6,7 @@ protocol types are dataclasses, the builders return the actions they name.
 The `# type: ignore[code]` lines are mistakes mypy must report (strict mode
 reports an ignore that is not needed, so each proves its error)."""
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypedDict, assert_type
 
 import subs_sdk
@@ -20,10 +21,13 @@ from subs_sdk import (
     Interrupt,
     RecordingHost,
     SessionStart,
+    SubAgentSpawn,
     Tool,
+    ToolContext,
     ToolExecute,
     ToolResult,
     ToolRouter,
+    WorkerIdentity,
     from_json,
     tool,
     tool_execute,
@@ -87,3 +91,33 @@ assert_type(RecordingHost().decide_json(Counter(), "{}"), dict[str, Any])
 tools: list[Tool[..., object]] = [add, whence, double]
 DecisionResponse(actions=[Action.tool_error("no", retryable=True)], state={"count": 1})
 DecisionResponse(actions=["done"])  # type: ignore[list-item]
+
+
+# Approvals, a tool context with typed state, sub-agents, delegation.
+@dataclass
+class Refunds:
+    count: int = 0
+
+
+approver = ToolRouter().sub_agent("summarizer", "Summarizes a text")
+
+
+@approver.tool(needs_approval=lambda args: args["amount"] > 10)
+def refund(order_id: str, amount: float, cx: ToolContext[Refunds]) -> str:
+    """Refunds an order."""
+    assert_type(cx.state, Refunds)
+    assert_type(cx.call_id, str)
+    assert_type(cx.identity, WorkerIdentity)
+    cx.state.count += 1
+    cx.state.count = "many"  # type: ignore[assignment]
+    cx.info(f"refund {order_id}")
+    return "refunded"
+
+
+assert_type(refund("A1", 5.0, ToolContext(Refunds(), tool_execute("refund", "{}"), None, RecordingHost())), str)
+assert_type(approver.handle(DecisionRequest(trigger=SessionStart()), Context(RecordingHost())), DecisionResponse)
+assert_type(Action.approval("c1", "refund", {"amount": 5}), Interrupt)
+assert_type(Action.spawn("s", "summarizer", "c1"), SubAgentSpawn)
+assert_type(DecisionResponse().delegate(DecisionRequest(trigger=SessionStart()), "summarizer", "hi"), DecisionResponse)
+assert_type(DecisionResponse().replace_actions([Action.done()]), DecisionResponse)
+DecisionResponse().delegate(DecisionRequest(trigger=SessionStart()), "summarizer", {"text": "hi"})  # type: ignore[arg-type]

@@ -22,7 +22,8 @@ Layout:
   ``subs:agent`` (the twin of the engine's ``wit.rs``).
 - :mod:`subs_sdk.agent`: :class:`Agent`, :class:`Context`, :class:`Host`,
   :class:`Level`, :class:`DecideError`.
-- :mod:`subs_sdk.tools`: :func:`tool`, :class:`ToolRouter`.
+- :mod:`subs_sdk.tools`: :func:`tool`, :class:`ToolRouter` (approvals,
+  sub-agents as tools), :class:`ToolContext`.
 - :mod:`subs_sdk.testing`: :class:`RecordingHost`, :func:`tool_execute`.
 - :mod:`subs_sdk.component`: :func:`export`.
 
@@ -114,9 +115,15 @@ from .protocol import (
     InterruptResumeInput,
     ToolResultInput,
     ToolErrorInput,
+    APPROVAL_TOOL,
+    APPROVAL_CALL_ID,
+    APPROVAL_ARGUMENTS,
+    MAX_ID_BYTES,
+    approval_answer_schema,
+    valid_id,
 )
 from .testing import RecordingHost, tool_execute
-from .tools import Tool, ToolRouter, schema_of, tool
+from .tools import APPROVALS_STATE_KEY, ArgumentError, Tool, ToolContext, ToolRouter, schema_of, tool
 
 __version__ = "0.1.0"
 
@@ -131,12 +138,14 @@ interrupt = Action.interrupt
 done = Action.done
 done_with = Action.done_with
 sub_agent_spawn = Action.sub_agent_spawn
+spawn = Action.spawn
+approval = Action.approval
 message_send = Action.message_send
 
 # Static, so that type checkers see every name as exported.
 __all__ = [
     "Agent", "Context", "DecideError", "Host", "Level", "export", "RecordingHost", "tool_execute", "Tool",
-    "ToolRouter", "schema_of", "tool", "llm_call", "tool_call", "tool_result", "tool_error", "llm_result",
+    "ToolRouter", "ToolContext", "ArgumentError", "APPROVALS_STATE_KEY", "schema_of", "tool", "spawn", "approval", "llm_call", "tool_call", "tool_result", "tool_error", "llm_result",
     "llm_error", "interrupt", "done", "done_with", "sub_agent_spawn", "message_send", "ProtocolError",
     "from_json", "to_json", "to_value", "js_number", "jsonable", "parse_json", "dump_json", "Role", "Handler",
     "LlmHandler", "ToolHandler", "LlmFormat", "ReasoningEffort", "ErrorCode", "CallKind", "CallStatus",
@@ -149,5 +158,6 @@ __all__ = [
     "InterruptResumed", "Action", "LlmCall", "ToolCallAction", "ToolResult", "CallError", "ToolError",
     "LlmError", "LlmResult", "SubAgentSpawn", "MessageSend", "Interrupt", "Done", "WorkerIdentity", "Call",
     "DecisionResponse", "DecisionRequest", "ClientInput", "ClientMessageInput", "ClientMessagesInput",
-    "ClientActionInput", "InterruptResumeInput", "ToolResultInput", "ToolErrorInput",
+    "ClientActionInput", "InterruptResumeInput", "ToolResultInput", "ToolErrorInput", "APPROVAL_TOOL", "APPROVAL_CALL_ID", "APPROVAL_ARGUMENTS", "MAX_ID_BYTES",
+    "approval_answer_schema", "valid_id",
 ]

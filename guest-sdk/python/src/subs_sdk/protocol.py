@@ -26,12 +26,14 @@ a fraction, as JavaScript does; values of any JSON are written as they are
 import dataclasses
 import json
 import math
+import unicodedata
 from dataclasses import dataclass, field
 from typing import (
     Any,
     ClassVar,
     Dict,
     FrozenSet,
+    Iterable,
     List,
     Literal,
     Optional,
@@ -57,7 +59,8 @@ __all__ = [
     "Trigger", "SessionStart", "ClientMessages", "ClientAction", "ToolExecute", "ToolFinished", "LlmExecute",
     "LlmFinished", "SubAgentFinished", "InterruptResumed",
     "Action", "LlmCall", "ToolCallAction", "ToolResult", "CallError", "ToolError", "LlmError", "LlmResult",
-    "SubAgentSpawn", "MessageSend", "Interrupt", "Done",
+    "SubAgentSpawn", "MessageSend", "Interrupt", "Done", "APPROVAL_TOOL", "APPROVAL_CALL_ID", "APPROVAL_ARGUMENTS",
+    "MAX_ID_BYTES", "approval_answer_schema", "valid_id",
     "WorkerIdentity", "Call", "DecisionResponse", "DecisionRequest",
     "ClientInput", "ClientMessageInput", "ClientMessagesInput", "ClientActionInput", "InterruptResumeInput",
     "ToolResultInput", "ToolErrorInput",
@@ -654,6 +657,27 @@ class Action(_Tagged):
         """``message.send``."""
         return MessageSend(session_id=session_id, message=message)
 
+    @staticmethod
+    def spawn(session_id: str, agent_id: str, tool_call_id: str) -> "SubAgentSpawn":
+        """``sub_agent.spawn`` of ``agent_id`` as the child session
+        ``session_id``, answering the assistant tool call ``tool_call_id``,
+        whose arguments become the child's first message."""
+        return SubAgentSpawn(session_id=session_id, agent_id=agent_id, tool_call_id=tool_call_id)
+
+    @staticmethod
+    def approval(call_id: str, tool: str, arguments: Any) -> "Interrupt":
+        """The ``interrupt`` asking a person to approve the tool call
+        ``call_id`` of ``tool`` with ``arguments``: its id is the call id, its
+        payload ``{"tool", "call_id", "arguments"}``, its ``resume_schema``
+        :func:`approval_answer_schema` (the resume payload is
+        ``{"approved": bool, "reason"?: str}``). A
+        :class:`~subs_sdk.ToolRouter` opens and answers these for the tools
+        it gates."""
+        payload = {APPROVAL_TOOL: tool, APPROVAL_CALL_ID: call_id, APPROVAL_ARGUMENTS: jsonable(arguments)}
+        return Interrupt(
+            interrupt_id=call_id, reason=f"approve {tool}", payload=payload, resume_schema=approval_answer_schema()
+        )
+
 
 @dataclass(kw_only=True)
 class LlmCall(Action):
@@ -773,6 +797,51 @@ class Done(Action):
     data: Optional[Any] = None
 
 
+# ---- approvals and delegation ------------------------------------------------
+
+#: The payload key naming the tool of an approval request.
+APPROVAL_TOOL = "tool"
+#: The payload key holding the call id of an approval request.
+APPROVAL_CALL_ID = "call_id"
+#: The payload key holding the arguments of an approval request.
+APPROVAL_ARGUMENTS = "arguments"
+#: The most bytes an id may hold (UTF-8), as the engine checks.
+MAX_ID_BYTES = 256
+
+
+def approval_answer_schema() -> Dict[str, Any]:
+    """The JSON Schema of the answer to an approval,
+    ``{"approved": bool, "reason"?: str}``: the ``resume_schema`` of
+    :meth:`Action.approval`'s interrupt, so that the engine refuses any other
+    answer (a typo, a missing ``approved``) with a 400 and keeps the approval
+    open."""
+    return {
+        "type": "object",
+        "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
+        "required": ["approved"],
+        "additionalProperties": False,
+    }
+
+
+def valid_id(id: str) -> bool:
+    """Whether the engine accepts ``id`` as an id: 1 to :data:`MAX_ID_BYTES`
+    bytes, no control characters."""
+    return 0 < len(id.encode("utf-8")) <= MAX_ID_BYTES and not any(unicodedata.category(c) == "Cc" for c in id)
+
+
+def _bounded_id(id: str) -> str:
+    """``id`` when it is a valid id, else a short one derived from it: ids
+    composed from the engine's own may outgrow what an id may hold."""
+    if valid_id(id):
+        return id
+    # FNV-1a, as the Rust SDK: the same ids must come back on a redelivery,
+    # which Python's salted `hash` does not promise.
+    h = 0xCBF29CE484222325
+    for b in id.encode("utf-8"):
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"delegate.{h:016x}"
+
+
 # ---- the decision exchange -------------------------------------------------
 
 
@@ -835,6 +904,32 @@ class DecisionResponse:
 
     def is_empty(self) -> bool:
         return not self.messages and not self.actions and self.state is None and self.agent is None
+
+    def replace_actions(self, actions: Iterable[Action]) -> "DecisionResponse":
+        """The same decision with ``actions`` instead of its own: keep what a
+        proposal records (messages, state, config) and decide something
+        else."""
+        listed = list(actions)
+        self.actions = listed or None
+        return self
+
+    def delegate(self, request: "DecisionRequest", agent_id: str, input: str) -> "DecisionResponse":
+        """Adds a delegation to the sub-agent ``agent_id`` with ``input`` as
+        the child's first message: an assistant message calling ``agent_id``
+        (the call's arguments are ``input``, verbatim) and the
+        ``sub_agent.spawn`` answering it, recorded together. The child's
+        reply comes back as that call's ``tool`` message
+        (``sub_agent.finished``).
+
+        ``agent_id`` must be a sub-agent of the config the decision runs
+        under; the engine refuses the decision otherwise. The call and child
+        ids derive from the request's decision, so a redelivered request
+        delegates under the same ids."""
+        n = sum(1 for a in self.actions or [] if isinstance(a, SubAgentSpawn)) + 1
+        call_id = _bounded_id(f"delegate.{request.decision_id}.{n}")
+        session_id = _bounded_id(f"{request.session_id}.{call_id}")
+        message = DraftMessage(role="assistant", tool_calls=[ToolCall.of(call_id, agent_id, input)])
+        return self.with_message(message).with_action(Action.spawn(session_id, agent_id, call_id))
 
 
 @dataclass(kw_only=True)
