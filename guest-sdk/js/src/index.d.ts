@@ -363,6 +363,35 @@ export declare function subAgentSpawn(
   toolCallId: string,
   fields?: { retry?: RetryPolicy },
 ): SubAgentSpawn;
+/** `sub_agent.spawn` (the Rust SDK's `Action::spawn`). */
+export declare function spawn(sessionId: string, agentId: string, toolCallId: string): SubAgentSpawn;
+/** `interrupt` under the id `interruptId`, carrying `payload` for whoever resumes it. */
+export declare function interruptWith(interruptId: string, reason: string, payload: Json): Interrupt;
+/** The answer a person gives to an approval. */
+export interface ApprovalAnswer { approved: boolean; reason?: string }
+/** The payload of an approval's interrupt. */
+export interface ApprovalRequest { tool: string; call_id: string; arguments: Json }
+/** `{"approved": bool, "reason"?: string}` as JSON Schema: an approval's `resume_schema`. */
+export declare function approvalAnswerSchema(): Schema;
+/**
+ * The `interrupt` asking to approve the call `callId` of `tool`: id the call
+ * id, payload `{tool, call_id, arguments}`, `resume_schema` the answer's.
+ */
+export declare function approval(callId: string, tool: string, args: Json): Interrupt & { interrupt_id: string; payload: ApprovalRequest };
+/** The same decision with `actions` instead of its own (a new object). */
+export declare function replaceActions<State = Json>(decision: DecisionResponse<State>, actions: Action[]): DecisionResponse<State>;
+/**
+ * `decision` with a delegation to the sub-agent `agentId`, `input` being
+ * the child's first message: the assistant tool call and the
+ * `sub_agent.spawn` answering it. The child's reply comes back as that
+ * call's `tool` message. Changes and returns `decision`.
+ */
+export declare function delegate<State = Json>(
+  decision: DecisionResponse<State>,
+  request: DecisionRequest<any>,
+  agentId: string,
+  input: string,
+): DecisionResponse<State>;
 export declare function messageSend(sessionId: string, message: DraftMessage): MessageSend;
 export declare const DraftMessage: Readonly<{
   user(text: string): DraftMessage;
@@ -521,21 +550,53 @@ export declare const s: Readonly<{
   optional<const S extends SchemaLiteral>(schema: S): Optional<S>;
 }>;
 
-/** What the model sees of a tool; `S` is the type of its `input` schema. */
+/**
+ * What the model sees of a tool (`S` is the type of its `input` schema),
+ * and whether a call needs a person's approval before it runs: `true`, or
+ * a function of the arguments deciding per call.
+ */
 export interface ToolDeclaration<S extends SchemaLiteral = Schema> {
   name: string;
   description?: string;
   input?: S;
   output?: SchemaLiteral;
   handler?: ToolHandler;
+  needsApproval?: boolean | ((args: FromSchema<S>) => boolean);
 }
 
-/** A tool's code: the arguments (typed `A`) and the `tool.execute` being answered. */
-export type ToolRun<A> = (args: A, call: ToolExecute) => unknown;
+/** The key of the state under which a ToolRouter keeps approval answers; tools never see it. */
+export declare const APPROVALS_STATE_KEY: 'subs_approvals';
 
-export interface Tool<A = any> {
+/**
+ * What a tool's code sees: the `tool.execute` trigger's fields, the
+ * session's `state` (typed `State`, `null` before the agent wrote any; what
+ * it holds after the tool becomes the session's state), the owner's
+ * `identity`, the `request`, and logging.
+ */
+export declare class ToolContext<State = Json> extends Context {
+  constructor(call: ToolExecute, options?: { request?: DecisionRequest<any>; state?: State | null; host?: Host });
+  readonly call: ToolExecute;
+  /** The call's id: the same on every execution of one call, for idempotency. */
+  readonly callId: string;
+  readonly id: string;
+  readonly name: string;
+  readonly arguments: string;
+  readonly input: ToolInput;
+  readonly attempt: number;
+  readonly deadline?: string;
+  /** The whole request; absent when the router ran the call without it (`execute`). */
+  readonly request: DecisionRequest<any> | undefined;
+  readonly identity: WorkerIdentity;
+  state: State | null;
+}
+
+/** A tool's code: the arguments (typed `A`) and its context. */
+export type ToolRun<A, State = any> = (args: A, ctx: ToolContext<State>) => unknown;
+
+export interface Tool<A = any, State = any> {
   readonly declaration: Readonly<AgentTool>;
-  readonly run: ToolRun<A>;
+  readonly run: ToolRun<A, State>;
+  readonly approval?: (args: any) => boolean;
 }
 
 /**
@@ -545,29 +606,53 @@ export interface Tool<A = any> {
  * any). `tool<Args>(declaration, run)` gives the type instead; a `run`
  * whose parameter is annotated must accept what the schema says.
  */
-export declare function tool<const S extends SchemaLiteral = { type: 'object' }>(
+export declare function tool<const S extends SchemaLiteral = { type: 'object' }, State = any>(
   declaration: ToolDeclaration<S>,
-  run: ToolRun<FromSchema<S>>,
-): Tool<FromSchema<S>>;
-export declare function tool<A extends FromSchema<S>, const S extends SchemaLiteral = {}>(
+  run: ToolRun<FromSchema<S>, State>,
+): Tool<FromSchema<S>, State>;
+export declare function tool<A extends FromSchema<S>, const S extends SchemaLiteral = {}, State = any>(
   declaration: ToolDeclaration<S>,
-  run: ToolRun<A>,
-): Tool<A>;
+  run: ToolRun<A, State>,
+): Tool<A, State>;
 
 /** Checks a value against the shape parts of a JSON Schema; throws with serde's wording. */
 export declare function check(schema: SchemaLiteral, value: unknown): void;
 
-export declare class ToolRouter {
-  constructor(tools?: Tool[]);
-  add(tool: Tool): this;
+/**
+ * The tools an agent runs and the sub-agents the model may call; `State`
+ * is the session state its tools read and write (`Agent<State>`'s).
+ */
+export declare class ToolRouter<State = Json> {
+  constructor(tools?: Tool<any, State>[]);
+  add(tool: Tool<any, State>): this;
   /** `add(tool(declaration, run))`, with `tool()`'s typing. */
-  tool<const S extends SchemaLiteral = { type: 'object' }>(declaration: ToolDeclaration<S>, run: ToolRun<FromSchema<S>>): this;
-  tool<A extends FromSchema<S>, const S extends SchemaLiteral = {}>(declaration: ToolDeclaration<S>, run: ToolRun<A>): this;
+  tool<const S extends SchemaLiteral = { type: 'object' }>(
+    declaration: ToolDeclaration<S>,
+    run: ToolRun<FromSchema<S>, State>,
+  ): this;
+  tool<A extends FromSchema<S>, const S extends SchemaLiteral = {}>(declaration: ToolDeclaration<S>, run: ToolRun<A, State>): this;
+  /** Adds the agent `id` as a tool the model may call; the child's reply is the call's result. */
+  subAgent(id: string, description?: string): this;
   tools(): AgentTool[];
+  subAgents(): SubAgent[];
+  /** `config` with the router's tools and sub-agents added. */
+  configure(config: AgentConfig): AgentConfig;
   get(name: string): AgentTool | undefined;
   handles(name: string): boolean;
+  needsApprovalFor(name: string, args: Json): boolean;
+  /** Runs the call without its session (null state, no identity, no logs). */
   execute(call: ToolExecute): ToolResult | ToolError;
-  decide<State = Json>(request: DecisionRequest<State>): DecisionResponse<State> | undefined;
+  /** `handle` for a `tool.execute`; `undefined` for every other trigger. */
+  decide(request: DecisionRequest<State>, cx?: Context): DecisionResponse<State> | undefined;
+  /**
+   * The whole decision: `tool.execute` run with the session's state (a
+   * gated call only on a recorded approval, else settled "denied by the
+   * approver: <reason>"), approvals answered, and an approval interrupt
+   * added after each gated `tool.call` of any other proposal.
+   */
+  handle(request: DecisionRequest<State>, cx?: Context): DecisionResponse<State>;
+  /** `decision` with an approval after each `tool.call` that needs one. */
+  gate(request: DecisionRequest<State>, decision: DecisionResponse<State>): DecisionResponse<State>;
 }
 
 // ---- testing -----------------------------------------------------------------------------------
@@ -584,6 +669,9 @@ export declare class RecordingHost implements Host {
   decideJson(agent: AgentLike, request: string | DecisionRequest): DecisionResponse;
   text(): string;
 }
+
+/** An `interrupt.resumed` answering the approval of the pending call `callId` of `tool`. */
+export declare function approvalResumed(callId: string, tool: string, payload: Json): DecisionRequest;
 
 export declare function toolExecute(name: string, args: string, options?: { id?: string; attempt?: number }): ToolExecute;
 

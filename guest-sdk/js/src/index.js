@@ -10,7 +10,8 @@
 // Layout: protocol.js (builders of protocol values, which are their JSON),
 // wit.js (the one mapping between the protocol and the WIT types),
 // agent.js (Agent, Context, DecideError, Level), tools.js (tool, s,
-// ToolRouter), testing.js (RecordingHost, toolExecute), component.js
+// ToolRouter, ToolContext: approvals, sub-agents as tools), testing.js
+// (RecordingHost, toolExecute, approvalResumed), component.js
 // (exportAgent). Nothing but component.js knows about WebAssembly, and it
 // reaches the engine's imports through `#host`, which is a stub natively:
 // agents are unit tested with plain `node --test`.
@@ -19,16 +20,22 @@ export { Agent, Context, DecideError, Level } from './agent.js';
 export { exportAgent, decideJson, decideWit } from './component.js';
 export {
   DraftMessage,
+  approval,
+  approvalAnswerSchema,
+  delegate,
   done,
   doneWith,
   interrupt,
+  interruptWith,
   jsNumber,
   llmCall,
   llmError,
   llmResult,
   messageSend,
   messageText,
+  replaceActions,
   requestFor,
+  spawn,
   subAgentSpawn,
   toJson,
   toolCall,
@@ -37,6 +44,6 @@ export {
   withAction,
   withMessage,
 } from './protocol.js';
-export { RecordingHost, toolExecute } from './testing.js';
-export { ToolRouter, check, s, tool } from './tools.js';
+export { RecordingHost, approvalResumed, toolExecute } from './testing.js';
+export { APPROVALS_STATE_KEY, ToolContext, ToolRouter, check, s, tool } from './tools.js';
 export { ProtocolError } from './wit.js';

@@ -60,6 +60,92 @@ export function subAgentSpawn(sessionId, agentId, toolCallId, fields = {}) {
   return { type: 'sub_agent.spawn', session_id: sessionId, agent_id: agentId, tool_call_id: toolCallId, ...fields };
 }
 
+/** `sub_agent.spawn` (the Rust SDK's `Action::spawn`). */
+export function spawn(sessionId, agentId, toolCallId) {
+  return subAgentSpawn(sessionId, agentId, toolCallId);
+}
+
+/** `interrupt` under the id `interruptId`, carrying `payload` for whoever resumes it. */
+export function interruptWith(interruptId, reason, payload) {
+  return { type: 'interrupt', interrupt_id: interruptId, reason, payload };
+}
+
+/**
+ * `{"approved": bool, "reason"?: string}`: the `resume_schema` of an
+ * approval, so that the engine refuses any other answer (a typo, a missing
+ * `approved`) and keeps the approval open.
+ */
+export function approvalAnswerSchema() {
+  return {
+    type: 'object',
+    properties: { approved: { type: 'boolean' }, reason: { type: 'string' } },
+    required: ['approved'],
+    additionalProperties: false,
+  };
+}
+
+/**
+ * The `interrupt` asking a person to approve the tool call `callId` of
+ * `tool` with `args`: its id is the call id, its payload
+ * `{"tool", "call_id", "arguments"}`, its `resume_schema`
+ * `approvalAnswerSchema()`. A ToolRouter opens and answers these for the
+ * tools that need approval.
+ */
+export function approval(callId, tool, args) {
+  const action = interruptWith(callId, `approve ${tool}`, { tool, call_id: callId, arguments: args });
+  action.resume_schema = approvalAnswerSchema();
+  return action;
+}
+
+/**
+ * The same decision with `actions` instead of its own (a new object): keep
+ * what a proposal records (messages, state, config) and decide something
+ * else.
+ */
+export function replaceActions(decision, actions) {
+  const out = { ...decision };
+  if (actions.length) out.actions = [...actions];
+  else delete out.actions;
+  return out;
+}
+
+/**
+ * `decision` with a delegation to the sub-agent `agentId` added, `input`
+ * being the child's first message: an assistant message calling `agentId`
+ * (the call's arguments are `input`, verbatim) and the `sub_agent.spawn`
+ * answering it, recorded together. The child's reply comes back as that
+ * call's `tool` message (`sub_agent.finished`). `agentId` must be a
+ * sub-agent of the config the decision runs under. The call and child
+ * ids derive from the request's decision, so a redelivered request
+ * delegates under the same ids. The decision is changed and returned.
+ */
+export function delegate(decision, request, agentId, input) {
+  const n = (decision.actions ?? []).filter((a) => a.type === 'sub_agent.spawn').length + 1;
+  const callId = boundedId(`delegate.${request.decision_id}.${n}`);
+  const sessionId = boundedId(`${request.session_id}.${callId}`);
+  withMessage(decision, {
+    role: 'assistant',
+    tool_calls: [{ id: callId, type: 'function', function: { name: agentId, arguments: input } }],
+  });
+  return withAction(decision, spawn(sessionId, agentId, callId));
+}
+
+const MAX_ID_BYTES = 256;
+
+/**
+ * `id` when it is a valid id (1 to 256 bytes, no control characters), else
+ * a short one derived from it with FNV-1a, which is stable everywhere and
+ * the same as the Rust SDK's, since a redelivery must find the same ids.
+ */
+function boundedId(id) {
+  const bytes = new TextEncoder().encode(id);
+  // eslint-disable-next-line no-control-regex
+  if (bytes.length > 0 && bytes.length <= MAX_ID_BYTES && !/[\u0000-\u001f\u007f-\u009f]/u.test(id)) return id;
+  let h = 0xcbf29ce484222325n;
+  for (const b of bytes) h = BigInt.asUintN(64, (h ^ BigInt(b)) * 0x100000001b3n);
+  return `delegate.${h.toString(16).padStart(16, '0')}`;
+}
+
 /** `message.send`. */
 export function messageSend(sessionId, message) {
   return { type: 'message.send', session_id: sessionId, message };

@@ -3,6 +3,7 @@
 // build the trigger of a tool call.
 
 import { Context } from './agent.js';
+import { requestFor } from './protocol.js';
 import { jsonText } from './wit.js';
 
 const REFUSAL = 'deltas are only accepted while answering an llm.execute trigger with stream: true';
@@ -76,4 +77,17 @@ export function toolExecute(name, args, { id = 'call-1', attempt = 1 } = {}) {
     input = { status: 'malformed', error: e.message };
   }
   return { type: 'tool.execute', id, name, arguments: args, input, attempt };
+}
+
+/**
+ * The request a ToolRouter gets when a person answers its approval of the
+ * call `callId` of `tool` with `payload` (`{"approved": bool, "reason"?:
+ * string}`): an `interrupt.resumed` with the call still pending.
+ */
+export function approvalResumed(callId, tool, payload) {
+  return {
+    ...requestFor({ type: 'interrupt.resumed', interrupt_id: callId, payload }),
+    calls: [{ id: callId, kind: 'tool_call', status: 'pending', attempt: 1, name: tool }],
+    pending_calls: 1,
+  };
 }

@@ -6,6 +6,7 @@
 import {
   Agent, Context, DecideError, DecisionRequest, DecisionResponse, FromSchema, Json, RecordingHost, Tool, ToolRouter,
   exportAgent, requestFor, s, tool, toolError, toolResult, withAction,
+  ToolContext, approval, approvalResumed, delegate, toolExecute, interruptWith, replaceActions, spawn,
 } from '@subs/sdk';
 import { fromWit, toWit, types } from '@subs/sdk/wit';
 
@@ -119,7 +120,8 @@ expectType<
 expectType<Equal<typeof schedule.description, 'A schedule'>>();
 
 // @ts-expect-error: a required property is missing from what the tool is called with.
-add.run({ a: 1 }, { type: 'tool.execute', id: 'c', name: 'add', arguments: '{}', input: { status: 'valid', value: {} }, attempt: 1 });
+add.run({ a: 1 }, new ToolContext(toolExecute('add', '{}')));
+add.run({ a: 1, b: 2 }, new ToolContext(toolExecute('add', '{}')));
 
 // A tool without `input` takes no arguments: any object, as far as its types go.
 tool({ name: 'ping' }, (args) => {
@@ -195,3 +197,50 @@ void json;
 void logs;
 void results;
 void back;
+
+// ---- approvals, typed state in tools, delegation ---------------------------------------------
+
+interface Refunds { refunds: number }
+
+const refunds = new ToolRouter<Refunds>()
+  .tool(
+    {
+      name: 'refund',
+      input: s.object({ order_id: s.string(), amount: s.number() }),
+      needsApproval: ({ amount }) => {
+        expectType<Equal<typeof amount, number>>();
+        return amount > 10;
+      },
+    },
+    ({ order_id }, ctx) => {
+      expectType<Equal<typeof ctx.state, Refunds | null>>();
+      ctx.state = { refunds: (ctx.state?.refunds ?? 0) + 1 };
+      ctx.info(`refund ${order_id} for ${ctx.identity.id ?? 'anyone'} (${ctx.callId})`);
+      // @ts-expect-error: the state is a Refunds.
+      ctx.state = { refund: 1 };
+      return 'refunded';
+    },
+  )
+  .tool({ name: 'wipe', needsApproval: true }, () => null)
+  .subAgent('summarizer', 'Summarizes a text');
+
+// @ts-expect-error: needsApproval is a boolean or a function of the arguments.
+tool({ name: 'x', needsApproval: 'yes' }, () => null);
+
+class Approver extends Agent<Refunds> {
+  decide(request: DecisionRequest<Refunds>, cx: Context): DecisionResponse<Refunds> {
+    if (request.trigger.type === 'client.messages' && messageAsks(request)) {
+      return delegate(replaceActions(request.proposed, []), request, 'summarizer', 'Summarize the order.');
+    }
+    return refunds.handle(request, cx);
+  }
+}
+function messageAsks(request: DecisionRequest<Refunds>): boolean {
+  return request.messages.length > 3;
+}
+const approved: DecisionResponse = new RecordingHost().decide(new Approver() as unknown as Agent, approvalResumed('c1', 'refund', { approved: true }));
+const asked = approval('c1', 'refund', { order_id: 'A1' });
+expectType<Equal<typeof asked.payload.call_id, string>>();
+withAction({}, interruptWith('pick', 'choose a colour', { options: ['red'] }));
+withAction({}, spawn('child', 'summarizer', 'call-1'));
+void approved;
