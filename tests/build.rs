@@ -108,6 +108,7 @@ const FOREIGN: &[Foreign] = &[
             "examples/tools-js/package.json",
             "examples/tools-js/package-lock.json",
             "examples/tools-js/agent.js",
+            "tests/js",
         ],
         builds: &[
             Build {
@@ -123,6 +124,13 @@ const FOREIGN: &[Foreign] = &[
                 script: "examples/tools-js/build.sh",
                 args: &["--world", "agent"],
                 out: "tools_js_typed.wasm",
+            },
+            Build {
+                name: "TEST_JS_APPROVER",
+                what: "The `tests/js/approver_agent.js` approver agent",
+                script: "tests/js/build.sh",
+                args: &["approver_agent"],
+                out: "approver_js.wasm",
             },
         ],
     },

@@ -6,6 +6,7 @@ mod agui;
 mod aisdk;
 mod api;
 mod approval;
+mod approval_js;
 mod architecture;
 mod bad_guests;
 mod delegation;
