@@ -96,6 +96,13 @@ const FOREIGN: &[Foreign] = &[
                 args: &["faulty_agent"],
                 out: "faulty_py.wasm",
             },
+            Build {
+                name: "TEST_PY_APPROVER",
+                what: "The `tests/python/approver_agent.py` approver agent",
+                script: "tests/python/build.sh",
+                args: &["approver_agent"],
+                out: "approver_py.wasm",
+            },
         ],
     },
     Foreign {

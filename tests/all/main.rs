@@ -7,6 +7,7 @@ mod aisdk;
 mod api;
 mod approval;
 mod approval_js;
+mod approval_py;
 mod architecture;
 mod bad_guests;
 mod delegation;

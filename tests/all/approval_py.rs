@@ -1,0 +1,157 @@
+//! The approver agent written with the Python SDK
+//! (`tests/python/approver_agent.py`, built with componentize-py) over the
+//! real API: `refund` needs a person's approval and counts the refunds its
+//! body made in the session state, so a state without a count proves a
+//! denied refund never ran; `summarizer` (the passthrough component) is a
+//! sub-agent the model may call and the agent delegates to.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use subs_tests::guests;
+use subs_tests::server::TestServer;
+
+/// A server with the Python approver as `approver` and the passthrough
+/// component as `summarizer`.
+async fn server() -> TestServer {
+    let s = TestServer::start(&[]).await;
+    for (agent, component) in [("approver", guests::TEST_PY_APPROVER), ("summarizer", guests::PASSTHROUGH)] {
+        let (status, body) = s.upload(agent, component, None).await;
+        assert!(status.is_success(), "{agent}: {status}: {body}");
+    }
+    s
+}
+
+async fn say(s: &TestServer, session: &str, text: &str) -> String {
+    let (status, body) = s.say(session, "approver", text, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    body["turn_id"].as_str().unwrap().to_owned()
+}
+
+async fn snapshot(s: &TestServer, session: &str) -> Value {
+    let (status, body) = s.call(Method::GET, &format!("/v1/sessions/{session}"), None, None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
+
+/// The open interrupts once `n` are open (at most 20 s).
+async fn interrupts(s: &TestServer, session: &str, n: usize) -> Vec<Value> {
+    for _ in 0..1000 {
+        let open = snapshot(s, session).await["interrupts"].as_array().cloned().unwrap_or_default();
+        if open.len() == n {
+            return open;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{n} interrupts never opened: {}", snapshot(s, session).await)
+}
+
+async fn resume(s: &TestServer, session: &str, interrupt_id: &Value, payload: Value) {
+    let body = json!({ "type": "interrupt.resume", "interrupt_id": interrupt_id, "payload": payload });
+    let (status, body) = s.call(Method::POST, &format!("/v1/sessions/{session}/input"), None, Some(body)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+}
+
+/// Waits for the turn's end; asserts it is `turn.done`.
+async fn done(s: &TestServer, session: &str, turn: &str) {
+    let events = s.wait_turn(session, turn, None).await;
+    let end = events.last().expect("the turn's end");
+    assert_eq!(end.event, "turn.done", "{}", end.data);
+}
+
+fn texts(view: &Value, role: &str) -> Vec<String> {
+    view["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == role)
+        .map(|m| m["content"].as_str().map_or_else(|| m["content"].to_string(), str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_approved_python_refund_runs_and_counts_in_state() {
+    let s = server().await;
+    let turn = say(&s, "yes", r#"use tool refund with {"order_id": "A1", "amount": 5}"#).await;
+    let open = interrupts(&s, "yes", 1).await;
+    let payload = &open[0]["payload"];
+    assert_eq!((&payload["tool"], &payload["arguments"]), (&json!("refund"), &json!({"order_id": "A1", "amount": 5})));
+    assert_eq!(open[0]["interrupt_id"], payload["call_id"], "{payload}");
+    assert_eq!(open[0]["resume_schema"]["required"], json!(["approved"]), "{}", open[0]);
+    assert!(snapshot(&s, "yes").await["state"].is_null(), "nothing runs before the answer");
+
+    resume(&s, "yes", &open[0]["interrupt_id"], json!({"approved": true})).await;
+    done(&s, "yes", &turn).await;
+    let view = snapshot(&s, "yes").await;
+    assert_eq!(texts(&view, "tool"), [r#"{"refunded":5,"refunds":1}"#], "{view}");
+    assert_eq!(view["state"], json!({"refunds": 1}), "the approval is used up");
+
+    // State carries across turns; an ungated tool asks nobody.
+    let turn = say(&s, "yes", r#"use tool lookup_order with {"order_id": "A1"}"#).await;
+    done(&s, "yes", &turn).await;
+    let turn = say(&s, "yes", r#"use tool refund with {"order_id": "A2", "amount": 2}"#).await;
+    let open = interrupts(&s, "yes", 1).await;
+    resume(&s, "yes", &open[0]["interrupt_id"], json!({"approved": true})).await;
+    done(&s, "yes", &turn).await;
+    let view = snapshot(&s, "yes").await;
+    assert_eq!(view["state"], json!({"refunds": 2}), "{view}");
+    let tool = texts(&view, "tool");
+    assert_eq!(tool[1], r#"{"order_id":"A1","status":"shipped"}"#, "{view}");
+}
+
+#[tokio::test]
+async fn a_denied_python_refund_never_runs_and_the_model_reads_why() {
+    let s = server().await;
+    let turn = say(&s, "no", r#"use tool refund with {"order_id": "A1", "amount": 500}"#).await;
+    let open = interrupts(&s, "no", 1).await;
+    resume(&s, "no", &open[0]["interrupt_id"], json!({"approved": false, "reason": "too large"})).await;
+    done(&s, "no", &turn).await;
+    let view = snapshot(&s, "no").await;
+    assert_eq!(texts(&view, "tool"), ["denied by the approver: too large"], "{view}");
+    let answer = texts(&view, "assistant").pop().unwrap();
+    assert!(answer.contains("denied by the approver: too large"), "the model saw the reason: {answer}");
+    assert!(view["state"].is_null(), "the refund's body never ran: {view}");
+
+    // Two in one reply, answered one by one: only the approved one runs.
+    let turn = say(
+        &s,
+        "no",
+        r#"use tool refund with {"order_id": "A1", "amount": 5} and use tool refund with {"order_id": "B2", "amount": 7}"#,
+    )
+    .await;
+    let open = interrupts(&s, "no", 2).await;
+    let (a1, b2) =
+        if open[0]["payload"]["arguments"]["order_id"] == "A1" { (&open[0], &open[1]) } else { (&open[1], &open[0]) };
+    resume(&s, "no", &b2["interrupt_id"], json!({"approved": false, "reason": "not B2"})).await;
+    assert_eq!(interrupts(&s, "no", 1).await[0]["interrupt_id"], a1["interrupt_id"], "the other stays open");
+    resume(&s, "no", &a1["interrupt_id"], json!({"approved": true})).await;
+    done(&s, "no", &turn).await;
+    let view = snapshot(&s, "no").await;
+    assert_eq!(view["state"], json!({"refunds": 1}), "only the approved refund ran: {view}");
+    let mut tool = texts(&view, "tool")[1..].to_vec();
+    tool.sort();
+    assert_eq!(tool, ["denied by the approver: not B2", r#"{"refunded":5,"refunds":1}"#], "{view}");
+}
+
+#[tokio::test]
+async fn a_python_agent_delegates_and_offers_its_sub_agent_as_a_tool() {
+    let s = server().await;
+    // Delegated by the agent's code: the child's first message is the input.
+    let turn = say(&s, "d", "summarize: the order shipped on Monday").await;
+    done(&s, "d", &turn).await;
+    let view = snapshot(&s, "d").await;
+    let call = view["messages"].as_array().unwrap().iter().find(|m| m["tool_calls"].is_array()).expect("the call");
+    assert_eq!(call["tool_calls"][0]["function"]["name"], "summarizer", "{view}");
+    assert_eq!(call["tool_calls"][0]["function"]["arguments"], "the order shipped on Monday");
+    let tool = texts(&view, "tool");
+    assert_eq!(tool.len(), 1, "{view}");
+    assert!(tool[0].contains("You said: the order shipped on Monday"), "the child's reply: {}", tool[0]);
+
+    // Called by the model, as a tool.
+    let turn = say(&s, "m", r#"use tool summarizer with {"prompt": "two boxes"}"#).await;
+    done(&s, "m", &turn).await;
+    let view = snapshot(&s, "m").await;
+    let tool = texts(&view, "tool");
+    assert!(tool.len() == 1 && tool[0].contains("two boxes"), "{view}");
+}
