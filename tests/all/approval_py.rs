@@ -155,3 +155,16 @@ async fn a_python_agent_delegates_and_offers_its_sub_agent_as_a_tool() {
     let tool = texts(&view, "tool");
     assert!(tool.len() == 1 && tool[0].contains("two boxes"), "{view}");
 }
+
+/// The approver of the Python guide ("The approver") is the agent these
+/// tests build and run, word for word past its module docstring.
+#[test]
+fn the_python_guide_shows_the_approver_these_tests_run() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let guide = std::fs::read_to_string(root.join("docs/guests/python.md")).expect("the Python guide");
+    let section = guide.split("## The approver\n").nth(1).expect("a section \"The approver\"");
+    let shown = section.split("```python\n").nth(1).and_then(|s| s.split("```").next()).expect("its code");
+    let agent = std::fs::read_to_string(root.join("tests/python/approver_agent.py")).expect("the agent");
+    let code = agent.split_once("\"\"\"\n\n").map(|(_, code)| code).expect("a module docstring, then the code");
+    assert_eq!(shown, code, "docs/guests/python.md and tests/python/approver_agent.py differ");
+}
