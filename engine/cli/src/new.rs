@@ -1,4 +1,4 @@
-//! `subs new rust NAME`: a new agent project, from the templates under
+//! `subs new rust|python NAME`: a new agent project, from the templates under
 //! `templates/` in the source tree.
 //!
 //! The templates are built into the binary, so `subs new` works wherever
@@ -22,6 +22,8 @@ const MAX_NAME: usize = 64;
 pub enum Language {
     /// A Rust crate built into a component with cargo.
     Rust,
+    /// A Python module built into a component with componentize-py.
+    Python,
 }
 
 /// `subs new <LANGUAGE> <NAME>`.
@@ -55,6 +57,16 @@ const RUST: &[TemplateFile] = &[
     TemplateFile { path: ".gitignore", text: include_str!("../../../templates/rust/.gitignore") },
 ];
 
+/// The Python template.
+const PYTHON: &[TemplateFile] = &[
+    TemplateFile { path: "agent.py", text: include_str!("../../../templates/python/agent.py") },
+    TemplateFile { path: "tests/__init__.py", text: include_str!("../../../templates/python/tests/__init__.py") },
+    TemplateFile { path: "tests/test_agent.py", text: include_str!("../../../templates/python/tests/test_agent.py") },
+    TemplateFile { path: "build.sh", text: include_str!("../../../templates/python/build.sh") },
+    TemplateFile { path: "README.md", text: include_str!("../../../templates/python/README.md") },
+    TemplateFile { path: ".gitignore", text: include_str!("../../../templates/python/.gitignore") },
+];
+
 /// Writes the project; refuses a name that is not one and a directory
 /// that exists, writing nothing.
 pub fn exec(args: NewArgs) -> CliResult {
@@ -69,6 +81,7 @@ pub fn exec(args: NewArgs) -> CliResult {
     let sdk = source_tree(args.sdk.as_deref())?;
     let files = match args.language {
         Language::Rust => RUST,
+        Language::Python => PYTHON,
     };
     let sdk_text = sdk.to_str().ok_or_else(|| CliError::usage(anyhow!("{}: not UTF-8", sdk.display())))?;
     let crate_name = args.name.replace('-', "_");
@@ -80,6 +93,9 @@ pub fn exec(args: NewArgs) -> CliResult {
             std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
         }
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        if path.extension().is_some_and(|e| e == "sh") {
+            make_executable(&path)?;
+        }
     }
     println!("{}", next_steps(args.language, &args.name, &crate_name));
     Ok(())
@@ -92,7 +108,24 @@ fn next_steps(language: Language, name: &str, crate_name: &str) -> String {
             "Made {name}/. Build it and chat with it:\n  cd {name}\n  cargo test\n  \
              cargo build --target wasm32-wasip2 --release\n  subs run target/wasm32-wasip2/release/{crate_name}.wasm"
         ),
+        Language::Python => format!(
+            "Made {name}/. Build it and chat with it:\n  cd {name}\n  python3 -m unittest\n  ./build.sh\n  \
+             subs run {name}.wasm"
+        ),
     }
+}
+
+/// Lets the project's build script run as `./build.sh`.
+fn make_executable(path: &Path) -> CliResult {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+            .with_context(|| format!("making {} executable", path.display()))?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// Whether `name` can name a project in every language: a package, a
@@ -146,7 +179,7 @@ mod tests {
 
     #[test]
     fn the_templates_name_only_what_is_replaced() {
-        for file in RUST {
+        for file in RUST.iter().chain(PYTHON) {
             let mut rest = file.text;
             while let Some(at) = rest.find("{{") {
                 let end = rest[at..].find("}}").expect("closed") + at + 2;

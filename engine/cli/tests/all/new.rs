@@ -101,3 +101,76 @@ fn a_rust_project_tests_builds_and_runs() {
     t.type_in("/exit\n");
     assert_eq!(t.wait(), Some(0), "{}", t.text());
 }
+
+/// The Python project passes its own tests, builds with its `./build.sh`,
+/// and the agent it builds runs: a lookup, and refunds approved and
+/// denied, through `--resume` and at a terminal, the denied one never run.
+#[test]
+fn a_python_project_tests_builds_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = new_in(dir.path(), &["python", "my-agent"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("./build.sh"), "{}", out.stdout);
+    let project = dir.path().join("my-agent");
+    let readme = std::fs::read_to_string(project.join("README.md")).unwrap();
+    assert!(readme.contains("subs run my-agent.wasm"), "{readme}");
+
+    let status = Command::new("python3")
+        .args(["-m", "unittest", "--quiet"])
+        .current_dir(&project)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .status()
+        .expect("python3 runs");
+    assert!(status.success(), "python3 -m unittest in the project");
+
+    // The componentize-py the tree's own Python builds installed, when
+    // there is one; else the script installs the pinned one.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let installed = root.join("target/guests/py/tree/examples/tools-py/.venv/bin/componentize-py");
+    let mut build = Command::new(project.join("build.sh"));
+    build.current_dir(&project);
+    if installed.is_file() {
+        build.env("COMPONENTIZE_PY", &installed);
+    }
+    assert!(build.status().expect("build.sh runs").success(), "./build.sh");
+
+    let wasm = project.join("my-agent.wasm");
+    let wasm = wasm.to_str().unwrap();
+    // The first run compiles the component (CPython inside: tens of
+    // seconds on a busy machine) into the cache the later runs read.
+    let child = crate::subs()
+        .args(["run", wasm, r#"use tool lookup_order with {"order_id": "A1"}"#])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("subs starts");
+    let mut first = crate::Process::new(child);
+    let code = first.wait(std::time::Duration::from_secs(300));
+    let lookup = crate::Output { code, stdout: first.stdout_text(), stderr: first.stderr_text() };
+    assert_eq!(lookup.code, Some(0), "{}", lookup.stderr);
+    assert!(lookup.stdout.contains(r#"← lookup_order: {"order_id":"A1","status":"shipped"}"#), "{}", lookup.stdout);
+
+    let refund = r#"use tool refund with {"order_id": "A1", "amount": 5}"#;
+    let approved = crate::output(&["run", wasm, refund, "--resume", r#"{"approved": true}"#]);
+    assert_eq!(approved.code, Some(0), "{}", approved.stderr);
+    assert!(approved.stdout.contains(r#"← refund: {"refunded":5.0,"order_id":"A1"}"#), "{}", approved.stdout);
+    let denied = crate::output(&["run", wasm, refund, "--resume", r#"{"approved": false, "reason": "no"}"#]);
+    assert_eq!(denied.code, Some(0), "{}", denied.stderr);
+    assert!(denied.stdout.contains("← refund: denied by the approver: no"), "{}", denied.stdout);
+    assert!(!denied.stdout.contains("refunded"), "{}", denied.stdout);
+
+    // At a terminal: the approval asked, granted once and denied once.
+    let mut t = crate::run::Terminal::spawn(&["run", wasm]);
+    for (answer, result) in
+        [("y", r#"← refund: {"refunded":5.0,"order_id":"A1"}"#), ("n", "← refund: denied by the approver")]
+    {
+        t.expect(">>> ");
+        t.type_in(&format!("{refund}\n"));
+        t.expect(r#"approve refund {"order_id":"A1","amount":5}? [y/N] "#);
+        t.type_in(&format!("{answer}\n"));
+        t.expect(result);
+    }
+    t.expect(">>> ");
+    t.type_in("/exit\n");
+    assert_eq!(t.wait(), Some(0), "{}", t.text());
+}

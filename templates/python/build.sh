@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the agent into {{name}}.wasm with the pinned componentize-py,
+# installed into .venv the first time (and whenever the pin changes).
+#
+#   ./build.sh [OUT]   # default: {{name}}.wasm
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+sdk="{{sdk}}"
+out=${1:-$here/{{name}}.wasm}
+case $out in /*) ;; *) out=$PWD/$out ;; esac
+cpy=${COMPONENTIZE_PY:-}
+if [ -z "$cpy" ]; then
+    venv=$here/.venv
+    if ! cmp -s "$sdk/guest-sdk/python/requirements-build.txt" "$venv/requirements.txt"; then
+        rm -rf "$venv"
+        "${PYTHON:-python3}" -m venv "$venv"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$sdk/guest-sdk/python/requirements-build.txt"
+        cp "$sdk/guest-sdk/python/requirements-build.txt" "$venv/requirements.txt"
+    fi
+    cpy=$venv/bin/componentize-py
+fi
+cd "$here"
+"$cpy" --wit-path "$sdk/wit" --world agent --quiet \
+    componentize agent --python-path "$here" --python-path "$sdk/guest-sdk/python/src" --output "$out"
