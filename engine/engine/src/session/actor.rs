@@ -1031,6 +1031,7 @@ impl Actor {
         let worker = self.env.agents.get(&self.key.tenant, &session.record.agent_id);
         let contained = contained(worker.as_deref(), step);
         let agent_id = session.record.agent_id.clone();
+        let tenant = self.key.tenant.clone();
         let env = self.env.clone();
         let log_span = tracing::info_span!("decision", agent = %agent_id, step = seq, trigger = kind, attempt);
         let decided = Box::pin(
@@ -1040,7 +1041,7 @@ impl Actor {
                 let worker_kind = worker.as_ref().map_or("none", |w| w.kind());
                 let mut cut_at_deadline = false;
                 let result = match worker {
-                    None => Err(WorkerError::NoAgent(agent_id)),
+                    None => Err(missing_agent(env.store.as_ref(), &tenant, agent_id).await),
                     Some(worker) => {
                         let decided = tokio::time::timeout(timeout, worker.decide(Delivery { request, deltas }));
                         match crate::telemetry::in_span(span.as_ref(), decided).await {
@@ -1409,6 +1410,22 @@ impl Actor {
             return Ok(());
         }
         self.commit(change).await
+    }
+}
+
+/// Why no worker answers for `agent_id`: an agent that is nowhere in the
+/// store is a deterministic failure, one the store holds is only not
+/// loaded on this node yet (another node registered it a moment ago), so
+/// the delivery is worth retrying.
+async fn missing_agent(store: &dyn crate::store::Store, tenant: &str, agent_id: String) -> WorkerError {
+    match store.agent(tenant, &agent_id).await {
+        Ok(None) => WorkerError::NoAgent(agent_id),
+        Ok(Some(_)) => {
+            WorkerError::AgentNotLoaded(format!("agent `{agent_id}` is stored but not loaded on this node yet"))
+        }
+        Err(error) => WorkerError::AgentNotLoaded(format!(
+            "agent `{agent_id}` is not loaded and the store could not say whether it exists: {error}"
+        )),
     }
 }
 

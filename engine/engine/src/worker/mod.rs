@@ -166,6 +166,11 @@ pub enum WorkerError {
     /// No worker is registered for the session's agent.
     #[error("no agent `{0}` is registered")]
     NoAgent(String),
+    /// The session's agent is stored (another node registered it, or
+    /// changed it) but this node has not loaded it yet, or the store
+    /// could not be asked; the message says which.
+    #[error("{0}")]
+    AgentNotLoaded(String),
     /// An HTTP worker answered with an error status; `message` is its
     /// `{error}`, or the start of its body.
     #[error("the worker answered HTTP {status}: {message}")]
@@ -236,6 +241,9 @@ impl WorkerError {
             // Deterministic: waiting on the chance that someone uploads
             // the agent meanwhile would only delay the error.
             WorkerError::NoAgent(_) => false,
+            // The node hears of the agent within moments, or the store
+            // comes back: worth the retry policy's wait.
+            WorkerError::AgentNotLoaded(_) => true,
             WorkerError::Instantiation(_) => false,
             // The same request would run into the same limit.
             WorkerError::LimitExceeded(_) => false,
