@@ -136,9 +136,12 @@ async fn exec(command: Command) -> CliResult {
 }
 
 /// Logs go to stderr, filtered by `RUST_LOG`. The server logs what it
-/// does; other commands only errors, so their output stays readable.
+/// does, and what its agents print or log (target `subs::guest`, held to
+/// each decision's log limits); other commands only errors, so their
+/// output stays readable.
 fn init_logging(server: bool) {
-    let default = if server { "warn,subs_engine=info,subs_server=info,subs_cli=info" } else { "error" };
+    let default =
+        if server { "warn,subs_engine=info,subs_server=info,subs_cli=info,subs::guest=info" } else { "error" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
