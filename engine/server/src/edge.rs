@@ -217,10 +217,7 @@ pub async fn serve_on(
             Admission::Spare(slot, why) => {
                 log.warn(|suppressed| tracing::warn!(%peer, why = why.message(&gate.config), suppressed, "a connection past the caps may ask only for /healthz"));
                 let (state, config) = (state.clone(), gate.config.clone());
-                tokio::spawn(async move {
-                    spare(stream, &state, &config, why).await;
-                    drop(slot);
-                });
+                tokio::spawn(async move { spare(stream, slot, &state, &config, why).await });
             }
             Admission::Refuse(why) => {
                 log.warn(|suppressed| tracing::warn!(%peer, why = why.message(&gate.config), suppressed, "a connection was refused"));
@@ -407,8 +404,11 @@ fn refuse_now(stream: &TcpStream, message: &str) {
 
 /// The overflow responder: reads one small head within
 /// [`SPARE_TIMEOUT`] and answers `GET /healthz` as the route does, `503`
-/// to anything else, then closes.
-async fn spare(mut stream: TcpStream, state: &AppState, config: &HttpConfig, why: Over) {
+/// to anything else, then closes. Its `slot` in the `/healthz` budget is
+/// given back before the answer is written: a client that reads the
+/// answer and asks again at once then finds the slot free (the write is
+/// a few hundred bytes, bounded by the same timeout).
+async fn spare(mut stream: TcpStream, slot: Slot, state: &AppState, config: &HttpConfig, why: Over) {
     let timeout = SPARE_TIMEOUT.min(config.header_read_timeout);
     let mut head = Vec::with_capacity(SPARE_HEAD_BYTES);
     let read = tokio::time::timeout(timeout, async {
@@ -446,6 +446,7 @@ async fn spare(mut stream: TcpStream, state: &AppState, config: &HttpConfig, why
     } else {
         unavailable(&why.message(config))
     };
+    drop(slot);
     let _ = tokio::time::timeout(timeout, async {
         stream.write_all(&answer).await?;
         stream.shutdown().await
