@@ -403,7 +403,20 @@ pub async fn start_engine_with(
     models: subs_engine::model::Models,
     config: subs_engine::EngineConfig,
 ) -> subs_engine::Engine {
-    let engine = subs_engine::Engine::start(store, models, config).await.expect("the engine starts");
+    start_engine_and(store, models, config, |_| {}).await
+}
+
+/// [`start_engine_with`], calling `register` (to register more agents, or
+/// others under the same ids) after the test agents are registered and
+/// before unfinished sessions resume: as `subs serve` does, a resumed
+/// session finds its agent, since an unknown agent fails a turn at once.
+pub async fn start_engine_and(
+    store: std::sync::Arc<dyn subs_engine::Store>,
+    models: subs_engine::model::Models,
+    config: subs_engine::EngineConfig,
+    register: impl FnOnce(&subs_engine::Engine),
+) -> subs_engine::Engine {
+    let engine = subs_engine::Engine::open(store, models, config);
     for (id, path) in [
         ("tools", guests::TOOLS),
         ("scenario", guests::TEST_SCENARIO),
@@ -413,6 +426,8 @@ pub async fn start_engine_with(
     ] {
         engine.register_agent(TENANT, id, std::sync::Arc::new(agent(path)));
     }
+    register(&engine);
+    engine.resume().await.expect("the engine starts");
     engine
 }
 

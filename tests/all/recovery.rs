@@ -15,7 +15,7 @@ use subs_engine::store::fault::FaultyStore;
 use subs_engine::worker::{BoxFuture, Delivery, Worker, WorkerError};
 use subs_protocol::{DecisionResponse, Message, Trigger};
 use subs_store_redb::RedbStore;
-use subs_tests::{TENANT, TestEngine, agent, guests, start_engine, user_input};
+use subs_tests::{TENANT, TestEngine, agent, guests, user_input};
 
 const PROMPT: &str = r#"use tool add with {"a": 1, "b": 2} and use tool add with {"a": 3, "b": 4}"#;
 
@@ -52,10 +52,12 @@ async fn counting_engine(
     executions: &Arc<Mutex<HashMap<String, u32>>>,
     contained: bool,
 ) -> subs_engine::Engine {
-    let engine = start_engine(store).await;
     let worker = Counting { inner: agent(guests::TOOLS), executions: executions.clone(), contained };
-    engine.register_agent(TENANT, "tools", Arc::new(worker));
-    engine
+    let (models, config) = (subs_engine::model::Models::with_offline(), subs_tests::test_config());
+    subs_tests::start_engine_and(store, models, config, |engine| {
+        engine.register_agent(TENANT, "tools", Arc::new(worker));
+    })
+    .await
 }
 
 /// Starts the tool turn `the-turn` in `session`.
