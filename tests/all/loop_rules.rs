@@ -7,8 +7,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Bytes;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use subs_engine::EngineConfig;
@@ -17,66 +15,11 @@ use subs_fake_provider::{FakeProvider, Fault, Reply};
 use subs_protocol::LlmFormat;
 use subs_tests::server::TestServer;
 
+use crate::scripted::{Scripted, kind};
+
 const GET: Method = Method::GET;
 const POST: Method = Method::POST;
 const PUT: Method = Method::PUT;
-
-/// How a scripted worker answers a request; `None` never answers. A
-/// decision with `"_delay_ms": n` is sent after `n` ms (without that key).
-type Script = dyn Fn(&Value) -> Option<Value> + Send + Sync;
-
-/// An HTTP worker that answers each decision request as its script says
-/// and keeps every request it got.
-struct Scripted {
-    url: String,
-    seen: Arc<Mutex<Vec<Value>>>,
-}
-
-impl Scripted {
-    async fn start(script: impl Fn(&Value) -> Option<Value> + Send + Sync + 'static) -> Self {
-        let script: Arc<Script> = Arc::new(script);
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
-        let handler = move |body: Bytes| {
-            let (script, log) = (script.clone(), log.clone());
-            async move {
-                let request: Value = serde_json::from_slice(&body).expect("a JSON decision request");
-                log.lock().unwrap().push(request.clone());
-                match script(&request) {
-                    Some(mut decision) => {
-                        if let Some(delay) = decision.as_object_mut().and_then(|d| d.remove("_delay_ms")) {
-                            tokio::time::sleep(Duration::from_millis(delay.as_u64().unwrap())).await;
-                        }
-                        axum::Json(decision)
-                    }
-                    None => std::future::pending().await,
-                }
-            }
-        };
-        let app = Router::new().route("/", axum::routing::post(handler));
-        let url = format!("http://{}/", subs_tests::serve_loopback(app).await);
-        Self { url, seen }
-    }
-
-    /// The requests of `session`, in the order they came.
-    fn requests(&self, session: &str) -> Vec<Value> {
-        self.seen.lock().unwrap().iter().filter(|r| r["session_id"] == session).cloned().collect()
-    }
-
-    /// The requests of `session` whose trigger is `kind`.
-    fn of_kind(&self, session: &str, kind: &str) -> Vec<Value> {
-        self.requests(session).into_iter().filter(|r| r["trigger"]["type"] == kind).collect()
-    }
-
-    /// The trigger types `session`'s requests carried, in order.
-    fn triggers(&self, session: &str) -> Vec<String> {
-        self.requests(session).iter().map(|r| kind(r).to_owned()).collect()
-    }
-}
-
-fn kind(request: &Value) -> &str {
-    request["trigger"]["type"].as_str().unwrap_or_default()
-}
 
 /// `decision` recording the trigger's proposed messages (the new
 /// messages of a `client.messages`) before its own.

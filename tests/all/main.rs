@@ -29,6 +29,7 @@ mod pyjs;
 mod recovery;
 mod replay;
 mod sandbox;
+mod scripted;
 mod sdk_types;
 mod security;
 mod storage_growth;

@@ -3,75 +3,18 @@
 //! (in-test servers) and the `scenario` component, a redb file
 //! underneath. See docs/loop.md ("Interrupts", "Calls").
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Bytes;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use subs_tests::guests;
 use subs_tests::server::TestServer;
 
+use crate::scripted::{Scripted, kind};
+
 const GET: Method = Method::GET;
 const POST: Method = Method::POST;
 const PUT: Method = Method::PUT;
-
-/// How a scripted worker answers a request; `None` never answers. A
-/// decision with `"_delay_ms": n` is sent after `n` ms (without that key).
-type Script = dyn Fn(&Value) -> Option<Value> + Send + Sync;
-
-/// An HTTP worker that answers each decision request as its script says
-/// and keeps every request it got.
-struct Scripted {
-    url: String,
-    seen: Arc<Mutex<Vec<Value>>>,
-}
-
-impl Scripted {
-    async fn start(script: impl Fn(&Value) -> Option<Value> + Send + Sync + 'static) -> Self {
-        let script: Arc<Script> = Arc::new(script);
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
-        let handler = move |body: Bytes| {
-            let (script, log) = (script.clone(), log.clone());
-            async move {
-                let request: Value = serde_json::from_slice(&body).expect("a JSON decision request");
-                log.lock().unwrap().push(request.clone());
-                match script(&request) {
-                    Some(mut decision) => {
-                        if let Some(delay) = decision.as_object_mut().and_then(|d| d.remove("_delay_ms")) {
-                            tokio::time::sleep(Duration::from_millis(delay.as_u64().unwrap())).await;
-                        }
-                        axum::Json(decision)
-                    }
-                    None => std::future::pending().await,
-                }
-            }
-        };
-        let app = Router::new().route("/", axum::routing::post(handler));
-        let url = format!("http://{}/", subs_tests::serve_loopback(app).await);
-        Self { url, seen }
-    }
-
-    /// The requests of `session`, in the order they came.
-    fn requests(&self, session: &str) -> Vec<Value> {
-        self.seen.lock().unwrap().iter().filter(|r| r["session_id"] == session).cloned().collect()
-    }
-
-    /// The trigger types `session`'s requests carried, in order.
-    fn triggers(&self, session: &str) -> Vec<String> {
-        self.requests(session).iter().map(|r| r["trigger"]["type"].as_str().unwrap_or_default().to_owned()).collect()
-    }
-
-    /// The first request of `session` whose trigger is `kind`.
-    fn first(&self, session: &str, kind: &str) -> Value {
-        self.requests(session)
-            .into_iter()
-            .find(|r| r["trigger"]["type"] == kind)
-            .unwrap_or_else(|| panic!("no {kind} request for {session}"))
-    }
-}
 
 /// A config with a fast retry policy for deliveries and the tools `add`
 /// (worker) and `ask` (client).
@@ -84,10 +27,6 @@ fn config() -> Value {
             {"name": "ask", "handler": "client", "input": {"type": "object"}}
         ]
     }})
-}
-
-fn kind(request: &Value) -> &str {
-    request["trigger"]["type"].as_str().unwrap_or_default()
 }
 
 fn add(id: &str, a: i64, b: i64) -> Value {
