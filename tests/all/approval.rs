@@ -114,20 +114,20 @@ async fn server() -> (TestServer, Arc<AtomicUsize>) {
     (s, runs)
 }
 
-async fn say(s: &TestServer, session: &str, text: &str) -> String {
+pub(crate) async fn say(s: &TestServer, session: &str, text: &str) -> String {
     let (status, body) = s.say(session, "approver", text, None).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     body["turn_id"].as_str().unwrap().to_owned()
 }
 
-async fn snapshot(s: &TestServer, session: &str) -> Value {
+pub(crate) async fn snapshot(s: &TestServer, session: &str) -> Value {
     let (status, body) = s.call(Method::GET, &format!("/v1/sessions/{session}"), None, None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     body
 }
 
 /// The open interrupts once `n` are open (at most 20 s).
-async fn interrupts(s: &TestServer, session: &str, n: usize) -> Vec<Value> {
+pub(crate) async fn interrupts(s: &TestServer, session: &str, n: usize) -> Vec<Value> {
     for _ in 0..1000 {
         let view = snapshot(s, session).await;
         let open = view["interrupts"].as_array().cloned().unwrap_or_default();
@@ -139,20 +139,20 @@ async fn interrupts(s: &TestServer, session: &str, n: usize) -> Vec<Value> {
     panic!("{n} interrupts never opened: {}", snapshot(s, session).await)
 }
 
-async fn resume(s: &TestServer, session: &str, interrupt_id: &Value, payload: Value) {
+pub(crate) async fn resume(s: &TestServer, session: &str, interrupt_id: &Value, payload: Value) {
     let body = json!({ "type": "interrupt.resume", "interrupt_id": interrupt_id, "payload": payload });
     let (status, body) = s.call(Method::POST, &format!("/v1/sessions/{session}/input"), None, Some(body)).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
 }
 
 /// Waits for the turn's end; asserts it is `turn.done`.
-async fn done(s: &TestServer, session: &str, turn: &str) {
+pub(crate) async fn done(s: &TestServer, session: &str, turn: &str) {
     let events = s.wait_turn(session, turn, None).await;
     let end = events.last().expect("the turn's end");
     assert_eq!(end.event, "turn.done", "{}", end.data);
 }
 
-fn texts(view: &Value, role: &str) -> Vec<String> {
+pub(crate) fn texts(view: &Value, role: &str) -> Vec<String> {
     view["messages"]
         .as_array()
         .unwrap()

@@ -5,12 +5,11 @@
 //! denied refund never ran; `summarizer` (the passthrough component) is a
 //! sub-agent the model may call and the agent delegates to.
 
-use std::time::Duration;
-
-use reqwest::{Method, StatusCode};
-use serde_json::{Value, json};
+use serde_json::json;
 use subs_tests::guests;
 use subs_tests::server::TestServer;
+
+use crate::approval::{done, interrupts, resume, say, snapshot, texts};
 
 /// A server with the Python approver as `approver` and the passthrough
 /// component as `summarizer`.
@@ -21,53 +20,6 @@ async fn server() -> TestServer {
         assert!(status.is_success(), "{agent}: {status}: {body}");
     }
     s
-}
-
-async fn say(s: &TestServer, session: &str, text: &str) -> String {
-    let (status, body) = s.say(session, "approver", text, None).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    body["turn_id"].as_str().unwrap().to_owned()
-}
-
-async fn snapshot(s: &TestServer, session: &str) -> Value {
-    let (status, body) = s.call(Method::GET, &format!("/v1/sessions/{session}"), None, None).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    body
-}
-
-/// The open interrupts once `n` are open (at most 20 s).
-async fn interrupts(s: &TestServer, session: &str, n: usize) -> Vec<Value> {
-    for _ in 0..1000 {
-        let open = snapshot(s, session).await["interrupts"].as_array().cloned().unwrap_or_default();
-        if open.len() == n {
-            return open;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{n} interrupts never opened: {}", snapshot(s, session).await)
-}
-
-async fn resume(s: &TestServer, session: &str, interrupt_id: &Value, payload: Value) {
-    let body = json!({ "type": "interrupt.resume", "interrupt_id": interrupt_id, "payload": payload });
-    let (status, body) = s.call(Method::POST, &format!("/v1/sessions/{session}/input"), None, Some(body)).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-}
-
-/// Waits for the turn's end; asserts it is `turn.done`.
-async fn done(s: &TestServer, session: &str, turn: &str) {
-    let events = s.wait_turn(session, turn, None).await;
-    let end = events.last().expect("the turn's end");
-    assert_eq!(end.event, "turn.done", "{}", end.data);
-}
-
-fn texts(view: &Value, role: &str) -> Vec<String> {
-    view["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == role)
-        .map(|m| m["content"].as_str().map_or_else(|| m["content"].to_string(), str::to_owned))
-        .collect()
 }
 
 #[tokio::test]
