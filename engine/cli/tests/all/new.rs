@@ -77,29 +77,7 @@ fn a_rust_project_tests_builds_and_runs() {
     assert_eq!(lookup.code, Some(0), "{}", lookup.stderr);
     assert!(lookup.stdout.contains(r#"← lookup_order: {"order_id":"A1","status":"shipped"}"#), "{}", lookup.stdout);
 
-    let refund = r#"use tool refund with {"order_id": "A1", "amount": 5}"#;
-    let approved = crate::output(&["run", wasm, refund, "--resume", r#"{"approved": true}"#]);
-    assert_eq!(approved.code, Some(0), "{}", approved.stderr);
-    assert!(approved.stdout.contains(r#"← refund: {"refunded":5.0,"order_id":"A1"}"#), "{}", approved.stdout);
-    let denied = crate::output(&["run", wasm, refund, "--resume", r#"{"approved": false, "reason": "no"}"#]);
-    assert_eq!(denied.code, Some(0), "{}", denied.stderr);
-    assert!(denied.stdout.contains("← refund: denied by the approver: no"), "{}", denied.stdout);
-    assert!(!denied.stdout.contains("refunded"), "{}", denied.stdout);
-
-    // At a terminal: the approval asked, granted once and denied once.
-    let mut t = crate::run::Terminal::spawn(&["run", wasm]);
-    for (answer, result) in
-        [("y", r#"← refund: {"refunded":5.0,"order_id":"A1"}"#), ("n", "← refund: denied by the approver")]
-    {
-        t.expect(">>> ");
-        t.type_in(&format!("{refund}\n"));
-        t.expect(r#"approve refund {"order_id":"A1","amount":5}? [y/N] "#);
-        t.type_in(&format!("{answer}\n"));
-        t.expect(result);
-    }
-    t.expect(">>> ");
-    t.type_in("/exit\n");
-    assert_eq!(t.wait(), Some(0), "{}", t.text());
+    refunds_are_asked_for(wasm);
 }
 
 /// The Python project passes its own tests, builds with its `./build.sh`,
@@ -150,6 +128,13 @@ fn a_python_project_tests_builds_and_runs() {
     assert_eq!(lookup.code, Some(0), "{}", lookup.stderr);
     assert!(lookup.stdout.contains(r#"← lookup_order: {"order_id":"A1","status":"shipped"}"#), "{}", lookup.stdout);
 
+    refunds_are_asked_for(wasm);
+}
+
+/// The template's gated `refund` through `subs run` of `wasm`: approved and
+/// denied with `--resume`, then asked at a terminal, granted once and
+/// denied once; a denied refund never runs.
+fn refunds_are_asked_for(wasm: &str) {
     let refund = r#"use tool refund with {"order_id": "A1", "amount": 5}"#;
     let approved = crate::output(&["run", wasm, refund, "--resume", r#"{"approved": true}"#]);
     assert_eq!(approved.code, Some(0), "{}", approved.stderr);
