@@ -34,7 +34,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -44,6 +44,7 @@ use subs_sdk::prelude::{Agent, Context, DecideError, DecisionRequest, DecisionRe
 use subs_store_postgres::testing::{StopMode, TestCluster, sql};
 
 use crate::Server;
+use crate::crash::{Rng, fnv, lock};
 
 /// The agent id the worker is registered under.
 const AGENT: &str = "chaos";
@@ -57,32 +58,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Slack on every deadline, for a loaded two-core CI machine running
 /// three nodes, PostgreSQL and the clients.
 const SLACK: Duration = Duration::from_secs(4);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// splitmix64: small, seeded, the same everywhere.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-/// FNV-1a: a stable hash for ids derived from text.
-fn fnv(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
-}
 
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
