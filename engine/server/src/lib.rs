@@ -19,32 +19,34 @@
 //! - [`agents`]: uploading components and registering HTTP workers, over
 //!   the engine's agent registry ([`subs_engine::agents`], which also
 //!   meters uploads).
-//! - [`agui`]: AG-UI runs (`POST /v1/agents/{agent_id}/ag-ui`), a
-//!   translation of a turn's events into AG-UI's.
+//! - [`frontends`]: the chat frontends: AG-UI runs
+//!   ([`frontends::agui`], `POST /v1/agents/{agent_id}/ag-ui`) and the
+//!   Vercel AI SDK's chat endpoint ([`frontends::aisdk`]), each a
+//!   translation of its requests into session inputs and of a turn's
+//!   events into its stream.
 //! - [`budgets`]: what sessions and tenants spent, and their budgets.
 //! - [`metrics`]: `/healthz` and Prometheus `/metrics`.
 //! - [`edge`]: the accept loop and the bounds of connections and request
 //!   heads; [`body`]: the bounds of request bodies and their JSON.
-//! - [`aisdk`]: the Vercel AI SDK's chat endpoint (its UI message stream)
-//!   over the session input and turn events.
-//! - [`openapi`]: the OpenAPI document, generated from the handlers.
+//! - [`router`]: every route, in one table; [`openapi`]: the OpenAPI
+//!   document, generated from the handlers the table registers.
 //! - [`ui`]: the web inspector, embedded and served at `/ui`.
 
 pub mod admin;
 pub mod agents;
-pub mod agui;
-pub mod aisdk;
 pub mod auth;
 pub mod body;
 pub mod budgets;
 pub mod decisions;
 pub mod edge;
 pub mod error;
+pub mod frontends;
 pub mod identity;
 pub mod metrics;
 pub mod openapi;
 pub mod reads;
 pub mod replay;
+pub mod router;
 pub mod sessions;
 pub mod stream;
 pub mod tenants;
@@ -251,12 +253,8 @@ impl AppState {
 /// The API's router. Building it changes nothing: [`serve`] applies the
 /// configured limits to the engine.
 pub fn app(state: Arc<AppState>) -> Router {
-    let (router, _) = openapi::router().split_for_parts();
     let cors = cors(state.config.cors_origins());
-    // The inspector's page is no API route: it takes no key and is not in
-    // the OpenAPI document.
-    router
-        .merge(ui::router())
+    router::router()
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(axum::middleware::from_fn_with_state(Arc::new(body::InFlight::default()), body::hold))
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))

@@ -1,15 +1,9 @@
 //! The OpenAPI 3.1 document, generated from the handlers: each route is
-//! registered together with its description, so the document cannot list a
-//! route the server does not serve, nor miss one it does.
+//! registered together with its description in the route table
+//! ([`crate::router`]); this module holds what the document says beside
+//! them (title, licence, the bearer and operator security schemes).
 
-use std::sync::Arc;
-
-use axum::Json;
 use utoipa::OpenApi;
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
-
-use crate::{AppState, admin, agents, agui, aisdk, auth, budgets, decisions, metrics, replay, sessions, stream};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -47,47 +41,13 @@ impl utoipa::Modify for Bearer {
     }
 }
 
-/// Every route of the API, with the document describing them.
-pub fn router() -> OpenApiRouter<Arc<AppState>> {
-    let router = OpenApiRouter::with_openapi(Doc::openapi())
-        .routes(routes!(sessions::list))
-        .routes(routes!(sessions::snapshot))
-        .routes(routes!(sessions::input))
-        .routes(routes!(sessions::cancel))
-        .routes(routes!(decisions::list))
-        .routes(routes!(budgets::session_budget))
-        .routes(routes!(budgets::usage))
-        .routes(routes!(stream::events))
-        .routes(routes!(agents::list))
-        .routes(routes!(agents::put, agents::get, agents::delete))
-        .routes(routes!(agents::activate))
-        .routes(routes!(agents::delete_version))
-        .routes(routes!(replay::replay))
-        .routes(routes!(agui::run))
-        .routes(routes!(aisdk::chat))
-        .routes(routes!(aisdk::reconnect))
-        .routes(routes!(auth::mint_token))
-        .routes(routes!(admin::list_tenants))
-        .routes(routes!(admin::put_tenant, admin::get_tenant, admin::delete_tenant))
-        .routes(routes!(admin::get_limits, admin::put_limits))
-        .routes(routes!(admin::list_keys, admin::create_key))
-        .routes(routes!(admin::revoke_key))
-        .routes(routes!(metrics::healthz))
-        .routes(routes!(metrics::metrics));
-    // Shared, not owned, by the route: axum clones every route's handler
-    // for each connection it accepts, and a copy of the whole document per
-    // connection cost about half a millisecond of CPU.
-    let document = std::sync::Arc::new(router.get_openapi().clone());
-    router.route(
-        "/v1/openapi.json",
-        axum::routing::get(move || {
-            let document = document.clone();
-            async move { Json(document) }
-        }),
-    )
+/// The document's own part: its title, licence and security schemes. The
+/// routes' descriptions are added as [`crate::router::api`] registers them.
+pub fn base() -> utoipa::openapi::OpenApi {
+    Doc::openapi()
 }
 
 /// The OpenAPI document.
 pub fn document() -> utoipa::openapi::OpenApi {
-    router().into_openapi()
+    crate::router::api().into_openapi()
 }
