@@ -9,6 +9,7 @@ use crate::{DraftMessage, ErrorCode, LlmHandler, LlmTool, ReasoningConfig, Retry
 /// What the engine should do. Tagged by `"type"` on the wire; applied in
 /// order after the decision is stored.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type")]
 pub enum Action {
     /// Run an LLM call.
@@ -137,6 +138,7 @@ into_action!(LlmCall, ToolCall, ToolResult, LlmResult, SubAgentSpawn, MessageSen
 /// `llm.call`: every field is optional; omitted fields come from the agent
 /// config, then engine defaults.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LlmCall {
     /// The call id; omitted: the engine mints one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -172,6 +174,7 @@ pub struct LlmCall {
 
 /// `tool.call`: dispatch a tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema), schemars(rename = "ToolCallAction"))]
 pub struct ToolCall {
     /// The call id; omitted: the engine mints one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -190,6 +193,7 @@ pub struct ToolCall {
 
 /// `tool.result`: settle a tool call with its result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ToolResult {
     /// The call; omitted: the answering `tool.execute`'s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -204,6 +208,7 @@ pub struct ToolResult {
 /// `tool.error` and `llm.error`: settle a tool call or a worker-executed
 /// LLM call with an error. The two actions have one shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CallError {
     /// The call; omitted: the answering `tool.execute`'s / `llm.execute`'s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -239,6 +244,7 @@ pub type LlmError = CallError;
 
 /// `llm.result`: settle a worker-executed LLM call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LlmResult {
     /// The call; omitted: the answering `llm.execute`'s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -253,6 +259,7 @@ pub struct LlmResult {
 
 /// `sub_agent.spawn`: start a child session answering a model tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SubAgentSpawn {
     /// The child session's id.
     pub session_id: String,
@@ -267,6 +274,7 @@ pub struct SubAgentSpawn {
 
 /// `message.send`: append a message to a session's active path.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MessageSend {
     /// The session: this one or one in its family.
     pub session_id: String,
@@ -276,6 +284,7 @@ pub struct MessageSend {
 
 /// `interrupt`: pause until someone resumes this interrupt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Interrupt {
     /// The interrupt's id; omitted: the engine mints one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -293,6 +302,7 @@ pub struct Interrupt {
 
 /// `done`: end the turn.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Done {
     /// Data for clients; `{error, code}` reports the turn as failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]

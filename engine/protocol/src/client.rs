@@ -8,6 +8,7 @@ use crate::{ClientContext, DraftMessage, WorkerIdentity};
 
 /// What a client sends a session. Tagged by `"type"` on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type")]
 pub enum ClientInput {
     /// One new message; creates the session on first use.
@@ -70,6 +71,7 @@ impl ClientInput {
 
 /// `client.message`: one new message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema), schemars(rename = "ClientMessageInput"))]
 #[serde(deny_unknown_fields)]
 pub struct ClientMessage {
     /// The agent the session runs.
@@ -86,6 +88,7 @@ pub struct ClientMessage {
 
 /// `client.messages`: the client's whole conversation view.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema), schemars(rename = "ClientMessagesInput"))]
 #[serde(deny_unknown_fields)]
 pub struct ClientMessages {
     /// The agent the session runs.
@@ -105,6 +108,7 @@ pub struct ClientMessages {
 
 /// `client.action`: a named action the agent defines.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema), schemars(rename = "ClientActionInput"))]
 #[serde(deny_unknown_fields)]
 pub struct ClientAction {
     /// The agent the session runs.
@@ -121,6 +125,7 @@ pub struct ClientAction {
 
 /// `interrupt.resume`: resume the interrupt `interrupt_id`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema), schemars(rename = "InterruptResumeInput"))]
 #[serde(deny_unknown_fields)]
 pub struct InterruptResume {
     /// The interrupt to resume.
@@ -132,6 +137,7 @@ pub struct InterruptResume {
 
 /// `tool.result`: the result of a client-side tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema), schemars(rename = "ToolResultInput"))]
 #[serde(deny_unknown_fields)]
 pub struct ToolResult {
     /// The call.
@@ -146,6 +152,7 @@ pub struct ToolResult {
 
 /// `tool.error`: a client-side tool call failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema), schemars(rename = "ToolErrorInput"))]
 #[serde(deny_unknown_fields)]
 pub struct ToolError {
     /// The call.

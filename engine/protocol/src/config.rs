@@ -7,6 +7,7 @@ use crate::json::{number, opt_number};
 
 /// Where a call runs, as recorded on a [`Call`](crate::Call).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Handler {
     /// The engine runs it (LLM calls).
@@ -19,6 +20,7 @@ pub enum Handler {
 
 /// Where an LLM call runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum LlmHandler {
     /// The engine calls the provider (the default).
@@ -40,6 +42,7 @@ impl From<LlmHandler> for Handler {
 
 /// Where a tool runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ToolHandler {
     /// The worker gets a `tool.execute` trigger (the default).
@@ -60,6 +63,7 @@ impl From<ToolHandler> for Handler {
 
 /// A provider's native wire format, for worker-handled LLM calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum LlmFormat {
     /// OpenAI Chat Completions.
@@ -72,6 +76,7 @@ pub enum LlmFormat {
 /// `backoff_base_secs`, doubling, capped at `backoff_max_secs`, at most
 /// `max_retries` times; `timeout_secs` bounds one try.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RetryPolicy {
     /// How long one try may take; `null`: no bound.
     #[serde(serialize_with = "opt_number")]
@@ -102,6 +107,7 @@ impl RetryPolicy {
 
 /// What an agent is. `model` is the only required field.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AgentConfig {
     /// The model, as `provider/model`.
     pub model: String,
@@ -192,6 +198,7 @@ impl AgentConfig {
 
 /// A tool the model may call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AgentTool {
     /// The name the model calls it by.
     pub name: String,
@@ -249,6 +256,7 @@ impl AgentTool {
 /// An agent this one may delegate to. The model sees it as a tool named
 /// `id`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SubAgent {
     /// The agent to spawn, and the tool name the model sees.
     pub id: String,

@@ -22,6 +22,7 @@ use crate::{
 /// messages it holds, copying none ([`SharedMessage`]); a message reads
 /// through it as it would itself (`request.messages.last().map(|m| m.text())`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(from = "WireRequest")]
 pub struct DecisionRequest {
     /// The session.
@@ -46,9 +47,11 @@ pub struct DecisionRequest {
     /// In-flight tool and sub-agent calls.
     pub pending_calls: u32,
     /// The active conversation path, oldest first.
+    #[cfg_attr(feature = "schema", schemars(with = "Vec<Message>"))]
     pub messages: Vec<SharedMessage>,
     /// Every message of the session; nodes on the active path refer to
     /// `messages` (see [`DecisionRequest::tree_nodes`]).
+    #[cfg_attr(feature = "schema", schemars(with = "MessageTree"))]
     pub message_tree: RequestTree,
     /// Ancestor session ids, nearest last, for sub-agents.
     pub ancestry: Vec<String>,
@@ -60,8 +63,11 @@ pub struct DecisionRequest {
     pub turn_id: Option<String>,
 }
 
-/// A [`DecisionRequest`] as JSON has it: the tree in full.
+/// A [`DecisionRequest`] as JSON has it: the tree in full. (Its schema is
+/// only what serde's `from` makes the derive ask for: the committed schema
+/// describes what [`DecisionRequest`] writes, which has the same fields.)
 #[derive(Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 struct WireRequest {
     session_id: String,
     decision_id: String,
@@ -209,6 +215,7 @@ impl DecisionRequest {
 
 /// The session's owner as the worker sees it (the tenant is withheld).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WorkerIdentity {
     /// The owner's id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,6 +227,7 @@ pub struct WorkerIdentity {
 
 /// What kind of work a [`Call`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CallKind {
     /// A tool call.
@@ -232,6 +240,7 @@ pub enum CallKind {
 
 /// Where a [`Call`] is in its lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CallStatus {
     /// Dispatched, not settled.
@@ -249,6 +258,7 @@ pub enum CallStatus {
 /// A call the engine is tracking: a tool call, an LLM call or a child
 /// session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Call {
     /// The call id.
     pub id: String,
@@ -299,6 +309,7 @@ pub struct Call {
 /// );
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DecisionResponse {
     /// Messages to record, in order, on the active path.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -26,6 +26,10 @@
 //! - [`signature`]: the `Subs-Signature` of requests to HTTP workers,
 //!   made by the engine and checked by workers (feature `signature`, on
 //!   by default).
+//! - `schema` (feature `schema`): the JSON Schema of every wire type,
+//!   derived from the types' serde attributes; committed as
+//!   `schema/protocol.schema.json`, which the SDKs' protocol types are
+//!   generated from (`cargo xtask codegen`).
 //! - [`wit`]: the one mapping between these types and the WIT types of
 //!   `subs:agent`, instantiated by each side of the component boundary.
 //!
@@ -50,6 +54,8 @@ pub mod wit;
 
 #[cfg(feature = "proptest")]
 pub mod arbitrary;
+#[cfg(feature = "schema")]
+pub mod schema;
 
 pub use action::Action;
 pub use client::{ClientInput, PostedInput};

@@ -10,6 +10,7 @@ use crate::{DraftMessage, ToolCall, UrlRef};
 /// A provider-neutral LLM request: what the engine sends a provider, or a
 /// worker in `llm.execute` when no `format` is set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LlmRequest {
     /// The model, as `provider/model`.
     pub model: String,
@@ -31,6 +32,7 @@ pub struct LlmRequest {
 
 /// A tool as the model sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LlmTool {
     /// The name the model calls it by.
     pub name: String,
@@ -46,6 +48,7 @@ pub struct LlmTool {
 
 /// How much effort a reasoning model spends thinking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ReasoningEffort {
     /// The most.
@@ -64,6 +67,7 @@ pub enum ReasoningEffort {
 
 /// Reasoning settings for models that think before answering.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ReasoningConfig {
     /// How hard to think.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,6 +85,7 @@ pub struct ReasoningConfig {
 
 /// A provider-neutral LLM reply.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LlmResponse {
     /// The model that answered.
     pub model: String,
@@ -106,6 +111,7 @@ pub struct LlmResponse {
 
 /// A piece of a streamed LLM reply.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct StreamDelta {
     /// More reply text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,6 +136,7 @@ impl StreamDelta {
 
 /// A piece of a streamed tool call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ToolCallDelta {
     /// The tool call this piece belongs to.
     pub id: String,
@@ -143,6 +150,7 @@ pub struct ToolCallDelta {
 
 /// Why an LLM or tool call failed, for callers that handle failures by kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// The provider failed (5xx, overloaded, a broken stream).

@@ -9,6 +9,7 @@ use crate::json::tagged_union;
 
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Instructions for the model.
@@ -70,6 +71,23 @@ impl Serialize for Content {
     }
 }
 
+/// A string or an array of parts, as the hand-written serde impls read and
+/// write it.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Content {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Content".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let parts = generator.subschema_for::<Vec<ContentPart>>();
+        schemars::json_schema!({
+            "description": "A message body: plain text, or a list of typed parts (text, images, files, audio, video).",
+            "anyOf": [{"type": "string"}, parts],
+        })
+    }
+}
+
 // Hand-written rather than `#[serde(untagged)]`, whose only error is "did
 // not match any variant": this one says what was expected and keeps the
 // path into the parts list.
@@ -107,6 +125,7 @@ impl<'de> Deserialize<'de> for Content {
 
 /// One typed part of a message's content (OpenAI's content-part shapes).
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type")]
 pub enum ContentPart {
     /// A run of text.
@@ -201,6 +220,7 @@ impl<'de> Deserialize<'de> for ContentPart {
 
 /// `{ url }`: where an image or video is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct UrlRef {
     /// An `https:` or `data:` URL.
     pub url: String,
@@ -208,6 +228,7 @@ pub struct UrlRef {
 
 /// An inline file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FileData {
     /// The file's name.
     pub filename: String,
@@ -217,6 +238,7 @@ pub struct FileData {
 
 /// Inline audio.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AudioData {
     /// The audio's bytes, base64.
     pub data: String,
@@ -226,6 +248,7 @@ pub struct AudioData {
 
 /// A model's request to call a tool, as recorded on an assistant message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ToolCall {
     /// The call id; the answering `tool` message carries it as
     /// `tool_call_id`.
@@ -250,6 +273,7 @@ impl ToolCall {
 
 /// The tool and arguments of a [`ToolCall`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FunctionCall {
     /// The tool's name.
     pub name: String,
@@ -259,6 +283,7 @@ pub struct FunctionCall {
 
 /// A recorded message: it has an id and a place in the session's tree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Message {
     /// The message's id, unique within its session.
     pub id: String,
@@ -281,6 +306,7 @@ pub struct Message {
 /// A message not yet recorded: a [`Message`] whose id is optional (the
 /// engine mints one when it is omitted).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DraftMessage {
     /// The id to record the message under; omitted: the engine mints one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -481,9 +507,26 @@ impl<'de> Deserialize<'de> for SharedMessage {
     }
 }
 
+/// The message itself on the wire, however it is held.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for SharedMessage {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        Message::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        generator.subschema_for::<Message>()
+    }
+}
+
 /// A session's messages as a tree: editing or truncating history forks a
 /// branch; `head_id` is the end of the active path.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MessageTree {
     /// Every message, each with its parent.
     pub nodes: Vec<TreeNode>,
@@ -494,6 +537,7 @@ pub struct MessageTree {
 
 /// One message of a [`MessageTree`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TreeNode {
     /// The message.
     pub message: Message,

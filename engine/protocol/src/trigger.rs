@@ -8,6 +8,7 @@ use crate::{AgentTool, DraftMessage, ErrorCode, LlmFormat, LlmRequest, ProtocolE
 
 /// Why the engine is asking for a decision. Tagged by `"type"` on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type")]
 pub enum Trigger {
     /// A new session. Usually answered with the agent config.
@@ -71,6 +72,7 @@ impl Trigger {
 
 /// `client.messages`: the client's full view of the conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ClientMessages {
     /// The client's whole conversation.
     pub messages: Vec<DraftMessage>,
@@ -82,6 +84,7 @@ pub struct ClientMessages {
 
 /// `client.action`: a named action the agent defines.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ClientAction {
     /// The action's name.
     pub name: String,
@@ -93,6 +96,7 @@ pub struct ClientAction {
 /// `tool.execute`: run one of the worker's tools and settle the call with
 /// `tool.result` or `tool.error`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ToolExecute {
     /// The call id.
     pub id: String,
@@ -112,6 +116,7 @@ pub struct ToolExecute {
 
 /// `tool.finished`: a tool call settled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ToolFinished {
     /// The call id.
     pub id: String,
@@ -130,6 +135,7 @@ pub struct ToolFinished {
 /// `llm.execute`: make this LLM call and answer with `llm.result` or
 /// `llm.error`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LlmExecute {
     /// The call id.
     pub id: String,
@@ -162,6 +168,7 @@ impl LlmExecute {
 
 /// `llm.finished`: an LLM call settled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LlmFinished {
     /// The call id.
     pub id: String,
@@ -191,6 +198,7 @@ pub struct LlmFinished {
 
 /// `sub_agent.finished`: a child session's turn ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SubAgentFinished {
     /// The call id (the model tool call the delegation answers).
     pub id: String,
@@ -210,6 +218,7 @@ pub struct SubAgentFinished {
 
 /// `interrupt.resumed`: someone resumed a paused branch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct InterruptResumed {
     /// The interrupt that was resumed.
     pub interrupt_id: String,
@@ -221,6 +230,7 @@ pub struct InterruptResumed {
 /// The engine's validation of a tool call's arguments against the tool's
 /// input schema. Tagged by `"status"` on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "status", rename_all = "lowercase")]
 pub enum ToolInput {
     /// Parsed, and conforms to the schema.
@@ -285,6 +295,7 @@ impl<'de> Deserialize<'de> for ToolInput {
 
 /// What a client adds to a `client.messages` input.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ClientContext {
     /// Client-executed tools, layered onto the proposed config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
