@@ -34,37 +34,25 @@
 //! `docs/api.md`.
 
 use std::collections::{HashMap, HashSet};
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
-use futures::stream::{self, BoxStream};
+use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use subs_engine::store::{ID_RULE, NAME_RULE, valid_id, valid_name};
-use subs_protocol::client::{ClientMessages, InterruptResume, ToolError, ToolResult};
 use subs_protocol::event::{
     ClientToolCall, InterruptRaised, MessageRecorded, StateChanged, TokenDelta, TurnDone, TurnFailed,
 };
 use subs_protocol::{
-    AgentTool, ClientContext, ClientInput, Content, ContentPart, DraftMessage, Message, ProtocolError, Role,
-    SessionEvent, StreamDelta, ToolCall, ToolHandler,
+    AgentTool, ClientContext, Content, ContentPart, DraftMessage, Message, ProtocolError, Role, SessionEvent,
+    StreamDelta, ToolCall, ToolHandler,
 };
 
+use super::{Answer, Found, Media, Plan, Reader, Translator, Waits};
 use crate::auth::Caller;
 use crate::body::Incoming;
 use crate::error::{ApiError, ErrorBody};
-use crate::stream::{Dropped, TurnFrames};
-use crate::{AppState, body, sessions};
-
-/// How often an idle run's stream sends a comment, so proxies keep it open
-/// (AG-UI clients read only `data:` lines and skip comments).
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
+use crate::{AppState, body, frontends, sessions};
 
 /// The most interrupts one run may resume.
 const MAX_RESUME: usize = 64;
@@ -210,89 +198,46 @@ pub async fn run(
     Path(agent_id): Path<String>,
     body: Incoming,
 ) -> Result<Response, ApiError> {
-    if !valid_name(&agent_id) {
-        return Err(ApiError::invalid("agent_id", format!("`{agent_id}` is not a valid agent id ({NAME_RULE})")));
-    }
+    frontends::check_agent_id(&agent_id)?;
     let limits = state.config.limits(&caller.tenant);
     let input: RunAgentInput = body::json_with(body, limits.max_body_bytes, refusal).await?;
-    for (field, id) in [("threadId", &input.thread_id), ("runId", &input.run_id)] {
-        if !valid_id(id) {
-            return Err(ApiError::invalid(field, format!("`{}` is not a valid id ({ID_RULE})", id.escape_debug())));
-        }
-    }
+    frontends::check_id("threadId", "id", &input.thread_id)?;
+    frontends::check_id("runId", "id", &input.run_id)?;
     let session = input.thread_id.clone();
-    let snapshot = state.engine.snapshot(&caller.tenant, &session).await?;
-    if let Some(existing) = &snapshot {
-        if !caller.may_reach(&existing.record) {
-            return Err(ApiError::no_session(&session));
-        }
-        if existing.record.agent_id != agent_id {
-            return Err(ApiError {
-                field: Some("agent_id".to_owned()),
-                ..ApiError::conflict(format!(
-                    "thread `{session}` runs agent `{}`, not `{agent_id}`",
-                    existing.record.agent_id
-                ))
-            });
-        }
-    }
-    let plan = plan(&input, &agent_id, snapshot.as_ref(), state.config.file().http.json_bounds())?;
-    let mut run = AguiRun::new(&input, state.clone(), caller.tenant.clone(), session.clone());
-    let frames = match plan {
-        Plan::Start { input: messages, origins } => {
-            // The engine names fields of the input it was sent: name them
-            // as the run's instead.
-            let sent =
-                sessions::send(&state, &caller, &session, *messages, None, true).await.map_err(|mut error| {
-                    error.field = error.field.map(|field| agui_field(&field, &origins));
-                    error
-                })?;
-            let (Some(turn_id), Some(live)) = (sent.accepted.turn_id, sent.live) else {
-                return Err(ApiError::internal(&"a client.messages input was accepted without a turn"));
-            };
-            tracing::info!(tenant = %caller.tenant, session = %session, turn = %turn_id, existing = sent.accepted.existing, "AG-UI run starts a turn");
-            TurnFrames::starting(&state, caller.tenant.clone(), session, turn_id, sent.after, live)
-        }
-        Plan::Settle { turn_id, inputs, unanswered } => {
-            let mut inputs = inputs.into_iter();
-            let first = inputs.next().ok_or_else(|| ApiError::internal(&"a settling run with nothing to send"))?;
-            let sent = sessions::send(&state, &caller, &session, first, None, true).await?;
-            let live = sent.live.ok_or_else(|| ApiError::internal(&"a subscription was asked for"))?;
-            // The rest settle the same turn; the subscription taken before
-            // the first already sees what they cause.
-            for input in inputs {
-                sessions::send(&state, &caller, &session, input, None, false).await?;
-            }
-            tracing::info!(tenant = %caller.tenant, session = %session, turn = %turn_id, "AG-UI run continues a waiting turn");
-            // The turn goes on only once every frontend call is answered:
-            // until then this run ends asking for the rest.
-            if !unanswered.is_empty() {
-                run.pending = Some(unanswered);
-            }
-            TurnFrames::continuing(&state, caller.tenant.clone(), session, turn_id, sent.after, live)
-        }
-        Plan::Cancel { turn_id, after } => {
-            let live = crate::stream::subscribe(&state.engine, &caller.tenant, &session)?;
-            state.engine.cancel(&caller.tenant, &session).await?;
-            tracing::info!(tenant = %caller.tenant, session = %session, turn = %turn_id, "AG-UI run cancels an interrupted turn");
-            TurnFrames::continuing(&state, caller.tenant.clone(), session, turn_id, after, live)
-        }
+    let snapshot = match frontends::find(&state, &caller, &session, &agent_id, "agent_id", "thread").await? {
+        Found::Unreachable => return Err(ApiError::no_session(&session)),
+        found => found,
     };
-    Ok(respond(run, frames))
+    let Planned { plan, origins, unanswered } =
+        plan(&input, &agent_id, snapshot.snapshot(), state.config.file().http.json_bounds())?;
+    let starts = matches!(plan, Plan::Start(_));
+    let followed =
+        frontends::follow(&state, &caller, &session, plan, None, AguiRun::NAME).await.map_err(|mut error| {
+            // The engine names fields of the input it was sent: name them as
+            // the run's instead.
+            if starts {
+                error.field = error.field.map(|field| agui_field(&field, &origins));
+            }
+            error
+        })?;
+    let mut run = AguiRun::new(&input, state.clone(), caller.tenant.clone(), session);
+    // The turn goes on only once every frontend call is answered: until
+    // then this run ends asking for the rest.
+    if !unanswered.is_empty() {
+        run.pending = Some(unanswered);
+    }
+    Ok(frontends::respond(run, followed.frames))
 }
 
-/// What a run does with the session.
-enum Plan {
-    /// Start a turn (or follow the one `runId` already started).
-    /// `origins[i]` is the index in the run's `messages` of the input's
-    /// message `i`.
-    Start { input: Box<ClientInput>, origins: Vec<usize> },
-    /// Settle what the open turn `turn_id` waits for, and follow it.
-    /// `unanswered`: frontend calls the turn still waits for after these
-    /// (the run then ends at once, asking for them).
-    Settle { turn_id: String, inputs: Vec<ClientInput>, unanswered: Vec<String> },
-    /// Cancel the interrupted turn `turn_id` (a `cancelled` resume entry).
-    Cancel { turn_id: String, after: Option<u64> },
+/// What a run does with the session, and what the run needs to know of it.
+struct Planned {
+    plan: Plan,
+    /// For a plan that starts a turn, `origins[i]` is the index in the
+    /// run's `messages` of the input's message `i`.
+    origins: Vec<usize>,
+    /// For a plan that settles frontend calls, those the turn still waits
+    /// for after it (the run then ends at once, asking for them).
+    unanswered: Vec<String>,
 }
 
 /// Decides what the run sends, from the input and the session as it is.
@@ -301,79 +246,62 @@ fn plan(
     agent_id: &str,
     snapshot: Option<&subs_engine::Snapshot>,
     json: body::JsonBounds,
-) -> Result<Plan, ApiError> {
-    let open_turn = snapshot.and_then(|s| s.record.turn.as_ref().map(|t| t.turn_id.clone()));
-    let interrupts: Vec<&str> =
-        snapshot.map(|s| s.record.interrupts.iter().map(|i| i.interrupt_id.as_str()).collect()).unwrap_or_default();
+) -> Result<Planned, ApiError> {
+    let waits = Waits::of(snapshot);
+    let settle = |plan| Ok(Planned { plan, origins: Vec::new(), unanswered: Vec::new() });
 
     // Resuming interrupts.
-    let resumes = resumes(input, &interrupts)?;
+    let resumes = resumes(input, &waits.interrupts)?;
     if !resumes.is_empty() {
-        let Some(turn_id) = open_turn else {
+        let Some(turn_id) = waits.turn.map(str::to_owned) else {
             return Err(ApiError::conflict(format!(
                 "thread `{}` has no open turn: nothing waits for a resume",
                 input.thread_id
             )));
         };
         if resumes.iter().any(|(_, status, _)| *status == ResumeStatus::Cancelled) {
-            let after = snapshot.and_then(|s| s.record.next.event.checked_sub(1));
-            return Ok(Plan::Cancel { turn_id, after });
+            return settle(Plan::Cancel { turn_id, after: waits.last_event });
         }
-        let inputs = resumes
-            .into_iter()
-            .map(|(interrupt_id, _, payload)| ClientInput::InterruptResume(InterruptResume { interrupt_id, payload }))
-            .collect();
-        return Ok(Plan::Settle { turn_id, inputs, unanswered: Vec::new() });
+        let answers =
+            resumes.into_iter().map(|(interrupt_id, _, payload)| Answer::resume(None, interrupt_id, payload)).collect();
+        return settle(Plan::Settle { turn_id, answers });
     }
 
     // Answering frontend tool calls.
-    let waiting: Vec<&str> =
-        snapshot.map(|s| s.waiting_client_calls().map(|c| c.call.id.as_str()).collect()).unwrap_or_default();
-    let answers = tool_answers(input, &waiting, json)?;
-    if let Some(turn_id) = open_turn.as_ref().filter(|_| !answers.is_empty()) {
-        let answered: HashSet<&str> = answers
-            .iter()
-            .filter_map(|a| match a {
-                ClientInput::ToolResult(r) => Some(r.id.as_str()),
-                ClientInput::ToolError(e) => Some(e.id.as_str()),
-                _ => None,
-            })
-            .collect();
-        let unanswered = waiting.iter().filter(|id| !answered.contains(*id)).map(|id| (*id).to_owned()).collect();
-        return Ok(Plan::Settle { turn_id: turn_id.clone(), inputs: answers, unanswered });
+    let answers = tool_answers(input, &waits.client_calls, json)?;
+    if let Some(turn_id) = waits.turn.filter(|_| !answers.is_empty()) {
+        let answered: HashSet<&str> = answers.iter().filter_map(Answer::call_id).collect();
+        let unanswered =
+            waits.client_calls.iter().filter(|id| !answered.contains(*id)).map(|id| (*id).to_owned()).collect();
+        let plan = Plan::Settle { turn_id: turn_id.to_owned(), answers };
+        return Ok(Planned { plan, origins: Vec::new(), unanswered });
     }
     // Sending the run of the open turn again follows it (a reconnect);
     // any other run must first answer what the turn waits for.
-    let same_run = open_turn.as_deref() == Some(input.run_id.as_str());
-    if !interrupts.is_empty() && !same_run {
+    let same_run = waits.turn == Some(input.run_id.as_str());
+    if !waits.interrupts.is_empty() && !same_run {
         return Err(ApiError {
             field: Some("resume".to_owned()),
             ..ApiError::conflict(format!(
                 "thread `{}` waits on interrupt(s) {}: send `resume` entries for them (or `forwardedProps.command.resume`)",
                 input.thread_id,
-                quoted(&interrupts)
+                quoted(&waits.interrupts)
             ))
         });
     }
-    if !waiting.is_empty() && !same_run {
+    if !waits.client_calls.is_empty() && !same_run {
         return Err(ApiError {
             field: Some("messages".to_owned()),
             ..ApiError::conflict(format!(
                 "thread `{}` waits for the result of frontend tool call(s) {}: send `tool` messages with those `toolCallId`s",
                 input.thread_id,
-                quoted(&waiting)
+                quoted(&waits.client_calls)
             ))
         });
     }
     let (messages, origins) = conversation(&input.messages)?;
-    let start = ClientInput::ClientMessages(ClientMessages {
-        agent_id: agent_id.to_owned(),
-        turn_id: Some(input.run_id.clone()),
-        messages,
-        stream: None,
-        client: Some(client_context(input)),
-    });
-    Ok(Plan::Start { input: Box::new(start), origins })
+    let plan = frontends::start(agent_id, Some(input.run_id.clone()), messages, Some(client_context(input)));
+    Ok(Planned { plan, origins, unanswered: Vec::new() })
 }
 
 /// A field of the `client.messages` input a run sent, as the run's own:
@@ -469,7 +397,7 @@ fn resumes(input: &RunAgentInput, open: &[&str]) -> Result<Vec<(String, ResumeSt
 
 /// The `tool.result` / `tool.error` inputs for the run's `tool` messages
 /// that answer frontend tool calls the session waits for.
-fn tool_answers(input: &RunAgentInput, waiting: &[&str], json: body::JsonBounds) -> Result<Vec<ClientInput>, ApiError> {
+fn tool_answers(input: &RunAgentInput, waiting: &[&str], json: body::JsonBounds) -> Result<Vec<Answer>, ApiError> {
     let mut answers = Vec::new();
     if waiting.is_empty() {
         return Ok(answers);
@@ -483,14 +411,11 @@ fn tool_answers(input: &RunAgentInput, waiting: &[&str], json: body::JsonBounds)
             continue;
         }
         answers.push(match message.error {
-            Some(error) => {
-                ClientInput::ToolError(ToolError { id: message.tool_call_id, error, retryable: false, attempt: None })
+            Some(error) => Answer::tool_error(None, message.tool_call_id, error),
+            None => {
+                let result = tool_result(&content(&message.content, i)?, json);
+                Answer::tool_result(None, message.tool_call_id, Some(result))
             }
-            None => ClientInput::ToolResult(ToolResult {
-                id: message.tool_call_id,
-                attempt: None,
-                result: Some(tool_result(&content(&message.content, i)?, json)),
-            }),
         });
     }
     Ok(answers)
@@ -669,13 +594,14 @@ fn content_part(part: &Value) -> Result<ContentPart, (String, String)> {
             .ok_or_else(|| (format!(".source.{key}"), "a string".to_owned()))
     };
     let source_kind = source_text("type")?;
-    let mime = source.get("mimeType").and_then(Value::as_str);
-    // Inline bytes become a `data:` URL, which every part but audio takes.
     let url = match source_kind.as_str() {
         "url" => source_text("value")?,
         "data" => {
-            let mime = mime.ok_or_else(|| (".source.mimeType".to_owned(), "a string".to_owned()))?;
-            format!("data:{mime};base64,{}", source_text("value")?)
+            let mime = source
+                .get("mimeType")
+                .and_then(Value::as_str)
+                .ok_or_else(|| (".source.mimeType".to_owned(), "a string".to_owned()))?;
+            frontends::data_url(mime, &source_text("value")?)
         }
         "file" => {
             return Err((
@@ -688,35 +614,24 @@ fn content_part(part: &Value) -> Result<ContentPart, (String, String)> {
             return Err((".source.type".to_owned(), format!("unknown source `{other}`, expected `data` or `url`")));
         }
     };
-    match kind.as_str() {
-        "image" => Ok(ContentPart::ImageUrl { image_url: subs_protocol::UrlRef { url } }),
-        "video" => Ok(ContentPart::VideoUrl { video_url: subs_protocol::UrlRef { url } }),
-        "document" => Ok(ContentPart::File {
-            file: subs_protocol::FileData {
-                filename: part
-                    .get("metadata")
-                    .and_then(|m| m.get("filename"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("document")
-                    .to_owned(),
-                file_data: url,
-            },
-        }),
-        "audio" => {
-            if source_kind != "data" {
-                return Err((".source.type".to_owned(), "audio is taken inline only (`data`)".to_owned()));
-            }
-            let format = mime.and_then(|m| m.strip_prefix("audio/")).unwrap_or("wav");
-            let format = if format == "mpeg" { "mp3" } else { format };
-            Ok(ContentPart::InputAudio {
-                input_audio: subs_protocol::AudioData { data: source_text("value")?, format: format.to_owned() },
-            })
+    let media = match kind.as_str() {
+        "image" => Media::Image,
+        "video" => Media::Video,
+        "audio" => Media::Audio,
+        "document" => Media::Document,
+        other => {
+            return Err((
+                ".type".to_owned(),
+                format!("unknown part `{other}`, expected `text`, `image`, `audio`, `video` or `document`"),
+            ));
         }
-        other => Err((
-            ".type".to_owned(),
-            format!("unknown part `{other}`, expected `text`, `image`, `audio`, `video` or `document`"),
-        )),
+    };
+    // Audio is taken inline only, whatever URL a `url` source names.
+    if media == Media::Audio && source_kind != "data" {
+        return Err((".source.type".to_owned(), "audio is taken inline only (`data`)".to_owned()));
     }
+    let filename = part.get("metadata").and_then(|m| m.get("filename")).and_then(Value::as_str).unwrap_or("document");
+    frontends::media_part(media, url, filename).map_err(|why| (".source.type".to_owned(), why.to_owned()))
 }
 
 /// A recorded message as AG-UI's `Message`, under the id the session
@@ -772,7 +687,7 @@ fn agui_message(m: &Message) -> Value {
 fn agui_part(part: &ContentPart) -> Value {
     fn source(url: &str) -> Value {
         // A `data:` URL is inline bytes; anything else is fetched.
-        match url.strip_prefix("data:").and_then(|rest| rest.split_once(";base64,")) {
+        match frontends::split_data_url(url) {
             Some((mime, data)) => json!({"type": "data", "value": data, "mimeType": mime}),
             None => json!({"type": "url", "value": url}),
         }
@@ -796,12 +711,10 @@ fn agui_part(part: &ContentPart) -> Value {
 
 /// One run's translation of the turn's events into AG-UI events.
 struct AguiRun {
-    state: Arc<AppState>,
-    tenant: String,
-    session: String,
+    /// The thread's session.
+    session: Reader,
     thread_id: String,
     run_id: String,
-    started: bool,
     ended: bool,
     /// Where the streamed messages are.
     messages: Messages,
@@ -815,12 +728,9 @@ struct AguiRun {
 impl AguiRun {
     fn new(input: &RunAgentInput, state: Arc<AppState>, tenant: String, session: String) -> Self {
         AguiRun {
-            state,
-            tenant,
-            session,
+            session: Reader { state, tenant, session },
             thread_id: input.thread_id.clone(),
             run_id: input.run_id.clone(),
-            started: false,
             ended: false,
             messages: Messages::default(),
             asked: Vec::new(),
@@ -828,57 +738,50 @@ impl AguiRun {
         }
     }
 
-    /// The next AG-UI events, from the turn's next event(s); empty when
-    /// the run is over.
-    async fn next(&mut self, frames: &mut TurnFrames) -> Vec<Value> {
-        let mut out = Vec::new();
-        if !self.started {
-            self.started = true;
-            out.push(json!({"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id}));
-            if let Some(pending) = self.pending.take() {
-                self.finish(&mut out, json!({"type": "success", "pendingToolCallIds": pending}), None).await;
-            }
-            return out;
+    /// The conversation as the session stored it: the frontend's messages
+    /// take the stored ids, so its next run appends rather than forks.
+    async fn snapshot(&self, out: &mut Vec<Value>) {
+        if let Some(snapshot) = self.session.snapshot().await {
+            let messages: Vec<Value> = snapshot.messages.iter().map(agui_message).collect();
+            out.push(json!({"type": "MESSAGES_SNAPSHOT", "messages": messages}));
         }
-        while out.is_empty() && !self.ended {
-            match frames.next().await {
-                Some(Ok(frame)) => match frame.parse() {
-                    Ok(event) => self.translate(event, &mut out).await,
-                    Err(error) => {
-                        // A stored event of a newer engine: nothing this
-                        // run can say about it.
-                        tracing::debug!(%error, "AG-UI run skips an event it does not know");
-                    }
-                },
-                Some(Err(Dropped { budget })) => {
-                    self.finish_error(
-                        &mut out,
-                        "dropped",
-                        format!(
-                            "this client fell behind the run by more than {budget} bytes and was dropped; the turn goes \
-                             on: its events are at GET /v1/sessions/{}/events and its messages at GET /v1/sessions/{}",
-                            sessions::encode_id(&self.session),
-                            sessions::encode_id(&self.session)
-                        ),
-                    )
-                    .await;
-                }
-                None => {
-                    self.finish_error(
-                        &mut out,
-                        "unavailable",
-                        "the server stopped following the turn (it is shutting down, or its store failed); the turn \
-                         is stored: send this run again (same runId) to follow it"
-                            .to_owned(),
-                    )
-                    .await;
-                }
-            }
+    }
+
+    /// Ends the run: open messages closed, the conversation, `RUN_FINISHED`.
+    async fn finish(&mut self, out: &mut Vec<Value>, outcome: Value, result: Option<Value>) {
+        self.messages.close(out);
+        self.snapshot(out).await;
+        let mut finished = json!({"type": "RUN_FINISHED", "threadId": self.thread_id, "runId": self.run_id,
+                                  "outcome": outcome});
+        if let Some(result) = result {
+            finished["result"] = result;
+        }
+        out.push(finished);
+        self.ended = true;
+    }
+
+    /// Ends the run with `RUN_ERROR`.
+    async fn finish_error(&mut self, out: &mut Vec<Value>, code: &str, message: String) {
+        self.messages.close(out);
+        self.snapshot(out).await;
+        tracing::info!(tenant = %self.session.tenant, session = %self.session.session, run = %self.run_id, code, "AG-UI run ends with an error");
+        out.push(json!({"type": "RUN_ERROR", "message": message, "code": code}));
+        self.ended = true;
+    }
+}
+
+impl Translator for AguiRun {
+    const NAME: &'static str = "ag-ui";
+
+    async fn start(&mut self) -> Vec<Value> {
+        let mut out = vec![json!({"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id})];
+        if let Some(pending) = self.pending.take() {
+            self.finish(&mut out, json!({"type": "success", "pendingToolCallIds": pending}), None).await;
         }
         out
     }
 
-    async fn translate(&mut self, event: SessionEvent, out: &mut Vec<Value>) {
+    async fn event(&mut self, event: SessionEvent, out: &mut Vec<Value>) {
         match event {
             SessionEvent::TokenDelta(TokenDelta { delta, call_id }) => self.messages.delta(delta, &call_id, out),
             SessionEvent::Message(MessageRecorded { message, .. }) => self.messages.message(message, out),
@@ -892,33 +795,21 @@ impl AguiRun {
                 // The calls of one decision are stored together: once
                 // every frontend call the session now waits for was asked,
                 // the run is over and the frontend runs them.
-                let waiting = match self.state.engine.snapshot(&self.tenant, &self.session).await {
-                    Ok(Some(snapshot)) => {
-                        snapshot.waiting_client_calls().map(|c| c.call.id.clone()).collect::<Vec<_>>()
-                    }
-                    Ok(None) => Vec::new(),
-                    Err(error) => {
-                        tracing::warn!(%error, "AG-UI run cannot read the session's calls");
-                        Vec::new()
-                    }
-                };
-                if waiting.iter().all(|id| self.asked.contains(id)) {
+                let snapshot = self.session.snapshot().await;
+                let waiting = Waits::of(snapshot.as_ref()).client_calls;
+                if waiting.iter().all(|id| self.asked.iter().any(|asked| asked == id)) {
                     let pending = std::mem::take(&mut self.asked);
                     self.finish(out, json!({"type": "success", "pendingToolCallIds": pending}), None).await;
                 }
             }
             SessionEvent::Interrupt(InterruptRaised { interrupt_id, reason, payload, .. }) => {
                 // Every interrupt open now, this one whatever the read says.
-                let mut open: Vec<(String, String, Option<Value>)> =
-                    match self.state.engine.snapshot(&self.tenant, &self.session).await {
-                        Ok(Some(snapshot)) => snapshot
-                            .record
-                            .interrupts
-                            .into_iter()
-                            .map(|i| (i.interrupt_id, i.reason, i.payload))
-                            .collect(),
-                        _ => Vec::new(),
-                    };
+                let mut open: Vec<(String, String, Option<Value>)> = match self.session.snapshot().await {
+                    Some(snapshot) => {
+                        snapshot.record.interrupts.into_iter().map(|i| (i.interrupt_id, i.reason, i.payload)).collect()
+                    }
+                    None => Vec::new(),
+                };
                 if !open.iter().any(|(id, ..)| *id == interrupt_id) {
                     open.push((interrupt_id, reason, payload));
                 }
@@ -959,39 +850,23 @@ impl AguiRun {
         }
     }
 
-    /// The conversation as the session stored it: the frontend's messages
-    /// take the stored ids, so its next run appends rather than forks.
-    async fn snapshot(&self, out: &mut Vec<Value>) {
-        match self.state.engine.snapshot(&self.tenant, &self.session).await {
-            Ok(Some(snapshot)) => {
-                let messages: Vec<Value> = snapshot.messages.iter().map(agui_message).collect();
-                out.push(json!({"type": "MESSAGES_SNAPSHOT", "messages": messages}));
-            }
-            Ok(None) => {}
-            Err(error) => tracing::warn!(%error, session = %self.session, "AG-UI run cannot read the conversation"),
-        }
+    async fn dropped(&mut self, budget: usize, out: &mut Vec<Value>) {
+        let session = sessions::encode_id(&self.session.session).to_string();
+        let message = format!(
+            "this client fell behind the run by more than {budget} bytes and was dropped; the turn goes on: its \
+             events are at GET /v1/sessions/{session}/events and its messages at GET /v1/sessions/{session}"
+        );
+        self.finish_error(out, "dropped", message).await;
     }
 
-    /// Ends the run: open messages closed, the conversation, `RUN_FINISHED`.
-    async fn finish(&mut self, out: &mut Vec<Value>, outcome: Value, result: Option<Value>) {
-        self.messages.close(out);
-        self.snapshot(out).await;
-        let mut finished = json!({"type": "RUN_FINISHED", "threadId": self.thread_id, "runId": self.run_id,
-                                  "outcome": outcome});
-        if let Some(result) = result {
-            finished["result"] = result;
-        }
-        out.push(finished);
-        self.ended = true;
+    async fn stopped(&mut self, out: &mut Vec<Value>) {
+        let message = "the server stopped following the turn (it is shutting down, or its store failed); the turn is \
+                       stored: send this run again (same runId) to follow it";
+        self.finish_error(out, "unavailable", message.to_owned()).await;
     }
 
-    /// Ends the run with `RUN_ERROR`.
-    async fn finish_error(&mut self, out: &mut Vec<Value>, code: &str, message: String) {
-        self.messages.close(out);
-        self.snapshot(out).await;
-        tracing::info!(tenant = %self.tenant, session = %self.session, run = %self.run_id, code, "AG-UI run ends with an error");
-        out.push(json!({"type": "RUN_ERROR", "message": message, "code": code}));
-        self.ended = true;
+    fn done(&self) -> bool {
+        self.ended
     }
 }
 
@@ -1125,25 +1000,10 @@ impl Messages {
     }
 }
 
-/// The run's events as server-sent events, pulled from the turn only as
-/// the connection takes them.
-fn respond(run: AguiRun, frames: TurnFrames) -> Response {
-    let events = stream::unfold((run, frames), |(mut run, mut frames)| async move {
-        if run.ended {
-            return None;
-        }
-        let batch = run.next(&mut frames).await;
-        Some((batch, (run, frames)))
-    })
-    .flat_map(|batch| {
-        stream::iter(batch.into_iter().map(|event| Ok::<_, Infallible>(SseEvent::default().data(event.to_string()))))
-    });
-    let events: BoxStream<'static, Result<SseEvent, Infallible>> = Box::pin(events);
-    (StatusCode::OK, Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))).into_response()
-}
-
 #[cfg(test)]
 mod tests {
+    use axum::http::StatusCode;
+
     use super::*;
 
     fn input(body: Value) -> RunAgentInput {

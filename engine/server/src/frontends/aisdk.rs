@@ -41,41 +41,33 @@
 //! interrupt (`interrupt.resume`).
 
 use std::collections::{HashMap, HashSet};
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures::stream::{self, BoxStream, StreamExt as _};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use subs_engine::Snapshot;
-use subs_engine::events::Subscription;
-use subs_engine::store::{ID_RULE, NAME_RULE, valid_id, valid_name};
-use subs_protocol::client::{ClientMessages, InterruptResume, ToolError, ToolResult};
+use subs_engine::store::{ID_RULE, valid_id};
 use subs_protocol::{
-    AgentTool, CallKind, CallStatus, ClientContext, ClientInput, Content, ContentPart, DraftMessage, FileData, Message,
-    Role, SessionEvent, UrlRef, WorkerIdentity,
+    AgentTool, CallKind, CallStatus, ClientContext, Content, ContentPart, DraftMessage, Message, Role, SessionEvent,
+    WorkerIdentity,
 };
 
+use super::{Answer, Found, Media, Plan, Reader, Translator, Waits};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::body::{self, Incoming};
 use crate::error::{ApiError, ErrorBody};
-use crate::sessions::{self, Sent};
-use crate::stream::{self as turn_stream, Dropped, TurnFrames};
+use crate::frontends;
+use crate::stream::TurnFrames;
 
 /// The header that tells the SDK the body is its UI message stream.
 pub const STREAM_HEADER: &str = "x-vercel-ai-ui-message-stream";
 
 /// The most client tools one request may declare (`tools`).
 pub const MAX_TOOLS: usize = 128;
-
-/// How often an idle stream sends a comment, so proxies keep it open.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// What the SDK's `DefaultChatTransport` posts, with the extra `body`
 /// fields this endpoint reads. Unknown fields are ignored: the transport
@@ -181,44 +173,21 @@ pub async fn chat(
     Path(agent_id): Path<String>,
     request: Incoming,
 ) -> Result<Response, ApiError> {
-    check_agent_id(&agent_id)?;
+    frontends::check_agent_id(&agent_id)?;
     let limits = state.config.limits(&caller.tenant);
-    let request: ChatRequest = body::json(request, limits.max_body_bytes).await?;
+    let mut request: ChatRequest = body::json(request, limits.max_body_bytes).await?;
     check_request(&request)?;
     let session = request.id.clone();
-    let snapshot =
-        state.engine.snapshot(&caller.tenant, &session).await?.filter(|snapshot| caller.may_reach(&snapshot.record));
-    if let Some(snapshot) = &snapshot
-        && snapshot.record.agent_id != agent_id
-    {
-        return Err(ApiError {
-            field: Some("id".to_owned()),
-            ..ApiError::conflict(format!(
-                "chat `{session}` is a session of agent `{}`, not `{agent_id}`",
-                snapshot.record.agent_id
-            ))
-        });
-    }
-    let plan = plan(&request, snapshot.as_ref(), &agent_id)?;
+    // A session the caller does not reach is planned for as a new one:
+    // sending to it is answered 404.
+    let found = frontends::find(&state, &caller, &session, &agent_id, "id", "chat").await?;
+    let Planned { plan, message_id, known } = plan(&request, found.snapshot(), &agent_id)?;
     tracing::debug!(tenant = %caller.tenant, session = %session, input = plan.kind(), "ai-sdk chat request");
-    match plan {
-        Plan::Turn(input) => {
-            let Sent { accepted, live, after } =
-                sessions::send(&state, &caller, &session, input, request.identity, true).await?;
-            let turn_id = accepted.turn_id.ok_or_else(|| ApiError::conflict("the input started no turn"))?;
-            let live = live.ok_or_else(|| ApiError::conflict("the input's events were not subscribed to"))?;
-            let frames =
-                TurnFrames::starting(&state, caller.tenant.clone(), session.clone(), turn_id.clone(), after, live);
-            let known = HashSet::new();
-            Ok(respond(Translator::new(state, caller.tenant, session, turn_id.clone(), turn_id, frames, known)))
-        }
-        Plan::Settle { inputs, turn_id, message_id, known } => {
-            let (live, after) = settle(&state, &caller, &session, inputs).await?;
-            let frames =
-                TurnFrames::continuing(&state, caller.tenant.clone(), session.clone(), turn_id.clone(), after, live);
-            Ok(respond(Translator::new(state, caller.tenant, session, turn_id, message_id, frames, known)))
-        }
-    }
+    let identity = request.identity.take();
+    let followed = frontends::follow(&state, &caller, &session, plan, identity, ChatStream::NAME).await?;
+    let message_id = message_id.unwrap_or_else(|| followed.turn_id.clone());
+    let chat = ChatStream::new(state, caller.tenant, session, followed.turn_id, message_id, known);
+    Ok(respond(chat, followed.frames))
 }
 
 /// The SDK's reconnect (`DefaultChatTransport.reconnectToStream`, which
@@ -250,30 +219,17 @@ pub async fn reconnect(
 ) -> Result<Response, ApiError> {
     let Path((agent_id, chat_id)) =
         path.map_err(|_| ApiError::invalid("chat_id", "the chat id in the path is not percent-encoded UTF-8"))?;
-    check_agent_id(&agent_id)?;
-    if !valid_id(&chat_id) {
-        return Err(ApiError::invalid(
-            "chat_id",
-            format!("`{}` is not a valid chat id ({ID_RULE})", chat_id.escape_debug()),
-        ));
-    }
+    frontends::check_agent_id(&agent_id)?;
+    frontends::check_id("chat_id", "chat id", &chat_id)?;
     let tenant = caller.tenant.clone();
     // Subscribed before the record is read, so a turn that ends in between
     // is seen ending rather than waited for.
-    let live = turn_stream::subscribe(&state.engine, &tenant, &chat_id)?;
-    let snapshot = state.engine.snapshot(&tenant, &chat_id).await?.filter(|s| caller.may_reach(&s.record));
-    let Some(snapshot) = snapshot else { return Ok(StatusCode::NO_CONTENT.into_response()) };
-    let record = &snapshot.record;
-    if record.agent_id != agent_id {
-        return Err(ApiError {
-            field: Some("chat_id".to_owned()),
-            ..ApiError::conflict(format!(
-                "chat `{chat_id}` is a session of agent `{}`, not `{agent_id}`",
-                record.agent_id
-            ))
-        });
-    }
-    let Some(turn_id) = record.turn.as_ref().map(|t| t.turn_id.clone()) else {
+    let live = crate::stream::subscribe(&state.engine, &tenant, &chat_id)?;
+    let Found::Session(snapshot) = frontends::find(&state, &caller, &chat_id, &agent_id, "chat_id", "chat").await?
+    else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    let Some(turn_id) = snapshot.record.turn.as_ref().map(|t| t.turn_id.clone()) else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
     // Model calls already streaming: their deltas would start mid-reply,
@@ -286,46 +242,22 @@ pub async fn reconnect(
         .collect();
     tracing::debug!(tenant = %tenant, session = %chat_id, turn = %turn_id, "ai-sdk reconnect to a running turn");
     let frames = TurnFrames::starting(&state, tenant.clone(), chat_id.clone(), turn_id.clone(), None, live);
-    let mut translator = Translator::new(state, tenant, chat_id, turn_id.clone(), turn_id, frames, HashSet::new());
-    translator.joined_mid_call = streaming;
-    Ok(respond(translator))
-}
-
-fn check_agent_id(agent_id: &str) -> Result<(), ApiError> {
-    if valid_name(agent_id) {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            "agent_id",
-            format!("`{}` is not a valid agent id ({NAME_RULE})", agent_id.escape_debug()),
-        ))
-    }
+    let mut chat = ChatStream::new(state, tenant, chat_id, turn_id.clone(), turn_id, HashSet::new());
+    chat.joined_mid_call = streaming;
+    Ok(respond(chat, frames))
 }
 
 /// The checks serde does not make: ids, bounds.
 fn check_request(request: &ChatRequest) -> Result<(), ApiError> {
-    if !valid_id(&request.id) {
-        return Err(ApiError::invalid(
-            "id",
-            format!("`{}` is not a valid chat id ({ID_RULE})", request.id.escape_debug()),
-        ));
-    }
-    if let Some(id) = request.message_id.as_deref().filter(|id| !valid_id(id)) {
-        return Err(ApiError::invalid(
-            "messageId",
-            format!("`{}` is not a valid message id ({ID_RULE})", id.escape_debug()),
-        ));
+    frontends::check_id("id", "chat id", &request.id)?;
+    if let Some(id) = request.message_id.as_deref() {
+        frontends::check_id("messageId", "message id", id)?;
     }
     if request.messages.is_empty() && request.resume.is_none() {
         return Err(ApiError::invalid("messages", "a chat request needs at least one message"));
     }
     for (i, message) in request.messages.iter().enumerate() {
-        if !valid_id(&message.id) {
-            return Err(ApiError::invalid(
-                format!("messages[{i}].id"),
-                format!("`{}` is not a valid message id ({ID_RULE})", message.id.escape_debug()),
-            ));
-        }
+        frontends::check_id(format!("messages[{i}].id"), "message id", &message.id)?;
     }
     if let Some(tools) = &request.tools
         && tools.len() > MAX_TOOLS
@@ -340,26 +272,17 @@ fn check_request(request: &ChatRequest) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// What a request becomes.
-enum Plan {
-    /// An input that starts a turn (`client.messages`).
-    Turn(ClientInput),
-    /// Inputs that settle what the open turn `turn_id` waits for; the
-    /// stream continues the UI message `message_id`, whose tool parts
-    /// `known` the client already has.
-    Settle { inputs: Vec<(String, ClientInput)>, turn_id: String, message_id: String, known: HashSet<String> },
+/// What a request does, and the UI message its stream builds.
+struct Planned {
+    plan: Plan,
+    /// The UI message the stream continues (the last assistant message
+    /// of a settling request); `None`: a new one, named by the turn's id.
+    message_id: Option<String>,
+    /// Tool calls the client already has a part for in that message.
+    known: HashSet<String>,
 }
 
-impl Plan {
-    fn kind(&self) -> &'static str {
-        match self {
-            Plan::Turn(_) => "client.messages",
-            Plan::Settle { .. } => "settle",
-        }
-    }
-}
-
-fn plan(request: &ChatRequest, snapshot: Option<&Snapshot>, agent_id: &str) -> Result<Plan, ApiError> {
+fn plan(request: &ChatRequest, snapshot: Option<&Snapshot>, agent_id: &str) -> Result<Planned, ApiError> {
     let tree = Tree::new(snapshot);
     let last = request.messages.len().checked_sub(1);
     let last_assistant = last.filter(|&i| request.messages[i].role == UiRole::Assistant);
@@ -375,15 +298,13 @@ fn plan(request: &ChatRequest, snapshot: Option<&Snapshot>, agent_id: &str) -> R
                 ..ApiError::conflict(format!("no interrupt `{}` waits in this chat", resume.interrupt_id))
             });
         }
-        let input = ClientInput::InterruptResume(InterruptResume {
-            interrupt_id: resume.interrupt_id.clone(),
-            payload: resume.payload.clone(),
-        });
+        let answer = Answer::resume(Some("resume".to_owned()), resume.interrupt_id.clone(), resume.payload.clone());
         let (message_id, known) = match last_assistant {
             Some(i) => (request.messages[i].id.clone(), tool_parts(&request.messages[i]).map(|p| p.id).collect()),
             None => (turn_id.clone(), HashSet::new()),
         };
-        return Ok(Plan::Settle { inputs: vec![("resume".to_owned(), input)], turn_id, message_id, known });
+        let plan = Plan::Settle { turn_id, answers: vec![answer] };
+        return Ok(Planned { plan, message_id: Some(message_id), known });
     }
     if let Some(i) = last_assistant {
         if request.trigger == Some(ChatTrigger::Regenerate) {
@@ -459,7 +380,12 @@ fn plan(request: &ChatRequest, snapshot: Option<&Snapshot>, agent_id: &str) -> R
     turn(request, agent_id, path, new)
 }
 
-fn turn(request: &ChatRequest, agent_id: &str, path: Vec<Message>, new: Vec<DraftMessage>) -> Result<Plan, ApiError> {
+fn turn(
+    request: &ChatRequest,
+    agent_id: &str,
+    path: Vec<Message>,
+    new: Vec<DraftMessage>,
+) -> Result<Planned, ApiError> {
     let mut messages: Vec<DraftMessage> = path.into_iter().map(DraftMessage::from).collect();
     messages.extend(new);
     let client = (request.tools.is_some() || request.context.is_some()).then(|| ClientContext {
@@ -467,13 +393,7 @@ fn turn(request: &ChatRequest, agent_id: &str, path: Vec<Message>, new: Vec<Draf
         context: request.context.clone(),
         ..ClientContext::default()
     });
-    Ok(Plan::Turn(ClientInput::ClientMessages(ClientMessages {
-        agent_id: agent_id.to_owned(),
-        turn_id: None,
-        messages,
-        stream: None,
-        client,
-    })))
+    Ok(Planned { plan: frontends::start(agent_id, None, messages, client), message_id: None, known: HashSet::new() })
 }
 
 /// The open turn's id, or 409 naming `field`.
@@ -486,43 +406,40 @@ fn open_turn(snapshot: &Snapshot, field: &str) -> Result<String, ApiError> {
 
 /// A last assistant message: the outputs of the client tools the open
 /// turn waits for, as `tool.result` / `tool.error` inputs.
-fn settle_tools(request: &ChatRequest, i: usize, snapshot: Option<&Snapshot>) -> Result<Plan, ApiError> {
+fn settle_tools(request: &ChatRequest, i: usize, snapshot: Option<&Snapshot>) -> Result<Planned, ApiError> {
     let conflict = |message: String| ApiError { field: Some(format!("messages[{i}]")), ..ApiError::conflict(message) };
     let snapshot =
         snapshot.ok_or_else(|| conflict("an assistant message is last, and the chat has no session".into()))?;
     let turn_id = open_turn(snapshot, &format!("messages[{i}]"))?;
-    let waiting: HashSet<&str> = snapshot.waiting_client_calls().map(|c| c.call.id.as_str()).collect();
+    let waiting = Waits::of(Some(snapshot)).client_calls;
     let message = &request.messages[i];
-    let mut inputs = Vec::new();
+    let mut answers = Vec::new();
     let mut known = HashSet::new();
     for part in tool_parts(message) {
         let part = part.check(i)?;
         known.insert(part.id.clone());
-        if !waiting.contains(part.id.as_str()) {
+        if !waiting.contains(&part.id.as_str()) {
             continue;
         }
-        let input = match part.state {
-            "output-available" => {
-                ClientInput::ToolResult(ToolResult { id: part.id.clone(), attempt: None, result: part.output.cloned() })
-            }
-            "output-error" => ClientInput::ToolError(ToolError {
-                id: part.id.clone(),
-                error: part.error_text.unwrap_or("the client tool failed").to_owned(),
-                retryable: false,
-                attempt: None,
-            }),
+        let field = Some(format!("messages[{i}].parts[{}]", part.index));
+        answers.push(match part.state {
+            "output-available" => Answer::tool_result(field, part.id.clone(), part.output.cloned()),
+            "output-error" => Answer::tool_error(
+                field,
+                part.id.clone(),
+                part.error_text.unwrap_or("the client tool failed").to_owned(),
+            ),
             // Not answered yet: nothing to send for it.
             _ => continue,
-        };
-        inputs.push((format!("messages[{i}].parts[{}]", part.index), input));
+        });
     }
-    if inputs.is_empty() {
+    if answers.is_empty() {
         return Err(conflict(
             "the last message is the assistant's, but none of its tool parts answers a client tool call this chat waits for"
                 .to_owned(),
         ));
     }
-    Ok(Plan::Settle { inputs, turn_id, message_id: message.id.clone(), known })
+    Ok(Planned { plan: Plan::Settle { turn_id, answers }, message_id: Some(message.id.clone()), known })
 }
 
 /// A tool part of a UI message (`tool-<name>` or `dynamic-tool`).
@@ -591,13 +508,13 @@ fn user_content(message: &UiMessage, i: usize) -> Result<Content, ApiError> {
             "text" => parts.push(ContentPart::Text { text: text_field("text")?.to_owned() }),
             "file" => {
                 let url = text_field("url")?.to_owned();
-                let media_type = text_field("mediaType")?;
-                if media_type.starts_with("image/") {
-                    parts.push(ContentPart::ImageUrl { image_url: UrlRef { url } });
-                } else {
-                    let filename = part.get("filename").and_then(Value::as_str).unwrap_or("file").to_owned();
-                    parts.push(ContentPart::File { file: FileData { filename, file_data: url } });
-                }
+                // Images by URL, every other file as a file part (inline
+                // as its `data:` URL, as the SDK sends it).
+                let media = if text_field("mediaType")?.starts_with("image/") { Media::Image } else { Media::Document };
+                let filename = part.get("filename").and_then(Value::as_str).unwrap_or("file");
+                let file = frontends::media_part(media, url, filename)
+                    .map_err(|why| ApiError::invalid(field(".mediaType"), why))?;
+                parts.push(file);
             }
             "step-start" | "reasoning" | "source-url" | "source-document" => {}
             other if other.starts_with("data-") => {}
@@ -697,37 +614,9 @@ impl<'a> Tree<'a> {
     }
 }
 
-/// Sends the settling inputs, subscribed to the session's events before
-/// the first one is stored; the events after `after` are the rest of the
-/// turn.
-async fn settle(
-    state: &AppState,
-    caller: &Caller,
-    session: &str,
-    inputs: Vec<(String, ClientInput)>,
-) -> Result<(Subscription, Option<u64>), ApiError> {
-    let mut first: Option<(Subscription, Option<u64>)> = None;
-    for (field, input) in inputs {
-        let sent = sessions::send(state, caller, session, input, None, first.is_none())
-            .await
-            .map_err(|e| ApiError { field: e.field.clone().or(Some(field)), ..e })?;
-        if first.is_none() {
-            let live = sent.live.ok_or_else(|| ApiError::conflict("the input's events were not subscribed to"))?;
-            first = Some((live, sent.after));
-        }
-    }
-    first.ok_or_else(|| ApiError::conflict("nothing to send"))
-}
-
 /// The stream as SSE, with the SDK's header.
-fn respond(translator: Translator) -> Response {
-    let chunks = stream::unfold(translator, |mut t| async move { t.next_batch().await.map(|batch| (batch, t)) })
-        .flat_map(|batch| {
-            stream::iter(batch.into_iter().map(|data| Ok::<_, Infallible>(SseEvent::default().data(data))))
-        });
-    let chunks: BoxStream<'static, Result<SseEvent, Infallible>> = Box::pin(chunks);
-    let sse = Sse::new(chunks).keep_alive(KeepAlive::new().interval(KEEP_ALIVE));
-    let mut response = sse.into_response();
+fn respond(chat: ChatStream, frames: TurnFrames) -> Response {
+    let mut response = frontends::respond(chat, frames);
     let headers = response.headers_mut();
     headers.insert(HeaderName::from_static(STREAM_HEADER), HeaderValue::from_static("v1"));
     // Proxies that buffer (nginx) would hold the deltas back.
@@ -751,15 +640,12 @@ struct PartialCall {
 }
 
 /// Turns a turn's events into the SDK's chunks.
-struct Translator {
-    state: Arc<AppState>,
-    tenant: String,
-    session: String,
+struct ChatStream {
+    /// The chat's session.
+    session: Reader,
     turn_id: String,
-    frames: TurnFrames,
     /// The UI message the chunks build.
     message_id: String,
-    started: bool,
     done: bool,
     step_open: bool,
     text: Option<OpenPart>,
@@ -777,24 +663,62 @@ struct Translator {
     parts: u64,
 }
 
-impl Translator {
+impl Translator for ChatStream {
+    const NAME: &'static str = "ai-sdk";
+
+    async fn start(&mut self) -> Vec<Value> {
+        vec![json!({
+            "type": "start",
+            "messageId": self.message_id,
+            "messageMetadata": {"subs": {"session_id": self.session.session, "turn_id": self.turn_id}},
+        })]
+    }
+
+    async fn event(&mut self, event: SessionEvent, out: &mut Vec<Value>) {
+        self.translate(event, out).await;
+    }
+
+    async fn dropped(&mut self, budget: usize, out: &mut Vec<Value>) {
+        self.close(out);
+        out.push(json!({"type": "error", "errorText": format!(
+            "this client fell behind the turn by more than {budget} bytes and was dropped; \
+             reconnect (GET …/ai-sdk/{{chat_id}}/stream) to read the turn again"
+        )}));
+        self.done = true;
+    }
+
+    async fn stopped(&mut self, out: &mut Vec<Value>) {
+        self.close(out);
+        out.push(json!({"type": "error", "errorText": "the turn's events ended before the turn did (the server is stopping)"}));
+        self.done = true;
+    }
+
+    fn done(&self) -> bool {
+        self.done
+    }
+
+    /// `[DONE]`, after the last chunk.
+    fn end(&mut self, last: &[Value]) -> Option<String> {
+        let end = last.last().map_or("", |chunk| chunk["type"].as_str().unwrap_or_default());
+        let reason = last.last().and_then(|chunk| chunk["finishReason"].as_str()).unwrap_or(end);
+        tracing::debug!(session = %self.session.session, turn = %self.turn_id, reason, "ai-sdk stream ends");
+        Some("[DONE]".to_owned())
+    }
+}
+
+impl ChatStream {
     fn new(
         state: Arc<AppState>,
         tenant: String,
         session: String,
         turn_id: String,
         message_id: String,
-        frames: TurnFrames,
         known: HashSet<String>,
     ) -> Self {
-        Translator {
-            state,
-            tenant,
-            session,
+        ChatStream {
+            session: Reader { state, tenant, session },
             turn_id,
-            frames,
             message_id,
-            started: false,
             done: false,
             step_open: false,
             text: None,
@@ -806,56 +730,6 @@ impl Translator {
             joined_mid_call: HashSet::new(),
             parts: 0,
         }
-    }
-
-    /// The next chunks to send (JSON text each, `[DONE]` last); `None`
-    /// after the last.
-    async fn next_batch(&mut self) -> Option<Vec<String>> {
-        if self.done {
-            return None;
-        }
-        if !self.started {
-            // Sent at once: the client sees the response begin before the
-            // turn's first event.
-            self.started = true;
-            let start = json!({
-                "type": "start",
-                "messageId": self.message_id,
-                "messageMetadata": {"subs": {"session_id": self.session, "turn_id": self.turn_id}},
-            });
-            return Some(vec![start.to_string()]);
-        }
-        let mut out = Vec::new();
-        while out.is_empty() && !self.done {
-            match self.frames.next().await {
-                Some(Ok(frame)) => match frame.parse() {
-                    Ok(event) => self.translate(event, &mut out).await,
-                    // The engine wrote it, so this is a bug; the stream goes on.
-                    Err(e) => tracing::warn!(error = %e, event = %frame.name, "ai-sdk: an event does not parse"),
-                },
-                Some(Err(Dropped { budget })) => {
-                    self.close(&mut out);
-                    out.push(json!({"type": "error", "errorText": format!(
-                        "this client fell behind the turn by more than {budget} bytes and was dropped; \
-                         reconnect (GET …/ai-sdk/{{chat_id}}/stream) to read the turn again"
-                    )}));
-                    self.done = true;
-                }
-                None => {
-                    self.close(&mut out);
-                    out.push(json!({"type": "error", "errorText": "the turn's events ended before the turn did (the server is stopping)"}));
-                    self.done = true;
-                }
-            }
-        }
-        let mut batch: Vec<String> = out.iter().map(Value::to_string).collect();
-        if self.done {
-            let end = out.last().map_or("", |chunk| chunk["type"].as_str().unwrap_or_default());
-            let reason = out.last().and_then(|chunk| chunk["finishReason"].as_str()).unwrap_or(end);
-            tracing::debug!(session = %self.session, turn = %self.turn_id, reason, "ai-sdk stream ends");
-            batch.push("[DONE]".to_owned());
-        }
-        Some(batch)
     }
 
     async fn translate(&mut self, event: SessionEvent, out: &mut Vec<Value>) {
@@ -1079,13 +953,7 @@ impl Translator {
     }
 
     async fn snapshot(&self) -> Option<Snapshot> {
-        match self.state.engine.snapshot(&self.tenant, &self.session).await {
-            Ok(snapshot) => snapshot,
-            Err(e) => {
-                tracing::error!(error = %e, session = %self.session, "ai-sdk: the session could not be read");
-                None
-            }
-        }
+        self.session.snapshot().await
     }
 
     /// `message-metadata` naming the last engine message of the response,
@@ -1093,7 +961,7 @@ impl Translator {
     fn metadata(&self, message_id: &str) -> Value {
         json!({
             "type": "message-metadata",
-            "messageMetadata": {"subs": {"session_id": self.session, "turn_id": self.turn_id, "message_id": message_id}},
+            "messageMetadata": {"subs": {"session_id": self.session.session, "turn_id": self.turn_id, "message_id": message_id}},
         })
     }
 
