@@ -922,7 +922,7 @@ async fn an_http_worker_is_sent_the_trace_its_turn_joined() {
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let incoming = subs_engine::telemetry::parse_traceparent(&format!("00-{trace_id}-00f067aa0ba902b7-01"));
     let input = subs_tests::user_input("tools-http", None, r#"use tool add with {"a": 1, "b": 2}"#);
-    let sender = subs_engine::Sender::Tenant(None);
+    let sender = subs_engine::Sender::Tenant { key: None, identity: None };
     let accepted = t.engine.input_traced(TENANT, "traced", input, sender, incoming).await.unwrap();
     assert_eq!(t.wait("traced", &accepted.turn_id.unwrap()).await.status, TurnStatus::Done);
     let traced = std::mem::take(&mut *seen.lock().unwrap());

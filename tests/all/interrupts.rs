@@ -130,7 +130,7 @@ async fn a_payload_failing_the_resume_schema_is_refused_by_field_and_the_interru
     assert_eq!(resumed.len(), 1, "{events:?}");
     assert_eq!(
         resumed[0].data,
-        json!({"interrupt_id": "approve", "payload": approved, "resumed_by": {"kind": "tenant"}})
+        json!({"interrupt_id": "approve", "payload": approved, "resumed_by": {"kind": "tenant", "key": &ACME.1[..8]}})
     );
     assert_eq!(
         *seen.lock().unwrap(),

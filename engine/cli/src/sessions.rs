@@ -245,14 +245,15 @@ async fn answered_interrupts(client: &Client, session: &str, snapshot: &Value) -
 }
 
 /// Who resumed an interrupt, as `show` prints it: `the tenant`, `the
-/// tenant for user-1`, `end user user-1`.
+/// tenant (key subs_ab12cd34) for user-1`, `end user user-1`.
 fn resumer(by: &Value) -> String {
     let identity = by.pointer("/identity/id").and_then(Value::as_str);
+    let key = by.get("key").and_then(Value::as_str).map(|k| format!(" (key {k})")).unwrap_or_default();
     match (str_at(by, "kind"), identity) {
         ("end_user", Some(id)) => format!("end user {id}"),
         ("end_user", None) => "an end user".to_owned(),
-        (_, Some(id)) => format!("the tenant for {id}"),
-        _ => "the tenant".to_owned(),
+        (_, Some(id)) => format!("the tenant{key} for {id}"),
+        _ => format!("the tenant{key}"),
     }
 }
 

@@ -449,7 +449,7 @@ impl Engine {
     ) -> Result<Accepted, InputError> {
         // The default identity is no owner at all: it reaches any session.
         let identity = Some(identity).filter(|i| *i != WorkerIdentity::default());
-        self.input_from(tenant, session, input, Sender::Tenant(identity)).await
+        self.input_from(tenant, session, input, Sender::Tenant { key: None, identity }).await
     }
 
     /// Sends an input for `sender`, whose right to the session the

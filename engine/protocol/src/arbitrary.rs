@@ -918,7 +918,7 @@ pub fn session_event() -> BoxedStrategy<crate::SessionEvent> {
             |(interrupt_id, payload, identity, end_user)| {
                 let resumed_by = match identity {
                     Some(identity) if end_user => Resumer::EndUser { identity },
-                    identity => Resumer::Tenant { identity },
+                    identity => Resumer::Tenant { key: None, identity },
                 };
                 SessionEvent::InterruptResumed(InterruptAnswered { interrupt_id, payload, resumed_by })
             },

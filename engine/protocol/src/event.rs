@@ -203,16 +203,20 @@ pub struct InterruptAnswered {
     pub resumed_by: Resumer,
 }
 
-/// Who resumed an interrupt: `{"kind": "tenant", "identity": …}` for the
-/// tenant (its API key, or the process embedding the engine, as `subs
-/// run` does; `identity` when the input named one), `{"kind": "end_user",
-/// "identity": …}` for an end-user token. The operator key posts no
-/// inputs, so never resumes one.
+/// Who resumed an interrupt: `{"kind": "tenant", "key": …, "identity": …}`
+/// for the tenant (`key` the prefix of its API key, as key listings show
+/// it, omitted for the process embedding the engine, as `subs run`, or a
+/// server without keys; `identity` when the input named one), `{"kind":
+/// "end_user", "identity": …}` for an end-user token. The operator key
+/// posts no inputs, so never resumes one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Resumer {
     /// The tenant's API key.
     Tenant {
+        /// The prefix of the key the input came with, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
         /// The identity the request named, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         identity: Option<WorkerIdentity>,
@@ -469,6 +473,10 @@ mod tests {
             (
                 "interrupt.resumed",
                 json!({"interrupt_id": "int_1", "payload": 3, "resumed_by": {"kind": "end_user", "identity": {"id": "u1"}}}),
+            ),
+            (
+                "interrupt.resumed",
+                json!({"interrupt_id": "int_1", "payload": null, "resumed_by": {"kind": "tenant", "key": "subs_ab12cd3"}}),
             ),
             ("turn.done", json!({"turn_id": "turn_1", "data": {"ok": true, "n": 1.5}})),
             ("turn.done", json!({"turn_id": "turn_1", "data": null})),

@@ -238,6 +238,13 @@ impl Keys {
         self.read().get(&hash_key(key)).map(|(r, _)| r.tenant.clone())
     }
 
+    /// The tenant a key acts for and the key's prefix (which names it in
+    /// key listings and in `interrupt.resumed` events); `None` when it is
+    /// not a tenant's key.
+    pub fn holder_of(&self, key: &str) -> Option<(String, String)> {
+        self.read().get(&hash_key(key)).map(|(r, _)| (r.tenant.clone(), r.prefix.clone()))
+    }
+
     /// Accepts a key of the store from now on.
     pub fn insert(&self, record: KeyRecord) {
         self.write().insert(record.hash.clone(), (record, KeySource::Store));
@@ -438,6 +445,10 @@ pub struct Caller {
     pub tenant: String,
     /// The end user, when an end-user token authenticated the request.
     pub user: Option<EndUser>,
+    /// The prefix of the tenant key that authenticated the request (as
+    /// key listings show it); `None` for an end user or a server without
+    /// keys.
+    pub key: Option<String>,
     /// The trace the request is part of: its W3C `traceparent` header,
     /// when it has a valid one. The turn an input starts joins it.
     pub trace: Option<SpanRef>,
@@ -534,16 +545,16 @@ fn authenticate(parts: &Parts, state: &AppState, accept: Accept) -> Result<(Call
             return Err(not_for_end_users());
         }
         let credential = Credential::User { tenant: user.tenant.clone() };
-        return Ok((Caller { tenant: user.tenant.clone(), user: Some(user), trace: None }, credential));
+        return Ok((Caller { tenant: user.tenant.clone(), user: Some(user), key: None, trace: None }, credential));
     }
-    let tenant = |tenant: String| Caller { tenant, user: None, trace: None };
+    let tenant = |tenant: String| Caller { tenant, user: None, key: None, trace: None };
     if keys.is_open() {
         return Ok((tenant(LOCAL_TENANT.to_owned()), Credential::Open));
     }
     if let Some(key) = bearer(parts)? {
-        if let Some(name) = keys.tenant_of(key) {
+        if let Some((name, prefix)) = keys.holder_of(key) {
             let credential = Credential::Key { tenant: name.clone(), hash: hash_key(key) };
-            return Ok((tenant(name), credential));
+            return Ok((Caller { key: Some(prefix), ..tenant(name) }, credential));
         }
         if keys.is_admin(key) {
             return Err(ApiError::forbidden(
@@ -721,7 +732,10 @@ mod tests {
         assert!(!alice(None).may_reach(&record("s1", None)), "a session without an owner is the tenant's");
         assert!(alice(Some("s1")).may_reach(&record("s1", Some("alice"))));
         assert!(!alice(Some("s1")).may_reach(&record("s2", Some("alice"))), "only the token's session");
-        assert!(Caller { tenant: "acme".to_owned(), user: None, trace: None }.may_reach(&record("s1", Some("bob"))));
+        assert!(
+            Caller { tenant: "acme".to_owned(), user: None, key: None, trace: None }
+                .may_reach(&record("s1", Some("bob")))
+        );
     }
 
     #[test]

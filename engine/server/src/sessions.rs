@@ -297,9 +297,9 @@ pub async fn send(
         (Some(user), _) => Sender::Owner(user.identity.clone()),
         (None, Some(identity)) => {
             crate::identity::check(&identity, "identity")?;
-            Sender::Tenant(Some(identity))
+            Sender::Tenant { key: caller.key.clone(), identity: Some(identity) }
         }
-        (None, None) => Sender::Tenant(None),
+        (None, None) => Sender::Tenant { key: caller.key.clone(), identity: None },
     };
     // The engine's own rule, answered here with the field it concerns;
     // the session's actor applies it again as it accepts the input.

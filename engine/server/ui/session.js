@@ -46,7 +46,12 @@ export function sessionView(main, id) {
   });
   const waiting = h('div', { testid: 'waiting' });
   let waitingKey = null;
-  fill(actions, h('h2', { id: 'act-title' }, 'Act'), sendForm, waiting, result);
+  // The interrupts answered so far, newest first, from the session's
+  // stored `interrupt` and `interrupt.resumed` events (the snapshot lists
+  // only the open ones).
+  const answered = h('ol', { class: 'events', testid: 'answered-interrupts', reversed: true });
+  const answeredPanel = h('details', { hidden: true, open: true }, h('summary', {}, 'Answered interrupts'), answered);
+  fill(actions, h('h2', { id: 'act-title' }, 'Act'), sendForm, waiting, result, answeredPanel);
 
   // What the latest action says: an answer that comes back after a later
   // action started (a send answered after the cancel that followed it)
@@ -151,7 +156,28 @@ export function sessionView(main, id) {
   fill(live, h('h2', { id: 'live-title' }, 'Live ', streamState), liveText,
     h('details', {}, h('summary', {}, 'Events'), log));
 
+  // An open interrupt's reason, by id, until it is answered; both lists
+  // are bounded so a long session cannot grow the page without end.
+  const reasons = new Map();
+  function onInterrupt(name, data) {
+    const id = String(data && data.interrupt_id);
+    if (name === 'interrupt') {
+      reasons.set(id, String(data.reason ?? ''));
+      if (reasons.size > 1000) reasons.delete(reasons.keys().next().value);
+      return;
+    }
+    const reason = reasons.get(id);
+    reasons.delete(id);
+    answered.prepend(h('li', { testid: 'answered-interrupt', data: { interruptId: id } },
+      h('code', {}, id), reason ? ` (${reason})` : '',
+      ' answered with ', h('code', { testid: 'answered-payload' }, brief(data.payload ?? null, 200)),
+      ' by ', h('span', { testid: 'answered-by' }, resumer(data.resumed_by))));
+    if (answered.childElementCount > 100) answered.lastElementChild.remove();
+    answeredPanel.hidden = false;
+  }
+
   function onEvent(name, data, seq) {
+    if ((name === 'interrupt' || name === 'interrupt.resumed') && data) onInterrupt(name, data);
     if (name === 'llm.token.delta') {
       if (data && typeof data.text === 'string') liveText.append(document.createTextNode(data.text));
       if (data && Array.isArray(data.tool_calls)) {
@@ -320,4 +346,12 @@ export function sessionView(main, id) {
     clearTimeout(timer);
     stopFollowing();
   };
+}
+
+/** Who resumed an interrupt, from its event's `resumed_by`. */
+function resumer(by) {
+  const id = by && by.identity && by.identity.id !== undefined ? String(by.identity.id) : null;
+  if (by && by.kind === 'end_user') return id !== null ? `end user ${id}` : 'an end user';
+  const key = by && typeof by.key === 'string' ? ` (key ${by.key})` : '';
+  return `the tenant${key}${id !== null ? ` for ${id}` : ''}`;
 }

@@ -483,6 +483,11 @@ async fn resuming_an_interrupt_from_the_page_completes_the_turn() {
     assert_eq!(done["interrupts"], json!([]));
     assert_eq!(done["messages"].as_array().unwrap().last().unwrap()["content"], r#"resumed with {"approved":true}"#);
     assert_eq!(browser.count(r#"[data-testid="interrupt"]"#).await, 0, "the form is gone");
+    // It is listed as answered: with what, and by whom.
+    let answered = r#"[data-testid="answered-interrupt"][data-interrupt-id="approval"]"#;
+    browser.text(&format!("{answered} [data-testid=\"answered-payload\"]"), r#"{"approved":true}"#).await;
+    browser.text(&format!("{answered} [data-testid=\"answered-by\"]"), "the tenant").await;
+    browser.text(answered, "(needs approval)").await;
     browser.screenshot("").await;
     browser.close().await;
 }

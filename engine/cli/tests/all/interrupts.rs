@@ -9,22 +9,35 @@ use serde_json::{Value, json};
 use crate::{PATIENCE, Server, http, output};
 
 async fn post(url: &str, session: &str, body: Value) -> (u16, Value) {
-    let response = http()
+    post_with(url, None, session, body).await
+}
+
+async fn post_with(url: &str, key: Option<&str>, session: &str, body: Value) -> (u16, Value) {
+    let mut request = http()
         .post(format!("{url}/v1/sessions/{session}/input"))
         .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("the server answers");
+        .body(body.to_string());
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let response = request.send().await.expect("the server answers");
     let status = response.status().as_u16();
     (status, serde_json::from_slice(&response.bytes().await.unwrap()).unwrap_or(Value::Null))
 }
 
 /// The session's snapshot once its status is `status`.
 async fn settled(url: &str, session: &str, status: &str) -> Value {
+    settled_with(url, None, session, status).await
+}
+
+async fn settled_with(url: &str, key: Option<&str>, session: &str, status: &str) -> Value {
     let start = Instant::now();
     loop {
-        let body = http().get(format!("{url}/v1/sessions/{session}")).send().await.unwrap().bytes().await.unwrap();
+        let mut request = http().get(format!("{url}/v1/sessions/{session}"));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        let body = request.send().await.unwrap().bytes().await.unwrap();
         let view: Value = serde_json::from_slice(&body).expect("a snapshot");
         if view["status"] == status {
             return view;
@@ -86,4 +99,44 @@ async fn sessions_show_lists_open_and_answered_interrupts() {
         }])
     );
     assert_eq!(view["interrupts"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answered_interrupt_names_the_key_that_resumed_it() {
+    let (acme, second) = ("subs_acce55acce55acce55acce55acce55ac", "subs_5ec0nd5ec0nd5ec0nd5ec0nd5ec0nd5e");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("subs.toml");
+    let keys =
+        format!("[[keys]]\ntenant = \"acme\"\nkey = \"{acme}\"\n\n[[keys]]\ntenant = \"acme\"\nkey = \"{second}\"\n");
+    std::fs::write(&config, keys).unwrap();
+    let data = dir.path().join("data");
+    let server =
+        Server::start_with(&["--config", config.to_str().unwrap(), "--data", data.to_str().unwrap()], "127.0.0.1:0");
+    let url = &server.url;
+    let put = output(&["agents", "put", "scenario", subs_tests::guests::TEST_SCENARIO, "--server", url, "--key", acme]);
+    assert_eq!(put.code, Some(0), "{}", put.stderr);
+    let say = json!({
+        "type": "client.message",
+        "agent_id": "scenario",
+        "message": {"role": "user", "content": "interrupt with schema"},
+    });
+    assert_eq!(post_with(url, Some(acme), "ask", say).await.0, 202);
+    settled_with(url, Some(acme), "ask", "waiting").await;
+    // The second key of the same tenant answers it: the event names that
+    // key by its listed prefix, never the key itself.
+    let resume = json!({"type": "interrupt.resume", "interrupt_id": "approval", "payload": {"approved": false}});
+    assert_eq!(post_with(url, Some(second), "ask", resume).await.0, 202);
+    settled_with(url, Some(acme), "ask", "idle").await;
+
+    let json = output(&["sessions", "show", "ask", "--server", url, "--key", acme, "--json"]);
+    assert_eq!(json.code, Some(0), "{}", json.stderr);
+    let view: Value = serde_json::from_str(&json.stdout).expect("JSON");
+    assert_eq!(view["answered_interrupts"][0]["resumed_by"], json!({"kind": "tenant", "key": &second[..12]}));
+    assert!(!json.stdout.contains(second), "the key itself is never shown: {}", json.stdout);
+    let show = output(&["sessions", "show", "ask", "--server", url, "--key", acme]);
+    let line = format!(
+        r#"answered: interrupt approval (needs approval) with {{"approved":false}} by the tenant (key {})"#,
+        &second[..12]
+    );
+    assert!(show.stdout.lines().any(|l| l == line), "{line}\n{}", show.stdout);
 }

@@ -1256,7 +1256,7 @@ impl Actor {
         let mut ctx = self.env.ctx();
         ctx.incoming = trace;
         ctx.resumer = match &sender {
-            Sender::Tenant(identity) => Resumer::Tenant { identity: identity.clone() },
+            Sender::Tenant { key, identity } => Resumer::Tenant { key: key.clone(), identity: identity.clone() },
             Sender::Owner(identity) => Resumer::EndUser { identity: identity.clone() },
         };
         if self.session.as_ref().is_some_and(holds_spawns) {
@@ -1507,9 +1507,10 @@ mod tests {
             stream: None,
         });
         let (reply, answer) = oneshot::channel();
-        assert!(
-            directory.send(&key(session), Msg::Input { input: Box::new((input, Sender::Tenant(None), None)), reply })
-        );
+        assert!(directory.send(
+            &key(session),
+            Msg::Input { input: Box::new((input, Sender::Tenant { key: None, identity: None }, None)), reply }
+        ));
         answer.await.expect("the actor answers")
     }
 

@@ -166,10 +166,17 @@ struct Refused {
 /// Who sends an input, as far as the session's owner goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sender {
-    /// The tenant (an API key): a new session gets `identity` (or none);
-    /// an existing session whose owner is not `identity` refuses the input
-    /// as a conflict; `None` reaches any session.
-    Tenant(Option<subs_protocol::WorkerIdentity>),
+    /// The tenant: a new session gets `identity` (or none); an existing
+    /// session whose owner is not `identity` refuses the input as a
+    /// conflict; `None` reaches any session.
+    Tenant {
+        /// The prefix of the API key it sent with, which names the key in
+        /// `interrupt.resumed` events; `None` for a process embedding the
+        /// engine or a server without keys.
+        key: Option<String>,
+        /// The identity the input names, if any.
+        identity: Option<subs_protocol::WorkerIdentity>,
+    },
     /// An end user: a new session is theirs; a session owned by another
     /// id does not exist for them.
     Owner(subs_protocol::WorkerIdentity),
@@ -179,7 +186,7 @@ impl Sender {
     /// The owner a session this input creates gets.
     pub fn identity(&self) -> subs_protocol::WorkerIdentity {
         match self {
-            Sender::Tenant(identity) => identity.clone().unwrap_or_default(),
+            Sender::Tenant { identity, .. } => identity.clone().unwrap_or_default(),
             Sender::Owner(identity) => identity.clone(),
         }
     }
@@ -188,9 +195,9 @@ impl Sender {
     /// may not.
     pub fn refuse(&self, session: &str, owner: &subs_protocol::WorkerIdentity) -> Option<InputError> {
         match self {
-            Sender::Tenant(Some(identity)) if identity != owner => Some(InputError::Conflict(format!(
-                "session `{session}` belongs to another identity; a session's identity never changes"
-            ))),
+            Sender::Tenant { identity: Some(identity), .. } if identity != owner => Some(InputError::Conflict(
+                format!("session `{session}` belongs to another identity; a session's identity never changes"),
+            )),
             // An end user is known by the id alone.
             Sender::Owner(identity) if identity.id != owner.id => Some(InputError::NoSession(session.to_owned())),
             _ => None,
@@ -1699,7 +1706,7 @@ mod tests {
             tracer: &crate::telemetry::Tracer::default(),
             incoming: None,
             decision: None,
-            resumer: Resumer::Tenant { identity: None },
+            resumer: Resumer::Tenant { key: None, identity: None },
         })
     }
 

@@ -91,7 +91,7 @@ impl Env {
             tracer: &self.tracer,
             incoming: None,
             decision: None,
-            resumer: subs_protocol::event::Resumer::Tenant { identity: None },
+            resumer: subs_protocol::event::Resumer::Tenant { key: None, identity: None },
         }
     }
 

@@ -203,6 +203,9 @@ pub(crate) enum Request {
 pub(crate) enum WireSender {
     /// [`Sender::Tenant`].
     Tenant {
+        /// The prefix of its API key, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
         /// The identity it names, if any.
         identity: Option<WorkerIdentity>,
     },
@@ -228,7 +231,7 @@ impl Request {
 impl From<Sender> for WireSender {
     fn from(sender: Sender) -> Self {
         match sender {
-            Sender::Tenant(identity) => WireSender::Tenant { identity },
+            Sender::Tenant { key, identity } => WireSender::Tenant { key, identity },
             Sender::Owner(identity) => WireSender::Owner { identity },
         }
     }
@@ -237,7 +240,7 @@ impl From<Sender> for WireSender {
 impl From<WireSender> for Sender {
     fn from(sender: WireSender) -> Self {
         match sender {
-            WireSender::Tenant { identity } => Sender::Tenant(identity),
+            WireSender::Tenant { key, identity } => Sender::Tenant { key, identity },
             WireSender::Owner { identity } => Sender::Owner(identity),
         }
     }
