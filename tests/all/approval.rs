@@ -95,7 +95,7 @@ fn order_schema(amount: bool) -> Value {
 }
 
 /// A chat agent that takes every proposal: the summarizer.
-struct Passthrough;
+pub(crate) struct Passthrough;
 impl Agent for Passthrough {}
 
 /// A server with the approver as `approver` and a passthrough agent as

@@ -7,14 +7,9 @@
 
 use reqwest::Method;
 use serde_json::json;
-use subs_sdk::prelude::*;
 use subs_tests::server::TestServer;
 
-use crate::approval::{done, interrupts, resume, say, snapshot, texts};
-
-/// A chat agent that takes every proposal: the summarizer.
-struct Passthrough;
-impl Agent for Passthrough {}
+use crate::approval::{Passthrough, done, interrupts, resume, say, snapshot, texts};
 
 /// A server with the JavaScript approver uploaded as `approver` and a
 /// passthrough worker as `summarizer`.

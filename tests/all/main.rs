@@ -23,6 +23,7 @@ mod loop_rules;
 mod loop_scenarios;
 mod nodes;
 mod paused_time;
+mod protocol_doc;
 mod protocol_rules;
 mod providers;
 mod pyjs;
