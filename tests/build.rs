@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The example agents, by package name.
-const EXAMPLES: &[&str] = &["passthrough", "tools"];
+const EXAMPLES: &[&str] = &["approver-rs", "passthrough", "tools"];
 
 /// Examples also built with a feature, as other versions of the same
 /// agent (the replay tests upgrade to them): the constant naming the
@@ -80,6 +80,9 @@ const FOREIGN: &[Foreign] = &[
             "examples/tools-py/requirements.txt",
             "examples/tools-py/tools_agent.py",
             "tests/python",
+            "guest-sdk/python/requirements-build.txt",
+            "examples/approver-py/build.sh",
+            "examples/approver-py/agent.py",
         ],
         builds: &[
             Build {
@@ -103,6 +106,13 @@ const FOREIGN: &[Foreign] = &[
                 args: &["approver_agent"],
                 out: "approver_py.wasm",
             },
+            Build {
+                name: "APPROVER_PY",
+                what: "The `examples/approver-py` agent",
+                script: "examples/approver-py/build.sh",
+                args: &[],
+                out: "examples_approver_py.wasm",
+            },
         ],
     },
     Foreign {
@@ -116,6 +126,13 @@ const FOREIGN: &[Foreign] = &[
             "examples/tools-js/package-lock.json",
             "examples/tools-js/agent.js",
             "tests/js",
+            "guest-sdk/js/types",
+            "examples/approver-ts/build.sh",
+            "examples/approver-ts/package.json",
+            "examples/approver-ts/package-lock.json",
+            "examples/approver-ts/tsconfig.json",
+            "examples/approver-ts/src",
+            "examples/approver-ts/test",
         ],
         builds: &[
             Build {
@@ -139,6 +156,13 @@ const FOREIGN: &[Foreign] = &[
                 args: &["approver_agent"],
                 out: "approver_js.wasm",
             },
+            Build {
+                name: "APPROVER_TS",
+                what: "The `examples/approver-ts` agent (world `agent-json`)",
+                script: "examples/approver-ts/build.sh",
+                args: &[],
+                out: "examples_approver_ts.wasm",
+            },
         ],
     },
 ];
@@ -160,7 +184,14 @@ fn main() {
 
     // The Python and JS directories are watched file by file: toolchains
     // and build outputs may sit beside their sources (a build by hand).
-    let foreign_dirs = ["guest-sdk/python", "guest-sdk/js", "examples/tools-py", "examples/tools-js"];
+    let foreign_dirs = [
+        "guest-sdk/python",
+        "guest-sdk/js",
+        "examples/tools-py",
+        "examples/tools-js",
+        "examples/approver-py",
+        "examples/approver-ts",
+    ];
     let mut watched: Vec<PathBuf> = ["engine/protocol", "wit", "tests/components", "Cargo.toml", "Cargo.lock"]
         .iter()
         .map(|p| root.join(p))

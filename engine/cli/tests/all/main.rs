@@ -2,6 +2,7 @@
 //! running the built `subs` as a subprocess with piped output.
 
 mod admin;
+mod approver;
 mod chaos;
 mod crash;
 mod hostile;

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds the agent into approver-py.wasm with the pinned componentize-py,
+# installed into .venv the first time (and whenever the pin changes).
+#
+#   ./build.sh [OUT]   # default: approver-py.wasm
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# The subs source tree this example is in: its SDK and world.
+sdk=$(cd "$here/../.." && pwd)
+out=${1:-$here/approver-py.wasm}
+case $out in /*) ;; *) out=$PWD/$out ;; esac
+cpy=${COMPONENTIZE_PY:-}
+if [ -z "$cpy" ]; then
+    venv=$here/.venv
+    if ! cmp -s "$sdk/guest-sdk/python/requirements-build.txt" "$venv/requirements.txt"; then
+        rm -rf "$venv"
+        "${PYTHON:-python3}" -m venv "$venv"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$sdk/guest-sdk/python/requirements-build.txt"
+        cp "$sdk/guest-sdk/python/requirements-build.txt" "$venv/requirements.txt"
+    fi
+    cpy=$venv/bin/componentize-py
+fi
+mkdir -p "$(dirname "$out")"
+cd "$here"
+"$cpy" --wit-path "$sdk/wit" --world agent --quiet \
+    componentize agent --python-path "$here" --python-path "$sdk/guest-sdk/python/src" --output "$out"
