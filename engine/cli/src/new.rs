@@ -1,4 +1,4 @@
-//! `subs new rust|python NAME`: a new agent project, from the templates under
+//! `subs new rust|python|ts NAME`: a new agent project, from the templates under
 //! `templates/` in the source tree.
 //!
 //! The templates are built into the binary, so `subs new` works wherever
@@ -24,6 +24,9 @@ pub enum Language {
     Rust,
     /// A Python module built into a component with componentize-py.
     Python,
+    /// A TypeScript module bundled with esbuild and built into a component
+    /// with componentize-js.
+    Ts,
 }
 
 /// `subs new <LANGUAGE> <NAME>`.
@@ -67,6 +70,16 @@ const PYTHON: &[TemplateFile] = &[
     TemplateFile { path: ".gitignore", text: include_str!("../../../templates/python/.gitignore") },
 ];
 
+/// The TypeScript template.
+const TS: &[TemplateFile] = &[
+    TemplateFile { path: "package.json", text: include_str!("../../../templates/ts/package.json") },
+    TemplateFile { path: "tsconfig.json", text: include_str!("../../../templates/ts/tsconfig.json") },
+    TemplateFile { path: "src/agent.ts", text: include_str!("../../../templates/ts/src/agent.ts") },
+    TemplateFile { path: "test/agent.test.ts", text: include_str!("../../../templates/ts/test/agent.test.ts") },
+    TemplateFile { path: "README.md", text: include_str!("../../../templates/ts/README.md") },
+    TemplateFile { path: ".gitignore", text: include_str!("../../../templates/ts/.gitignore") },
+];
+
 /// Writes the project; refuses a name that is not one and a directory
 /// that exists, writing nothing.
 pub fn exec(args: NewArgs) -> CliResult {
@@ -82,8 +95,10 @@ pub fn exec(args: NewArgs) -> CliResult {
     let files = match args.language {
         Language::Rust => RUST,
         Language::Python => PYTHON,
+        Language::Ts => TS,
     };
     let sdk_text = sdk.to_str().ok_or_else(|| CliError::usage(anyhow!("{}: not UTF-8", sdk.display())))?;
+    check_sdk_path(sdk_text)?;
     let crate_name = args.name.replace('-', "_");
     for file in files {
         let text =
@@ -110,6 +125,10 @@ fn next_steps(language: Language, name: &str, crate_name: &str) -> String {
         ),
         Language::Python => format!(
             "Made {name}/. Build it and chat with it:\n  cd {name}\n  python3 -m unittest\n  ./build.sh\n  \
+             subs run {name}.wasm"
+        ),
+        Language::Ts => format!(
+            "Made {name}/. Build it and chat with it:\n  cd {name}\n  npm install && npm run build\n  npm test\n  \
              subs run {name}.wasm"
         ),
     }
@@ -142,6 +161,19 @@ fn check_name(name: &str) -> CliResult {
             "`{name}` is not a project name: a lowercase letter, then lowercase letters, digits, - or _ \
              (at most {MAX_NAME})"
         )))
+    }
+}
+
+/// Whether the source tree's path can be written as it is into every
+/// template: a TOML, JSON or Python string, a shell variable in double
+/// quotes and a shell word in single quotes.
+fn check_sdk_path(path: &str) -> CliResult {
+    match path.chars().find(|c| matches!(c, '"' | '\'' | '\\' | '$' | '`') || c.is_control()) {
+        None => Ok(()),
+        Some(c) => Err(CliError::usage(anyhow!(
+            "{path}: the subs source tree's path holds {c:?}, which the project's files cannot quote: \
+             move the tree or name a copy with --sdk DIR"
+        ))),
     }
 }
 
@@ -178,8 +210,17 @@ mod tests {
     }
 
     #[test]
+    fn a_tree_path_the_templates_cannot_quote_is_refused() {
+        assert!(check_sdk_path("/home/me/my subs-0.1 (copy)/src").is_ok());
+        for bad in ["/a\"b", "/a'b", "/a\\b", "/$HOME/subs", "/a`id`", "/a\nb"] {
+            let err = check_sdk_path(bad).expect_err(bad).to_string();
+            assert!(err.contains("cannot quote"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn the_templates_name_only_what_is_replaced() {
-        for file in RUST.iter().chain(PYTHON) {
+        for file in RUST.iter().chain(PYTHON).chain(TS) {
             let mut rest = file.text;
             while let Some(at) = rest.find("{{") {
                 let end = rest[at..].find("}}").expect("closed") + at + 2;
