@@ -6,6 +6,9 @@
 
 use serde_json::Value;
 
+pub mod model;
+pub mod ts;
+
 /// Where the schema of every wire type is committed.
 pub const SCHEMA_PATH: &str = "engine/protocol/schema/protocol.schema.json";
 
@@ -18,5 +21,6 @@ pub const SCHEMA_PATH: &str = "engine/protocol/schema/protocol.schema.json";
 pub fn generated_files(schema: &Value) -> Result<Vec<(&'static str, String)>, String> {
     let mut text = serde_json::to_string_pretty(schema).map_err(|e| e.to_string())?;
     text.push('\n');
-    Ok(vec![(SCHEMA_PATH, text)])
+    let model = model::Model::read(schema)?;
+    Ok(vec![(SCHEMA_PATH, text), (ts::PATH, ts::render(&model))])
 }

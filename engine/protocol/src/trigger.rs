@@ -13,6 +13,7 @@ use crate::{AgentTool, DraftMessage, ErrorCode, LlmFormat, LlmRequest, ProtocolE
 pub enum Trigger {
     /// A new session. Usually answered with the agent config.
     #[serde(rename = "session.start")]
+    #[cfg_attr(feature = "schema", schemars(title = "SessionStart"))]
     SessionStart,
     /// The client sent or edited messages.
     #[serde(rename = "client.messages")]

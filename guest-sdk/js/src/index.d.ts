@@ -10,273 +10,68 @@
 
 /// <reference path="../types/wit/interfaces/subs-agent-host.d.ts" />
 
-// ---- enums ----------------------------------------------------------------
+// ---- the protocol's wire types --------------------------------------------
+//
+// Generated from the Rust types (protocol.generated.d.ts, by `cargo xtask
+// codegen`); a decision request and response are declared here again only
+// to type the session's state as the agent's `State`.
 
-export type Role = 'system' | 'user' | 'assistant' | 'tool';
-export type Handler = 'server' | 'worker' | 'client';
-export type LlmHandler = 'server' | 'worker';
-export type ToolHandler = 'worker' | 'client';
-export type LlmFormat = 'openai' | 'anthropic';
-export type ReasoningEffort = 'xhigh' | 'high' | 'medium' | 'low' | 'minimal' | 'none';
-export type ErrorCode = 'provider_error' | 'rate_limited' | 'refused' | 'budget_exceeded' | 'deadline_exceeded';
-export type CallKind = 'tool_call' | 'llm_call' | 'sub_agent';
-export type CallStatus = 'pending' | 'completed' | 'failed' | 'retry_scheduled' | 'queued';
+import type * as wire from './protocol.generated.js';
+import type {
+  Action,
+  AgentConfig,
+  AgentTool,
+  Done,
+  Interrupt,
+  Json,
+  LlmCall,
+  LlmError,
+  LlmResponse,
+  LlmResult,
+  Message,
+  MessageSend,
+  RetryPolicy,
+  StreamDelta,
+  SubAgent,
+  SubAgentSpawn,
+  ToolCallAction,
+  ToolError,
+  ToolExecute,
+  ToolHandler,
+  ToolInput,
+  ToolResult,
+  Trigger,
+  WorkerIdentity,
+} from './protocol.generated.js';
+
+export * from './protocol.generated.js';
+
+/** A message to record (the type; `DraftMessage.user(…)` are its builders). */
+export type DraftMessage = wire.DraftMessage;
+
 export type Level = 'trace' | 'debug' | 'info' | 'warn' | 'error';
 
-/** Any JSON value (`unknown` in the protocol reference). */
-export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+/** The optional fields of `tool.error` and `llm.error`, for the builders. */
+export type CallErrorFields = Omit<wire.CallError, 'error'>;
 
-// ---- messages ---------------------------------------------------------------
-
-export interface UrlRef { url: string }
-export interface FileData { filename: string; file_data: string }
-export interface AudioData { data: string; format: string }
-export type ContentPart =
-  | { type: 'text'; text: string }
-  | { type: 'image_url'; image_url: UrlRef }
-  | { type: 'file'; file: FileData }
-  | { type: 'input_audio'; input_audio: AudioData }
-  | { type: 'video_url'; video_url: UrlRef };
-export type Content = string | ContentPart[];
-export interface FunctionCall { name: string; arguments: string }
-export interface ToolCall { id: string; type: string; function: FunctionCall }
-export interface Message {
-  id: string;
-  role: Role;
-  content?: Content;
-  tool_calls?: ToolCall[];
-  tool_call_id?: string;
-  name?: string;
-}
-export interface DraftMessage extends Omit<Message, 'id'> { id?: string }
-export interface TreeNode { message: Message; parent_id?: string }
-export interface MessageTree { nodes: TreeNode[]; head_id?: string }
-
-// ---- agent config -------------------------------------------------------------
-
-export interface RetryPolicy {
-  timeout_secs: number | null;
-  max_retries: number;
-  backoff_base_secs: number;
-  backoff_max_secs: number;
-}
-export interface AgentTool {
-  name: string;
-  description?: string;
-  input?: Json;
-  output?: Json;
-  handler?: ToolHandler;
-}
-export interface SubAgent { id: string; description?: string }
-export interface AgentConfig {
-  model: string;
-  system?: string;
-  stream?: boolean;
-  handler?: LlmHandler;
-  format?: LlmFormat;
-  retry?: RetryPolicy;
-  tools?: AgentTool[];
-  sub_agents?: SubAgent[];
-}
-
-// ---- LLM ------------------------------------------------------------------------
-
-export interface LlmTool { name: string; description: string; input?: Json; output?: Json }
-export interface ReasoningConfig { effort?: ReasoningEffort; max_tokens?: number; exclude?: boolean; enabled?: boolean }
-export interface LlmRequest {
-  model: string;
-  messages: DraftMessage[];
-  tools?: LlmTool[];
-  temperature?: number;
-  max_completion_tokens?: number;
-  reasoning?: ReasoningConfig;
-}
-export interface LlmResponse {
-  model: string;
-  content?: string;
-  tool_calls?: ToolCall[];
-  finish_reason?: string;
-  usage?: Json;
-  cost?: string;
-  images?: UrlRef[];
-}
-export interface ToolCallDelta { id: string; name?: string; arguments?: string }
-export interface StreamDelta { text?: string; reasoning?: string; tool_calls?: ToolCallDelta[]; finish_reason?: string }
-
-// ---- triggers -------------------------------------------------------------------
-
-export type ToolInput =
-  | { status: 'valid'; value: Json }
-  | { status: 'invalid'; value: Json; error: string }
-  | { status: 'malformed'; error: string };
-export interface ClientContext { tools?: AgentTool[]; context?: Json[]; state?: Json; forwarded_props?: Json }
-export interface SessionStart { type: 'session.start' }
-export interface ClientMessages { type: 'client.messages'; messages: DraftMessage[]; new_from: number; client: ClientContext }
-export interface ClientAction { type: 'client.action'; name: string; args?: Json }
-export interface ToolExecute {
-  type: 'tool.execute';
-  id: string;
-  name: string;
-  arguments: string;
-  input: ToolInput;
-  attempt: number;
-  deadline?: string;
-}
-export interface ToolFinished { type: 'tool.finished'; id: string; ok: boolean; name: string; result?: string; error?: string }
-export interface LlmExecute {
-  type: 'llm.execute';
-  id: string;
-  request: Json;
-  format?: LlmFormat;
-  stream: boolean;
-  attempt: number;
-  deadline?: string;
-}
-export interface LlmFinished {
-  type: 'llm.finished';
-  id: string;
-  ok: boolean;
-  message?: DraftMessage;
-  truncated: boolean;
-  usage?: Json;
-  cost?: string;
-  error?: string;
-  code?: ErrorCode;
-  detail?: Json;
-}
-export interface SubAgentFinished {
-  type: 'sub_agent.finished';
-  id: string;
-  ok: boolean;
-  session_id: string;
-  agent_id: string;
-  result?: string;
-  error?: string;
-}
-export interface InterruptResumed { type: 'interrupt.resumed'; interrupt_id: string; payload?: Json }
-export type Trigger =
-  | SessionStart
-  | ClientMessages
-  | ClientAction
-  | ToolExecute
-  | ToolFinished
-  | LlmExecute
-  | LlmFinished
-  | SubAgentFinished
-  | InterruptResumed;
-
-// ---- actions ----------------------------------------------------------------------
-
-export interface LlmCall {
-  type: 'llm.call';
-  id?: string;
-  model?: string;
-  messages?: DraftMessage[];
-  tools?: LlmTool[];
-  temperature?: number;
-  max_completion_tokens?: number;
-  reasoning?: ReasoningConfig;
-  stream?: boolean;
-  retry?: RetryPolicy;
-  handler?: LlmHandler;
-}
-export interface ToolCallAction {
-  type: 'tool.call';
-  id?: string;
-  name: string;
-  arguments: Json;
-  handler?: ToolHandler;
-  retry?: RetryPolicy;
-}
-export interface ToolResult { type: 'tool.result'; id?: string; attempt?: number; result: Json }
-export interface CallErrorFields {
-  id?: string;
-  attempt?: number;
-  retryable?: boolean;
-  code?: ErrorCode;
-  detail?: Json;
-}
-export interface ToolError extends CallErrorFields { type: 'tool.error'; error: string }
-export interface LlmError extends CallErrorFields { type: 'llm.error'; error: string }
-export interface LlmResult { type: 'llm.result'; id?: string; attempt?: number; response: Json }
-export interface SubAgentSpawn {
-  type: 'sub_agent.spawn';
-  session_id: string;
-  agent_id: string;
-  tool_call_id: string;
-  retry?: RetryPolicy;
-}
-export interface MessageSend { type: 'message.send'; session_id: string; message: DraftMessage }
-export interface Interrupt {
-  type: 'interrupt';
-  interrupt_id?: string;
-  reason: string;
-  payload?: Json;
-  /** A JSON Schema the resume payload must satisfy; the engine refuses a resume that fails it. */
-  resume_schema?: Json;
-}
-export interface Done { type: 'done'; data?: Json }
-export type Action =
-  | LlmCall
-  | ToolCallAction
-  | ToolResult
-  | ToolError
-  | LlmResult
-  | LlmError
-  | SubAgentSpawn
-  | MessageSend
-  | Interrupt
-  | Done;
-
-// ---- the decision exchange -----------------------------------------------------------
-
-export interface WorkerIdentity { id?: string; metadata?: Record<string, string> }
-export interface Call {
-  id: string;
-  kind: CallKind;
-  status: CallStatus;
-  attempt: number;
-  deadline?: string;
-  anchor?: string;
-  name?: string;
-  arguments?: string;
-  handler?: Handler;
-  stream?: boolean;
-  agent_id?: string;
-  session_id?: string;
-}
 /**
  * A decision. `State` is the type of the session's state, as the agent
  * writes it (`Agent<State>`); it is only a type: nothing checks it at run
  * time.
  */
-export interface DecisionResponse<State = Json> {
-  messages?: DraftMessage[];
-  actions?: Action[];
+export interface DecisionResponse<State = wire.Json> extends Omit<wire.DecisionResponse, 'state'> {
+  /** The new agent state; omitted or `null` keeps the current state. */
   state?: State;
-  agent?: AgentConfig;
 }
 /**
  * A request for a decision. `state` is the state the agent last wrote
  * (typed as `State`, see `Agent<State>`), or `null` before it wrote any.
  */
-export interface DecisionRequest<State = Json> {
-  session_id: string;
-  decision_id: string;
-  agent_id: string;
-  identity: WorkerIdentity;
-  trigger: Trigger;
+export interface DecisionRequest<State = wire.Json> extends Omit<wire.DecisionRequest, 'state' | 'proposed'> {
+  /** What an ordinary agent loop would do next; empty when the engine has no default. */
   proposed: DecisionResponse<State>;
+  /** The agent's state, stored verbatim; `null` before the agent wrote any. */
   state: State | null;
-  agent: AgentConfig | null;
-  calls: Call[];
-  pending_calls: number;
-  messages: Message[];
-  message_tree: MessageTree;
-  ancestry: string[];
-  attempts: number;
-  deadline: string | null;
-  turn_id: string | null;
 }
 
 // ---- agents ---------------------------------------------------------------------------
