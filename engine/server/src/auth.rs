@@ -40,6 +40,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subs_engine::store::{KeyRecord, SessionRecord, valid_id};
 use subs_protocol::WorkerIdentity;
+use subtle::ConstantTimeEq;
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -230,7 +231,7 @@ impl Keys {
         let hash = hash_key(key);
         // Every configured hash is compared, so the time taken does not
         // say which one matched.
-        self.admin.iter().fold(false, |found, admin| constant_time_eq(hash.as_bytes(), admin.as_bytes()) | found)
+        self.admin.iter().fold(false, |found, admin| bool::from(hash.as_bytes().ct_eq(admin.as_bytes())) | found)
     }
 
     /// The tenant of a key.
@@ -314,8 +315,7 @@ impl Keys {
         let mut parts = token.rsplitn(4, '.');
         let (mac, expires, key, tenant) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
         let expires_at: u64 = expires.parse().ok()?;
-        let expected = self.sign(tenant, key, expires_at);
-        if expires_at < now || !constant_time_eq(mac.as_bytes(), expected.as_bytes()) {
+        if expires_at < now || !self.verify(&stream_message(tenant, key, expires_at), mac) {
             return None;
         }
         let credential = match key {
@@ -327,15 +327,25 @@ impl Keys {
     }
 
     fn sign(&self, tenant: &str, key: &str, expires: u64) -> String {
-        self.mac(&format!("{tenant}.{key}.{expires}"))
+        self.mac(&stream_message(tenant, key, expires))
     }
 
     /// The HMAC of `message` under this process's token secret: the one
     /// signer of every token.
     fn mac(&self, message: &str) -> String {
+        hex::encode(self.hmac(message).finalize().into_bytes())
+    }
+
+    /// Whether `mac` (hex) is this process's signature of `message`,
+    /// compared in constant time by the `hmac` crate.
+    fn verify(&self, message: &str, mac: &str) -> bool {
+        hex::decode(mac).is_ok_and(|mac| self.hmac(message).verify_slice(&mac).is_ok())
+    }
+
+    fn hmac(&self, message: &str) -> Hmac<Sha256> {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.token_secret).expect("HMAC takes any key length");
         mac.update(message.as_bytes());
-        hex::encode(mac.finalize().into_bytes())
+        mac
     }
 
     /// An end-user token for `user`, valid until `expires` (Unix seconds):
@@ -351,8 +361,7 @@ impl Keys {
     /// The end user of a valid, unexpired end-user token.
     pub fn user_of_token(&self, token: &str, now: u64) -> Option<EndUser> {
         let (payload, mac) = token.strip_prefix(USER_TOKEN_PREFIX)?.split_once('.')?;
-        let expected = self.mac(&user_message(payload));
-        if !constant_time_eq(mac.as_bytes(), expected.as_bytes()) {
+        if !self.verify(&user_message(payload), mac) {
             return None;
         }
         let claims: Claims = serde_json::from_slice(&hex::decode(payload).ok()?).ok()?;
@@ -373,6 +382,12 @@ impl Keys {
 /// What an event-stream token names in place of a key when the server
 /// takes none.
 const NO_KEY: &str = "-";
+
+/// What an event-stream token signs: the tenant, the key's hash (or the
+/// open server's marker) and the expiry.
+fn stream_message(tenant: &str, key: &str, expires: u64) -> String {
+    format!("{tenant}.{key}.{expires}")
+}
 
 /// What an end-user token's signature covers. A `/` appears in no
 /// event-stream token's signed text (a tenant name, a key's hash or `-`,
@@ -416,10 +431,6 @@ pub fn names_key(key: &KeyRecord, wanted: &str) -> bool {
     key.hash.starts_with(&lower)
         || (!key.prefix.is_empty() && (wanted.starts_with(&key.prefix) || key.prefix.starts_with(wanted)))
         || key.hash == hash_key(wanted)
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The calling tenant, from `Authorization: Bearer <key>` (or the local
