@@ -8,7 +8,7 @@
 //! AI SDK's chat endpoint".
 //!
 //! This is a translation, nothing more: the chat id is the session id, an
-//! input goes through [`sessions::send`] (every check `POST …/input`
+//! input goes through [`crate::sessions::send`] (every check `POST …/input`
 //! makes), and the answer is the turn's typed events ([`TurnFrames`]) as
 //! chunks. Everything is stored by the engine as for any other client, so
 //! a turn can be replayed and followed elsewhere.

@@ -5,16 +5,16 @@
 //!
 //! 1. **Parse** (the adapter): the body as the protocol has it, with the
 //!    protocol's own leniency, errors naming the protocol's fields.
-//! 2. **Find** the session the request names ([`find`]: the thread, the
+//! 2. **Find** the session the request names (`find`: the thread, the
 //!    chat), as the caller reaches it and running the route's agent.
-//! 3. **Plan** (the adapter, over [`Waits`], what the session waits for):
-//!    start a turn ([`Plan::Start`]), settle what the open turn waits for
-//!    ([`Plan::Settle`]: client tool results and errors, interrupt
-//!    resumes), or cancel it ([`Plan::Cancel`]).
-//! 4. **Follow** ([`follow`]): the plan's inputs go through
+//! 3. **Plan** (the adapter, over `Waits`, what the session waits for):
+//!    start a turn (`Plan::Start`), settle what the open turn waits for
+//!    (`Plan::Settle`: client tool results and errors, interrupt
+//!    resumes), or cancel it (`Plan::Cancel`).
+//! 4. **Follow** (`follow`): the plan's inputs go through
 //!    [`sessions::send`], with every check `POST …/input` makes, and the
 //!    answer is the turn's typed events ([`TurnFrames`]).
-//! 5. **Respond** ([`respond`]): the adapter's [`Translator`] turns each
+//! 5. **Respond** (`respond`): the adapter's `Translator` turns each
 //!    event into its protocol's messages, sent as server-sent events, one
 //!    JSON object per `data:` line, pulled from the turn only as the
 //!    connection takes them.
@@ -170,7 +170,9 @@ impl Plan {
 /// One settling input, and the request's field it came from: an error the
 /// engine answers without naming a field of its own names that one.
 pub(crate) struct Answer {
+    /// The request's field the input came from.
     pub field: Option<String>,
+    /// The `tool.result`, `tool.error` or `interrupt.resume` input.
     pub input: ClientInput,
 }
 
@@ -284,8 +286,11 @@ pub(crate) async fn follow(
 
 /// The session a stream follows, as its translator reads it again.
 pub(crate) struct Reader {
+    /// The server, whose engine reads the session.
     pub state: Arc<AppState>,
+    /// The session's tenant.
     pub tenant: String,
+    /// The session's id.
     pub session: String,
 }
 
