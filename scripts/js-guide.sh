@@ -11,13 +11,15 @@
 #                                # (built as scripts/demo.sh builds it)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
 guide=$root/docs/guests/js.md
 subs=${1:-}
 if [ -z "$subs" ]; then
-    subs=${CARGO_TARGET_DIR:-$root/target}/debug/subs
     # The binary `cargo test --workspace` builds: nothing to compile after it.
-    [ -x "$subs" ] || (cd "$root" && cargo build --workspace --bins)
+    subs=${CARGO_TARGET_DIR:-target}/debug/subs
+    [ -x "$subs" ] || cargo build --workspace --bins
 fi
+subs=$(cd "$(dirname "$subs")" && pwd)/$(basename "$subs")
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
