@@ -33,13 +33,13 @@ struct Refund {
 }
 
 /// The agent: its tools and sub-agent.
-pub struct App {
+struct App {
     router: ToolRouter,
 }
 
 impl App {
     /// The agent with its tools.
-    pub fn new() -> Self {
+    fn new() -> Self {
         let order = json!({ "order_id": { "type": "string" } });
         let refund = json!({ "order_id": { "type": "string" }, "amount": { "type": "integer", "minimum": 1 } });
         let router = ToolRouter::new()
@@ -64,12 +64,6 @@ impl App {
 fn object(properties: Value) -> Value {
     let required: Vec<&String> = properties.as_object().into_iter().flat_map(|p| p.keys()).collect();
     json!({ "type": "object", "properties": properties, "required": required })
-}
-
-impl Default for App {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 impl Agent for App {
