@@ -204,12 +204,12 @@ pub async fn run(
     frontends::check_id("threadId", "id", &input.thread_id)?;
     frontends::check_id("runId", "id", &input.run_id)?;
     let session = input.thread_id.clone();
-    let snapshot = match frontends::find(&state, &caller, &session, &agent_id, "agent_id", "thread").await? {
+    let found = match frontends::find(&state, &caller, &session, &agent_id, "agent_id", "thread").await? {
         Found::Unreachable => return Err(ApiError::no_session(&session)),
         found => found,
     };
     let Planned { plan, origins, unanswered } =
-        plan(&input, &agent_id, snapshot.snapshot(), state.config.file().http.json_bounds())?;
+        plan(&input, &agent_id, found.snapshot(), state.config.file().http.json_bounds())?;
     let starts = matches!(plan, Plan::Start(_));
     let followed =
         frontends::follow(&state, &caller, &session, plan, None, AguiRun::NAME).await.map_err(|mut error| {
