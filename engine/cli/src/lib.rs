@@ -9,7 +9,8 @@
 //!
 //! - [`serve`]: `subs serve`, the engine with the HTTP API.
 //! - [`run`]: `subs run`, an agent in this process: one turn, or a chat.
-//! - [`new`]: `subs new`, a new agent project from a template.
+//! - [`new`]: `subs new`, a new agent project from a template; [`dev`]:
+//!   `subs dev`, such a project built, chatted with and rebuilt on change.
 //! - [`agents`], [`sessions`]: clients of a running server (`sessions
 //!   tail` follows events across dropped connections).
 //! - [`tenants`], [`keys`]: tenants, their limits and their keys, through
@@ -27,6 +28,7 @@ pub mod admin;
 pub mod agents;
 pub mod client;
 pub mod data;
+pub mod dev;
 pub mod error;
 pub mod keys;
 pub mod new;
@@ -67,6 +69,10 @@ pub enum Command {
     /// Make a new agent project (a tool, a state field, an approval-gated
     /// tool, its tests) from a template.
     New(new::NewArgs),
+    /// Build a project made by `subs new`, chat with it, and on each change
+    /// to its sources rebuild it and replay the conversation against the
+    /// new build.
+    Dev(dev::DevArgs),
     /// Upload, list and remove the agents of a running server.
     #[command(subcommand)]
     Agents(agents::AgentsCommand),
@@ -127,6 +133,7 @@ async fn exec(command: Command) -> CliResult {
         Command::Serve(args) => serve::exec(args).await,
         Command::Run(args) => run::exec(args).await,
         Command::New(args) => new::exec(args),
+        Command::Dev(args) => dev::exec(args).await,
         Command::Agents(command) => agents::exec(command).await,
         Command::Sessions(command) => sessions::exec(command).await,
         Command::Keys(command) => keys::exec(command).await,

@@ -229,14 +229,16 @@ fn progress_bar() -> Spinner {
 
 /// ANSI colours, or none (not a terminal, or `NO_COLOR` set).
 #[derive(Debug, Clone, Copy)]
-struct Paint(bool);
+pub(crate) struct Paint(pub bool);
 
 impl Paint {
-    fn for_stdout() -> Self {
+    /// Colours when stdout is a terminal and `NO_COLOR` is not set.
+    pub(crate) fn for_stdout() -> Self {
         Self(std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()))
     }
 
-    fn paint(self, code: &str, text: &str) -> String {
+    /// `text` in the colour (or style) of the ANSI `code`.
+    pub(crate) fn paint(self, code: &str, text: &str) -> String {
         if self.0 { format!("\x1b[{code}m{text}\x1b[0m") } else { text.to_owned() }
     }
 }
@@ -287,25 +289,34 @@ fn summary(report: &Value, paint: Paint) -> String {
     };
     for entry in report.get("differences").and_then(Value::as_array).into_iter().flatten() {
         let _ = writeln!(out, "\n{}", paint.paint("1", &heading(entry, "different")));
-        for change in entry.get("changes").and_then(Value::as_array).into_iter().flatten() {
-            let path = text(change, "path");
-            let (recorded, candidate) = (change.get("recorded"), change.get("candidate"));
-            let line = match text(change, "change").as_str() {
-                "added" => paint.paint("32", &format!("  + {path}: {}", shown(candidate))),
-                "removed" => paint.paint("31", &format!("  - {path}: {}", shown(recorded))),
-                _ => paint.paint("33", &format!("  ~ {path}: {} → {}", shown(recorded), shown(candidate))),
-            };
-            let _ = writeln!(out, "{line}");
-        }
-        if let Some(more) = entry.get("more_changes").and_then(Value::as_u64) {
-            let _ = writeln!(out, "  … and {more} more changes");
-        }
+        write_changes(&mut out, entry, "  ", paint);
     }
     for entry in report.get("failures").and_then(Value::as_array).into_iter().flatten() {
         let _ = writeln!(out, "\n{}", paint.paint("1", &heading(entry, "failed")));
         let _ = writeln!(out, "{}", paint.paint("31", &format!("  {}", text(entry, "error"))));
     }
     out
+}
+
+/// The changes of a differing decision of a report (`entry`), a line
+/// each after `indent`: `-` recorded only, `+` candidate only, `~`
+/// changed; then how many more the report left out.
+pub(crate) fn write_changes(out: &mut String, entry: &Value, indent: &str, paint: Paint) {
+    use std::fmt::Write as _;
+    let text = |value: &Value, key: &str| value.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
+    for change in entry.get("changes").and_then(Value::as_array).into_iter().flatten() {
+        let path = text(change, "path");
+        let (recorded, candidate) = (change.get("recorded"), change.get("candidate"));
+        let line = match text(change, "change").as_str() {
+            "added" => paint.paint("32", &format!("{indent}+ {path}: {}", shown(candidate))),
+            "removed" => paint.paint("31", &format!("{indent}- {path}: {}", shown(recorded))),
+            _ => paint.paint("33", &format!("{indent}~ {path}: {} → {}", shown(recorded), shown(candidate))),
+        };
+        let _ = writeln!(out, "{line}");
+    }
+    if let Some(more) = entry.get("more_changes").and_then(Value::as_u64).filter(|more| *more > 0) {
+        let _ = writeln!(out, "{indent}… and {more} more changes");
+    }
 }
 
 /// A value in one line, cut at 200 characters.

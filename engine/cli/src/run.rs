@@ -26,7 +26,7 @@
 
 use std::collections::VecDeque;
 use std::io::{IsTerminal as _, Write as _};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow};
@@ -35,12 +35,13 @@ use subs_engine::events::Event;
 use subs_engine::follow::{Follow, FollowError};
 use subs_engine::store::SessionStatus;
 use subs_engine::worker::Worker;
-use subs_engine::worker::component::{ComponentHost, HostConfig};
+use subs_engine::worker::component::{ComponentAgent, ComponentHost, HostConfig};
 use subs_engine::worker::http::{HttpWorker, HttpWorkerOptions};
 use subs_engine::{Engine, EngineConfig, InputError};
 use subs_protocol::client::{ClientMessage, InterruptResume};
 use subs_protocol::{ClientInput, DraftMessage, NAME_RULE, WorkerIdentity, valid_name};
 use subs_server::LOCAL_TENANT;
+use subs_store_redb::RedbStore;
 
 use crate::error::{CliError, CliResult};
 use crate::progress::Spinner;
@@ -54,7 +55,7 @@ pub const AGENT_ID: &str = "agent";
 pub const EXIT: &str = "/exit";
 
 /// The chat's prompt.
-const PROMPT: &str = ">>> ";
+pub(crate) const PROMPT: &str = ">>> ";
 
 /// `subs run <agent.wasm|url> ["message"]`.
 #[derive(Debug, clap::Args)]
@@ -117,17 +118,14 @@ const MAX_LINE_BYTES: u64 = 1 << 20;
 /// failed.
 pub async fn exec(args: RunArgs) -> CliResult {
     let file = settings::load(args.config.as_deref())?;
-    let mut answers = Answers::new(&args)?;
+    let answers = Answers::new(&args.resume, args.json)?;
     if args.message.is_none() && !answers.terminal {
         return Err(CliError::usage(anyhow!(
             "no message to send: give one, or run at a terminal without --json for a chat"
         )));
     }
-    let workers = load_workers(&args, &file).await?;
-    let models = crate::serve::models(&file.providers_config())?;
-    let default_model = settings::default_model(args.default_model.as_deref(), &file);
-    models.resolve(&default_model).map_err(|e| CliError::usage(anyhow!("the default model: {}", e.message)))?;
-
+    let specs = agent_specs(&args.agent, &args.agents)?;
+    let workers = load_workers(specs, args.secret.as_deref(), None, args.cache.clone(), &file).await?;
     let temp;
     let dir = match &args.data {
         Some(dir) => dir.clone(),
@@ -136,133 +134,198 @@ pub async fn exec(args: RunArgs) -> CliResult {
             temp.path().to_path_buf()
         }
     };
-    data::prepare(&dir)?;
-    let store = Arc::new(data::open_store(
-        &dir.join(settings::STORE_FILE),
+    let local = Local::open(
+        &file,
+        args.default_model.as_deref(),
+        &dir,
         "is a `subs serve` using this data directory? Run without --data, or send the message to the server",
-    )?);
-    let mut config = EngineConfig {
-        default_model,
-        default_stream: true,
-        streams: file.streams.limits()?,
-        retry_cap: file.retry.cap(),
-        ..EngineConfig::default()
-    };
-    file.timeouts.apply(&mut config)?;
-    file.recovery.apply(&mut config)?;
-    let engine = Engine::open(store.clone(), models, config);
-    for (name, worker) in workers {
-        engine.register_agent(LOCAL_TENANT, &name, worker);
-    }
-    engine.resume().await.map_err(CliError::unavailable)?;
-
+        workers,
+    )
+    .await?;
+    let mut chat = Chat { engine: local.engine.clone(), session: args.session.clone(), json: args.json, answers };
     let outcome = tokio::select! {
-        outcome = session(&engine, &args, &mut answers) => outcome,
-        _ = tokio::signal::ctrl_c() => Err(CliError { code: 130, error: anyhow!("interrupted") }),
+        outcome = session(&mut chat, &args) => outcome,
+        _ = tokio::signal::ctrl_c() => Err(interrupted()),
     };
-    // Whatever happened is committed; stopping now loses nothing (a
-    // session in --data resumes on the next run).
-    engine.kill().await;
-    store.close().await.context("closing the store")?;
+    local.close().await?;
     outcome
+}
+
+/// The error of a command stopped by Ctrl-C (exit code 130, as a shell
+/// reports SIGINT).
+pub(crate) fn interrupted() -> CliError {
+    CliError { code: 130, error: anyhow!("interrupted") }
+}
+
+/// An engine in this process on the store of a data directory, with the
+/// agents it runs registered (as tenant `local`'s).
+pub(crate) struct Local {
+    /// The engine.
+    pub engine: Engine,
+    /// Its store.
+    pub store: Arc<RedbStore>,
+}
+
+impl Local {
+    /// Opens the store in `dir` (`locked_hint` says what to do when
+    /// another process holds it) and an engine on it with `file`'s
+    /// providers, limits and default model (`default_model` first),
+    /// registers `workers` and resumes what the store left unfinished.
+    pub async fn open(
+        file: &settings::ConfigFile,
+        default_model: Option<&str>,
+        dir: &Path,
+        locked_hint: &str,
+        workers: Vec<(String, Arc<dyn Worker>)>,
+    ) -> CliResult<Self> {
+        let models = crate::serve::models(&file.providers_config())?;
+        let default_model = settings::default_model(default_model, file);
+        models.resolve(&default_model).map_err(|e| CliError::usage(anyhow!("the default model: {}", e.message)))?;
+        data::prepare(dir)?;
+        let store = Arc::new(data::open_store(&dir.join(settings::STORE_FILE), locked_hint)?);
+        let mut config = EngineConfig {
+            default_model,
+            default_stream: true,
+            streams: file.streams.limits()?,
+            retry_cap: file.retry.cap(),
+            ..EngineConfig::default()
+        };
+        file.timeouts.apply(&mut config)?;
+        file.recovery.apply(&mut config)?;
+        let engine = Engine::open(store.clone(), models, config);
+        for (name, worker) in workers {
+            engine.register_agent(LOCAL_TENANT, &name, worker);
+        }
+        let local = Self { engine, store };
+        if let Err(e) = local.engine.resume().await {
+            local.close().await?;
+            return Err(CliError::unavailable(e));
+        }
+        Ok(local)
+    }
+
+    /// Stops the engine and closes the store. Whatever happened is
+    /// committed; stopping now loses nothing (a session in a kept data
+    /// directory resumes on the next run).
+    pub async fn close(self) -> CliResult {
+        self.engine.kill().await;
+        self.store.close().await.context("closing the store")?;
+        Ok(())
+    }
 }
 
 /// The session's work: the interrupts it waits on, then the message or
 /// the chat.
-async fn session(engine: &Engine, args: &RunArgs, answers: &mut Answers) -> CliResult {
-    open_interrupts(engine, args, answers).await?;
+async fn session(chat: &mut Chat, args: &RunArgs) -> CliResult {
+    chat.open_interrupts().await?;
     match &args.message {
-        Some(message) => turn(engine, args, answers, message).await?.result(),
-        None => chat(engine, args, answers).await,
+        Some(message) => chat.turn(message).await?.result(),
+        None => {
+            println!("Chatting with {}: {EXIT} or Ctrl-D leaves.", args.agent);
+            loop {
+                prompt(PROMPT)?;
+                let Some(line) = read_line().await? else {
+                    // Ctrl-D leaves the cursor after the prompt.
+                    println!();
+                    return Ok(());
+                };
+                match line.trim() {
+                    EXIT => return Ok(()),
+                    line => chat.say(line).await?,
+                }
+            }
+        }
     }
 }
 
-/// Each line typed is a message; a failed turn is reported and the chat
-/// goes on, the session keeping what was said.
-async fn chat(engine: &Engine, args: &RunArgs, answers: &mut Answers) -> CliResult {
-    println!("Chatting with {}: {EXIT} or Ctrl-D leaves.", args.agent);
-    loop {
-        prompt(PROMPT)?;
-        let Some(line) = read_line().await? else {
-            // Ctrl-D leaves the cursor after the prompt.
-            println!();
+/// One session of the local tenant's agent [`AGENT_ID`], talked to from
+/// here: messages sent, their turns' events printed, the interrupts they
+/// open answered.
+pub(crate) struct Chat {
+    /// The engine.
+    pub engine: Engine,
+    /// The session's id.
+    pub session: String,
+    /// Whether events are printed as JSON lines.
+    pub json: bool,
+    /// Where interrupts' answers come from.
+    pub answers: Answers,
+}
+
+impl Chat {
+    /// A line typed in the chat as a message (nothing for a blank one);
+    /// a failed turn is reported and the chat goes on, the session
+    /// keeping what was said. An error ends the chat.
+    pub async fn say(&mut self, line: &str) -> CliResult {
+        if line.is_empty() {
+            return Ok(());
+        }
+        match self.turn(line).await? {
+            TurnEnd::Done => Ok(()),
+            TurnEnd::Failed { code, error } => {
+                eprintln!("error: the turn failed ({code}): {error}");
+                Ok(())
+            }
+            // A session waiting for a client tool takes no more messages.
+            end => end.result(),
+        }
+    }
+
+    /// Sends the message and prints the turn's events until it ends,
+    /// answering the interrupts it opens.
+    pub async fn turn(&mut self, message: &str) -> CliResult<TurnEnd> {
+        // Subscribed before the input is sent, so no event of the turn is
+        // missed.
+        let mut events = Follower::new(self.engine.clone(), &self.session).await.map_err(CliError::failed)?;
+        let input = ClientInput::ClientMessage(ClientMessage {
+            agent_id: AGENT_ID.to_owned(),
+            turn_id: None,
+            message: DraftMessage::user(message),
+            stream: None,
+        });
+        let accepted =
+            self.engine.input(LOCAL_TENANT, &self.session, input, WorkerIdentity::default()).await.map_err(refused)?;
+        let turn_id = accepted.turn_id.ok_or_else(|| CliError::failed(anyhow!("the message started no turn")))?;
+        let mut view = TurnView::new(self.json, Some(turn_id));
+        self.follow(&mut events, &mut view).await
+    }
+
+    /// A session continued from a kept data directory may wait on
+    /// interrupts its last run left open: they are answered, and their
+    /// turn followed to its end, before anything is sent (a message sent
+    /// now would wait behind them).
+    pub async fn open_interrupts(&mut self) -> CliResult {
+        let Some(snapshot) = self.engine.snapshot(LOCAL_TENANT, &self.session).await.map_err(CliError::failed)? else {
             return Ok(());
         };
-        let line = line.trim();
-        if line == EXIT {
-            return Ok(());
+        let record = snapshot.record;
+        let (SessionStatus::Waiting, Some(turn)) = (record.status, record.turn) else { return Ok(()) };
+        if record.interrupts.is_empty() {
+            return Err(CliError::failed(anyhow!(
+                "session `{}` waits for a client tool's result, which this command cannot give: answer through the API",
+                self.session
+            )));
         }
-        if line.is_empty() {
-            continue;
+        let mut events = Follower::new(self.engine.clone(), &self.session).await.map_err(CliError::failed)?;
+        let mut view = TurnView::continuing(self.json, turn.turn_id);
+        for interrupt in &record.interrupts {
+            let data = serde_json::to_value(interrupt).context("reading an open interrupt")?;
+            view.show_interrupt(&data)?;
+            self.answers.answer(&self.engine, &self.session, &data).await?;
         }
-        match turn(engine, args, answers, line).await? {
-            TurnEnd::Done => {}
-            TurnEnd::Failed { code, error } => eprintln!("error: the turn failed ({code}): {error}"),
-            // A session waiting for a client tool takes no more messages.
-            end => return end.result(),
-        }
+        self.follow(&mut events, &mut view).await?.result()
     }
-}
 
-/// Sends the message and prints the turn's events until it ends,
-/// answering the interrupts it opens.
-async fn turn(engine: &Engine, args: &RunArgs, answers: &mut Answers, message: &str) -> CliResult<TurnEnd> {
-    // Subscribed before the input is sent, so no event of the turn is
-    // missed.
-    let mut events = Follower::new(engine.clone(), &args.session).await.map_err(CliError::failed)?;
-    let input = ClientInput::ClientMessage(ClientMessage {
-        agent_id: AGENT_ID.to_owned(),
-        turn_id: None,
-        message: DraftMessage::user(message),
-        stream: None,
-    });
-    let accepted =
-        engine.input(LOCAL_TENANT, &args.session, input, WorkerIdentity::default()).await.map_err(refused)?;
-    let turn_id = accepted.turn_id.ok_or_else(|| CliError::failed(anyhow!("the message started no turn")))?;
-    let mut view = TurnView::new(args.json, Some(turn_id));
-    follow(engine, args, answers, &mut events, &mut view).await
-}
-
-/// A session continued from `--data` may wait on interrupts its last run
-/// left open: they are answered, and their turn followed to its end,
-/// before anything is sent (a message sent now would wait behind them).
-async fn open_interrupts(engine: &Engine, args: &RunArgs, answers: &mut Answers) -> CliResult {
-    let Some(snapshot) = engine.snapshot(LOCAL_TENANT, &args.session).await.map_err(CliError::failed)? else {
-        return Ok(());
-    };
-    let record = snapshot.record;
-    let (SessionStatus::Waiting, Some(turn)) = (record.status, record.turn) else { return Ok(()) };
-    if record.interrupts.is_empty() {
-        return Err(CliError::failed(anyhow!(
-            "session `{}` waits for a client tool's result, which this command cannot give: answer through the API",
-            args.session
-        )));
-    }
-    let mut events = Follower::new(engine.clone(), &args.session).await.map_err(CliError::failed)?;
-    let mut view = TurnView::continuing(args.json, turn.turn_id);
-    for interrupt in &record.interrupts {
-        let data = serde_json::to_value(interrupt).context("reading an open interrupt")?;
-        view.show_interrupt(&data)?;
-        answers.answer(engine, &args.session, &data).await?;
-    }
-    follow(engine, args, answers, &mut events, &mut view).await?.result()
-}
-
-/// Prints the turn's events until it ends or waits for a client tool,
-/// answering each interrupt it opens on the way.
-async fn follow(
-    engine: &Engine,
-    args: &RunArgs,
-    answers: &mut Answers,
-    events: &mut Follower,
-    view: &mut TurnView,
-) -> CliResult<TurnEnd> {
-    loop {
-        let event = events.next().await.map_err(CliError::failed)?;
-        match view.event(event.seq, &event.name, &event.data)? {
-            None => {}
-            Some(TurnEnd::Interrupted(data)) => answers.answer(engine, &args.session, &data).await?,
-            Some(end) => return Ok(end),
+    /// Prints the turn's events until it ends or waits for a client tool,
+    /// answering each interrupt it opens on the way.
+    async fn follow(&mut self, events: &mut Follower, view: &mut TurnView) -> CliResult<TurnEnd> {
+        loop {
+            let event = events.next().await.map_err(CliError::failed)?;
+            match view.event(event.seq, &event.name, &event.data)? {
+                None => {}
+                Some(TurnEnd::Interrupted(data)) => self.answers.answer(&self.engine, &self.session, &data).await?,
+                Some(end) => return Ok(end),
+            }
         }
     }
 }
@@ -277,26 +340,27 @@ fn refused(e: InputError) -> CliError {
 
 /// Where the answers to interrupts come from: the `--resume` values in
 /// order, then the person at the terminal, or else lines on stdin.
-struct Answers {
+pub(crate) struct Answers {
     /// The `--resume` values not used yet.
     given: VecDeque<Value>,
     /// Whether a person is at the terminal to be asked (stdin and stdout
     /// are terminals and the output is not `--json`).
-    terminal: bool,
+    pub terminal: bool,
     /// Whether `--resume` was given at all, to word the error.
     any_given: bool,
 }
 
 impl Answers {
-    fn new(args: &RunArgs) -> CliResult<Self> {
-        let given = args
-            .resume
+    /// The answers `resume` gives (each JSON), then the terminal's unless
+    /// the output is `json`.
+    pub fn new(resume: &[String], json: bool) -> CliResult<Self> {
+        let given = resume
             .iter()
             .map(|text| {
                 serde_json::from_str(text).map_err(|e| CliError::usage(anyhow!("--resume {text}: not JSON: {e}")))
             })
             .collect::<CliResult<VecDeque<Value>>>()?;
-        let terminal = !args.json && std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+        let terminal = !json && std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
         Ok(Self { any_given: !given.is_empty(), given, terminal })
     }
 
@@ -384,32 +448,54 @@ fn approval(payload: &Value) -> Option<(&str, String)> {
 
 /// Writes `text` with no newline and flushes it, so the answer is typed
 /// after it.
-fn prompt(text: &str) -> CliResult {
+pub(crate) fn prompt(text: &str) -> CliResult {
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(|e| CliError::failed(anyhow!(e)))
 }
 
+/// A line of stdin, `None` at its end, or why it could not be read.
+type Line = Result<Option<String>, String>;
+
 /// The next line of stdin without its newline; `None` at its end.
-async fn read_line() -> CliResult<Option<String>> {
-    tokio::task::spawn_blocking(|| {
-        use std::io::{BufRead as _, Read as _};
-        let mut line = String::new();
-        let read = std::io::stdin().lock().take(MAX_LINE_BYTES).read_line(&mut line)?;
-        if read as u64 == MAX_LINE_BYTES && !line.ends_with('\n') {
-            return Err(std::io::Error::other(format!("a line of stdin is longer than {MAX_LINE_BYTES} bytes")));
-        }
-        Ok((read > 0).then(|| line.trim_end_matches(['\n', '\r']).to_owned()))
-    })
-    .await
-    .map_err(|e| CliError::failed(anyhow!("reading stdin: {e}")))?
-    .map_err(|e| CliError::failed(anyhow!("reading stdin: {e}")))
+///
+/// Lines are read by one thread of their own and handed over one at a
+/// time, so a caller that stops waiting (`subs dev` rebuilding while the
+/// prompt waits) loses no line: the next call gets it. A read on stdin
+/// cannot be cancelled, so it cannot be one of the futures a `select!`
+/// drops.
+pub(crate) async fn read_line() -> CliResult<Option<String>> {
+    static LINES: std::sync::OnceLock<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<Line>>> =
+        std::sync::OnceLock::new();
+    let lines = LINES.get_or_init(|| {
+        let (sender, receiver) = tokio::sync::mpsc::channel(1);
+        // Without the thread the sender is dropped, and reading fails below.
+        let _ = std::thread::Builder::new()
+            .name("stdin".to_owned())
+            .spawn(move || while sender.blocking_send(read_stdin_line()).is_ok() {});
+        tokio::sync::Mutex::new(receiver)
+    });
+    match lines.lock().await.recv().await {
+        Some(line) => line.map_err(|e| CliError::failed(anyhow!("reading stdin: {e}"))),
+        None => Err(CliError::failed(anyhow!("reading stdin: its reader stopped"))),
+    }
 }
 
-/// The agents to register: the one run, as [`AGENT_ID`], then each
-/// `--agent NAME=AGENT`.
-fn agent_specs(args: &RunArgs) -> CliResult<Vec<(String, String)>> {
-    let mut specs = vec![(AGENT_ID.to_owned(), args.agent.clone())];
-    for spec in &args.agents {
+/// Reads the next line of stdin, blocking.
+fn read_stdin_line() -> Line {
+    use std::io::{BufRead as _, Read as _};
+    let mut line = String::new();
+    let read = std::io::stdin().lock().take(MAX_LINE_BYTES).read_line(&mut line).map_err(|e| e.to_string())?;
+    if read as u64 == MAX_LINE_BYTES && !line.ends_with('\n') {
+        return Err(format!("a line of stdin is longer than {MAX_LINE_BYTES} bytes"));
+    }
+    Ok((read > 0).then(|| line.trim_end_matches(['\n', '\r']).to_owned()))
+}
+
+/// The agents to register: `agent`, as [`AGENT_ID`], then each of
+/// `others` (`NAME=AGENT`, as `--agent` takes them).
+pub(crate) fn agent_specs(agent: &str, others: &[String]) -> CliResult<Vec<(String, String)>> {
+    let mut specs = vec![(AGENT_ID.to_owned(), agent.to_owned())];
+    for spec in others {
         let bad = |why: String| CliError::usage(anyhow!("--agent {spec}: {why}"));
         let (name, source) = spec
             .split_once('=')
@@ -426,15 +512,22 @@ fn agent_specs(args: &RunArgs) -> CliResult<Vec<(String, String)>> {
     Ok(specs)
 }
 
-/// The agents' workers: an HTTP worker for a URL, else a compiled
-/// component (from the cache when it was compiled before).
-async fn load_workers(args: &RunArgs, file: &settings::ConfigFile) -> CliResult<Vec<(String, Arc<dyn Worker>)>> {
+/// The agents' workers, `(name, source)` each: an HTTP worker for a URL
+/// (signed with `secret`), else a component compiled by `host` (or a host
+/// made for them, keeping compiled code in `cache`).
+pub(crate) async fn load_workers(
+    specs: Vec<(String, String)>,
+    secret: Option<&str>,
+    host: Option<&ComponentHost>,
+    cache: Option<PathBuf>,
+    file: &settings::ConfigFile,
+) -> CliResult<Vec<(String, Arc<dyn Worker>)>> {
     let mut workers: Vec<(String, Arc<dyn Worker>)> = Vec::new();
     let mut components = Vec::new();
-    for (name, source) in agent_specs(args)? {
+    for (name, source) in specs {
         if source.starts_with("http://") || source.starts_with("https://") {
             let mut options = HttpWorkerOptions::new();
-            if let Some(secret) = &args.secret {
+            if let Some(secret) = secret {
                 options = options.secret(secret);
             }
             let worker = HttpWorker::new(&source, options).map_err(|e| CliError::usage(anyhow!("{source}: {e}")))?;
@@ -442,33 +535,65 @@ async fn load_workers(args: &RunArgs, file: &settings::ConfigFile) -> CliResult<
             continue;
         }
         let bytes = tokio::fs::read(&source).await.map_err(|e| CliError::usage(anyhow!("reading {source}: {e}")))?;
-        let policy = file.agent_policies().remove(&(LOCAL_TENANT.to_owned(), name.clone())).unwrap_or_default();
-        components.push((name, source, policy, bytes));
+        components.push((name, source, bytes));
     }
     if components.is_empty() {
         return Ok(workers);
     }
-    let cache = args.cache.clone().or_else(|| settings::default_cache_dir().map(|d| d.join("compiled")));
+    let host = match host {
+        Some(host) => host.clone(),
+        None => component_host(file, cache).await?,
+    };
+    for (name, agent) in load_components(&host, file, components).await? {
+        workers.push((name, Arc::new(agent)));
+    }
+    Ok(workers)
+}
+
+/// The host that compiles and runs this process's components, with
+/// `file`'s sandbox limits, keeping compiled code in `cache` (default:
+/// the user's cache directory).
+pub(crate) async fn component_host(file: &settings::ConfigFile, cache: Option<PathBuf>) -> CliResult<ComponentHost> {
+    let cache = cache.or_else(|| settings::default_cache_dir().map(|d| d.join("compiled")));
     // A run may exit before a background optimizing compile would end:
     // each agent is compiled optimized at once, and cached for the next run.
     let config = HostConfig { compile_cache: cache, baseline_first: false, ..file.host_config()? };
-    let sources: Vec<&str> = components.iter().map(|(_, source, ..)| source.as_str()).collect();
+    tokio::task::spawn_blocking(move || ComponentHost::with_config(config).map_err(|e| CliError::failed(anyhow!(e))))
+        .await
+        .map_err(|e| CliError::failed(anyhow!("starting the component host panicked: {e}")))?
+}
+
+/// Compiles and checks components, `(name, source, bytes)` each, as agents
+/// of the local tenant under `file`'s policies for them; a spinner shows
+/// meanwhile.
+pub(crate) async fn load_components(
+    host: &ComponentHost,
+    file: &settings::ConfigFile,
+    components: Vec<(String, String, Vec<u8>)>,
+) -> CliResult<Vec<(String, ComponentAgent)>> {
+    let mut policies = file.agent_policies();
+    let sources: Vec<&str> = components.iter().map(|(_, source, _)| source.as_str()).collect();
     let _spinner = Spinner::start(format!("loading {}", sources.join(", ")));
-    let compiled = tokio::task::spawn_blocking(move || {
-        let host = ComponentHost::with_config(config).map_err(|e| CliError::failed(anyhow!(e)))?;
-        let mut loaded: Vec<(String, Arc<dyn Worker>)> = Vec::new();
+    let components: Vec<_> = components
+        .into_iter()
+        .map(|(name, source, bytes)| {
+            let policy = policies.remove(&(LOCAL_TENANT.to_owned(), name.clone())).unwrap_or_default();
+            (name, source, policy, bytes)
+        })
+        .collect();
+    let host = host.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut loaded = Vec::new();
         for (name, source, policy, bytes) in components {
             let agent = host
                 .load_as(LOCAL_TENANT, &name, &policy, &bytes)
                 .map_err(|e| CliError::usage(anyhow!("{e}").context(format!("{source} is not a usable agent"))))?;
-            loaded.push((name, Arc::new(agent)));
+            loaded.push((name, agent));
         }
         Ok::<_, CliError>(loaded)
     })
     .await
-    .map_err(|e| CliError::failed(anyhow!("compiling panicked: {e}")))??;
-    workers.extend(compiled);
-    Ok(workers)
+    .map_err(|e| CliError::failed(anyhow!("compiling panicked: {e}")))?
 }
 
 /// A session's events in order, live; a reader that fell behind and was

@@ -5,6 +5,7 @@ mod admin;
 mod approver;
 mod chaos;
 mod crash;
+mod dev;
 mod hostile;
 mod inspector;
 mod interrupts;
