@@ -11,6 +11,8 @@
 //! reply is made from it); the state carried across turns; a delegation to
 //! the summarizer, whose reply is the tool call's result.
 
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -57,6 +59,27 @@ async fn the_approver_in_each_language_records_the_same_transcript() {
         }
     }
     assert!(!logs.contains("refunded 500"), "a denied refund ran:\n{logs}");
+}
+
+/// The Python and TypeScript examples pass their own tests (the Rust one's
+/// are the workspace's: `cargo test -p approver-rs`).
+#[test]
+fn the_python_and_typescript_approvers_pass_their_own_tests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let status = Command::new("python3")
+        .args(["-m", "unittest", "--quiet"])
+        .current_dir(root.join("examples/approver-py"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .status()
+        .expect("python3 runs");
+    assert!(status.success(), "python3 -m unittest in examples/approver-py");
+
+    // In the copy of the project the component was built from
+    // (`tests/build.rs`), whose `node_modules` holds the pinned toolchain:
+    // the source tree has none until someone installs one there.
+    let built = Path::new(guests::APPROVER_TS).parent().expect("target/guests/js").join("tree/examples/approver-ts");
+    let status = Command::new("npm").args(["test", "--silent"]).current_dir(&built).status().expect("npm runs");
+    assert!(status.success(), "npm test in {}", built.display());
 }
 
 /// Asserts that `transcript` (of `agent`) shows each behaviour.
