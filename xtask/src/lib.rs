@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 pub mod model;
+pub mod python;
 pub mod ts;
 
 /// Where the schema of every wire type is committed.
@@ -22,5 +23,5 @@ pub fn generated_files(schema: &Value) -> Result<Vec<(&'static str, String)>, St
     let mut text = serde_json::to_string_pretty(schema).map_err(|e| e.to_string())?;
     text.push('\n');
     let model = model::Model::read(schema)?;
-    Ok(vec![(SCHEMA_PATH, text), (ts::PATH, ts::render(&model))])
+    Ok(vec![(SCHEMA_PATH, text), (ts::PATH, ts::render(&model)), (python::PATH, python::render(&model))])
 }

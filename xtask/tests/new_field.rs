@@ -1,0 +1,64 @@
+//! A field added to a wire type in Rust reaches both SDKs through the
+//! generator alone: derived into the schema by schemars with the settings
+//! the protocol's schema is made with, then generated into the TypeScript
+//! interface and the Python dataclass of its type.
+
+use serde_json::Value;
+use xtask::generated_files;
+
+/// The field as it would be written on `trigger::ToolExecute`.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct WithPriority {
+    /// How urgent the call is (0 the most).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    priority: Option<u32>,
+}
+
+fn file<'a>(files: &'a [(&str, String)], path: &str) -> &'a str {
+    files.iter().find(|(p, _)| *p == path).map(|(_, text)| text.as_str()).unwrap_or_else(|| panic!("no {path}"))
+}
+
+/// The text of the declaration that starts with `start`, up to `end`.
+fn declaration<'a>(text: &'a str, start: &str, end: &str) -> &'a str {
+    let at = text.find(start).unwrap_or_else(|| panic!("no `{start}` in:\n{text}"));
+    let rest = &text[at..];
+    &rest[..rest.find(end).unwrap_or(rest.len())]
+}
+
+#[test]
+fn a_field_added_in_rust_reaches_both_sdks() {
+    let mut document = subs_protocol::schema::document();
+    let before = generated_files(&document).expect("the generators read the schema");
+
+    let added = schemars::generate::SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator()
+        .into_root_schema_for::<WithPriority>();
+    let priority = added.as_value()["properties"]["priority"].clone();
+    let Value::Object(fields) = &mut document["$defs"]["ToolExecute"]["properties"] else {
+        panic!("ToolExecute has properties");
+    };
+    fields.insert("priority".into(), priority);
+    let after = generated_files(&document).expect("the generators read the schema");
+
+    let ts = declaration(file(&after, xtask::ts::PATH), "export interface ToolExecute {", "\n}\n");
+    assert!(ts.contains("  /** How urgent the call is (0 the most). */\n  priority?: number;"), "{ts}");
+    let py = declaration(file(&after, xtask::python::PATH), "class ToolExecute(Trigger):", "\n\n\n");
+    assert!(py.contains("    #: How urgent the call is (0 the most).\n    priority: Optional[int] = None"), "{py}");
+    // And only there: nothing else in the SDKs changed.
+    for path in [xtask::ts::PATH, xtask::python::PATH] {
+        let changed: Vec<&str> = file(&after, path).lines().filter(|l| !file(&before, path).contains(*l)).collect();
+        assert_eq!(changed.len(), 2, "{path}: {changed:?}");
+    }
+}
+
+/// The committed files are what the generator writes (the check CI runs).
+#[test]
+fn the_committed_files_are_current() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (path, text) in generated_files(&subs_protocol::schema::document()).expect("the generators read the schema") {
+        let committed = std::fs::read_to_string(root.join(path)).unwrap_or_default();
+        assert!(committed == text, "{path} is stale: run `cargo xtask codegen`");
+    }
+}
