@@ -6,74 +6,35 @@ use serde_json::Value;
 use crate::json::{opt_number, tagged_union};
 use crate::{DraftMessage, ErrorCode, LlmHandler, LlmTool, ReasoningConfig, RetryPolicy, ToolHandler};
 
-/// What the engine should do. Tagged by `"type"` on the wire; applied in
-/// order after the decision is stored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(tag = "type")]
-pub enum Action {
-    /// Run an LLM call.
-    #[serde(rename = "llm.call")]
-    LlmCall(LlmCall),
-    /// Dispatch a tool call.
-    #[serde(rename = "tool.call")]
-    ToolCall(ToolCall),
-    /// Settle a tool call with its result.
-    #[serde(rename = "tool.result")]
-    ToolResult(ToolResult),
-    /// Settle a tool call with an error.
-    #[serde(rename = "tool.error")]
-    ToolError(ToolError),
-    /// Settle a worker-executed LLM call with its response.
-    #[serde(rename = "llm.result")]
-    LlmResult(LlmResult),
-    /// Settle a worker-executed LLM call with an error.
-    #[serde(rename = "llm.error")]
-    LlmError(LlmError),
-    /// Start a child session.
-    #[serde(rename = "sub_agent.spawn")]
-    SubAgentSpawn(SubAgentSpawn),
-    /// Write a message into a session.
-    #[serde(rename = "message.send")]
-    MessageSend(MessageSend),
-    /// Pause the active branch until someone resumes it.
-    #[serde(rename = "interrupt")]
-    Interrupt(Interrupt),
-    /// End the turn.
-    #[serde(rename = "done")]
-    Done(Done),
+tagged_union! {
+    /// What the engine should do. Tagged by `"type"` on the wire; applied in
+    /// order after the decision is stored.
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum Action in "type" {
+        /// Run an LLM call.
+        "llm.call" => LlmCall(LlmCall),
+        /// Dispatch a tool call.
+        "tool.call" => ToolCall(ToolCall),
+        /// Settle a tool call with its result.
+        "tool.result" => ToolResult(ToolResult),
+        /// Settle a tool call with an error.
+        "tool.error" => ToolError(ToolError),
+        /// Settle a worker-executed LLM call with its response.
+        "llm.result" => LlmResult(LlmResult),
+        /// Settle a worker-executed LLM call with an error.
+        "llm.error" => LlmError(LlmError),
+        /// Start a child session.
+        "sub_agent.spawn" => SubAgentSpawn(SubAgentSpawn),
+        /// Write a message into a session.
+        "message.send" => MessageSend(MessageSend),
+        /// Pause the active branch until someone resumes it.
+        "interrupt" => Interrupt(Interrupt),
+        /// End the turn.
+        "done" => Done(Done),
+    }
 }
 
-tagged_union!(Action, "type", {
-    "llm.call" => LlmCall(LlmCall),
-    "tool.call" => ToolCall(ToolCall),
-    "tool.result" => ToolResult(ToolResult),
-    "tool.error" => ToolError(ToolError),
-    "llm.result" => LlmResult(LlmResult),
-    "llm.error" => LlmError(LlmError),
-    "sub_agent.spawn" => SubAgentSpawn(SubAgentSpawn),
-    "message.send" => MessageSend(MessageSend),
-    "interrupt" => Interrupt(Interrupt),
-    "done" => Done(Done),
-});
-
 impl Action {
-    /// The action's `type` tag (`tool.call`), for logs and errors.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Action::LlmCall(_) => "llm.call",
-            Action::ToolCall(_) => "tool.call",
-            Action::ToolResult(_) => "tool.result",
-            Action::ToolError(_) => "tool.error",
-            Action::LlmResult(_) => "llm.result",
-            Action::LlmError(_) => "llm.error",
-            Action::SubAgentSpawn(_) => "sub_agent.spawn",
-            Action::MessageSend(_) => "message.send",
-            Action::Interrupt(_) => "interrupt",
-            Action::Done(_) => "done",
-        }
-    }
-
     /// `llm.call` with every field left to the agent config and engine
     /// defaults.
     pub fn llm_call() -> Self {

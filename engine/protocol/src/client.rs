@@ -3,69 +3,28 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::json;
+use crate::json::tagged_union;
 use crate::{ClientContext, DraftMessage, WorkerIdentity};
 
-/// What a client sends a session. Tagged by `"type"` on the wire.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(tag = "type")]
-pub enum ClientInput {
-    /// One new message; creates the session on first use.
-    #[serde(rename = "client.message")]
-    ClientMessage(ClientMessage),
-    /// The client's whole conversation view; creates the session on first
-    /// use.
-    #[serde(rename = "client.messages")]
-    ClientMessages(ClientMessages),
-    /// A named action the agent defines.
-    #[serde(rename = "client.action")]
-    ClientAction(ClientAction),
-    /// Resume a paused branch.
-    #[serde(rename = "interrupt.resume")]
-    InterruptResume(InterruptResume),
-    /// Settle a client-side tool call with its result.
-    #[serde(rename = "tool.result")]
-    ToolResult(ToolResult),
-    /// Settle a client-side tool call with an error.
-    #[serde(rename = "tool.error")]
-    ToolError(ToolError),
-}
-
-// Not `tagged_union!`: each input refuses fields it does not know (a typo
-// such as `paylod` must not pass as an input without its payload), so the
-// tag is taken out before the variant's fields are read.
-impl<'de> Deserialize<'de> for ClientInput {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        const TAGS: &[&str] =
-            &["client.message", "client.messages", "client.action", "interrupt.resume", "tool.result", "tool.error"];
-        let (tag, mut value) = json::tagged(deserializer, "type", TAGS)?;
-        if let Value::Object(fields) = &mut value {
-            fields.remove("type");
-        }
-        Ok(match tag.as_str() {
-            "client.message" => ClientInput::ClientMessage(json::variant::<_, D>(value)?),
-            "client.messages" => ClientInput::ClientMessages(json::variant::<_, D>(value)?),
-            "client.action" => ClientInput::ClientAction(json::variant::<_, D>(value)?),
-            "interrupt.resume" => ClientInput::InterruptResume(json::variant::<_, D>(value)?),
-            "tool.result" => ClientInput::ToolResult(json::variant::<_, D>(value)?),
-            "tool.error" => ClientInput::ToolError(json::variant::<_, D>(value)?),
-            _ => unreachable!("tag checked against TAGS"),
-        })
-    }
-}
-
-impl ClientInput {
-    /// The input's `type` tag (`client.message`).
-    pub fn kind(&self) -> &'static str {
-        match self {
-            ClientInput::ClientMessage(_) => "client.message",
-            ClientInput::ClientMessages(_) => "client.messages",
-            ClientInput::ClientAction(_) => "client.action",
-            ClientInput::InterruptResume(_) => "interrupt.resume",
-            ClientInput::ToolResult(_) => "tool.result",
-            ClientInput::ToolError(_) => "tool.error",
-        }
+tagged_union! {
+    /// What a client sends a session. Tagged by `"type"` on the wire. Each
+    /// input refuses fields it does not know (a typo such as `paylod` must
+    /// not pass as an input without its payload).
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum ClientInput in "type" {
+        /// One new message; creates the session on first use.
+        "client.message" => ClientMessage(ClientMessage),
+        /// The client's whole conversation view; creates the session on first
+        /// use.
+        "client.messages" => ClientMessages(ClientMessages),
+        /// A named action the agent defines.
+        "client.action" => ClientAction(ClientAction),
+        /// Resume a paused branch.
+        "interrupt.resume" => InterruptResume(InterruptResume),
+        /// Settle a client-side tool call with its result.
+        "tool.result" => ToolResult(ToolResult),
+        /// Settle a client-side tool call with an error.
+        "tool.error" => ToolError(ToolError),
     }
 }
 

@@ -146,28 +146,97 @@ pub fn value_kind(value: &Value) -> &'static str {
     }
 }
 
-/// Implements `Deserialize` for a union tagged by a field, one arm per
-/// variant. Unit variants are written `"tag" => Enum::Unit`, variants with
-/// fields `"tag" => Enum::Variant(Payload)`.
+/// Declares a union tagged by a field, each tag written once: the enum
+/// (serde's `Serialize` and, with feature `schema`, schemars' `JsonSchema`,
+/// from the tag as each variant's `rename`), its `Deserialize`, and
+/// `kind()`, the variant's tag.
+///
+/// ```text
+/// tagged_union! {
+///     /// Docs.
+///     #[derive(Debug, Clone, PartialEq)]
+///     pub enum Trigger in "type" {
+///         /// A unit variant.
+///         "session.start" => SessionStart,
+///         /// A variant holding a struct.
+///         "tool.execute" => ToolExecute(ToolExecute),
+///         /// A variant with fields.
+///         "text" => Text { /** The text. */ text: String },
+///     }
+/// }
+/// ```
+///
+/// The reader takes the tag out before a variant's fields are read, so a
+/// payload that refuses unknown fields (client inputs) still reads, and
+/// errors keep the path into the variant ([`tagged`], [`variant`]).
 macro_rules! tagged_union {
-    ($ty:ident, $tag_field:literal, { $($tag:literal => $variant:ident $(($payload:ty))?),+ $(,)? }) => {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $ty:ident in $tag_field:literal {
+            $(
+                $(#[$vmeta:meta])*
+                $tag:literal => $variant:ident
+                    $( ( $payload:ty ) )?
+                    $( { $( $(#[$fmeta:meta])* $field:ident : $fty:ty ),* $(,)? } )?
+            ),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(::serde::Serialize)]
+        #[cfg_attr(feature = "schema", derive(::schemars::JsonSchema))]
+        #[serde(tag = $tag_field)]
+        $vis enum $ty {
+            $(
+                $(#[$vmeta])*
+                #[serde(rename = $tag)]
+                $variant $( ($payload) )? $( { $( $(#[$fmeta])* $field: $fty ),* } )?,
+            )+
+        }
+
+        impl $ty {
+            /// The variant's tag as it is on the wire, for logs, metrics
+            /// and errors.
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $( Self::$variant { .. } => $tag, )+
+                }
+            }
+        }
+
         impl<'de> ::serde::Deserialize<'de> for $ty {
             fn deserialize<D: ::serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
                 const TAGS: &[&str] = &[$($tag),+];
-                let (tag, value) = $crate::json::tagged(deserializer, $tag_field, TAGS)?;
+                let (tag, mut value) = $crate::json::tagged(deserializer, $tag_field, TAGS)?;
+                if let ::serde_json::Value::Object(fields) = &mut value {
+                    fields.remove($tag_field);
+                }
                 #[allow(unused_variables)]
                 let value = value;
                 Ok(match tag.as_str() {
-                    $($tag => $crate::json::tagged_union!(@arm $ty, $variant, value, D $(, $payload)?),)+
+                    $(
+                        $tag => $crate::json::tagged_union!(
+                            @arm $variant, value, D;
+                            $( ($payload) )?;
+                            $( { $( $field : $fty ),* } )?
+                        ),
+                    )+
                     _ => unreachable!("tag checked against TAGS"),
                 })
             }
         }
     };
-    (@arm $ty:ident, $variant:ident, $value:ident, $d:ident) => { $ty::$variant };
-    (@arm $ty:ident, $variant:ident, $value:ident, $d:ident, $payload:ty) => {
-        $ty::$variant($crate::json::variant::<$payload, $d>($value)?)
+    (@arm $variant:ident, $value:ident, $d:ident; ;) => { Self::$variant };
+    (@arm $variant:ident, $value:ident, $d:ident; ($payload:ty);) => {
+        Self::$variant($crate::json::variant::<$payload, $d>($value)?)
     };
+    (@arm $variant:ident, $value:ident, $d:ident; ; { $( $field:ident : $fty:ty ),* }) => {{
+        #[derive(::serde::Deserialize)]
+        struct Fields {
+            $( $field: $fty ),*
+        }
+        let fields = $crate::json::variant::<Fields, $d>($value)?;
+        Self::$variant { $( $field: fields.$field ),* }
+    }};
 }
 pub(crate) use tagged_union;
 

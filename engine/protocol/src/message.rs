@@ -123,98 +123,35 @@ impl<'de> Deserialize<'de> for Content {
     }
 }
 
-/// One typed part of a message's content (OpenAI's content-part shapes).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(tag = "type")]
-pub enum ContentPart {
-    /// A run of text.
-    #[serde(rename = "text")]
-    Text {
-        /// The text.
-        text: String,
-    },
-    /// An image, by URL or `data:` URL.
-    #[serde(rename = "image_url")]
-    ImageUrl {
-        /// Where the image is.
-        image_url: UrlRef,
-    },
-    /// A file, inline.
-    #[serde(rename = "file")]
-    File {
-        /// The file's name and data.
-        file: FileData,
-    },
-    /// Audio, inline.
-    #[serde(rename = "input_audio")]
-    InputAudio {
-        /// The audio data and its format.
-        input_audio: AudioData,
-    },
-    /// A video, by URL.
-    #[serde(rename = "video_url")]
-    VideoUrl {
-        /// Where the video is.
-        video_url: UrlRef,
-    },
-}
-
-/// The variant payloads of [`ContentPart`] as plain structs, so the tagged
-/// union reader can deserialize each with field paths.
-mod part {
-    use super::{AudioData, FileData, UrlRef};
-    use serde::Deserialize;
-
-    #[derive(Deserialize)]
-    pub(super) struct Text {
-        pub text: String,
-    }
-    #[derive(Deserialize)]
-    pub(super) struct ImageUrl {
-        pub image_url: UrlRef,
-    }
-    #[derive(Deserialize)]
-    pub(super) struct File {
-        pub file: FileData,
-    }
-    #[derive(Deserialize)]
-    pub(super) struct InputAudio {
-        pub input_audio: AudioData,
-    }
-    #[derive(Deserialize)]
-    pub(super) struct VideoUrl {
-        pub video_url: UrlRef,
-    }
-}
-
-/// Internal enum whose variants wrap the payload structs, so
-/// [`tagged_union!`] can read it; converted into [`ContentPart`].
-enum PartWire {
-    Text(part::Text),
-    ImageUrl(part::ImageUrl),
-    File(part::File),
-    InputAudio(part::InputAudio),
-    VideoUrl(part::VideoUrl),
-}
-
-tagged_union!(PartWire, "type", {
-    "text" => Text(part::Text),
-    "image_url" => ImageUrl(part::ImageUrl),
-    "file" => File(part::File),
-    "input_audio" => InputAudio(part::InputAudio),
-    "video_url" => VideoUrl(part::VideoUrl),
-});
-
-impl<'de> Deserialize<'de> for ContentPart {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(match PartWire::deserialize(deserializer)? {
-            PartWire::Text(p) => ContentPart::Text { text: p.text },
-            PartWire::ImageUrl(p) => ContentPart::ImageUrl { image_url: p.image_url },
-            PartWire::File(p) => ContentPart::File { file: p.file },
-            PartWire::InputAudio(p) => ContentPart::InputAudio { input_audio: p.input_audio },
-            PartWire::VideoUrl(p) => ContentPart::VideoUrl { video_url: p.video_url },
-        })
+tagged_union! {
+    /// One typed part of a message's content (OpenAI's content-part shapes).
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum ContentPart in "type" {
+        /// A run of text.
+        "text" => Text {
+            /// The text.
+            text: String,
+        },
+        /// An image, by URL or `data:` URL.
+        "image_url" => ImageUrl {
+            /// Where the image is.
+            image_url: UrlRef,
+        },
+        /// A file, inline.
+        "file" => File {
+            /// The file's name and data.
+            file: FileData,
+        },
+        /// Audio, inline.
+        "input_audio" => InputAudio {
+            /// The audio data and its format.
+            input_audio: AudioData,
+        },
+        /// A video, by URL.
+        "video_url" => VideoUrl {
+            /// Where the video is.
+            video_url: UrlRef,
+        },
     }
 }
 

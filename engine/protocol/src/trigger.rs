@@ -6,68 +6,30 @@ use serde_json::Value;
 use crate::json::tagged_union;
 use crate::{AgentTool, DraftMessage, ErrorCode, LlmFormat, LlmRequest, ProtocolError};
 
-/// Why the engine is asking for a decision. Tagged by `"type"` on the wire.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(tag = "type")]
-pub enum Trigger {
-    /// A new session. Usually answered with the agent config.
-    #[serde(rename = "session.start")]
-    #[cfg_attr(feature = "schema", schemars(title = "SessionStart"))]
-    SessionStart,
-    /// The client sent or edited messages.
-    #[serde(rename = "client.messages")]
-    ClientMessages(ClientMessages),
-    /// The client invoked a named action the agent defines.
-    #[serde(rename = "client.action")]
-    ClientAction(ClientAction),
-    /// The model called one of the worker's tools: run it.
-    #[serde(rename = "tool.execute")]
-    ToolExecute(ToolExecute),
-    /// A tool call settled.
-    #[serde(rename = "tool.finished")]
-    ToolFinished(ToolFinished),
-    /// The worker makes this LLM call (the agent config says
-    /// `handler: worker`).
-    #[serde(rename = "llm.execute")]
-    LlmExecute(LlmExecute),
-    /// An LLM call settled.
-    #[serde(rename = "llm.finished")]
-    LlmFinished(LlmFinished),
-    /// A child session's turn ended.
-    #[serde(rename = "sub_agent.finished")]
-    SubAgentFinished(SubAgentFinished),
-    /// A paused branch was resumed.
-    #[serde(rename = "interrupt.resumed")]
-    InterruptResumed(InterruptResumed),
-}
-
-tagged_union!(Trigger, "type", {
-    "session.start" => SessionStart,
-    "client.messages" => ClientMessages(ClientMessages),
-    "client.action" => ClientAction(ClientAction),
-    "tool.execute" => ToolExecute(ToolExecute),
-    "tool.finished" => ToolFinished(ToolFinished),
-    "llm.execute" => LlmExecute(LlmExecute),
-    "llm.finished" => LlmFinished(LlmFinished),
-    "sub_agent.finished" => SubAgentFinished(SubAgentFinished),
-    "interrupt.resumed" => InterruptResumed(InterruptResumed),
-});
-
-impl Trigger {
-    /// The trigger's `type` tag (`tool.execute`), for logs and metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Trigger::SessionStart => "session.start",
-            Trigger::ClientMessages(_) => "client.messages",
-            Trigger::ClientAction(_) => "client.action",
-            Trigger::ToolExecute(_) => "tool.execute",
-            Trigger::ToolFinished(_) => "tool.finished",
-            Trigger::LlmExecute(_) => "llm.execute",
-            Trigger::LlmFinished(_) => "llm.finished",
-            Trigger::SubAgentFinished(_) => "sub_agent.finished",
-            Trigger::InterruptResumed(_) => "interrupt.resumed",
-        }
+tagged_union! {
+    /// Why the engine is asking for a decision. Tagged by `"type"` on the wire.
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum Trigger in "type" {
+        /// A new session. Usually answered with the agent config.
+        #[cfg_attr(feature = "schema", schemars(title = "SessionStart"))]
+        "session.start" => SessionStart,
+        /// The client sent or edited messages.
+        "client.messages" => ClientMessages(ClientMessages),
+        /// The client invoked a named action the agent defines.
+        "client.action" => ClientAction(ClientAction),
+        /// The model called one of the worker's tools: run it.
+        "tool.execute" => ToolExecute(ToolExecute),
+        /// A tool call settled.
+        "tool.finished" => ToolFinished(ToolFinished),
+        /// The worker makes this LLM call (the agent config says
+        /// `handler: worker`).
+        "llm.execute" => LlmExecute(LlmExecute),
+        /// An LLM call settled.
+        "llm.finished" => LlmFinished(LlmFinished),
+        /// A child session's turn ended.
+        "sub_agent.finished" => SubAgentFinished(SubAgentFinished),
+        /// A paused branch was resumed.
+        "interrupt.resumed" => InterruptResumed(InterruptResumed),
     }
 }
 
@@ -228,69 +190,28 @@ pub struct InterruptResumed {
     pub payload: Option<Value>,
 }
 
-/// The engine's validation of a tool call's arguments against the tool's
-/// input schema. Tagged by `"status"` on the wire.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(tag = "status", rename_all = "lowercase")]
-pub enum ToolInput {
-    /// Parsed, and conforms to the schema.
-    Valid {
-        /// The parsed arguments.
-        value: Value,
-    },
-    /// Parsed, but does not conform.
-    Invalid {
-        /// The parsed arguments.
-        value: Value,
-        /// What the schema check said.
-        error: String,
-    },
-    /// Not a JSON object.
-    Malformed {
-        /// What the parser said.
-        error: String,
-    },
-}
-
-mod input {
-    use serde::Deserialize;
-    use serde_json::Value;
-
-    #[derive(Deserialize)]
-    pub(super) struct Valid {
-        pub value: Value,
-    }
-    #[derive(Deserialize)]
-    pub(super) struct Invalid {
-        pub value: Value,
-        pub error: String,
-    }
-    #[derive(Deserialize)]
-    pub(super) struct Malformed {
-        pub error: String,
-    }
-}
-
-enum InputWire {
-    Valid(input::Valid),
-    Invalid(input::Invalid),
-    Malformed(input::Malformed),
-}
-
-tagged_union!(InputWire, "status", {
-    "valid" => Valid(input::Valid),
-    "invalid" => Invalid(input::Invalid),
-    "malformed" => Malformed(input::Malformed),
-});
-
-impl<'de> Deserialize<'de> for ToolInput {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Ok(match InputWire::deserialize(deserializer)? {
-            InputWire::Valid(v) => ToolInput::Valid { value: v.value },
-            InputWire::Invalid(v) => ToolInput::Invalid { value: v.value, error: v.error },
-            InputWire::Malformed(v) => ToolInput::Malformed { error: v.error },
-        })
+tagged_union! {
+    /// The engine's validation of a tool call's arguments against the tool's
+    /// input schema. Tagged by `"status"` on the wire.
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum ToolInput in "status" {
+        /// Parsed, and conforms to the schema.
+        "valid" => Valid {
+            /// The parsed arguments.
+            value: Value,
+        },
+        /// Parsed, but does not conform.
+        "invalid" => Invalid {
+            /// The parsed arguments.
+            value: Value,
+            /// What the schema check said.
+            error: String,
+        },
+        /// Not a JSON object.
+        "malformed" => Malformed {
+            /// What the parser said.
+            error: String,
+        },
     }
 }
 

@@ -238,7 +238,11 @@ export interface ToolErrorInput {
   attempt?: number;
 }
 
-/** What a client sends a session. Tagged by `"type"` on the wire. */
+/**
+ * What a client sends a session. Tagged by `"type"` on the wire. Each
+ * input refuses fields it does not know (a typo such as `paylod` must
+ * not pass as an input without its payload).
+ */
 export type ClientInput =
   | ClientMessageInput
   | ClientMessagesInput

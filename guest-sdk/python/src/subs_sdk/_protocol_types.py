@@ -57,7 +57,10 @@ class Action(_Tagged, _ActionMethods):
 
 
 class ClientInput(_Tagged):
-    """What a client sends a session. Tagged by `"type"` on the wire."""
+    """What a client sends a session. Tagged by `"type"` on the wire. Each
+    input refuses fields it does not know (a typo such as `paylod` must
+    not pass as an input without its payload).
+    """
 
     _TAGS: ClassVar[Tuple[str, ...]] = ("client.message", "client.messages", "client.action", "interrupt.resume", "tool.result", "tool.error",)
 
