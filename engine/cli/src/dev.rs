@@ -188,7 +188,7 @@ impl Project {
                     "--release",
                     "--message-format=json-render-diagnostics",
                 ]);
-                let output = match run_build(cargo, "cargo build").await {
+                let output = match run_build(cargo, "cargo build", true).await {
                     Ok(output) => output,
                     Err(failed) => return Ok(Err(failed)),
                 };
@@ -209,20 +209,20 @@ impl Project {
                 let out = self.dir.join(DATA_DIR).join("agent.wasm");
                 let mut build = command(self.dir.join("build.sh"), &self.dir);
                 build.arg(&out);
-                Ok(run_build(build, "./build.sh").await.map(|_| out))
+                Ok(run_build(build, "./build.sh", false).await.map(|_| out))
             }
             Kind::TypeScript => {
                 if !self.dir.join("node_modules").is_dir() {
                     println!("installing the project's toolchain (npm install)…");
                     let mut install = command("npm", &self.dir);
                     install.arg("install");
-                    if let Err(failed) = run_build(install, "npm install").await {
+                    if let Err(failed) = run_build(install, "npm install", false).await {
                         return Ok(Err(failed));
                     }
                 }
                 let mut build = command("npm", &self.dir);
                 build.args(["run", "build"]);
-                if let Err(failed) = run_build(build, "npm run build").await {
+                if let Err(failed) = run_build(build, "npm run build", false).await {
                     return Ok(Err(failed));
                 }
                 let package = std::fs::read_to_string(self.dir.join("package.json")).context("reading package.json")?;
@@ -260,15 +260,17 @@ struct BuildOutput {
 }
 
 /// Runs a build command; its stdout when it succeeds, else what it
-/// printed (stdout, then stderr; the end of each), to be shown.
-async fn run_build(mut command: tokio::process::Command, what: &str) -> Result<BuildOutput, String> {
+/// printed (stdout unless it is `machine` output, then stderr; the end of
+/// each), to be shown.
+async fn run_build(mut command: tokio::process::Command, what: &str, machine: bool) -> Result<BuildOutput, String> {
     let mut child = command.spawn().map_err(|e| format!("{what} could not start: {e}"))?;
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let (stdout, stderr, status) = tokio::join!(tail(stdout), tail(stderr), child.wait());
     match status {
         Ok(status) if status.success() => Ok(BuildOutput { stdout }),
         Ok(status) => {
-            let mut shown = String::from_utf8_lossy(&stdout).trim_end().to_owned();
+            let mut shown =
+                if machine { String::new() } else { String::from_utf8_lossy(&stdout).trim_end().to_owned() };
             let stderr = String::from_utf8_lossy(&stderr);
             if !shown.is_empty() && !stderr.trim().is_empty() {
                 shown.push('\n');
