@@ -38,9 +38,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, USER_AGENT};
 use reqwest::{StatusCode, Url};
-use subs_protocol::{DecisionResponse, ProtocolError, StreamDelta};
+use subs_protocol::{DecisionResponse, StreamDelta};
 use tracing::Instrument;
 
+pub use super::ReplyProblem;
 use super::{BoxFuture, Delivery, DeltaSink, Worker, WorkerError};
 use subs_protocol::signature;
 use subs_protocol::sse::{SseError, SseEvent, SseParser};
@@ -170,39 +171,6 @@ pub enum HttpWorkerError {
     /// The HTTP client could not be built (its TLS setup failed).
     #[error("the HTTP client could not be set up: {0}")]
     Client(String),
-}
-
-/// What was wrong with a successful (2xx) reply that carried no usable
-/// decision.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ReplyProblem {
-    /// The reply is neither JSON nor an event stream.
-    #[error("has content type `{0}`, neither application/json nor text/event-stream")]
-    ContentType(String),
-    /// The body, or one stream event, is larger than the engine reads.
-    #[error("is larger than {0} bytes")]
-    TooLarge(usize),
-    /// The body is not JSON at all.
-    #[error("is not JSON: {0}")]
-    NotJson(String),
-    /// The body (or the `decision.result` event) is JSON, but not a
-    /// `DecisionResponse`; the error names the field.
-    #[error("is not a decision: {0}")]
-    NotADecision(ProtocolError),
-    /// A stream event's data is not what its name says (an
-    /// `llm.token.delta` that is not a `StreamDelta`).
-    #[error("has an unreadable `{event}` event: {error}")]
-    BadEvent {
-        /// The event's name.
-        event: String,
-        /// What is wrong with its data.
-        error: ProtocolError,
-    },
-    /// The body broke off: the connection failed mid-reply, or an event
-    /// stream ended before `decision.result`.
-    #[error("broke off: {0}")]
-    Cut(String),
 }
 
 /// An agent reached over HTTP. Cheap to clone; clones share one pooled,

@@ -21,8 +21,7 @@ use subs_protocol::{AgentConfig, DecisionRequest, DecisionResponse, Trigger};
 
 use crate::session::{KnownTurns, Session, Tree};
 use crate::store::{MessageRecord, SessionKey, StepRecord, StepStatus, Store, StoreError};
-use crate::worker::Delivery;
-use crate::worker::component::ComponentAgent;
+use crate::worker::{BoxFuture, Delivery, WorkerError};
 
 /// The most decisions one replay may compare.
 pub const MAX_DECISIONS: usize = 10_000;
@@ -194,6 +193,18 @@ struct Case {
     request: DecisionRequest,
 }
 
+/// The agent version a replay asks: a component (`subs-host` implements
+/// this for its agents), decided in a sandbox that reaches nothing.
+pub trait Candidate: Send + Sync {
+    /// Decides as [`Worker::decide`](crate::worker::Worker::decide) does,
+    /// and tells which outgoing HTTP requests were refused the guest
+    /// meanwhile ("`destination`: why; …"), whether or not it decided.
+    fn decide_reporting(
+        &self,
+        delivery: Delivery,
+    ) -> BoxFuture<'_, (Result<DecisionResponse, WorkerError>, Option<String>)>;
+}
+
 /// Replays `tenant`'s recorded decisions of agent `agent_id` chosen by
 /// `selection` against `candidate`, and compares. Only the tenant's own
 /// sessions of that agent are read: a named session of another agent (or
@@ -209,11 +220,11 @@ struct Case {
 ///
 /// # Errors
 /// The store failed, or a named session is not one of the agent's.
-pub async fn replay(
+pub async fn replay<C: Candidate + Clone + 'static>(
     store: &dyn Store,
     tenant: &str,
     agent_id: &str,
-    candidate: &ComponentAgent,
+    candidate: &C,
     selection: &Selection,
     progress: Option<Progress>,
 ) -> Result<ReplayReport, ReplayError> {
@@ -601,7 +612,7 @@ enum Verdict {
 
 /// Asks `candidate` for the decision of `case` and compares it with the
 /// recorded one.
-async fn compare(candidate: &ComponentAgent, case: Case) -> Outcome {
+async fn compare(candidate: &dyn Candidate, case: Case) -> Outcome {
     let Case { key, seq, step, request } = case;
     let trigger = request.trigger.kind().to_owned();
     // The request goes to the guest; what a diff needs of it is kept.

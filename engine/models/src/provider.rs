@@ -10,12 +10,13 @@ use subs_protocol::{LlmFormat, LlmRequest, LlmResponse};
 use tracing::Instrument;
 
 use super::config::ProviderSettings;
-use super::http::{quote, read_body, status_error, transport_error};
+use super::http::{read_body, status_error, transport_error};
 use super::price::PriceTable;
 use super::reply::ReplyBuilder;
 use super::sse::SseParser;
 use super::{ModelError, Provider, anthropic, openai};
 use crate::worker::{BoxFuture, DeltaSink};
+use subs_core::model::says::quote;
 
 /// Largest non-streamed response body read.
 const MAX_RESPONSE: usize = 32 * 1024 * 1024;

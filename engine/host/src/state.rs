@@ -13,8 +13,8 @@ use super::bindings::{host, wit};
 use super::http::{AllowedHost, HttpGate, Refusals};
 use super::limits::Limiter;
 use super::output::{GuestOutput, Labels, MAX_LINE, Stream};
-use crate::worker::DeltaSink;
-use crate::worker::clip;
+use subs_core::worker::DeltaSink;
+use subs_core::worker::clip;
 
 /// The state of one store, which lives exactly as long as one decision: a
 /// fresh store and instance per decision keeps sessions and tenants apart.

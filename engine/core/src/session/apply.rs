@@ -18,7 +18,6 @@ use subs_protocol::{
 use super::proposal::last_assistant_text;
 use super::{Change, Session};
 use crate::clock;
-use crate::engine::{DecisionBounds, SpawnBounds};
 use crate::model::{Money, TokenUsage};
 use crate::retry::RetryCap;
 use crate::store::{
@@ -26,7 +25,7 @@ use crate::store::{
     SessionStatus, SpanRef, SpawnTry, StepRecord, StepStatus, Store, StoredTrigger, TurnRecord, TurnStart, TurnState,
     TurnStatus, valid_id,
 };
-use crate::tenants::{NewSession, Reservation};
+use crate::tenants::{NewSession, Reservation, SessionQuota};
 use crate::tools;
 
 /// What the loop needs from the engine while applying.
@@ -64,21 +63,6 @@ pub(crate) struct Ctx<'a> {
     /// Who sends the input being taken, as an `interrupt.resumed` event
     /// records it.
     pub resumer: Resumer,
-}
-
-/// Whether a tenant may have more sessions, and what its agents may
-/// spawn.
-pub(crate) trait SessionQuota {
-    /// Reserves room in `tenant`'s counts for `new`, a session about to be
-    /// created; or says why it may not have it (its session limit, the
-    /// tree's `max_tree_sessions`). See [`Reservation`].
-    fn reserve(&self, tenant: &str, new: NewSession<'_>) -> Result<Reservation, String>;
-
-    /// The bounds on what `tenant`'s agents may spawn.
-    fn spawn_bounds(&self, tenant: &str) -> SpawnBounds;
-
-    /// The bounds on what one decision of `tenant`'s agents may start.
-    fn decision_bounds(&self, tenant: &str) -> DecisionBounds;
 }
 
 /// How a call ended (or failed a try).
@@ -1666,6 +1650,7 @@ mod tests {
     use subs_protocol::ToolInput;
 
     use super::*;
+    use crate::config::{DecisionBounds, SpawnBounds};
     use crate::session::{KNOWN_TURNS, KnownTurns};
     use crate::store::{CallRecord, MemStore};
 

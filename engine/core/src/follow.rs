@@ -69,6 +69,18 @@ pub enum FollowError {
     Closed,
 }
 
+/// Following, on the engine: kept here so that the engine's module does
+/// not depend on this one, which holds an [`Engine`].
+impl Engine {
+    /// The session's stored events after `after` (from the first when
+    /// `None`), then its live ones: see [`Follow`](Follow).
+    /// Counts as one of the tenant's subscriptions while it lives.
+    pub fn follow(&self, tenant: &str, session: &str, after: Option<u64>) -> Result<Follow, TooManyStreams> {
+        let live = self.subscribe(tenant, session)?;
+        Ok(Follow::new(self.clone(), tenant, session, after, live))
+    }
+}
+
 /// A session's events, stored then live; see the [module docs](self).
 pub struct Follow {
     engine: Engine,

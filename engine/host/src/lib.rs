@@ -36,7 +36,7 @@
 //! (panics still print backtraces); the host warns at start when it is not.
 
 mod bindings;
-pub(crate) mod cache;
+pub mod cache;
 mod compile;
 mod componentize;
 mod cpu;
@@ -79,7 +79,7 @@ use self::limits::Limiter;
 use self::output::Labels;
 use self::slots::SlotPool;
 use self::state::{Grant, QUOTED_CHARS, StoreState};
-use super::{BoxFuture, Delivery, DeltaSink, ERROR_TEXT_BYTES, Worker, WorkerError, clip};
+use subs_core::worker::{BoxFuture, Delivery, DeltaSink, ERROR_TEXT_BYTES, Worker, WorkerError, clip};
 
 /// Why a component could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -776,6 +776,17 @@ impl std::fmt::Debug for ComponentHost {
 #[derive(Debug, thiserror::Error)]
 #[error("the decision ran past its deadline")]
 struct DeadlinePassed;
+
+/// A replay asks a component as a decision would, and reports the HTTP
+/// requests refused to it.
+impl subs_core::replay::Candidate for ComponentAgent {
+    fn decide_reporting(
+        &self,
+        delivery: Delivery,
+    ) -> BoxFuture<'_, (Result<DecisionResponse, WorkerError>, Option<String>)> {
+        Box::pin(ComponentAgent::decide_reporting(self, delivery))
+    }
+}
 
 impl ComponentAgent {
     /// The same component as `agent_id` of `tenant`: the tenant's policy

@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use super::apply::{Accepted, InputError, Outcome, Sender, SessionQuota};
+use super::apply::{Accepted, InputError, Outcome, Sender};
 use super::env::Env;
 use super::forward::{self, Reply, Request};
 use super::{Change, Session, proposal, validate};
@@ -37,6 +37,7 @@ use crate::store::{
     CallRecord, Fence, InboxItem, Op, RequestBasis, SessionKey, SpanRef, StepRecord, StepStatus, StoreError,
     StoredTrigger,
 };
+use crate::tenants::SessionQuota;
 use crate::tenants::{NewSession, Reservation};
 use crate::worker::{BoxFuture, Delivery, DeltaSink, ERROR_TEXT_BYTES, WorkerError, clip};
 

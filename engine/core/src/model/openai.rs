@@ -24,12 +24,12 @@ use serde_json::{Map, Value, json};
 use subs_protocol::{Content, ContentPart, DraftMessage, LlmRequest, LlmResponse, Role};
 
 use super::ModelError;
-use super::http::{ProviderSays, quote};
 use super::reply::{ReplyBuilder, image_url};
+use super::says::{ProviderSays, quote};
 use super::sse::SseEvent;
 
 /// The request body for `request` (whose `model` is sent as is).
-pub(crate) fn request_body(request: &LlmRequest, stream: bool) -> Value {
+pub fn request_body(request: &LlmRequest, stream: bool) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
     body.insert("messages".into(), Value::Array(request.messages.iter().map(message).collect()));
@@ -65,7 +65,7 @@ pub(crate) fn request_body(request: &LlmRequest, stream: bool) -> Value {
 }
 
 /// The schema of a tool that takes no arguments.
-pub(crate) fn empty_schema() -> Value {
+pub fn empty_schema() -> Value {
     json!({"type": "object", "properties": {}})
 }
 
@@ -131,7 +131,7 @@ fn assistant_images(content: Option<&Content>, as_json: Option<Value>) -> (Optio
 
 /// The reply in a non-streamed response body; the builder's sink, if any,
 /// gets it as deltas (for a server that ignored `stream: true`).
-pub(crate) fn read_response(body: &Value, mut reply: ReplyBuilder) -> Result<LlmResponse, ModelError> {
+pub fn read_response(body: &Value, mut reply: ReplyBuilder) -> Result<LlmResponse, ModelError> {
     if let Some(error) = body.get("error").filter(|e| !e.is_null()) {
         return Err(error_in_body(error, body));
     }
@@ -211,7 +211,7 @@ fn error_in_body(error: &Value, body: &Value) -> ModelError {
 }
 
 /// Reads a Chat Completions event stream into a reply.
-pub(crate) struct StreamReader {
+pub struct StreamReader {
     reply: ReplyBuilder,
     done: bool,
 }

@@ -24,7 +24,7 @@ struct PartialCall {
 }
 
 /// A reply under construction.
-pub(crate) struct ReplyBuilder {
+pub struct ReplyBuilder {
     sink: Option<DeltaSink>,
     /// Reasoning is streamed unless the request asked to leave it out.
     show_reasoning: bool,
@@ -160,7 +160,7 @@ impl ReplyBuilder {
             let message = if said.is_empty() {
                 "the model refused to answer".to_owned()
             } else {
-                format!("the model refused to answer: {}", super::http::quote(said))
+                format!("the model refused to answer: {}", super::says::quote(said))
             };
             let detail = json!({
                 "finish_reason": self.finish_reason,
@@ -219,7 +219,7 @@ pub fn assistant_message(response: &LlmResponse) -> DraftMessage {
 /// An image of a reply given as an OpenAI-style part
 /// (`{"type": "image_url", "image_url": {"url": …}}`, as OpenRouter sends
 /// them), or as a bare `{"url": …}` or URL string: its URL.
-pub(crate) fn image_url(image: &Value) -> Option<&str> {
+pub fn image_url(image: &Value) -> Option<&str> {
     match image {
         Value::String(url) => Some(url),
         Value::Object(o) => match o.get("image_url") {

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use subs_protocol::{Action, AgentConfig, CallKind, DecisionResponse, Handler, Trigger};
 
 use super::Session;
-use crate::engine::DecisionBounds;
+use crate::config::DecisionBounds;
 use crate::store::{ID_RULE, NAME_RULE, SessionKey, Store, valid_id, valid_name};
 use crate::tools;
 

@@ -31,10 +31,24 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::engine::{DecisionBounds, SpawnBounds};
+use crate::config::{DecisionBounds, SpawnBounds};
 use crate::model::Money;
-use crate::session::apply::SessionQuota;
 use crate::store::{Store, StoreError};
+
+/// Whether a tenant may have more sessions, and what its agents may
+/// spawn.
+pub(crate) trait SessionQuota {
+    /// Reserves room in `tenant`'s counts for `new`, a session about to be
+    /// created; or says why it may not have it (its session limit, the
+    /// tree's `max_tree_sessions`). See [`Reservation`].
+    fn reserve(&self, tenant: &str, new: NewSession<'_>) -> Result<Reservation, String>;
+
+    /// The bounds on what `tenant`'s agents may spawn.
+    fn spawn_bounds(&self, tenant: &str) -> SpawnBounds;
+
+    /// The bounds on what one decision of `tenant`'s agents may start.
+    fn decision_bounds(&self, tenant: &str) -> DecisionBounds;
+}
 
 /// How old a tenant's sums may grow, on a store several nodes share,
 /// before they are read from the store again.

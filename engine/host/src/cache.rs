@@ -152,7 +152,7 @@ pub(crate) fn deserialize(engine: &Engine, artifact: &[u8]) -> Result<Component,
 /// Writes `bytes` to `path` under a temporary name and renames it into
 /// place (creating `dir`, its directory), so that a reader, in this
 /// process or another, sees the whole file or none of it.
-pub(crate) fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let n = WRITES.fetch_add(1, Ordering::Relaxed);
     let partial = path.with_extension(format!("partial-{}-{n}", std::process::id()));

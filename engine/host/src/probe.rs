@@ -17,7 +17,7 @@ use super::bindings::{Pre, wit};
 use super::cpu::CpuMeter;
 use super::state::StoreState;
 use super::{Bound, ComponentAgent, ComponentHost, Failure, Inner, LoadError, bind, validate};
-use crate::worker::WorkerError;
+use subs_core::worker::WorkerError;
 
 impl ComponentAgent {
     /// Instantiates the agent in a fresh store, as every decision does,

@@ -2,14 +2,13 @@
 //! and the models they call.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use subs_protocol::{ClientInput, Message, MessageTree, RequestTree, RetryPolicy, SharedMessage, WorkerIdentity};
+use subs_protocol::{ClientInput, Message, MessageTree, RequestTree, SharedMessage, WorkerIdentity};
 use tokio::sync::oneshot;
 
-use crate::events::{Event, StreamLimits, Subscription, TooManyStreams};
-use crate::model::{Models, Money, OFFLINE_MODEL};
-use crate::retry::RetryCap;
+pub use crate::config::{DecisionBounds, EngineConfig, SpawnBounds};
+use crate::events::{Event, Subscription, TooManyStreams};
+use crate::model::{Models, Money};
 use crate::session::Tree;
 use crate::session::actor::Msg;
 pub use crate::session::apply::{Accepted, InputError, Sender};
@@ -20,126 +19,6 @@ use crate::store::{
     CallRecord, ID_RULE, SessionKey, SessionRecord, StepRecord, Store, StoreError, TurnRecord, valid_id,
 };
 use crate::worker::Worker;
-
-/// How the engine behaves where agents say nothing.
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// The model proposed at `session.start` and used by `llm.call`s when
-    /// neither the call nor the config names one.
-    pub default_model: String,
-    /// Retries of deliveries and LLM calls when the agent's config sets no
-    /// `retry`.
-    pub default_retry: RetryPolicy,
-    /// The most any retry policy (the agent's, a call's, the default) may
-    /// ask for.
-    pub retry_cap: RetryCap,
-    /// How long one delivery may take when the retry policy sets no
-    /// `timeout_secs`.
-    pub decision_timeout: Duration,
-    /// How long one try of a call (tool, LLM) may take when neither its
-    /// retry policy nor the agent's sets `timeout_secs`: the call's
-    /// `deadline` is its start plus this.
-    pub call_timeout: Duration,
-    /// Whether LLM calls stream token deltas when neither the call nor the
-    /// agent's config says (`subs run` turns it on to show tokens as they
-    /// come).
-    pub default_stream: bool,
-    /// What streaming may hold: the size and rate of deltas, subscribers'
-    /// buffers, and how many event streams a tenant may have open.
-    pub streams: StreamLimits,
-    /// Where the loop reads the time: the system's clock, or in tests one
-    /// that follows tokio's paused time (see [`crate::clock`]).
-    pub clock: Arc<dyn crate::clock::Clock>,
-    /// When several nodes share the store: how often this node looks for
-    /// sessions whose node died, to take them over.
-    pub takeover_scan: Duration,
-    /// Where the engine's OpenTelemetry spans go (a batching processor
-    /// with an OTLP exporter, for `subs serve`); `None` sends none. See
-    /// [`telemetry`](crate::telemetry).
-    pub spans: Option<crate::telemetry::Spans>,
-    /// How many sessions resumed after a restart (or taken over from a
-    /// node that died) may work at once: the others wait their turn, so
-    /// that a store full of unfinished sessions does not load and run
-    /// them all at the same moment. A resumed session works until it has
-    /// nothing in flight (no delivery, no engine-run call); at least 1.
-    pub resume_concurrency: usize,
-    /// Bounds on the model names metrics label calls with and on the
-    /// text spans carry.
-    pub telemetry: crate::telemetry::TelemetryLimits,
-}
-
-/// What the agents of a tenant may spawn: sub-agent sessions past any of
-/// these bounds are not created, and the spawning call fails at once
-/// (its `sub_agent.finished` says `ok: false` and which bound), as one
-/// past the tenant's session limit does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpawnBounds {
-    /// Sub-agent spawns one turn of a session may start
-    /// (`max_spawns_per_turn`).
-    pub max_spawns_per_turn: u32,
-    /// How far below its root a sub-agent session may be: a root's
-    /// children are at depth 1 (`max_sub_agent_depth`; 0: no sub-agents).
-    pub max_sub_agent_depth: u32,
-    /// Sessions one tree may hold, its root included
-    /// (`max_tree_sessions`).
-    pub max_tree_sessions: u32,
-}
-
-impl Default for SpawnBounds {
-    /// 16 children per turn, 4 deep, 256 sessions per tree: room for
-    /// agents that delegate, not for one input to fill a shared server.
-    fn default() -> Self {
-        Self { max_spawns_per_turn: 16, max_sub_agent_depth: 4, max_tree_sessions: 256 }
-    }
-}
-
-/// What one decision of a tenant's agent may start, and what one turn
-/// may hold: each action becomes records, events and writes, and every
-/// call the turn holds goes into each decision request after it. A
-/// decision past either bound is rejected whole (nothing of it applied),
-/// as a decision that breaks any rule is, the error naming the bound.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DecisionBounds {
-    /// Actions one decision may hold (`max_actions_per_decision`).
-    pub max_actions_per_decision: u32,
-    /// Calls one turn may hold, settled ones included, counting those a
-    /// decision would start (`max_calls_per_turn`).
-    pub max_calls_per_turn: u32,
-}
-
-impl Default for DecisionBounds {
-    /// 1,000 actions a decision and 10,000 calls a turn: models call a
-    /// handful of tools at once and long turns make hundreds of calls;
-    /// at these bounds one decision's writes and a request's calls stay
-    /// a few MiB.
-    fn default() -> Self {
-        Self { max_actions_per_decision: 1_000, max_calls_per_turn: 10_000 }
-    }
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        Self {
-            default_model: OFFLINE_MODEL.to_owned(),
-            default_retry: RetryPolicy {
-                timeout_secs: None,
-                max_retries: 2,
-                backoff_base_secs: 0.5,
-                backoff_max_secs: 10.0,
-            },
-            retry_cap: RetryCap::default(),
-            decision_timeout: Duration::from_secs(60),
-            call_timeout: Duration::from_secs(300),
-            default_stream: false,
-            streams: StreamLimits::default(),
-            clock: Arc::new(crate::clock::SystemClock),
-            takeover_scan: Duration::from_secs(2),
-            spans: None,
-            resume_concurrency: 32,
-            telemetry: crate::telemetry::TelemetryLimits::default(),
-        }
-    }
-}
 
 /// A session as clients see it.
 #[derive(Debug, Clone, PartialEq)]
@@ -265,10 +144,10 @@ impl Engine {
         self.env.store.shared().map(|s| s.node())
     }
 
-    /// The store the engine runs on: for the engine's own modules (the
-    /// agent registry, the records of tenants and keys); nothing outside
-    /// the engine writes to it.
-    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+    /// The store the engine runs on: for the engine's own parts (the
+    /// agent registry in `subs-engine`, the records of tenants and keys);
+    /// nothing outside the engine writes to it.
+    pub fn store(&self) -> &Arc<dyn Store> {
         &self.env.store
     }
 
@@ -658,11 +537,11 @@ impl Engine {
     /// stored events may then arrive twice, told apart by `seq`.
     ///
     /// A subscriber that falls behind by more than
-    /// [`StreamLimits::subscriber_buffer_bytes`] is dropped (its
+    /// [`StreamLimits::subscriber_buffer_bytes`](crate::events::StreamLimits::subscriber_buffer_bytes) is dropped (its
     /// subscription ends with [`RecvError::Dropped`](crate::events::RecvError::Dropped));
     /// it catches up by subscribing again and reading the stored events
     /// after the last one it received. Refused when the tenant has
-    /// [`StreamLimits::max_streams_per_tenant`] subscriptions already.
+    /// [`StreamLimits::max_streams_per_tenant`](crate::events::StreamLimits::max_streams_per_tenant) subscriptions already.
     pub fn subscribe(&self, tenant: &str, session: &str) -> Result<Subscription, TooManyStreams> {
         self.env.hub.subscribe(&SessionKey::new(tenant, session))
     }
@@ -675,19 +554,6 @@ impl Engine {
         Ok(record.and_then(|r| r.next.event.checked_sub(1)))
     }
 
-    /// The session's stored events after `after` (from the first when
-    /// `None`), then its live ones: see [`Follow`](crate::follow::Follow).
-    /// Counts as one of the tenant's subscriptions while it lives.
-    pub fn follow(
-        &self,
-        tenant: &str,
-        session: &str,
-        after: Option<u64>,
-    ) -> Result<crate::follow::Follow, TooManyStreams> {
-        let live = self.subscribe(tenant, session)?;
-        Ok(crate::follow::Follow::new(self.clone(), tenant, session, after, live))
-    }
-
     /// The event streams (subscriptions) `tenant` has open.
     pub fn open_streams(&self, tenant: &str) -> usize {
         self.env.hub.streams(tenant)
@@ -695,8 +561,8 @@ impl Engine {
 
     /// Bytes of events queued for `tenant`'s subscribers, not yet taken by
     /// them: what the tenant's streaming holds in the engine. At most
-    /// [`StreamLimits::max_streams_per_tenant`] ×
-    /// [`StreamLimits::subscriber_buffer_bytes`], but for single events
+    /// [`StreamLimits::max_streams_per_tenant`](crate::events::StreamLimits::max_streams_per_tenant) ×
+    /// [`StreamLimits::subscriber_buffer_bytes`](crate::events::StreamLimits::subscriber_buffer_bytes), but for single events
     /// larger than a buffer.
     pub fn queued_stream_bytes(&self, tenant: &str) -> usize {
         self.env.hub.queued_bytes(tenant)

@@ -337,8 +337,7 @@ pub fn models_from_config(
 ) -> Result<Models, ConfigError> {
     let client = config.http_client()?;
     let prices = Arc::new(config.price_table());
-    let mut models = Models::with_offline();
-    models.prices = Arc::clone(&prices);
+    let mut models = Models::with_offline().with_shared_prices(Arc::clone(&prices));
     for settings in config.resolve(env)? {
         let name = settings.name.clone();
         models.register(&name, Arc::new(HttpProvider::new(settings, client.clone(), Arc::clone(&prices))));

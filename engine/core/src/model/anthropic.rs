@@ -30,9 +30,9 @@ use serde_json::{Map, Value, json};
 use subs_protocol::{Content, ContentPart, DraftMessage, LlmRequest, LlmResponse, ReasoningEffort, Role};
 
 use super::ModelError;
-use super::http::{ProviderSays, quote};
 use super::openai::empty_schema;
 use super::reply::ReplyBuilder;
+use super::says::{ProviderSays, quote};
 use super::sse::SseEvent;
 
 /// The `anthropic-version` header every request carries.
@@ -47,7 +47,7 @@ const MIN_THINKING_BUDGET: u32 = 1024;
 
 /// The request body for `request` (whose `model` is sent as is);
 /// `max_tokens` is the default when the request sets none.
-pub(crate) fn request_body(request: &LlmRequest, max_tokens: u32, stream: bool) -> Result<Value, ModelError> {
+pub fn request_body(request: &LlmRequest, max_tokens: u32, stream: bool) -> Result<Value, ModelError> {
     let mut system: Vec<String> = Vec::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for (i, m) in request.messages.iter().enumerate() {
@@ -267,7 +267,7 @@ fn error_event(body: &Value) -> ModelError {
 }
 
 /// The reply in a non-streamed response body.
-pub(crate) fn read_response(body: &Value, mut reply: ReplyBuilder) -> Result<LlmResponse, ModelError> {
+pub fn read_response(body: &Value, mut reply: ReplyBuilder) -> Result<LlmResponse, ModelError> {
     if str_at(body, "type") == Some("error") || body.get("error").is_some_and(Value::is_object) {
         return Err(error_event(body));
     }
@@ -297,7 +297,7 @@ pub(crate) fn read_response(body: &Value, mut reply: ReplyBuilder) -> Result<Llm
 }
 
 /// Reads a Messages event stream into a reply.
-pub(crate) struct StreamReader {
+pub struct StreamReader {
     reply: ReplyBuilder,
     /// Blocks that are tool calls, so `content_block_stop` can give an
     /// argument-less call its `{}`.
