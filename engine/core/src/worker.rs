@@ -8,15 +8,14 @@
 //! decision. The types every side shares live here: [`BoxFuture`],
 //! [`DeltaSink`], [`Delivery`], [`WorkerError`].
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use subs_protocol::{DecisionRequest, DecisionResponse, ProtocolError, StreamDelta};
 
 /// A boxed, sendable future, so [`Worker`] stays object-safe (the engine
-/// keeps workers of different kinds behind one `Arc<dyn Worker>`).
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// keeps workers of different kinds behind one `Arc<dyn Worker>`): the
+/// store's, so that the workspace has one.
+pub use subs_store::BoxFuture;
 
 #[cfg(test)]
 mod tests {
