@@ -456,7 +456,9 @@ fn model_logs() -> &'static Captured {
         let captured = Captured::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("subs_engine::model=trace,subs::guest=info"))
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "subs_core::model=trace,subs_models=trace,subs::guest=info",
+            ))
             .with_writer(move || writer.clone())
             .with_ansi(false)
             .finish();

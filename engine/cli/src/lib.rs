@@ -147,8 +147,12 @@ async fn exec(command: Command) -> CliResult {
 /// each decision's log limits); other commands only errors, so their
 /// output stays readable.
 fn init_logging(server: bool) {
-    let default =
-        if server { "warn,subs_engine=info,subs_server=info,subs_cli=info,subs::guest=info" } else { "error" };
+    let default = if server {
+        "warn,subs_core=info,subs_host=info,subs_models=info,subs_engine=info,subs_server=info,subs_cli=info,\
+         subs::guest=info"
+    } else {
+        "error"
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
