@@ -257,10 +257,18 @@ async fn two_gated_calls_in_one_reply_are_answered_one_by_one() {
 #[tokio::test]
 async fn delegation_gives_the_child_the_input_and_returns_its_reply() {
     let (s, _) = server().await;
+    delegates_both_ways(&s).await;
+}
+
+/// The `approver` of `s` hands `summarize: <text>` to `summarizer` (the
+/// child's first message is the text, its reply the call's result) and the
+/// model may call `summarizer` as a tool: the same checks for the agent in
+/// each language.
+pub(crate) async fn delegates_both_ways(s: &TestServer) {
     // Delegated by the agent's code: the child's first message is the input.
-    let turn = say(&s, "d", "summarize: the order shipped on Monday").await;
-    done(&s, "d", &turn).await;
-    let view = snapshot(&s, "d").await;
+    let turn = say(s, "d", "summarize: the order shipped on Monday").await;
+    done(s, "d", &turn).await;
+    let view = snapshot(s, "d").await;
     let call = view["messages"].as_array().unwrap().iter().find(|m| m["tool_calls"].is_array()).expect("the call");
     assert_eq!(call["tool_calls"][0]["function"]["name"], "summarizer", "{view}");
     assert_eq!(call["tool_calls"][0]["function"]["arguments"], "the order shipped on Monday");
@@ -269,9 +277,9 @@ async fn delegation_gives_the_child_the_input_and_returns_its_reply() {
     assert!(tool[0].contains("You said: the order shipped on Monday"), "the child's reply: {}", tool[0]);
 
     // Called by the model, as a tool.
-    let turn = say(&s, "m", r#"use tool summarizer with {"prompt": "two boxes"}"#).await;
-    done(&s, "m", &turn).await;
-    let view = snapshot(&s, "m").await;
+    let turn = say(s, "m", r#"use tool summarizer with {"prompt": "two boxes"}"#).await;
+    done(s, "m", &turn).await;
+    let view = snapshot(s, "m").await;
     let tool = texts(&view, "tool");
     assert!(tool.len() == 1 && tool[0].contains("two boxes"), "{view}");
 }

@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::json;
 use subs_tests::server::TestServer;
 
-use crate::approval::{Passthrough, done, interrupts, resume, say, snapshot, texts};
+use crate::approval::{Passthrough, delegates_both_ways, done, interrupts, resume, say, snapshot, texts};
 
 /// A server with the JavaScript approver uploaded as `approver` and a
 /// passthrough worker as `summarizer`.
@@ -89,20 +89,5 @@ async fn the_js_approver_never_runs_a_denied_refund_and_the_model_reads_why() {
 
 #[tokio::test]
 async fn the_js_approver_delegates_and_exposes_the_summarizer_as_a_tool() {
-    let s = server().await;
-    let turn = say(&s, "d", "summarize: the order shipped on Monday").await;
-    done(&s, "d", &turn).await;
-    let view = snapshot(&s, "d").await;
-    let call = view["messages"].as_array().unwrap().iter().find(|m| m["tool_calls"].is_array()).expect("the call");
-    assert_eq!(call["tool_calls"][0]["function"]["name"], "summarizer", "{view}");
-    assert_eq!(call["tool_calls"][0]["function"]["arguments"], "the order shipped on Monday");
-    let tool = texts(&view, "tool");
-    assert_eq!(tool.len(), 1, "{view}");
-    assert!(tool[0].contains("You said: the order shipped on Monday"), "the child's reply: {}", tool[0]);
-
-    let turn = say(&s, "m", r#"use tool summarizer with {"prompt": "two boxes"}"#).await;
-    done(&s, "m", &turn).await;
-    let view = snapshot(&s, "m").await;
-    let tool = texts(&view, "tool");
-    assert!(tool.len() == 1 && tool[0].contains("two boxes"), "{view}");
+    delegates_both_ways(&server().await).await;
 }

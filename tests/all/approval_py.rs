@@ -9,7 +9,7 @@ use serde_json::json;
 use subs_tests::guests;
 use subs_tests::server::TestServer;
 
-use crate::approval::{done, interrupts, resume, say, snapshot, texts};
+use crate::approval::{delegates_both_ways, done, interrupts, resume, say, snapshot, texts};
 
 /// A server with the Python approver as `approver` and the passthrough
 /// component as `summarizer`.
@@ -88,24 +88,7 @@ async fn a_denied_python_refund_never_runs_and_the_model_reads_why() {
 
 #[tokio::test]
 async fn a_python_agent_delegates_and_offers_its_sub_agent_as_a_tool() {
-    let s = server().await;
-    // Delegated by the agent's code: the child's first message is the input.
-    let turn = say(&s, "d", "summarize: the order shipped on Monday").await;
-    done(&s, "d", &turn).await;
-    let view = snapshot(&s, "d").await;
-    let call = view["messages"].as_array().unwrap().iter().find(|m| m["tool_calls"].is_array()).expect("the call");
-    assert_eq!(call["tool_calls"][0]["function"]["name"], "summarizer", "{view}");
-    assert_eq!(call["tool_calls"][0]["function"]["arguments"], "the order shipped on Monday");
-    let tool = texts(&view, "tool");
-    assert_eq!(tool.len(), 1, "{view}");
-    assert!(tool[0].contains("You said: the order shipped on Monday"), "the child's reply: {}", tool[0]);
-
-    // Called by the model, as a tool.
-    let turn = say(&s, "m", r#"use tool summarizer with {"prompt": "two boxes"}"#).await;
-    done(&s, "m", &turn).await;
-    let view = snapshot(&s, "m").await;
-    let tool = texts(&view, "tool");
-    assert!(tool.len() == 1 && tool[0].contains("two boxes"), "{view}");
+    delegates_both_ways(&server().await).await;
 }
 
 /// The approver of the Python guide ("The approver") is the agent these

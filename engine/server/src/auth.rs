@@ -236,7 +236,7 @@ impl Keys {
 
     /// The tenant of a key.
     pub fn tenant_of(&self, key: &str) -> Option<String> {
-        self.read().get(&hash_key(key)).map(|(r, _)| r.tenant.clone())
+        self.holder_of(key).map(|(tenant, _)| tenant)
     }
 
     /// The tenant a key acts for and the key's prefix (which names it in
