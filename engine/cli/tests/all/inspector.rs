@@ -220,7 +220,7 @@ async fn upload(url: &str, agent: &str, path: &str, key: Option<&str>) {
 }
 
 /// Posts `input` to `session` (not streamed); the answer's JSON.
-async fn input(url: &str, session: &str, key: Option<&str>, input: Value) -> Value {
+pub(crate) async fn input(url: &str, session: &str, key: Option<&str>, input: Value) -> Value {
     let mut post = http()
         .post(format!("{url}/v1/sessions/{session}/input"))
         .header("content-type", "application/json")
@@ -234,7 +234,7 @@ async fn input(url: &str, session: &str, key: Option<&str>, input: Value) -> Val
 }
 
 /// The session's snapshot.
-async fn snapshot(url: &str, session: &str, key: Option<&str>) -> Value {
+pub(crate) async fn snapshot(url: &str, session: &str, key: Option<&str>) -> Value {
     let mut get = http().get(format!("{url}/v1/sessions/{session}"));
     if let Some(key) = key {
         get = get.bearer_auth(key);
@@ -244,7 +244,7 @@ async fn snapshot(url: &str, session: &str, key: Option<&str>) -> Value {
 }
 
 /// Waits until the session's status is `status`; its snapshot.
-async fn settled(url: &str, session: &str, key: Option<&str>, status: &str) -> Value {
+pub(crate) async fn settled(url: &str, session: &str, key: Option<&str>, status: &str) -> Value {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let snapshot = snapshot(url, session, key).await;

@@ -2,49 +2,21 @@
 //! their reason, payload and resume schema) and those answered (with what
 //! and by whom), on a real `subs serve`.
 
-use std::time::{Duration, Instant};
-
 use serde_json::{Value, json};
 
-use crate::{PATIENCE, Server, http, output};
+use crate::inspector::{input, settled};
+use crate::{Server, http, output};
 
 async fn post(url: &str, session: &str, body: Value) -> (u16, Value) {
-    post_with(url, None, session, body).await
-}
-
-async fn post_with(url: &str, key: Option<&str>, session: &str, body: Value) -> (u16, Value) {
-    let mut request = http()
+    let response = http()
         .post(format!("{url}/v1/sessions/{session}/input"))
         .header("content-type", "application/json")
-        .body(body.to_string());
-    if let Some(key) = key {
-        request = request.bearer_auth(key);
-    }
-    let response = request.send().await.expect("the server answers");
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("the server answers");
     let status = response.status().as_u16();
     (status, serde_json::from_slice(&response.bytes().await.unwrap()).unwrap_or(Value::Null))
-}
-
-/// The session's snapshot once its status is `status`.
-async fn settled(url: &str, session: &str, status: &str) -> Value {
-    settled_with(url, None, session, status).await
-}
-
-async fn settled_with(url: &str, key: Option<&str>, session: &str, status: &str) -> Value {
-    let start = Instant::now();
-    loop {
-        let mut request = http().get(format!("{url}/v1/sessions/{session}"));
-        if let Some(key) = key {
-            request = request.bearer_auth(key);
-        }
-        let body = request.send().await.unwrap().bytes().await.unwrap();
-        let view: Value = serde_json::from_slice(&body).expect("a snapshot");
-        if view["status"] == status {
-            return view;
-        }
-        assert!(start.elapsed() < PATIENCE, "never {status}: {view}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -60,7 +32,7 @@ async fn sessions_show_lists_open_and_answered_interrupts() {
         "message": {"role": "user", "content": "interrupt with schema"},
     });
     assert_eq!(post(url, "ask", say).await.0, 202);
-    settled(url, "ask", "waiting").await;
+    settled(url, "ask", None, "waiting").await;
 
     let show = output(&["sessions", "show", "ask", "--server", url]);
     assert_eq!(show.code, Some(0), "{}", show.stderr);
@@ -76,7 +48,7 @@ async fn sessions_show_lists_open_and_answered_interrupts() {
     assert_eq!((status, &refused["field"]), (400, &json!("payload.approved")), "{refused}");
     let (status, _) = post(url, "ask", resume(json!({"approved": true, "reason": "ok"}))).await;
     assert_eq!(status, 202);
-    settled(url, "ask", "idle").await;
+    settled(url, "ask", None, "idle").await;
 
     let show = output(&["sessions", "show", "ask", "--server", url]);
     assert_eq!(show.code, Some(0), "{}", show.stderr);
@@ -120,13 +92,13 @@ async fn an_answered_interrupt_names_the_key_that_resumed_it() {
         "agent_id": "scenario",
         "message": {"role": "user", "content": "interrupt with schema"},
     });
-    assert_eq!(post_with(url, Some(acme), "ask", say).await.0, 202);
-    settled_with(url, Some(acme), "ask", "waiting").await;
+    input(url, "ask", Some(acme), say).await;
+    settled(url, "ask", Some(acme), "waiting").await;
     // The second key of the same tenant answers it: the event names that
     // key by its listed prefix, never the key itself.
     let resume = json!({"type": "interrupt.resume", "interrupt_id": "approval", "payload": {"approved": false}});
-    assert_eq!(post_with(url, Some(second), "ask", resume).await.0, 202);
-    settled_with(url, Some(acme), "ask", "idle").await;
+    input(url, "ask", Some(second), resume).await;
+    settled(url, "ask", Some(acme), "idle").await;
 
     let json = output(&["sessions", "show", "ask", "--server", url, "--key", acme, "--json"]);
     assert_eq!(json.code, Some(0), "{}", json.stderr);
