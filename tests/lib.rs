@@ -278,6 +278,7 @@ impl TestEngine {
     pub async fn send(&self, session: &str, agent: &str, text: &str) -> String {
         let accepted = self
             .engine
+            .sessions()
             .input(TENANT, session, user_input(agent, None, text), Default::default())
             .await
             .expect("input accepted");
@@ -286,7 +287,7 @@ impl TestEngine {
 
     /// Waits (at most 30 s) for a turn to end.
     pub async fn wait(&self, session: &str, turn: &str) -> subs_engine::store::TurnRecord {
-        tokio::time::timeout(std::time::Duration::from_secs(30), self.engine.wait_turn(TENANT, session, turn))
+        tokio::time::timeout(std::time::Duration::from_secs(30), self.engine.reads().wait_turn(TENANT, session, turn))
             .await
             .unwrap_or_else(|_| panic!("turn {turn} of {session} did not end"))
             .expect("the store answers")
@@ -294,7 +295,7 @@ impl TestEngine {
 
     /// The session as stored.
     pub async fn snapshot(&self, session: &str) -> subs_engine::Snapshot {
-        self.engine.snapshot(TENANT, session).await.expect("the store answers").expect("the session exists")
+        self.engine.reads().snapshot(TENANT, session).await.expect("the store answers").expect("the session exists")
     }
 
     /// `role: text` for each message of the active path.

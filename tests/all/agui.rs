@@ -353,10 +353,11 @@ async fn a_client_that_falls_behind_gets_a_run_error_saying_how_to_catch_up() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    let ended = tokio::time::timeout(Duration::from_secs(120), s.engine.wait_turn("acme", "t-flood", "flood-1"))
-        .await
-        .expect("the flood turn ends")
-        .unwrap();
+    let ended =
+        tokio::time::timeout(Duration::from_secs(120), s.engine.reads().wait_turn("acme", "t-flood", "flood-1"))
+            .await
+            .expect("the flood turn ends")
+            .unwrap();
     assert_eq!(ended.status, subs_engine::store::TurnStatus::Done, "the turn goes on without its client");
     let events = tokio::time::timeout(Duration::from_secs(60), read_sse(response, &mut |_| false)).await.unwrap();
     let last = &events.last().unwrap().data;

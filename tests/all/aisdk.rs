@@ -500,7 +500,7 @@ async fn a_client_that_falls_behind_gets_an_error_naming_the_reconnect() {
     let deadline = std::time::Duration::from_secs(120);
     let ended = tokio::time::timeout(deadline, async {
         loop {
-            let snapshot = s.engine.snapshot("acme", "c-flood").await.unwrap();
+            let snapshot = s.engine.reads().snapshot("acme", "c-flood").await.unwrap();
             if let Some(snapshot) = snapshot.filter(|s| s.record.turn.is_none() && s.record.next.turn > 0) {
                 return snapshot;
             }

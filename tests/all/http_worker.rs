@@ -76,6 +76,7 @@ async fn recorded(t: &TestEngine, session: &str, window: (u64, u64)) -> Value {
         .collect();
     let events: Vec<Value> = t
         .engine
+        .reads()
         .events(TENANT, session, None, 1000)
         .await
         .unwrap()
@@ -259,7 +260,7 @@ async fn deltas_streamed_over_sse_reach_clients_before_the_reply_is_recorded() {
     let t = TestEngine::start().await;
     let url = serve(subs_http_worker::router(Streamer)).await;
     t.engine.register_agent(TENANT, "streamer-http", http_worker(&url, HttpWorkerOptions::new()));
-    let mut events = t.engine.subscribe(TENANT, "sse").unwrap();
+    let mut events = t.engine.reads().subscribe(TENANT, "sse").unwrap();
     let turn = t.send("sse", "streamer-http", "hi").await;
     let mut seen = Vec::new();
     while seen.last().is_none_or(|e: &subs_engine::events::Event| e.name != "turn.done") {
@@ -758,7 +759,7 @@ async fn worker_answered_llm_calls_are_priced_and_counted() {
         let snapshot = t.snapshot("n").await;
         assert_eq!(snapshot.record.cost.as_deref(), Some(cost), "{format:?}");
         assert!(snapshot.record.usage.as_object().is_some_and(|u| !u.is_empty()), "{}", snapshot.record.usage);
-        assert_eq!(t.engine.tenant_spent(TENANT).await.unwrap().to_string(), cost, "{format:?}");
+        assert_eq!(t.engine.reads().tenant_spent(TENANT).await.unwrap().to_string(), cost, "{format:?}");
         // `llm.finished` reports the same cost to the agent.
         let steps = t.store.steps(&SessionKey::new(TENANT, "n"), 0, usize::MAX).await.unwrap();
         let reported = steps.iter().find_map(|(_, s)| match &s.trigger {
@@ -814,7 +815,7 @@ async fn client_tools_are_layered_onto_proposals_and_not_kept() {
     let add = AgentTool::new("add").input(json!({"type": "object", "properties": {"a": {"type": "number"}}}));
     let router = subs_sdk::prelude::ToolRouter::new().tool(add, |_: Value| Ok::<_, String>(json!(1)));
     let (t, seen) = recorder(router).await;
-    let mut events = t.engine.subscribe(TENANT, "ct").unwrap();
+    let mut events = t.engine.reads().subscribe(TENANT, "ct").unwrap();
     let confirm = AgentTool::new("confirm")
         .description("Asks the user.")
         .input(json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}));
@@ -825,7 +826,7 @@ async fn client_tools_are_layered_onto_proposals_and_not_kept() {
         stream: None,
         client: Some(ClientContext { tools: Some(vec![confirm]), ..ClientContext::default() }),
     });
-    t.engine.input(TENANT, "ct", input, Default::default()).await.unwrap();
+    t.engine.sessions().input(TENANT, "ct", input, Default::default()).await.unwrap();
     let call = loop {
         let event = tokio::time::timeout(Duration::from_secs(30), events.recv()).await.unwrap().unwrap();
         if event.name == "tool.call" {
@@ -835,7 +836,7 @@ async fn client_tools_are_layered_onto_proposals_and_not_kept() {
     assert_eq!((call["name"].as_str(), call["arguments"].as_str()), (Some("confirm"), Some(r#"{"ok":true}"#)));
     let id = call["id"].as_str().unwrap().to_owned();
     let result = ClientInput::ToolResult(ToolResult { id, attempt: None, result: Some(json!("yes")) });
-    t.engine.input(TENANT, "ct", result, Default::default()).await.unwrap();
+    t.engine.sessions().input(TENANT, "ct", result, Default::default()).await.unwrap();
     assert_eq!(t.wait("ct", "t1").await.status, TurnStatus::Done);
     assert_eq!(t.transcript("ct").await.last().unwrap(), "assistant: confirm returned yes.");
 
@@ -923,7 +924,7 @@ async fn an_http_worker_is_sent_the_trace_its_turn_joined() {
     let incoming = subs_engine::telemetry::parse_traceparent(&format!("00-{trace_id}-00f067aa0ba902b7-01"));
     let input = subs_tests::user_input("tools-http", None, r#"use tool add with {"a": 1, "b": 2}"#);
     let sender = subs_engine::Sender::Tenant { key: None, identity: None };
-    let accepted = t.engine.input_traced(TENANT, "traced", input, sender, incoming).await.unwrap();
+    let accepted = t.engine.sessions().input_traced(TENANT, "traced", input, sender, incoming).await.unwrap();
     assert_eq!(t.wait("traced", &accepted.turn_id.unwrap()).await.status, TurnStatus::Done);
     let traced = std::mem::take(&mut *seen.lock().unwrap());
     // session.start, client.messages, llm.finished, tool.execute,

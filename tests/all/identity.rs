@@ -242,7 +242,7 @@ async fn a_token_for_one_session_reaches_that_session_only() {
     assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
     assert_eq!((&list[0]["session_id"], &list[0]["identity"]), (&all[0]["session_id"], &all[0]["identity"]));
     assert_eq!(list[0]["session_id"], "chat");
-    assert!(!s.engine.session_exists("acme", "elsewhere").await.unwrap());
+    assert!(!s.engine.reads().session_exists("acme", "elsewhere").await.unwrap());
 }
 
 #[tokio::test]
@@ -352,5 +352,5 @@ async fn bad_token_bodies_and_identities_are_clear_400s() {
     let settle = json!({"type": "tool.error", "id": "c", "error": "no", "retryable": false, "identity": {"id": "a"}});
     let (status, answer) = post(&s, "s1", ACME.1, settle).await;
     assert_eq!((status, answer["field"].as_str()), (StatusCode::BAD_REQUEST, Some("identity")), "{answer}");
-    assert!(!s.engine.session_exists("acme", "s1").await.unwrap(), "nothing refused was stored");
+    assert!(!s.engine.reads().session_exists("acme", "s1").await.unwrap(), "nothing refused was stored");
 }

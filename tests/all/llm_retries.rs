@@ -63,8 +63,8 @@ async fn run(failures: u32) -> (subs_engine::store::TurnRecord, u32, Duration) {
     let engine = subs_engine::Engine::start(Arc::new(MemStore::new()), models, config).await.unwrap();
     engine.register_agent(TENANT, "helper", Arc::new(agent(guests::PASSTHROUGH)));
     let start = tokio::time::Instant::now();
-    engine.input(TENANT, "s", user_input("helper", Some("t1"), "hi"), Default::default()).await.unwrap();
-    let turn = engine.wait_turn(TENANT, "s", "t1").await.unwrap();
+    engine.sessions().input(TENANT, "s", user_input("helper", Some("t1"), "hi"), Default::default()).await.unwrap();
+    let turn = engine.reads().wait_turn(TENANT, "s", "t1").await.unwrap();
     (turn, flaky.calls.load(Ordering::SeqCst), start.elapsed())
 }
 

@@ -80,9 +80,10 @@ async fn many_sessions_run_tool_turns_at_once_and_none_is_lost() {
             tokio::spawn(async move {
                 let session = format!("load-{i}");
                 let input = subs_tests::user_input("tools", None, format!("add {i} and {}", i * 7 + 1));
-                let accepted = engine.input("load", &session, input, Default::default()).await.expect("accepted");
+                let accepted =
+                    engine.sessions().input("load", &session, input, Default::default()).await.expect("accepted");
                 let turn = accepted.turn_id.expect("a turn");
-                let record = engine.wait_turn("load", &session, &turn).await.expect("the store answers");
+                let record = engine.reads().wait_turn("load", &session, &turn).await.expect("the store answers");
                 (i, session, record)
             })
         })
@@ -97,7 +98,7 @@ async fn many_sessions_run_tool_turns_at_once_and_none_is_lost() {
             failures.push(format!("{session}: {record:?}"));
             continue;
         }
-        let snapshot = engine.snapshot("load", &session).await.unwrap().expect("the session exists");
+        let snapshot = engine.reads().snapshot("load", &session).await.unwrap().expect("the session exists");
         let texts: Vec<String> = snapshot.messages.iter().map(|m| m.text()).collect();
         let expected = format!("The sum is {{\"sum\":{}}}.", i + i * 7 + 1);
         if snapshot.messages.len() != 4 || texts[3] != expected {

@@ -277,8 +277,8 @@ async fn with_the_default_timeouts_a_four_minute_tool_runs_once() {
     engine.register_agent(subs_tests::TENANT, "w", Arc::new(FourMinuteTool { executes: executes.clone() }));
     let (started, real) = (tokio::time::Instant::now(), std::time::Instant::now());
     let input = subs_tests::user_input("w", Some("t1"), "add");
-    engine.input(subs_tests::TENANT, "s", input, Default::default()).await.expect("accepted");
-    let ended = engine.wait_turn(subs_tests::TENANT, "s", "t1").await.expect("the store answers");
+    engine.sessions().input(subs_tests::TENANT, "s", input, Default::default()).await.expect("accepted");
+    let ended = engine.reads().wait_turn(subs_tests::TENANT, "s", "t1").await.expect("the store answers");
     assert_eq!(ended.status, subs_engine::store::TurnStatus::Done, "{ended:?}");
     assert_eq!(ended.data, Some(json!({"sum": r#"{"sum":42}"#})));
     assert_eq!(*executes.lock().unwrap(), [1], "one delivery");

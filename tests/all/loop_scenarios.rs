@@ -13,7 +13,7 @@ use subs_tests::{TENANT, TestEngine};
 
 /// Collects the names of the stored events of a session.
 async fn event_names(engine: &Engine, session: &str) -> Vec<String> {
-    engine.events(TENANT, session, None, 1000).await.unwrap().into_iter().map(|e| e.name).collect()
+    engine.reads().events(TENANT, session, None, 1000).await.unwrap().into_iter().map(|e| e.name).collect()
 }
 
 async fn a_chat_turn(t: TestEngine) {
@@ -47,7 +47,7 @@ async fn a_tool_loop_with_two_parallel_calls(t: TestEngine) {
 }
 
 async fn a_client_tool(t: TestEngine) {
-    let mut events = t.engine.subscribe(TENANT, "client").unwrap();
+    let mut events = t.engine.reads().subscribe(TENANT, "client").unwrap();
     let confirm = AgentTool::new("confirm")
         .description("Asks the user to confirm.")
         .input(json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}))
@@ -59,7 +59,7 @@ async fn a_client_tool(t: TestEngine) {
         stream: None,
         client: Some(ClientContext { tools: Some(vec![confirm]), ..ClientContext::default() }),
     });
-    t.engine.input(TENANT, "client", input, Default::default()).await.unwrap();
+    t.engine.sessions().input(TENANT, "client", input, Default::default()).await.unwrap();
 
     // The call goes to clients as an event, and the session waits.
     let call = loop {
@@ -76,10 +76,10 @@ async fn a_client_tool(t: TestEngine) {
 
     // A result for another id is refused; the real one settles the call.
     let wrong = ClientInput::ToolResult(ToolResult { id: "nobody".to_owned(), attempt: None, result: None });
-    let err = t.engine.input(TENANT, "client", wrong, Default::default()).await.unwrap_err();
+    let err = t.engine.sessions().input(TENANT, "client", wrong, Default::default()).await.unwrap_err();
     assert!(matches!(err, InputError::Conflict(_)), "{err}");
     let result = ClientInput::ToolResult(ToolResult { id, attempt: None, result: Some(json!({"confirmed": true})) });
-    t.engine.input(TENANT, "client", result, Default::default()).await.unwrap();
+    t.engine.sessions().input(TENANT, "client", result, Default::default()).await.unwrap();
     let turn = t.wait("client", "turn-1").await;
     assert_eq!(turn.status, TurnStatus::Done);
     let transcript = t.transcript("client").await;
@@ -91,7 +91,7 @@ async fn a_client_tool(t: TestEngine) {
 async fn an_interrupt_and_its_resume(t: TestEngine) {
     let turn = t.send("approve", "scenario", "interrupt before you go on").await;
     // Wait for the interrupt to be stored.
-    let mut events = t.engine.subscribe(TENANT, "approve").unwrap();
+    let mut events = t.engine.reads().subscribe(TENANT, "approve").unwrap();
     while !event_names(&t.engine, "approve").await.contains(&"interrupt".to_owned()) {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv()).await;
     }
@@ -105,9 +105,9 @@ async fn an_interrupt_and_its_resume(t: TestEngine) {
             payload: Some(json!({"approved": true})),
         })
     };
-    let err = t.engine.input(TENANT, "approve", resume("other"), Default::default()).await.unwrap_err();
+    let err = t.engine.sessions().input(TENANT, "approve", resume("other"), Default::default()).await.unwrap_err();
     assert!(matches!(err, InputError::Conflict(_)), "{err}");
-    t.engine.input(TENANT, "approve", resume("approval"), Default::default()).await.unwrap();
+    t.engine.sessions().input(TENANT, "approve", resume("approval"), Default::default()).await.unwrap();
     assert_eq!(t.wait("approve", &turn).await.status, TurnStatus::Done);
     assert_eq!(
         t.transcript("approve").await,
@@ -117,7 +117,7 @@ async fn an_interrupt_and_its_resume(t: TestEngine) {
 
 async fn a_sub_agent(t: TestEngine) {
     // Counted once in the store (none yet), then kept as sessions are made.
-    assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 0);
+    assert_eq!(t.engine.reads().session_count(TENANT).await.unwrap(), 0);
     let turn = t.chat("parent", "scenario", r#"use tool helper with {"prompt": "say hi"}"#).await;
     assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
     let parent = t.snapshot("parent").await;
@@ -140,34 +140,35 @@ async fn a_sub_agent(t: TestEngine) {
 
     // The spawned child counts as one of the tenant's sessions, in memory
     // and, after a restart, in the store.
-    assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 2);
+    assert_eq!(t.engine.reads().session_count(TENANT).await.unwrap(), 2);
     let t = t.restart().await;
-    assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 2);
+    assert_eq!(t.engine.reads().session_count(TENANT).await.unwrap(), 2);
     t.chat("another", "helper", "hello").await;
     t.chat("another", "helper", "again").await;
-    assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 3, "a second turn creates nothing");
-    assert_eq!(t.engine.session_count("elsewhere").await.unwrap(), 0);
+    assert_eq!(t.engine.reads().session_count(TENANT).await.unwrap(), 3, "a second turn creates nothing");
+    assert_eq!(t.engine.reads().session_count("elsewhere").await.unwrap(), 0);
 }
 
 async fn a_sub_agent_beyond_the_session_limit_fails_its_call(t: TestEngine) {
-    t.engine.set_tenant_session_limit(TENANT, Some(1));
+    t.engine.admin().set_tenant_session_limit(TENANT, Some(1));
     let turn = t.chat("parent", "scenario", r#"use tool helper with {"prompt": "say hi"}"#).await;
     assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
     let transcript = t.transcript("parent").await;
     assert!(transcript[2].contains("the tenant has its maximum of 1 sessions"), "{transcript:?}");
-    assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 1, "no child was created");
+    assert_eq!(t.engine.reads().session_count(TENANT).await.unwrap(), 1, "no child was created");
     let call_id = t.snapshot("parent").await.messages[1].tool_calls.as_ref().unwrap()[0].id.clone();
-    assert!(t.engine.snapshot(TENANT, &format!("parent.2.{call_id}")).await.unwrap().is_none());
+    assert!(t.engine.reads().snapshot(TENANT, &format!("parent.2.{call_id}")).await.unwrap().is_none());
 
     // A client's new session is refused the same way; the limit lifted,
     // both work.
-    let refused = t.engine.input(TENANT, "second", subs_tests::user_input("helper", None, "hi"), Default::default());
+    let refused =
+        t.engine.sessions().input(TENANT, "second", subs_tests::user_input("helper", None, "hi"), Default::default());
     let err = refused.await.unwrap_err();
     assert!(matches!(err, InputError::LimitExceeded(_)), "{err}");
-    assert!(t.engine.snapshot(TENANT, "second").await.unwrap().is_none(), "nothing stored");
-    t.engine.set_tenant_session_limit(TENANT, None);
+    assert!(t.engine.reads().snapshot(TENANT, "second").await.unwrap().is_none(), "nothing stored");
+    t.engine.admin().set_tenant_session_limit(TENANT, None);
     t.chat("second", "helper", "hi").await;
-    assert_eq!(t.engine.session_count(TENANT).await.unwrap(), 2);
+    assert_eq!(t.engine.reads().session_count(TENANT).await.unwrap(), 2);
 }
 
 async fn an_edit_forks_a_branch(t: TestEngine) {
@@ -187,7 +188,7 @@ async fn an_edit_forks_a_branch(t: TestEngine) {
         stream: None,
         client: None,
     });
-    let accepted = t.engine.input(TENANT, "edit", input, Default::default()).await.unwrap();
+    let accepted = t.engine.sessions().input(TENANT, "edit", input, Default::default()).await.unwrap();
     t.wait("edit", accepted.turn_id.as_deref().unwrap()).await;
 
     let after = t.snapshot("edit").await;
@@ -212,7 +213,7 @@ async fn an_edit_forks_a_branch(t: TestEngine) {
         stream: None,
         client: None,
     });
-    let accepted = t.engine.input(TENANT, "edit", input, Default::default()).await.unwrap();
+    let accepted = t.engine.sessions().input(TENANT, "edit", input, Default::default()).await.unwrap();
     t.wait("edit", accepted.turn_id.as_deref().unwrap()).await;
     assert_eq!(t.transcript("edit").await, ["user: first", "assistant: You said: first"]);
     assert_eq!(t.snapshot("edit").await.message_tree.nodes.len(), 7);
@@ -220,10 +221,10 @@ async fn an_edit_forks_a_branch(t: TestEngine) {
 
 async fn the_same_turn_id_twice_is_one_turn(t: TestEngine) {
     let input = || subs_tests::user_input("helper", Some("once"), "only once");
-    let first = t.engine.input(TENANT, "idem", input(), Default::default()).await.unwrap();
+    let first = t.engine.sessions().input(TENANT, "idem", input(), Default::default()).await.unwrap();
     assert!(!first.existing);
     t.wait("idem", "once").await;
-    let second = t.engine.input(TENANT, "idem", input(), Default::default()).await.unwrap();
+    let second = t.engine.sessions().input(TENANT, "idem", input(), Default::default()).await.unwrap();
     assert!(second.existing);
     assert_eq!(second.turn_id.as_deref(), Some("once"));
     assert_eq!(t.transcript("idem").await.len(), 2);
@@ -238,13 +239,18 @@ async fn the_same_turn_id_twice_is_one_turn(t: TestEngine) {
 async fn waiting_for_a_queued_turn_returns_that_turn(t: TestEngine) {
     let first = t.send("queue", "scenario", "invalid please").await;
     let second = t.send("queue", "scenario", "count once").await;
-    let waited = tokio::time::timeout(std::time::Duration::from_secs(30), t.engine.wait_turn(TENANT, "queue", &second))
-        .await
-        .expect("the second turn ends")
-        .unwrap();
+    let waited =
+        tokio::time::timeout(std::time::Duration::from_secs(30), t.engine.reads().wait_turn(TENANT, "queue", &second))
+            .await
+            .expect("the second turn ends")
+            .unwrap();
     assert_eq!(waited.status, TurnStatus::Done, "{waited:?}");
-    assert_eq!(Some(&waited), t.engine.turn(TENANT, "queue", &second).await.unwrap().as_ref(), "the stored record");
-    let failed = t.engine.wait_turn(TENANT, "queue", &first).await.unwrap();
+    assert_eq!(
+        Some(&waited),
+        t.engine.reads().turn(TENANT, "queue", &second).await.unwrap().as_ref(),
+        "the stored record"
+    );
+    let failed = t.engine.reads().wait_turn(TENANT, "queue", &first).await.unwrap();
     assert_eq!(failed.status, TurnStatus::Failed, "an ended turn, from the store: {failed:?}");
 }
 
@@ -258,7 +264,7 @@ async fn an_invalid_decision_is_rejected_and_fails_the_turn_at_once(t: TestEngin
     let error = data["error"].as_str().unwrap();
     assert!(error.contains("call `nope` is not in flight"), "the rule is named: {error}");
     assert!(error.contains("after 1 deliveries"), "a broken rule is not retried: {error}");
-    let failed = t.engine.events(TENANT, "bad", None, 100).await.unwrap().pop().unwrap();
+    let failed = t.engine.reads().events(TENANT, "bad", None, 100).await.unwrap().pop().unwrap();
     assert_eq!(failed.name, "turn.failed");
     assert_eq!(failed.data["code"], "decision_failed");
 
@@ -273,11 +279,11 @@ async fn an_invalid_decision_is_rejected_and_fails_the_turn_at_once(t: TestEngin
 
 async fn cancel_stops_a_turn_and_keeps_the_session(t: TestEngine) {
     let turn = t.send("stop", "scenario", "interrupt and wait").await;
-    let mut events = t.engine.subscribe(TENANT, "stop").unwrap();
+    let mut events = t.engine.reads().subscribe(TENANT, "stop").unwrap();
     while t.snapshot("stop").await.record.status != SessionStatus::Waiting {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv()).await;
     }
-    assert!(t.engine.cancel(TENANT, "stop").await.unwrap(), "a turn was open");
+    assert!(t.engine.sessions().cancel(TENANT, "stop").await.unwrap(), "a turn was open");
     let ended = t.wait("stop", &turn).await;
     assert_eq!(ended.status, TurnStatus::Failed);
     assert_eq!(ended.data.unwrap()["code"], "cancelled");
@@ -285,20 +291,21 @@ async fn cancel_stops_a_turn_and_keeps_the_session(t: TestEngine) {
     assert_eq!(snapshot.record.status, SessionStatus::Idle);
     assert!(snapshot.record.interrupts.is_empty());
     assert_eq!(t.transcript("stop").await, ["user: interrupt and wait"], "nothing recorded is lost");
-    assert!(!t.engine.cancel(TENANT, "stop").await.unwrap(), "no turn is open any more");
+    assert!(!t.engine.sessions().cancel(TENANT, "stop").await.unwrap(), "no turn is open any more");
     assert_eq!(t.chat("stop", "scenario", "count after cancel").await.status, TurnStatus::Done);
 }
 
 async fn inputs_for_unknown_sessions_and_bad_ids_are_refused(t: TestEngine) {
     let resume = ClientInput::InterruptResume(InterruptResume { interrupt_id: "x".to_owned(), payload: None });
-    let err = t.engine.input(TENANT, "nobody", resume, Default::default()).await.unwrap_err();
+    let err = t.engine.sessions().input(TENANT, "nobody", resume, Default::default()).await.unwrap_err();
     assert!(matches!(err, InputError::NoSession(_)), "{err}");
     // `../etc` is an id like any other (ids never become paths): unknown.
     let resume = ClientInput::InterruptResume(InterruptResume { interrupt_id: "x".to_owned(), payload: None });
-    let err = t.engine.input(TENANT, "../etc", resume, Default::default()).await.unwrap_err();
+    let err = t.engine.sessions().input(TENANT, "../etc", resume, Default::default()).await.unwrap_err();
     assert!(matches!(err, InputError::NoSession(_)), "{err}");
     let err = t
         .engine
+        .sessions()
         .input(
             TENANT,
             "line\nbreak",
@@ -319,14 +326,14 @@ async fn a_client_action_and_a_decision_that_leaves_nothing_to_wait_for(t: TestE
             args: Some(json!({"x": 1})),
         })
     };
-    let accepted = t.engine.input(TENANT, "act", action("ping"), Default::default()).await.unwrap();
+    let accepted = t.engine.sessions().input(TENANT, "act", action("ping"), Default::default()).await.unwrap();
     let turn = t.wait("act", accepted.turn_id.as_deref().unwrap()).await;
     assert_eq!(turn.status, TurnStatus::Done);
     assert_eq!(t.transcript("act").await, ["assistant: pong"]);
 
     // An action the agent ignores (`proposed` is `{}`) leaves the turn with
     // nothing in flight: it ends as if by `done`.
-    let accepted = t.engine.input(TENANT, "act", action("unknown"), Default::default()).await.unwrap();
+    let accepted = t.engine.sessions().input(TENANT, "act", action("unknown"), Default::default()).await.unwrap();
     let turn = t.wait("act", accepted.turn_id.as_deref().unwrap()).await;
     assert_eq!(turn.status, TurnStatus::Done);
     assert_eq!(turn.data, None);

@@ -57,27 +57,28 @@ async fn a_node_without_the_session_forwards_to_its_holder_and_shows_its_events(
 
     // Node A takes the session: its first delivery waits at the gate.
     let arrived = gated.arrived.notified();
-    let first = a.engine.input(TENANT, "s", user_input("gated", Some("t1"), "hi"), Default::default()).await;
+    let first = a.engine.sessions().input(TENANT, "s", user_input("gated", Some("t1"), "hi"), Default::default()).await;
     assert_eq!(first.expect("accepted by A").turn_id.as_deref(), Some("t1"));
     tokio::time::timeout(Duration::from_secs(10), arrived).await.expect("A delivers");
-    let mut follow = b.engine.follow(TENANT, "s", None).expect("B follows the session");
+    let mut follow = b.engine.reads().follow(TENANT, "s", None).expect("B follows the session");
 
     // Through B: a second turn is queued by A, the same turn again is A's
     // existing turn, and what A refuses B refuses the same way.
-    let queued = b.engine.input(TENANT, "s", user_input("gated", Some("t2"), "more"), Default::default()).await;
+    let queued =
+        b.engine.sessions().input(TENANT, "s", user_input("gated", Some("t2"), "more"), Default::default()).await;
     let queued = queued.expect("forwarded and accepted");
     assert_eq!((queued.turn_id.as_deref(), queued.existing), (Some("t2"), false));
-    let again = b.engine.input(TENANT, "s", user_input("gated", Some("t1"), "hi"), Default::default()).await;
+    let again = b.engine.sessions().input(TENANT, "s", user_input("gated", Some("t1"), "hi"), Default::default()).await;
     assert!(again.expect("forwarded").existing, "the same turn id is the turn A runs");
     let stray = ClientInput::ToolResult(ToolResult { id: "nope".to_owned(), attempt: None, result: None });
-    let refused = b.engine.input(TENANT, "s", stray.clone(), Default::default()).await.expect_err("refused");
-    let local = a.engine.input(TENANT, "s", stray, Default::default()).await.expect_err("refused");
+    let refused = b.engine.sessions().input(TENANT, "s", stray.clone(), Default::default()).await.expect_err("refused");
+    let local = a.engine.sessions().input(TENANT, "s", stray, Default::default()).await.expect_err("refused");
     assert_eq!(refused, local, "B answers what A answers");
 
     // A cancel through B ends A's turn; the queued one then runs on A.
-    assert!(b.engine.cancel(TENANT, "s").await.expect("forwarded"), "a turn was open");
+    assert!(b.engine.sessions().cancel(TENANT, "s").await.expect("forwarded"), "a turn was open");
     gated.open.send_replace(true);
-    let t2 = tokio::time::timeout(Duration::from_secs(20), b.engine.wait_turn(TENANT, "s", "t2"))
+    let t2 = tokio::time::timeout(Duration::from_secs(20), b.engine.reads().wait_turn(TENANT, "s", "t2"))
         .await
         .expect("B hears the end of A's turn")
         .expect("the store answers");
@@ -95,7 +96,7 @@ async fn a_node_without_the_session_forwards_to_its_holder_and_shows_its_events(
         }
     }
     assert_eq!(seen, (0..seen.len() as u64).collect::<Vec<_>>(), "every event once, in order");
-    let t1 = b.engine.turn(TENANT, "s", "t1").await.unwrap().expect("stored");
+    let t1 = b.engine.reads().turn(TENANT, "s", "t1").await.unwrap().expect("stored");
     assert_eq!(t1.status, TurnStatus::Failed, "cancelled through B");
 }
 
@@ -110,7 +111,7 @@ async fn a_session_released_by_one_node_is_taken_by_the_next_without_forwarding(
     assert_eq!(turn.status, TurnStatus::Done);
     // A's actor lingers a second, then leaves and releases the lease.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(a.engine.active_sessions(), 0, "A let the session go");
+    assert_eq!(a.engine.reads().active_sessions(), 0, "A let the session go");
     let turn = b.chat("s", "gated", "again").await;
     assert_eq!(turn.status, TurnStatus::Done);
     assert_eq!(b.transcript("s").await.len(), 4, "both turns, one history");
@@ -122,7 +123,7 @@ async fn an_input_naming_a_session_that_does_not_exist_is_refused_by_any_node() 
     let Some((a, b)) = two_nodes().await else { return };
     let stray = ClientInput::ToolResult(ToolResult { id: "c".to_owned(), attempt: None, result: None });
     for node in [&a, &b] {
-        let refused = node.engine.input(TENANT, "ghost", stray.clone(), Default::default()).await;
+        let refused = node.engine.sessions().input(TENANT, "ghost", stray.clone(), Default::default()).await;
         assert!(matches!(refused, Err(InputError::NoSession(ref s)) if s == "ghost"), "{refused:?}");
     }
 }

@@ -52,8 +52,8 @@ async fn retry_backoffs_run_on_paused_time() {
     let virtual_start = tokio::time::Instant::now();
     let real_start = std::time::Instant::now();
     let input = user_input("flaky", Some("the-turn"), "hi");
-    engine.input(TENANT, "s", input, Default::default()).await.expect("input accepted");
-    let ended = engine.wait_turn(TENANT, "s", "the-turn").await.expect("the store answers");
+    engine.sessions().input(TENANT, "s", input, Default::default()).await.expect("input accepted");
+    let ended = engine.reads().wait_turn(TENANT, "s", "the-turn").await.expect("the store answers");
     assert_eq!(ended.status, TurnStatus::Done, "{ended:?}");
 
     // The first step took three deliveries, 60 s and then 120 s apart.
@@ -92,8 +92,12 @@ async fn a_decision_deadline_of_ten_minutes_passes_on_paused_time() {
 
     let virtual_start = tokio::time::Instant::now();
     let real_start = std::time::Instant::now();
-    engine.input(TENANT, "s", user_input("silent", Some("t"), "hi"), Default::default()).await.expect("accepted");
-    let ended = engine.wait_turn(TENANT, "s", "t").await.expect("the store answers");
+    engine
+        .sessions()
+        .input(TENANT, "s", user_input("silent", Some("t"), "hi"), Default::default())
+        .await
+        .expect("accepted");
+    let ended = engine.reads().wait_turn(TENANT, "s", "t").await.expect("the store answers");
 
     // Two deliveries of 600 s each, 30 s apart, then the turn fails.
     assert_eq!(ended.status, TurnStatus::Failed, "{ended:?}");

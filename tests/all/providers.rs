@@ -548,8 +548,15 @@ async fn turn(engine: &subs_engine::Engine, text: &str) -> subs_engine::store::T
 
 /// Runs one turn of session `s` to its end.
 async fn numbered_turn(engine: &subs_engine::Engine, turn_id: &str, text: &str) -> subs_engine::store::TurnRecord {
-    engine.input(TENANT, "s", subs_tests::user_input("tools", Some(turn_id), text), Default::default()).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(30), engine.wait_turn(TENANT, "s", turn_id)).await.unwrap().unwrap()
+    engine
+        .sessions()
+        .input(TENANT, "s", subs_tests::user_input("tools", Some(turn_id), text), Default::default())
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), engine.reads().wait_turn(TENANT, "s", turn_id))
+        .await
+        .unwrap()
+        .unwrap()
 }
 
 fn dollars(text: &str) -> Money {
@@ -568,11 +575,11 @@ async fn a_spent_budget_stops_calls_before_they_are_sent() {
     let (engine, _dir) = engine(models(&fake, LlmFormat::Openai)).await;
 
     assert_eq!(numbered_turn(&engine, "t1", "one").await.status, TurnStatus::Done);
-    let snapshot = engine.snapshot(TENANT, "s").await.unwrap().unwrap();
+    let snapshot = engine.reads().snapshot(TENANT, "s").await.unwrap().unwrap();
     assert_eq!(snapshot.record.cost.as_deref(), Some("0.001"));
     assert_eq!(snapshot.record.usage["prompt_tokens"], 1000, "{}", snapshot.record.usage);
 
-    engine.set_session_budget(TENANT, "s", Some(dollars("0.001"))).await.unwrap();
+    engine.sessions().set_budget(TENANT, "s", Some(dollars("0.001"))).await.unwrap();
     let refused = numbered_turn(&engine, "t2", "two").await;
     assert_eq!(refused.status, TurnStatus::Failed);
     let failure = refused.data.unwrap();
@@ -580,14 +587,14 @@ async fn a_spent_budget_stops_calls_before_they_are_sent() {
     assert!(failure["error"].as_str().unwrap().contains("session's budget of $0.001 is spent"), "{failure}");
     assert_eq!(fake.requests().len(), 1, "the refused call was never sent");
 
-    engine.set_session_budget(TENANT, "s", Some(dollars("0.01"))).await.unwrap();
+    engine.sessions().set_budget(TENANT, "s", Some(dollars("0.01"))).await.unwrap();
     assert_eq!(numbered_turn(&engine, "t3", "three").await.status, TurnStatus::Done);
-    let snapshot = engine.snapshot(TENANT, "s").await.unwrap().unwrap();
+    let snapshot = engine.reads().snapshot(TENANT, "s").await.unwrap().unwrap();
     assert_eq!(subs_tests::describe(snapshot.messages.last().unwrap()), "assistant: third");
     assert_eq!(snapshot.record.cost.as_deref(), Some("0.00101"));
-    assert_eq!(engine.tenant_spent(TENANT).await.unwrap(), dollars("0.00101"));
+    assert_eq!(engine.reads().tenant_spent(TENANT).await.unwrap(), dollars("0.00101"));
 
-    engine.set_tenant_budget(TENANT, Some(dollars("0.001")));
+    engine.admin().set_tenant_budget(TENANT, Some(dollars("0.001")));
     let refused = numbered_turn(&engine, "t4", "four").await;
     let failure = refused.data.unwrap();
     assert_eq!(failure["code"], "budget_exceeded", "{failure}");
@@ -603,7 +610,7 @@ async fn engine_turn_with_a_tool(format: LlmFormat) {
     let record = turn(&engine, "what is 2 + 3?").await;
     assert_eq!(record.status, TurnStatus::Done, "{record:?}");
 
-    let snapshot = engine.snapshot(TENANT, "s").await.unwrap().unwrap();
+    let snapshot = engine.reads().snapshot(TENANT, "s").await.unwrap().unwrap();
     let transcript: Vec<String> = snapshot.messages.iter().map(subs_tests::describe).collect();
     // OpenAI carries arguments as the model's own string, Anthropic as a
     // JSON object: compare them without whitespace.
@@ -644,7 +651,7 @@ async fn engine_turn_retries_after_429(format: LlmFormat) {
     assert_eq!(record.status, TurnStatus::Done, "{record:?}");
     assert_eq!(fake.requests().len(), 2);
     assert_eq!(fake.remaining(), 0);
-    let snapshot = engine.snapshot(TENANT, "s").await.unwrap().unwrap();
+    let snapshot = engine.reads().snapshot(TENANT, "s").await.unwrap().unwrap();
     assert_eq!(subs_tests::describe(snapshot.messages.last().unwrap()), "assistant: Hello after waiting.");
 }
 
@@ -671,7 +678,7 @@ async fn generated_images_are_recorded_and_sent_back(format: LlmFormat) {
         assert_eq!(numbered_turn(&engine, turn, text).await.status, TurnStatus::Done);
     }
 
-    let snapshot = engine.snapshot(TENANT, "s").await.unwrap().unwrap();
+    let snapshot = engine.reads().snapshot(TENANT, "s").await.unwrap().unwrap();
     let content = |i: usize| serde_json::to_value(&snapshot.messages[i].content).unwrap();
     assert_eq!(
         content(1),

@@ -121,7 +121,7 @@ async fn a_python_exception_fails_its_delivery_once_with_the_tracebacks_last_lin
     assert_eq!(failed.len(), 1, "{steps:#?}");
     assert_eq!(failed[0].attempts, 1, "delivered exactly once: {:#?}", failed[0]);
     assert!(failed[0].error.as_deref().unwrap_or_default().contains("ZeroDivisionError: division by zero"));
-    let events = t.engine.events(TENANT, "divides", None, 1000).await.unwrap();
+    let events = t.engine.reads().events(TENANT, "divides", None, 1000).await.unwrap();
     let ended = events.iter().find(|e| e.name == "turn.failed").expect("a turn.failed event");
     assert!(ended.data["error"].as_str().unwrap().contains("ZeroDivisionError: division by zero"), "{ended:?}");
 

@@ -63,19 +63,19 @@ async fn counting_engine(
 /// Starts the tool turn `the-turn` in `session`.
 async fn run_turn(engine: &subs_engine::Engine, session: &str) -> String {
     let input = user_input("tools", Some("the-turn"), PROMPT);
-    engine.input(TENANT, session, input, Default::default()).await.expect("input accepted").turn_id.unwrap()
+    engine.sessions().input(TENANT, session, input, Default::default()).await.expect("input accepted").turn_id.unwrap()
 }
 
 /// Waits (at most `within`) for `the-turn` of `session` to end.
 async fn wait_done(engine: &subs_engine::Engine, session: &str, within: u64) -> subs_engine::store::TurnRecord {
-    tokio::time::timeout(std::time::Duration::from_secs(within), engine.wait_turn(TENANT, session, "the-turn"))
+    tokio::time::timeout(std::time::Duration::from_secs(within), engine.reads().wait_turn(TENANT, session, "the-turn"))
         .await
         .expect("the turn ends")
         .unwrap()
 }
 
 async fn history(engine: &subs_engine::Engine, session: &str) -> Vec<Message> {
-    engine.snapshot(TENANT, session).await.unwrap().unwrap().messages
+    engine.reads().snapshot(TENANT, session).await.unwrap().unwrap().messages
 }
 
 /// A store the crash test opens, crashes and opens again: a redb file, or
@@ -192,7 +192,7 @@ async fn survives_a_crash_between_any_two_steps<P: Place>(fresh: impl Fn() -> P,
         store.crash_after(k);
         let executions = Arc::new(Mutex::new(HashMap::new()));
         let engine = counting_engine(store.clone(), &executions, contained).await;
-        let mut live = engine.subscribe(TENANT, "s").unwrap();
+        let mut live = engine.reads().subscribe(TENANT, "s").unwrap();
         run_turn(&engine, "s").await;
         tokio::time::timeout(std::time::Duration::from_secs(30), store.wait_crashed()).await.expect("the crash comes");
         engine.kill().await;
@@ -255,7 +255,7 @@ async fn a_restarted_engine_resumes_a_waiting_session() {
     // resumed by the new engine.
     let t = TestEngine::start().await;
     let turn = t.send("wait", "scenario", "interrupt me").await;
-    let mut events = t.engine.subscribe(TENANT, "wait").unwrap();
+    let mut events = t.engine.reads().subscribe(TENANT, "wait").unwrap();
     while t.snapshot("wait").await.record.status != subs_engine::store::SessionStatus::Waiting {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv()).await;
     }
@@ -265,7 +265,7 @@ async fn a_restarted_engine_resumes_a_waiting_session() {
         interrupt_id: "approval".to_owned(),
         payload: Some(serde_json::json!("ok")),
     });
-    t.engine.input(TENANT, "wait", resume, Default::default()).await.unwrap();
+    t.engine.sessions().input(TENANT, "wait", resume, Default::default()).await.unwrap();
     assert_eq!(t.wait("wait", &turn).await.status, TurnStatus::Done);
     assert_eq!(t.transcript("wait").await, ["user: interrupt me", r#"assistant: resumed with "ok""#]);
 }
@@ -274,7 +274,7 @@ async fn a_restarted_engine_resumes_a_waiting_session() {
 async fn a_call_held_by_an_interrupt_stays_queued_across_a_restart() {
     let t = TestEngine::start().await;
     let turn = t.send("held", "scenario", "hold it").await;
-    let mut events = t.engine.subscribe(TENANT, "held").unwrap();
+    let mut events = t.engine.reads().subscribe(TENANT, "held").unwrap();
     while t.snapshot("held").await.record.status != subs_engine::store::SessionStatus::Waiting {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), events.recv()).await;
     }
@@ -287,7 +287,7 @@ async fn a_call_held_by_an_interrupt_stays_queued_across_a_restart() {
         interrupt_id: "hold".to_owned(),
         payload: None,
     });
-    t.engine.input(TENANT, "held", resume, Default::default()).await.unwrap();
+    t.engine.sessions().input(TENANT, "held", resume, Default::default()).await.unwrap();
     assert_eq!(t.wait("held", &turn).await.status, TurnStatus::Done);
     let transcript = t.transcript("held").await;
     assert_eq!(
@@ -345,7 +345,7 @@ async fn a_redelivery_after_a_crash_carries_a_higher_attempts() {
 
     // Two crashes, each in the middle of a delivery of the same step.
     let (engine, store) = reopen(&dir, worker(true)).await;
-    engine.input(TENANT, "s", user_input("attempts", Some("t"), "hello"), Default::default()).await.unwrap();
+    engine.sessions().input(TENANT, "s", user_input("attempts", Some("t"), "hello"), Default::default()).await.unwrap();
     delivered.notified().await;
     crash(engine, store).await;
     let (engine, store) = reopen(&dir, worker(true)).await;
@@ -353,7 +353,7 @@ async fn a_redelivery_after_a_crash_carries_a_higher_attempts() {
     crash(engine, store).await;
 
     let (engine, _store) = reopen(&dir, worker(false)).await;
-    let turn = tokio::time::timeout(std::time::Duration::from_secs(30), engine.wait_turn(TENANT, "s", "t"))
+    let turn = tokio::time::timeout(std::time::Duration::from_secs(30), engine.reads().wait_turn(TENANT, "s", "t"))
         .await
         .unwrap()
         .unwrap();

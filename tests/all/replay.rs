@@ -62,7 +62,11 @@ async fn scenario_sessions(t: TestEngine, seen: &Arc<Mutex<HashMap<String, Decis
     let turn = t.send("approve", "scenario", "interrupt before you go on").await;
     interrupted(&t, "approve").await;
     let resume = InterruptResume { interrupt_id: "approval".to_owned(), payload: Some(json!({"approved": true})) };
-    t.engine.input(TENANT, "approve", ClientInput::InterruptResume(resume), Default::default()).await.unwrap();
+    t.engine
+        .sessions()
+        .input(TENANT, "approve", ClientInput::InterruptResume(resume), Default::default())
+        .await
+        .unwrap();
     assert_eq!(t.wait("approve", &turn).await.status, TurnStatus::Done);
 
     // A restart: the sessions' next steps are stored by a process that has
@@ -87,7 +91,7 @@ async fn scenario_sessions(t: TestEngine, seen: &Arc<Mutex<HashMap<String, Decis
         stream: None,
         client: None,
     });
-    let accepted = t.engine.input(TENANT, "edit", edit, Default::default()).await.unwrap();
+    let accepted = t.engine.sessions().input(TENANT, "edit", edit, Default::default()).await.unwrap();
     assert_eq!(t.wait("edit", accepted.turn_id.as_deref().unwrap()).await.status, TurnStatus::Done);
     assert!(t.snapshot("edit").await.message_tree.nodes.len() > t.snapshot("edit").await.messages.len(), "forked");
     t

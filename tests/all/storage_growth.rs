@@ -7,7 +7,7 @@ use subs_tests::TestEngine;
 #[tokio::test]
 async fn storage_per_message_stays_constant_over_200_messages() {
     let t = TestEngine::start().await;
-    let stored = async || t.engine.stored_bytes().await.unwrap();
+    let stored = async || t.engine.admin().stored_bytes().await.unwrap();
     // Each turn records two messages (the user's and the reply). The
     // messages are all the same size, so a linear store adds the same
     // bytes per turn however long the conversation already is.

@@ -53,7 +53,7 @@ async fn deltas_are_refused_when_nothing_streams() {
 #[tokio::test]
 async fn a_worker_run_llm_call_streams_to_clients_through_the_loop() {
     let t = subs_tests::TestEngine::start().await;
-    let mut events = t.engine.subscribe(subs_tests::TENANT, "stream").unwrap();
+    let mut events = t.engine.reads().subscribe(subs_tests::TENANT, "stream").unwrap();
     let turn = t.send("stream", "streamer", "hi").await;
     let mut seen = Vec::new();
     loop {
@@ -78,6 +78,6 @@ async fn a_worker_run_llm_call_streams_to_clients_through_the_loop() {
     assert!(first_delta < reply);
     assert_eq!(t.transcript("stream").await, ["user: hi", "assistant: hello"]);
     // None of them was stored.
-    let stored = t.engine.events(subs_tests::TENANT, "stream", None, 100).await.unwrap();
+    let stored = t.engine.reads().events(subs_tests::TENANT, "stream", None, 100).await.unwrap();
     assert!(stored.iter().all(|e| e.name != "llm.token.delta"));
 }

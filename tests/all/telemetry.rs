@@ -67,9 +67,9 @@ async fn a_turn_waiting_for_a_client_survives_a_crash_and_its_spans_keep_their_i
         client: Some(ClientContext { tools: Some(vec![confirm]), ..ClientContext::default() }),
     });
     let started = SystemTime::now();
-    engine.input(TENANT, "client", input, Default::default()).await.unwrap();
+    engine.sessions().input(TENANT, "client", input, Default::default()).await.unwrap();
     let call_id = loop {
-        let snapshot = engine.snapshot(TENANT, "client").await.unwrap().unwrap();
+        let snapshot = engine.reads().snapshot(TENANT, "client").await.unwrap().unwrap();
         if snapshot.record.status == SessionStatus::Waiting {
             let waiting = snapshot.calls.iter().find(|c| c.call.handler == Some(subs_protocol::Handler::Client));
             break waiting.expect("the client tool's call").call.id.clone();
@@ -90,8 +90,8 @@ async fn a_turn_waiting_for_a_client_survives_a_crash_and_its_spans_keep_their_i
     let after = Kept::default();
     let (engine, _store) = engine_on(&path, &after).await;
     let result = ClientInput::ToolResult(ToolResult { id: call_id, attempt: None, result: Some(json!({"ok": true})) });
-    engine.input(TENANT, "client", result, Default::default()).await.unwrap();
-    let turn = tokio::time::timeout(Duration::from_secs(30), engine.wait_turn(TENANT, "client", "turn-1"))
+    engine.sessions().input(TENANT, "client", result, Default::default()).await.unwrap();
+    let turn = tokio::time::timeout(Duration::from_secs(30), engine.reads().wait_turn(TENANT, "client", "turn-1"))
         .await
         .unwrap()
         .unwrap();
@@ -127,11 +127,11 @@ async fn streamed_calls_are_timed_to_their_first_token() {
     let config = subs_engine::EngineConfig { default_stream: true, ..subs_tests::test_config() };
     let engine = subs_tests::start_engine_with(store, subs_engine::model::Models::with_offline(), config).await;
     let input = subs_tests::user_input("tools", Some("t1"), r#"use tool add with {"a": 1, "b": 2}"#);
-    engine.input(TENANT, "streamed", input, Default::default()).await.unwrap();
-    let turn = engine.wait_turn(TENANT, "streamed", "t1").await.unwrap();
+    engine.sessions().input(TENANT, "streamed", input, Default::default()).await.unwrap();
+    let turn = engine.reads().wait_turn(TENANT, "streamed", "t1").await.unwrap();
     assert_eq!(turn.status, TurnStatus::Done);
     let mut text = String::new();
-    engine.encode_metrics(&mut text);
+    engine.admin().encode_metrics(&mut text);
     for line in [
         "subs_llm_time_to_first_token_seconds_count{model=\"subs/offline\"} 2",
         "subs_llm_call_duration_seconds_count{model=\"subs/offline\",outcome=\"ok\"} 2",

@@ -111,7 +111,7 @@ async fn neighbour_turns(s: Arc<Server>, stop: Arc<AtomicBool>, within: Duration
 
 /// The last message of a session, as stored.
 async fn reply(engine: &subs_engine::Engine, (tenant, _): (&str, &str), session: &str) -> String {
-    engine.snapshot(tenant, session).await.unwrap().unwrap().messages.last().unwrap().text()
+    engine.reads().snapshot(tenant, session).await.unwrap().unwrap().messages.last().unwrap().text()
 }
 
 /// Turns that flood the subscribers: each streams deltas until the
@@ -144,7 +144,10 @@ async fn a_stalled_subscriber_under_a_delta_flood_is_dropped_and_its_reconnect_l
     // A first, small turn creates the session and shows that the guest
     // hears why the host refuses its 12 MiB delta.
     let turn = say(&s, HOSTILE, "s", "flood", "100 3").await;
-    assert_eq!(engine.wait_turn(HOSTILE.0, "s", &turn).await.unwrap().status, subs_engine::store::TurnStatus::Done);
+    assert_eq!(
+        engine.reads().wait_turn(HOSTILE.0, "s", &turn).await.unwrap().status,
+        subs_engine::store::TurnStatus::Done
+    );
     let said = reply(&engine, HOSTILE, "s").await;
     assert!(said.starts_with("oversized: the delta is "), "{said}");
     assert!(said.contains("over the limit of 65536 per delta (`max_delta_bytes`)"), "{said}");
@@ -168,7 +171,7 @@ async fn a_stalled_subscriber_under_a_delta_flood_is_dropped_and_its_reconnect_l
             let mut heap_peak = 0;
             while !stop.load(Ordering::SeqCst) {
                 heap_peak = heap_peak.max(subs_tests::heap::live());
-                queued_peak.fetch_max(engine.queued_stream_bytes(HOSTILE.0), Ordering::SeqCst);
+                queued_peak.fetch_max(engine.reads().queued_stream_bytes(HOSTILE.0), Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             heap_peak
@@ -181,10 +184,11 @@ async fn a_stalled_subscriber_under_a_delta_flood_is_dropped_and_its_reconnect_l
     let mut last_turn = String::new();
     for _ in 0..FLOOD_TURNS {
         last_turn = say(&s, HOSTILE, "s", "flood", &format!("{piece} 1000000")).await;
-        let ended = tokio::time::timeout(Duration::from_secs(120), engine.wait_turn(HOSTILE.0, "s", &last_turn))
-            .await
-            .expect("a flood turn ends")
-            .unwrap();
+        let ended =
+            tokio::time::timeout(Duration::from_secs(120), engine.reads().wait_turn(HOSTILE.0, "s", &last_turn))
+                .await
+                .expect("a flood turn ends")
+                .unwrap();
         assert_eq!(ended.status, subs_engine::store::TurnStatus::Done, "{ended:?}");
         let said = reply(&engine, HOSTILE, "s").await;
         assert!(said.contains("(`max_call_delta_bytes`)"), "the decision's deltas are bounded: {said}");
@@ -252,7 +256,7 @@ async fn a_tenant_past_its_open_streams_is_refused_and_its_neighbour_is_not() {
     for tenant in [HOSTILE, NEIGHBOUR] {
         assert_eq!(s.upload("tools", guests::TOOLS, Some(tenant.1)).await.0, StatusCode::CREATED);
         let turn = say(&s, tenant, "s", "tools", "hi").await;
-        engine.wait_turn(tenant.0, "s", &turn).await.unwrap();
+        engine.reads().wait_turn(tenant.0, "s", &turn).await.unwrap();
     }
     let first = open(&s, HOSTILE, "s", None).await;
     let second = open(&s, HOSTILE, "s", None).await;
@@ -268,11 +272,11 @@ async fn a_tenant_past_its_open_streams_is_refused_and_its_neighbour_is_not() {
 
     // A streamed input is refused before it is stored: retrying it later
     // cannot send it twice.
-    let messages = engine.snapshot(HOSTILE.0, "s").await.unwrap().unwrap().messages.len();
+    let messages = engine.reads().snapshot(HOSTILE.0, "s").await.unwrap().unwrap().messages.len();
     let body = json!({"type": "client.message", "agent_id": "tools", "message": {"role": "user", "content": "again"}, "stream": true});
     let (status, refused) = s.call(POST, "/v1/sessions/s/input", Some(HOSTILE.1), Some(body)).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{refused}");
-    assert_eq!(engine.snapshot(HOSTILE.0, "s").await.unwrap().unwrap().messages.len(), messages);
+    assert_eq!(engine.reads().snapshot(HOSTILE.0, "s").await.unwrap().unwrap().messages.len(), messages);
 
     // Another tenant's streams are its own.
     let theirs = open(&s, NEIGHBOUR, "s", None).await;
@@ -289,7 +293,7 @@ async fn a_tenant_past_its_open_streams_is_refused_and_its_neighbour_is_not() {
         assert!(Instant::now() < deadline, "the place of a closed stream was not freed");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert_eq!(engine.open_streams(HOSTILE.0), 2);
+    assert_eq!(engine.reads().open_streams(HOSTILE.0), 2);
 }
 
 /// An agent failing with a 20 MB error: what is stored, sent and logged of

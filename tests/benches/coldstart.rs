@@ -95,8 +95,8 @@ async fn cold_start(components: &[Vec<u8>], cache: &std::path::Path) -> Run {
     let ready = start.elapsed();
 
     let input = subs_tests::user_input("agent0", Some("first"), "hello");
-    engine.input(TENANT, "s", input, Default::default()).await.expect("input accepted");
-    let turn = engine.wait_turn(TENANT, "s", "first").await.expect("the store answers");
+    engine.sessions().input(TENANT, "s", input, Default::default()).await.expect("input accepted");
+    let turn = engine.reads().wait_turn(TENANT, "s", "first").await.expect("the store answers");
     assert_eq!(turn.status, TurnStatus::Done, "{turn:?}");
     Run { ready, first_turn: start.elapsed(), compilations: host.compilations() }
 }

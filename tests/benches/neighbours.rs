@@ -101,9 +101,10 @@ async fn neighbour(engine: &Engine, turns: usize, label: &str) -> Vec<Duration> 
         let input = subs_tests::user_input("tools", None, r#"use tool add with {"a": 1, "b": 2}"#);
         let started = Instant::now();
         let session = format!("{label}-{}", n / 10);
-        let accepted = engine.input(NEIGHBOUR, &session, input, Default::default()).await.expect("input accepted");
+        let accepted =
+            engine.sessions().input(NEIGHBOUR, &session, input, Default::default()).await.expect("input accepted");
         let turn = accepted.turn_id.expect("a turn");
-        let record = engine.wait_turn(NEIGHBOUR, &session, &turn).await.expect("the store answers");
+        let record = engine.reads().wait_turn(NEIGHBOUR, &session, &turn).await.expect("the store answers");
         assert_eq!(record.status, TurnStatus::Done, "{record:?}");
         latencies.push(started.elapsed());
     }
@@ -116,7 +117,11 @@ async fn neighbour(engine: &Engine, turns: usize, label: &str) -> Vec<Duration> 
 async fn sleepers(engine: &Engine, count: usize) {
     for s in 0..count {
         let input = subs_tests::user_input("sleeper", None, "sleep");
-        engine.input(HOSTILE, &format!("sleeper-{s}"), input, Default::default()).await.expect("input accepted");
+        engine
+            .sessions()
+            .input(HOSTILE, &format!("sleeper-{s}"), input, Default::default())
+            .await
+            .expect("input accepted");
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
 }

@@ -205,9 +205,9 @@ fn restarted_rss(path: &std::path::Path) -> u64 {
 
 async fn turn(engine: &Engine, session: &str, n: usize) {
     let input = subs_tests::user_input("passthrough", Some(&format!("turn-{n}")), format!("message {n}"));
-    let accepted = engine.input(TENANT, session, input, Default::default()).await.expect("input accepted");
+    let accepted = engine.sessions().input(TENANT, session, input, Default::default()).await.expect("input accepted");
     let turn_id = accepted.turn_id.expect("a turn");
-    let record = engine.wait_turn(TENANT, session, &turn_id).await.expect("the store answers");
+    let record = engine.reads().wait_turn(TENANT, session, &turn_id).await.expect("the store answers");
     assert_eq!(record.status, TurnStatus::Done, "{record:?}");
 }
 
@@ -441,7 +441,7 @@ async fn idle_sessions(count: usize) -> serde_json::Value {
     println!(
         "\nidle sessions: {count} stored; resident {before} KiB before the engine, {started} KiB started, {at_half} KiB with {half}, {stored} KiB with {count}: {per_session:.0} B per idle session in all, {marginal:.0} B for each of the second {} ({} still active)",
         count - half,
-        bench.engine.active_sessions()
+        bench.engine.reads().active_sessions()
     );
     // The heap alone, without the allocator's reserves or the instance
     // pool's slots (mapped outside it).
@@ -461,7 +461,7 @@ async fn idle_sessions(count: usize) -> serde_json::Value {
     let heap_before_wave = subs_tests::heap::live();
     run_wave(&bench.engine, &wave.collect::<Vec<_>>()).await;
     let heap_active = subs_tests::heap::live() - heap_before_wave;
-    let active = bench.engine.active_sessions();
+    let active = bench.engine.reads().active_sessions();
     wait_for_actors(&bench.engine).await;
     let heap_left = subs_tests::heap::live() - heap_before_wave;
     subs_tests::heap::stop();
@@ -482,9 +482,9 @@ async fn idle_sessions(count: usize) -> serde_json::Value {
     let t = Instant::now();
     let counted = bench.store.redb().session_count(TENANT).await.expect("a count");
     let count_time = t.elapsed();
-    bench.engine.session_count(TENANT).await.expect("a count");
+    bench.engine.reads().session_count(TENANT).await.expect("a count");
     let t = Instant::now();
-    let kept = bench.engine.session_count(TENANT).await.expect("a count");
+    let kept = bench.engine.reads().session_count(TENANT).await.expect("a count");
     let kept_time = t.elapsed();
     assert!(listed == counted && counted == kept, "{listed} listed, {counted} counted, {kept} kept");
     println!(
@@ -557,7 +557,7 @@ async fn run_wave(engine: &Engine, ids: &[usize]) {
 /// session's actor lingers a second, then exits on its own.
 async fn wait_for_actors(engine: &Engine) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while engine.active_sessions() > 0 && Instant::now() < deadline {
+    while engine.reads().active_sessions() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

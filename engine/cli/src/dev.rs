@@ -439,7 +439,7 @@ impl Dev {
     /// those it decides differently, or that none changed. A replay that
     /// fails is reported; the chat goes on.
     async fn replay(&self, local: &Local, agent: &ComponentAgent) -> CliResult {
-        let snapshot = local.engine.snapshot(LOCAL_TENANT, &self.session).await.map_err(CliError::failed)?;
+        let snapshot = local.engine.reads().snapshot(LOCAL_TENANT, &self.session).await.map_err(CliError::failed)?;
         if snapshot.is_none_or(|s| s.record.agent_id != AGENT_ID) {
             return Ok(());
         }

@@ -283,8 +283,12 @@ impl Chat {
             message: DraftMessage::user(message),
             stream: None,
         });
-        let accepted =
-            self.engine.input(LOCAL_TENANT, &self.session, input, WorkerIdentity::default()).await.map_err(refused)?;
+        let accepted = self
+            .engine
+            .sessions()
+            .input(LOCAL_TENANT, &self.session, input, WorkerIdentity::default())
+            .await
+            .map_err(refused)?;
         let turn_id = accepted.turn_id.ok_or_else(|| CliError::failed(anyhow!("the message started no turn")))?;
         let mut view = TurnView::new(self.json, Some(turn_id));
         self.follow(&mut events, &mut view).await
@@ -295,7 +299,9 @@ impl Chat {
     /// turn followed to its end, before anything is sent (a message sent
     /// now would wait behind them).
     pub async fn open_interrupts(&mut self) -> CliResult {
-        let Some(snapshot) = self.engine.snapshot(LOCAL_TENANT, &self.session).await.map_err(CliError::failed)? else {
+        let Some(snapshot) =
+            self.engine.reads().snapshot(LOCAL_TENANT, &self.session).await.map_err(CliError::failed)?
+        else {
             return Ok(());
         };
         let record = snapshot.record;
@@ -379,7 +385,7 @@ impl Answers {
             };
             let input =
                 ClientInput::InterruptResume(InterruptResume { interrupt_id: id.clone(), payload: Some(payload) });
-            match engine.input(LOCAL_TENANT, session, input, WorkerIdentity::default()).await {
+            match engine.sessions().input(LOCAL_TENANT, session, input, WorkerIdentity::default()).await {
                 Ok(_) => return Ok(()),
                 Err(InputError::Invalid { message, .. }) if self.terminal => eprintln!("refused: {message}"),
                 Err(e) => {
@@ -605,8 +611,8 @@ struct Follower {
 impl Follower {
     /// Follows `session` from what is stored next.
     async fn new(engine: Engine, session: &str) -> anyhow::Result<Self> {
-        let after = engine.last_event(LOCAL_TENANT, session).await?;
-        Ok(Self { follow: engine.follow(LOCAL_TENANT, session, after)? })
+        let after = engine.reads().last_event(LOCAL_TENANT, session).await?;
+        Ok(Self { follow: engine.reads().follow(LOCAL_TENANT, session, after)? })
     }
 
     async fn next(&mut self) -> anyhow::Result<Event> {

@@ -177,7 +177,7 @@ async fn serve(setup: Setup) -> CliResult {
     let engine = Engine::open(store, models, config);
     // Nodes sharing a store sign tokens alike, so any node takes a token
     // another minted.
-    let keys = match engine.shared_secret("tokens").await.map_err(CliError::unavailable)? {
+    let keys = match engine.admin().shared_secret("tokens").await.map_err(CliError::unavailable)? {
         Some(secret) => keys.with_token_secret(secret),
         None => keys,
     };

@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::Engine;
+use crate::Reads;
 use crate::events::{Frame, RecvError, Subscription, TooManyStreams};
 use crate::store::{SessionKey, StoreError};
 
@@ -69,9 +69,9 @@ pub enum FollowError {
     Closed,
 }
 
-/// Following, on the engine: kept here so that the engine's module does
-/// not depend on this one, which holds an [`Engine`].
-impl Engine {
+/// Following, on the engine's reads: kept here so that the engine's module
+/// does not depend on this one, which holds a [`Reads`].
+impl Reads {
     /// The session's stored events after `after` (from the first when
     /// `None`), then its live ones: see [`Follow`](Follow).
     /// Counts as one of the tenant's subscriptions while it lives.
@@ -83,7 +83,7 @@ impl Engine {
 
 /// A session's events, stored then live; see the [module docs](self).
 pub struct Follow {
-    engine: Engine,
+    reads: Reads,
     key: SessionKey,
     live: Subscription,
     /// The last stored event passed on.
@@ -108,9 +108,9 @@ impl Follow {
     /// (from the first when `None`), on `live`, a subscription to that
     /// session taken before anything the follower must not miss (such as
     /// an input whose turn it waits for).
-    pub fn new(engine: Engine, tenant: &str, session: &str, after: Option<u64>, live: Subscription) -> Self {
+    pub fn new(reads: Reads, tenant: &str, session: &str, after: Option<u64>, live: Subscription) -> Self {
         Self {
-            engine,
+            reads,
             key: SessionKey::new(tenant, session),
             live,
             last: after,
@@ -155,7 +155,7 @@ impl Follow {
     /// the last event passed on (the token deltas dropped meanwhile are
     /// lost; they are never stored).
     pub fn resubscribe(&mut self) -> Result<(), TooManyStreams> {
-        self.live = self.engine.subscribe(&self.key.tenant, &self.key.session)?;
+        self.live = self.reads.subscribe(&self.key.tenant, &self.key.session)?;
         self.replaying = true;
         Ok(())
     }
@@ -187,7 +187,7 @@ impl Follow {
     /// Reads the next page of stored events after the last one passed on,
     /// serialized as live ones are (which also makes their size known).
     async fn read_page(&mut self) -> Result<(), StoreError> {
-        let page = self.engine.events(&self.key.tenant, &self.key.session, self.last, self.page).await?;
+        let page = self.reads.events(&self.key.tenant, &self.key.session, self.last, self.page).await?;
         self.replaying = page.len() == self.page;
         let frames: VecDeque<Arc<Frame>> = page.iter().map(|event| Arc::new(Frame::new(event))).collect();
         let bytes: usize = frames.iter().map(|frame| frame.bytes()).sum();

@@ -14,11 +14,12 @@
 //!
 //! - [`config`]: [`EngineConfig`] and the bounds on what a tenant's
 //!   agents may spawn and decide.
-//! - [`engine`]: [`Engine`], the sessions' face: inputs, cancel,
-//!   snapshots, events, agents; resumes unfinished sessions on start.
-//!   `records` adds the records the server keeps beside sessions
-//!   (tenants, keys), so that it reaches the store only through the
-//!   engine.
+//! - [`engine`]: [`Engine`], which wires the parts, registers agents and
+//!   resumes unfinished sessions on start, and hands out three narrow
+//!   handles: [`Sessions`] (inputs, cancel, budgets), [`Reads`]
+//!   (snapshots, events, turns, pages, through the store's read methods
+//!   only) and [`Admin`] (tenants' limits and records, keys, metrics), so
+//!   that the server reaches the store only through the engine.
 //! - `session`: one session's state machine (tree, proposals, decision
 //!   rules, applying decisions) and the actor that drives it.
 //! - [`replay`]: recorded decisions asked again of another version of an
@@ -46,8 +47,8 @@
 //! The modules depend on each other without a cycle (the architecture
 //! test checks it): `clock`, `retry`, `tools`, `worker`, `model`,
 //! `metrics`, `telemetry`, `events` and `config` at the bottom; then
-//! `tenants`, then `session`; `engine`, `cluster`, `replay`, `records`
-//! and `follow` on top.
+//! `tenants`, then `session`; `engine`, `cluster`, `replay` and `follow`
+//! on top.
 
 pub mod clock;
 mod cluster;
@@ -57,7 +58,6 @@ pub mod events;
 pub mod follow;
 pub mod metrics;
 pub mod model;
-mod records;
 pub mod replay;
 pub mod retry;
 mod session;
@@ -70,6 +70,6 @@ pub mod worker;
 pub use subs_store as store;
 
 pub use config::EngineConfig;
-pub use engine::{Accepted, Engine, InputError, ReadPermit, Sender, SharedSnapshot, Snapshot};
+pub use engine::{Accepted, Admin, Engine, InputError, ReadPermit, Reads, Sender, Sessions, SharedSnapshot, Snapshot};
 pub use events::StreamLimits;
 pub use store::Store;

@@ -32,6 +32,6 @@ pub mod model;
 pub mod worker;
 
 pub use subs_core::{
-    Accepted, Engine, EngineConfig, InputError, ReadPermit, Sender, SharedSnapshot, Snapshot, Store, StreamLimits,
-    clock, engine, events, follow, metrics, replay, retry, store, telemetry, tools,
+    Accepted, Admin, Engine, EngineConfig, InputError, ReadPermit, Reads, Sender, Sessions, SharedSnapshot, Snapshot,
+    Store, StreamLimits, clock, engine, events, follow, metrics, replay, retry, store, telemetry, tools,
 };

@@ -230,7 +230,7 @@ impl AppState {
             tenant: tenant.to_owned(),
             limits: subs_protocol::to_value(&self.config.limits(tenant)),
             overrides: self.config.record(tenant).map(|r| r.limits).unwrap_or_default(),
-            spent: self.engine.tenant_spent(tenant).await?.to_string(),
+            spent: self.engine.reads().tenant_spent(tenant).await?.to_string(),
         })
     }
 
@@ -241,7 +241,7 @@ impl AppState {
         // must not reach the store.
         crate::tenants::overlay(self.config.file().limits(&record.tenant), &record.limits)
             .map_err(|e| ApiError::invalid(e.field().unwrap_or("limits"), e.message()))?;
-        self.engine.put_tenant_record(record.clone()).await?;
+        self.engine.admin().put_tenant_record(record.clone()).await?;
         let tenant = record.tenant.clone();
         self.config.put(record).map_err(|e| ApiError::internal(&e))?;
         self.config.apply_tenant(&self.engine, &tenant);
@@ -368,7 +368,7 @@ pub async fn delete_tenant(
         )));
     }
     let hashes: Vec<String> = state.keys.of_tenant(&tenant).into_iter().map(|(k, _)| k.hash).collect();
-    state.engine.delete_tenant(&tenant, &hashes).await?;
+    state.engine.admin().delete_tenant(&tenant, &hashes).await?;
     for hash in &hashes {
         state.keys.remove(hash);
     }
@@ -379,8 +379,8 @@ pub async fn delete_tenant(
     // No key reaches its sessions any more; what they were doing stops too
     // (no more LLM calls charged to a tenant that is gone).
     let mut cancelled_turns = 0;
-    for session in state.engine.unfinished_sessions(&tenant).await? {
-        match state.engine.cancel(&tenant, &session).await {
+    for session in state.engine.reads().unfinished_sessions(&tenant).await? {
+        match state.engine.sessions().cancel(&tenant, &session).await {
             Ok(true) => cancelled_turns += 1,
             Ok(false) => {}
             Err(error) => {
@@ -543,7 +543,7 @@ pub async fn create_key(
         name: body.name,
         created_ms: now_ms(),
     };
-    state.engine.put_key_record(record.clone()).await?;
+    state.engine.admin().put_key_record(record.clone()).await?;
     state.keys.insert(record.clone());
     tracing::info!(tenant = %record.tenant, prefix = %record.prefix, "key created");
     let KeyRecord { tenant, hash, prefix, name, created_ms } = record;
@@ -603,7 +603,7 @@ pub async fn revoke_key(
             "that key is in the config file ([[keys]]): remove it there and restart the server",
         ));
     }
-    state.engine.delete_key_record(&record.tenant, &record.hash).await?;
+    state.engine.admin().delete_key_record(&record.tenant, &record.hash).await?;
     state.keys.remove(&record.hash);
     tracing::info!(tenant = %record.tenant, prefix = %record.prefix, "key revoked");
     Ok(Json(Revoked { tenant: record.tenant, hash: record.hash, prefix: record.prefix, revoked: true }))

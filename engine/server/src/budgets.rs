@@ -79,11 +79,11 @@ pub async fn session_budget(
         });
     }
     let not_found = || ApiError::no_session(&session_id);
-    if !state.engine.session_exists(&tenant, &session_id).await? {
+    if !state.engine.reads().session_exists(&tenant, &session_id).await? {
         return Err(not_found());
     }
-    state.engine.set_session_budget(&tenant, &session_id, body.budget).await?;
-    let record = state.engine.session_record(&tenant, &session_id).await?.ok_or_else(not_found)?;
+    state.engine.sessions().set_budget(&tenant, &session_id, body.budget).await?;
+    let record = state.engine.reads().session_record(&tenant, &session_id).await?.ok_or_else(not_found)?;
     Ok(Json(SessionBudget {
         session_id,
         budget: record.budget,
@@ -100,7 +100,7 @@ pub async fn session_budget(
 )]
 pub async fn usage(State(state): State<Arc<AppState>>, Tenant(tenant): Tenant) -> Result<Json<TenantUsage>, ApiError> {
     Ok(Json(TenantUsage {
-        cost: state.engine.tenant_spent(&tenant).await?.to_string(),
-        budget: state.engine.tenant_budget(&tenant).map(|b| b.to_string()),
+        cost: state.engine.reads().tenant_spent(&tenant).await?.to_string(),
+        budget: state.engine.admin().tenant_budget(&tenant).map(|b| b.to_string()),
     }))
 }

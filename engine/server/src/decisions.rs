@@ -141,17 +141,17 @@ pub async fn list(
     let max_bytes = state.config.limits(&caller.tenant).max_page_bytes;
     // Waits, holding nothing, while the tenant has its bound of
     // whole-session reads running.
-    let read = state.engine.session_read(&caller.tenant).await;
+    let read = state.engine.reads().session_read(&caller.tenant).await;
     reads::blocking(move |runtime, stop| {
         let _read = read;
         let (tenant, engine) = (&caller.tenant, &state.engine);
-        let record = runtime.block_on(engine.session_record(tenant, &session_id))?;
+        let record = runtime.block_on(engine.reads().session_record(tenant, &session_id))?;
         let Some(record) = record.filter(|record| caller.may_reach(record)) else {
             return Err(ApiError::no_session(&session_id));
         };
         stop.check()?;
         // One more than the page, to know whether another follows.
-        let mut steps = runtime.block_on(engine.steps(tenant, &session_id, from, limit + 1, max_bytes))?;
+        let mut steps = runtime.block_on(engine.reads().steps(tenant, &session_id, from, limit + 1, max_bytes))?;
         // Past the page: a step beyond `limit`, or, when the page ended at
         // its bytes, steps the session has after it.
         let more = steps.len() > limit || steps.last().is_some_and(|(seq, _)| seq.saturating_add(1) < record.next.step);
@@ -170,7 +170,7 @@ pub async fn list(
         let mut open = Vec::new();
         for batch in ids.chunks(CALLS_PER_READ) {
             stop.check()?;
-            open.extend(runtime.block_on(engine.calls_named(tenant, &session_id, batch))?);
+            open.extend(runtime.block_on(engine.reads().calls_named(tenant, &session_id, batch))?);
         }
         drop(ids);
         stop.check()?;

@@ -234,8 +234,8 @@ impl AppState {
     /// get the config file's limits back.
     pub async fn reload_records(&self) -> Result<(), subs_engine::store::StoreError> {
         let before: Vec<String> = self.config.records().into_iter().map(|r| r.tenant).collect();
-        self.config.replace_stored(self.engine.tenant_records().await?).await;
-        self.keys.replace_stored(self.engine.key_records().await?);
+        self.config.replace_stored(self.engine.admin().tenant_records().await?).await;
+        self.keys.replace_stored(self.engine.admin().key_records().await?);
         self.config.apply_to(&self.engine);
         for tenant in before {
             self.config.apply_tenant(&self.engine, &tenant);

@@ -146,7 +146,7 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> Result<axum::Json<He
 /// What `/healthz` answers; also the HTTP edge's, for a connection past
 /// its caps (see [`crate::edge`]).
 pub async fn health(state: &AppState) -> Result<Health, crate::ApiError> {
-    state.engine.check_store().await?;
+    state.engine.admin().check_store().await?;
     Ok(Health { status: "ok".to_owned() })
 }
 
@@ -161,8 +161,8 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let mut out = String::new();
     // Writing to a String cannot fail.
     let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &state.metrics.registry);
-    state.engine.encode_metrics(&mut out);
-    if let Ok(stats) = state.engine.store_stats() {
+    state.engine.admin().encode_metrics(&mut out);
+    if let Ok(stats) = state.engine.admin().store_stats() {
         let mut store = Registry::with_prefix("subs");
         let counter = |n: u64| {
             let c: Counter = Counter::default();

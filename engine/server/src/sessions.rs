@@ -286,7 +286,7 @@ pub async fn send(
     if caller.user.as_ref().is_some_and(|user| !user.may_name(session_id)) {
         return Err(ApiError::no_session(session_id));
     }
-    let existing = state.engine.session_record(tenant, session_id).await?;
+    let existing = state.engine.reads().session_record(tenant, session_id).await?;
     if let Some(existing) = existing.as_ref().filter(|r| !caller.may_reach(r)) {
         return Err(ApiError::no_session(&existing.key.session));
     }
@@ -334,7 +334,8 @@ pub async fn send(
     // The session's actor checks the owner again as it accepts the input:
     // the checks above read the session before a concurrent input may
     // have created it.
-    let accepted = state.engine.input_traced(tenant, session_id, input, sender, caller.trace.clone()).await?;
+    let accepted =
+        state.engine.sessions().input_traced(tenant, session_id, input, sender, caller.trace.clone()).await?;
     let after = if accepted.existing { None } else { after };
     Ok(Sent { accepted, live, after })
 }
@@ -354,6 +355,7 @@ pub async fn snapshot(
 ) -> Result<Response, ApiError> {
     let snapshot = state
         .engine
+        .reads()
         .shared_snapshot(&caller.tenant, &session_id)
         .await?
         .filter(|snapshot| caller.may_reach(&snapshot.record))
@@ -530,7 +532,7 @@ pub async fn list(
         (Some(user), _) => match &user.session_id {
             // A token for one session lists that one, if it is its own.
             Some(own) => {
-                let record = state.engine.session_record(&tenant, own).await?;
+                let record = state.engine.reads().session_record(&tenant, own).await?;
                 let past = |r: &SessionRecord| after.as_deref().is_none_or(|after| r.key.session.as_str() > after);
                 let page: Vec<SessionSummary> = record
                     .filter(|r| user.may_reach(r) && past(r) && wanted(r))
@@ -561,8 +563,8 @@ pub async fn list(
         let read = |from: Option<&str>, n: usize| {
             runtime.block_on(async {
                 match &owner {
-                    Some(owner) => state.engine.sessions_of_identity(&tenant, owner, from, n).await,
-                    None => state.engine.sessions_page(&tenant, from, n).await,
+                    Some(owner) => state.engine.reads().sessions_of_identity(&tenant, owner, from, n).await,
+                    None => state.engine.reads().sessions_page(&tenant, from, n).await,
                 }
             })
         };
@@ -654,10 +656,10 @@ pub async fn cancel(
     caller: Caller,
     SessionPath(session_id): SessionPath,
 ) -> Result<Json<Cancelled>, ApiError> {
-    let record = state.engine.session_record(&caller.tenant, &session_id).await?;
+    let record = state.engine.reads().session_record(&caller.tenant, &session_id).await?;
     if !record.is_some_and(|r| caller.may_reach(&r)) {
         return Err(ApiError::no_session(&session_id));
     }
-    let cancelled = state.engine.cancel(&caller.tenant, &session_id).await?;
+    let cancelled = state.engine.sessions().cancel(&caller.tenant, &session_id).await?;
     Ok(Json(Cancelled { cancelled }))
 }

@@ -29,9 +29,9 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::stream::{self, BoxStream};
-use subs_engine::Engine;
 use subs_engine::events::{Frame, Subscription, TooManyStreams};
 use subs_engine::follow::{Follow, FollowError};
+use subs_engine::{Engine, Reads};
 use subs_protocol::{EventKind, SessionEvent};
 
 use crate::AppState;
@@ -74,7 +74,7 @@ pub async fn events(
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<EventStream, ApiError> {
-    let record = state.engine.session_record(&caller.tenant, &session_id).await?;
+    let record = state.engine.reads().session_record(&caller.tenant, &session_id).await?;
     if !record.is_some_and(|r| caller.may_reach(&r)) {
         return Err(ApiError::no_session(&session_id));
     }
@@ -93,7 +93,7 @@ pub async fn events(
     };
     let live = subscribe(&state.engine, &tenant, &session_id)?;
     let guard = Guard { removals: state.keys.removals(), state: state.clone(), credential };
-    Ok(respond(Pump::new(state.engine.clone(), tenant, session_id, after, None, live), Some(guard)))
+    Ok(respond(Pump::new(state.engine.reads().clone(), tenant, session_id, after, None, live), Some(guard)))
 }
 
 /// What keeps a session's event stream open: the credential it was
@@ -123,7 +123,7 @@ impl Guard {
 /// Subscribes to the session's live events for a stream, or answers 429
 /// when the tenant has all the streams it may.
 pub fn subscribe(engine: &Engine, tenant: &str, session: &str) -> Result<Subscription, ApiError> {
-    engine.subscribe(tenant, session).map_err(|TooManyStreams { max }| {
+    engine.reads().subscribe(tenant, session).map_err(|TooManyStreams { max }| {
         ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "limit_exceeded",
@@ -146,7 +146,7 @@ pub fn turn(
     after: Option<u64>,
     live: Subscription,
 ) -> EventStream {
-    respond(Pump::new(state.engine.clone(), tenant, session, after, Some(turn_id), live), None)
+    respond(Pump::new(state.engine.reads().clone(), tenant, session, after, Some(turn_id), live), None)
 }
 
 /// The events of one turn, typed, for the protocol adapters that
@@ -175,7 +175,7 @@ impl TurnFrames {
         after: Option<u64>,
         live: Subscription,
     ) -> Self {
-        TurnFrames(Pump::new(state.engine.clone(), tenant, session, after, Some(turn_id), live))
+        TurnFrames(Pump::new(state.engine.reads().clone(), tenant, session, after, Some(turn_id), live))
     }
 
     /// The rest of the turn `turn_id`, already started: every event
@@ -190,7 +190,7 @@ impl TurnFrames {
         after: Option<u64>,
         live: Subscription,
     ) -> Self {
-        TurnFrames(Pump::continuing(state.engine.clone(), tenant, session, after, turn_id, live))
+        TurnFrames(Pump::continuing(state.engine.reads().clone(), tenant, session, after, turn_id, live))
     }
 
     /// The turn's next event; `None` after its last (or when the engine
@@ -242,28 +242,28 @@ struct Pump {
 
 impl Pump {
     fn new(
-        engine: Engine,
+        reads: Reads,
         tenant: String,
         session: String,
         after: Option<u64>,
         turn: Option<String>,
         live: Subscription,
     ) -> Self {
-        let follow = Follow::new(engine, &tenant, &session, after, live);
+        let follow = Follow::new(reads, &tenant, &session, after, live);
         Pump { tenant, session, follow, turn, in_turn: false, done: false }
     }
 
     /// A pump for a turn that started before the events after `after`
     /// (one that an input answered, such as a `tool.result`, continues).
     fn continuing(
-        engine: Engine,
+        reads: Reads,
         tenant: String,
         session: String,
         after: Option<u64>,
         turn: String,
         live: Subscription,
     ) -> Self {
-        Pump { in_turn: true, ..Pump::new(engine, tenant, session, after, Some(turn), live) }
+        Pump { in_turn: true, ..Pump::new(reads, tenant, session, after, Some(turn), live) }
     }
 
     /// The next event to send; `None` ends the stream (the turn ended, the

@@ -94,7 +94,7 @@ impl LiveConfig {
     /// The config file's settings with the tenants stored through
     /// `engine` over them.
     pub async fn load(file: ServerConfig, engine: &Engine) -> Result<Self, StoreError> {
-        Ok(Self::new(file, engine.tenant_records().await?))
+        Ok(Self::new(file, engine.admin().tenant_records().await?))
     }
 
     /// What the config file says.
@@ -154,12 +154,12 @@ impl LiveConfig {
     /// spawn and decision bounds) to `engine`: the defaults, and those of every tenant
     /// with its own.
     pub fn apply_to(&self, engine: &Engine) {
-        engine.set_default_tenant_budget(self.file.default_limits.budget);
-        engine.set_default_session_limit(sessions(&self.file.default_limits));
-        engine.set_default_spawn_bounds(spawn_bounds(&self.file.default_limits));
-        engine.set_default_decision_bounds(decision_bounds(&self.file.default_limits));
-        engine.set_default_max_session_bytes(self.file.default_limits.max_session_bytes);
-        engine.set_default_max_session_reads(self.file.default_limits.max_session_reads);
+        engine.admin().set_default_tenant_budget(self.file.default_limits.budget);
+        engine.admin().set_default_session_limit(sessions(&self.file.default_limits));
+        engine.admin().set_default_spawn_bounds(spawn_bounds(&self.file.default_limits));
+        engine.admin().set_default_decision_bounds(decision_bounds(&self.file.default_limits));
+        engine.admin().set_default_max_session_bytes(self.file.default_limits.max_session_bytes);
+        engine.admin().set_default_max_session_reads(self.file.default_limits.max_session_reads);
         for tenant in self.file.tenant_limits.keys() {
             self.apply_tenant(engine, tenant);
         }
@@ -173,14 +173,14 @@ impl LiveConfig {
     pub fn apply_tenant(&self, engine: &Engine, tenant: &str) {
         if self.read().contains_key(tenant) || self.configured(tenant) {
             let limits = self.limits(tenant);
-            engine.set_tenant_budget(tenant, limits.budget);
-            engine.set_tenant_session_limit(tenant, sessions(&limits));
-            engine.set_tenant_spawn_bounds(tenant, spawn_bounds(&limits));
-            engine.set_tenant_decision_bounds(tenant, decision_bounds(&limits));
-            engine.set_tenant_max_session_bytes(tenant, Some(limits.max_session_bytes));
-            engine.set_tenant_max_session_reads(tenant, Some(limits.max_session_reads));
+            engine.admin().set_tenant_budget(tenant, limits.budget);
+            engine.admin().set_tenant_session_limit(tenant, sessions(&limits));
+            engine.admin().set_tenant_spawn_bounds(tenant, spawn_bounds(&limits));
+            engine.admin().set_tenant_decision_bounds(tenant, decision_bounds(&limits));
+            engine.admin().set_tenant_max_session_bytes(tenant, Some(limits.max_session_bytes));
+            engine.admin().set_tenant_max_session_reads(tenant, Some(limits.max_session_reads));
         } else {
-            engine.clear_tenant_limits(tenant);
+            engine.admin().clear_tenant_limits(tenant);
         }
     }
 

@@ -100,7 +100,7 @@ pub(crate) async fn find(
     field: &str,
     noun: &str,
 ) -> Result<Found, ApiError> {
-    let Some(snapshot) = state.engine.snapshot(&caller.tenant, id).await? else { return Ok(Found::New) };
+    let Some(snapshot) = state.engine.reads().snapshot(&caller.tenant, id).await? else { return Ok(Found::New) };
     if !caller.may_reach(&snapshot.record) {
         return Ok(Found::Unreachable);
     }
@@ -274,7 +274,7 @@ pub(crate) async fn follow(
         }
         Plan::Cancel { turn_id, after } => {
             let live = crate::stream::subscribe(&state.engine, tenant, session)?;
-            state.engine.cancel(tenant, session).await?;
+            state.engine.sessions().cancel(tenant, session).await?;
             tracing::info!(%tenant, %session, turn = %turn_id, frontend, "a frontend request cancels an interrupted turn");
             let frames =
                 TurnFrames::continuing(state, tenant.clone(), session.to_owned(), turn_id.clone(), after, live);
@@ -298,7 +298,7 @@ impl Reader {
     /// The session as it is now; `None` when it is gone or could not be
     /// read (logged: the stream goes on with what it has).
     pub(crate) async fn snapshot(&self) -> Option<Snapshot> {
-        match self.state.engine.snapshot(&self.tenant, &self.session).await {
+        match self.state.engine.reads().snapshot(&self.tenant, &self.session).await {
             Ok(snapshot) => snapshot,
             Err(error) => {
                 tracing::warn!(%error, tenant = %self.tenant, session = %self.session, "a frontend stream cannot read its session");
