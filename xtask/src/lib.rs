@@ -1,5 +1,6 @@
 //! The generators behind `cargo xtask codegen`: the protocol's schema as
-//! committed, and the SDKs' protocol types made from it.
+//! committed, and the SDKs' and client libraries' protocol types made
+//! from it.
 //!
 //! Every generator reads the schema document (not the Rust types), so what
 //! reaches the SDKs is exactly what the committed schema says.
@@ -8,6 +9,7 @@ use serde_json::Value;
 
 pub mod model;
 pub mod python;
+pub mod python_client;
 pub mod ts;
 
 /// Where the schema of every wire type is committed.
@@ -23,5 +25,15 @@ pub fn generated_files(schema: &Value) -> Result<Vec<(&'static str, String)>, St
     let mut text = serde_json::to_string_pretty(schema).map_err(|e| e.to_string())?;
     text.push('\n');
     let model = model::Model::read(schema)?;
-    Ok(vec![(SCHEMA_PATH, text), (ts::PATH, ts::render(&model)), (python::PATH, python::render(&model))])
+    let ts = ts::render(&model);
+    Ok(vec![
+        (SCHEMA_PATH, text),
+        (ts::PATH, ts.clone()),
+        (python::PATH, python::render(&model)),
+        // The client libraries' wire types: the TypeScript declarations as
+        // the SDK's, the Python ones as the JSON-shaped `TypedDict`s a
+        // client passes through.
+        (ts::CLIENT_PATH, ts),
+        (python_client::PATH, python_client::render(&model)),
+    ])
 }

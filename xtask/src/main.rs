@@ -3,7 +3,8 @@
 //!
 //! - `codegen`: writes every file generated from the protocol's Rust types
 //!   (engine/protocol): the JSON Schema of the wire types, and from that
-//!   schema the TypeScript and Python SDKs' protocol types.
+//!   schema the TypeScript and Python SDKs' protocol types and the client
+//!   libraries' (clients/ts, clients/python).
 //! - `codegen --check`: writes nothing; fails naming each generated file
 //!   that differs from what `codegen` would write (CI runs it).
 

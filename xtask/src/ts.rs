@@ -1,4 +1,4 @@
-//! The TypeScript SDK's protocol types (`protocol.generated.d.ts`): one
+//! The TypeScript SDK's and client's protocol types (`protocol.generated.d.ts`): one
 //! interface or type per schema type, each variant of a union an interface
 //! carrying its tag, the descriptions as doc comments.
 
@@ -8,6 +8,9 @@ use crate::model::{Def, Field, Model, Payload, Ty};
 
 /// Where the TypeScript types are written.
 pub const PATH: &str = "guest-sdk/js/src/protocol.generated.d.ts";
+
+/// Where the TypeScript client library's copy is written (the same text).
+pub const CLIENT_PATH: &str = "clients/ts/src/protocol.generated.d.ts";
 
 /// The declarations file for `model`.
 pub fn render(model: &Model) -> String {

@@ -27,7 +27,7 @@ fn declaration<'a>(text: &'a str, start: &str, end: &str) -> &'a str {
 }
 
 #[test]
-fn a_field_added_in_rust_reaches_both_sdks() {
+fn a_field_added_in_rust_reaches_both_sdks_and_both_clients() {
     let mut document = subs_protocol::schema::document();
     let before = generated_files(&document).expect("the generators read the schema");
 
@@ -46,8 +46,16 @@ fn a_field_added_in_rust_reaches_both_sdks() {
     assert!(ts.contains("  /** How urgent the call is (0 the most). */\n  priority?: number;"), "{ts}");
     let py = declaration(file(&after, xtask::python::PATH), "class ToolExecute(Trigger):", "\n\n\n");
     assert!(py.contains("    #: How urgent the call is (0 the most).\n    priority: Optional[int] = None"), "{py}");
-    // And only there: nothing else in the SDKs changed.
-    for path in [xtask::ts::PATH, xtask::python::PATH] {
+    // The clients' copies: the TypeScript declarations as the SDK's, the
+    // Python TypedDict optional.
+    assert_eq!(file(&after, xtask::ts::CLIENT_PATH), file(&after, xtask::ts::PATH));
+    let client = declaration(file(&after, xtask::python_client::PATH), "class ToolExecute(TypedDict):", "\n\n\n");
+    assert!(
+        client.contains("    #: How urgent the call is (0 the most).\n    priority: NotRequired[Optional[int]]"),
+        "{client}"
+    );
+    // And only there: nothing else in the SDKs and clients changed.
+    for path in [xtask::ts::PATH, xtask::python::PATH, xtask::ts::CLIENT_PATH, xtask::python_client::PATH] {
         let changed: Vec<&str> = file(&after, path).lines().filter(|l| !file(&before, path).contains(*l)).collect();
         assert_eq!(changed.len(), 2, "{path}: {changed:?}");
     }
