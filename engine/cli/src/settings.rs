@@ -16,6 +16,7 @@ use subs_engine::store::shared::SharedSettings;
 use subs_engine::worker::component::{AgentPolicy, CompileBudget, HostConfig, LimitOverrides, Limits as SandboxLimits};
 use subs_engine::{EngineConfig, StreamLimits};
 use subs_server::edge::HttpConfig;
+use subs_server::mcp::Bounds as McpBounds;
 use subs_server::{Limits, ServerConfig};
 use subs_store_postgres::{MAX_NODE_NAME, PgOptions, redact};
 
@@ -79,6 +80,9 @@ pub struct ConfigFile {
     /// `[http]`: the server-wide bounds of connections, request heads and
     /// bodies (docs/security.md, "The HTTP edge").
     pub http: HttpEntry,
+    /// `[mcp_endpoint]`: what MCP clients of the agents' MCP endpoints may
+    /// hold (docs/mcp.md).
+    pub mcp_endpoint: McpEndpointEntry,
     /// `[timeouts]`: how long deliveries and calls may take when no retry
     /// policy says.
     pub timeouts: TimeoutsEntry,
@@ -363,6 +367,67 @@ impl StreamsEntry {
             max_deltas_per_sec: self.max_deltas_per_sec.unwrap_or(defaults.max_deltas_per_sec),
             subscriber_buffer_bytes: self.subscriber_buffer_bytes.unwrap_or(defaults.subscriber_buffer_bytes),
             max_streams_per_tenant: self.max_streams_per_tenant.unwrap_or(defaults.max_streams_per_tenant),
+        })
+    }
+}
+
+/// `[mcp_endpoint]` as written: each field optional, over the server's
+/// defaults ([`McpBounds`]).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpEndpointEntry {
+    /// MCP sessions one tenant may have open at once.
+    pub max_sessions_per_tenant: Option<usize>,
+    /// How long an unused MCP session lives, in seconds.
+    pub session_idle_secs: Option<f64>,
+    /// `tools/call` requests one MCP session may have running at once.
+    pub max_calls_per_session: Option<usize>,
+    /// How long a call waits for the client's answer to an elicitation, in
+    /// seconds.
+    pub elicitation_timeout_secs: Option<f64>,
+}
+
+impl McpEndpointEntry {
+    /// The longest time the table takes: a day.
+    const MAX_SECS: f64 = 86_400.0;
+
+    /// The bounds this table sets over the defaults.
+    ///
+    /// # Errors
+    /// A count of 0, or a time that is not a number of seconds above 0 and
+    /// at most a day.
+    pub fn bounds(&self) -> CliResult<McpBounds> {
+        let defaults = McpBounds::default();
+        let secs = |key: &str, value: Option<f64>, default: std::time::Duration| match value {
+            None => Ok(default),
+            Some(secs) if secs > 0.0 && secs <= Self::MAX_SECS => Ok(std::time::Duration::from_secs_f64(secs)),
+            Some(secs) => Err(CliError::usage(anyhow!(
+                "`[mcp_endpoint] {key}` must be a number of seconds above 0 and at most {}, not {secs}",
+                Self::MAX_SECS
+            ))),
+        };
+        let count = |key: &str, value: Option<usize>, default: usize| match value {
+            None => Ok(default),
+            Some(0) => Err(CliError::usage(anyhow!("`[mcp_endpoint] {key}` must be at least 1"))),
+            Some(n) => Ok(n),
+        };
+        Ok(McpBounds {
+            max_sessions_per_tenant: count(
+                "max_sessions_per_tenant",
+                self.max_sessions_per_tenant,
+                defaults.max_sessions_per_tenant,
+            )?,
+            session_idle: secs("session_idle_secs", self.session_idle_secs, defaults.session_idle)?,
+            max_calls_per_session: count(
+                "max_calls_per_session",
+                self.max_calls_per_session,
+                defaults.max_calls_per_session,
+            )?,
+            elicitation_timeout: secs(
+                "elicitation_timeout_secs",
+                self.elicitation_timeout_secs,
+                defaults.elicitation_timeout,
+            )?,
         })
     }
 }
@@ -767,7 +832,8 @@ impl ConfigFile {
     /// The server's limits, CORS origins and HTTP bounds.
     ///
     /// # Errors
-    /// A bad value in `[http]` ([`HttpEntry::config`]).
+    /// A bad value in `[http]` ([`HttpEntry::config`]) or `[mcp_endpoint]`
+    /// ([`McpEndpointEntry::bounds`]).
     pub fn server_config(&self) -> CliResult<ServerConfig> {
         let default_limits = self.limits.over(&Limits::default());
         let tenant_limits =
@@ -777,6 +843,7 @@ impl ConfigFile {
             tenant_limits,
             cors_origins: self.cors_origins.clone(),
             http: self.http.config()?,
+            mcp_endpoint: self.mcp_endpoint.bounds()?,
         })
     }
 }
@@ -901,6 +968,7 @@ mod tests {
         assert_eq!(acme.max_body_bytes, config.default_limits.max_body_bytes, "inherited from [limits]");
         assert_eq!(file.streams.limits().unwrap(), subs_engine::StreamLimits::default(), "the defaults, as shown");
         assert_eq!(config.http, HttpConfig::default(), "the defaults, as shown");
+        assert_eq!(config.mcp_endpoint, McpBounds::default(), "the defaults, as shown");
         assert_eq!(config.default_limits.max_body_bytes_in_flight, Limits::default().max_body_bytes_in_flight);
     }
 
@@ -1013,6 +1081,24 @@ mod tests {
         assert!(price.contains("negative"), "{price}");
         assert!(parse("[prices.\"a/b\"]\ninput = nan\noutput = 1\n").is_err());
         assert!(parse("[limits]\nbudget = \"-5\"\n").unwrap_err().contains("negative"));
+    }
+
+    #[test]
+    fn mcp_endpoint_bounds_take_what_the_file_sets_over_the_defaults() {
+        let bounds = parse("[mcp_endpoint]\nmax_sessions_per_tenant = 3\nsession_idle_secs = 2.5\n")
+            .unwrap()
+            .mcp_endpoint
+            .bounds()
+            .unwrap();
+        assert_eq!(bounds.max_sessions_per_tenant, 3);
+        assert_eq!(bounds.session_idle, std::time::Duration::from_millis(2500));
+        assert_eq!(bounds.max_calls_per_session, McpBounds::default().max_calls_per_session);
+        assert_eq!(ConfigFile::default().mcp_endpoint.bounds().unwrap(), McpBounds::default());
+        for bad in ["max_calls_per_session = 0", "elicitation_timeout_secs = 0", "session_idle_secs = 86401"] {
+            let err = parse(&format!("[mcp_endpoint]\n{bad}\n")).unwrap().mcp_endpoint.bounds().unwrap_err();
+            assert!(err.to_string().contains("`[mcp_endpoint]"), "{bad}: {err}");
+        }
+        assert!(parse("[mcp_endpoint]\nmax_sessions = 3\n").is_err(), "unknown keys are refused");
     }
 
     #[test]

@@ -24,6 +24,9 @@
 //!   Vercel AI SDK's chat endpoint ([`frontends::aisdk`]), each a
 //!   translation of its requests into session inputs and of a turn's
 //!   events into its stream.
+//! - [`mcp`]: every agent an MCP server
+//!   (`/v1/agents/{agent_id}/mcp`, Streamable HTTP): one tool that runs a
+//!   turn, interrupts asked through elicitation.
 //! - [`budgets`]: what sessions and tenants spent, and their budgets.
 //! - [`metrics`]: `/healthz` and Prometheus `/metrics`.
 //! - [`edge`]: the accept loop and the bounds of connections and request
@@ -42,6 +45,7 @@ pub mod edge;
 pub mod error;
 pub mod frontends;
 pub mod identity;
+pub mod mcp;
 pub mod metrics;
 pub mod openapi;
 pub mod reads;
@@ -200,6 +204,9 @@ pub struct ServerConfig {
     /// The server-wide bounds of connections, request heads and bodies:
     /// the `[http]` table.
     pub http: edge::HttpConfig,
+    /// The bounds of the agents' MCP endpoints: the `[mcp_endpoint]`
+    /// table.
+    pub mcp_endpoint: mcp::Bounds,
 }
 
 impl ServerConfig {

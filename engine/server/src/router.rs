@@ -11,7 +11,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::frontends::{agui, aisdk};
-use crate::{AppState, admin, agents, auth, budgets, decisions, metrics, openapi, replay, sessions, stream, ui};
+use crate::{AppState, admin, agents, auth, budgets, decisions, mcp, metrics, openapi, replay, sessions, stream, ui};
 
 /// The API's routes, with the OpenAPI document describing them.
 pub fn api() -> OpenApiRouter<Arc<AppState>> {
@@ -32,6 +32,7 @@ pub fn api() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(agui::run))
         .routes(routes!(aisdk::chat))
         .routes(routes!(aisdk::reconnect))
+        .routes(routes!(mcp::post, mcp::get, mcp::delete))
         .routes(routes!(auth::mint_token))
         .routes(routes!(admin::list_tenants))
         .routes(routes!(admin::put_tenant, admin::get_tenant, admin::delete_tenant))
@@ -47,6 +48,9 @@ pub fn api() -> OpenApiRouter<Arc<AppState>> {
 /// key.
 pub fn router() -> Router<Arc<AppState>> {
     let (router, document) = api().split_for_parts();
+    // The MCP endpoint's sessions live as long as the routes that serve
+    // them.
+    let router = router.layer(axum::Extension(Arc::new(mcp::McpSessions::default())));
     // Shared, not owned, by the route: axum clones every route's handler
     // for each connection it accepts, and a copy of the whole document per
     // connection cost about half a millisecond of CPU.
