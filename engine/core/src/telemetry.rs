@@ -196,22 +196,33 @@ pub fn traceparent(span: &SpanRef) -> String {
 /// The span a `traceparent` header names, as the parent of what the
 /// request starts; `None` for a header that is not a valid version-00
 /// (or later) trace context, which is then ignored, as the W3C
-/// recommendation says.
+/// recommendation says. OpenTelemetry's own W3C propagator reads it.
 pub fn parse_traceparent(header: &str) -> Option<SpanRef> {
-    let mut parts = header.trim().split('-');
-    let (version, trace_id, span_id, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let lower_hex =
-        |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    let valid = lower_hex(version, 2)
-        && version != "ff"
-        && lower_hex(trace_id, 32)
-        && lower_hex(span_id, 16)
-        && lower_hex(flags, 2)
-        && trace_id.bytes().any(|b| b != b'0')
-        && span_id.bytes().any(|b| b != b'0')
-        // Version 00 has exactly four parts; later versions may add some.
-        && (version != "00" || parts.next().is_none());
-    valid.then(|| SpanRef { trace_id: trace_id.to_owned(), span_id: span_id.to_owned(), parent_id: None })
+    use opentelemetry::propagation::TextMapPropagator;
+    use opentelemetry::trace::TraceContextExt;
+    let context = opentelemetry_sdk::propagation::TraceContextPropagator::new()
+        .extract_with_context(&opentelemetry::Context::new(), &Traceparent(header));
+    let span = context.span();
+    let parent = span.span_context();
+    parent.is_valid().then(|| SpanRef {
+        trace_id: parent.trace_id().to_string(),
+        span_id: parent.span_id().to_string(),
+        parent_id: None,
+    })
+}
+
+/// A request's `traceparent` header, the only one of its headers the
+/// propagator is shown: `tracestate` is not kept.
+struct Traceparent<'a>(&'a str);
+
+impl opentelemetry::propagation::Extractor for Traceparent<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        key.eq_ignore_ascii_case("traceparent").then_some(self.0)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec!["traceparent"]
+    }
 }
 
 /// `span` with its name, text attributes and error cut to `max` bytes.
@@ -317,6 +328,15 @@ mod tests {
         }
         // A later version may carry more.
         assert!(parse_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra").is_some());
+        // Whatever the propagator lets through is passed on well-formed.
+        for lenient in ["00-abc-def-01", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-"] {
+            if let Some(span) = parse_traceparent(lenient) {
+                assert_eq!((span.trace_id.len(), span.span_id.len()), (32, 16), "{lenient}");
+                assert!(
+                    traceparent(&span).bytes().all(|b| b == b'-' || b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+                );
+            }
+        }
     }
 
     #[test]
