@@ -176,6 +176,8 @@ impl Follow {
             match self.read_page().await {
                 Err(error) if error.is_transient() && started.elapsed() < STORE_PATIENCE => {
                     tracing::debug!(session = %self.key, %error, "stored events could not be read; trying again");
+                    // A store failing for a moment: reading again at once
+                    // would only fail again, and load it while it recovers.
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(RETRY_MAX);
                 }

@@ -191,6 +191,8 @@ pub(crate) fn in_child(
                     memory_message(budget)
                 }
                 Ok(None) => {
+                    // Sampling the compiler's memory: no event tells of it
+                    // growing, and its exit is checked on the same beat.
                     std::thread::sleep(Duration::from_millis(5));
                     continue;
                 }

@@ -101,6 +101,7 @@ mod tests {
                 let busy = Instant::now();
                 while busy.elapsed() < Duration::from_millis(30) {}
                 let inside = meter.used();
+                // The wait the meter must not count.
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 inside
             })

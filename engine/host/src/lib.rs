@@ -254,6 +254,9 @@ impl Ticker {
         let stopped = stop.clone();
         std::thread::Builder::new().name("subs-epoch".to_owned()).spawn(move || {
             while !stopped.load(Ordering::Relaxed) {
+                // The epoch's tick is the clock guests' deadlines are
+                // counted in; a thread of its own keeps it going however
+                // busy the runtime is.
                 std::thread::sleep(tick);
                 engine.increment_epoch();
             }

@@ -204,7 +204,8 @@ mod tests {
             let (pool, a) = (pool.clone(), a.clone());
             async move { pool.acquire(&a, 1).await }
         });
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // One thread: the waiter runs until it waits for a slot.
+        tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
         // …and `b` gets one at once.
         let _b =
@@ -231,7 +232,8 @@ mod tests {
             let (pool, b) = (pool.clone(), b.clone());
             async move { pool.acquire(&b, 1).await }
         });
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // One thread: both waiters run until they wait for a slot.
+        tokio::task::yield_now().await;
         // `a` lets one go: `b` (1 held) goes before `a` (2 held).
         a_held.pop();
         let b_second = tokio::time::timeout(Duration::from_secs(1), b_next).await.unwrap().unwrap();

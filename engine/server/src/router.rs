@@ -47,10 +47,11 @@ pub fn api() -> OpenApiRouter<Arc<AppState>> {
 /// inspector's (`/`, `/ui`, `/ui/{file}`: [`ui::router`]), which take no
 /// key.
 pub fn router() -> Router<Arc<AppState>> {
-    let (router, document) = api().split_for_parts();
+    let (router, _) = api().split_for_parts();
     // The MCP endpoint's sessions live as long as the routes that serve
     // them.
     let router = router.layer(axum::Extension(Arc::new(mcp::McpSessions::default())));
+    let document = openapi::document();
     // Shared, not owned, by the route: axum clones every route's handler
     // for each connection it accepts, and a copy of the whole document per
     // connection cost about half a millisecond of CPU.

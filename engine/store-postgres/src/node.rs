@@ -167,6 +167,8 @@ pub(crate) async fn run(mut heartbeat: Heartbeat, mut stop: watch::Receiver<bool
     // (the store's outage is told by whoever needs the store).
     let mut failures = 0u32;
     loop {
+        // The heartbeat's period (shorter after a failure): the time
+        // between beats is what other nodes read this node's life from.
         tokio::select! {
             () = stopped(&mut stop) => break,
             () = tokio::time::sleep(wait) => {}

@@ -152,6 +152,8 @@ pub(crate) async fn run(
                 drop(listener);
                 let mut backoff = Duration::from_millis(100);
                 listener = loop {
+                    // The database restarting or unreachable: connecting
+                    // again at once would only fail again.
                     tokio::select! {
                         () = stopped(&mut stop) => return,
                         () = tokio::time::sleep(backoff) => {}

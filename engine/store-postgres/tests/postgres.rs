@@ -20,6 +20,50 @@ use subs_store_postgres::testing::TestCluster;
 use subs_store_postgres::{NOTICE_CHANNEL, PgOptions, PgStore, schema_version};
 use tokio::sync::broadcast;
 
+/// Checks `check` until it gives a value, and returns it; panics with
+/// `what` and the last state seen if none comes within `within`. What
+/// these tests wait for (a row, a lock, a lease lapsing by the database's
+/// clock) sends no event.
+async fn eventually<T, E: std::fmt::Debug, F: std::future::Future<Output = Result<T, E>>>(
+    within: Duration,
+    what: &str,
+    mut check: impl FnMut() -> F,
+) -> T {
+    let started = Instant::now();
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(seen) => assert!(started.elapsed() < within, "{what}: not within {within:?}; last seen: {seen:?}"),
+        }
+        pause().await;
+    }
+}
+
+/// Checks that `check` holds through `window` (first at once, last once
+/// it has passed): for what must not happen, which no event shows.
+async fn steadily<E: std::fmt::Debug, F: std::future::Future<Output = Result<(), E>>>(
+    window: Duration,
+    what: &str,
+    mut check: impl FnMut() -> F,
+) {
+    let started = Instant::now();
+    loop {
+        if let Err(seen) = check().await {
+            panic!("{what}: broken after {:?}: {seen:?}", started.elapsed());
+        }
+        if started.elapsed() >= window {
+            return;
+        }
+        pause().await;
+    }
+}
+
+/// The wait between two checks.
+async fn pause() {
+    // Checking again at once would only load the database.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+}
+
 /// The cluster, or the end of the test (skipped) where there is none.
 macro_rules! cluster {
     () => {
@@ -452,8 +496,7 @@ impl WriterHeld {
     /// Waits until some transaction of this database waits for a lock:
     /// the writer, on the one held.
     async fn until_the_writer_waits(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
+        eventually(Duration::from_secs(10), "the writer waits for the lock", || async {
             let waiting: i64 = sqlx::query(
                 "SELECT count(*) FROM pg_locks WHERE NOT granted \
                  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
@@ -462,12 +505,9 @@ impl WriterHeld {
             .await
             .unwrap()
             .get(0);
-            if waiting > 0 {
-                return;
-            }
-            assert!(Instant::now() < deadline, "the writer never waited for the lock");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+            if waiting > 0 { Ok(()) } else { Err(waiting) }
+        })
+        .await;
     }
 
     async fn release(mut self) {
@@ -495,15 +535,13 @@ async fn a_node_that_lost_its_lease_is_fenced_and_its_neighbours_commit() {
     // lease has lapsed (by the database's clock).
     a.pause_heartbeat(true);
     let started = Instant::now();
-    let token_b = loop {
+    let token_b = eventually(Duration::from_secs(10), "A's lease lapses", || async {
         match claim(&b, &s).await {
-            Claim::Granted(lease) => break lease.token,
-            Claim::HeldBy { .. } => {
-                assert!(started.elapsed() < Duration::from_secs(10), "A's lease never lapsed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            Claim::Granted(lease) => Ok(lease.token),
+            held => Err(held),
         }
-    };
+    })
+    .await;
     assert!(started.elapsed() >= Duration::from_millis(500), "the lease lapsed too early: {:?}", started.elapsed());
     assert!(token_b > token_a, "tokens increase: {token_a} then {token_b}");
 
@@ -547,10 +585,14 @@ async fn a_node_that_lost_its_lease_is_fenced_and_its_neighbours_commit() {
     // B, the new holder, writes.
     b.commit(fenced([Op::PutSession(Box::new(session(&s, SessionStatus::Idle)))], &s, token_b)).await.unwrap();
     assert_eq!(b.session(&s).await.unwrap(), Some(session(&s, SessionStatus::Idle)));
-    // A's heartbeat resumes: the session stays B's.
+    // A's heartbeat resumes: the session stays B's, through a few beats.
     a.pause_heartbeat(false);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(claim(&a, &s).await, Claim::HeldBy { node: shared(&b).node().to_owned() });
+    let b_holds = Claim::HeldBy { node: shared(&b).node().to_owned() };
+    steadily(Duration::from_millis(400), "the session stays B's", || async {
+        let claim = claim(&a, &s).await;
+        if claim == b_holds { Ok(()) } else { Err(claim) }
+    })
+    .await;
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
@@ -673,15 +715,11 @@ async fn orphans_are_crashed_or_released_with_mail() {
         Orphan { key: key("released-with-mail"), crashed: false },
         Orphan { key: key("unborn"), crashed: true },
     ];
-    let started = Instant::now();
-    loop {
+    eventually(Duration::from_secs(10), "the orphans are found", || async {
         let orphans = shared(&live).orphans(100).await.unwrap();
-        if orphans == expected {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "orphans: {orphans:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        if orphans == expected { Ok(()) } else { Err(orphans) }
+    })
+    .await;
     assert_eq!(shared(&live).orphans(2).await.unwrap(), expected[..2]);
     assert!(shared(&live).orphans(0).await.unwrap().is_empty());
     // Another node does not see the mail of a session `live` holds.
@@ -739,14 +777,11 @@ async fn a_node_whose_connection_ends_is_dead_at_once_and_one_paused_at_its_leas
     let first = lock_holder(&db, &name_a).await.expect("A holds its lock");
     terminate(&db, first).await;
     let started = Instant::now();
-    loop {
+    eventually(Duration::from_secs(5), "A takes its lock again", || async {
         let holder = lock_holder(&db, &name_a).await;
-        if holder.is_some_and(|pid| pid != first) {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(5), "A took its lock again");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        if holder.is_some_and(|pid| pid != first) { Ok(()) } else { Err(holder) }
+    })
+    .await;
     assert!(started.elapsed() < Duration::from_secs(2), "reconnected in {:?}", started.elapsed());
     assert_eq!(live_nodes(&b).await, both, "live again");
 
@@ -755,14 +790,13 @@ async fn a_node_whose_connection_ends_is_dead_at_once_and_one_paused_at_its_leas
     a.pause_heartbeat(true);
     let holder = lock_holder(&db, &name_a).await.expect("A holds its lock");
     terminate(&db, holder).await;
-    let started = Instant::now();
-    loop {
-        if let Claim::Granted(_) = claim(&b, &s).await {
-            break;
+    eventually(Duration::from_secs(5), "B takes A's session", || async {
+        match claim(&b, &s).await {
+            Claim::Granted(_) => Ok(()),
+            held => Err(held),
         }
-        assert!(started.elapsed() < Duration::from_secs(5), "B could not take A's session");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     assert_eq!(live_nodes(&b).await, [name_b]);
     assert_eq!(shared(&b).orphans(10).await.unwrap(), [], "nothing left behind");
     std::mem::forget(a);
@@ -774,10 +808,13 @@ async fn a_node_whose_connection_ends_is_dead_at_once_and_one_paused_at_its_leas
     c.pause_heartbeat(true);
     assert!(matches!(claim(&b, &t).await, Claim::HeldBy { .. }), "held while its heartbeat is young");
     let started = Instant::now();
-    while !matches!(claim(&b, &t).await, Claim::Granted(_)) {
-        assert!(started.elapsed() < Duration::from_secs(10), "C's lease never lapsed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(Duration::from_secs(10), "C's lease lapses", || async {
+        match claim(&b, &t).await {
+            Claim::Granted(_) => Ok(()),
+            held => Err(held),
+        }
+    })
+    .await;
     assert!(started.elapsed() >= Duration::from_millis(500), "lapsed too early: {:?}", started.elapsed());
     assert!(lock_holder(&db, shared(&c).node()).await.is_some(), "C's connection still holds its lock");
     c.close().await.unwrap();
@@ -790,6 +827,7 @@ async fn a_commit_cut_in_flight_is_in_doubt_and_one_that_cannot_be_sent_is_not()
     let url = cluster.fresh_database();
     let db = raw(&url).await;
     let store = open(&url, options()).await;
+    // A trigger that stalls every write: the commit in flight to cut.
     db.execute(
         "CREATE FUNCTION slow() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(30); RETURN NEW; END $$ LANGUAGE plpgsql; \
          CREATE TRIGGER slow BEFORE INSERT ON tenants FOR EACH ROW EXECUTE FUNCTION slow()",
@@ -797,21 +835,16 @@ async fn a_commit_cut_in_flight_is_in_doubt_and_one_that_cannot_be_sent_is_not()
     .await
     .unwrap();
     let commit = store.commit(batch([Op::PutTenant(tenant("slow", json!({}), 1))]));
-    let sleeping = async {
-        loop {
-            let pid: Option<i32> = sqlx::query_scalar(
-                "SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()",
-            )
-            .fetch_optional(&db)
-            .await
-            .unwrap();
-            if let Some(pid) = pid {
-                return pid;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    let pid = tokio::time::timeout(Duration::from_secs(10), sleeping).await.expect("the writer sleeps in the trigger");
+    let pid = eventually(Duration::from_secs(10), "the writer stalls in the trigger", || async {
+        let pid: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()",
+        )
+        .fetch_optional(&db)
+        .await
+        .unwrap();
+        pid.ok_or("no stalled backend")
+    })
+    .await;
     terminate(&db, pid).await;
     let err = commit.await.expect_err("the connection was cut");
     assert!(err.may_have_written() && err.is_transient(), "{err:?}");
@@ -836,7 +869,8 @@ async fn a_commit_cut_in_flight_is_in_doubt_and_one_that_cannot_be_sent_is_not()
     for pid in pids {
         terminate(&db, pid).await;
     }
-    // Idle past the writer's check, so it finds its connection dead.
+    // Idle past the writer's check, so it finds its connection dead: the
+    // idle time is what the writer looks at.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let err = store.commit(batch([Op::PutTenant(tenant("unsent", json!({}), 1))])).await.expect_err("unreachable");
     assert!(err.is_transient() && !err.may_have_written(), "{err:?}");
@@ -894,16 +928,8 @@ async fn a_restart_of_the_server_does_not_make_live_nodes_look_dead() {
     cluster.restart(subs_store_postgres::testing::StopMode::Fast);
     // A's lock went with the restart and its next renewal is 20 s away:
     // until then its heartbeat alone says it lives, and it does.
-    let started = Instant::now();
-    let live = loop {
-        match shared(&b).live_nodes().await {
-            Ok(live) => break live,
-            Err(_) => {
-                assert!(started.elapsed() < Duration::from_secs(10), "the server is back");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
+    let live =
+        eventually(Duration::from_secs(10), "the server is back", || async { shared(&b).live_nodes().await }).await;
     assert_eq!(live.len(), 2, "{live:?}");
     assert!(matches!(claim(&b, &s).await, Claim::HeldBy { .. }));
     assert_eq!(shared(&b).orphans(10).await.unwrap(), []);
@@ -911,17 +937,17 @@ async fn a_restart_of_the_server_does_not_make_live_nodes_look_dead() {
     // writer's connection died with the restart: its first use may report
     // that (in doubt, as the store cannot tell how far a group got) before
     // it reconnects.
-    let started = Instant::now();
-    loop {
-        match a.commit(batch([Op::PutSession(Box::new(session(&s, SessionStatus::Idle)))])).await {
-            Ok(_) => break,
-            Err(error) => {
+    eventually(Duration::from_secs(10), "the writer reconnects", || async {
+        let error = a.commit(batch([Op::PutSession(Box::new(session(&s, SessionStatus::Idle)))])).await.err();
+        match error {
+            None => Ok(()),
+            Some(error) => {
                 assert!(error.may_have_written() || matches!(error, StoreError::Io { .. }), "{error:?}");
-                assert!(started.elapsed() < Duration::from_secs(10), "the writer reconnects: {error:?}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                Err(error)
             }
         }
-    }
+    })
+    .await;
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
@@ -999,9 +1025,14 @@ async fn notices_reach_the_other_nodes_in_one_notify_per_commit() {
         next(&mut to_a).await,
         Noticed { from: shared(&b).node().to_owned(), notice: Notice::Inbox { key: s1 } }
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(to_a.try_recv().is_err(), "A hears only B");
-    assert!(to_b.try_recv().is_err(), "B hears only A");
+    let heard = tokio::time::timeout(Duration::from_millis(200), async {
+        tokio::select! {
+            notice = to_a.recv() => ("A", notice),
+            notice = to_b.recv() => ("B", notice),
+        }
+    })
+    .await;
+    assert!(heard.is_err(), "each node hears only the other: {heard:?}");
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
@@ -1083,11 +1114,13 @@ async fn replies_nobody_read_are_deleted_after_an_hour() {
     db.execute("UPDATE replies SET stored = now() - interval '61 minutes' WHERE id = 'old'").await.unwrap();
     store.close().await.unwrap();
     let store = open(&url, short_leases()).await;
-    let started = Instant::now();
-    while store.reply("old").await.unwrap().is_some() {
-        assert!(started.elapsed() < Duration::from_secs(10), "the old reply is still there");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(Duration::from_secs(10), "the old reply goes", || async {
+        match store.reply("old").await.unwrap() {
+            None => Ok(()),
+            Some(old) => Err(old),
+        }
+    })
+    .await;
     assert_eq!(store.reply("new").await.unwrap(), Some(json!(2)));
     store.close().await.unwrap();
 }

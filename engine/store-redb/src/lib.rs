@@ -716,6 +716,8 @@ mod tests {
         // first batch, so the next three queue up and form one group.
         let blocker = db.begin_write().unwrap();
         let first = store.commit(full_batch(&key("a")));
+        // Time for the writer thread to take `first` alone: nothing tells
+        // when it has, and it must before the next three are queued.
         std::thread::sleep(Duration::from_millis(50));
         let good = store.commit(full_batch(&key("b")));
         let poisoned = store.commit(full_batch(&SessionKey::new(POISON_TENANT, "p")));

@@ -90,6 +90,7 @@ impl Writer {
     pub(crate) fn commit_group(&mut self, group: Vec<Pending>, counters: &Tally) {
         let slow = counters.slow_disk_micros.load(Ordering::Relaxed);
         if slow > 0 {
+            // A slow disk, injected by tests: the slowness is the point.
             std::thread::sleep(std::time::Duration::from_micros(slow));
         }
         let outcome = self.transaction(&group.iter().map(|pending| pending.writes.as_slice()).collect::<Vec<_>>());

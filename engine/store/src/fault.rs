@@ -223,6 +223,7 @@ impl<S: Store> Store for FaultyStore<S> {
                 }
             };
             if !delay.is_zero() {
+                // A slow store is the fault injected.
                 tokio::time::sleep(delay).await;
             }
             let earlier = {

@@ -10,6 +10,7 @@ mod hostile;
 mod inspector;
 mod interrupts;
 mod new;
+mod openapi;
 mod postgres;
 mod replay;
 mod run;

@@ -273,7 +273,8 @@ mod tests {
             let (env, key) = (Arc::clone(&env), key.clone());
             async move { env.wait_turn(&key, "u").await }
         });
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // One thread: the waiter runs until it waits for the turn's end.
+        tokio::task::yield_now().await;
         assert!(!waiter.is_finished(), "the store has no turn `u`: the waiter waits");
         let told = TurnRecord { ended_ms: Some(3), ..record };
         env.hub.turn_ended(&key, ("u".to_owned(), told.clone()));
