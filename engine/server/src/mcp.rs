@@ -1444,6 +1444,62 @@ mod tests {
         assert_eq!(status, StatusCode::NOT_FOUND, "an ended session");
     }
 
+    #[tokio::test]
+    async fn end_user_tokens_open_sessions_of_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state(&dir).await;
+        let router = app(state.clone());
+        let minted = Request::builder()
+            .method(Method::POST)
+            .uri("/v1/tokens")
+            .header(header::AUTHORIZATION, format!("Bearer {KEY}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(r#"{"identity": {"id": "alice"}}"#))
+            .unwrap();
+        let minted = router.clone().oneshot(minted).await.unwrap().into_body().collect().await.unwrap().to_bytes();
+        let minted: Value = serde_json::from_slice(&minted).unwrap();
+        let token = minted["token"].as_str().expect("a token");
+
+        let (status, alice, body) = send(&router, Method::POST, Some(token), &[], &initialize("2025-11-25")).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let alice = alice.unwrap();
+        let (_, tenant, _) = send(&router, Method::POST, Some(KEY), &[], &initialize("2025-11-25")).await;
+        let tenant = tenant.unwrap();
+        let list = r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}"#;
+        let (status, _, _) = send(&router, Method::POST, Some(token), &[("mcp-session-id", &alice)], list).await;
+        assert_eq!(status, StatusCode::OK);
+        // Neither reaches the other's MCP session.
+        let (status, _, _) = send(&router, Method::POST, Some(token), &[("mcp-session-id", &tenant)], list).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "the tenant's session is not the end user's");
+        let (status, _, _) = send(&router, Method::POST, Some(KEY), &[("mcp-session-id", &alice)], list).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "the end user's session is not the tenant key's");
+        // Nor the other's conversations: a call naming another owner's
+        // session is a tool error, and nothing is sent to it.
+        state
+            .engine
+            .sessions()
+            .input(
+                "acme",
+                "theirs",
+                ClientInput::ClientMessage(ClientMessage {
+                    agent_id: "echo".into(),
+                    turn_id: None,
+                    message: DraftMessage::user("hi"),
+                    stream: None,
+                }),
+                subs_protocol::WorkerIdentity::default(),
+            )
+            .await
+            .unwrap();
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"message": "hi", "session_id": "theirs"}}});
+        let (status, _, body) =
+            send(&router, Method::POST, Some(token), &[("mcp-session-id", &alice)], &call.to_string()).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["result"]["isError"], true, "{body}");
+        assert!(body["result"]["content"][0]["text"].as_str().unwrap().contains("theirs"), "{body}");
+    }
+
     #[test]
     fn sessions_are_bounded_per_tenant_and_expire() {
         let caller = |tenant: &str| Caller { tenant: tenant.to_owned(), user: None, key: None, trace: None };
