@@ -4,16 +4,12 @@
 mod admin;
 mod approver;
 mod chaos;
-mod clients;
 mod crash;
 mod dev;
 mod hostile;
 mod inspector;
 mod interrupts;
-mod mcp_endpoint;
-mod mcp_tools;
 mod new;
-mod oci;
 mod openapi;
 mod postgres;
 mod replay;
@@ -141,10 +137,14 @@ impl Process {
 
     /// Waits for the process to exit (at most `patience`); its code.
     pub fn wait(&mut self, patience: Duration) -> Option<i32> {
-        let exited = subs_tests::wait::eventually_blocking(patience, "subs exits", || {
-            self.child.try_wait().expect("the child can be waited for")
-        });
-        exited.code()
+        let deadline = Instant::now() + patience;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("the child can be waited for") {
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "subs did not exit within {patience:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// All stdout left (after exit: all of it).
