@@ -207,7 +207,13 @@ pub fn complete(document: &mut Value) {
             place.entry("description").or_insert(description);
         }
     }
-    for (method, path, media, schema) in request_bodies() {
+    // An upload's JSON body registers an HTTP worker or names a component
+    // to pull (each annotation names one schema per media type).
+    let uploads: Vec<Value> =
+        ["HttpAgent", "OciAgent"].into_iter().filter(|name| schemas.contains_key(*name)).map(schema_ref).collect();
+    let mut bodies = request_bodies();
+    bodies.push(("put", "/v1/agents/{agent_id}", "application/json", json!({"oneOf": uploads})));
+    for (method, path, media, schema) in bodies {
         let place = document
             .pointer_mut(&format!("/paths/{}/{method}/requestBody/content/{}", pointer(path), pointer(media)))
             .unwrap_or_else(|| panic!("the OpenAPI document has no {media} body on {method} {path}"));
@@ -504,12 +510,6 @@ fn fields() -> Vec<(&'static str, &'static str, Value)> {
 fn request_bodies() -> Vec<(&'static str, &'static str, &'static str, Value)> {
     vec![
         ("post", "/v1/sessions/{session_id}/input", "application/json", schema_ref("PostedInput")),
-        (
-            "put",
-            "/v1/agents/{agent_id}",
-            "application/json",
-            json!({"oneOf": [schema_ref("HttpAgent"), schema_ref("OciAgent")]}),
-        ),
         ("post", "/v1/agents/{agent_id}/ag-ui", "application/json", schema_ref("RunAgentInput")),
         ("post", "/v1/agents/{agent_id}/ai-sdk", "application/json", schema_ref("AiSdkChatRequest")),
     ]
