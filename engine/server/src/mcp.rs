@@ -287,16 +287,24 @@ fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<(), Box<Respons
     )))
 }
 
-/// The caller, the agent id and the origin checked: what every method
-/// of the endpoint does first.
-fn admit(
+/// The caller, the agent and the origin checked: what every method of
+/// the endpoint does first. A caller without credentials, or naming an
+/// agent it does not have, reaches no MCP endpoint: it is answered in the
+/// API's own error shape (401, 403, 400, 404 `not_found`), as on every
+/// route; from here on, errors are JSON-RPC's.
+async fn admit(
     state: &AppState,
     caller: Result<Caller, ApiError>,
     agent_id: &str,
     headers: &HeaderMap,
 ) -> Result<Caller, Box<Response>> {
-    let caller = caller.map_err(|e| Box::new(api_error(e, code::INVALID_REQUEST)))?;
-    frontends::check_agent_id(agent_id).map_err(|e| Box::new(api_error(e, code::INVALID_PARAMS)))?;
+    let caller = caller.map_err(|e| Box::new(e.into_response()))?;
+    frontends::check_agent_id(agent_id).map_err(|e| Box::new(e.into_response()))?;
+    match state.agents.exists(&caller.tenant, agent_id).await {
+        Ok(true) => {}
+        Ok(false) => return Err(Box::new(ApiError::no_agent(agent_id).into_response())),
+        Err(error) => return Err(Box::new(ApiError::from(error).into_response())),
+    }
     check_origin(state, headers)?;
     Ok(caller)
 }
@@ -391,7 +399,7 @@ pub async fn post(
     headers: HeaderMap,
     body: Incoming,
 ) -> Response {
-    let caller = match admit(&state, caller, &agent_id, &headers) {
+    let caller = match admit(&state, caller, &agent_id, &headers).await {
         Ok(caller) => caller,
         Err(response) => return *response,
     };
@@ -489,7 +497,7 @@ pub async fn get(
     Path(agent_id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let caller = match admit(&state, caller, &agent_id, &headers) {
+    let caller = match admit(&state, caller, &agent_id, &headers).await {
         Ok(caller) => caller,
         Err(response) => return *response,
     };
@@ -527,7 +535,7 @@ pub async fn delete(
     Path(agent_id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let caller = match admit(&state, caller, &agent_id, &headers) {
+    let caller = match admit(&state, caller, &agent_id, &headers).await {
         Ok(caller) => caller,
         Err(response) => return *response,
     };
@@ -561,18 +569,6 @@ async fn initialize(
             return rpc_error(StatusCode::OK, Some(id), code::INVALID_PARAMS, format!("initialize params: {error}"));
         }
     };
-    match state.agents.exists(&caller.tenant, agent_id).await {
-        Ok(true) => {}
-        Ok(false) => {
-            return rpc_error(
-                StatusCode::NOT_FOUND,
-                Some(id),
-                code::INVALID_PARAMS,
-                format!("no agent `{agent_id}` is registered"),
-            );
-        }
-        Err(error) => return api_error(ApiError::from(error), code::INTERNAL_ERROR),
-    }
     // The client's revision when served, else the newest: the client then
     // decides whether it speaks that one.
     let version = SERVED_VERSIONS.iter().copied().find(|v| *v == params.protocol_version).unwrap_or(SERVED_VERSIONS[0]);
@@ -1343,8 +1339,17 @@ mod tests {
 
         // No key; an Origin the server does not allow.
         let (status, _, body) = send(&router, Method::POST, None, &[], &initialize("2025-11-25")).await;
-        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
-        assert_eq!(body["jsonrpc"], "2.0");
+        assert_eq!((status, body["code"].as_str()), (StatusCode::UNAUTHORIZED, Some("unauthorized")), "{body}");
+        // Another tenant's agent is no endpoint of this one's.
+        let mut nobody = Request::builder()
+            .method(Method::POST)
+            .uri("/v1/agents/nobody/mcp")
+            .header(header::AUTHORIZATION, format!("Bearer {KEY}"))
+            .body(Body::from(initialize("2025-11-25")))
+            .unwrap();
+        nobody.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let response = router.clone().oneshot(nobody).await.unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
         let origin = [("origin", "https://evil.example")];
         let (status, _, body) = send(&router, Method::POST, Some(KEY), &origin, &initialize("2025-11-25")).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
