@@ -615,6 +615,9 @@ pub struct LimitsEntry {
     pub max_worker_secret_bytes: Option<usize>,
     /// Dollars the tenant's sessions may spend on LLM calls, in all.
     pub budget: Option<subs_engine::model::Money>,
+    /// Whether LLM calls stream token deltas when neither the call nor the
+    /// agent's config says.
+    pub stream_by_default: Option<bool>,
     /// `[limits.sandbox]` / `[tenants.<name>.sandbox]`: what each decision
     /// of a component agent may use.
     pub sandbox: SandboxEntry,
@@ -702,6 +705,7 @@ impl LimitsEntry {
             max_worker_url_bytes: self.max_worker_url_bytes.unwrap_or(base.max_worker_url_bytes),
             max_worker_secret_bytes: self.max_worker_secret_bytes.unwrap_or(base.max_worker_secret_bytes),
             budget: self.budget.or(base.budget),
+            stream_by_default: self.stream_by_default.unwrap_or(base.stream_by_default),
         }
     }
 }

@@ -96,6 +96,10 @@ pub struct DecisionBounds {
     /// Calls one turn may hold, settled ones included, counting those a
     /// decision would start (`max_calls_per_turn`).
     pub max_calls_per_turn: u32,
+    /// Whether the LLM calls a decision starts stream token deltas when
+    /// neither the call nor the agent's config says (`stream_by_default`);
+    /// `None`: the engine's [`EngineConfig::default_stream`].
+    pub stream_by_default: Option<bool>,
 }
 
 impl Default for DecisionBounds {
@@ -104,7 +108,7 @@ impl Default for DecisionBounds {
     /// at these bounds one decision's writes and a request's calls stay
     /// a few MiB.
     fn default() -> Self {
-        Self { max_actions_per_decision: 1_000, max_calls_per_turn: 10_000 }
+        Self { max_actions_per_decision: 1_000, max_calls_per_turn: 10_000, stream_by_default: None }
     }
 }
 

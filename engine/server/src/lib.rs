@@ -139,6 +139,10 @@ pub struct Limits {
     /// The most the tenant's sessions may spend on LLM calls, in all;
     /// `None`: no limit. Calls past it fail with `budget_exceeded`.
     pub budget: Option<Money>,
+    /// Whether the tenant's agents' LLM calls stream token deltas when
+    /// neither the call nor the agent's config sets `stream`: frontends
+    /// then show a reply as it is written.
+    pub stream_by_default: bool,
 }
 
 impl Limits {
@@ -188,6 +192,7 @@ impl Default for Limits {
             max_worker_url_bytes: agents.max_worker_url_bytes,
             max_worker_secret_bytes: agents.max_worker_secret_bytes,
             budget: None,
+            stream_by_default: true,
         }
     }
 }

@@ -235,6 +235,7 @@ fn decision_bounds(limits: &Limits) -> DecisionBounds {
     DecisionBounds {
         max_actions_per_decision: limits.max_actions_per_decision,
         max_calls_per_turn: limits.max_calls_per_turn,
+        stream_by_default: Some(limits.stream_by_default),
     }
 }
 

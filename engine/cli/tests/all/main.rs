@@ -15,6 +15,7 @@ mod postgres;
 mod replay;
 mod run;
 mod serve;
+mod stream_default;
 mod tail;
 mod telemetry;
 mod uploads;

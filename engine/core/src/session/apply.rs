@@ -811,7 +811,11 @@ impl Session {
         let config = self.record.agent.clone();
         let id = call.id.clone().unwrap_or_else(|| self.mint("llm"));
         let handler = call.handler.or(config.as_ref().and_then(|c| c.handler)).unwrap_or(LlmHandler::Server);
-        let stream = call.stream.or(config.as_ref().and_then(|c| c.stream)).unwrap_or(ctx.default_stream);
+        // The call's own `stream`, else the agent's, else its tenant's
+        // `stream_by_default`, else the engine's.
+        let stream = call.stream.or(config.as_ref().and_then(|c| c.stream)).unwrap_or_else(|| {
+            ctx.quota.decision_bounds(&self.record.key.tenant).stream_by_default.unwrap_or(ctx.default_stream)
+        });
         let retry = call
             .retry
             .clone()
@@ -1801,6 +1805,61 @@ mod tests {
             assert_eq!(session.open_calls().count(), 0);
             assert!(matches!(pushed_trigger(&session), Trigger::ToolFinished(done) if !done.ok));
         });
+    }
+
+    /// A tenant whose `stream_by_default` is its one field.
+    struct Streaming(Option<bool>);
+
+    impl SessionQuota for Streaming {
+        fn reserve(&self, _: &str, _: NewSession<'_>) -> Result<Reservation, String> {
+            Ok(Reservation::default())
+        }
+
+        fn spawn_bounds(&self, _: &str) -> SpawnBounds {
+            SpawnBounds::default()
+        }
+
+        fn decision_bounds(&self, _: &str) -> DecisionBounds {
+            DecisionBounds { stream_by_default: self.0, ..DecisionBounds::default() }
+        }
+    }
+
+    #[test]
+    fn an_llm_call_streams_as_the_call_then_the_agent_then_the_tenant_then_the_engine_say() {
+        let streams = |call: Option<bool>, agent: Option<bool>, tenant: Option<bool>, engine: bool| {
+            with_ctx(|ctx| {
+                let quota = Streaming(tenant);
+                let ctx = Ctx {
+                    store: ctx.store,
+                    default_model: ctx.default_model,
+                    default_retry: ctx.default_retry,
+                    retry_cap: ctx.retry_cap,
+                    default_stream: engine,
+                    now_ms: ctx.now_ms,
+                    call_timeout_ms: ctx.call_timeout_ms,
+                    quota: &quota,
+                    history: ctx.history,
+                    prices: ctx.prices,
+                    metrics: ctx.metrics,
+                    tracer: ctx.tracer,
+                    incoming: None,
+                    decision: None,
+                    resumer: Resumer::Tenant { key: None, identity: None },
+                };
+                let mut session = session();
+                session.record.agent = Some(std::sync::Arc::new(subs_protocol::AgentConfig {
+                    stream: agent,
+                    ..subs_protocol::AgentConfig::new("subs/offline")
+                }));
+                let call = LlmCall { id: Some("l1".to_owned()), stream: call, ..LlmCall::default() };
+                session.start_llm_call(call, false, &ctx, &mut Change::default());
+                session.calls["l1"].call.stream
+            })
+        };
+        assert_eq!(streams(None, None, None, false), Some(false), "the engine's default");
+        assert_eq!(streams(None, None, Some(true), false), Some(true), "the tenant's over the engine's");
+        assert_eq!(streams(None, Some(false), Some(true), true), Some(false), "the agent's over the tenant's");
+        assert_eq!(streams(Some(true), Some(false), Some(false), false), Some(true), "the call's over all");
     }
 
     /// A client's message naming its turn `turn_id`.

@@ -506,7 +506,8 @@ mod bounds {
         runtime.block_on(validate(session, &Trigger::SessionStart, &decision, &MemStore::new(), &bounds))
     }
 
-    const ACTIONS: DecisionBounds = DecisionBounds { max_actions_per_decision: 3, max_calls_per_turn: 100 };
+    const ACTIONS: DecisionBounds =
+        DecisionBounds { max_actions_per_decision: 3, max_calls_per_turn: 100, stream_by_default: None };
 
     #[test]
     fn a_decision_past_max_actions_per_decision_is_refused_naming_the_bound() {
@@ -536,7 +537,8 @@ mod bounds {
 
     #[test]
     fn calls_past_max_calls_per_turn_are_refused_and_settling_is_not() {
-        let bounds = DecisionBounds { max_actions_per_decision: 100, max_calls_per_turn: 5 };
+        let bounds =
+            DecisionBounds { max_actions_per_decision: 100, max_calls_per_turn: 5, ..DecisionBounds::default() };
         let full = session(4);
         checked(&full, vec![tool_call("c0")], bounds).expect("the fifth call of the turn");
         let spawn =
@@ -558,7 +560,11 @@ mod bounds {
 
     #[test]
     fn ids_used_twice_are_found_among_many_by_lookup() {
-        let bounds = DecisionBounds { max_actions_per_decision: 50_000, max_calls_per_turn: 100_000 };
+        let bounds = DecisionBounds {
+            max_actions_per_decision: 50_000,
+            max_calls_per_turn: 100_000,
+            ..DecisionBounds::default()
+        };
         // 20,000 calls in flight and 20,000 new ones: a scan per action
         // would make 400 million comparisons of this; sets make 40,000
         // lookups.
