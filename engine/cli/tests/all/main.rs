@@ -4,6 +4,7 @@
 mod admin;
 mod approver;
 mod chaos;
+mod clients;
 mod crash;
 mod dev;
 mod hostile;
