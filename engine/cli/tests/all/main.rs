@@ -10,6 +10,7 @@ mod dev;
 mod hostile;
 mod inspector;
 mod interrupts;
+mod mcp_endpoint;
 mod new;
 mod openapi;
 mod postgres;
