@@ -16,10 +16,15 @@ use crate::progress::Spinner;
 /// `subs agents …`.
 #[derive(Debug, clap::Subcommand)]
 pub enum AgentsCommand {
-    /// Upload a component (`subs agents put ID FILE.wasm`) or register an
-    /// HTTP worker (`subs agents put ID --url URL`) as the agent's new
-    /// version.
+    /// Upload a component (`subs agents put ID FILE.wasm`), have the
+    /// server pull one from an OCI registry (`subs agents put ID
+    /// oci://REF`), or register an HTTP worker (`subs agents put ID --url
+    /// URL`) as the agent's new version.
     Put(PutArgs),
+    /// Push a stored version of an agent (the active one without
+    /// `@VERSION`) to an OCI registry (`subs agents push ID[@VERSION]
+    /// REF`).
+    Push(crate::oci::AgentPushArgs),
     /// List the agents.
     List(ListArgs),
     /// Remove an agent (its sessions stay, and go on once an agent of that
@@ -44,7 +49,8 @@ pub struct PutArgs {
     /// The agent's id.
     #[arg(value_name = "ID")]
     pub id: String,
-    /// The component file (`.wasm`).
+    /// The component file (`.wasm`), or `oci://REGISTRY/REPOSITORY:TAG`
+    /// (or `@sha256:…`) for the server to pull.
     #[arg(value_name = "FILE", required_unless_present = "url", conflicts_with = "url")]
     pub file: Option<PathBuf>,
     /// Register the HTTP worker at this URL instead of a component.
@@ -100,6 +106,7 @@ pub struct ActivateArgs {
 pub async fn exec(command: AgentsCommand) -> CliResult {
     match command {
         AgentsCommand::Put(args) => put(args).await,
+        AgentsCommand::Push(args) => crate::oci::agents_push(args).await,
         AgentsCommand::List(args) => list(args).await,
         AgentsCommand::Rm(args) => rm(args).await,
         AgentsCommand::Get(args) => get(args).await,
@@ -114,7 +121,15 @@ async fn put(args: PutArgs) -> CliResult {
     let path = if args.inactive { format!("/v1/agents/{id}?activate=false") } else { format!("/v1/agents/{id}") };
     // `uploaded`: the version this upload is, to name it when it is
     // stored inactive.
+    let oci = args.file.as_ref().and_then(|f| f.to_str()).and_then(|f| f.strip_prefix(crate::oci::SCHEME));
     let (request, spinner, uploaded) = match (&args.file, &args.url) {
+        (Some(_), _) if oci.is_some() => {
+            let reference = oci.unwrap_or_default();
+            let spinner = Spinner::start(format!("the server pulls {reference} and compiles it"));
+            let body = json!({ "oci": reference });
+            let request = client.request(Method::PUT, &path).header(CONTENT_TYPE, "application/json");
+            (request.body(body.to_string()), Some(spinner), String::new())
+        }
         (Some(file), _) => {
             let bytes = std::fs::read(file).map_err(|e| CliError::usage(anyhow!("reading {}: {e}", file.display())))?;
             let uploaded = subs_engine::agents::component_digest(&bytes);
@@ -145,6 +160,8 @@ async fn put(args: PutArgs) -> CliResult {
     } else if args.inactive {
         let what = if created { "stored, not active" } else { "unchanged: that version is already stored" };
         let current = str_at(&agent, "version");
+        // A pull's version is known once the server has it: the newest.
+        let uploaded = if uploaded.is_empty() { newest_version(&agent) } else { uploaded };
         println!("agent {}: {uploaded} {what}; the active version is {current}", str_at(&agent, "agent_id"));
     } else {
         let what = if created { "a new version" } else { "unchanged: that version is already current" };
@@ -168,7 +185,26 @@ async fn get(args: AgentArgs) -> CliResult {
         detail(&agent)
     );
     print!("{}", versions_table(&agent));
+    print!("{}", pulled_from(&agent));
     Ok(())
+}
+
+/// A line for each version pulled from an OCI registry: the reference
+/// given and the manifest digest it is pinned to.
+fn pulled_from(agent: &Value) -> String {
+    let versions = agent.get("versions").and_then(Value::as_array).cloned().unwrap_or_default();
+    versions
+        .iter()
+        .filter_map(|v| {
+            let oci = v.get("oci")?;
+            Some(format!(
+                "{} pulled from {} ({})\n",
+                short_version(str_at(v, "version")),
+                str_at(oci, "reference"),
+                str_at(oci, "digest")
+            ))
+        })
+        .collect()
 }
 
 /// The versions of an agent view, one row each in upload order, the
@@ -235,6 +271,12 @@ async fn rm(args: AgentArgs) -> CliResult {
         println!("removed agent {id}");
     }
     Ok(())
+}
+
+/// The version stored last, as the agent view lists them.
+fn newest_version(agent: &Value) -> String {
+    let versions = agent.get("versions").and_then(Value::as_array);
+    versions.and_then(|v| v.last()).map_or_else(String::new, |v| str_at(v, "version").to_owned())
 }
 
 fn str_at<'a>(value: &'a Value, key: &str) -> &'a str {

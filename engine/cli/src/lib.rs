@@ -11,6 +11,8 @@
 //! - [`run`]: `subs run`, an agent in this process: one turn, or a chat.
 //! - [`new`]: `subs new`, a new agent project from a template; [`dev`]:
 //!   `subs dev`, such a project built, chatted with and rebuilt on change.
+//! - [`oci`]: `subs push`, `subs agents push`, and the registry pulls
+//!   behind `subs run oci://…`.
 //! - [`agents`], [`sessions`]: clients of a running server (`sessions
 //!   tail` follows events across dropped connections).
 //! - [`tenants`], [`keys`]: tenants, their limits and their keys, through
@@ -32,6 +34,7 @@ pub mod dev;
 pub mod error;
 pub mod keys;
 pub mod new;
+pub mod oci;
 pub mod progress;
 pub mod render;
 pub mod replay;
@@ -73,6 +76,9 @@ pub enum Command {
     /// to its sources rebuild it and replay the conversation against the
     /// new build.
     Dev(dev::DevArgs),
+    /// Push a component file to an OCI registry as a Wasm artifact
+    /// (`subs push FILE.wasm REGISTRY/REPOSITORY:TAG`).
+    Push(oci::PushArgs),
     /// Upload, list and remove the agents of a running server.
     #[command(subcommand)]
     Agents(agents::AgentsCommand),
@@ -134,6 +140,7 @@ async fn exec(command: Command) -> CliResult {
         Command::Run(args) => run::exec(args).await,
         Command::New(args) => new::exec(args),
         Command::Dev(args) => dev::exec(args).await,
+        Command::Push(args) => oci::push(args).await,
         Command::Agents(command) => agents::exec(command).await,
         Command::Sessions(command) => sessions::exec(command).await,
         Command::Keys(command) => keys::exec(command).await,

@@ -60,8 +60,9 @@ pub(crate) const PROMPT: &str = ">>> ";
 /// `subs run <agent.wasm|url> ["message"]`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The agent: a WebAssembly component file (`.wasm`), or the URL of an
-    /// HTTP worker (`http://…`, `https://…`).
+    /// The agent: a WebAssembly component file (`.wasm`), the URL of an
+    /// HTTP worker (`http://…`, `https://…`), or `oci://REF`, a component
+    /// in an OCI registry (pulled once into the cache, by digest).
     #[arg(value_name = "AGENT")]
     pub agent: String,
     /// The user message to send. Without one, at a terminal, a chat opens:
@@ -540,7 +541,11 @@ pub(crate) async fn load_workers(
             workers.push((name, Arc::new(worker)));
             continue;
         }
-        let bytes = tokio::fs::read(&source).await.map_err(|e| CliError::usage(anyhow!("reading {source}: {e}")))?;
+        let bytes = if let Some(reference) = source.strip_prefix(crate::oci::SCHEME) {
+            crate::oci::cached_pull(reference, cache.clone(), file).await?
+        } else {
+            tokio::fs::read(&source).await.map_err(|e| CliError::usage(anyhow!("reading {source}: {e}")))?
+        };
         components.push((name, source, bytes));
     }
     if components.is_empty() {

@@ -83,8 +83,11 @@ pub struct ConfigFile {
     /// `[mcp_endpoint]`: what MCP clients of the agents' MCP endpoints may
     /// hold (docs/mcp.md).
     pub mcp_endpoint: McpEndpointEntry,
+    /// `[oci]`: the OCI registries agents may be pulled from, their
+    /// credentials and the pull deadline (docs/registries.md).
+    pub oci: OciEntry,
     /// `[timeouts]`: how long deliveries and calls may take when no retry
-    /// policy says.
+    /// policy says, and how long a quiet session stays in memory.
     pub timeouts: TimeoutsEntry,
     /// `[recovery]`: how sessions with work left are resumed after a
     /// restart.
@@ -367,6 +370,86 @@ impl StreamsEntry {
             max_deltas_per_sec: self.max_deltas_per_sec.unwrap_or(defaults.max_deltas_per_sec),
             subscriber_buffer_bytes: self.subscriber_buffer_bytes.unwrap_or(defaults.subscriber_buffer_bytes),
             max_streams_per_tenant: self.max_streams_per_tenant.unwrap_or(defaults.max_streams_per_tenant),
+        })
+    }
+}
+
+/// `[oci]` as written: which registries `PUT /v1/agents/{id}`
+/// `{"oci": …}` may pull from (none unless listed), which of them over
+/// plain HTTP, with what credentials, within what time.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OciEntry {
+    /// Registries (`host[:port]`) pulls may reach.
+    pub allow_registries: Vec<String>,
+    /// Registries reached over plain HTTP (a registry on loopback, say).
+    pub insecure: Vec<String>,
+    /// How long one pull may take, in seconds (default 60).
+    pub pull_timeout_secs: Option<f64>,
+    /// `[oci.credentials."HOST"]`: credentials by registry, sent to that
+    /// registry only.
+    pub credentials: BTreeMap<String, OciCredentialsEntry>,
+}
+
+/// `[oci.credentials."HOST"]`: a user name and password, or a token.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OciCredentialsEntry {
+    /// The user name (with `password`).
+    pub username: Option<String>,
+    /// The password or access token (with `username`).
+    pub password: Option<String>,
+    /// A bearer token the registry takes as it is (instead of a user name
+    /// and password).
+    pub token: Option<String>,
+}
+
+impl OciEntry {
+    /// The longest pull deadline the table takes: an hour.
+    const MAX_SECS: f64 = 3_600.0;
+
+    /// The server's pull policy.
+    ///
+    /// # Errors
+    /// A deadline out of range, credentials that are neither a user name
+    /// with a password nor a token, or credentials for a registry not
+    /// allowed (they could never be used).
+    pub fn policy(&self) -> CliResult<subs_oci::PullPolicy> {
+        let deadline = match self.pull_timeout_secs {
+            None => subs_oci::DEFAULT_DEADLINE,
+            Some(secs) if secs > 0.0 && secs <= Self::MAX_SECS => std::time::Duration::from_secs_f64(secs),
+            Some(secs) => {
+                return Err(CliError::usage(anyhow!(
+                    "`[oci] pull_timeout_secs` must be a number of seconds above 0 and at most {}, not {secs}",
+                    Self::MAX_SECS
+                )));
+            }
+        };
+        let mut credentials = std::collections::HashMap::new();
+        for (host, entry) in &self.credentials {
+            if !self.allow_registries.iter().any(|r| r.eq_ignore_ascii_case(host)) {
+                return Err(CliError::usage(anyhow!(
+                    "`[oci.credentials.\"{host}\"]` names a registry not in `[oci] allow_registries`"
+                )));
+            }
+            let parsed = match (&entry.username, &entry.password, &entry.token) {
+                (Some(username), Some(password), None) => {
+                    subs_oci::Credentials::Basic { username: username.clone(), password: password.clone() }
+                }
+                (None, None, Some(token)) => subs_oci::Credentials::Token(token.clone()),
+                _ => {
+                    return Err(CliError::usage(anyhow!(
+                        "`[oci.credentials.\"{host}\"]` takes `username` and `password`, or `token`"
+                    )));
+                }
+            };
+            credentials.insert(host.clone(), parsed);
+        }
+        Ok(subs_oci::PullPolicy {
+            allow_registries: self.allow_registries.clone(),
+            insecure: self.insecure.clone(),
+            credentials,
+            deadline,
         })
     }
 }
@@ -682,7 +765,7 @@ impl SandboxEntry {
 
 impl LimitsEntry {
     /// These limits over `base`.
-    fn over(&self, base: &Limits) -> Limits {
+    pub(crate) fn over(&self, base: &Limits) -> Limits {
         Limits {
             max_sessions: self.max_sessions.or(base.max_sessions),
             max_spawns_per_turn: self.max_spawns_per_turn.unwrap_or(base.max_spawns_per_turn),
@@ -848,6 +931,7 @@ impl ConfigFile {
             cors_origins: self.cors_origins.clone(),
             http: self.http.config()?,
             mcp_endpoint: self.mcp_endpoint.bounds()?,
+            oci: self.oci.policy()?,
         })
     }
 }
@@ -1161,6 +1245,33 @@ mod tests {
             assert!(err.to_string().contains("`[timeouts] decision_secs`"), "{err}");
         }
         assert!(parse("[timeouts]\ntool_secs = 3\n").is_err(), "unknown keys are refused");
+    }
+
+    #[test]
+    fn oci_settings_become_the_pull_policy_and_bad_ones_are_refused() {
+        let file = parse(
+            "[oci]\nallow_registries = [\"ghcr.io\", \"127.0.0.1:5000\"]\ninsecure = [\"127.0.0.1:5000\"]\n\
+             pull_timeout_secs = 5\n[oci.credentials.\"ghcr.io\"]\nusername = \"ci\"\npassword = \"p\"\n",
+        )
+        .unwrap();
+        let policy = file.oci.policy().unwrap();
+        assert_eq!(policy.allow_registries, ["ghcr.io", "127.0.0.1:5000"]);
+        assert_eq!(policy.deadline, std::time::Duration::from_secs(5));
+        assert!(matches!(policy.credentials["ghcr.io"], subs_oci::Credentials::Basic { .. }));
+        let none = parse("").unwrap().oci.policy().unwrap();
+        assert!(none.allow_registries.is_empty(), "no registry unless the operator lists it");
+        assert_eq!(none.deadline, subs_oci::DEFAULT_DEADLINE);
+        for (text, says) in [
+            ("[oci]\npull_timeout_secs = 0\n", "pull_timeout_secs"),
+            ("[oci.credentials.\"ghcr.io\"]\ntoken = \"t\"\n", "not in `[oci] allow_registries`"),
+            (
+                "[oci]\nallow_registries = [\"ghcr.io\"]\n[oci.credentials.\"ghcr.io\"]\nusername = \"u\"\ntoken = \"t\"\n",
+                "`username` and `password`, or `token`",
+            ),
+        ] {
+            let error = parse(text).unwrap().oci.policy().unwrap_err().to_string();
+            assert!(error.contains(says), "{text}: {error}");
+        }
     }
 
     #[test]

@@ -66,6 +66,10 @@ pub struct VersionView {
     /// them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decisions: Option<u64>,
+    /// The OCI artifact the component was pulled from, for a version
+    /// pulled from a registry (`{"oci": …}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oci: Option<OciView>,
 }
 
 /// The body of `PUT /v1/agents/{agent_id}/current`.
@@ -74,6 +78,26 @@ pub struct VersionView {
 pub struct Activation {
     /// The stored version to make current: `sha256:<hex>`.
     pub version: String,
+}
+
+/// The JSON body pulling a component from an OCI registry.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OciAgent {
+    /// `REGISTRY/REPOSITORY:TAG` or `REGISTRY/REPOSITORY@sha256:…`: a
+    /// CNCF Wasm OCI artifact on a registry the operator allows
+    /// (`[oci] allow_registries`). A tag is resolved once, here: the
+    /// version is pinned to the manifest digest it resolved to.
+    pub oci: String,
+}
+
+/// Where a version was pulled from.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OciView {
+    /// The reference as given.
+    pub reference: String,
+    /// The manifest digest it resolved to (`sha256:<hex>`).
+    pub digest: String,
 }
 
 /// The JSON body registering an HTTP worker.
@@ -127,6 +151,7 @@ fn versions(r: &AgentRecord) -> Vec<VersionView> {
             },
             active: v.digest == r.current.digest,
             decisions: None,
+            oci: v.oci.as_ref().map(|o| OciView { reference: o.reference.clone(), digest: o.digest.clone() }),
         })
         .collect();
     // Stable: versions uploaded in the same millisecond keep their order.
@@ -183,19 +208,23 @@ fn checked_agent_id(agent_id: &str) -> Result<(), ApiError> {
         content(
             (Vec<u8> = "application/wasm"),
             (HttpAgent = "application/json"),
+            (OciAgent = "application/json"),
         ),
-        description = "A component, or an HTTP worker's URL"
+        description = "A component; an HTTP worker's URL; or a component to pull from an OCI registry"
     ),
     responses(
         (status = 201, description = "A new version", body = AgentView),
         (status = 200, description = "The same version again: nothing changed", body = AgentView),
         (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 403, description = "An OCI registry the operator does not allow (`forbidden`)", body = ErrorBody),
         (status = 409, description = "`activate=false` for an agent that does not exist yet (`no_active_version`)", body = ErrorBody),
         (status = 413, body = ErrorBody),
         (status = 415, body = ErrorBody),
         (status = 422, description = "Not a component of the subs:agent world (`invalid_component`), or past a quota of compiled or stored bytes (`limit_exceeded`)", body = ErrorBody),
-        (status = 429, description = "Past `max_uploads_per_hour`, or another upload of the tenant is compiling", body = ErrorBody),
+        (status = 429, description = "Past `max_uploads_per_hour`, or another upload of the tenant is compiling or being pulled", body = ErrorBody),
+        (status = 502, description = "The OCI registry could not be reached or answered an error (`oci_pull_failed`)", body = ErrorBody),
+        (status = 504, description = "The OCI pull passed `[oci] pull_timeout_secs` (`oci_pull_failed`)", body = ErrorBody),
     ),
     tag = "agents"
 )]
@@ -233,11 +262,112 @@ pub async fn put(
         let bytes = body::bytes(body, limits.max_component_bytes).await?;
         state.agents.put_component(&tenant, &agent_id, Vec::from(bytes), &agent_limits, activate).await?
     } else {
-        let HttpAgent { url, secret } = body::json(body, limits.max_body_bytes).await?;
-        state.agents.put_http(&tenant, &agent_id, url, secret, &agent_limits, activate).await?
+        let json: serde_json::Value = body::json(body, limits.max_body_bytes).await?;
+        if json.get("oci").is_some() {
+            let OciAgent { oci } = serde_json::from_value(json).map_err(|e| ApiError::invalid("oci", e.to_string()))?;
+            let (bytes, source) = pull(&state, &tenant, &agent_id, &oci, limits.max_component_bytes).await?;
+            state.agents.put_pulled(&tenant, &agent_id, bytes, &agent_limits, activate, Some(source)).await?
+        } else {
+            let HttpAgent { url, secret } =
+                serde_json::from_value(json).map_err(|e| ApiError::invalid("url", e.to_string()))?;
+            state.agents.put_http(&tenant, &agent_id, url, secret, &agent_limits, activate).await?
+        }
     };
     let status = if changed { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(AgentView::from(&record))))
+}
+
+/// Tenants with a pull from an OCI registry under way: one each at a
+/// time, so that what a tenant holds in pulled bytes is one component's
+/// worth (`max_component_bytes`), as an upload's body is.
+static PULLING: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Removes the tenant from [`PULLING`] when its pull ends, however it ends.
+struct PullSlot(String);
+
+impl Drop for PullSlot {
+    fn drop(&mut self) {
+        PULLING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.0);
+    }
+}
+
+/// Pulls the component `reference` names under the operator's `[oci]`
+/// policy, within `max_bytes`: its bytes, and where they came from.
+async fn pull(
+    state: &AppState,
+    tenant: &str,
+    agent_id: &str,
+    reference: &str,
+    max_bytes: usize,
+) -> Result<(Vec<u8>, subs_engine::store::OciSource), ApiError> {
+    let _slot = {
+        let mut pulling = PULLING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !pulling.insert(tenant.to_owned()) {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "limit_exceeded",
+                "another pull of this tenant from an OCI registry is under way; send this one when it is done",
+            ));
+        }
+        PullSlot(tenant.to_owned())
+    };
+    let policy = state.config.file().oci.clone();
+    match policy.pull(reference, max_bytes as u64).await {
+        Ok((parsed, pulled)) => {
+            tracing::info!(%tenant, agent = %agent_id, reference = %parsed, digest = %pulled.manifest_digest, "pulled an agent from an OCI registry");
+            let source =
+                subs_engine::store::OciSource { reference: reference.to_owned(), digest: pulled.manifest_digest };
+            Ok((pulled.wasm, source))
+        }
+        Err(error) => {
+            tracing::info!(%tenant, agent = %agent_id, %error, "an OCI pull was refused");
+            Err(pull_refusal(error))
+        }
+    }
+}
+
+/// The answer to a failed pull: the reference's own mistakes are 4xx, as
+/// are the registry's refusals and contents that are not an agent; a
+/// registry that cannot be reached or fails is 502, one too slow 504.
+fn pull_refusal(error: subs_oci::OciError) -> ApiError {
+    use subs_oci::OciError as E;
+    let message = error.to_string();
+    let (status, code) = match error {
+        E::Reference { .. } => (StatusCode::BAD_REQUEST, "invalid_input"),
+        E::NotAllowed { .. } => (StatusCode::FORBIDDEN, "forbidden"),
+        E::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+        E::Unauthorized { .. } | E::NotFound { .. } | E::Invalid { .. } | E::Digest { .. } => {
+            (StatusCode::UNPROCESSABLE_ENTITY, "oci_pull_failed")
+        }
+        E::Registry { .. } | E::Unreachable { .. } => (StatusCode::BAD_GATEWAY, "oci_pull_failed"),
+        E::Deadline { .. } => (StatusCode::GATEWAY_TIMEOUT, "oci_pull_failed"),
+    };
+    ApiError { field: Some("oci".to_owned()), ..ApiError::new(status, code, message) }
+}
+
+/// The bytes of a stored component version, as uploaded or pulled (what
+/// `subs agents push` sends to a registry).
+#[utoipa::path(
+    get,
+    path = "/v1/agents/{agent_id}/versions/{version}",
+    params(("agent_id" = String, Path), ("version" = String, Path, description = "`sha256:<hex>`")),
+    responses(
+        (status = 200, description = "The component", content_type = "application/wasm", body = Vec<u8>),
+        (status = 400, description = "The version is an HTTP worker", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "No such agent, or no such stored version of it", body = ErrorBody),
+    ),
+    tag = "agents"
+)]
+pub async fn component(
+    State(state): State<Arc<AppState>>,
+    Tenant(tenant): Tenant,
+    Path((agent_id, version)): Path<(String, String)>,
+) -> Result<impl IntoResponse, ApiError> {
+    checked_agent_id(&agent_id)?;
+    let bytes = state.agents.version_bytes(&tenant, &agent_id, &version).await?;
+    Ok(([(header::CONTENT_TYPE, "application/wasm")], bytes))
 }
 
 /// Makes a stored version of an agent its current one: new decisions run

@@ -212,6 +212,9 @@ pub struct ServerConfig {
     /// The bounds of the agents' MCP endpoints: the `[mcp_endpoint]`
     /// table.
     pub mcp_endpoint: mcp::Bounds,
+    /// Which OCI registries agents may be pulled from, how, and for how
+    /// long: the `[oci]` table (docs/registries.md).
+    pub oci: subs_oci::PullPolicy,
 }
 
 impl ServerConfig {

@@ -27,7 +27,7 @@ pub fn api() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(agents::list))
         .routes(routes!(agents::put, agents::get, agents::delete))
         .routes(routes!(agents::activate))
-        .routes(routes!(agents::delete_version))
+        .routes(routes!(agents::delete_version, agents::component))
         .routes(routes!(replay::replay))
         .routes(routes!(agui::run))
         .routes(routes!(aisdk::chat))

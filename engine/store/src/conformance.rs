@@ -219,6 +219,7 @@ pub mod sample {
                 worker: AgentWorker::Http { url: "http://127.0.0.1:1/".to_owned(), secret: None },
                 created_ms: 1,
                 activated_ms: Some(1),
+                oci: None,
             },
             history: Vec::new(),
             created_ms: 1,

@@ -767,6 +767,7 @@ mod agent_bytes {
             worker,
             created_ms: 1,
             activated_ms: None,
+            oci: None,
         };
         let record = AgentRecord {
             tenant: "t".to_owned(),
@@ -787,7 +788,15 @@ mod agent_bytes {
         let text = r#"{"digest":"sha256:1","worker":{"kind":"component","bytes":4},"created_ms":1}"#;
         let old: AgentVersion = serde_json::from_str(text).unwrap();
         assert_eq!(old.activated_ms, None);
+        assert_eq!(old.oci, None, "nor pulled from a registry");
         assert_eq!(serde_json::to_string(&old).unwrap(), text, "and write as they read");
+        let pulled = AgentVersion {
+            oci: Some(OciSource { reference: "ghcr.io/a:1".to_owned(), digest: "sha256:9".to_owned() }),
+            ..old
+        };
+        let text = serde_json::to_string(&pulled).unwrap();
+        assert!(text.ends_with(r#""oci":{"reference":"ghcr.io/a:1","digest":"sha256:9"}}"#), "{text}");
+        assert_eq!(serde_json::from_str::<AgentVersion>(&text).unwrap(), pulled);
     }
 }
 
@@ -808,6 +817,25 @@ pub struct AgentVersion {
     /// one a rollback goes back to, which pruning keeps longest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activated_ms: Option<u64>,
+    /// Where the component was pulled from, when it came from an OCI
+    /// registry rather than as uploaded bytes. `None` for uploads, HTTP
+    /// workers, and versions stored before the engine pulled from
+    /// registries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci: Option<OciSource>,
+}
+
+/// The OCI artifact a version was pulled from: the reference as given and
+/// the manifest it resolved to, which pins the version (a tag moved later
+/// does not change it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OciSource {
+    /// The reference as given (`ghcr.io/org/agent:1.0`, or pinned
+    /// `…@sha256:…`).
+    pub reference: String,
+    /// The digest of the manifest the component's layer came from
+    /// (`sha256:<hex>`).
+    pub digest: String,
 }
 
 impl AgentVersion {

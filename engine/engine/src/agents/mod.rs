@@ -50,7 +50,7 @@ use sha2::{Digest, Sha256};
 use self::uploads::{UploadPolicy, Uploads};
 use crate::Engine;
 use crate::replay::{Progress, ReplayError, ReplayReport, Selection};
-use crate::store::{AgentRecord, AgentVersion, AgentWorker, Batch, Op, StoreError};
+use crate::store::{AgentRecord, AgentVersion, AgentWorker, Batch, OciSource, Op, StoreError};
 use crate::worker::component::cache::write_atomically;
 use crate::worker::component::{AgentPolicy, ComponentAgent, ComponentHost, LoadError};
 use crate::worker::http::{HttpWorker, HttpWorkerOptions};
@@ -512,6 +512,22 @@ impl AgentRegistry {
         self.engine.store().agents(Some(tenant)).await
     }
 
+    /// The bytes of the stored component version `digest` of `tenant`'s
+    /// agent `agent_id` (to push it to a registry, say).
+    /// [`AgentError::UnknownVersion`] when the agent has no such version,
+    /// or it is an HTTP worker.
+    pub async fn version_bytes(&self, tenant: &str, agent_id: &str, digest: &str) -> Result<Vec<u8>, AgentError> {
+        let record = self.engine.store().agent(tenant, agent_id).await?;
+        match record.as_ref().and_then(|r| r.version(digest)).map(|v| &v.worker) {
+            Some(AgentWorker::Component { .. }) => self.component_bytes(digest).await,
+            Some(AgentWorker::Http { .. }) => Err(AgentError::Invalid {
+                field: "version",
+                message: format!("{digest} is an HTTP worker, which has no component bytes"),
+            }),
+            None => Err(AgentError::UnknownVersion { agent_id: agent_id.to_owned(), version: digest.to_owned() }),
+        }
+    }
+
     fn component_path(&self, digest: &str) -> PathBuf {
         self.dir.join(format!("{}.wasm", digest.trim_start_matches("sha256:")))
     }
@@ -704,12 +720,30 @@ impl AgentRegistry {
         limits: &AgentLimits,
         activate: bool,
     ) -> Result<(AgentRecord, bool), AgentError> {
+        self.put_pulled(tenant, agent_id, bytes, limits, activate, None).await
+    }
+
+    /// [`AgentRegistry::put_component`] for a component pulled from an
+    /// OCI registry: the same checks, compile and quotas, with the
+    /// reference and manifest digest it came from kept on the version
+    /// ([`AgentVersion::oci`]). A version already stored with the same
+    /// bytes keeps what it recorded.
+    pub async fn put_pulled(
+        &self,
+        tenant: &str,
+        agent_id: &str,
+        bytes: Vec<u8>,
+        limits: &AgentLimits,
+        activate: bool,
+        oci: Option<OciSource>,
+    ) -> Result<(AgentRecord, bool), AgentError> {
         let now = crate::clock::now_ms();
         let version = AgentVersion {
             digest: component_digest(&bytes),
             worker: AgentWorker::Component { bytes: bytes.len() as u64 },
             created_ms: now,
             activated_ms: activate.then_some(now),
+            oci,
         };
         // Refused before the compile, which would be wasted.
         self.plan(tenant, agent_id, version.clone(), activate, limits).await?;
@@ -796,6 +830,7 @@ impl AgentRegistry {
             worker: AgentWorker::Http { url, secret },
             created_ms: now,
             activated_ms: activate.then_some(now),
+            oci: None,
         };
         let (worker, _) = self.worker(tenant, agent_id, &version).await?;
         let writing = self.tenants.lock(tenant).await;

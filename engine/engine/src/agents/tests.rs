@@ -147,6 +147,7 @@ fn component(n: u8, created_ms: u64) -> AgentVersion {
         worker: AgentWorker::Component { bytes: 4 },
         created_ms,
         activated_ms: None,
+        oci: None,
     }
 }
 
