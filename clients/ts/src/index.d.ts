@@ -222,7 +222,7 @@ export interface ClientOptions {
 export interface SubsClientOptions extends ClientOptions {
   /** Reconnects in a row without an event before a stream gives up (default 8). */
   maxReconnects?: number;
-  /** The largest event a stream may send (default 64 MiB). */
+  /** The largest event a stream may send, counted in characters of its text (default 64 Mi). */
   maxEventBytes?: number;
 }
 
