@@ -12,6 +12,7 @@ mod inspector;
 mod interrupts;
 mod mcp_endpoint;
 mod new;
+mod observability;
 mod oci;
 mod openapi;
 mod postgres;

@@ -1312,7 +1312,7 @@ impl Session {
         };
         match (&call.spec, outcome) {
             (CallSpec::Llm { action, .. }, Outcome::LlmOk(response)) => {
-                let cost = response.cost.as_deref().and_then(|c| c.parse::<f64>().ok());
+                let cost = response.cost.as_deref().and_then(|c| c.parse::<crate::model::Money>().ok());
                 let model = action.model.as_deref().unwrap_or_default();
                 ctx.metrics.llm_usage(model, tokens.input_total(), tokens.output, cost);
             }
