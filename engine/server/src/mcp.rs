@@ -1505,6 +1505,39 @@ mod tests {
         assert!(body["result"]["content"][0]["text"].as_str().unwrap().contains("theirs"), "{body}");
     }
 
+    #[tokio::test]
+    async fn calls_are_bounded_per_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state(&dir).await;
+        let caller = Caller { tenant: "acme".to_owned(), user: None, key: None, trace: None };
+        let one = Bounds { max_calls_per_session: 1, ..Bounds::default() };
+        let session = McpSessions::default().open(&one, &caller, "echo", "2025-11-25", false).unwrap();
+        // A call running under request id 1.
+        let (running, _switch) = watch::channel(false);
+        lock(&session.calls).insert(RequestId::Number(1), running);
+        let params = json!({"name": "echo", "arguments": {"message": "hi"}});
+        let answer = |response: Response| async move {
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            serde_json::from_slice::<Value>(&bytes).unwrap()
+        };
+        let again = call(
+            state.clone(),
+            caller.clone(),
+            session.clone(),
+            "echo".into(),
+            RequestId::Number(1),
+            Some(params.clone()),
+            true,
+        );
+        let body = answer(again.await).await;
+        assert!(body["error"]["message"].as_str().unwrap().contains("request id is running"), "{body}");
+        let more = call(state, caller, session.clone(), "echo".into(), RequestId::Number(2), Some(params), true);
+        let body = answer(more.await).await;
+        assert_eq!(body["error"]["code"].as_i64(), Some(code::INVALID_REQUEST), "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("most calls running (1)"), "{body}");
+        assert_eq!(lock(&session.calls).len(), 1, "the refused calls left nothing behind");
+    }
+
     #[test]
     fn sessions_are_bounded_per_tenant_and_expire() {
         let caller = |tenant: &str| Caller { tenant: tenant.to_owned(), user: None, key: None, trace: None };
@@ -1521,6 +1554,7 @@ mod tests {
         let expiring = McpSessions::default();
         let idle = Bounds { session_idle: Duration::ZERO, ..Bounds::default() };
         let s = expiring.open(&idle, &caller("a"), "echo", "2025-11-25", false).unwrap();
+        // Past the zero idle time, on the clock sessions expire by.
         std::thread::sleep(Duration::from_millis(2));
         assert!(expiring.get(&s.id, &caller("a"), "echo").is_none(), "an expired session is gone");
         assert_eq!(expiring.count("a"), 0);
