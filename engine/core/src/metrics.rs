@@ -19,18 +19,19 @@
 //! takes its values from a fixed set.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::model::PriceTable;
+use crate::model::{Money, PriceTable};
 use crate::worker::WorkerError;
 
 /// The label value of every model name that is not a label of its own.
@@ -125,7 +126,7 @@ pub struct Metrics {
     llm_seconds: Histograms<LlmLabels>,
     llm_first_token_seconds: Histograms<ModelLabel>,
     tokens: Family<TokenLabels, Counter>,
-    cost_dollars: Family<ModelLabel, Counter<f64, std::sync::atomic::AtomicU64>>,
+    cost_dollars: Family<ModelLabel, Dollars>,
     tool_seconds: Histograms<ToolLabels>,
     sessions_active: Gauge,
     inputs_waiting: Gauge,
@@ -136,6 +137,54 @@ pub struct Metrics {
     /// What makes a model name configured before any call answered it.
     prices: PriceTable,
 }
+
+/// A counter of dollars, summed exactly: prices are decimals, and a sum
+/// of floats drifts (`0.0004000000000000001` for four calls of
+/// `0.0001`). The sum is kept as [`Money`] (integer atto-dollars) and
+/// written, at each scrape, as the float nearest to it, which prints as
+/// the exact decimal for any amount a scrape can show.
+#[derive(Debug, Default, Clone)]
+struct Dollars(Arc<Mutex<Money>>);
+
+impl Dollars {
+    fn add(&self, amount: Money) {
+        let mut total = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A sum past i128 atto-dollars (10^20 dollars) stays where it is.
+        *total = total.checked_add(amount).unwrap_or(*total);
+    }
+}
+
+impl TypedMetric for Dollars {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl EncodeMetric for Dollars {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let total = *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Money's decimal, read as a float: the nearest one to the sum.
+        let value: f64 = total.to_string().parse().unwrap_or(0.0);
+        encoder.encode_counter::<NoLabelSet, _, u64>(&value, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+/// The workers a delivery goes to: the `worker` label's values.
+const WORKERS: [&str; 2] = ["component", "http"];
+
+/// How a delivery ends: the `outcome` label's values.
+const DELIVERY_OUTCOMES: [&str; 4] = ["ok", "error", "trap", "timeout"];
+
+/// How a component fails: the `kind` label's values.
+const TRAP_KINDS: [&str; 3] = ["trap", "limit", "instantiation"];
+
+/// Who runs a tool call: the `handler` label's values.
+const TOOL_HANDLERS: [&str; 3] = ["server", "worker", "client"];
+
+/// How a call ends: the `outcome` label's values of LLM and tool calls.
+const CALL_OUTCOMES: [&str; 2] = ["ok", "error"];
 
 /// Histograms by label, each made by a constructor with its buckets.
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -235,6 +284,33 @@ impl Metrics {
             "Inputs sent to sessions on this node that their session has not taken yet",
             inputs_waiting.clone(),
         );
+        // Every series whose labels come from a fixed set is there from the
+        // start, at zero: a dashboard's rate or an alert on a series that
+        // has not happened yet reads 0, not "no data". The model-labelled
+        // ones start with `other`, the label every model may end up in.
+        for worker in WORKERS {
+            let _ = decision_seconds.get_or_create(&WorkerLabel { worker });
+            let _ = retries.get_or_create(&WorkerLabel { worker });
+            for outcome in DELIVERY_OUTCOMES {
+                let _ = deliveries.get_or_create(&DeliveryLabels { worker, outcome });
+            }
+        }
+        for kind in TRAP_KINDS {
+            let _ = traps.get_or_create(&TrapLabel { kind });
+        }
+        for handler in TOOL_HANDLERS {
+            for outcome in CALL_OUTCOMES {
+                let _ = tool_seconds.get_or_create(&ToolLabels { handler, outcome });
+            }
+        }
+        for outcome in CALL_OUTCOMES {
+            let _ = llm_seconds.get_or_create(&LlmLabels { model: OTHER.to_owned(), outcome });
+        }
+        let _ = llm_first_token_seconds.get_or_create(&ModelLabel { model: OTHER.to_owned() });
+        for kind in ["input", "output"] {
+            let _ = tokens.get_or_create(&TokenLabels { model: OTHER.to_owned(), kind });
+        }
+        let _ = cost_dollars.get_or_create(&ModelLabel { model: OTHER.to_owned() });
         Self {
             registry,
             decision_seconds,
@@ -333,19 +409,19 @@ impl Metrics {
             .observe(after.as_secs_f64());
     }
 
-    /// An LLM call settled with this usage and cost (in dollars). `model`
+    /// An LLM call settled with this usage and cost. `model`
     /// is the name the agent asked for; a worker may have answered the
     /// call, so the name counts as configured only as the price table
     /// or an earlier engine-run call says.
-    pub fn llm_usage(&self, model: &str, input_tokens: u64, output_tokens: u64, cost: Option<f64>) {
+    pub fn llm_usage(&self, model: &str, input_tokens: u64, output_tokens: u64, cost: Option<Money>) {
         let model = self.model(model, false);
         for (kind, n) in [("input", input_tokens), ("output", output_tokens)] {
             if n > 0 {
                 self.tokens.get_or_create(&TokenLabels { model: model.clone(), kind }).inc_by(n);
             }
         }
-        if let Some(cost) = cost.filter(|c| c.is_finite() && *c > 0.0) {
-            self.cost_dollars.get_or_create(&ModelLabel { model }).inc_by(cost);
+        if let Some(cost) = cost.filter(|c| *c > Money::ZERO) {
+            self.cost_dollars.get_or_create(&ModelLabel { model }).add(cost);
         }
     }
 
@@ -407,7 +483,7 @@ mod tests {
         let max = LabelLimits::default().max_values;
         for n in 0..max + 20 {
             metrics.llm_call(&format!("p/model-{n}"), Duration::from_millis(5), true, true);
-            metrics.llm_usage(&format!("p/model-{n}"), 1, 1, Some(0.5));
+            metrics.llm_usage(&format!("p/model-{n}"), 1, 1, Some(Money::parse("0.5").unwrap()));
         }
         let out = text(&metrics);
         let series = out.lines().filter(|l| l.starts_with("subs_llm_cost_dollars_total{")).count();
@@ -434,7 +510,7 @@ mod tests {
         let long = format!("p/{}", "x".repeat(4 << 20));
         metrics.llm_call(&long, took, true, true);
         metrics.first_token(&long, took, true);
-        metrics.llm_usage(&long, 1, 1, Some(1.0));
+        metrics.llm_usage(&long, 1, 1, Some(Money::from_dollars(1)));
         // Priced, or served by a configured provider: its own label.
         metrics.llm_usage("p/priced", 1, 0, None);
         metrics.llm_call("p/served", took, true, true);
@@ -446,6 +522,31 @@ mod tests {
         assert!(out.contains("subs_llm_call_duration_seconds_count{model=\"p/served\",outcome=\"error\"} 1"));
         assert!(out.contains("subs_llm_call_duration_seconds_count{model=\"other\",outcome=\"error\"} 1"));
         assert!(out.contains("subs_llm_call_duration_seconds_count{model=\"other\",outcome=\"ok\"} 2"));
+    }
+
+    #[test]
+    fn every_fixed_series_is_there_from_the_start_and_cost_sums_exactly() {
+        let metrics = Metrics::default();
+        let out = text(&metrics);
+        for line in [
+            "subs_deliveries_total{worker=\"http\",outcome=\"timeout\"} 0",
+            "subs_delivery_retries_total{worker=\"component\"} 0",
+            "subs_guest_traps_total{kind=\"instantiation\"} 0",
+            "subs_decision_duration_seconds_count{worker=\"http\"} 0",
+            "subs_tool_call_duration_seconds_count{handler=\"client\",outcome=\"error\"} 0",
+            "subs_llm_call_duration_seconds_count{model=\"other\",outcome=\"ok\"} 0",
+            "subs_llm_time_to_first_token_seconds_count{model=\"other\"} 0",
+            "subs_llm_tokens_total{model=\"other\",kind=\"output\"} 0",
+            "subs_llm_cost_dollars_total{model=\"other\"} 0.0",
+            "subs_inputs_waiting 0",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} in\n{out}");
+        }
+        let tenth_of_a_mil = Money::parse("0.0001").unwrap();
+        for _ in 0..4 {
+            metrics.llm_usage("p/x", 1, 1, Some(tenth_of_a_mil));
+        }
+        assert!(text(&metrics).lines().any(|l| l == "subs_llm_cost_dollars_total{model=\"other\"} 0.0004"));
     }
 
     #[test]

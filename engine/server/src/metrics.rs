@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use serde::Serialize;
@@ -150,6 +151,105 @@ pub async fn health(state: &AppState) -> Result<Health, crate::ApiError> {
     Ok(Health { status: "ok".to_owned() })
 }
 
+/// The build's version, as `subs_build_info{version} 1`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+/// `subs_build_info`, and the process's own series under the names
+/// Prometheus' client libraries give them (`process_cpu_seconds_total`,
+/// `process_resident_memory_bytes`, …), read afresh for each scrape. The
+/// crate the metrics are written with has no process collector; on Linux
+/// they are read from `/proc/self`, elsewhere only the build's is written.
+fn build_and_process() -> Registry {
+    let mut registry = Registry::default();
+    let build: Family<BuildLabels, Gauge> = Family::default();
+    build.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION") }).set(1);
+    registry.register("subs_build_info", "The subs build serving this node (always 1), by version", build);
+    #[cfg(target_os = "linux")]
+    if let Some(process) = process::read() {
+        let cpu: Counter<f64, std::sync::atomic::AtomicU64> = Counter::default();
+        cpu.inc_by(process.cpu_seconds);
+        registry.register_with_unit(
+            "process_cpu",
+            "Total user and system CPU time spent by the process",
+            Unit::Seconds,
+            cpu,
+        );
+        let gauge = |value: f64| {
+            let gauge: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
+            gauge.set(value);
+            gauge
+        };
+        registry.register_with_unit(
+            "process_resident_memory",
+            "Resident memory size",
+            Unit::Bytes,
+            gauge(process.resident_bytes),
+        );
+        registry.register_with_unit(
+            "process_virtual_memory",
+            "Virtual memory size",
+            Unit::Bytes,
+            gauge(process.virtual_bytes),
+        );
+        registry.register_with_unit(
+            "process_start_time",
+            "Start time of the process since the Unix epoch",
+            Unit::Seconds,
+            gauge(process.start_time_seconds),
+        );
+        registry.register("process_open_fds", "Open file descriptors", gauge(process.open_fds));
+        if let Some(max) = process.max_fds {
+            registry.register("process_max_fds", "The most file descriptors the process may open", gauge(max));
+        }
+    }
+    registry
+}
+
+/// The process's figures, from `/proc` (Linux).
+#[cfg(target_os = "linux")]
+mod process {
+    /// What one scrape reads.
+    pub(super) struct Process {
+        pub cpu_seconds: f64,
+        pub resident_bytes: f64,
+        pub virtual_bytes: f64,
+        pub start_time_seconds: f64,
+        pub open_fds: f64,
+        pub max_fds: Option<f64>,
+    }
+
+    /// Reads `/proc/self/stat`, `/proc/stat`, `/proc/self/fd` and
+    /// `/proc/self/limits`; `None` when `/proc` is not there to read.
+    pub(super) fn read() -> Option<Process> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // The fields after the command, which is in parentheses and may
+        // hold spaces: field 3 (state) is the first.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3)?.parse::<f64>().ok();
+        let ticks = rustix::param::clock_ticks_per_second() as f64;
+        let page = rustix::param::page_size() as f64;
+        let boot_time = std::fs::read_to_string("/proc/stat")
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<f64>().ok())?;
+        let max_fds = std::fs::read_to_string("/proc/self/limits").ok().and_then(|limits| {
+            let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+            line.trim_start_matches("Max open files").split_whitespace().next()?.parse::<f64>().ok()
+        });
+        Some(Process {
+            cpu_seconds: (field(14)? + field(15)?) / ticks,
+            virtual_bytes: field(23)?,
+            resident_bytes: field(24)? * page,
+            start_time_seconds: boot_time + field(22)? / ticks,
+            open_fds: std::fs::read_dir("/proc/self/fd").ok()?.count() as f64,
+            max_fds,
+        })
+    }
+}
+
 /// Prometheus metrics, in the text exposition format.
 #[utoipa::path(
     get,
@@ -177,6 +277,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         );
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &store);
     }
+    let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &build_and_process());
     ([(axum::http::header::CONTENT_TYPE, prometheus_client::encoding::prometheus_text::CONTENT_TYPE)], out)
         .into_response()
 }
