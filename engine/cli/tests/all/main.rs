@@ -11,7 +11,6 @@ mod hostile;
 mod inspector;
 mod interrupts;
 mod mcp_endpoint;
-mod mcp_tools;
 mod new;
 mod observability;
 mod oci;
@@ -143,10 +142,14 @@ impl Process {
 
     /// Waits for the process to exit (at most `patience`); its code.
     pub fn wait(&mut self, patience: Duration) -> Option<i32> {
-        let exited = subs_tests::wait::eventually_blocking(patience, "subs exits", || {
-            self.child.try_wait().expect("the child can be waited for")
-        });
-        exited.code()
+        let deadline = Instant::now() + patience;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("the child can be waited for") {
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "subs did not exit within {patience:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// All stdout left (after exit: all of it).

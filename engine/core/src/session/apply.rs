@@ -703,7 +703,7 @@ impl Session {
         }
         self.deciding = step.agent_version.clone();
         if let Some(agent) = &decision.agent {
-            let agent = super::proposal::without_client_tools(agent, &self.added_tools());
+            let agent = super::proposal::without_client_tools(agent, self.client_tools());
             // A config set again unchanged stays the one shared allocation.
             if self.record.agent.as_deref() != Some(&agent) {
                 self.record.agent = Some(std::sync::Arc::new(agent));
@@ -866,14 +866,10 @@ impl Session {
         let tool = self.tool(&call.name).cloned();
         let input = tools::check_arguments(tool.as_ref(), &raw);
         let handler = call.handler.or(tool.as_ref().and_then(|t| t.handler)).unwrap_or(ToolHandler::Worker);
-        // A tool of the agent's sources (its MCP servers) is run by the
-        // engine, unless the call names who runs it.
-        let from_source = call.handler.is_none() && self.is_source_tool(&call.name);
-        let handler = if from_source { Handler::Server } else { handler.into() };
         let mut record = self.new_call(
             id,
             CallKind::ToolCall,
-            Some(handler),
+            Some(handler.into()),
             call.retry.clone(),
             CallSpec::Tool { arguments: raw.clone(), input: input.clone(), output: tool.and_then(|t| t.output) },
             hold,
@@ -1004,10 +1000,6 @@ impl Session {
         let Some(call) = self.calls.get(call_id) else { return };
         let CallSpec::Tool { arguments, input, .. } = &call.spec else { return };
         let name = call.call.name.clone().unwrap_or_default();
-        // The actor runs it (a tool source's tool).
-        if call.call.handler == Some(Handler::Server) {
-            return;
-        }
         if call.call.handler == Some(Handler::Client) {
             let call = ClientToolCall {
                 id: call.call.id.clone(),
