@@ -52,6 +52,10 @@ def test_a_tool_turn_streams_from_start_to_end(server: Server) -> None:
         view = subs.get_session(chat)
         assert view["status"] == "idle" and view["last_event_id"] == ids[-1]
         assert view["messages"][-1]["role"] == "assistant"
+        # Its decisions, a page of one at a time.
+        steps = list(subs.decisions(chat, limit=1))
+        assert [s["seq"] for s in steps] == list(range(len(steps))) and len(steps) >= 3, steps
+        assert {s["status"] for s in steps} == {"applied"} and steps[0]["turn_id"] == turn
 
 
 def test_a_stream_cut_mid_turn_resumes_and_yields_every_event_once(server: Server) -> None:
@@ -252,6 +256,8 @@ def test_the_async_client_streams_lists_and_follows(server: Server) -> None:
             assert (await subs.get_session(chat))["status"] == "idle"
             found = [s["session_id"] async for s in subs.list_sessions(agent="tools")]
             assert chat in found
+            steps = [s async for s in subs.decisions(chat, after=0)]
+            assert steps and steps[0]["seq"] == 1
             replayed = []
             async with subs.events(chat) as follow:
                 async for event in follow:

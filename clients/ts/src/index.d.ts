@@ -78,6 +78,30 @@ export interface SessionSummary {
   cost: string | null;
 }
 
+/** One decision of a session: the trigger the agent was asked about and what became of it. */
+export interface DecisionStep {
+  /** The step's number in the session: 0, 1, 2… */
+  seq: number;
+  decision_id: string;
+  turn_id: string | null;
+  /** The trigger, tagged by `type`, as the agent received it. */
+  trigger: { [key: string]: Json };
+  /** `pending`, `applied`, `failed` or `dropped`. */
+  status: string;
+  attempts: number;
+  error: string | null;
+  /** The `DecisionResponse`, once applied. */
+  decision: { [key: string]: Json } | null;
+  /** Ids of the messages the decision recorded. */
+  recorded: string[];
+  agent_version: string | null;
+  requested_ms: number | null;
+  decided_ms: number | null;
+  latency_ms: number | null;
+  /** The calls the decision started, in order. */
+  calls: { [key: string]: Json }[];
+}
+
 /** A session's budget and cost, in dollars. */
 export interface SessionBudget {
   session_id: string;
@@ -284,6 +308,8 @@ export declare class Client {
     status?: SessionStatus;
     agent?: string;
   }): AsyncIterable<SessionSummary>;
+  /** Every decision of the session in order, page after page (`after`: a step number). */
+  decisions(sessionId: string, options?: { limit?: number; after?: number }): AsyncIterable<DecisionStep>;
   /** Ends the open turn; whether one was open. */
   cancel(sessionId: string): Promise<boolean>;
   /** Sets the session's own budget in dollars (`null`: none). */

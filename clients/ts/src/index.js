@@ -302,6 +302,17 @@ export class Client extends Base {
     }
   }
 
+  async *decisions(sessionId, options = {}) {
+    let path = `/v1/sessions/${segment(sessionId)}/decisions`;
+    let params = { limit: options.limit, after: options.after };
+    while (path) {
+      const response = await this.response("GET", path, { params });
+      yield* await response.json();
+      path = nextPage(response);
+      params = undefined;
+    }
+  }
+
   async cancel(sessionId) {
     const answer = await this.call("POST", `/v1/sessions/${segment(sessionId)}/cancel`);
     return answer.cancelled;

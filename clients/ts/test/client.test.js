@@ -51,6 +51,12 @@ test("a tool turn streams from start to end", async () => {
   const view = await subs.getSession(chat);
   assert.equal(view.status, "idle");
   assert.equal(view.last_event_id, ids.at(-1));
+  // Its decisions, a page of one at a time.
+  const steps = [];
+  for await (const step of subs.decisions(chat, { limit: 1 })) steps.push(step);
+  assert.ok(steps.length >= 3);
+  assert.deepEqual(steps.map((s) => s.seq), steps.map((_, i) => i));
+  assert.ok(steps.every((s) => s.status === "applied"));
 });
 
 test("a stream cut mid-turn resumes and yields every event once", async () => {

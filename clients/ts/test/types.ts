@@ -33,6 +33,10 @@ async function typed(): Promise<void> {
     const at: number = summary.updated_ms;
     void at;
   }
+  for await (const step of subs.decisions('chat', { limit: 10 })) {
+    const seq: number = step.seq;
+    void seq;
+  }
   const agent: Agent = await subs.uploadAgent('tools', new Uint8Array([0, 97, 115, 109]), { activate: false });
   void agent.versions[0]?.active;
   await subs.resume('chat', 'approval', { approved: true });

@@ -152,6 +152,11 @@ def list_sessions(
     return Request("GET", "/v1/sessions", params=params)
 
 
+def decisions(session_id: str, limit: Optional[int], after: Optional[int]) -> Request:
+    params = {name: str(value) for name, value in (("limit", limit), ("after", after)) if value is not None}
+    return Request("GET", f"/v1/sessions/{seg(session_id)}/decisions", params=params)
+
+
 def resume(session_id: str, interrupt_id: str, payload: Any) -> Request:
     body: Dict[str, Any] = {"type": "interrupt.resume", "interrupt_id": interrupt_id}
     if payload is not UNSET:

@@ -16,6 +16,7 @@ from .types import (
     Agent,
     AgentVersion,
     Cancelled,
+    DecisionStep,
     InputAccepted,
     KeyInfo,
     NewKey,
@@ -305,6 +306,19 @@ class Client(_Base):
     def usage(self) -> Usage:
         """What the tenant's sessions cost, and its budget."""
         return cast(Usage, self._call(Request("GET", "/v1/usage")))
+
+    def decisions(
+        self, session_id: str, *, limit: Optional[int] = None, after: Optional[int] = None
+    ) -> Iterator[DecisionStep]:
+        """Every decision of the session in order (what the inspector's
+        timeline shows), following the pages (``limit`` a page) as the
+        iterator is read; ``after`` a step number to start after."""
+        request: Optional[Request] = _core.decisions(session_id, limit, after)
+        while request is not None:
+            response = self._response(request)
+            yield from cast(List[DecisionStep], response.json())
+            link = _core.next_page(response)
+            request = Request("GET", link) if link else None
 
     # ---- interrupts and client tools ----------------------------------------
 

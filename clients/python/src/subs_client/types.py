@@ -85,6 +85,32 @@ class SessionSummary(TypedDict):
     cost: Optional[str]
 
 
+class DecisionStep(TypedDict):
+    """One decision of a session, as ``decisions`` lists it: the trigger the
+    agent was asked about and what became of it."""
+
+    #: The step's number in the session: 0, 1, 2…
+    seq: int
+    decision_id: str
+    turn_id: Optional[str]
+    #: The trigger, tagged by ``type``, as the agent received it.
+    trigger: Dict[str, Any]
+    #: ``pending``, ``applied``, ``failed`` or ``dropped``.
+    status: str
+    attempts: int
+    error: Optional[str]
+    #: The ``DecisionResponse``, once applied.
+    decision: Optional[Dict[str, Any]]
+    #: Ids of the messages the decision recorded.
+    recorded: List[str]
+    agent_version: Optional[str]
+    requested_ms: Optional[int]
+    decided_ms: Optional[int]
+    latency_ms: Optional[float]
+    #: The calls the decision started, in order.
+    calls: List[Dict[str, Any]]
+
+
 class Cancelled(TypedDict):
     """What cancelling a session answers."""
 
@@ -240,6 +266,7 @@ __all__ = [
     "OpenInterrupt",
     "SessionView",
     "SessionSummary",
+    "DecisionStep",
     "Cancelled",
     "SessionBudget",
     "Usage",
