@@ -240,11 +240,15 @@ pub struct TimeoutsEntry {
     pub decision_secs: Option<f64>,
     /// One try of a call (its deadline), in seconds.
     pub call_secs: Option<f64>,
+    /// How long a quiet session's actor stays in memory, in seconds.
+    pub linger_secs: Option<f64>,
 }
 
 impl TimeoutsEntry {
     /// The longest timeout the table takes: a day.
     const MAX_SECS: f64 = 86_400.0;
+    /// The longest `linger_secs`: an hour.
+    const MAX_LINGER_SECS: f64 = 3_600.0;
 
     /// Sets the engine's defaults from this table.
     ///
@@ -263,6 +267,17 @@ impl TimeoutsEntry {
                 )));
             }
             *target = std::time::Duration::from_secs_f64(secs);
+        }
+        if let Some(secs) = self.linger_secs {
+            // Each lingering session holds its memory (and lease): an hour
+            // is already more than a client's next message needs.
+            if !(0.0..=Self::MAX_LINGER_SECS).contains(&secs) {
+                return Err(CliError::usage(anyhow!(
+                    "`[timeouts] linger_secs` must be a number of seconds from 0 to {}, not {secs}",
+                    Self::MAX_LINGER_SECS
+                )));
+            }
+            config.session_linger = std::time::Duration::from_secs_f64(secs);
         }
         Ok(())
     }
@@ -1245,6 +1260,14 @@ mod tests {
             assert!(err.to_string().contains("`[timeouts] decision_secs`"), "{err}");
         }
         assert!(parse("[timeouts]\ntool_secs = 3\n").is_err(), "unknown keys are refused");
+        assert_eq!(config.session_linger, std::time::Duration::from_secs(1), "a second unless set");
+        parse("[timeouts]\nlinger_secs = 0.05\n").unwrap().timeouts.apply(&mut config).unwrap();
+        assert_eq!(config.session_linger, std::time::Duration::from_millis(50));
+        for bad in ["-1", "nan", "3601"] {
+            let file = parse(&format!("[timeouts]\nlinger_secs = {bad}\n")).unwrap();
+            let err = file.timeouts.apply(&mut config).unwrap_err();
+            assert!(err.to_string().contains("`[timeouts] linger_secs`"), "{err}");
+        }
     }
 
     #[test]

@@ -57,6 +57,11 @@ pub struct EngineConfig {
     /// Bounds on the model names metrics label calls with and on the
     /// text spans carry.
     pub telemetry: crate::telemetry::TelemetryLimits,
+    /// How long a session's actor, once the session has gone quiet, waits
+    /// for another message before it leaves and frees the session's
+    /// memory (and, with several nodes, its lease): a client's next
+    /// message within it spares reloading the session from the store.
+    pub session_linger: Duration,
 }
 
 /// What the agents of a tenant may spawn: sub-agent sessions past any of
@@ -132,6 +137,7 @@ impl Default for EngineConfig {
             spans: None,
             resume_concurrency: 32,
             telemetry: crate::telemetry::TelemetryLimits::default(),
+            session_linger: Duration::from_secs(1),
         }
     }
 }

@@ -127,10 +127,6 @@ fn holds_spawns(session: &Session) -> bool {
     session.calls.values().any(|c| c.call.kind == CallKind::SubAgent && c.call.status == CallStatus::Queued)
 }
 
-/// How long an actor whose session has gone quiet waits for another
-/// message before it leaves (and frees the session's memory).
-const LINGER: Duration = Duration::from_secs(1);
-
 /// How many decisions of a contained agent may be held in memory, applied
 /// but not yet committed, before they are committed anyway: a bound on
 /// what a crash can make the agent decide again, and on the held batch.
@@ -325,7 +321,7 @@ impl Actor {
                 // soon (the client's next message); waiting a little before
                 // leaving spares reloading it from the store then. A
                 // session that does not exist has nothing worth keeping.
-                let linger = if self.session.is_some() { LINGER } else { Duration::ZERO };
+                let linger = if self.session.is_some() { self.env.config.session_linger } else { Duration::ZERO };
                 match tokio::time::timeout(linger, self.rx.recv()).await {
                     Ok(msg) => Next::Msg(msg),
                     Err(_) if self.mail.leave(&self.key, &self.rx) => {
@@ -420,6 +416,7 @@ impl Actor {
         self.remote = false;
         self.check_inbox = true;
         let backoff = self.down.as_ref().map_or(RELOAD_FIRST, |down| (down.backoff * 2).min(RELOAD_MAX));
+        // Reloading at once from a failing store would only fail again.
         self.down = Some(Down { backoff, retry: Box::pin(tokio::time::sleep(backoff)), failures });
     }
 
@@ -1590,8 +1587,17 @@ mod tests {
         assert_eq!(ended(&env, "s", "t1").await.status, TurnStatus::Done);
         assert_eq!(directory.active(), 1, "lingering for the client's next message");
 
-        tokio::time::sleep(LINGER * 2).await;
-        assert_eq!(directory.active(), 0, "left once idle for {LINGER:?}");
+        // Paused time: past the linger at once; then the actor runs (one
+        // thread) until it has left.
+        let linger = env.config.session_linger;
+        tokio::time::advance(linger * 2).await;
+        for _ in 0..100 {
+            if directory.active() == 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(directory.active(), 0, "left once idle for {linger:?}");
 
         say(&directory, "s", "t2").await.expect("accepted by a new actor");
         assert_eq!(ended(&env, "s", "t2").await.status, TurnStatus::Done);
@@ -1688,6 +1694,14 @@ mod tests {
         a_turn_outlives_a_failed_commit(true).await;
     }
 
+    /// Returns once the longest reload backoff has passed, on paused time:
+    /// at once, the actor running (and reloading) before the test goes on.
+    async fn reloaded() {
+        // Paused time: a timer the runtime jumps to once every task waits,
+        // which `advance` does not (it may resume the test first).
+        tokio::time::sleep(RELOAD_MAX).await;
+    }
+
     #[tokio::test(start_paused = true)]
     async fn inputs_while_the_store_fails_are_answered_not_stored_and_the_next_is_taken() {
         let store = Arc::new(crate::store::fault::FaultyStore::new(MemStore::new()));
@@ -1701,11 +1715,11 @@ mod tests {
         assert_eq!(directory.active(), 1, "the actor waits for the store");
 
         store.fail_commits(1, true);
-        tokio::time::sleep(RELOAD_MAX).await;
+        reloaded().await;
         let doubt = say(&directory, "s", "t1").await.expect_err("the answer was lost");
         assert!(matches!(&doubt, InputError::Unavailable(m) if m.contains("same turn_id")), "{doubt:?}");
         // The same turn id again: the input was stored, its turn is told.
-        tokio::time::sleep(RELOAD_MAX).await;
+        reloaded().await;
         let again = say(&directory, "s", "t1").await.expect("the store answers");
         assert!(again.existing, "the first send was stored");
         assert_eq!(ended(&env, "s", "t1").await.status, TurnStatus::Done);
