@@ -80,6 +80,28 @@ def test_a_stream_cut_mid_turn_resumes_and_yields_every_event_once(server: Serve
     assert events[-1].event == "turn.done"
 
 
+def test_the_async_client_resumes_a_cut_stream_too(server: Server) -> None:
+    proxy = CuttingProxy(server.url, cut_after=3)
+
+    async def run() -> List[Event]:
+        async with AsyncClient(proxy.url, key=server.key) as subs:
+            return [e async for e in subs.stream_message(chat, "tools", ADD)]
+
+    chat = session()
+    try:
+        events = asyncio.run(run())
+        assert proxy.cuts == 1 and proxy.connections >= 2
+    finally:
+        proxy.close()
+    with server.client() as subs:
+        everything = []
+        for event in subs.events(chat):
+            everything.append(event)
+            if event.event == "turn.done":
+                break
+    assert [(e.event, e.data) for e in events if e.id is not None] == [(e.event, e.data) for e in everything]
+
+
 def test_a_turn_resent_after_a_cut_before_any_event_is_the_same_turn(server: Server) -> None:
     with server.client() as subs:
         chat = session()
