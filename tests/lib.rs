@@ -12,6 +12,7 @@ use subs_protocol::DecisionRequest;
 pub mod bench;
 pub mod node;
 pub mod server;
+pub use subs_test_wait as wait;
 
 /// The allocator the `subs` binary uses, so that the benchmarks (and the
 /// tests) measure the engine as it ships; it can count what is allocated
@@ -235,11 +236,20 @@ impl TestEngine {
     }
 
     async fn open_postgres(dir: tempfile::TempDir, url: String) -> Self {
+        Self::open_postgres_with(dir, url, test_config()).await
+    }
+
+    /// [`TestEngine::on_postgres`] with these settings.
+    pub async fn on_postgres_with(url: String, config: subs_engine::EngineConfig) -> Self {
+        Self::open_postgres_with(tempfile::tempdir().expect("a temporary directory"), url, config).await
+    }
+
+    async fn open_postgres_with(dir: tempfile::TempDir, url: String, config: subs_engine::EngineConfig) -> Self {
         let store = subs_store_postgres::PgStore::open(&url, subs_store_postgres::PgOptions::default())
             .await
             .expect("the PostgreSQL store opens");
         let store: std::sync::Arc<dyn subs_engine::Store> = std::sync::Arc::new(store);
-        let engine = start_engine(store.clone()).await;
+        let engine = start_engine_with(store.clone(), subs_engine::model::Models::with_offline(), config).await;
         Self { engine, store, dir, backend: Backend::Postgres(url) }
     }
 

@@ -61,7 +61,8 @@ impl Agent for Slow {
             Trigger::LlmExecute(_) => {
                 for i in 0..WORDS {
                     cx.emit_text(format!("w{i} ")).map_err(|e| DecideError::terminal(e.to_string()))?;
-                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    // A slow model: the stream must outlast the client.
+                    subs_tests::wait::pace_blocking(std::time::Duration::from_millis(50));
                 }
                 let response = json!({"model": "test/slow", "content": slow_reply(), "finish_reason": "stop"});
                 Ok(DecisionResponse::new().with_action(subs_sdk::Action::llm_result(response)))
@@ -498,17 +499,11 @@ async fn a_client_that_falls_behind_gets_an_error_naming_the_reconnect() {
     assert_eq!(response.status(), StatusCode::OK);
     // The turn ends while the client reads nothing.
     let deadline = std::time::Duration::from_secs(120);
-    let ended = tokio::time::timeout(deadline, async {
-        loop {
-            let snapshot = s.engine.reads().snapshot("acme", "c-flood").await.unwrap();
-            if let Some(snapshot) = snapshot.filter(|s| s.record.turn.is_none() && s.record.next.turn > 0) {
-                return snapshot;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+    let ended = subs_tests::wait::eventually(deadline, "the flood turn ends", || async {
+        let snapshot = s.engine.reads().snapshot("acme", "c-flood").await.unwrap();
+        snapshot.filter(|s| s.record.turn.is_none() && s.record.next.turn > 0)
     })
-    .await
-    .expect("the flood turn ends");
+    .await;
     assert_eq!(ended.messages.len(), 2, "the turn goes on without its client: {:?}", ended.messages);
     let text = tokio::time::timeout(deadline, response.text()).await.unwrap().unwrap();
     assert!(text.trim_end().ends_with("data: [DONE]"), "{}", &text[text.len().saturating_sub(500)..]);

@@ -128,15 +128,12 @@ pub(crate) async fn snapshot(s: &TestServer, session: &str) -> Value {
 
 /// The open interrupts once `n` are open (at most 20 s).
 pub(crate) async fn interrupts(s: &TestServer, session: &str, n: usize) -> Vec<Value> {
-    for _ in 0..1000 {
+    subs_tests::wait::eventually(Duration::from_secs(20), format!("{n} interrupts open"), || async {
         let view = snapshot(s, session).await;
         let open = view["interrupts"].as_array().cloned().unwrap_or_default();
-        if open.len() == n {
-            return open;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{n} interrupts never opened: {}", snapshot(s, session).await)
+        if open.len() == n { Ok(open) } else { Err(view) }
+    })
+    .await
 }
 
 pub(crate) async fn resume(s: &TestServer, session: &str, interrupt_id: &Value, payload: Value) {

@@ -242,12 +242,10 @@ async fn only_the_try_the_parent_waits_on_reports_to_it() {
     let turn = say(&s, "p", "w", "delegate").await;
     // While the first try runs, a client posts to the child: its turn
     // waits for the try.
-    for _ in 0..200 {
-        if worker.triggers("p.kid").iter().any(|t| t == "client.messages") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    subs_tests::wait::eventually(Duration::from_secs(20), "the child's first try runs", || async {
+        worker.triggers("p.kid").iter().any(|t| t == "client.messages")
+    })
+    .await;
     let body = json!({"type": "client.message", "agent_id": "kid", "turn_id": "direct",
         "message": {"role": "user", "content": "a question of my own"}});
     let (status, answer) = s.call(POST, "/v1/sessions/p.kid/input", None, Some(body)).await;
@@ -266,8 +264,10 @@ async fn only_the_try_the_parent_waits_on_reports_to_it() {
     // A later client turn of the child is the client's alone.
     let later = say(&s, "p.kid", "kid", "and another").await;
     assert_eq!(turn_end(&s, "p.kid", &later).await.0, "turn.done");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(worker.triggers("p").iter().filter(|t| *t == "sub_agent.finished").count(), 1, "the parent heard once");
+    subs_tests::wait::steadily(Duration::from_millis(200), "the parent heard once", || async {
+        worker.triggers("p").iter().filter(|t| *t == "sub_agent.finished").count() == 1
+    })
+    .await;
 }
 
 /// A try that misses its deadline is cancelled; its end (the cancel)

@@ -309,19 +309,16 @@ async fn a_call_denied_while_another_approval_is_open_is_settled_and_never_runs(
     let (status, body) = input(&s, "two", answer("approve-c2", json!({"approved": false, "reason": "not c2"}))).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     // The denial's decision is applied while `approve-c1` is still open.
-    let start = std::time::Instant::now();
-    loop {
+    let view = subs_tests::wait::eventually(std::time::Duration::from_secs(20), "c2 settles", || async {
         let (_, view) = s.call(Method::GET, "/v1/sessions/two", KEY, None).await;
         let calls = view["calls"].as_array().unwrap();
-        let c2 = calls.iter().find(|c| c["id"] == "c2").unwrap();
-        if c2["status"] == "failed" {
-            assert_eq!(calls.iter().find(|c| c["id"] == "c1").unwrap()["status"], "queued", "{view}");
-            assert_eq!(view["status"], "waiting");
-            break;
-        }
-        assert!(start.elapsed() < std::time::Duration::from_secs(20), "c2 never settled: {view}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        let settled = calls.iter().find(|c| c["id"] == "c2").unwrap()["status"] == "failed";
+        if settled { Ok(view) } else { Err(view) }
+    })
+    .await;
+    let calls = view["calls"].as_array().unwrap();
+    assert_eq!(calls.iter().find(|c| c["id"] == "c1").unwrap()["status"], "queued", "{view}");
+    assert_eq!(view["status"], "waiting");
 
     let (status, body) = input(&s, "two", answer("approve-c1", json!({"approved": true}))).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");

@@ -124,16 +124,13 @@ async fn snapshot(s: &TestServer, session: &str) -> Value {
     body
 }
 
-/// Polls the snapshot until `ready` holds (at most 20 s).
+/// The snapshot once `ready` holds (at most 20 s).
 async fn until(s: &TestServer, session: &str, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
-    for _ in 0..1000 {
+    subs_tests::wait::eventually(Duration::from_secs(20), what, || async {
         let (status, view) = s.call(GET, &format!("/v1/sessions/{session}"), None, None).await;
-        if status == StatusCode::OK && ready(&view) {
-            return view;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{what}: never happened; the session is {}", snapshot(s, session).await)
+        if status == StatusCode::OK && ready(&view) { Ok(view) } else { Err(format!("{status} {view}")) }
+    })
+    .await
 }
 
 /// The turn's end event: its name and data.
@@ -251,6 +248,7 @@ impl subs_engine::worker::Worker for FourMinuteTool {
                 "client.messages" => json!({"actions": [add("c1", 40, 2)]}),
                 "tool.execute" => {
                     self.executes.lock().unwrap().push(delivery.request.attempts);
+                    // The tool's four minutes, on the test's paused time.
                     tokio::time::sleep(Duration::from_secs(240)).await;
                     execute_add(&request)
                 }
@@ -659,8 +657,11 @@ async fn message_send_reaches_the_family_and_no_other_session() {
     assert_eq!((end.as_str(), &data["code"]), ("turn.failed", &json!("decision_failed")), "{data}");
     let error = data["error"].as_str().unwrap();
     assert!(error.contains("session `other` does not exist or is not in this session's family"), "{error}");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(texts(&snapshot(&s, "other").await, "user"), ["hello"], "nothing reached it");
+    subs_tests::wait::steadily(Duration::from_millis(200), "nothing reached `other`", || async {
+        let view = snapshot(&s, "other").await;
+        if texts(&view, "user") == ["hello"] { Ok(()) } else { Err(view) }
+    })
+    .await;
 }
 
 // ---- sub-agents and client calls: cancels and deadlines -----------------------

@@ -102,16 +102,22 @@ async fn a_node_without_the_session_forwards_to_its_holder_and_shows_its_events(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_released_by_one_node_is_taken_by_the_next_without_forwarding() {
-    let Some((a, b)) = two_nodes().await else { return };
+    let Some(cluster) = subs_store_postgres::testing::TestCluster::shared() else { return };
+    let url = cluster.fresh_database();
+    // A's actor lingers briefly, then leaves and releases the lease.
+    let config = subs_engine::EngineConfig { session_linger: Duration::from_millis(50), ..subs_tests::test_config() };
+    let a = TestEngine::on_postgres_with(url.clone(), config).await;
+    let b = TestEngine::on_postgres(url).await;
     let gated = Arc::new(Gated::default());
     gated.open.send_replace(true);
     register(&a.engine, &gated);
     register(&b.engine, &gated);
     let turn = a.chat("s", "gated", "hello").await;
     assert_eq!(turn.status, TurnStatus::Done);
-    // A's actor lingers a second, then leaves and releases the lease.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(a.engine.reads().active_sessions(), 0, "A let the session go");
+    subs_tests::wait::eventually(Duration::from_secs(10), "A lets the session go", || async {
+        a.engine.reads().active_sessions() == 0
+    })
+    .await;
     let turn = b.chat("s", "gated", "again").await;
     assert_eq!(turn.status, TurnStatus::Done);
     assert_eq!(b.transcript("s").await.len(), 4, "both turns, one history");

@@ -9,6 +9,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use subs_tests::guests;
 use subs_tests::server::TestServer;
+use subs_tests::wait::{eventually, steadily};
 
 use crate::scripted::{Scripted, kind};
 
@@ -67,16 +68,30 @@ async fn snapshot(s: &TestServer, session: &str) -> Value {
     body
 }
 
-/// Polls the snapshot until `ready` holds (at most 20 s).
+/// The snapshot once `ready` holds (at most 20 s).
 async fn until(s: &TestServer, session: &str, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
-    for _ in 0..1000 {
+    eventually(Duration::from_secs(20), what, || async {
         let view = snapshot(s, session).await;
-        if ready(&view) {
-            return view;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("{what}: never happened; the session is {}", snapshot(s, session).await)
+        if ready(&view) { Ok(view) } else { Err(view) }
+    })
+    .await
+}
+
+/// Checks for `window` that `session`'s calls stay `calls` and its agent
+/// heard `triggers` only.
+async fn held(
+    s: &TestServer,
+    worker: &Scripted,
+    session: &str,
+    window_ms: u64,
+    triggers: &[&str],
+    calls: &[(String, String)],
+) {
+    steadily(Duration::from_millis(window_ms), "nothing runs while held", || async {
+        let (heard, view) = (worker.triggers(session), snapshot(s, session).await);
+        if heard == triggers && statuses(&view) == calls { Ok(()) } else { Err(format!("{heard:?}: {view}")) }
+    })
+    .await;
 }
 
 /// The statuses of the snapshot's calls, by id.
@@ -127,9 +142,7 @@ async fn a_call_made_with_an_interrupt_waits_queued_until_the_resume() {
     assert!(view["calls"][0].get("deadline").is_none(), "a queued call has not started: {view}");
 
     // Nothing runs while the interrupt is open.
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(worker.triggers("hold"), ["session.start", "client.messages"]);
-    assert_eq!(statuses(&snapshot(&s, "hold").await), pairs(&[("c1", "queued")]));
+    held(&s, &worker, "hold", 400, &["session.start", "client.messages"], &pairs(&[("c1", "queued")])).await;
 
     assert_eq!(resume(&s, "hold", "approve", json!("yes")).await, StatusCode::ACCEPTED);
     let (end, data) = turn_end(&s, "hold", &turn).await;
@@ -163,10 +176,11 @@ async fn a_component_that_holds_a_call_behind_an_interrupt() {
     let calls = statuses(&view);
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].1, "queued");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let view = snapshot(&s, "c").await;
-    assert_eq!(statuses(&view), calls, "still queued");
-    assert_eq!(view["messages"].as_array().unwrap().len(), 1, "no tool ran: {view}");
+    steadily(Duration::from_millis(300), "still queued, no tool ran", || async {
+        let view = snapshot(&s, "c").await;
+        if statuses(&view) == calls && view["messages"].as_array().unwrap().len() == 1 { Ok(()) } else { Err(view) }
+    })
+    .await;
 
     assert_eq!(resume(&s, "c", "hold", Value::Null).await, StatusCode::ACCEPTED);
     let (end, _) = turn_end(&s, "c", &turn).await;
@@ -208,8 +222,8 @@ async fn a_call_in_flight_settles_while_paused_and_its_trigger_waits_for_the_res
     let view =
         until(&s, "fly", "the client call settles", |v| statuses(v).contains(&("q".into(), "completed".into()))).await;
     assert_eq!(view["status"], "waiting");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(worker.triggers("fly"), ["session.start", "client.messages", "tool.execute"]);
+    let calls = statuses(&view);
+    held(&s, &worker, "fly", 300, &["session.start", "client.messages", "tool.execute"], &calls).await;
 
     assert_eq!(resume(&s, "fly", "pause", json!(1)).await, StatusCode::ACCEPTED);
     let (end, _) = turn_end(&s, "fly", &turn).await;
@@ -249,10 +263,17 @@ async fn two_open_interrupts_need_two_resumes() {
     // One resume: its trigger is delivered at once, the call stays held.
     assert_eq!(resume(&s, "two", "a", json!("A")).await, StatusCode::ACCEPTED);
     until(&s, "two", "the first resume is delivered", |_| worker.triggers("two").len() == 3).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let view = snapshot(&s, "two").await;
-    assert_eq!((view["status"].as_str(), statuses(&view)), (Some("waiting"), pairs(&[("c1", "queued")])));
-    assert_eq!(worker.triggers("two").last().unwrap(), "interrupt.resumed");
+    steadily(Duration::from_millis(300), "the call stays held", || async {
+        let view = snapshot(&s, "two").await;
+        let held = (view["status"].as_str(), statuses(&view)) == (Some("waiting"), pairs(&[("c1", "queued")]));
+        let heard = worker.triggers("two");
+        if held && heard.len() == 3 && heard[2] == "interrupt.resumed" {
+            Ok(())
+        } else {
+            Err(format!("{heard:?}: {view}"))
+        }
+    })
+    .await;
     assert_eq!(resume(&s, "two", "a", json!("again")).await, StatusCode::CONFLICT, "already resumed");
 
     // The second resume releases the call.

@@ -5,7 +5,7 @@
 //! Python exception's way into the failed turn.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -161,11 +161,10 @@ async fn a_large_first_upload_runs_on_baseline_code_until_its_optimized_code_rep
     let sum = DecisionResponse::new().with_action(Action::tool_result(serde_json::json!({"sum": 3})));
     assert_eq!(add(&bound).await, sum, "baseline code decides");
 
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while !agent.optimized() {
-        assert!(Instant::now() < deadline, "the optimized code was not in place after 300 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    subs_tests::wait::eventually(Duration::from_secs(300), "the optimized code in place", || async {
+        agent.optimized()
+    })
+    .await;
     assert!(bound.optimized(), "a binding made before moves with its upload");
     assert_eq!(add(&bound).await, sum, "optimized code decides the same");
     assert_eq!(host.compilations(), 1, "one optimizing compile");
@@ -203,12 +202,12 @@ async fn a_large_first_upload_runs_on_baseline_code_until_its_optimized_code_rep
     let limit = optimized_bytes + small.compiled_bytes();
     let refused = put("rs", guests::TOOLS, limit).await.unwrap_err();
     assert!(matches!(refused, AgentError::CompiledQuota { .. }), "beside baseline code: {refused}");
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while let Err(e) = put("rs", guests::TOOLS, limit).await {
-        assert!(matches!(e, AgentError::CompiledQuota { .. }), "{e}");
-        assert!(Instant::now() < deadline, "still refused 300 s later: {e}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    subs_tests::wait::eventually(Duration::from_secs(300), "the small agent fits beside optimized code", || async {
+        let put = put("rs", guests::TOOLS, limit).await;
+        assert!(!matches!(&put, Err(e) if !matches!(e, AgentError::CompiledQuota { .. })), "{put:?}");
+        put
+    })
+    .await;
 }
 
 /// `agent`'s decision on a `tool.execute` of `add` with 1 and 2.

@@ -37,13 +37,11 @@ fn record_scenario(t: &TestEngine, seen: &Arc<Mutex<HashMap<String, DecisionRequ
 
 /// Waits until `session` has an open interrupt.
 async fn interrupted(t: &TestEngine, session: &str) {
-    for _ in 0..500 {
-        if !t.snapshot(session).await.record.interrupts.is_empty() {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("{session} raised no interrupt");
+    let what = format!("{session} raises an interrupt");
+    subs_tests::wait::eventually(std::time::Duration::from_secs(10), what, || async {
+        !t.snapshot(session).await.record.interrupts.is_empty()
+    })
+    .await;
 }
 
 /// Sessions of `scenario` with tool turns, state, a sub-agent, an

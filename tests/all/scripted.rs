@@ -34,7 +34,8 @@ impl Scripted {
                 match script(&request) {
                     Some(mut decision) => {
                         if let Some(delay) = decision.as_object_mut().and_then(|d| d.remove("_delay_ms")) {
-                            tokio::time::sleep(Duration::from_millis(delay.as_u64().unwrap())).await;
+                            // A script's slow agent: the delay is what it tests.
+                            subs_tests::wait::pace(Duration::from_millis(delay.as_u64().unwrap())).await;
                         }
                         axum::Json(decision)
                     }

@@ -68,14 +68,14 @@ async fn a_turn_waiting_for_a_client_survives_a_crash_and_its_spans_keep_their_i
     });
     let started = SystemTime::now();
     engine.sessions().input(TENANT, "client", input, Default::default()).await.unwrap();
-    let call_id = loop {
+    let call_id = subs_tests::wait::eventually(Duration::from_secs(20), "the session waits for the client", || async {
         let snapshot = engine.reads().snapshot(TENANT, "client").await.unwrap().unwrap();
-        if snapshot.record.status == SessionStatus::Waiting {
+        (snapshot.record.status == SessionStatus::Waiting).then(|| {
             let waiting = snapshot.calls.iter().find(|c| c.call.handler == Some(subs_protocol::Handler::Client));
-            break waiting.expect("the client tool's call").call.id.clone();
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+            waiting.expect("the client tool's call").call.id.clone()
+        })
+    })
+    .await;
     // Until the turn ends, only its decisions have been sent.
     assert!(before.named("invoke_agent tools").is_empty());
     assert!(before.named("execute_tool confirm").is_empty());

@@ -169,10 +169,11 @@ async fn a_stalled_subscriber_under_a_delta_flood_is_dropped_and_its_reconnect_l
         let (stop, engine, queued_peak) = (stop.clone(), engine.clone(), queued_peak.clone());
         tokio::spawn(async move {
             let mut heap_peak = 0;
+            let mut every = tokio::time::interval(Duration::from_millis(5));
             while !stop.load(Ordering::SeqCst) {
+                every.tick().await;
                 heap_peak = heap_peak.max(subs_tests::heap::live());
                 queued_peak.fetch_max(engine.reads().queued_stream_bytes(HOSTILE.0), Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(5)).await;
             }
             heap_peak
         })
@@ -284,15 +285,12 @@ async fn a_tenant_past_its_open_streams_is_refused_and_its_neighbour_is_not() {
 
     // A client that leaves frees its place.
     drop(first);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let _kept = loop {
-        let next = open(&s, HOSTILE, "s", None).await;
-        if next.status() == StatusCode::OK {
-            break next;
-        }
-        assert!(Instant::now() < deadline, "the place of a closed stream was not freed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let _kept =
+        subs_tests::wait::eventually(Duration::from_secs(10), "the place of a closed stream is freed", || async {
+            let next = open(&s, HOSTILE, "s", None).await;
+            if next.status() == StatusCode::OK { Ok(next) } else { Err(next.status()) }
+        })
+        .await;
     assert_eq!(engine.reads().open_streams(HOSTILE.0), 2);
 }
 
@@ -360,15 +358,17 @@ async fn two_uploads_that_finish_together_are_held_to_the_quota_together() {
     let upload = |id: &'static str| {
         let (agents, bytes) = (agents.clone(), bytes.clone());
         tokio::spawn(async move {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                match agents.put_component("race", id, bytes.clone(), &limits, true).await {
-                    Err(AgentError::Compiling) if Instant::now() < deadline => {
-                        tokio::time::sleep(Duration::from_millis(2)).await;
+            subs_tests::wait::eventually(
+                Duration::from_secs(60),
+                format!("{id} is not refused as compiling"),
+                || async {
+                    match agents.put_component("race", id, bytes.clone(), &limits, true).await {
+                        Err(AgentError::Compiling) => Err("compiling"),
+                        result => Ok(result.map(|_| ())),
                     }
-                    result => return result.map(|_| ()),
-                }
-            }
+                },
+            )
+            .await
         })
     };
     let (a, b) = (upload("a"), upload("b"));

@@ -112,8 +112,8 @@ async fn neighbour(engine: &Engine, turns: usize, label: &str) -> Vec<Duration> 
     latencies
 }
 
-/// Starts `count` sessions of the sleeper; returns once their first
-/// deliveries have had time to take their slots.
+/// Starts `count` sessions of the sleeper; returns once each is running
+/// its turn (its delivery is out, to take a slot).
 async fn sleepers(engine: &Engine, count: usize) {
     for s in 0..count {
         let input = subs_tests::user_input("sleeper", None, "sleep");
@@ -123,7 +123,14 @@ async fn sleepers(engine: &Engine, count: usize) {
             .await
             .expect("input accepted");
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    for s in 0..count {
+        let session = format!("sleeper-{s}");
+        subs_tests::wait::eventually(Duration::from_secs(30), format!("{session} runs"), || async {
+            let snapshot = engine.reads().snapshot(HOSTILE, &session).await.expect("the store answers");
+            snapshot.is_some_and(|s| s.record.status == subs_engine::store::SessionStatus::Running)
+        })
+        .await;
+    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -262,7 +269,11 @@ async fn edge(turns: usize, attack: Attack) -> Vec<serde_json::Value> {
                 attackers.spawn(stalled_body(addr, from, n, counts.clone()));
             }
             // Every attacker connected and sending.
-            tokio::time::sleep(Duration::from_secs(2)).await;
+            let attackers = (attack.slow_heads + attack.stalled) as u64;
+            subs_tests::wait::eventually(Duration::from_secs(30), "every attacker connects", || async {
+                counts.connections.load(Ordering::Relaxed) >= attackers
+            })
+            .await;
         }
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let probes = tokio::spawn(healthz(server.url("/healthz"), stop.clone()));
@@ -347,13 +358,14 @@ async fn http_turns(
 /// each one's time, until `stop`.
 async fn healthz(url: String, stop: Arc<std::sync::atomic::AtomicBool>) -> Vec<Duration> {
     let mut took = Vec::new();
+    let mut every = tokio::time::interval(Duration::from_millis(100));
     while !stop.load(Ordering::SeqCst) {
+        every.tick().await;
         let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("a client");
         let started = Instant::now();
         let response = client.get(&url).send().await.expect("/healthz answers");
         assert_eq!(response.status(), 200, "/healthz");
         took.push(started.elapsed());
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     took
 }
@@ -375,7 +387,8 @@ async fn hold(stream: TcpStream, chunks: Vec<Vec<u8>>, pause: Duration) -> Optio
             if write.write_all(&chunk).await.is_err() {
                 return;
             }
-            tokio::time::sleep(pause).await;
+            // A slow sender: the attack.
+            subs_tests::wait::pace(pause).await;
         }
         std::future::pending::<()>().await;
     });
@@ -394,7 +407,8 @@ async fn hold(stream: TcpStream, chunks: Vec<Vec<u8>>, pause: Duration) -> Optio
 async fn slow_head(server: SocketAddr, from: Ipv4Addr, big: bool, counts: Arc<Counts>) {
     loop {
         let Ok(stream) = connect_from(server, from).await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Refused: an attacker tries again, not in a busy loop.
+            subs_tests::wait::pace(Duration::from_millis(100)).await;
             continue;
         };
         counts.connections.fetch_add(1, Ordering::Relaxed);
@@ -406,7 +420,8 @@ async fn slow_head(server: SocketAddr, from: Ipv4Addr, big: bool, counts: Arc<Co
         }
         let status = hold(stream, chunks, Duration::from_secs(1)).await;
         counts.count(status);
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Cut off: it starts again a second later, not in a busy loop.
+        subs_tests::wait::pace(Duration::from_secs(1)).await;
     }
 }
 
@@ -417,7 +432,8 @@ async fn stalled_body(server: SocketAddr, from: Ipv4Addr, n: usize, counts: Arc<
     let length = 4 << 20;
     loop {
         let Ok(stream) = connect_from(server, from).await else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Refused: an attacker tries again, not in a busy loop.
+            subs_tests::wait::pace(Duration::from_millis(100)).await;
             continue;
         };
         counts.connections.fetch_add(1, Ordering::Relaxed);
@@ -442,6 +458,6 @@ async fn stalled_body(server: SocketAddr, from: Ipv4Addr, n: usize, counts: Arc<
         };
         counts.count(status);
         // A refused body tries again a second later, not in a busy loop.
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        subs_tests::wait::pace(Duration::from_secs(1)).await;
     }
 }

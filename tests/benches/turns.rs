@@ -556,10 +556,10 @@ async fn run_wave(engine: &Engine, ids: &[usize]) {
 /// Waits (at most 10 s) until every session's actor has left: a quiet
 /// session's actor lingers a second, then exits on its own.
 async fn wait_for_actors(engine: &Engine) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while engine.reads().active_sessions() > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    subs_tests::wait::eventually(Duration::from_secs(10), "every actor leaves", || async {
+        engine.reads().active_sessions() == 0
+    })
+    .await;
 }
 
 async fn run(levels: Vec<usize>, pg_levels: Vec<usize>, length: Duration, idle: usize) {

@@ -381,6 +381,8 @@ pub async fn follow(client: &Client, session: &str, after: Option<u64>, on_event
             Ok(response) => return Err(client.refused(response).await),
         };
         eprintln!("connection lost ({lost}); reconnecting in {} ms", backoff.as_millis());
+        // A server restarting or a network down: reconnecting at once
+        // would only fail again, and load a server coming back.
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }

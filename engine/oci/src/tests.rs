@@ -99,6 +99,7 @@ impl Fake {
 
     async fn handle(&self, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
         self.content.lock().unwrap().log.push(format!("{method} {}", uri.path()));
+        // A slow registry, as a test asks for.
         tokio::time::sleep(self.delay).await;
         let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
         if uri.path() == "/token" {

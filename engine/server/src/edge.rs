@@ -516,6 +516,8 @@ async fn accept_error(
     }
     let open = gate.counts().served;
     LOG.warn(|suppressed| tracing::error!(%error, open, suppressed, "accepting a connection failed; backing off"));
+    // Out of descriptors or memory: accepting again at once would spin
+    // on the same error; connections being served free what it lacks.
     tokio::time::sleep(backoff.step()).await;
 }
 
@@ -640,12 +642,15 @@ mod tests {
         Router::new().route("/", get(|| async { "hello" })).route(
             "/stream",
             get(|| async {
-                let chunks = futures::stream::unfold(0, |n| async move {
+                // A slow response on purpose: the connection stays busy.
+                let every = Duration::from_millis(200);
+                let ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+                let chunks = futures::stream::unfold((0, ticks), |(n, mut ticks)| async move {
                     if n == 6 {
                         return None;
                     }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    Some((Ok::<_, std::convert::Infallible>(format!("chunk {n}\n")), n + 1))
+                    ticks.tick().await;
+                    Some((Ok::<_, std::convert::Infallible>(format!("chunk {n}\n")), (n + 1, ticks)))
                 });
                 axum::body::Body::from_stream(chunks)
             }),
@@ -712,8 +717,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = HttpConfig { max_connections: 1, healthz_connections: 1, ..HttpConfig::default() };
         let addr = serve(app(), config, &dir).await;
-        let _held = TcpStream::connect(addr).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Held once served: its answer shows the server took it.
+        let mut held = TcpStream::connect(addr).await.unwrap();
+        held.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut answer = Vec::new();
+        while !answer.ends_with(b"hello") {
+            let mut chunk = [0; 512];
+            let n = held.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the held connection is answered: {}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&chunk[..n]);
+        }
         // The server is full: this one may ask for /healthz only.
         let mut health = TcpStream::connect(addr).await.unwrap();
         // And while it is held, another is refused without waiting.

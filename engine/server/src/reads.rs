@@ -189,6 +189,7 @@ mod tests {
         let read = tokio::spawn(blocking(move |_, stop| {
             let _ = started.send(());
             while !stop.stopped() {
+                // A read at work, looking at its stop now and then.
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
             let _ = ended.send(());

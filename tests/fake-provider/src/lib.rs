@@ -196,9 +196,7 @@ async fn handle(
         let error = json!({"error": {"message": "the fake provider has no scripted reply left", "type": "invalid_request_error"}});
         return json_response(400, &error);
     };
-    if !reply.latency.is_zero() {
-        tokio::time::sleep(reply.latency).await;
-    }
+    take(reply.latency).await;
     if let Some(Fault::Status { status, headers, body }) = &reply.fault {
         let mut response = Response::new(Body::from(body.clone()));
         *response.status_mut() = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -308,8 +306,8 @@ fn stream_response(shared: Arc<Shared>, format: Format, reply: Reply, model: &st
                 }
                 _ => {}
             }
-            if i > 0 && !reply.chunk_delay.is_zero() {
-                tokio::time::sleep(reply.chunk_delay).await;
+            if i > 0 {
+                take(reply.chunk_delay).await;
             }
             if send(&tx, event.clone(), reply.byte_chunks).await.is_err() {
                 return;
@@ -333,5 +331,13 @@ async fn send(tx: &mpsc::Sender<Chunk>, text: String, pieces: Option<usize>) -> 
             }
             Ok(())
         }
+    }
+}
+
+/// Takes `time` (none if zero): a provider's latency or the gap between
+/// its chunks, as a reply scripts it.
+async fn take(time: std::time::Duration) {
+    if !time.is_zero() {
+        subs_test_wait::pace(time).await;
     }
 }

@@ -13,7 +13,6 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use subs_tests::guests;
@@ -201,15 +200,12 @@ async fn snapshot(url: &str, session: &str) -> Value {
 
 /// The session's snapshot once an interrupt is open.
 async fn waiting(url: &str, session: &str) -> Value {
-    let start = Instant::now();
-    loop {
+    subs_tests::wait::eventually(PATIENCE, "an interrupt opens", || async {
         let view = snapshot(url, session).await;
-        if view["status"] == "waiting" && view["interrupts"].as_array().is_some_and(|i| !i.is_empty()) {
-            return view;
-        }
-        assert!(start.elapsed() < PATIENCE, "no interrupt opened: {view}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        let open = view["status"] == "waiting" && view["interrupts"].as_array().is_some_and(|i| !i.is_empty());
+        if open { Ok(view) } else { Err(view) }
+    })
+    .await
 }
 
 /// How `turn` ended: `turn.done` or `turn.failed`, from the session's

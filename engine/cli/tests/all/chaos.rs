@@ -42,6 +42,7 @@ use subs_fake_provider::{FakeProvider, Format, Reply, ScriptedCall};
 use subs_protocol::sse::SseParser;
 use subs_sdk::prelude::{Agent, Context, DecideError, DecisionRequest, DecisionResponse, Trigger};
 use subs_store_postgres::testing::{StopMode, TestCluster, sql};
+use subs_tests::wait::pace;
 
 use crate::Server;
 use crate::crash::{Rng, fnv, lock};
@@ -529,7 +530,8 @@ impl Stream {
             Err(_) => Err(format!("{}: opening its stream on node {node} hung", self.session)),
             Ok(Err(_)) => {
                 clients.ledger.answer("connection error");
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                // A client backs off before it tries again.
+                pace(Duration::from_millis(100)).await;
                 Ok(())
             }
             Ok(Ok(response)) if response.status() == 200 => {
@@ -563,7 +565,8 @@ async fn refused(clients: &Clients, session: &str, response: reqwest::Response) 
         "503 other"
     };
     clients.ledger.answer(kind);
-    tokio::time::sleep(Duration::from_secs(after.min(1))).await;
+    // A client waits out `Retry-After` (a second at most, to press on).
+    pace(Duration::from_secs(after.min(1))).await;
     Ok(())
 }
 
@@ -595,7 +598,8 @@ async fn send(clients: &Clients, rng: &mut Rng, session: &str, turn: usize) -> R
             Err(_) => return Err(format!("{session} {turn_id}: the input to node {node} hung")),
             Ok(Err(_)) => {
                 clients.ledger.answer("connection error");
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                // A client backs off before it tries again.
+                pace(Duration::from_millis(100)).await;
             }
             Ok(Ok(response)) if response.status() == 202 => {
                 clients.ledger.answer("202");
@@ -733,7 +737,9 @@ async fn chaos(rounds: u64, sessions: usize, seed: u64) {
         eprintln!("chaos: {what}");
         lock(&ledger.faults).push(Fault { what: what.to_owned(), node, start, end: Instant::now() });
     };
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The schedule's pauses (here, before each fault is undone, and after
+    // it) are the chaos itself: the clients run through each state.
+    pace(Duration::from_secs(2)).await;
     for round in 0..rounds {
         let pick = |rng: &mut Rng| usize::try_from(rng.below(3)).unwrap_or(0);
 
@@ -741,38 +747,38 @@ async fn chaos(rounds: u64, sessions: usize, seed: u64) {
         let start = Instant::now();
         rig.kill(node);
         fault(&ledger, &format!("round {round}: kill -9 node {node}"), Some(node), start);
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        pace(Duration::from_secs(1)).await;
         rig.boot(node).await;
-        tokio::time::sleep(pause).await;
+        pace(pause).await;
 
         let node = pick(&mut rng);
         let start = Instant::now();
         rig.signal(node, "-STOP");
         fault(&ledger, &format!("round {round}: SIGSTOP node {node}"), Some(node), start);
-        tokio::time::sleep(lease + Duration::from_secs(1)).await;
+        pace(lease + Duration::from_secs(1)).await;
         rig.signal(node, "-CONT");
         // Its requests in flight were held meanwhile: the node's fault
         // lasts until it runs again.
         lock(&ledger.faults).last_mut().expect("just pushed").end = Instant::now();
-        tokio::time::sleep(pause).await;
+        pace(pause).await;
 
         let start = Instant::now();
         let cut = rig.terminate("application_name = 'subs'").await;
         fault(&ledger, &format!("round {round}: {cut} backends of the nodes terminated"), None, start);
-        tokio::time::sleep(pause).await;
+        pace(pause).await;
 
         for mode in [StopMode::Fast, StopMode::Immediate] {
             let start = Instant::now();
             let pg = &rig.pg;
             tokio::task::block_in_place(|| pg.restart(mode));
             fault(&ledger, &format!("round {round}: PostgreSQL restarted ({mode:?})"), None, start);
-            tokio::time::sleep(pause).await;
+            pace(pause).await;
         }
 
         let start = Instant::now();
         let pg = &rig.pg;
         tokio::task::block_in_place(|| pg.stop(StopMode::Fast));
-        tokio::time::sleep(lease + Duration::from_secs(2)).await;
+        pace(lease + Duration::from_secs(2)).await;
         tokio::task::block_in_place(|| pg.start_again());
         fault(
             &ledger,
@@ -780,7 +786,7 @@ async fn chaos(rounds: u64, sessions: usize, seed: u64) {
             None,
             start,
         );
-        tokio::time::sleep(pause).await;
+        pace(pause).await;
     }
     clients.stop.store(true, Ordering::SeqCst);
     for task in tasks {
@@ -907,19 +913,15 @@ async fn accepted(url: &str, session: &str, turn: usize) {
 
 /// Waits (at most `patience`) for the session to be idle after `turns`
 /// turns; how long it took.
-async fn idle_after(url: &str, session: &str, turns: usize, patience: Duration) -> Result<Duration, Value> {
+async fn idle_after(url: &str, session: &str, turns: usize, patience: Duration) -> Result<Duration, String> {
     let started = Instant::now();
-    loop {
+    subs_tests::wait::until(patience, || async {
         let snap = snapshot(url, session).await;
         let done = snap["messages"].as_array().map_or(0, Vec::len) == 5 * turns;
-        if snap["status"] == "idle" && done {
-            return Ok(started.elapsed());
-        }
-        if started.elapsed() > patience {
-            return Err(snap);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        if snap["status"] == "idle" && done { Ok(()) } else { Err(snap) }
+    })
+    .await
+    .map(|()| started.elapsed())
 }
 
 /// A commit cut in flight on a node that stays up (PostgreSQL restarting,
@@ -928,26 +930,22 @@ async fn idle_after(url: &str, session: &str, turns: usize, patience: Duration) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_whose_commit_was_cut_ends_on_its_live_node() {
     let lease = Duration::from_secs(4);
-    // A trigger that sleeps on the first call written, once.
+    // A trigger that stalls the first call written, once: the commit
+    // in flight the test cuts.
     let before = "CREATE SEQUENCE chaos_once; \
-        CREATE FUNCTION chaos_sleep() RETURNS trigger AS $$ BEGIN \
+        CREATE FUNCTION chaos_stall() RETURNS trigger AS $$ BEGIN \
           IF nextval('chaos_once') = 1 THEN PERFORM pg_sleep(4); END IF; RETURN NEW; END $$ LANGUAGE plpgsql;";
     let Some(mut rig) = Rig::start(2, lease, Duration::from_secs(1), &[], before).await else { return };
-    rig.sql("CREATE TRIGGER chaos_sleep BEFORE INSERT ON calls FOR EACH ROW EXECUTE FUNCTION chaos_sleep()").await;
+    rig.sql("CREATE TRIGGER chaos_stall BEFORE INSERT ON calls FOR EACH ROW EXECUTE FUNCTION chaos_stall()").await;
     let url = rig.url(0);
     accepted(&url, "s", 1).await;
-    let sleeping = async {
-        loop {
-            let rows = rig
-                .sql("SELECT pid::text FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()")
-                .await;
-            if let Some(pid) = rows.first().and_then(|row| row[0].clone()) {
-                return pid;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    let pid = tokio::time::timeout(Duration::from_secs(20), sleeping).await.expect("the node's commit sleeps");
+    let pid = subs_tests::wait::eventually(Duration::from_secs(20), "the node's commit stalls", || async {
+        let rows = rig
+            .sql("SELECT pid::text FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND datname = current_database()")
+            .await;
+        rows.first().and_then(|row| row[0].clone())
+    })
+    .await;
     rig.sql(&format!("SELECT pg_terminate_backend({pid})")).await;
     let took = idle_after(&url, "s", 1, lease + Duration::from_secs(5) + SLACK).await;
     let logs = rig.logs();
@@ -1000,7 +998,8 @@ async fn a_stream_on_a_node_whose_listener_was_cut_sees_the_turn_it_missed() {
     assert_eq!(cut, 1, "node 1's listener");
     accepted(&a, "s", 2).await;
     idle_after(&a, "s", 2, Duration::from_secs(20)).await.expect("the second turn ends on node 0");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Node 1 stays cut off a while after the turn's notices went out.
+    pace(Duration::from_millis(500)).await;
     rig.sql("ALTER ROLE chaos_b CONNECTION LIMIT -1").await;
 
     // Node 1's stream passes the second turn on, all of it, in order.
@@ -1042,11 +1041,10 @@ async fn failover_times() {
             rig.gate.hold(true);
             let entry = trial % 3;
             accepted(&rig.url(entry), &session, 1).await;
-            let started = Instant::now();
-            while rig.gate.waiting.load(Ordering::SeqCst) == 0 {
-                assert!(started.elapsed() < Duration::from_secs(30), "a tool execution waits");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            subs_tests::wait::eventually(Duration::from_secs(30), "a tool execution waits", || async {
+                rig.gate.waiting.load(Ordering::SeqCst) > 0
+            })
+            .await;
             let holder = rig.sql(&format!("SELECT node FROM leases WHERE session = '{session}'")).await;
             let holder = holder.first().and_then(|row| row[0].clone()).and_then(|name| rig.node_named(&name));
             let holder = holder.expect("a node holds the session");

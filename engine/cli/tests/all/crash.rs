@@ -176,7 +176,7 @@ impl Agent for Counting {
             let tick = self.ledger.tick();
             lock(&self.ledger.executions).entry(call.id.clone()).or_default().push(tick);
             // A tool takes a moment, so kills land while tools run too.
-            std::thread::sleep(Duration::from_millis(fnv(&call.id) % 15));
+            subs_tests::wait::pace_blocking(Duration::from_millis(fnv(&call.id) % 15));
         }
         self.tools.decide(request, cx)
     }
@@ -317,7 +317,8 @@ async fn run_session(shared: Arc<Shared>, session: String) -> Result<(), String>
                 if tries > NODE_TRIES {
                     return Err(format!("{session} {turn_id}: {NODE_TRIES} streams broke"));
                 }
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // A client backs off before it tries again.
+                subs_tests::wait::pace(Duration::from_millis(50)).await;
                 continue;
             }
             // The stream broke. A kill explains that: wait for the
@@ -722,7 +723,8 @@ async fn run(plan: Plan, store: impl Fn() -> Option<String>) {
     let mut mid_turn = 0;
     let run_started = Instant::now();
     for k in 1..=plan.kills {
-        tokio::time::sleep(Duration::from_millis(rng.below(window.max(2)))).await;
+        // The kills' schedule: each at a random moment of its window.
+        subs_tests::wait::pace(Duration::from_millis(rng.below(window.max(2)))).await;
         if shared.finished.load(Ordering::SeqCst) < total {
             mid_turn += 1;
         }
@@ -874,15 +876,11 @@ async fn a_node_paused_past_its_lease_is_fenced_and_gives_the_session_up() {
 
     // Node B takes the session over once A's lease lapses, runs the call
     // again (A's try never committed) and ends the turn.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    subs_tests::wait::eventually(Duration::from_secs(30), "node B finishes the turn", || async {
         let snap = snapshot(&b.url, "s").await;
-        if snap["status"] == "idle" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "node B did not finish the turn: {snap}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if snap["status"] == "idle" { Ok(()) } else { Err(snap) }
+    })
+    .await;
     let ready = setup.ledger.tick();
     lock(&setup.ledger.kills).push(Kill { at, ready });
     let history = without_ids(&snapshot(&b.url, "s").await["messages"]);
@@ -891,16 +889,19 @@ async fn a_node_paused_past_its_lease_is_fenced_and_gives_the_session_up() {
     // it says so and writes nothing.
     signal(&a, "-CONT");
     gate.open();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !a.process.stderr_text().contains("lease was lost to another node") {
-        assert!(Instant::now() < deadline, "node A did not give the session up: {}", a.process.stderr_text());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    subs_tests::wait::eventually(Duration::from_secs(30), "node A gives the session up", || {
+        let log = a.process.stderr_text();
+        let gave_up = if log.contains("lease was lost to another node") { Ok(()) } else { Err(log) };
+        async move { gave_up }
+    })
+    .await;
     // Whatever A still holds in flight is gone: the session is B's history,
     // read from either node, each call with one result, the turn ended once.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (problems, _) = check_session(&a.url, &b.url, "s", 1, &history, &setup.ledger).await;
-    assert!(problems.is_empty(), "{problems:#?}");
+    subs_tests::wait::steadily(Duration::from_millis(500), "the session stays B's history", || async {
+        let (problems, _) = check_session(&a.url, &b.url, "s", 1, &history, &setup.ledger).await;
+        if problems.is_empty() { Ok(()) } else { Err(format!("{problems:#?}")) }
+    })
+    .await;
     let ran: usize = lock(&setup.ledger.executions).values().map(Vec::len).sum();
     assert_eq!(ran, 3, "two calls; the first ran on A (cut off) and again on B");
 }

@@ -13,7 +13,7 @@
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
@@ -92,15 +92,10 @@ impl Browser {
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", driver.display()));
         let url = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let ready = http().get(format!("{url}/status")).send().await.ok().filter(|r| r.status().is_success());
-            if ready.is_some() {
-                break;
-            }
-            assert!(Instant::now() < deadline, "chromedriver did not answer on {url}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        subs_tests::wait::eventually(PATIENCE, format!("chromedriver answers on {url}"), || async {
+            http().get(format!("{url}/status")).send().await.ok().filter(|r| r.status().is_success())
+        })
+        .await;
         let capabilities = json!({
             "browserName": "chrome",
             "goog:chromeOptions": {
@@ -140,8 +135,7 @@ impl Browser {
     /// screenshot (`…-failed.png`) and a panic naming `what`, with the
     /// page's text.
     async fn until(&self, what: &str, script: &str, args: Vec<Value>) -> Value {
-        let deadline = Instant::now() + PAGE_PATIENCE;
-        loop {
+        let found = subs_tests::wait::until(PAGE_PATIENCE, || async {
             let value = self.client.execute(script, args.clone()).await.expect("the script runs");
             let truthy = match &value {
                 Value::Null | Value::Bool(false) => false,
@@ -149,20 +143,15 @@ impl Browser {
                 Value::Number(n) => n.as_f64() != Some(0.0),
                 _ => true,
             };
-            if truthy {
-                return value;
-            }
-            if Instant::now() > deadline {
-                let shot = self.screenshot("-failed").await;
-                let text = self.client.execute("return document.body.innerText", vec![]).await.unwrap_or_default();
-                panic!(
-                    "waiting for {what}: the page shows\n{}\n(screenshot {})",
-                    text.as_str().unwrap_or(""),
-                    shot.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            if truthy { Ok(value) } else { Err(value) }
+        })
+        .await;
+        if let Ok(value) = found {
+            return value;
         }
+        let shot = self.screenshot("-failed").await;
+        let text = self.client.execute("return document.body.innerText", vec![]).await.unwrap_or_default();
+        panic!("waiting for {what}: the page shows\n{}\n(screenshot {})", text.as_str().unwrap_or(""), shot.display());
     }
 
     /// Waits for an element matching `css` whose text contains `text`.
@@ -245,15 +234,11 @@ pub(crate) async fn snapshot(url: &str, session: &str, key: Option<&str>) -> Val
 
 /// Waits until the session's status is `status`; its snapshot.
 pub(crate) async fn settled(url: &str, session: &str, key: Option<&str>, status: &str) -> Value {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
+    subs_tests::wait::eventually(PATIENCE, format!("{session} is {status}"), || async {
         let snapshot = snapshot(url, session, key).await;
-        if snapshot["status"] == status {
-            return snapshot;
-        }
-        assert!(Instant::now() < deadline, "{session} is not {status}: {snapshot}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        if snapshot["status"] == status { Ok(snapshot) } else { Err(snapshot) }
+    })
+    .await
 }
 
 fn message(agent: &str, text: &str) -> Value {
@@ -384,7 +369,8 @@ impl Agent for Slow {
                     if let Some(gate) = gate.filter(|_| i == 1) {
                         Gate::wait(gate);
                     }
-                    std::thread::sleep(Duration::from_millis(50));
+                    // A slow model: the page shows the reply as it streams.
+                    subs_tests::wait::pace_blocking(Duration::from_millis(50));
                 }
                 let reply = json!({"model": "test/slow", "content": STORY.concat(), "finish_reason": "stop"});
                 Ok(DecisionResponse::new().with_action(Action::llm_result(reply)))

@@ -142,14 +142,10 @@ impl Process {
 
     /// Waits for the process to exit (at most `patience`); its code.
     pub fn wait(&mut self, patience: Duration) -> Option<i32> {
-        let deadline = Instant::now() + patience;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("the child can be waited for") {
-                return status.code();
-            }
-            assert!(Instant::now() < deadline, "subs did not exit within {patience:?}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let exited = subs_tests::wait::eventually_blocking(patience, "subs exits", || {
+            self.child.try_wait().expect("the child can be waited for")
+        });
+        exited.code()
     }
 
     /// All stdout left (after exit: all of it).

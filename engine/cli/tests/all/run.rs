@@ -337,16 +337,12 @@ impl Terminal {
     /// Waits for `text` after what was expected before; panics with the
     /// output after [`crate::PATIENCE`].
     pub fn expect(&mut self, text: &str) {
-        let deadline = std::time::Instant::now() + crate::PATIENCE;
-        loop {
+        let seen = self.seen;
+        let at = subs_tests::wait::eventually_blocking(crate::PATIENCE, format!("the terminal shows {text:?}"), || {
             let output = self.text();
-            if let Some(at) = output.get(self.seen..).and_then(|rest| rest.find(text)) {
-                self.seen += at + text.len();
-                return;
-            }
-            assert!(std::time::Instant::now() < deadline, "waiting for {text:?}; the terminal shows:\n{output}");
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+            output.get(seen..).and_then(|rest| rest.find(text)).ok_or(output)
+        });
+        self.seen += at + text.len();
     }
 
     /// Types `bytes` (a line needs its `\n`).
@@ -357,14 +353,10 @@ impl Terminal {
 
     /// The exit code, once it exits (at most [`crate::PATIENCE`]).
     pub fn wait(&mut self) -> Option<i32> {
-        let deadline = std::time::Instant::now() + crate::PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code();
-            }
-            assert!(std::time::Instant::now() < deadline, "subs did not exit; the terminal shows:\n{}", self.text());
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        let exited = subs_tests::wait::eventually_blocking(crate::PATIENCE, "subs exits", || {
+            self.child.try_wait().unwrap().ok_or_else(|| format!("the terminal shows:\n{}", self.text()))
+        });
+        exited.code()
     }
 }
 

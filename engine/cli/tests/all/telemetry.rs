@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -63,16 +63,13 @@ impl Receiver {
 
     /// The spans received once one named `name` has been (at most 20 s).
     async fn until(&self, name: &str) -> Vec<Span> {
-        let start = Instant::now();
-        loop {
+        let spans = subs_tests::wait::eventually(Duration::from_secs(20), format!("a `{name}` span comes"), || async {
             let spans = self.spans.lock().unwrap().clone();
-            if spans.iter().any(|(_, s)| s.name == name) {
-                assert!(spans.iter().all(|(service, _)| service == "subs"), "the service is named subs");
-                return spans.into_iter().map(|(_, s)| s).collect();
-            }
-            assert!(start.elapsed() < Duration::from_secs(20), "no `{name}` span came: {spans:#?}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            if spans.iter().any(|(_, s)| s.name == name) { Ok(spans) } else { Err(format!("{spans:#?}")) }
+        })
+        .await;
+        assert!(spans.iter().all(|(service, _)| service == "subs"), "the service is named subs");
+        spans.into_iter().map(|(_, s)| s).collect()
     }
 }
 

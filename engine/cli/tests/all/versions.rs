@@ -75,17 +75,14 @@ async fn a_version_activated_on_one_node_is_served_by_the_other() {
 
     // Each turn on `b` is a new session; its latest decision names the
     // version `b` ran.
-    let deadline = std::time::Instant::now() + crate::PATIENCE;
-    for n in 0.. {
-        let session = format!("on-b-{n}");
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    subs_tests::wait::eventually(crate::PATIENCE, "b runs the new version", || async {
+        let session = format!("on-b-{}", n.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let events = crate::stream_turn(&b.url, &session, "v", "hello").await;
         assert_eq!(events.last().map(|e| e.1.as_str()), Some("turn.done"), "{events:?}");
         let snapshot = crate::http().get(format!("{}/v1/sessions/{session}", b.url)).send().await.unwrap();
         let snapshot: Value = serde_json::from_str(&snapshot.text().await.unwrap()).unwrap();
-        if snapshot["agent_version"] == version.as_str() {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "b still runs the old version: {snapshot}");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+        if snapshot["agent_version"] == version.as_str() { Ok(()) } else { Err(snapshot) }
+    })
+    .await;
 }

@@ -33,10 +33,19 @@ fn numbers(record: &AgentRecord) -> Vec<String> {
         .collect()
 }
 
-/// Stores version `n`, a few milliseconds after the one before, so that
+/// Returns once the clock's millisecond has turned, so that upload and
+/// activation times (in milliseconds) tell versions apart.
+async fn next_ms() {
+    let now = crate::clock::now_ms();
+    while crate::clock::now_ms() <= now {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Stores version `n`, a millisecond or so after the one before, so that
 /// upload and activation times tell them apart.
 async fn put(registry: &AgentRegistry, tenant: &str, agent: &str, n: usize, limits: &AgentLimits, activate: bool) {
-    tokio::time::sleep(Duration::from_millis(3)).await;
+    next_ms().await;
     registry.put_http(tenant, agent, url(n), None, limits, activate).await.expect("the version is stored");
 }
 
@@ -55,7 +64,7 @@ async fn past_the_version_bound_the_oldest_inactive_go_and_the_rollback_target_s
     let record = registry.agent("t", "a").await.unwrap().unwrap();
     assert_eq!(numbers(&record), ["1", "5", "6", "2"], "oldest candidates dropped, the rollback target kept");
     let rollback = record.history[0].digest.clone();
-    tokio::time::sleep(Duration::from_millis(3)).await;
+    next_ms().await;
     registry.activate("t", "a", &rollback, u64::MAX).await.unwrap();
 
     // Activating uploads one after another keeps the latest ones.

@@ -8,6 +8,8 @@ struct Sleeper;
 
 impl Agent for Sleeper {
     fn decide(&self, _request: DecisionRequest, _cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
+        // An agent that never answers: what the host's deadlines and
+        // slots are tested against.
         std::thread::sleep(std::time::Duration::from_secs(3600));
         Ok(DecisionResponse::new())
     }

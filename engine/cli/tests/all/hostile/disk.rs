@@ -189,11 +189,7 @@ async fn a_node_removes_its_files_of_an_agent_deleted_on_another() {
     // `b` (kept running as `_b`) loads the agent once it hears of it: its bytes from the
     // database, its code compiled into its own data directory.
     let within = |what: &'static str, done: &dyn Fn() -> bool| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while !done() {
-            assert!(std::time::Instant::now() < deadline, "{what}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        subs_tests::wait::eventually_blocking(Duration::from_secs(60), what, done);
     };
     within("b keeps the agent's files", &|| files_of(dir_b.path(), &version) == (true, true));
     let response = http().delete(format!("{}/v1/agents/big", a.url)).send().await.unwrap();

@@ -7,6 +7,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use subs_tests::wait::pace;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
@@ -110,7 +111,8 @@ async fn hold_connections(
     while Instant::now() < until {
         let started = Instant::now();
         let Ok(stream) = connect_from(server, from).await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            // Refused: an attacker tries again, not in a busy loop.
+            pace(Duration::from_millis(50)).await;
             continue;
         };
         let (connect, started) = (started.elapsed(), Instant::now());
@@ -137,7 +139,7 @@ async fn hold_connections(
         }
         // Not a busy loop: the neighbour shares the machine's two cores
         // with the attackers as well as with the server.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        pace(Duration::from_millis(200)).await;
     }
     ended
 }
@@ -207,7 +209,8 @@ async fn trickled(server: SocketAddr, from: Ipv4Addr, until: Instant) -> Vec<End
     while Instant::now() < until {
         let started = Instant::now();
         let Ok(stream) = connect_from(server, from).await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            // Refused: an attacker tries again, not in a busy loop.
+            pace(Duration::from_millis(50)).await;
             continue;
         };
         let (connect, started) = (started.elapsed(), Instant::now());
@@ -217,7 +220,8 @@ async fn trickled(server: SocketAddr, from: Ipv4Addr, until: Instant) -> Vec<End
                 return;
             }
             loop {
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                // A byte every 200 ms: the slow loris.
+                pace(Duration::from_millis(200)).await;
                 if write.write_all(b"a").await.is_err() {
                     return;
                 }
@@ -232,7 +236,8 @@ async fn trickled(server: SocketAddr, from: Ipv4Addr, until: Instant) -> Vec<End
                 break;
             }
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // As in `hold_connections`: not a busy loop.
+        pace(Duration::from_millis(200)).await;
     }
     ended
 }
@@ -277,7 +282,13 @@ async fn idle_connections_without_a_key_are_closed_and_the_rest_refused() {
             }
         }
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Once the server has taken them all, a client past its cap is refused…
+    subs_tests::wait::eventually(Duration::from_secs(5), "the server is full", || async {
+        let (status, body) = raw(arena.addr, "GET /v1/agents HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        if status == Some(503) { Ok(()) } else { Err(format!("{status:?} {body}")) }
+    })
+    .await;
+    // …at once.
     let started = Instant::now();
     let (status, _) = raw(arena.addr, "GET /v1/agents HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert_eq!(status, Some(503), "a client past the server's cap is refused");
@@ -288,13 +299,12 @@ async fn idle_connections_without_a_key_are_closed_and_the_rest_refused() {
     assert!(body.contains("\"ok\""), "{body}");
     assert!(started.elapsed() < HEALTHZ, "{:?}", started.elapsed());
     // The idle ones are closed after 2 s; the server serves again.
-    tokio::time::sleep(Duration::from_secs(2) + SLACK).await;
-    let (status, body) = raw(
-        arena.addr,
-        &format!("GET /v1/agents HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n", NEIGHBOUR.1),
-    )
+    let agents = format!("GET /v1/agents HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n", NEIGHBOUR.1);
+    subs_tests::wait::eventually(Duration::from_secs(2) + SLACK, "the server serves again", || async {
+        let (status, body) = raw(arena.addr, &agents).await;
+        if status == Some(200) { Ok(()) } else { Err(format!("{status:?} {body}")) }
+    })
     .await;
-    assert_eq!(status, Some(200), "{body}");
     drop(idle);
 }
 

@@ -55,7 +55,8 @@ async fn fan_worker(children: usize, delay: Duration, seen: Arc<Seen>) -> String
             // Out of flight however the request ends: a server that dies
             // drops it mid-sleep.
             let _flying = Flying(seen.clone());
-            tokio::time::sleep(delay).await;
+            // A slow agent: its decisions pile up in flight.
+            subs_tests::wait::pace(delay).await;
             let trigger = &request["trigger"];
             match trigger["type"].as_str().unwrap_or_default() {
                 "session.start" => json!({"agent": {"model": "subs/offline", "sub_agents": [{"id": FAN}]}}),
@@ -109,16 +110,12 @@ async fn sessions(arena: &Arena, key: &str) -> Vec<Value> {
 /// Waits until every session of `key`'s tenant is idle, at most `within`;
 /// then lists them.
 async fn settled(arena: &Arena, key: &str, within: Duration) -> Vec<Value> {
-    let deadline = Instant::now() + within;
-    loop {
+    subs_tests::wait::eventually(within, "every session is idle", || async {
         let all = sessions(arena, key).await;
-        if all.iter().all(|s| s["status"] == "idle") {
-            return all;
-        }
         let busy = all.iter().filter(|s| s["status"] != "idle").count();
-        assert!(Instant::now() < deadline, "{busy} of {} sessions still busy after {within:?}", all.len());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if busy == 0 { Ok(all) } else { Err(format!("{busy} of {} sessions still busy", all.len())) }
+    })
+    .await
 }
 
 /// Sessions by depth below their root.
@@ -252,25 +249,30 @@ async fn a_restart_resumes_a_few_sessions_at_a_time_within_the_bounds() {
         let (status, body) = arena.call(reqwest::Method::POST, &path, Some(HOSTILE.1), Some(input("slow"))).await;
         assert_eq!(status, 202, "{body}");
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(slow_seen.most.load(Ordering::SeqCst) > 10, "the sessions' decisions ran side by side before the kill");
+    subs_tests::wait::eventually(Duration::from_secs(10), "the sessions' decisions run side by side", || async {
+        slow_seen.most.load(Ordering::SeqCst) > 10
+    })
+    .await;
 
     // Killed mid-decision; what the killed server had asked is over before
     // the new one starts, so the count is the new one's alone.
     let _ = arena.server.process.child.kill();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(slow_seen.in_flight.load(Ordering::SeqCst), 0);
+    subs_tests::wait::eventually(Duration::from_secs(10), "the killed server's requests end", || async {
+        slow_seen.in_flight.load(Ordering::SeqCst) == 0
+    })
+    .await;
     slow_seen.most.store(0, Ordering::SeqCst);
     arena.kill_and_restart().await;
     let neighbour = arena.neighbour();
     let started = Instant::now();
     let mut admin = Vec::new();
+    let mut every = tokio::time::interval(Duration::from_millis(100));
     while started.elapsed() < Duration::from_secs(2) {
+        every.tick().await;
         let asked = Instant::now();
         let (status, body) = arena.call(reqwest::Method::GET, "/v1/admin/tenants", Some(OPERATOR), None).await;
         assert_eq!(status, 200, "{body}");
         admin.push(asked.elapsed());
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let all = settled(&arena, HOSTILE.1, Duration::from_secs(60)).await;
     neighbour.stop().await.assert_within(Duration::from_secs(10), Duration::from_secs(2));

@@ -120,7 +120,8 @@ async fn a_worker_filling_a_session_is_refused_at_its_bound_and_reads_of_it_stay
         slow.push(tokio::spawn(async move {
             let response = request.send().await.expect("the server answers");
             assert_eq!(response.status(), 200);
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            // A slow reader: it holds the answer a second before reading.
+            subs_tests::wait::pace(Duration::from_secs(1)).await;
             let text = response.text().await.expect("the whole snapshot");
             let body: Value = serde_json::from_str(&text).expect("a JSON snapshot");
             body["messages"].as_array().map(Vec::len)

@@ -240,7 +240,9 @@ fn watchdog(pid: u32, watching: Arc<AtomicBool>) {
                 let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
                 return;
             }
-            std::thread::sleep(Duration::from_millis(20));
+            // Sampling /proc: no event tells of a process's memory
+            // growing.
+            subs_tests::wait::pace_blocking(Duration::from_millis(20));
         }
     });
 }
@@ -356,7 +358,9 @@ impl Neighbour {
             let (url, stop) = (url.to_owned(), stop.clone());
             async move {
                 let mut took = Vec::new();
+                let mut every = tokio::time::interval(Duration::from_millis(200));
                 while !stop.load(Ordering::SeqCst) {
+                    every.tick().await;
                     let started = Instant::now();
                     // A client of its own: a new connection every time,
                     // as a load balancer's health check makes.
@@ -368,7 +372,6 @@ impl Neighbour {
                         Ok(Err(e)) => Err(format!("/healthz: {e}")),
                         Err(_) => Err(format!("/healthz took more than {GIVE_UP:?}")),
                     });
-                    tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 took
             }

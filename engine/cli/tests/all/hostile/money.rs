@@ -156,13 +156,14 @@ async fn negative_budgets_and_prices_are_refused_where_they_are_read() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("subs runs");
-    let started = std::time::Instant::now();
-    while child.try_wait().expect("the child").is_none() {
-        if started.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            panic!("a server started on a config file with a negative price");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let exited = subs_tests::wait::until(Duration::from_secs(30), || {
+        let exited = child.try_wait().expect("the child");
+        async move { exited }
+    })
+    .await;
+    if exited.is_err() {
+        let _ = child.kill();
+        panic!("a server started on a config file with a negative price");
     }
     let output = child.wait_with_output().expect("its output");
     let stderr = String::from_utf8_lossy(&output.stderr);

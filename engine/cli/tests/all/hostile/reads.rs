@@ -53,17 +53,13 @@ async fn wide(calls: usize) -> String {
 /// Waits until session `session` of the hostile tenant has `status`, as
 /// the sessions listing says (a read that loads none of its calls).
 async fn reaches(arena: &Arena, session: &str, status: &str, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
+    subs_tests::wait::eventually(within, format!("session {session} is {status}"), || async {
         let (code, page) = arena.call(reqwest::Method::GET, "/v1/sessions?limit=10", Some(HOSTILE.1), None).await;
         assert_eq!(code, 200, "{page}");
         let found = page.as_array().and_then(|s| s.iter().find(|s| s["session_id"] == session)).cloned();
-        if found.as_ref().is_some_and(|s| s["status"] == status) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "session {session} is not {status}: {found:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        if found.as_ref().is_some_and(|s| s["status"] == status) { Ok(()) } else { Err(format!("{found:?}")) }
+    })
+    .await;
 }
 
 /// A decision of a page, as far as the wide test looks at it.
@@ -179,15 +175,14 @@ async fn a_decision_of_100k_calls_pages_beside_the_neighbour_and_stops_with_its_
     );
     assert!(first.is_err() && second.is_err(), "a page came within 300 ms");
     // Until the server is idle: less than 50 ms of CPU in half a second.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    subs_tests::wait::eventually(Duration::from_secs(60), "the server is idle after its clients left", || async {
         let before = arena.cpu_time();
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        if arena.cpu_time() - before < Duration::from_millis(50) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the server is still busy a minute after its clients left");
-    }
+        // The half second the CPU is measured over.
+        subs_tests::wait::pace(Duration::from_millis(500)).await;
+        let used = arena.cpu_time() - before;
+        if used < Duration::from_millis(50) { Ok(()) } else { Err(format!("{used:?} of CPU in 500 ms")) }
+    })
+    .await;
     let spent = arena.cpu_time() - left;
     eprintln!("two pages whose clients left cost {spent:?} of CPU; two read to the end {cpu:?}");
     assert!(spent < cpu / 2, "the server went on for clients that left: {spent:?}, against {cpu:?} for two pages");
@@ -303,7 +298,8 @@ async fn loops(arena: &Arena, path: fn(usize) -> String) -> (Vec<(String, Value,
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The attack's four seconds.
+    subs_tests::wait::pace(Duration::from_secs(4)).await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let mut reads = Vec::new();
     for handle in loops {

@@ -29,18 +29,14 @@ const PEAK: u64 = 400 << 20;
 /// `turns` turns, as the sessions listing says (a read that does not
 /// load the session's messages).
 async fn settled(arena: &Arena, session: &str, turns: u64) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
+    subs_tests::wait::eventually(Duration::from_secs(120), "the session settles", || async {
         let (status, page) = arena.call(reqwest::Method::GET, "/v1/sessions?limit=1000", Some(HOSTILE.1), None).await;
         assert_eq!(status, 200, "{page}");
         let summary = page.as_array().and_then(|s| s.iter().find(|s| s["session_id"] == session)).cloned();
         let summary = summary.unwrap_or(Value::Null);
-        if summary["status"] == "idle" && summary["turns"].as_u64() == Some(turns) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the session did not settle: {summary}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if summary["status"] == "idle" && summary["turns"].as_u64() == Some(turns) { Ok(()) } else { Err(summary) }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
