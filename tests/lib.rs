@@ -10,6 +10,7 @@ use subs_engine::worker::component::{ComponentAgent, ComponentHost, HostConfig};
 use subs_protocol::DecisionRequest;
 
 pub mod bench;
+pub mod mcp;
 pub mod node;
 pub mod server;
 pub use subs_test_wait as wait;

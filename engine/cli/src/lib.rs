@@ -33,6 +33,7 @@ pub mod data;
 pub mod dev;
 pub mod error;
 pub mod keys;
+pub mod mcp;
 pub mod new;
 pub mod oci;
 pub mod progress;
@@ -85,6 +86,10 @@ pub enum Command {
     /// List, show and tail the sessions of a running server.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
+    /// Register, list and remove the MCP servers whose tools a tenant's
+    /// agents use.
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
     /// Create, list and revoke tenants' API keys: through a running
     /// server's admin API, or with --data in a stopped server's store.
     #[command(subcommand)]
@@ -143,6 +148,7 @@ async fn exec(command: Command) -> CliResult {
         Command::Push(args) => oci::push(args).await,
         Command::Agents(command) => agents::exec(command).await,
         Command::Sessions(command) => sessions::exec(command).await,
+        Command::Mcp(command) => mcp::exec(command).await,
         Command::Keys(command) => keys::exec(command).await,
         Command::Tenants(command) => tenants::exec(command).await,
         Command::AdminKey(args) => admin::admin_key(&args),

@@ -170,6 +170,14 @@ async fn serve(setup: Setup) -> CliResult {
     let exporting = crate::telemetry::exporting(&file.telemetry)?;
     config.spans = exporting.as_ref().map(crate::telemetry::Exporting::spans);
     config.telemetry = file.telemetry.limits()?;
+    // Tenants' MCP servers, the tool sources of their agents.
+    let mcp = Arc::new(
+        subs_engine::mcp::McpServers::new(file.mcp_servers.limits(&file.private_hosts)?)
+            .map_err(|e| CliError::failed(anyhow!(e)))?
+            .with_store(store.clone()),
+    );
+    mcp.sync().await.map_err(CliError::unavailable)?;
+    config.tool_sources = Some(mcp.clone());
     // Agents and limits are in place before any session resumes: a
     // resumed session's first delivery must find its agent, its first LLM
     // call its budget, its first spawn its session limit. (The router sets
@@ -208,8 +216,12 @@ async fn serve(setup: Setup) -> CliResult {
     // is served here too once reloaded.
     let reloading = {
         let (state, mut changed) = (state.clone(), engine.records_changed());
+        let mcp = mcp.clone();
         tokio::spawn(async move {
             while changed.changed().await.is_ok() {
+                if let Err(error) = mcp.sync().await {
+                    tracing::warn!(%error, "the MCP servers other nodes changed could not be reloaded");
+                }
                 if let Err(error) = state.reload_records().await {
                     tracing::warn!(%error, "the agents, keys and tenants other nodes changed could not be reloaded");
                 }
@@ -229,7 +241,7 @@ async fn serve(setup: Setup) -> CliResult {
     }
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut server = tokio::spawn(subs_server::serve(listener, state, async move {
+    let mut server = tokio::spawn(subs_server::serve_with_mcp(listener, state, mcp, async move {
         let _ = stopped.await;
     }));
     let result = tokio::select! {

@@ -83,6 +83,9 @@ pub struct ConfigFile {
     /// `[mcp_endpoint]`: what MCP clients of the agents' MCP endpoints may
     /// hold (docs/mcp.md).
     pub mcp_endpoint: McpEndpointEntry,
+    /// `[mcp_servers]`: the bounds on tenants' MCP servers, the tool
+    /// sources of their agents (docs/mcp.md).
+    pub mcp_servers: McpServersEntry,
     /// `[oci]`: the OCI registries agents may be pulled from, their
     /// credentials and the pull deadline (docs/registries.md).
     pub oci: OciEntry,
@@ -465,6 +468,57 @@ impl OciEntry {
             insecure: self.insecure.clone(),
             credentials,
             deadline,
+        })
+    }
+}
+
+/// `[mcp_servers]` as written: each field optional, over the defaults of
+/// [`subs_engine::mcp::McpLimits`].
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpServersEntry {
+    /// MCP servers one tenant may register.
+    pub max_per_tenant: Option<usize>,
+    /// The most bytes of one answer of a server (a call's result, a page
+    /// of its tool list, an event stream in all).
+    pub max_result_bytes: Option<usize>,
+    /// How long a server's tool list is used before it is listed again,
+    /// in seconds.
+    pub list_ttl_secs: Option<f64>,
+    /// The most tools kept of one server.
+    pub max_tools: Option<usize>,
+}
+
+impl McpServersEntry {
+    /// The registry's bounds: this table over the defaults, with the
+    /// operator's `private_hosts`.
+    ///
+    /// # Errors
+    /// A count or size of 0, or a TTL that is not above 0 and at most a
+    /// day.
+    pub fn limits(&self, private_hosts: &[String]) -> CliResult<subs_engine::mcp::McpLimits> {
+        let defaults = subs_engine::mcp::McpLimits::default();
+        let count = |key: &str, value: Option<usize>, default: usize| match value {
+            None => Ok(default),
+            Some(0) => Err(CliError::usage(anyhow!("`[mcp_servers] {key}` must be at least 1"))),
+            Some(n) => Ok(n),
+        };
+        let list_ttl = match self.list_ttl_secs {
+            None => defaults.list_ttl,
+            Some(secs) if secs > 0.0 && secs <= 86_400.0 => std::time::Duration::from_secs_f64(secs),
+            Some(secs) => {
+                return Err(CliError::usage(anyhow!(
+                    "`[mcp_servers] list_ttl_secs` must be a number of seconds above 0 and at most 86400, not {secs}"
+                )));
+            }
+        };
+        Ok(subs_engine::mcp::McpLimits {
+            max_servers: count("max_per_tenant", self.max_per_tenant, defaults.max_servers)?,
+            max_result_bytes: count("max_result_bytes", self.max_result_bytes, defaults.max_result_bytes)?,
+            max_tools: count("max_tools", self.max_tools, defaults.max_tools)?,
+            list_ttl,
+            private_hosts: private_hosts.to_vec(),
+            ..defaults
         })
     }
 }
@@ -1184,6 +1238,49 @@ mod tests {
         assert!(price.contains("negative"), "{price}");
         assert!(parse("[prices.\"a/b\"]\ninput = nan\noutput = 1\n").is_err());
         assert!(parse("[limits]\nbudget = \"-5\"\n").unwrap_err().contains("negative"));
+    }
+
+    #[test]
+    fn oci_settings_become_the_pull_policy_and_bad_ones_are_refused() {
+        let file = parse(
+            "[oci]\nallow_registries = [\"ghcr.io\", \"127.0.0.1:5000\"]\ninsecure = [\"127.0.0.1:5000\"]\n\
+             pull_timeout_secs = 5\n[oci.credentials.\"ghcr.io\"]\nusername = \"ci\"\npassword = \"p\"\n",
+        )
+        .unwrap();
+        let policy = file.oci.policy().unwrap();
+        assert_eq!(policy.allow_registries, ["ghcr.io", "127.0.0.1:5000"]);
+        assert_eq!(policy.deadline, std::time::Duration::from_secs(5));
+        assert!(matches!(policy.credentials["ghcr.io"], subs_oci::Credentials::Basic { .. }));
+        let none = parse("").unwrap().oci.policy().unwrap();
+        assert!(none.allow_registries.is_empty(), "no registry unless the operator lists it");
+        assert_eq!(none.deadline, subs_oci::DEFAULT_DEADLINE);
+        for (text, says) in [
+            ("[oci]\npull_timeout_secs = 0\n", "pull_timeout_secs"),
+            ("[oci.credentials.\"ghcr.io\"]\ntoken = \"t\"\n", "not in `[oci] allow_registries`"),
+            (
+                "[oci]\nallow_registries = [\"ghcr.io\"]\n[oci.credentials.\"ghcr.io\"]\nusername = \"u\"\ntoken = \"t\"\n",
+                "`username` and `password`, or `token`",
+            ),
+        ] {
+            let error = parse(text).unwrap().oci.policy().unwrap_err().to_string();
+            assert!(error.contains(says), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn mcp_servers_limits_take_what_the_file_sets_over_the_defaults() {
+        let file =
+            parse("private_hosts = [\"127.0.0.1\"]\n[mcp_servers]\nmax_per_tenant = 3\nlist_ttl_secs = 2.5\n").unwrap();
+        let limits = file.mcp_servers.limits(&file.private_hosts).unwrap();
+        assert_eq!(limits.max_servers, 3);
+        assert_eq!(limits.list_ttl, std::time::Duration::from_millis(2500));
+        assert_eq!(limits.private_hosts, ["127.0.0.1"]);
+        assert_eq!(limits.max_result_bytes, subs_engine::mcp::McpLimits::default().max_result_bytes);
+        for bad in ["max_per_tenant = 0", "max_result_bytes = 0", "list_ttl_secs = 0", "list_ttl_secs = 86401"] {
+            let err = parse(&format!("[mcp_servers]\n{bad}\n")).unwrap().mcp_servers.limits(&[]).unwrap_err();
+            assert!(err.to_string().contains("`[mcp_servers]"), "{bad}: {err}");
+        }
+        assert!(parse("[mcp_servers]\nnope = 1\n").is_err(), "unknown keys are refused");
     }
 
     #[test]

@@ -62,6 +62,10 @@ pub struct EngineConfig {
     /// memory (and, with several nodes, its lease): a client's next
     /// message within it spares reloading the session from the store.
     pub session_linger: Duration,
+    /// The tools the engine calls itself for agents whose config names
+    /// them (a tenant's MCP servers); `None`: an agent's `mcp` offers
+    /// nothing.
+    pub tool_sources: Option<Arc<dyn crate::tool_sources::ToolSources>>,
 }
 
 /// What the agents of a tenant may spawn: sub-agent sessions past any of
@@ -138,6 +142,7 @@ impl Default for EngineConfig {
             resume_concurrency: 32,
             telemetry: crate::telemetry::TelemetryLimits::default(),
             session_linger: Duration::from_secs(1),
+            tool_sources: None,
         }
     }
 }

@@ -33,6 +33,8 @@
 //!   prices, the two wire formats as pure translations, and the built-in
 //!   offline model.
 //! - [`tools`]: JSON Schema checks of tool arguments and results.
+//! - [`tool_sources`]: the [`ToolSources`](tool_sources::ToolSources)
+//!   trait, tools the engine calls itself (a tenant's MCP servers').
 //! - [`events`]: events for clients and their fan-out; [`follow`]: a
 //!   session's stored events, then its live ones.
 //! - `tenants`: each tenant's budget and session limit, and its use of
@@ -45,7 +47,7 @@
 //!   them and the takeover of sessions whose node died.
 //!
 //! The modules depend on each other without a cycle (the architecture
-//! test checks it): `clock`, `retry`, `tools`, `worker`, `model`,
+//! test checks it): `clock`, `retry`, `tools`, `tool_sources`, `worker`, `model`,
 //! `metrics`, `telemetry`, `events` and `config` at the bottom; then
 //! `tenants`, then `session`; `engine`, `cluster`, `replay` and `follow`
 //! on top.
@@ -63,6 +65,7 @@ pub mod retry;
 mod session;
 pub mod telemetry;
 mod tenants;
+pub mod tool_sources;
 pub mod tools;
 pub mod worker;
 

@@ -503,6 +503,7 @@ impl<'a> Cases<'a> {
             turns: KnownTurns::default(),
             based_on: None,
             deciding: None,
+            source_tools: Vec::new(),
         };
         Ok(Some(Self {
             store,

@@ -25,9 +25,12 @@
 //! - [`model`]: the core's provider trait, registry, prices, formats and
 //!   offline model, with the HTTP providers and their config from
 //!   `subs-models`.
+//! - [`mcp`]: tenants' MCP servers as tool sources (the core's
+//!   `ToolSources`), over `subs-mcp`'s client.
 //! - [`store`]: the durable store behind a trait; redb is the default.
 
 pub mod agents;
+pub mod mcp;
 pub mod model;
 pub mod worker;
 

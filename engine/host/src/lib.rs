@@ -874,7 +874,7 @@ impl ComponentAgent {
                     let agent =
                         pre.instantiate_checked_once(&mut store, &self.checked).await.map_err(Failure::Start)?;
                     let answer = agent.call_decide(&mut store, request).await.map_err(Failure::Call)?;
-                    Ok(answer.map(Answer::Typed))
+                    Ok(answer.map(|a| Answer::Typed(Box::new(a))))
                 }
                 Call::Json(pre, request) => {
                     let agent = pre.instantiate_async(&mut store).await.map_err(Failure::Start)?;
@@ -990,7 +990,8 @@ impl<'a> Call<'a> {
 
 /// A decision in the form of its agent's world.
 enum Answer {
-    Typed(wit::DecisionResponse),
+    /// Boxed: a typed decision is ten times the size of the JSON variant.
+    Typed(Box<wit::DecisionResponse>),
     /// The protocol's JSON, as the guest wrote it.
     Json(String),
 }
@@ -1002,7 +1003,7 @@ impl Answer {
         let too_large = |limit| WorkerError::LimitExceeded(LimitHit::DecisionSize { limit }.to_string());
         match self {
             Self::Typed(decision) => {
-                let decision = DecisionResponse::from_wit(decision).map_err(WorkerError::MalformedDecision)?;
+                let decision = DecisionResponse::from_wit(*decision).map_err(WorkerError::MalformedDecision)?;
                 match limit {
                     Some(limit) if !fits(&decision, limit) => Err(too_large(limit)),
                     _ => Ok(decision),

@@ -42,8 +42,9 @@ use crate::trigger::{self, InterruptResumed, LlmExecute, LlmFinished, SubAgentFi
 use crate::{
     Action, AgentConfig, AgentTool, AudioData, Call, ClientContext, ClientInput, Content, ContentPart, DecisionRequest,
     DecisionResponse, DraftMessage, ErrorCode, FileData, FunctionCall, Handler, LlmFormat, LlmHandler, LlmRequest,
-    LlmResponse, LlmTool, Message, MessageTree, ReasoningConfig, ReasoningEffort, RequestTree, RetryPolicy, Role,
-    SharedMessage, StreamDelta, SubAgent, ToolCall, ToolHandler, ToolInput, TreeNode, Trigger, UrlRef, WorkerIdentity,
+    LlmResponse, LlmTool, McpServerUse, Message, MessageTree, ReasoningConfig, ReasoningEffort, RequestTree,
+    RetryPolicy, Role, SharedMessage, StreamDelta, SubAgent, ToolCall, ToolHandler, ToolInput, TreeNode, Trigger,
+    UrlRef, WorkerIdentity,
 };
 
 // ---- building blocks ---------------------------------------------------
@@ -411,8 +412,9 @@ pub fn agent_config() -> BoxedStrategy<AgentConfig> {
         option::of(retry_policy()),
         opt_vec(agent_tool(), 3),
         opt_vec(sub_agent(), 3),
+        opt_vec(mcp_server_use(), 2),
     )
-        .prop_map(|(model, system, stream, handler, format, retry, tools, sub_agents)| AgentConfig {
+        .prop_map(|(model, system, stream, handler, format, retry, tools, sub_agents, mcp)| AgentConfig {
             model,
             system,
             stream,
@@ -421,8 +423,14 @@ pub fn agent_config() -> BoxedStrategy<AgentConfig> {
             retry,
             tools,
             sub_agents,
+            mcp,
         })
         .boxed()
+}
+
+/// Any [`McpServerUse`].
+pub fn mcp_server_use() -> BoxedStrategy<McpServerUse> {
+    (name(), opt_vec(name(), 3)).prop_map(|(server, tools)| McpServerUse { server, tools }).boxed()
 }
 
 // ---- llm ---------------------------------------------------------------

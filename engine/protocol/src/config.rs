@@ -10,7 +10,8 @@ use crate::json::{number, opt_number};
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Handler {
-    /// The engine runs it (LLM calls).
+    /// The engine runs it: LLM calls, and calls of tools of the agent's
+    /// MCP servers.
     Server,
     /// The agent's worker runs it.
     Worker,
@@ -133,6 +134,10 @@ pub struct AgentConfig {
     /// The agents this one may delegate to; each is a tool to the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub_agents: Option<Vec<SubAgent>>,
+    /// The tenant's MCP servers whose tools the model may call, each
+    /// offered as `<server>__<tool>` (see docs/mcp.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<Vec<McpServerUse>>,
 }
 
 impl AgentConfig {
@@ -147,6 +152,7 @@ impl AgentConfig {
             retry: None,
             tools: None,
             sub_agents: None,
+            mcp: None,
         }
     }
 
@@ -175,6 +181,14 @@ impl AgentConfig {
     #[must_use]
     pub fn with_sub_agent(mut self, sub_agent: SubAgent) -> Self {
         self.sub_agents.get_or_insert_with(Vec::new).push(sub_agent);
+        self
+    }
+
+    /// Offers the tools of the tenant's MCP server `server`: all of them,
+    /// or those `tools` names.
+    #[must_use]
+    pub fn with_mcp(mut self, server: impl Into<String>, tools: Option<Vec<String>>) -> Self {
+        self.mcp.get_or_insert_with(Vec::new).push(McpServerUse { server: server.into(), tools });
         self
     }
 
@@ -251,6 +265,19 @@ impl AgentTool {
         self.handler = Some(handler);
         self
     }
+}
+
+/// One of the tenant's registered MCP servers an agent uses, and which of
+/// its tools.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct McpServerUse {
+    /// The server's registered name.
+    pub server: String,
+    /// The server's tools to offer, by their names on the server; omitted:
+    /// all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
 }
 
 /// An agent this one may delegate to. The model sees it as a tool named

@@ -59,7 +59,9 @@ pub mod schema;
 
 pub use action::Action;
 pub use client::{ClientInput, PostedInput};
-pub use config::{AgentConfig, AgentTool, Handler, LlmFormat, LlmHandler, RetryPolicy, SubAgent, ToolHandler};
+pub use config::{
+    AgentConfig, AgentTool, Handler, LlmFormat, LlmHandler, McpServerUse, RetryPolicy, SubAgent, ToolHandler,
+};
 pub use decision::{Call, CallKind, CallStatus, DecisionRequest, DecisionResponse, WorkerIdentity};
 pub use error::ProtocolError;
 pub use event::{EventError, EventKind, SessionEvent};

@@ -423,6 +423,17 @@ macro_rules! wit_conversions {
                 }
             }
 
+            impl From<p::McpServerUse> for w::McpServerUse {
+                fn from(v: p::McpServerUse) -> Self {
+                    Self { server: v.server, tools: v.tools }
+                }
+            }
+            impl FromWit<w::McpServerUse> for p::McpServerUse {
+                fn from_wit(v: w::McpServerUse) -> R<Self> {
+                    Ok(Self { server: v.server, tools: v.tools })
+                }
+            }
+
             impl From<p::AgentConfig> for w::AgentConfig {
                 fn from(v: p::AgentConfig) -> Self {
                     Self {
@@ -434,6 +445,7 @@ macro_rules! wit_conversions {
                         retry: v.retry.map(Into::into),
                         tools: v.tools.map(|t| t.into_iter().map(Into::into).collect()),
                         sub_agents: v.sub_agents.map(|s| s.into_iter().map(Into::into).collect()),
+                        mcp: v.mcp.map(|m| m.into_iter().map(Into::into).collect()),
                     }
                 }
             }
@@ -448,6 +460,7 @@ macro_rules! wit_conversions {
                         retry: opt(v.retry, "retry")?,
                         tools: opt_list(v.tools, "tools")?,
                         sub_agents: opt_list(v.sub_agents, "sub_agents")?,
+                        mcp: opt_list(v.mcp, "mcp")?,
                     })
                 }
             }

@@ -46,6 +46,7 @@ pub mod error;
 pub mod frontends;
 pub mod identity;
 pub mod mcp;
+pub mod mcp_servers;
 pub mod metrics;
 pub mod openapi;
 pub mod reads;
@@ -295,7 +296,22 @@ impl ApiError {
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, within the
-/// bounds of the config's `[http]` table ([`edge`]).
+/// bounds of the config's `[http]` table ([`edge`]), with `mcp`, the
+/// registry of tenants' MCP servers the engine's tool sources are, behind
+/// `/v1/mcp-servers`.
+pub async fn serve_with_mcp(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    mcp: Arc<subs_engine::mcp::McpServers>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    state.config.apply_to(&state.engine);
+    let app = app(state.clone()).layer(axum::Extension(mcp));
+    edge::serve_on(listener, app, state, shutdown).await
+}
+
+/// Serves the API on `listener` until `shutdown`, without tenants' MCP
+/// servers (their routes answer 503): see [`serve_with_mcp`].
 pub async fn serve(
     listener: TcpListener,
     state: Arc<AppState>,

@@ -11,7 +11,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::frontends::{agui, aisdk};
-use crate::{AppState, admin, agents, auth, budgets, decisions, mcp, metrics, openapi, replay, sessions, stream, ui};
+use crate::{
+    AppState, admin, agents, auth, budgets, decisions, mcp, mcp_servers, metrics, openapi, replay, sessions, stream, ui,
+};
 
 /// The API's routes, with the OpenAPI document describing them.
 pub fn api() -> OpenApiRouter<Arc<AppState>> {
@@ -33,6 +35,8 @@ pub fn api() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(aisdk::chat))
         .routes(routes!(aisdk::reconnect))
         .routes(routes!(mcp::post, mcp::get, mcp::delete))
+        .routes(routes!(mcp_servers::list))
+        .routes(routes!(mcp_servers::put, mcp_servers::get, mcp_servers::delete))
         .routes(routes!(auth::mint_token))
         .routes(routes!(admin::list_tenants))
         .routes(routes!(admin::put_tenant, admin::get_tenant, admin::delete_tenant))

@@ -19,6 +19,7 @@ pub(crate) mod table {
     pub(crate) const AGENTS: &str = "agents";
     pub(crate) const KEYS: &str = "api_keys";
     pub(crate) const TENANTS: &str = "tenants";
+    pub(crate) const MCP_SERVERS: &str = "mcp_servers";
     pub(crate) const REPLIES: &str = "replies";
     pub(crate) const BLOBS: &str = "blobs";
     pub(crate) const LEASES: &str = "leases";
@@ -50,6 +51,8 @@ pub(crate) enum NamedTable {
     Tenants = 4,
     /// (request id, "", "")
     Replies = 5,
+    /// (tenant, server name, "")
+    McpServers = 6,
 }
 
 /// One op, encoded.
@@ -229,6 +232,22 @@ pub(crate) fn encode(batch: Batch) -> Result<Encoded, StoreError> {
                     key: (tenant, String::new(), String::new()),
                     value: Some(json(table::TENANTS, &record)?),
                 }
+            }
+            Op::PutMcpServer(record) => {
+                notices.records = true;
+                let tenant = text(&record.tenant, "a tenant")?.to_owned();
+                let name = text(&record.name, "an MCP server name")?.to_owned();
+                Write::Named {
+                    table: NamedTable::McpServers,
+                    key: (tenant, name, String::new()),
+                    value: Some(json(table::MCP_SERVERS, &record)?),
+                }
+            }
+            Op::DeleteMcpServer { tenant, name } => {
+                notices.records = true;
+                text(&tenant, "a tenant")?;
+                text(&name, "an MCP server name")?;
+                Write::Named { table: NamedTable::McpServers, key: (tenant, name, String::new()), value: None }
             }
             Op::DeleteTenant { tenant } => {
                 notices.records = true;

@@ -16,6 +16,7 @@
 //! | `calls`, `turns` | (sid, id) | [`CallRecord`], [`TurnRecord`] |
 //! | `inbox` | (sid, seq) | [`InboxItem`]; numbers from the sequence `inbox_seq` |
 //! | `agents`, `api_keys`, `tenants` | (tenant, id) | [`AgentRecord`], [`KeyRecord`], [`TenantRecord`] |
+//! | `mcp_servers` | (tenant, name) | [`McpServerRecord`] |
 //! | `decisions` | (tenant, agent id, version) | the decisions the version made: the sum of [`Op::CountDecisions`](subs_store::Op::CountDecisions) |
 //! | `replies` | request id | the answer to a forwarded request, and when it was stored |
 //! | `blobs` | digest | a component's bytes, and when they were last stored |
@@ -131,9 +132,9 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRo
 use sqlx::{ConnectOptions as _, Connection as _, Executor as _, Row as _};
 use subs_store::shared::{Claim, Lease, Noticed, Orphan, Shared, SharedSettings};
 use subs_store::{
-    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, MessageRecord,
-    SessionKey, SessionRecord, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats, TenantRecord,
-    TurnRecord,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, McpServerRecord,
+    MessageRecord, SessionKey, SessionRecord, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats,
+    TenantRecord, TurnRecord,
 };
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -845,6 +846,14 @@ impl Store for PgStore {
             let query = || sqlx::query("SELECT record FROM tenants ORDER BY tenant");
             let rows = self.fetch_all(|| format!("cannot list the tenants in {}", self.url), query).await?;
             records(&rows, table::TENANTS)
+        })
+    }
+
+    fn mcp_servers(&self) -> BoxFuture<'_, StoreResult<Vec<McpServerRecord>>> {
+        Box::pin(async move {
+            let query = || sqlx::query("SELECT record FROM mcp_servers ORDER BY tenant, name");
+            let rows = self.fetch_all(|| format!("cannot list the MCP servers in {}", self.url), query).await?;
+            records(&rows, table::MCP_SERVERS)
         })
     }
 

@@ -427,7 +427,7 @@ struct GroupWrites<'a> {
     pushes: Vec<(i64, &'a [u8])>,
     inbox_deletes: BTreeSet<(i64, i64)>,
     /// Agents, keys, tenants and replies, by their (one or two) key parts.
-    records: [Rows<(&'a str, &'a str), &'a [u8]>; 4],
+    records: [Rows<(&'a str, &'a str), &'a [u8]>; 5],
     /// Decisions to add, by (tenant, agent, version), summed over the
     /// group; `true` when the agent's counts were forgotten earlier in the
     /// group, so the sum replaces the stored count instead of adding to
@@ -481,6 +481,7 @@ impl<'a> GroupWrites<'a> {
                             NamedTable::Agents => 0,
                             NamedTable::Keys => 1,
                             NamedTable::Tenants => 2,
+                            NamedTable::McpServers => 4,
                             _ => 3,
                         };
                         writes.records[at].insert((&key.0, &key.1), value.as_deref());
@@ -654,6 +655,7 @@ impl<'a> GroupWrites<'a> {
             ("api_keys", Some("hash"), "record"),
             ("tenants", None, "record"),
             ("replies", None, "reply"),
+            ("mcp_servers", Some("name"), "record"),
         ];
         for ((table, second, value), rows) in tables.into_iter().zip(records) {
             let first = if table == "replies" { "id" } else { "tenant" };

@@ -74,6 +74,7 @@ pub(crate) enum NamedTable {
     Agents,
     Keys,
     Tenants,
+    McpServers,
 }
 
 /// Encodes a batch's ops for the writer. A session's messages, steps,
@@ -150,6 +151,15 @@ pub(crate) fn encode(batch: Batch) -> Result<Vec<Write>, StoreError> {
                 id: TENANT_SLOT.to_owned(),
                 value: encode_value(name::TENANTS, &record)?,
             },
+            Op::PutMcpServer(record) => Write::PutNamed {
+                table: NamedTable::McpServers,
+                key: record.tenant.clone(),
+                id: record.name.clone(),
+                value: encode_value(name::MCP_SERVERS, &record)?,
+            },
+            Op::DeleteMcpServer { tenant, name } => {
+                Write::DeleteNamed { table: NamedTable::McpServers, key: tenant, id: name }
+            }
             Op::DeleteTenant { tenant } => {
                 Write::DeleteNamed { table: NamedTable::Tenants, key: tenant, id: TENANT_SLOT.to_owned() }
             }

@@ -463,6 +463,7 @@ fn table_tag(table: NamedTable) -> u8 {
         NamedTable::Agents => 2,
         NamedTable::Keys => 3,
         NamedTable::Tenants => 4,
+        NamedTable::McpServers => 5,
     }
 }
 
@@ -572,6 +573,7 @@ impl<'a> Reader<'a> {
             2 => Ok(NamedTable::Agents),
             3 => Ok(NamedTable::Keys),
             4 => Ok(NamedTable::Tenants),
+            5 => Ok(NamedTable::McpServers),
             other => Err(format!("unknown table {other}")),
         }
     }

@@ -106,9 +106,9 @@ use tokio::sync::oneshot;
 #[allow(unused_imports)]
 use self::{encode::*, read::*, recovery::*, schema::*, writer::*};
 use subs_store::{
-    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, MessageRecord, Op,
-    SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats,
-    TenantRecord, TurnRecord, ready,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, McpServerRecord,
+    MessageRecord, Op, SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin, StoreError,
+    StoreResult, StoreStats, TenantRecord, TurnRecord, ready,
 };
 
 /// The most batches one write transaction takes. Bounds how long the first
@@ -438,6 +438,10 @@ impl Store for RedbStore {
 
     fn tenants(&self) -> BoxFuture<'_, StoreResult<Vec<TenantRecord>>> {
         ready(self.read_tenants())
+    }
+
+    fn mcp_servers(&self) -> BoxFuture<'_, StoreResult<Vec<McpServerRecord>>> {
+        ready(self.read_mcp_servers())
     }
 
     fn events<'a>(

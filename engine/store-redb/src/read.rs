@@ -270,6 +270,10 @@ impl RedbStore {
         self.read(|txn| scan_named(txn, TENANTS, name::TENANTS, None))
     }
 
+    pub(crate) fn read_mcp_servers(&self) -> Result<Vec<McpServerRecord>, StoreError> {
+        self.read(|txn| scan_named(txn, MCP_SERVERS, name::MCP_SERVERS, None))
+    }
+
     pub(crate) fn read_events(
         &self,
         key: &SessionKey,

@@ -14,6 +14,7 @@ pub(crate) mod name {
     pub const AGENTS: &str = "agents";
     pub const KEYS: &str = "keys";
     pub const TENANTS: &str = "tenants";
+    pub const MCP_SERVERS: &str = "mcp_servers";
     pub const META: &str = "meta";
     pub const OWNERS: &str = "owners";
     pub const DECISIONS: &str = "decisions";
@@ -47,6 +48,8 @@ pub(crate) const KEYS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::n
 /// Tenants, keyed by (tenant, [`TENANT_SLOT`]): the shape of the other
 /// per-tenant tables, so one write path serves them all.
 pub(crate) const TENANTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::TENANTS);
+/// Tenants' MCP servers, keyed by (tenant, server name).
+pub(crate) const MCP_SERVERS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(name::MCP_SERVERS);
 /// The second half of a tenant's key in `tenants`.
 pub(crate) const TENANT_SLOT: &str = "";
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new(name::META);

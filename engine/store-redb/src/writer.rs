@@ -274,6 +274,7 @@ pub(crate) struct Tables<'txn, 'l> {
     pub(crate) agents: Option<NamedTableOf<'txn>>,
     pub(crate) keys: Option<NamedTableOf<'txn>>,
     pub(crate) tenants: Option<NamedTableOf<'txn>>,
+    pub(crate) mcp_servers: Option<NamedTableOf<'txn>>,
     pub(crate) meta: Option<Table<'txn, &'static str, u64>>,
     pub(crate) owners: Option<Table<'txn, (&'static str, &'static str, &'static str), ()>>,
     pub(crate) decisions: Option<Table<'txn, (&'static str, &'static str, &'static str), u64>>,
@@ -291,6 +292,7 @@ impl<'txn, 'l> Tables<'txn, 'l> {
             agents: None,
             keys: None,
             tenants: None,
+            mcp_servers: None,
             meta: None,
             owners: None,
             decisions: None,
@@ -305,7 +307,9 @@ impl<'txn, 'l> Tables<'txn, 'l> {
         tables.active()?;
         tables.log()?;
         tables.inbox()?;
-        for table in [NamedTable::Turns, NamedTable::Agents, NamedTable::Keys, NamedTable::Tenants] {
+        for table in
+            [NamedTable::Turns, NamedTable::Agents, NamedTable::Keys, NamedTable::Tenants, NamedTable::McpServers]
+        {
             tables.named(table)?;
         }
         tables.meta()?;
@@ -348,6 +352,7 @@ impl<'txn, 'l> Tables<'txn, 'l> {
             NamedTable::Agents => (&mut self.agents, AGENTS, name::AGENTS),
             NamedTable::Keys => (&mut self.keys, KEYS, name::KEYS),
             NamedTable::Tenants => (&mut self.tenants, TENANTS, name::TENANTS),
+            NamedTable::McpServers => (&mut self.mcp_servers, MCP_SERVERS, name::MCP_SERVERS),
         };
         Ok((opened(slot, self.txn, definition, name)?, name))
     }

@@ -96,6 +96,7 @@ pub async fn run<B: Backend>(backend: &mut B) {
     inbox_numbers_keep_increasing_across_reopen(backend).await;
     agents_and_keys_are_kept_per_tenant(backend).await;
     tenants_are_kept_replaced_and_removed(backend).await;
+    mcp_servers_are_kept_per_tenant(backend).await;
 }
 
 /// Records to write in tests, each made from a name so that two calls with
@@ -990,6 +991,44 @@ async fn tenants_are_kept_replaced_and_removed<B: Backend>(backend: &mut B) {
     let store = backend.reopen(store).await;
     assert_eq!(store.tenants().await.unwrap()[0], lowered, "{P}: replaced, after a reopen");
     assert_eq!(names(&store).await, ["acme", "acme-b"], "{P}: removed, after a reopen");
+    backend.reopen(store).await;
+}
+
+async fn mcp_servers_are_kept_per_tenant<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: MCP servers are kept per tenant, replaced and removed";
+    let server = |tenant: &str, name: &str, url: &str| crate::McpServerRecord {
+        tenant: tenant.to_owned(),
+        name: name.to_owned(),
+        url: url.to_owned(),
+        headers: vec![("Authorization".to_owned(), format!("Bearer {name}")), ("X-Two".to_owned(), "2".to_owned())],
+        updated_ms: 7,
+    };
+    let store = backend.open().await;
+    store
+        .commit(batch([
+            Op::PutMcpServer(server("b", "gh", "https://b/")),
+            Op::PutMcpServer(server("a", "zz", "https://a/zz")),
+            Op::PutMcpServer(server("a", "gh", "https://a/gh")),
+            Op::PutMcpServer(server("a-b", "gh", "https://ab/")),
+        ]))
+        .await
+        .unwrap();
+    let names = async |store: &B::Store| {
+        store.mcp_servers().await.unwrap().into_iter().map(|s| format!("{}/{}", s.tenant, s.name)).collect::<Vec<_>>()
+    };
+    assert_eq!(names(&store).await, ["a/gh", "a/zz", "a-b/gh", "b/gh"], "{P}: by tenant and name");
+    let replaced = server("a", "gh", "https://a/gh2");
+    store
+        .commit(batch([
+            Op::PutMcpServer(replaced.clone()),
+            Op::DeleteMcpServer { tenant: "a".to_owned(), name: "zz".to_owned() },
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(store.mcp_servers().await.unwrap()[0], replaced, "{P}: replaced whole, headers in order");
+    let store = backend.reopen(store).await;
+    assert_eq!(names(&store).await, ["a/gh", "a-b/gh", "b/gh"], "{P}: after a reopen");
+    assert_eq!(store.mcp_servers().await.unwrap()[0], replaced, "{P}: replaced, after a reopen");
     backend.reopen(store).await;
 }
 

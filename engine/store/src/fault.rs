@@ -351,6 +351,10 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.tenants()
     }
 
+    fn mcp_servers(&self) -> BoxFuture<'_, StoreResult<Vec<crate::McpServerRecord>>> {
+        self.inner.mcp_servers()
+    }
+
     fn events<'a>(
         &'a self,
         key: &'a SessionKey,

@@ -157,6 +157,15 @@ pub enum Op {
         /// The key's hash.
         hash: String,
     },
+    /// Creates or replaces a tenant's MCP server.
+    PutMcpServer(McpServerRecord),
+    /// Removes a tenant's MCP server.
+    DeleteMcpServer {
+        /// The tenant.
+        tenant: String,
+        /// The server's name.
+        name: String,
+    },
     /// Creates or replaces a tenant.
     PutTenant(TenantRecord),
     /// Removes a tenant's record (its keys, sessions and agents are other
@@ -511,6 +520,9 @@ pub trait Store: StoreAdmin + Send + Sync + 'static {
 
     /// Every stored tenant, by name.
     fn tenants(&self) -> BoxFuture<'_, StoreResult<Vec<TenantRecord>>>;
+
+    /// Every tenant's MCP servers, by tenant and name.
+    fn mcp_servers(&self) -> BoxFuture<'_, StoreResult<Vec<McpServerRecord>>>;
 
     /// The session's events with sequence number greater than `after` (all
     /// when `None`), in order, at most `limit`.

@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::{
-    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, MessageRecord, Op, SessionKey,
-    SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats, TenantRecord,
-    TurnRecord, ready,
+    AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, McpServerRecord, MessageRecord, Op,
+    SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats,
+    TenantRecord, TurnRecord, ready,
 };
 
 /// Records of one session, keyed by its storage key and then by number
@@ -40,6 +40,7 @@ struct State {
     /// By (tenant, hash).
     keys: BTreeMap<(String, String), KeyRecord>,
     tenants: BTreeMap<String, TenantRecord>,
+    mcp_servers: BTreeMap<(String, String), McpServerRecord>,
     /// Answers to forwarded requests, by request id.
     replies: BTreeMap<String, serde_json::Value>,
     stats: StoreStats,
@@ -136,6 +137,12 @@ impl State {
             }
             Op::PutTenant(record) => {
                 self.tenants.insert(record.tenant.clone(), record);
+            }
+            Op::PutMcpServer(record) => {
+                self.mcp_servers.insert((record.tenant.clone(), record.name.clone()), record);
+            }
+            Op::DeleteMcpServer { tenant, name } => {
+                self.mcp_servers.remove(&(tenant, name));
             }
             Op::DeleteTenant { tenant } => {
                 self.tenants.remove(&tenant);
@@ -251,6 +258,10 @@ impl Store for MemStore {
 
     fn tenants(&self) -> BoxFuture<'_, StoreResult<Vec<TenantRecord>>> {
         self.read(|s| s.tenants.values().cloned().collect())
+    }
+
+    fn mcp_servers(&self) -> BoxFuture<'_, StoreResult<Vec<McpServerRecord>>> {
+        self.read(|s| s.mcp_servers.values().cloned().collect())
     }
 
     fn events<'a>(

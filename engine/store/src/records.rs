@@ -885,6 +885,24 @@ pub struct KeyRecord {
     pub created_ms: u64,
 }
 
+/// An MCP server a tenant registered: its tools are its agents' to call
+/// (docs/mcp.md). The headers hold its credentials: stored, sent to the
+/// server, never returned by the API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServerRecord {
+    /// The tenant.
+    pub tenant: String,
+    /// The server's name within the tenant.
+    pub name: String,
+    /// Its Streamable HTTP endpoint.
+    pub url: String,
+    /// Headers sent with each request to it, in order.
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    /// When it was registered, or last replaced (Unix ms).
+    pub updated_ms: u64,
+}
+
 /// A tenant created by the operator (through the admin API, or by
 /// `subs keys create` on a stopped server), and what the operator set for
 /// it over the config file.

@@ -54,6 +54,11 @@ export interface AgentConfig {
   tools?: AgentTool[];
   /** The agents this one may delegate to; each is a tool to the model. */
   sub_agents?: SubAgent[];
+  /**
+   * The tenant's MCP servers whose tools the model may call, each
+   * offered as `<server>__<tool>` (see docs/mcp.md).
+   */
+  mcp?: McpServerUse[];
 }
 
 /** A tool the model may call. */
@@ -600,6 +605,20 @@ export interface LlmTool {
   input?: Json;
   /** JSON Schema of the result. */
   output?: Json;
+}
+
+/**
+ * One of the tenant's registered MCP servers an agent uses, and which of
+ * its tools.
+ */
+export interface McpServerUse {
+  /** The server's registered name. */
+  server: string;
+  /**
+   * The server's tools to offer, by their names on the server; omitted:
+   * all of them.
+   */
+  tools?: string[];
 }
 
 /** A recorded message: it has an id and a place in the session's tree. */

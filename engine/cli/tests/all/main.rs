@@ -11,6 +11,7 @@ mod hostile;
 mod inspector;
 mod interrupts;
 mod mcp_endpoint;
+mod mcp_tools;
 mod new;
 mod observability;
 mod oci;

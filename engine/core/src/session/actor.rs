@@ -715,9 +715,26 @@ impl Actor {
             self.flush().await?;
         }
         self.start_engine_calls();
+        self.list_source_tools().await;
         self.start_delivery();
         self.arm_timer();
         Ok(())
+    }
+
+    /// Lists the tools of the sources the agent's config names (its MCP
+    /// servers) when a delivery is about to start, so that its proposal
+    /// and the model's next call offer them as they are now. The sources
+    /// cache their lists: most deliveries cost a lookup.
+    async fn list_source_tools(&mut self) {
+        if self.delivery.is_some() || self.deliverable().is_none() {
+            return;
+        }
+        let uses = self.session().record.agent.as_ref().and_then(|a| a.mcp.clone()).unwrap_or_default();
+        let tools = match (&self.env.config.tool_sources, uses.is_empty()) {
+            (Some(sources), false) => sources.tools(&self.key.tenant, &uses).await,
+            _ => Vec::new(),
+        };
+        self.session.as_mut().expect("loaded").source_tools = tools;
     }
 
     /// Takes in the inbox in order: items for the session are applied,
@@ -915,6 +932,10 @@ impl Actor {
     fn start_engine_calls(&mut self) {
         let to_start: Vec<_> = self.engine_calls().cloned().collect();
         for call in to_start {
+            if call.call.kind == CallKind::ToolCall {
+                self.start_source_call(&call);
+                continue;
+            }
             let Some(request) = self.session().llm_request(&call) else { continue };
             let now = self.env.config.clock.now_ms();
             let timeout = call.deadline_ms.map(|t| Duration::from_millis(t.saturating_sub(now)));
@@ -938,10 +959,97 @@ impl Actor {
         }
     }
 
-    /// The server-handled LLM calls that are pending and not running.
+    /// Starts a try of a call of a tool source's tool (an MCP server's):
+    /// stored with its deadline before it starts, like an engine-run LLM
+    /// call, and settled by what the source answers.
+    fn start_source_call(&mut self, call: &CallRecord) {
+        let now = self.env.config.clock.now_ms();
+        let timeout = call.deadline_ms.map(|t| Duration::from_millis(t.saturating_sub(now)));
+        let (call_id, attempt) = (call.call.id.clone(), call.call.attempt);
+        let arguments = match &call.spec {
+            super::CallSpec::Tool { arguments, .. } => arguments.clone(),
+            _ => "{}".to_owned(),
+        };
+        let request = crate::tool_sources::SourceCall {
+            tenant: self.key.tenant.clone(),
+            session: self.key.session.clone(),
+            call_id: call_id.clone(),
+            attempt,
+            name: call.call.name.clone().unwrap_or_default(),
+            arguments,
+            timeout,
+        };
+        let progress = self.progress_sink(&call_id);
+        let env = self.env.clone();
+        let tx = self.tx.clone();
+        let span = tracing::info_span!("tool_call", call = %call_id, attempt, tool = %request.name);
+        let trace = call.span.clone();
+        let task = tokio::spawn(
+            async move {
+                let outcome = match env.config.tool_sources.clone() {
+                    Some(sources) => {
+                        let running = async {
+                            match timeout {
+                                Some(limit) => tokio::time::timeout(limit, sources.call(request, progress))
+                                    .await
+                                    .unwrap_or_else(|_| crate::tool_sources::SourceOutcome::Failed {
+                                        error: format!("the tool call did not finish within {limit:?}"),
+                                        retryable: true,
+                                        code: Some(subs_protocol::ErrorCode::DeadlineExceeded),
+                                    }),
+                                None => sources.call(request, progress).await,
+                            }
+                        };
+                        crate::telemetry::in_span(trace.as_ref(), running).await
+                    }
+                    None => crate::tool_sources::SourceOutcome::Failed {
+                        error: "this engine has no tool sources (MCP servers)".to_owned(),
+                        retryable: false,
+                        code: None,
+                    },
+                };
+                let outcome = match outcome {
+                    crate::tool_sources::SourceOutcome::Ok(value) => Outcome::ToolOk(value),
+                    crate::tool_sources::SourceOutcome::Failed { error, retryable, code } => {
+                        Outcome::Failed { error, retryable, code, detail: None, retry_after_ms: None }
+                    }
+                };
+                let _ = tx.send(Msg::CallDone { call_id, attempt, outcome: Box::new(outcome) });
+            }
+            .instrument(span),
+        );
+        if let Some((_, old)) = self.running.insert(call.call.id.clone(), (call.call.attempt, task)) {
+            old.abort();
+        }
+    }
+
+    /// Where a source's progress for call `call_id` goes: to the session's
+    /// subscribers as a `tool.progress` frame, not stored.
+    fn progress_sink(&self, call_id: &str) -> crate::tool_sources::ProgressSink {
+        let env = self.env.clone();
+        let key = self.key.clone();
+        let call_id = call_id.to_owned();
+        Arc::new(move |progress: crate::tool_sources::SourceProgress| {
+            let data = serde_json::json!({
+                "id": call_id,
+                "progress": progress.progress,
+                "total": progress.total,
+                "message": progress.message,
+            });
+            let frame = crate::events::Frame {
+                seq: None,
+                name: std::borrow::Cow::Borrowed("tool.progress"),
+                data: subs_protocol::to_json(&data).into_boxed_str(),
+            };
+            env.hub.publish(&key, frame);
+        })
+    }
+
+    /// The server-handled LLM and tool-source calls that are pending and
+    /// not running.
     fn engine_calls(&self) -> impl Iterator<Item = &CallRecord> {
         self.session().calls.values().filter(|c| {
-            c.call.kind == CallKind::LlmCall
+            matches!(c.call.kind, CallKind::LlmCall | CallKind::ToolCall)
                 && c.call.handler == Some(Handler::Server)
                 && c.call.status == CallStatus::Pending
                 && self.running.get(&c.call.id).is_none_or(|(a, _)| *a != c.call.attempt)

@@ -703,7 +703,7 @@ impl Session {
         }
         self.deciding = step.agent_version.clone();
         if let Some(agent) = &decision.agent {
-            let agent = super::proposal::without_client_tools(agent, self.client_tools());
+            let agent = super::proposal::without_client_tools(agent, &self.added_tools());
             // A config set again unchanged stays the one shared allocation.
             if self.record.agent.as_deref() != Some(&agent) {
                 self.record.agent = Some(std::sync::Arc::new(agent));
@@ -869,12 +869,16 @@ impl Session {
         let mut record = self.new_call(
             id,
             CallKind::ToolCall,
-            Some(handler.into()),
+            Some(handler),
             call.retry.clone(),
             CallSpec::Tool { arguments: raw.clone(), input: input.clone(), output: tool.and_then(|t| t.output) },
             hold,
         );
         record.call.name = Some(call.name.clone());
+        // A tool of the agent's sources (its MCP servers) is run by the
+        // engine, unless the call names who runs it.
+        let from_source = call.handler.is_none() && self.is_source_tool(&call.name);
+        let handler = if from_source { Handler::Server } else { handler.into() };
         record.call.arguments = Some(raw.clone());
         self.add_call(record, hold, ctx, change);
     }
@@ -1009,6 +1013,10 @@ impl Session {
             };
             self.emit(SessionEvent::ToolCall(call), change);
         } else {
+        // The actor runs it (a tool source's tool).
+        if call.call.handler == Some(Handler::Server) {
+            return;
+        }
             let trigger = Trigger::ToolExecute(ToolExecute {
                 id: call.call.id.clone(),
                 name,

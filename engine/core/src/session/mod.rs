@@ -73,6 +73,11 @@ pub(crate) struct Session {
     /// The agent version whose decision is being applied: the messages it
     /// records carry it in their events. `None` outside a decision.
     pub deciding: Option<String>,
+    /// The tools of the sources the agent's config names (its MCP
+    /// servers'), as last listed before a delivery: offered to the model
+    /// and in proposals like client tools, never stored with the config.
+    /// Kept in memory only; listed again after a reload.
+    pub source_tools: Vec<AgentTool>,
 }
 
 /// How many turn ids a session keeps in memory at most; past them the
@@ -182,6 +187,7 @@ impl Session {
             turns: KnownTurns::default(),
             based_on: None,
             deciding: None,
+            source_tools: Vec::new(),
         }))
     }
 
@@ -195,6 +201,7 @@ impl Session {
             turns: KnownTurns::none_yet(),
             based_on: None,
             deciding: None,
+            source_tools: Vec::new(),
         }
     }
 
@@ -214,10 +221,33 @@ impl Session {
         format!("{prefix}_{}", self.record.next.id)
     }
 
-    /// A declared tool: the config's, or one the open turn's client added.
+    /// A declared tool: the config's, one the open turn's client added, or
+    /// one of the agent's tool sources.
     pub fn tool(&self, name: &str) -> Option<&AgentTool> {
         let config = self.record.agent.as_ref().and_then(|a| a.tool(name));
-        config.or_else(|| self.client_tools().iter().find(|t| t.name == name))
+        config.or_else(|| self.client_tools().iter().find(|t| t.name == name)).or_else(|| self.source_tool(name))
+    }
+
+    /// A tool of the agent's tool sources (its MCP servers) named `name`,
+    /// unless the config or the turn's client declares a tool of that name
+    /// (theirs comes first).
+    pub fn source_tool(&self, name: &str) -> Option<&AgentTool> {
+        self.source_tools.iter().find(|t| t.name == name)
+    }
+
+    /// Whether `name` is a tool sources' tool that neither the config nor
+    /// the turn's client declares.
+    pub fn is_source_tool(&self, name: &str) -> bool {
+        self.source_tool(name).is_some()
+            && self.record.agent.as_ref().and_then(|a| a.tool(name)).is_none()
+            && !self.client_tools().iter().any(|t| t.name == name)
+            && !self.is_sub_agent(name)
+    }
+
+    /// The tools layered onto the config for this delivery: the open
+    /// turn's client tools, then the tool sources'.
+    pub fn added_tools(&self) -> Vec<AgentTool> {
+        self.client_tools().iter().chain(&self.source_tools).cloned().collect()
     }
 
     /// The open turn's client tools: none without an open turn.
@@ -247,9 +277,14 @@ impl Session {
         let agent = self.record.agent.as_ref();
         let declared = agent.and_then(|a| a.tools.as_deref()).unwrap_or_default();
         let client = self.client_tools();
+        let sources = self
+            .source_tools
+            .iter()
+            .filter(|t| !declared.iter().chain(client).any(|d| d.name == t.name) && !self.is_sub_agent(&t.name));
         let mut tools: Vec<LlmTool> = declared
             .iter()
             .chain(client)
+            .chain(sources)
             .map(|t| LlmTool {
                 name: t.name.clone(),
                 description: t.description.clone().unwrap_or_default(),

@@ -18,16 +18,18 @@ pub(crate) fn propose(session: &Session, seq: u64, trigger: &Trigger, default_mo
     with_client_tools(session, ordinary(session, seq, trigger, default_model), default_model)
 }
 
-/// `proposed` as a worker sees it when the open turn has client tools: its
+/// `proposed` as a worker sees it when the open turn has client tools or
+/// the agent has tool sources (MCP servers): its
 /// `agent` is the config it sets, else the current one, else one with
-/// `default_model`, with the client tools appended (those whose names no
+/// `default_model`, with the client tools, then the sources' tools,
+/// appended (those whose names no
 /// tool or sub-agent of that config takes, the first of a name), and each
 /// `llm.call` that names no tools offers the model's tools
 /// ([`Session::llm_tools`]). A worker that copies or edits the proposal
 /// keeps them; [`without_client_tools`] keeps them out of the stored
 /// config. Without client tools the proposal is left as it is.
 fn with_client_tools(session: &Session, mut proposal: DecisionResponse, default_model: &str) -> DecisionResponse {
-    let client = session.client_tools();
+    let client = session.added_tools();
     if client.is_empty() {
         return proposal;
     }
@@ -37,7 +39,7 @@ fn with_client_tools(session: &Session, mut proposal: DecisionResponse, default_
         .or_else(|| session.record.agent.as_deref().cloned())
         .unwrap_or_else(|| AgentConfig::new(default_model));
     let mut tools = agent.tools.take().unwrap_or_default();
-    for tool in client {
+    for tool in &client {
         let taken =
             tools.iter().any(|t| t.name == tool.name) || agent.sub_agents.iter().flatten().any(|s| s.id == tool.name);
         if !taken {

@@ -106,6 +106,8 @@ class AgentConfig(_AgentConfigMethods):
     tools: Optional[List[AgentTool]] = None
     #: The agents this one may delegate to; each is a tool to the model.
     sub_agents: Optional[List[SubAgent]] = None
+    #: The tenant's MCP servers whose tools the model may call, each offered as `<server>__<tool>` (see docs/mcp.md).
+    mcp: Optional[List[McpServerUse]] = None
 
 
 @dataclass(kw_only=True)
@@ -514,6 +516,18 @@ class LlmTool:
     input: Optional[Any] = None
     #: JSON Schema of the result.
     output: Optional[Any] = None
+
+
+@dataclass(kw_only=True)
+class McpServerUse:
+    """One of the tenant's registered MCP servers an agent uses, and which of
+    its tools.
+    """
+
+    #: The server's registered name.
+    server: str
+    #: The server's tools to offer, by their names on the server; omitted: all of them.
+    tools: Optional[List[str]] = None
 
 
 @dataclass(kw_only=True)
@@ -1000,6 +1014,7 @@ __all__ = [
     "LlmResult",
     "LlmTool",
     "MalformedInput",
+    "McpServerUse",
     "Message",
     "MessageSend",
     "MessageTree",

@@ -69,6 +69,7 @@ impl Guest for Garbage {
                     retry: None,
                     tools: Some(vec![tool("good", "{\"type\":\"object\"}"), tool("bad", "object")]),
                     sub_agents: None,
+                    mcp: None,
                 });
             }
             "decline" => {

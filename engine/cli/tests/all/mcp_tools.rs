@@ -1,0 +1,352 @@
+//! Tenants' MCP servers as tool sources, over the real `subs serve`
+//! against a real MCP server: `tests/mcp/server.py`, made with the Python
+//! SDK (`subs_tests::mcp`), on 127.0.0.1.
+//!
+//! The agent is an HTTP worker served from the test process that takes
+//! the engine's proposals and, at `session.start`, names the server in its
+//! config's `mcp`; the model is the offline one, which calls the tool a
+//! user message names (`use tool demo__echo with …`).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use subs_protocol::McpServerUse;
+use subs_sdk::prelude::{Agent, Context, DecideError, DecisionRequest, DecisionResponse, Trigger};
+use subs_tests::mcp::FastMcp;
+
+use crate::{Server, http, stream_turn};
+
+/// Takes the engine's proposals; names the MCP servers at `session.start`.
+struct UsesMcp(Vec<McpServerUse>);
+
+impl Agent for UsesMcp {
+    fn decide(&self, request: DecisionRequest, _cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
+        let mut decision = request.proposed.clone();
+        if matches!(request.trigger, Trigger::SessionStart)
+            && let Some(agent) = decision.agent.as_mut()
+        {
+            agent.mcp = Some(self.0.clone());
+        }
+        Ok(decision)
+    }
+}
+
+/// Serves the agent on a free loopback port; its URL.
+async fn worker(servers: &[&str]) -> String {
+    let uses = servers.iter().map(|s| McpServerUse { server: (*s).to_owned(), tools: None }).collect();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
+    let addr = listener.local_addr().expect("a bound address");
+    tokio::spawn(subs_http_worker::serve(listener, UsesMcp(uses)));
+    format!("http://{addr}/")
+}
+
+/// A `subs serve` whose config lets MCP servers be on 127.0.0.1, with
+/// `extra` TOML appended; its data directory is `dir`.
+fn serve(dir: &std::path::Path, extra: &str) -> Server {
+    serve_config(dir, &format!("private_hosts = [\"127.0.0.1\"]\n{extra}"))
+}
+
+/// A `subs serve` with the config `toml`; its data directory is in `dir`.
+fn serve_config(dir: &std::path::Path, toml: &str) -> Server {
+    let config = dir.join("subs.toml");
+    std::fs::write(&config, toml).unwrap();
+    let data = dir.join("data");
+    Server::start_with(&["--config", config.to_str().unwrap(), "--data", data.to_str().unwrap()], "127.0.0.1:0")
+}
+
+async fn put_json(url: &str, body: Value) -> (u16, Value) {
+    let response = http()
+        .put(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("the server answers");
+    read(response).await
+}
+
+async fn get_json(url: &str) -> (u16, Value) {
+    read(http().get(url).send().await.expect("the server answers")).await
+}
+
+async fn read(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let bytes = response.bytes().await.unwrap_or_default();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// Registers the MCP server and the agent using it.
+async fn setup(server: &Server, mcp: &FastMcp, name: &str) {
+    let (status, body) = put_json(&format!("{}/v1/mcp-servers/{name}", server.url), json!({"url": mcp.url()})).await;
+    assert_eq!(status, 200, "{body}");
+    let worker = worker(&[name]).await;
+    let (status, body) = put_json(&format!("{}/v1/agents/mcp", server.url), json!({"url": worker})).await;
+    assert!(status == 200 || status == 201, "{body}");
+}
+
+/// The events of a turn of `text`; the turn's last event.
+async fn turn(server: &Server, session: &str, text: &str) -> (Vec<(Option<u64>, String, Value)>, (String, Value)) {
+    let events = stream_turn(&server.url, session, "mcp", text).await;
+    let (_, name, data) = events.last().cloned().expect("events");
+    (events, (name, data))
+}
+
+/// The `tool` messages of a session, by its snapshot.
+async fn tool_messages(server: &Server, session: &str) -> Vec<Value> {
+    let (status, snapshot) = get_json(&format!("{}/v1/sessions/{session}", server.url)).await;
+    assert_eq!(status, 200, "{snapshot}");
+    snapshot["messages"].as_array().expect("messages").iter().filter(|m| m["role"] == "tool").cloned().collect()
+}
+
+/// The text of the turn's last assistant message.
+fn reply(events: &[(Option<u64>, String, Value)]) -> String {
+    events
+        .iter()
+        .rev()
+        .filter(|(_, name, data)| name == "message" && data["message"]["role"] == "assistant")
+        .find_map(|(_, _, data)| data["message"]["content"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_tool_answers_a_turn_and_is_recorded_once() {
+    let Some(mcp) = FastMcp::start("normal") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), "");
+    setup(&server, &mcp, "demo").await;
+
+    let (events, (last, data)) = turn(&server, "s1", r#"use tool demo__echo with {"text": "hi"}"#).await;
+    assert_eq!(last, "turn.done", "{data}");
+    assert_eq!(reply(&events), "demo__echo returned echo: hi.");
+    let tools = tool_messages(&server, "s1").await;
+    assert_eq!(tools.len(), 1, "the result is recorded once: {tools:?}");
+    assert_eq!(tools[0]["content"], "echo: hi");
+
+    // The registry lists it without its headers, with its tools.
+    let (_, listed) = get_json(&format!("{}/v1/mcp-servers", server.url)).await;
+    assert_eq!(listed[0]["name"], "demo");
+    assert_eq!(listed[0]["status"], "ready", "{listed}");
+    assert_eq!(listed[0]["tool_count"], 6, "{listed}");
+    assert!(listed[0].get("headers").is_none());
+    let (_, one) = get_json(&format!("{}/v1/mcp-servers/demo", server.url)).await;
+    let names: Vec<&str> = one["tools"].as_array().unwrap().iter().filter_map(|t| t["offered_as"].as_str()).collect();
+    assert!(names.contains(&"demo__add") && names.contains(&"demo__echo"), "{one}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_content_is_checked_and_is_error_fails_the_call() {
+    let Some(mcp) = FastMcp::start("normal") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), "");
+    setup(&server, &mcp, "demo").await;
+
+    // `add` has an output schema and answers structuredContent.
+    let (events, (last, _)) = turn(&server, "s1", r#"use tool demo__add with {"a": 1, "b": 2}"#).await;
+    assert_eq!(last, "turn.done");
+    assert_eq!(reply(&events), r#"demo__add returned {"sum":3.0}."#);
+
+    // `fail` answers isError: the call settles as an error naming the
+    // server and the tool, not retried.
+    let (events, (last, _)) = turn(&server, "s2", r#"use tool demo__fail with {"reason": "testing"}"#).await;
+    assert_eq!(last, "turn.done");
+    let tools = tool_messages(&server, "s2").await;
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    let text = tools[0]["content"].as_str().unwrap();
+    assert!(text.contains("MCP server `demo` tool `fail` failed") && text.contains("failing on purpose"), "{text}");
+    assert!(reply(&events).contains("demo__fail returned"), "{}", reply(&events));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_answers_ends_the_call_at_its_deadline() {
+    let Some(mcp) = FastMcp::start("normal") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), "[timeouts]\ncall_secs = 1\n[retry]\nmax_retries = 0\n");
+    setup(&server, &mcp, "demo").await;
+    let started = std::time::Instant::now();
+    let (_, (last, _)) = turn(&server, "s1", "use tool demo__hang").await;
+    assert_eq!(last, "turn.done");
+    let tools = tool_messages(&server, "s1").await;
+    let text = tools[0]["content"].as_str().unwrap();
+    assert!(text.contains("deadline") || text.contains("did not finish within"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_gets_a_new_session_and_the_next_call_succeeds() {
+    let Some(mut mcp) = FastMcp::start("normal") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), "");
+    setup(&server, &mcp, "demo").await;
+    let (events, _) = turn(&server, "s1", r#"use tool demo__echo with {"text": "one"}"#).await;
+    assert_eq!(reply(&events), "demo__echo returned echo: one.");
+    // A new process: the engine's MCP session id is unknown to it (404).
+    mcp.restart();
+    let (events, _) = turn(&server, "s1", r#"use tool demo__echo with {"text": "two"}"#).await;
+    assert_eq!(reply(&events), "demo__echo returned echo: two.");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cut_by_kill_9_completes_after_the_restart() {
+    let Some(mcp) = FastMcp::start("normal") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = serve(dir.path(), "[timeouts]\ncall_secs = 60\n");
+    setup(&server, &mcp, "demo").await;
+    let input = json!({
+        "type": "client.message",
+        "agent_id": "mcp",
+        "turn_id": "t1",
+        "message": {"role": "user", "content": r#"use tool demo__slow with {"steps": 40}"#},
+        "stream": true,
+    });
+    // The call is stored before it is sent: once the server reports its
+    // progress, the engine dies between storing the call and its result.
+    let mut response = http()
+        .post(format!("{}/v1/sessions/k/input", server.url))
+        .header("content-type", "application/json")
+        .body(input.to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut seen = String::new();
+    while !seen.contains("event: tool.progress") {
+        let chunk = tokio::time::timeout(Duration::from_secs(30), response.chunk()).await.unwrap().unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk.expect("progress before the stream ends")));
+    }
+    assert!(!seen.contains("\"role\":\"tool\""), "killed before the result: {seen}");
+    server.process.child.kill().unwrap();
+    server.process.child.wait().unwrap();
+    drop(response);
+
+    let server = serve(dir.path(), "[timeouts]\ncall_secs = 60\n");
+    // The same input again streams the turn the restart resumed.
+    let events = stream_turn_with(&server.url, "k", &input).await;
+    let (_, last, _) = events.last().unwrap();
+    assert_eq!(last, "turn.done", "{events:?}");
+    assert_eq!(reply(&events), "demo__slow returned done after 40 steps.");
+    let tools = tool_messages(&server, "k").await;
+    assert_eq!(tools.len(), 1, "one result: {tools:?}");
+}
+
+/// As [`stream_turn`], with the whole input given.
+async fn stream_turn_with(url: &str, session: &str, input: &Value) -> Vec<(Option<u64>, String, Value)> {
+    let response = http()
+        .post(format!("{url}/v1/sessions/{session}/input"))
+        .header("content-type", "application/json")
+        .body(input.to_string())
+        .send()
+        .await
+        .expect("the server answers");
+    assert_eq!(response.status(), 200);
+    let bytes = tokio::time::timeout(crate::PATIENCE, response.bytes()).await.unwrap().unwrap();
+    subs_protocol::sse::SseParser::new()
+        .push(&bytes)
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.id.and_then(|i| i.parse().ok()), e.event, serde_json::from_str(&e.data).unwrap_or(Value::Null)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_at_a_forbidden_host_is_refused_before_any_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    // No `private_hosts`: loopback and private addresses are refused.
+    let server = serve_config(dir.path(), "");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    for (name, url) in [
+        ("local", format!("http://127.0.0.1:{port}/mcp")),
+        ("metadata", "http://169.254.169.254/mcp".to_owned()),
+        ("private", "http://10.1.2.3/mcp".to_owned()),
+        ("named", format!("http://localhost:{port}/mcp")),
+    ] {
+        let (status, body) = put_json(&format!("{}/v1/mcp-servers/{name}", server.url), json!({"url": url})).await;
+        assert_eq!(status, 400, "{name}: {body}");
+        let error = body["error"].as_str().unwrap();
+        assert!(error.contains(&format!("MCP server `{name}`")) && error.contains("not a public address"), "{error}");
+        assert_eq!(body["field"], "url");
+    }
+    // Nothing connected to the listener, and nothing was registered.
+    let accepted = tokio::time::timeout(Duration::from_millis(300), listener.accept()).await;
+    assert!(accepted.is_err(), "a refused server was connected to");
+    let (_, listed) = get_json(&format!("{}/v1/mcp-servers", server.url)).await;
+    assert_eq!(listed, json!([]));
+    // Bad names, too many: refused with the rule.
+    let (status, body) =
+        put_json(&format!("{}/v1/mcp-servers/a_b", server.url), json!({"url": "https://example.com/"})).await;
+    assert_eq!((status, body["field"].as_str()), (400, Some("name")), "{body}");
+}
+
+/// An MCP server that answers `initialize` and `tools/list` properly and
+/// `tools/call` with `call` (a body), as `content_type`.
+async fn broken_server(call: &'static str, content_type: &'static str) -> String {
+    use axum::response::IntoResponse;
+    let handler = move |body: axum::body::Bytes| async move {
+        let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let id = message["id"].clone();
+        let result = match message["method"].as_str() {
+            Some("initialize") => json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "broken", "version": "1"}
+            }),
+            Some("tools/list") => json!({"tools": [{"name": "x", "inputSchema": {"type": "object"}}]}),
+            Some("tools/call") => {
+                return ([("content-type", content_type)], call.replace("ID", &id.to_string())).into_response();
+            }
+            _ => return axum::http::StatusCode::ACCEPTED.into_response(),
+        };
+        axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
+    };
+    let app = axum::Router::new().route("/mcp", axum::routing::post(handler));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/mcp")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_json_rpc_an_oversized_result_and_a_colliding_name_are_errors_naming_server_and_tool() {
+    let Some(mcp) = FastMcp::start("collide") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), "[mcp_servers]\nmax_result_bytes = 65536\n");
+    setup(&server, &mcp, "demo").await;
+    let garbage = broken_server(r#"{"jsonrpc": "2.0", "id": ID, "nothing": true}"#, "application/json").await;
+    let (status, body) = put_json(&format!("{}/v1/mcp-servers/bad", server.url), json!({"url": garbage})).await;
+    assert_eq!(status, 200, "{body}");
+    let html = broken_server("<html>oops</html>", "text/html").await;
+    put_json(&format!("{}/v1/mcp-servers/html", server.url), json!({"url": html})).await;
+    // The agent uses all three servers.
+    let worker = worker(&["demo", "bad", "html"]).await;
+    put_json(&format!("{}/v1/agents/mcp", server.url), json!({"url": worker})).await;
+
+    let error_of = async |session: &str, text: &str| {
+        let (_, (last, _)) = turn(&server, session, text).await;
+        assert_eq!(last, "turn.done");
+        let tools = tool_messages(&server, session).await;
+        assert_eq!(tools.len(), 1, "{tools:?}");
+        tools[0]["content"].as_str().unwrap().to_owned()
+    };
+    let invalid = error_of("s1", "use tool bad__x").await;
+    assert!(invalid.contains("MCP server `bad` tool `x`") && invalid.contains("not valid JSON-RPC"), "{invalid}");
+    let html = error_of("s2", "use tool html__x").await;
+    assert!(html.contains("MCP server `html` tool `x`") && html.contains("text/html"), "{html}");
+    let big = error_of("s3", r#"use tool demo__big with {"size": 200000}"#).await;
+    assert!(big.contains("MCP server `demo` tool `big`") && big.contains("over the limit of 65536 bytes"), "{big}");
+
+    // The colliding tool is not offered, and says why.
+    let (_, one) = get_json(&format!("{}/v1/mcp-servers/demo", server.url)).await;
+    let tools = one["tools"].as_array().unwrap();
+    let skipped: Vec<&str> = tools.iter().filter_map(|t| t["skipped"].as_str()).collect();
+    assert_eq!(skipped.len(), 1, "{one}");
+    assert!(skipped[0].contains("MCP server `demo` tool `a_b`") && skipped[0].contains("collides"), "{}", skipped[0]);
+    let (events, _) = turn(&server, "s4", "use tool demo__a_b").await;
+    assert_eq!(reply(&events), "demo__a_b returned a.b.", "the first of the name keeps it");
+
+    // Nothing else is affected: the same session and server go on.
+    let (events, _) = turn(&server, "s3", r#"use tool demo__echo with {"text": "still"}"#).await;
+    assert_eq!(reply(&events), "demo__echo returned echo: still.");
+    let (_, listed) = get_json(&format!("{}/v1/mcp-servers", server.url)).await;
+    let bad = listed.as_array().unwrap().iter().find(|s| s["name"] == "bad").unwrap();
+    assert_eq!(bad["status"], "error", "{listed}");
+    assert!(bad["last_error"].as_str().unwrap().contains("tool `x`"), "{listed}");
+}

@@ -1,0 +1,579 @@
+//! An MCP client over the Streamable HTTP transport: one per (tenant,
+//! server).
+//!
+//! Every message is a `POST` of one JSON-RPC message to the server's URL.
+//! The server answers a request with `application/json` (the response) or
+//! `text/event-stream` (notifications and requests of its own, then the
+//! response); a notification with `202`. The first request is
+//! `initialize`: the server's answer fixes the revision (one of
+//! [`SUPPORTED_PROTOCOL_VERSIONS`]) and may assign a session
+//! (`Mcp-Session-Id`), sent with every later request together with
+//! `MCP-Protocol-Version`. A `404` to a request that carried the session
+//! means the server dropped it (a restart): the client initializes again
+//! and sends the request once more.
+//!
+//! Everything a server sends is bounded: one exchange reads at most
+//! [`ClientConfig::max_result_bytes`] (a response, or an event stream in
+//! all, so an endless stream ends there), and the caller bounds its time.
+//! The standing `GET` stream a server may offer for notifications outside
+//! a request is not opened: tool lists are refreshed when a
+//! `notifications/tools/list_changed` arrives with a response, and after
+//! [`ClientConfig::list_ttl`].
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Map, Value};
+use subs_protocol::sse::SseParser;
+
+use crate::wire::{
+    CallToolParams, CallToolResult, ClientCapabilities, Implementation, InitializeParams, InitializeResult,
+    LATEST_PROTOCOL_VERSION, ListToolsParams, ListToolsResult, Message, Notification, PROTOCOL_VERSION_HEADER,
+    ProgressParams, Request, RequestId, RequestMeta, Response, SESSION_ID_HEADER, SUPPORTED_PROTOCOL_VERSIONS, Tool,
+    code, method,
+};
+
+/// A client's bounds.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The most bytes one exchange reads: a response body, or all of an
+    /// event stream.
+    pub max_result_bytes: usize,
+    /// How long a tool list is used before it is listed again.
+    pub list_ttl: Duration,
+    /// The most tools a server's list may have (all pages together); the
+    /// rest is dropped, and said in the log.
+    pub max_tools: usize,
+    /// The most pages of one listing.
+    pub max_pages: usize,
+    /// How long `initialize` and one listing may take.
+    pub setup_timeout: Duration,
+    /// Who the client says it is.
+    pub client_info: Implementation,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            max_result_bytes: 4 << 20,
+            list_ttl: Duration::from_secs(300),
+            max_tools: 256,
+            max_pages: 16,
+            setup_timeout: Duration::from_secs(10),
+            client_info: Implementation {
+                name: "subs".to_owned(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                title: None,
+            },
+        }
+    }
+}
+
+/// Why an exchange with a server failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum McpError {
+    /// The server could not be reached, or the exchange broke off.
+    #[error("could not reach the server: {0}")]
+    Transport(String),
+    /// The server answered an HTTP error status.
+    #[error("the server answered HTTP {status}: {body}")]
+    Http {
+        /// The status.
+        status: u16,
+        /// The start of its body.
+        body: String,
+    },
+    /// The server's answer is not valid JSON-RPC (or not the answer to
+    /// what was asked).
+    #[error("the server's answer is not valid JSON-RPC: {0}")]
+    Protocol(String),
+    /// The server answered with a JSON-RPC error.
+    #[error("the server answered JSON-RPC error {code}: {message}")]
+    Rpc {
+        /// The error's code.
+        code: i64,
+        /// Its message.
+        message: String,
+    },
+    /// The server's answer is over the size limit.
+    #[error("the server's answer is over the limit of {0} bytes")]
+    TooLarge(usize),
+    /// The server chose a revision this client does not speak.
+    #[error("the server speaks protocol revision {0:?}, not one of {SUPPORTED_PROTOCOL_VERSIONS:?}")]
+    Version(String),
+    /// The exchange took longer than allowed.
+    #[error("the server did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+impl McpError {
+    /// Whether another try may succeed: a server restarting, overloaded
+    /// or answering garbage may recover; an answer over the size limit or
+    /// a revision it does not speak would come again.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            McpError::Transport(_) | McpError::Protocol(_) | McpError::Rpc { .. } | McpError::Timeout(_) => true,
+            McpError::Http { status, .. } => *status >= 500 || *status == 408 || *status == 429,
+            McpError::TooLarge(_) | McpError::Version(_) => false,
+        }
+    }
+}
+
+/// What the server said about its MCP session.
+#[derive(Debug, Clone)]
+struct Session {
+    /// The id it assigned, if any.
+    id: Option<String>,
+    /// The revision it chose.
+    version: String,
+}
+
+/// Where a request's progress notifications go.
+pub type OnProgress<'a> = &'a (dyn Fn(ProgressParams) + Send + Sync);
+
+/// One server's client; see the [module docs](self).
+pub struct Client {
+    http: reqwest::Client,
+    url: reqwest::Url,
+    headers: HeaderMap,
+    config: ClientConfig,
+    session: tokio::sync::Mutex<Option<Session>>,
+    tools: Mutex<Option<(Instant, Arc<Vec<Tool>>)>>,
+    stale: AtomicBool,
+    next_id: AtomicI64,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the headers: they hold the server's credentials.
+        f.debug_struct("Client").field("url", &self.url.as_str()).finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client of the server at `url`, sending `headers` with each
+    /// request. Nothing is sent until the first call.
+    pub fn new(
+        http: reqwest::Client,
+        url: reqwest::Url,
+        headers: &[(String, String)],
+        config: ClientConfig,
+    ) -> Result<Self, String> {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("`{name}` is not a header name"))?;
+            let value =
+                HeaderValue::from_str(value).map_err(|_| format!("the value of header `{name}` is not valid"))?;
+            map.insert(name, value);
+        }
+        Ok(Self {
+            http,
+            url,
+            headers: map,
+            config,
+            session: tokio::sync::Mutex::new(None),
+            tools: Mutex::new(None),
+            stale: AtomicBool::new(false),
+            next_id: AtomicI64::new(1),
+        })
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> &str {
+        self.url.as_str()
+    }
+
+    /// The server's tools: the cached list while it is fresh (younger than
+    /// the TTL, and no `list_changed` heard since), else all pages of
+    /// `tools/list` again.
+    pub async fn tools(&self) -> Result<Arc<Vec<Tool>>, McpError> {
+        if !self.stale.load(Ordering::Acquire) {
+            let cached = self.tools.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((at, tools)) = &*cached
+                && at.elapsed() < self.config.list_ttl
+            {
+                return Ok(tools.clone());
+            }
+        }
+        self.stale.store(false, Ordering::Release);
+        let limit = self.config.setup_timeout;
+        let listed = tokio::time::timeout(limit, self.list_all()).await.map_err(|_| McpError::Timeout(limit))??;
+        let listed = Arc::new(listed);
+        *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), listed.clone()));
+        Ok(listed)
+    }
+
+    /// Forgets the cached tool list.
+    pub fn forget_tools(&self) {
+        self.stale.store(true, Ordering::Release);
+    }
+
+    async fn list_all(&self) -> Result<Vec<Tool>, McpError> {
+        let mut tools = Vec::new();
+        let mut cursor = None;
+        for _ in 0..self.config.max_pages {
+            let result = self.request(method::TOOLS_LIST, &ListToolsParams { cursor: cursor.take() }, None).await?;
+            let page: ListToolsResult = serde_json::from_value(result)
+                .map_err(|e| McpError::Protocol(format!("a tools/list result that is not a tool list: {e}")))?;
+            tools.extend(page.tools);
+            if tools.len() > self.config.max_tools {
+                tracing::warn!(server = %self.url, max = self.config.max_tools, "an MCP server lists more tools than are kept");
+                tools.truncate(self.config.max_tools);
+                break;
+            }
+            match page.next_cursor {
+                Some(next) if !next.is_empty() => cursor = Some(next),
+                _ => return Ok(tools),
+            }
+        }
+        Ok(tools)
+    }
+
+    /// Calls tool `name` with `arguments`; progress notifications go to
+    /// `on_progress`. A tool's own failure is a result with `is_error`.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        on_progress: OnProgress<'_>,
+    ) -> Result<CallToolResult, McpError> {
+        let token = RequestId::String(format!("subs-{}", self.next_id.fetch_add(1, Ordering::Relaxed)));
+        let params = CallToolParams {
+            name: name.to_owned(),
+            arguments: Some(arguments),
+            meta: Some(RequestMeta { progress_token: Some(token.clone()) }),
+        };
+        let forward = |p: ProgressParams| {
+            if p.progress_token == token {
+                on_progress(p);
+            }
+        };
+        let result = self.request(method::TOOLS_CALL, &params, Some(&forward)).await?;
+        serde_json::from_value(result)
+            .map_err(|e| McpError::Protocol(format!("a tools/call result that is not a call result: {e}")))
+    }
+
+    /// Ends the MCP session, if the server assigned one (`DELETE`).
+    pub async fn close(&self) {
+        let session = self.session.lock().await.take();
+        if let Some(Session { id: Some(id), version }) = session {
+            let request = self
+                .http
+                .delete(self.url.clone())
+                .headers(self.headers.clone())
+                .header(SESSION_ID_HEADER, id)
+                .header(PROTOCOL_VERSION_HEADER, version);
+            let _ = tokio::time::timeout(self.config.setup_timeout, request.send()).await;
+        }
+    }
+
+    /// Sends request `method` on the session (initializing one first, and
+    /// again once when the server dropped it) and returns its result.
+    async fn request(
+        &self,
+        method: &str,
+        params: &impl serde::Serialize,
+        on_progress: Option<&(dyn Fn(ProgressParams) + Send + Sync)>,
+    ) -> Result<Value, McpError> {
+        for fresh in [false, true] {
+            let session = self.session(fresh).await?;
+            let id = RequestId::Number(self.next_id.fetch_add(1, Ordering::Relaxed));
+            let message = Message::Request(Request::new(id.clone(), method, params));
+            match self.exchange(Some(&session), &message, Some(&id), on_progress).await {
+                Err(Exchange::Expired) if !fresh => {
+                    tracing::info!(server = %self.url, "an MCP server dropped its session; initializing again");
+                    continue;
+                }
+                Err(Exchange::Expired) => {
+                    return Err(McpError::Http { status: 404, body: "the session was dropped again".to_owned() });
+                }
+                Err(Exchange::Failed(e)) => return Err(e),
+                Ok(value) => return Ok(value),
+            }
+        }
+        unreachable!("the second pass returns")
+    }
+
+    /// The session, initialized first when there is none or `fresh` asks
+    /// for a new one (the server dropped the old).
+    async fn session(&self, fresh: bool) -> Result<Session, McpError> {
+        let mut held = self.session.lock().await;
+        if let Some(session) = held.as_ref().filter(|_| !fresh) {
+            return Ok(session.clone());
+        }
+        *held = None;
+        let limit = self.config.setup_timeout;
+        let session = tokio::time::timeout(limit, self.initialize()).await.map_err(|_| McpError::Timeout(limit))??;
+        // A new session may list other tools.
+        self.forget_tools();
+        *held = Some(session.clone());
+        Ok(session)
+    }
+
+    async fn initialize(&self) -> Result<Session, McpError> {
+        let params = InitializeParams {
+            protocol_version: LATEST_PROTOCOL_VERSION.to_owned(),
+            capabilities: ClientCapabilities::default(),
+            client_info: self.config.client_info.clone(),
+        };
+        let id = RequestId::Number(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let message = Message::Request(Request::new(id.clone(), method::INITIALIZE, params));
+        let (result, session_id) = self.post(None, &message, Some(&id), None).await.map_err(Exchange::into_error)?;
+        let result: InitializeResult = serde_json::from_value(result.unwrap_or(Value::Null))
+            .map_err(|e| McpError::Protocol(format!("an initialize result that is not one: {e}")))?;
+        if !SUPPORTED_PROTOCOL_VERSIONS.contains(&result.protocol_version.as_str()) {
+            return Err(McpError::Version(result.protocol_version));
+        }
+        let session = Session { id: session_id, version: result.protocol_version };
+        let initialized = Message::Notification(Notification::new(method::INITIALIZED, Value::Null));
+        self.post(Some(&session), &initialized, None, None).await.map_err(Exchange::into_error)?;
+        Ok(session)
+    }
+
+    async fn exchange(
+        &self,
+        session: Option<&Session>,
+        message: &Message,
+        id: Option<&RequestId>,
+        on_progress: Option<&(dyn Fn(ProgressParams) + Send + Sync)>,
+    ) -> Result<Value, Exchange> {
+        Ok(self.post(session, message, id, on_progress).await?.0.unwrap_or(Value::Null))
+    }
+
+    /// POSTs `message` and reads the answer to request `id` (none for a
+    /// notification): the result, and the session id the server gave.
+    async fn post(
+        &self,
+        session: Option<&Session>,
+        message: &Message,
+        id: Option<&RequestId>,
+        on_progress: Option<&(dyn Fn(ProgressParams) + Send + Sync)>,
+    ) -> Result<(Option<Value>, Option<String>), Exchange> {
+        let mut request = self
+            .http
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(message).unwrap_or_default());
+        if let Some(session) = session {
+            request = request.header(PROTOCOL_VERSION_HEADER, &session.version);
+            if let Some(sid) = &session.id {
+                request = request.header(SESSION_ID_HEADER, sid);
+            }
+        }
+        let mut response = request.send().await.map_err(|e| Exchange::Failed(transport(&e)))?;
+        let status = response.status();
+        if status.as_u16() == 404 && session.is_some_and(|s| s.id.is_some()) {
+            return Err(Exchange::Expired);
+        }
+        if !status.is_success() {
+            let body = read_capped(&mut response, 1024).await.unwrap_or_default();
+            let body = String::from_utf8_lossy(&body).trim().chars().take(512).collect();
+            return Err(Exchange::Failed(McpError::Http { status: status.as_u16(), body }));
+        }
+        let session_id = response
+            .headers()
+            .get(SESSION_ID_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .filter(|s| !s.is_empty() && s.len() <= 256);
+        let Some(id) = id else { return Ok((None, session_id)) };
+        let content_type = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        let limit = self.config.max_result_bytes;
+        let answer = match content_type.as_str() {
+            "application/json" => {
+                let body = read_capped(&mut response, limit).await.map_err(Exchange::Failed)?;
+                let message = Message::from_slice(&body).map_err(|e| Exchange::Failed(McpError::Protocol(e.0)))?;
+                self.take(message, id, session, on_progress).await.map_err(Exchange::Failed)?
+            }
+            "text/event-stream" => {
+                let mut parser = SseParser::with_limit(limit);
+                let mut read = 0usize;
+                let mut answer = None;
+                'stream: loop {
+                    let chunk = response.chunk().await.map_err(|e| Exchange::Failed(transport(&e)))?;
+                    let (events, last) = match chunk {
+                        Some(chunk) => {
+                            read += chunk.len();
+                            if read > limit {
+                                return Err(Exchange::Failed(McpError::TooLarge(limit)));
+                            }
+                            let events =
+                                parser.push(&chunk).map_err(|_| Exchange::Failed(McpError::TooLarge(limit)))?;
+                            (events, false)
+                        }
+                        None => (parser.finish().into_iter().collect(), true),
+                    };
+                    for event in events {
+                        if event.data.trim().is_empty() {
+                            continue;
+                        }
+                        let message = Message::from_slice(event.data.as_bytes())
+                            .map_err(|e| Exchange::Failed(McpError::Protocol(e.0)))?;
+                        if let Some(value) =
+                            self.take(message, id, session, on_progress).await.map_err(Exchange::Failed)?
+                        {
+                            answer = Some(value);
+                            break 'stream;
+                        }
+                    }
+                    if last {
+                        break;
+                    }
+                }
+                answer
+            }
+            other => {
+                return Err(Exchange::Failed(McpError::Protocol(format!(
+                    "the answer has content type `{other}`, neither application/json nor text/event-stream"
+                ))));
+            }
+        };
+        match answer {
+            Some(value) => Ok((Some(value), session_id)),
+            None => Err(Exchange::Failed(McpError::Protocol(format!(
+                "the answer ended without a response to request {id}"
+            )))),
+        }
+    }
+
+    /// Handles one message read in answer to request `id`: its response
+    /// (the result), or something on the way (progress, a changed tool
+    /// list, a request of the server's, answered).
+    async fn take(
+        &self,
+        message: Message,
+        id: &RequestId,
+        session: Option<&Session>,
+        on_progress: Option<&(dyn Fn(ProgressParams) + Send + Sync)>,
+    ) -> Result<Option<Value>, McpError> {
+        match message {
+            Message::Response(response) if &response.id == id => Ok(Some(response.result)),
+            Message::Error(error) if error.id.as_ref() == Some(id) || error.id.is_none() => {
+                Err(McpError::Rpc { code: error.error.code, message: clip(&error.error.message) })
+            }
+            Message::Response(other) => {
+                Err(McpError::Protocol(format!("a response to request {}, not {id}", other.id)))
+            }
+            Message::Error(other) => Err(McpError::Protocol(format!(
+                "an error for request {}, not {id}: {}",
+                other.id.map_or("null".to_owned(), |i| i.to_string()),
+                clip(&other.error.message)
+            ))),
+            Message::Notification(note) => {
+                match note.method.as_str() {
+                    method::PROGRESS => {
+                        if let (Some(on_progress), Some(params)) = (on_progress, note.params)
+                            && let Ok(progress) = serde_json::from_value::<ProgressParams>(params)
+                        {
+                            on_progress(progress);
+                        }
+                    }
+                    method::TOOLS_LIST_CHANGED => self.forget_tools(),
+                    _ => {}
+                }
+                Ok(None)
+            }
+            Message::Request(request) => {
+                // Pings are answered; sampling, roots and elicitation are
+                // not offered (the client declares no capability), so a
+                // server asking for them is told so.
+                let answer = if request.method == method::PING {
+                    Message::Response(Response::new(request.id, serde_json::json!({})))
+                } else {
+                    Message::Error(crate::wire::ErrorResponse::new(
+                        Some(request.id),
+                        code::METHOD_NOT_FOUND,
+                        format!("subs does not answer `{}`", request.method),
+                    ))
+                };
+                self.answer(session, &answer).await;
+                Ok(None)
+            }
+        }
+    }
+}
+
+impl Client {
+    /// POSTs an answer to a server's request; the server's reply (`202`)
+    /// is not read further.
+    async fn answer(&self, session: Option<&Session>, message: &Message) {
+        let mut request = self
+            .http
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(message).unwrap_or_default());
+        if let Some(session) = session {
+            request = request.header(PROTOCOL_VERSION_HEADER, &session.version);
+            if let Some(sid) = &session.id {
+                request = request.header(SESSION_ID_HEADER, sid);
+            }
+        }
+        let _ = tokio::time::timeout(self.config.setup_timeout, request.send()).await;
+    }
+}
+
+/// How one POST failed.
+enum Exchange {
+    /// The server no longer knows the session (404).
+    Expired,
+    /// Anything else.
+    Failed(McpError),
+}
+
+impl Exchange {
+    fn into_error(self) -> McpError {
+        match self {
+            Exchange::Expired => McpError::Http { status: 404, body: "the session is unknown".to_owned() },
+            Exchange::Failed(e) => e,
+        }
+    }
+}
+
+fn transport(error: &reqwest::Error) -> McpError {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    McpError::Transport(clip(&text))
+}
+
+fn clip(text: &str) -> String {
+    if text.len() <= 1024 {
+        return text.to_owned();
+    }
+    let mut end = 1024;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} more bytes cut)", &text[..end], text.len() - end)
+}
+
+/// The body, at most `limit` bytes: a longer one is refused.
+async fn read_capped(response: &mut reqwest::Response, limit: usize) -> Result<Vec<u8>, McpError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| transport(&e))? {
+        if body.len() + chunk.len() > limit {
+            return Err(McpError::TooLarge(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
