@@ -111,9 +111,12 @@ async fn push_bytes(
     file: &ConfigFile,
     what: &str,
 ) -> CliResult {
-    // A push is not held to the server's upload limit; the registry
-    // judges what it takes.
-    let options = Options { max_bytes: u64::MAX, ..options(reference, registry_args.plain_http, file)? };
+    // A push is not held to the server's upload limit (the registry
+    // judges what it takes), and sends a whole component, not just reads
+    // a manifest: it gets at least 10 minutes.
+    let options = options(reference, registry_args.plain_http, file)?;
+    let deadline = options.deadline.max(std::time::Duration::from_secs(600));
+    let options = Options { max_bytes: u64::MAX, deadline, ..options };
     let registry = Registry::new(&reference.registry, options).map_err(|e| CliError::failed(anyhow!("{e}")))?;
     let spinner = Spinner::start(format!("pushing {what} to {reference}"));
     let pushed = registry.push(reference, wasm).await.map_err(|e| CliError::failed(anyhow!("{e}")));

@@ -181,7 +181,8 @@ impl PullPolicy {
     /// # Errors
     /// [`OciError::Reference`], or [`OciError::NotAllowed`].
     pub fn check(&self, text: &str, max_bytes: u64) -> Result<(Reference, Options), OciError> {
-        let reference = Reference::parse(text)?;
+        // `oci://` as the CLI writes references is taken too.
+        let reference = Reference::parse(text.strip_prefix("oci://").unwrap_or(text))?;
         if !self.allow_registries.iter().any(|r| r.eq_ignore_ascii_case(&reference.registry)) {
             return Err(OciError::NotAllowed {
                 registry: reference.registry.clone(),

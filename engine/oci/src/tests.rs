@@ -323,6 +323,8 @@ async fn a_registry_off_the_allow_list_is_refused_before_any_connection() {
     assert!(fake.requests().is_empty(), "nothing was sent: {:?}", fake.requests());
     let allowed = PullPolicy { allow_registries: vec![fake.registry()], ..policy };
     allowed.pull(&format!("{}/team/agent:v1", fake.registry()), 1 << 20).await.unwrap();
+    // As the CLI writes references, too.
+    allowed.pull(&format!("oci://{}/team/agent:v1", fake.registry()), 1 << 20).await.unwrap();
 }
 
 #[tokio::test]

@@ -40,7 +40,8 @@ pub struct ErrorBody {
     /// A stable code: `invalid_json`, `invalid_input`, `unauthorized`,
     /// `forbidden`, `admin_disabled`, `not_found`, `unknown_agent`,
     /// `conflict`, `no_active_version`, `request_timeout`, `payload_too_large`,
-    /// `invalid_component`, `limit_exceeded`, `unavailable`, `internal`.
+    /// `invalid_component`, `limit_exceeded`, `oci_pull_failed`,
+    /// `unavailable`, `internal`.
     pub code: String,
     /// The offending field, as a path (`messages[0].role`).
     #[serde(skip_serializing_if = "Option::is_none")]
