@@ -16,6 +16,7 @@ use super::reply::ReplyBuilder;
 use super::sse::SseParser;
 use super::{ModelError, Provider, anthropic, openai};
 use crate::worker::{BoxFuture, DeltaSink};
+use subs_core::model::ProviderTelemetry;
 use subs_core::model::says::quote;
 
 /// Largest non-streamed response body read.
@@ -182,6 +183,18 @@ impl HttpProvider {
 }
 
 impl Provider for HttpProvider {
+    fn telemetry(&self) -> ProviderTelemetry {
+        let url = reqwest::Url::parse(&self.settings.base_url).ok();
+        ProviderTelemetry {
+            name: Some(match self.settings.format {
+                LlmFormat::Openai => "openai",
+                LlmFormat::Anthropic => "anthropic",
+            }),
+            address: url.as_ref().and_then(|u| u.host_str()).map(str::to_owned),
+            port: url.as_ref().and_then(reqwest::Url::port_or_known_default),
+        }
+    }
+
     fn complete(
         &self,
         request: LlmRequest,

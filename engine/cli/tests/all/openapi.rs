@@ -15,7 +15,7 @@ use crate::{Server, TOOLS};
 const OPERATOR: &str = "subs_admin_openapi_check_0123456789";
 
 /// The repository's root.
-fn root() -> PathBuf {
+pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 

@@ -196,7 +196,8 @@ async fn a_turn_is_traced_under_the_clients_span_and_measured() {
         let a = attributes(chat);
         assert_eq!(a["gen_ai.operation.name"], "chat");
         assert_eq!(a["gen_ai.request.model"], "gpt-test");
-        assert_eq!(a["gen_ai.provider.name"], "fake");
+        // The wire format's well-known name, not the configured `fake`.
+        assert_eq!(a["gen_ai.provider.name"], "openai");
         usage.push((a["gen_ai.usage.input_tokens"].clone(), a["gen_ai.usage.output_tokens"].clone()));
     }
     usage.sort();

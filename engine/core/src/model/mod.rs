@@ -73,6 +73,24 @@ pub trait Provider: Send + Sync {
         request: LlmRequest,
         deltas: Option<DeltaSink>,
     ) -> BoxFuture<'_, Result<LlmResponse, ModelError>>;
+
+    /// What its calls' spans say of it; nothing by default.
+    fn telemetry(&self) -> ProviderTelemetry {
+        ProviderTelemetry::default()
+    }
+}
+
+/// What an LLM call's span says of the provider that ran it, in
+/// OpenTelemetry's GenAI conventions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProviderTelemetry {
+    /// `gen_ai.provider.name`: the well-known name of the provider's wire
+    /// format (`openai`, `anthropic`); `None`: the configured name is used.
+    pub name: Option<&'static str>,
+    /// `server.address`: the host calls are sent to.
+    pub address: Option<String>,
+    /// `server.port`: its port.
+    pub port: Option<u16>,
 }
 
 /// The providers the engine can call, by name, and the price table its
@@ -97,6 +115,13 @@ impl Default for Models {
 }
 
 impl Models {
+    /// What the provider of `model` (`provider/model`) says of itself in
+    /// spans; `None` for a model no provider serves.
+    pub fn telemetry(&self, model: &str) -> Option<ProviderTelemetry> {
+        let (provider, _) = model.split_once('/')?;
+        Some(self.providers.get(provider)?.telemetry())
+    }
+
     /// A registry with no providers, pricing with the built-in prices.
     pub fn new() -> Self {
         Self::default()

@@ -51,6 +51,9 @@ pub(crate) struct Ctx<'a> {
     pub history: &'a super::history::HistoryLimits,
     /// What LLM calls cost: prices replies that come without a cost.
     pub prices: &'a crate::model::PriceTable,
+    /// The providers of engine-run LLM calls, for what their spans say of
+    /// them (`gen_ai.provider.name`, `server.address`); `None`: nothing.
+    pub providers: Option<&'a crate::model::Models>,
     /// The engine's metrics.
     pub metrics: &'a crate::metrics::Metrics,
     /// Where spans go, and whether turns are traced.
@@ -584,7 +587,13 @@ impl Session {
                     KeyValue::new("subs.tenant", self.record.key.tenant.clone()),
                     KeyValue::new("subs.turn.id", turn.turn_id.clone()),
                     KeyValue::new("subs.turn.status", if error.is_some() { "failed" } else { "done" }),
-                ],
+                ]
+                .into_iter()
+                .chain(error.is_some().then(|| {
+                    // `error.type`: the turn's failure code.
+                    KeyValue::new("error.type", code.clone().unwrap_or_else(|| "agent_error".to_owned()))
+                }))
+                .collect(),
                 error: error.clone(),
             });
         }
@@ -1013,10 +1022,10 @@ impl Session {
             };
             self.emit(SessionEvent::ToolCall(call), change);
         } else {
-        // The actor runs it (a tool source's tool).
-        if call.call.handler == Some(Handler::Server) {
-            return;
-        }
+            // The actor runs it (a tool source's tool).
+            if call.call.handler == Some(Handler::Server) {
+                return;
+            }
             let trigger = Trigger::ToolExecute(ToolExecute {
                 id: call.call.id.clone(),
                 name,
@@ -1331,7 +1340,13 @@ impl Session {
             _ => {}
         }
         if let Some(at) = call.span.clone() {
-            change.spans.push(call_span(call, at, outcome, tokens, (started, ctx.now_ms)));
+            let provider = match &call.spec {
+                CallSpec::Llm { action, .. } => {
+                    ctx.providers.and_then(|models| models.telemetry(action.model.as_deref().unwrap_or_default()))
+                }
+                _ => None,
+            };
+            change.spans.push(call_span(call, at, outcome, tokens, provider, (started, ctx.now_ms)));
         }
     }
 
@@ -1581,12 +1596,14 @@ fn tool_handler(call: &CallRecord) -> &'static str {
 
 /// The span of a call's try that ran over `(start_ms, end_ms)` and ended
 /// with `outcome` (having used `tokens`), with the OpenTelemetry GenAI
-/// attributes.
+/// attributes; `provider`: what the engine's provider of an LLM call says
+/// of itself.
 fn call_span(
     call: &CallRecord,
     at: SpanRef,
     outcome: &Outcome,
     tokens: TokenUsage,
+    provider: Option<crate::model::ProviderTelemetry>,
     (start_ms, end_ms): (u64, u64),
 ) -> crate::telemetry::Span {
     use opentelemetry::KeyValue;
@@ -1601,14 +1618,43 @@ fn call_span(
         KeyValue::new("subs.call.id", call.call.id.clone()),
         KeyValue::new("subs.call.attempt", i64::from(call.call.attempt)),
     ];
+    // `error.type`: the failure's code where it has one, else `_OTHER`, as
+    // the semantic conventions ask of a failed operation.
+    match outcome {
+        Outcome::Failed { code, .. } => {
+            attributes.push(KeyValue::new("error.type", code.map_or("_OTHER", |c| c.as_str())));
+        }
+        Outcome::SubAgent { ok: false, .. } => attributes.push(KeyValue::new("error.type", "_OTHER")),
+        _ => {}
+    }
     let (name, kind) = match &call.spec {
-        CallSpec::Llm { action, .. } => {
+        CallSpec::Llm { action, format, .. } => {
             let model = action.model.as_deref().unwrap_or_default();
             // `provider/model`, as agents name models.
-            let (provider, bare) = model.split_once('/').unwrap_or(("", model));
+            let (configured, bare) = model.split_once('/').unwrap_or(("", model));
             attributes.push(KeyValue::new("gen_ai.operation.name", "chat"));
-            if !provider.is_empty() {
-                attributes.push(KeyValue::new("gen_ai.provider.name", provider.to_owned()));
+            let provider = provider.unwrap_or_default();
+            // The well-known name of the wire format the call went out in
+            // (the engine's provider's, or the one a worker was asked to
+            // use), else the configured provider's name.
+            let known = provider.name.or_else(|| {
+                format.map(|f| match f {
+                    subs_protocol::LlmFormat::Openai => "openai",
+                    subs_protocol::LlmFormat::Anthropic => "anthropic",
+                })
+            });
+            match known {
+                Some(name) => attributes.push(KeyValue::new("gen_ai.provider.name", name)),
+                None if !configured.is_empty() => {
+                    attributes.push(KeyValue::new("gen_ai.provider.name", configured.to_owned()));
+                }
+                None => {}
+            }
+            if let Some(address) = provider.address {
+                attributes.push(KeyValue::new("server.address", address));
+            }
+            if let Some(port) = provider.port {
+                attributes.push(KeyValue::new("server.port", i64::from(port)));
             }
             attributes.push(KeyValue::new("gen_ai.request.model", bare.to_owned()));
             if let Some(t) = action.temperature {
@@ -1621,6 +1667,9 @@ fn call_span(
                 let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
                 attributes.push(KeyValue::new("gen_ai.usage.input_tokens", count(tokens.input_total())));
                 attributes.push(KeyValue::new("gen_ai.usage.output_tokens", count(tokens.output)));
+                if !response.model.is_empty() {
+                    attributes.push(KeyValue::new("gen_ai.response.model", response.model.clone()));
+                }
                 if let Some(reason) = &response.finish_reason {
                     let reasons = vec![opentelemetry::StringValue::from(reason.clone())];
                     attributes.push(KeyValue::new(
@@ -1658,6 +1707,8 @@ fn call_span(
 /// memory with a `MemStore` behind the context.
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use serde_json::json;
     use subs_protocol::ToolInput;
 
@@ -1699,6 +1750,7 @@ mod tests {
             quota: &NoLimit,
             history: &super::super::history::HistoryLimits::default(),
             prices: &crate::model::PriceTable::builtin(),
+            providers: None,
             metrics: &crate::metrics::Metrics::default(),
             tracer: &crate::telemetry::Tracer::default(),
             incoming: None,
@@ -1733,6 +1785,45 @@ mod tests {
             started_ms: None,
             span: None,
         }
+    }
+
+    #[test]
+    fn a_failed_chat_span_has_an_error_type_and_the_formats_well_known_provider() {
+        let attributes = |spec: CallSpec, outcome: Outcome, provider: Option<crate::model::ProviderTelemetry>| {
+            let at = SpanRef { trace_id: "1".repeat(32), span_id: "2".repeat(16), parent_id: None };
+            let span =
+                call_span(&call("l1", "llm_call", spec, None), at, &outcome, TokenUsage::default(), provider, (1, 2));
+            span.attributes.into_iter().map(|kv| (kv.key.to_string(), kv.value.to_string())).collect::<HashMap<_, _>>()
+        };
+        let llm = |format: Option<subs_protocol::LlmFormat>| CallSpec::Llm {
+            action: std::sync::Arc::new(LlmCall { model: Some("gateway/m".to_owned()), ..LlmCall::default() }),
+            system: None,
+            format,
+        };
+        let limited = Outcome::Failed {
+            error: "slow down".to_owned(),
+            retryable: true,
+            code: Some(subs_protocol::ErrorCode::RateLimited),
+            detail: None,
+            retry_after_ms: None,
+        };
+        // The engine's provider says what it is and where.
+        let provider = crate::model::ProviderTelemetry {
+            name: Some("openai"),
+            address: Some("llm.example".to_owned()),
+            port: Some(8443),
+        };
+        let a = attributes(llm(None), limited, Some(provider));
+        assert_eq!(a["error.type"], "rate_limited");
+        assert_eq!(a["gen_ai.provider.name"], "openai");
+        assert_eq!((a["server.address"].as_str(), a["server.port"].as_str()), ("llm.example", "8443"));
+        // A worker asked for a format: its name; neither: the configured one.
+        let a = attributes(llm(Some(subs_protocol::LlmFormat::Anthropic)), failed(false, None), None);
+        assert_eq!((a["gen_ai.provider.name"].as_str(), a["error.type"].as_str()), ("anthropic", "_OTHER"));
+        let a =
+            attributes(llm(None), Outcome::LlmOk(serde_json::from_value(json!({"model": "m-2025"})).unwrap()), None);
+        assert_eq!((a["gen_ai.provider.name"].as_str(), a["gen_ai.response.model"].as_str()), ("gateway", "m-2025"));
+        assert!(!a.contains_key("error.type"));
     }
 
     fn tool_spec(output: Option<Value>) -> CallSpec {
@@ -1848,6 +1939,7 @@ mod tests {
                     quota: &quota,
                     history: ctx.history,
                     prices: ctx.prices,
+                    providers: ctx.providers,
                     metrics: ctx.metrics,
                     tracer: ctx.tracer,
                     incoming: None,

@@ -87,6 +87,7 @@ impl Env {
             quota: &self.tenants,
             history: &self.history,
             prices: self.models.prices(),
+            providers: Some(&self.models),
             metrics: &self.metrics,
             tracer: &self.tracer,
             incoming: None,
