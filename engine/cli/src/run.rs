@@ -108,6 +108,10 @@ pub struct RunArgs {
     /// per-user cache directory, e.g. ~/.cache/subs/compiled]
     #[arg(long, value_name = "DIR", env = "SUBS_CACHE")]
     pub cache: Option<PathBuf>,
+    /// An MCP server whose tools the agent may name in its config's `mcp`
+    /// (docs/mcp.md): `NAME=URL` (Streamable HTTP). Repeatable.
+    #[arg(long = "mcp", value_name = "NAME=URL")]
+    pub mcp: Vec<String>,
 }
 
 /// The longest line read from stdin (a message at the chat's prompt, an
@@ -135,12 +139,14 @@ pub async fn exec(args: RunArgs) -> CliResult {
             temp.path().to_path_buf()
         }
     };
-    let local = Local::open(
+    let sources = mcp_servers(&args.mcp, &file).await?;
+    let local = Local::open_with_sources(
         &file,
         args.default_model.as_deref(),
         &dir,
         "is a `subs serve` using this data directory? Run without --data, or send the message to the server",
         workers,
+        sources,
     )
     .await?;
     let mut chat = Chat { engine: local.engine.clone(), session: args.session.clone(), json: args.json, answers };
@@ -150,6 +156,43 @@ pub async fn exec(args: RunArgs) -> CliResult {
     };
     local.close().await?;
     outcome
+}
+
+/// The MCP servers of `--mcp NAME=URL`, registered for the local tenant;
+/// `None` without any. The servers named on the command line are the
+/// user's own: their hosts may be loopback or private, as if listed in
+/// `private_hosts`.
+async fn mcp_servers(
+    specs: &[String],
+    file: &settings::ConfigFile,
+) -> CliResult<Option<Arc<dyn subs_engine::tool_sources::ToolSources>>> {
+    if specs.is_empty() {
+        return Ok(None);
+    }
+    let mut servers = Vec::new();
+    for spec in specs {
+        let Some((name, url)) = spec.split_once('=') else {
+            return Err(CliError::usage(anyhow!("--mcp takes NAME=URL, not {spec:?}")));
+        };
+        if url.starts_with("stdio:") {
+            return Err(CliError::usage(anyhow!(
+                "--mcp {name}=stdio:…: servers over standard input and output are not supported yet; give the URL of a \
+                 Streamable HTTP server"
+            )));
+        }
+        let host = reqwest::Url::parse(url)
+            .ok()
+            .and_then(|u| u.host_str().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned()))
+            .ok_or_else(|| CliError::usage(anyhow!("--mcp {name}: {url:?} is not an http(s) URL")))?;
+        servers.push((name.to_owned(), url.to_owned(), host));
+    }
+    let mut limits = file.mcp_servers.limits(&file.private_hosts)?;
+    limits.private_hosts.extend(servers.iter().map(|(_, _, host)| host.clone()));
+    let registry = subs_engine::mcp::McpServers::new(limits).map_err(|e| CliError::failed(anyhow!(e)))?;
+    for (name, url, _) in &servers {
+        registry.put(LOCAL_TENANT, name, url, &[]).await.map_err(|e| CliError::usage(anyhow!("--mcp {name}: {e}")))?;
+    }
+    Ok(Some(Arc::new(registry)))
 }
 
 /// The error of a command stopped by Ctrl-C (exit code 130, as a shell
@@ -179,6 +222,19 @@ impl Local {
         locked_hint: &str,
         workers: Vec<(String, Arc<dyn Worker>)>,
     ) -> CliResult<Self> {
+        Self::open_with_sources(file, default_model, dir, locked_hint, workers, None).await
+    }
+
+    /// As [`open`](Self::open), with the agents' tool sources (the MCP
+    /// servers of `subs run --mcp`).
+    pub async fn open_with_sources(
+        file: &settings::ConfigFile,
+        default_model: Option<&str>,
+        dir: &Path,
+        locked_hint: &str,
+        workers: Vec<(String, Arc<dyn Worker>)>,
+        sources: Option<Arc<dyn subs_engine::tool_sources::ToolSources>>,
+    ) -> CliResult<Self> {
         let models = crate::serve::models(&file.providers_config())?;
         let default_model = settings::default_model(default_model, file);
         models.resolve(&default_model).map_err(|e| CliError::usage(anyhow!("the default model: {}", e.message)))?;
@@ -193,6 +249,7 @@ impl Local {
         };
         file.timeouts.apply(&mut config)?;
         file.recovery.apply(&mut config)?;
+        config.tool_sources = sources;
         let engine = Engine::open(store.clone(), models, config);
         for (name, worker) in workers {
             engine.register_agent(LOCAL_TENANT, &name, worker);

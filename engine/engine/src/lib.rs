@@ -34,6 +34,9 @@ pub mod mcp;
 pub mod model;
 pub mod worker;
 
+/// The core's tool sources, which [`mcp`] implements.
+pub use subs_core::tool_sources;
+
 pub use subs_core::{
     Accepted, Admin, Engine, EngineConfig, InputError, ReadPermit, Reads, Sender, Sessions, SharedSnapshot, Snapshot,
     Store, StreamLimits, clock, engine, events, follow, metrics, replay, retry, store, telemetry, tools,

@@ -227,6 +227,7 @@ const AgentTool = rec('AgentTool', {
   handler: opt(ToolHandler),
 });
 const SubAgent = rec('SubAgent', { id: str, description: opt(str) });
+const McpServerUse = rec('McpServerUse', { server: str, tools: opt(list(str)) });
 const AgentConfig = rec('AgentConfig', {
   model: str,
   system: opt(str),
@@ -236,6 +237,7 @@ const AgentConfig = rec('AgentConfig', {
   retry: opt(RetryPolicy),
   tools: opt(list(AgentTool)),
   sub_agents: opt(list(SubAgent)),
+  mcp: opt(list(McpServerUse)),
 });
 
 // ---- LLM ----

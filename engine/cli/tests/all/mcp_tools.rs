@@ -350,3 +350,21 @@ async fn invalid_json_rpc_an_oversized_result_and_a_colliding_name_are_errors_na
     assert_eq!(bad["status"], "error", "{listed}");
     assert!(bad["last_error"].as_str().unwrap().contains("tool `x`"), "{listed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subs_run_takes_mcp_servers_on_the_command_line() {
+    let Some(mcp) = FastMcp::start("normal") else { return };
+    let worker = worker(&["demo"]).await;
+    let demo = format!("demo={}", mcp.url());
+    let output = tokio::task::spawn_blocking(move || {
+        crate::output(&["run", &worker, r#"use tool demo__echo with {"text": "run"}"#, "--mcp", &demo])
+    })
+    .await
+    .unwrap();
+    assert!(output.stdout.contains("demo__echo returned echo: run."), "{}\n{}", output.stdout, output.stderr);
+
+    let output = tokio::task::spawn_blocking(|| crate::output(&["run", "http://127.0.0.1:9/", "hi", "--mcp", "nope"]))
+        .await
+        .unwrap();
+    assert!(output.stderr.contains("--mcp takes NAME=URL"), "{}", output.stderr);
+}
