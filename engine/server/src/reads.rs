@@ -188,9 +188,10 @@ mod tests {
         let (ended, was_ended) = std::sync::mpsc::channel();
         let read = tokio::spawn(blocking(move |_, stop| {
             let _ = started.send(());
+            // A read at work (rows, not a wait), looking at its stop as it
+            // goes.
             while !stop.stopped() {
-                // A read at work, looking at its stop now and then.
-                std::thread::sleep(std::time::Duration::from_millis(1));
+                std::hint::spin_loop();
             }
             let _ = ended.send(());
             stop.check()

@@ -223,15 +223,10 @@ impl Chromium {
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", driver.display()));
         let url = format!("http://127.0.0.1:{port}");
-        let deadline = std::time::Instant::now() + PATIENCE;
-        loop {
-            let status = http().get(format!("{url}/status")).send().await;
-            if status.is_ok_and(|r| r.status().is_success()) {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "chromedriver did not answer on {url}");
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
+        subs_tests::wait::eventually(PATIENCE, format!("chromedriver answers on {url}"), || async {
+            http().get(format!("{url}/status")).send().await.is_ok_and(|r| r.status().is_success())
+        })
+        .await;
         let capabilities = json!({
             "browserName": "chrome",
             "goog:chromeOptions": {
@@ -334,19 +329,17 @@ async fn the_ts_client_streams_a_turn_in_a_browser_with_an_end_user_token() {
         encode(ADD)
     );
     browser.client.goto(&page).await.unwrap_or_else(|e| panic!("opening {page}: {e}"));
-    let deadline = std::time::Instant::now() + PATIENCE;
-    let text = loop {
+    let done = subs_tests::wait::until(PATIENCE, || async {
         let value = browser.client.execute("return document.body.dataset.result || ''", vec![]).await;
-        if let Value::String(text) = value.expect("the script runs")
-            && !text.is_empty()
-        {
-            break text;
+        match value.expect("the script runs") {
+            Value::String(text) if !text.is_empty() => Some(text),
+            _ => None,
         }
-        if std::time::Instant::now() > deadline {
-            let shown = browser.client.execute("return document.body.innerText", vec![]).await.unwrap_or_default();
-            panic!("the page did not finish its turn; it shows {shown}");
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    })
+    .await;
+    let Ok(text) = done else {
+        let shown = browser.client.execute("return document.body.innerText", vec![]).await.unwrap_or_default();
+        panic!("the page did not finish its turn; it shows {shown}");
     };
     let result: Value = serde_json::from_str(&text).expect("the page's result is JSON");
     assert!(result.get("error").is_none(), "{result:#}");

@@ -79,11 +79,10 @@ impl Registry {
         };
         let registry = Self { child: Some(child), addr, dir };
         // Up once it accepts connections.
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(&registry.addr).is_err() {
-            assert!(std::time::Instant::now() < deadline, "docker-registry did not listen on {}", registry.addr);
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let what = format!("docker-registry listens on {}", registry.addr);
+        subs_tests::wait::eventually_blocking(Duration::from_secs(20), what, || {
+            std::net::TcpStream::connect(&registry.addr).is_ok()
+        });
         Some(registry)
     }
 
