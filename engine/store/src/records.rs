@@ -819,8 +819,7 @@ pub struct AgentVersion {
     pub activated_ms: Option<u64>,
     /// Where the component was pulled from, when it came from an OCI
     /// registry rather than as uploaded bytes. `None` for uploads, HTTP
-    /// workers, and versions stored before the engine pulled from
-    /// registries.
+    /// workers, and records written without the field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oci: Option<OciSource>,
 }
