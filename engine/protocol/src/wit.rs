@@ -122,6 +122,121 @@ macro_rules! __wit_enum {
     };
 }
 
+/// A protocol value's field written as its WIT field, by the field's kind
+/// (see [`__wit_record!`](crate::__wit_record)).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __wit_to {
+    (; $v:expr) => {
+        $v
+    };
+    (into; $v:expr) => {
+        ::core::convert::Into::into($v)
+    };
+    (opt; $v:expr) => {
+        $v.map(::core::convert::Into::into)
+    };
+    (list; $v:expr) => {
+        $v.into_iter().map(::core::convert::Into::into).collect()
+    };
+    (opt_list; $v:expr) => {
+        $v.map(|l| l.into_iter().map(::core::convert::Into::into).collect())
+    };
+    (json; $v:expr) => {
+        $crate::wit::json_text(&$v)
+    };
+    (opt_json; $v:expr) => {
+        $v.as_ref().map($crate::wit::json_text)
+    };
+    (opt_json_list; $v:expr) => {
+        $v.map(|l| l.iter().map($crate::wit::json_text).collect())
+    };
+}
+
+/// A WIT value's field read back as its protocol field, by the field's
+/// kind; an error names the field (see [`__wit_record!`](crate::__wit_record)).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __wit_from {
+    (; $v:expr, $name:expr) => {
+        $v
+    };
+    (into; $v:expr, $name:expr) => {
+        $crate::wit::field($v, $name)?
+    };
+    (opt; $v:expr, $name:expr) => {
+        $crate::wit::opt($v, $name)?
+    };
+    (list; $v:expr, $name:expr) => {
+        $crate::wit::list($v, $name)?
+    };
+    (opt_list; $v:expr, $name:expr) => {
+        $crate::wit::opt_list($v, $name)?
+    };
+    (json; $v:expr, $name:expr) => {
+        $crate::wit::json(&$v, $name)?
+    };
+    (opt_json; $v:expr, $name:expr) => {
+        $crate::wit::opt_json($v, $name)?
+    };
+    (opt_json_list; $v:expr, $name:expr) => {
+        $v.map(|l| $crate::wit::json_list(l, $name)).transpose()?
+    };
+}
+
+/// Maps a protocol struct to its WIT record and back, field by field.
+/// Each field is named once, with how it crosses:
+///
+/// - nothing: as it is (strings, numbers, booleans and lists of them);
+/// - `into`: a protocol type of its own, converted;
+/// - `opt`, `list`, `opt_list`: an optional one, a list or an optional
+///   list of them;
+/// - `json`, `opt_json`, `opt_json_list`: any JSON, as JSON text.
+///
+/// Several pairs of types with the same fields share one list:
+/// `[p::A => w::A, p::B => w::B] { … }`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __wit_record {
+    ([$($p:path => $w:path),+ $(,)?] $fields:tt) => {
+        $($crate::__wit_record!($p => $w $fields);)+
+    };
+    ($p:path => $w:path { $($f:ident $(: $kind:ident)?),* $(,)? }) => {
+        impl ::core::convert::From<$p> for $w {
+            fn from(v: $p) -> Self {
+                Self { $($f: $crate::__wit_to!($($kind)?; v.$f),)* }
+            }
+        }
+        impl $crate::wit::FromWit<$w> for $p {
+            fn from_wit(v: $w) -> ::core::result::Result<Self, $crate::ProtocolError> {
+                Ok(Self { $($f: $crate::__wit_from!($($kind)?; v.$f, stringify!($f)),)* })
+            }
+        }
+    };
+}
+
+/// Maps a protocol enum whose variants each hold one value (or none) to
+/// the WIT variant of the same names and back; the held values convert by
+/// their own mappings.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __wit_variant {
+    ($p:path => $w:path { $($v:ident $(($x:ident))?),+ $(,)? }) => {
+        impl ::core::convert::From<$p> for $w {
+            fn from(v: $p) -> Self {
+                type Protocol = $p;
+                match v { $(Protocol::$v $(($x))? => Self::$v $((::core::convert::Into::into($x)))?,)+ }
+            }
+        }
+        impl $crate::wit::FromWit<$w> for $p {
+            fn from_wit(v: $w) -> ::core::result::Result<Self, $crate::ProtocolError> {
+                type Wit = $w;
+                Ok(match v { $(Wit::$v $(($x))? => Self::$v $(($crate::wit::FromWit::from_wit($x)?))?,)+ })
+            }
+        }
+    };
+}
+
 /// Implements the protocol ↔ WIT mapping against a module of generated WIT
 /// types (the `subs:agent/types` interface): `From<protocol> for wit` and
 /// [`FromWit<wit>`](FromWit) for protocol.
@@ -137,7 +252,9 @@ macro_rules! wit_conversions {
     ($w:ident) => {
         const _: () = {
             use $crate as p;
-            use $crate::wit::{FromWit, exact_typed, field, json, json_list, json_text, list, opt, opt_json, opt_list};
+            use $crate::__wit_record as record;
+            use $crate::__wit_variant as variant;
+            use $crate::wit::{FromWit, exact_typed, field, json, json_text, list, opt};
             use $w as w;
 
             type R<T> = Result<T, p::ProtocolError>;
@@ -158,39 +275,22 @@ macro_rules! wit_conversions {
 
             // ---- messages ----------------------------------------------
 
-            impl From<p::UrlRef> for w::UrlRef {
-                fn from(v: p::UrlRef) -> Self {
-                    Self { url: v.url }
-                }
-            }
-            impl FromWit<w::UrlRef> for p::UrlRef {
-                fn from_wit(v: w::UrlRef) -> R<Self> {
-                    Ok(Self { url: v.url })
-                }
-            }
+            record!(p::UrlRef => w::UrlRef { url });
+            record!(p::FileData => w::FileData { filename, file_data });
+            record!(p::AudioData => w::AudioData { data, format });
+            record!(p::FunctionCall => w::FunctionCall { name, arguments });
+            record!(p::ToolCall => w::ToolCall { id, kind, function: into });
+            record!([p::Message => w::Message, p::DraftMessage => w::DraftMessage] {
+                id,
+                role: into,
+                content: opt,
+                tool_calls: opt_list,
+                tool_call_id,
+                name,
+            });
 
-            impl From<p::FileData> for w::FileData {
-                fn from(v: p::FileData) -> Self {
-                    Self { filename: v.filename, file_data: v.file_data }
-                }
-            }
-            impl FromWit<w::FileData> for p::FileData {
-                fn from_wit(v: w::FileData) -> R<Self> {
-                    Ok(Self { filename: v.filename, file_data: v.file_data })
-                }
-            }
-
-            impl From<p::AudioData> for w::AudioData {
-                fn from(v: p::AudioData) -> Self {
-                    Self { data: v.data, format: v.format }
-                }
-            }
-            impl FromWit<w::AudioData> for p::AudioData {
-                fn from_wit(v: w::AudioData) -> R<Self> {
-                    Ok(Self { data: v.data, format: v.format })
-                }
-            }
-
+            // A content part's variants hold their fields in JSON's shape
+            // (`{"type": "text", "text": …}`), not one value each.
             impl From<p::ContentPart> for w::ContentPart {
                 fn from(v: p::ContentPart) -> Self {
                     match v {
@@ -231,53 +331,6 @@ macro_rules! wit_conversions {
                 }
             }
 
-            impl From<p::FunctionCall> for w::FunctionCall {
-                fn from(v: p::FunctionCall) -> Self {
-                    Self { name: v.name, arguments: v.arguments }
-                }
-            }
-            impl FromWit<w::FunctionCall> for p::FunctionCall {
-                fn from_wit(v: w::FunctionCall) -> R<Self> {
-                    Ok(Self { name: v.name, arguments: v.arguments })
-                }
-            }
-
-            impl From<p::ToolCall> for w::ToolCall {
-                fn from(v: p::ToolCall) -> Self {
-                    Self { id: v.id, kind: v.kind, function: v.function.into() }
-                }
-            }
-            impl FromWit<w::ToolCall> for p::ToolCall {
-                fn from_wit(v: w::ToolCall) -> R<Self> {
-                    Ok(Self { id: v.id, kind: v.kind, function: field(v.function, "function")? })
-                }
-            }
-
-            impl From<p::Message> for w::Message {
-                fn from(v: p::Message) -> Self {
-                    Self {
-                        id: v.id,
-                        role: v.role.into(),
-                        content: v.content.map(Into::into),
-                        tool_calls: v.tool_calls.map(|c| c.into_iter().map(Into::into).collect()),
-                        tool_call_id: v.tool_call_id,
-                        name: v.name,
-                    }
-                }
-            }
-            impl FromWit<w::Message> for p::Message {
-                fn from_wit(v: w::Message) -> R<Self> {
-                    Ok(Self {
-                        id: v.id,
-                        role: field(v.role, "role")?,
-                        content: opt(v.content, "content")?,
-                        tool_calls: opt_list(v.tool_calls, "tool_calls")?,
-                        tool_call_id: v.tool_call_id,
-                        name: v.name,
-                    })
-                }
-            }
-
             // A shared message is copied field by field, its handle then
             // let go: no attempt to take it over, which would only
             // succeed for a message nothing else holds.
@@ -292,31 +345,6 @@ macro_rules! wit_conversions {
             impl FromWit<w::Message> for p::SharedMessage {
                 fn from_wit(v: w::Message) -> R<Self> {
                     p::Message::from_wit(v).map(Self::Own)
-                }
-            }
-
-            impl From<p::DraftMessage> for w::DraftMessage {
-                fn from(v: p::DraftMessage) -> Self {
-                    Self {
-                        id: v.id,
-                        role: v.role.into(),
-                        content: v.content.map(Into::into),
-                        tool_calls: v.tool_calls.map(|c| c.into_iter().map(Into::into).collect()),
-                        tool_call_id: v.tool_call_id,
-                        name: v.name,
-                    }
-                }
-            }
-            impl FromWit<w::DraftMessage> for p::DraftMessage {
-                fn from_wit(v: w::DraftMessage) -> R<Self> {
-                    Ok(Self {
-                        id: v.id,
-                        role: field(v.role, "role")?,
-                        content: opt(v.content, "content")?,
-                        tool_calls: opt_list(v.tool_calls, "tool_calls")?,
-                        tool_call_id: v.tool_call_id,
-                        name: v.name,
-                    })
                 }
             }
 
@@ -368,230 +396,51 @@ macro_rules! wit_conversions {
 
             // ---- agent config ------------------------------------------
 
-            impl From<p::RetryPolicy> for w::RetryPolicy {
-                fn from(v: p::RetryPolicy) -> Self {
-                    Self {
-                        timeout_secs: v.timeout_secs,
-                        max_retries: v.max_retries,
-                        backoff_base_secs: v.backoff_base_secs,
-                        backoff_max_secs: v.backoff_max_secs,
-                    }
-                }
-            }
-            impl FromWit<w::RetryPolicy> for p::RetryPolicy {
-                fn from_wit(v: w::RetryPolicy) -> R<Self> {
-                    Ok(Self {
-                        timeout_secs: v.timeout_secs,
-                        max_retries: v.max_retries,
-                        backoff_base_secs: v.backoff_base_secs,
-                        backoff_max_secs: v.backoff_max_secs,
-                    })
-                }
-            }
-
-            impl From<p::AgentTool> for w::AgentTool {
-                fn from(v: p::AgentTool) -> Self {
-                    Self {
-                        name: v.name,
-                        description: v.description,
-                        input: v.input.as_ref().map(json_text),
-                        output: v.output.as_ref().map(json_text),
-                        handler: v.handler.map(Into::into),
-                    }
-                }
-            }
-            impl FromWit<w::AgentTool> for p::AgentTool {
-                fn from_wit(v: w::AgentTool) -> R<Self> {
-                    Ok(Self {
-                        name: v.name,
-                        description: v.description,
-                        input: opt_json(v.input, "input")?,
-                        output: opt_json(v.output, "output")?,
-                        handler: opt(v.handler, "handler")?,
-                    })
-                }
-            }
-
-            impl From<p::SubAgent> for w::SubAgent {
-                fn from(v: p::SubAgent) -> Self {
-                    Self { id: v.id, description: v.description }
-                }
-            }
-            impl FromWit<w::SubAgent> for p::SubAgent {
-                fn from_wit(v: w::SubAgent) -> R<Self> {
-                    Ok(Self { id: v.id, description: v.description })
-                }
-            }
-
-            impl From<p::McpServerUse> for w::McpServerUse {
-                fn from(v: p::McpServerUse) -> Self {
-                    Self { server: v.server, tools: v.tools }
-                }
-            }
-            impl FromWit<w::McpServerUse> for p::McpServerUse {
-                fn from_wit(v: w::McpServerUse) -> R<Self> {
-                    Ok(Self { server: v.server, tools: v.tools })
-                }
-            }
-
-            impl From<p::AgentConfig> for w::AgentConfig {
-                fn from(v: p::AgentConfig) -> Self {
-                    Self {
-                        model: v.model,
-                        system: v.system,
-                        stream: v.stream,
-                        handler: v.handler.map(Into::into),
-                        format: v.format.map(Into::into),
-                        retry: v.retry.map(Into::into),
-                        tools: v.tools.map(|t| t.into_iter().map(Into::into).collect()),
-                        sub_agents: v.sub_agents.map(|s| s.into_iter().map(Into::into).collect()),
-                        mcp: v.mcp.map(|m| m.into_iter().map(Into::into).collect()),
-                    }
-                }
-            }
-            impl FromWit<w::AgentConfig> for p::AgentConfig {
-                fn from_wit(v: w::AgentConfig) -> R<Self> {
-                    Ok(Self {
-                        model: v.model,
-                        system: v.system,
-                        stream: v.stream,
-                        handler: opt(v.handler, "handler")?,
-                        format: opt(v.format, "format")?,
-                        retry: opt(v.retry, "retry")?,
-                        tools: opt_list(v.tools, "tools")?,
-                        sub_agents: opt_list(v.sub_agents, "sub_agents")?,
-                        mcp: opt_list(v.mcp, "mcp")?,
-                    })
-                }
-            }
+            record!(p::RetryPolicy => w::RetryPolicy { timeout_secs, max_retries, backoff_base_secs, backoff_max_secs });
+            record!(p::AgentTool => w::AgentTool {
+                name,
+                description,
+                input: opt_json,
+                output: opt_json,
+                handler: opt,
+            });
+            record!(p::SubAgent => w::SubAgent { id, description });
+            record!(p::McpServerUse => w::McpServerUse { server, tools });
+            record!(p::AgentConfig => w::AgentConfig {
+                model,
+                system,
+                stream,
+                handler: opt,
+                format: opt,
+                retry: opt,
+                tools: opt_list,
+                sub_agents: opt_list,
+                mcp: opt_list,
+            });
 
             // ---- LLM -------------------------------------------------------
 
-            impl From<p::LlmTool> for w::LlmTool {
-                fn from(v: p::LlmTool) -> Self {
-                    Self {
-                        name: v.name,
-                        description: v.description,
-                        input: v.input.as_ref().map(json_text),
-                        output: v.output.as_ref().map(json_text),
-                    }
-                }
-            }
-            impl FromWit<w::LlmTool> for p::LlmTool {
-                fn from_wit(v: w::LlmTool) -> R<Self> {
-                    Ok(Self {
-                        name: v.name,
-                        description: v.description,
-                        input: opt_json(v.input, "input")?,
-                        output: opt_json(v.output, "output")?,
-                    })
-                }
-            }
-
-            impl From<p::ReasoningConfig> for w::ReasoningConfig {
-                fn from(v: p::ReasoningConfig) -> Self {
-                    Self {
-                        effort: v.effort.map(Into::into),
-                        max_tokens: v.max_tokens,
-                        exclude: v.exclude,
-                        enabled: v.enabled,
-                    }
-                }
-            }
-            impl FromWit<w::ReasoningConfig> for p::ReasoningConfig {
-                fn from_wit(v: w::ReasoningConfig) -> R<Self> {
-                    Ok(Self {
-                        effort: opt(v.effort, "effort")?,
-                        max_tokens: v.max_tokens,
-                        exclude: v.exclude,
-                        enabled: v.enabled,
-                    })
-                }
-            }
-
-            impl From<p::LlmRequest> for w::LlmRequest {
-                fn from(v: p::LlmRequest) -> Self {
-                    Self {
-                        model: v.model,
-                        messages: v.messages.into_iter().map(Into::into).collect(),
-                        tools: v.tools.map(|t| t.into_iter().map(Into::into).collect()),
-                        temperature: v.temperature,
-                        max_completion_tokens: v.max_completion_tokens,
-                        reasoning: v.reasoning.map(Into::into),
-                    }
-                }
-            }
-            impl FromWit<w::LlmRequest> for p::LlmRequest {
-                fn from_wit(v: w::LlmRequest) -> R<Self> {
-                    Ok(Self {
-                        model: v.model,
-                        messages: list(v.messages, "messages")?,
-                        tools: opt_list(v.tools, "tools")?,
-                        temperature: v.temperature,
-                        max_completion_tokens: v.max_completion_tokens,
-                        reasoning: opt(v.reasoning, "reasoning")?,
-                    })
-                }
-            }
-
-            impl From<p::LlmResponse> for w::LlmResponse {
-                fn from(v: p::LlmResponse) -> Self {
-                    Self {
-                        model: v.model,
-                        content: v.content,
-                        tool_calls: v.tool_calls.map(|c| c.into_iter().map(Into::into).collect()),
-                        finish_reason: v.finish_reason,
-                        usage: v.usage.as_ref().map(json_text),
-                        cost: v.cost,
-                        images: v.images.map(|i| i.into_iter().map(Into::into).collect()),
-                    }
-                }
-            }
-            impl FromWit<w::LlmResponse> for p::LlmResponse {
-                fn from_wit(v: w::LlmResponse) -> R<Self> {
-                    Ok(Self {
-                        model: v.model,
-                        content: v.content,
-                        tool_calls: opt_list(v.tool_calls, "tool_calls")?,
-                        finish_reason: v.finish_reason,
-                        usage: opt_json(v.usage, "usage")?,
-                        cost: v.cost,
-                        images: opt_list(v.images, "images")?,
-                    })
-                }
-            }
-
-            impl From<p::ToolCallDelta> for w::ToolCallDelta {
-                fn from(v: p::ToolCallDelta) -> Self {
-                    Self { id: v.id, name: v.name, arguments: v.arguments }
-                }
-            }
-            impl FromWit<w::ToolCallDelta> for p::ToolCallDelta {
-                fn from_wit(v: w::ToolCallDelta) -> R<Self> {
-                    Ok(Self { id: v.id, name: v.name, arguments: v.arguments })
-                }
-            }
-
-            impl From<p::StreamDelta> for w::StreamDelta {
-                fn from(v: p::StreamDelta) -> Self {
-                    Self {
-                        text: v.text,
-                        reasoning: v.reasoning,
-                        tool_calls: v.tool_calls.map(|c| c.into_iter().map(Into::into).collect()),
-                        finish_reason: v.finish_reason,
-                    }
-                }
-            }
-            impl FromWit<w::StreamDelta> for p::StreamDelta {
-                fn from_wit(v: w::StreamDelta) -> R<Self> {
-                    Ok(Self {
-                        text: v.text,
-                        reasoning: v.reasoning,
-                        tool_calls: opt_list(v.tool_calls, "tool_calls")?,
-                        finish_reason: v.finish_reason,
-                    })
-                }
-            }
+            record!(p::LlmTool => w::LlmTool { name, description, input: opt_json, output: opt_json });
+            record!(p::ReasoningConfig => w::ReasoningConfig { effort: opt, max_tokens, exclude, enabled });
+            record!(p::LlmRequest => w::LlmRequest {
+                model,
+                messages: list,
+                tools: opt_list,
+                temperature,
+                max_completion_tokens,
+                reasoning: opt,
+            });
+            record!(p::LlmResponse => w::LlmResponse {
+                model,
+                content,
+                tool_calls: opt_list,
+                finish_reason,
+                usage: opt_json,
+                cost,
+                images: opt_list,
+            });
+            record!(p::ToolCallDelta => w::ToolCallDelta { id, name, arguments });
+            record!(p::StreamDelta => w::StreamDelta { text, reasoning, tool_calls: opt_list, finish_reason });
 
             /// An `llm.execute` request: typed when it is a standard
             /// request the typed form holds exactly.
@@ -645,292 +494,134 @@ macro_rules! wit_conversions {
                 }
             }
 
-            impl From<p::ClientContext> for w::ClientContext {
-                fn from(v: p::ClientContext) -> Self {
+            record!(p::ClientContext => w::ClientContext {
+                tools: opt_list,
+                context: opt_json_list,
+                state: opt_json,
+                forwarded_props: opt_json,
+            });
+            record!(p::trigger::ClientMessages => w::ClientMessagesTrigger { messages: list, new_from, client: into });
+            record!(p::trigger::ClientAction => w::ClientActionTrigger { name, args: opt_json });
+            record!(p::trigger::ToolExecute => w::ToolExecute { id, name, arguments, input: into, attempt, deadline });
+            record!(p::trigger::ToolFinished => w::ToolFinished { id, ok, name, result, error });
+            record!(p::trigger::LlmFinished => w::LlmFinished {
+                id,
+                ok,
+                message: opt,
+                truncated,
+                usage: opt_json,
+                cost,
+                error,
+                code: opt,
+                detail: opt_json,
+            });
+            record!(p::trigger::SubAgentFinished => w::SubAgentFinished {
+                id,
+                ok,
+                session_id,
+                agent_id,
+                result,
+                error,
+            });
+            record!(p::trigger::InterruptResumed => w::InterruptResumed { interrupt_id, payload: opt_json });
+
+            // The request's typed form depends on the call's `format`.
+            impl From<p::trigger::LlmExecute> for w::LlmExecute {
+                fn from(e: p::trigger::LlmExecute) -> Self {
                     Self {
-                        tools: v.tools.map(|t| t.into_iter().map(Into::into).collect()),
-                        context: v.context.map(|c| c.iter().map(json_text).collect()),
-                        state: v.state.as_ref().map(json_text),
-                        forwarded_props: v.forwarded_props.as_ref().map(json_text),
+                        id: e.id,
+                        request: request_to_wit(e.request, e.format),
+                        format: e.format.map(Into::into),
+                        stream: e.stream,
+                        attempt: e.attempt,
+                        deadline: e.deadline,
                     }
                 }
             }
-            impl FromWit<w::ClientContext> for p::ClientContext {
-                fn from_wit(v: w::ClientContext) -> R<Self> {
+            impl FromWit<w::LlmExecute> for p::trigger::LlmExecute {
+                fn from_wit(e: w::LlmExecute) -> R<Self> {
                     Ok(Self {
-                        tools: opt_list(v.tools, "tools")?,
-                        context: v.context.map(|c| json_list(c, "context")).transpose()?,
-                        state: opt_json(v.state, "state")?,
-                        forwarded_props: opt_json(v.forwarded_props, "forwarded_props")?,
+                        id: e.id,
+                        request: request_from_wit(e.request).map_err(|e| e.in_field("request"))?,
+                        format: opt(e.format, "format")?,
+                        stream: e.stream,
+                        attempt: e.attempt,
+                        deadline: e.deadline,
                     })
                 }
             }
 
-            impl From<p::Trigger> for w::Trigger {
-                fn from(v: p::Trigger) -> Self {
-                    use p::trigger as t;
-                    match v {
-                        p::Trigger::SessionStart => Self::SessionStart,
-                        p::Trigger::ClientMessages(t::ClientMessages { messages, new_from, client }) => {
-                            Self::ClientMessages(w::ClientMessagesTrigger {
-                                messages: messages.into_iter().map(Into::into).collect(),
-                                new_from,
-                                client: client.into(),
-                            })
-                        }
-                        p::Trigger::ClientAction(t::ClientAction { name, args }) => {
-                            Self::ClientAction(w::ClientActionTrigger { name, args: args.as_ref().map(json_text) })
-                        }
-                        p::Trigger::ToolExecute(e) => Self::ToolExecute(w::ToolExecute {
-                            id: e.id,
-                            name: e.name,
-                            arguments: e.arguments,
-                            input: e.input.into(),
-                            attempt: e.attempt,
-                            deadline: e.deadline,
-                        }),
-                        p::Trigger::ToolFinished(f) => Self::ToolFinished(w::ToolFinished {
-                            id: f.id,
-                            ok: f.ok,
-                            name: f.name,
-                            result: f.result,
-                            error: f.error,
-                        }),
-                        p::Trigger::LlmExecute(e) => Self::LlmExecute(w::LlmExecute {
-                            id: e.id,
-                            request: request_to_wit(e.request, e.format),
-                            format: e.format.map(Into::into),
-                            stream: e.stream,
-                            attempt: e.attempt,
-                            deadline: e.deadline,
-                        }),
-                        p::Trigger::LlmFinished(f) => Self::LlmFinished(w::LlmFinished {
-                            id: f.id,
-                            ok: f.ok,
-                            message: f.message.map(Into::into),
-                            truncated: f.truncated,
-                            usage: f.usage.as_ref().map(json_text),
-                            cost: f.cost,
-                            error: f.error,
-                            code: f.code.map(Into::into),
-                            detail: f.detail.as_ref().map(json_text),
-                        }),
-                        p::Trigger::SubAgentFinished(f) => Self::SubAgentFinished(w::SubAgentFinished {
-                            id: f.id,
-                            ok: f.ok,
-                            session_id: f.session_id,
-                            agent_id: f.agent_id,
-                            result: f.result,
-                            error: f.error,
-                        }),
-                        p::Trigger::InterruptResumed(r) => Self::InterruptResumed(w::InterruptResumed {
-                            interrupt_id: r.interrupt_id,
-                            payload: r.payload.as_ref().map(json_text),
-                        }),
-                    }
-                }
-            }
-            impl FromWit<w::Trigger> for p::Trigger {
-                fn from_wit(v: w::Trigger) -> R<Self> {
-                    use p::trigger as t;
-                    Ok(match v {
-                        w::Trigger::SessionStart => Self::SessionStart,
-                        w::Trigger::ClientMessages(m) => Self::ClientMessages(t::ClientMessages {
-                            messages: list(m.messages, "messages")?,
-                            new_from: m.new_from,
-                            client: field(m.client, "client")?,
-                        }),
-                        w::Trigger::ClientAction(a) => {
-                            Self::ClientAction(t::ClientAction { name: a.name, args: opt_json(a.args, "args")? })
-                        }
-                        w::Trigger::ToolExecute(e) => Self::ToolExecute(t::ToolExecute {
-                            id: e.id,
-                            name: e.name,
-                            arguments: e.arguments,
-                            input: field(e.input, "input")?,
-                            attempt: e.attempt,
-                            deadline: e.deadline,
-                        }),
-                        w::Trigger::ToolFinished(f) => Self::ToolFinished(t::ToolFinished {
-                            id: f.id,
-                            ok: f.ok,
-                            name: f.name,
-                            result: f.result,
-                            error: f.error,
-                        }),
-                        w::Trigger::LlmExecute(e) => Self::LlmExecute(t::LlmExecute {
-                            id: e.id,
-                            request: request_from_wit(e.request).map_err(|e| e.in_field("request"))?,
-                            format: opt(e.format, "format")?,
-                            stream: e.stream,
-                            attempt: e.attempt,
-                            deadline: e.deadline,
-                        }),
-                        w::Trigger::LlmFinished(f) => Self::LlmFinished(t::LlmFinished {
-                            id: f.id,
-                            ok: f.ok,
-                            message: opt(f.message, "message")?,
-                            truncated: f.truncated,
-                            usage: opt_json(f.usage, "usage")?,
-                            cost: f.cost,
-                            error: f.error,
-                            code: opt(f.code, "code")?,
-                            detail: opt_json(f.detail, "detail")?,
-                        }),
-                        w::Trigger::SubAgentFinished(f) => Self::SubAgentFinished(t::SubAgentFinished {
-                            id: f.id,
-                            ok: f.ok,
-                            session_id: f.session_id,
-                            agent_id: f.agent_id,
-                            result: f.result,
-                            error: f.error,
-                        }),
-                        w::Trigger::InterruptResumed(r) => Self::InterruptResumed(t::InterruptResumed {
-                            interrupt_id: r.interrupt_id,
-                            payload: opt_json(r.payload, "payload")?,
-                        }),
-                    })
-                }
-            }
+            variant!(p::Trigger => w::Trigger {
+                SessionStart,
+                ClientMessages(m),
+                ClientAction(a),
+                ToolExecute(e),
+                ToolFinished(f),
+                LlmExecute(e),
+                LlmFinished(f),
+                SubAgentFinished(f),
+                InterruptResumed(r),
+            });
 
             // ---- actions -----------------------------------------------
 
-            impl From<p::action::CallError> for w::CallError {
-                fn from(e: p::action::CallError) -> Self {
-                    Self {
-                        id: e.id,
-                        attempt: e.attempt,
-                        error: e.error,
-                        retryable: e.retryable,
-                        code: e.code.map(Into::into),
-                        detail: e.detail.as_ref().map(json_text),
-                    }
+            record!(p::action::CallError => w::CallError { id, attempt, error, retryable, code: opt, detail: opt_json });
+            record!(p::action::LlmCall => w::LlmCall {
+                id,
+                model,
+                messages: opt_list,
+                tools: opt_list,
+                temperature,
+                max_completion_tokens,
+                reasoning: opt,
+                stream,
+                retry: opt,
+                handler: opt,
+            });
+            record!(p::action::ToolCall => w::ToolCallAction { id, name, arguments: json, handler: opt, retry: opt });
+            record!(p::action::ToolResult => w::ToolResult { id, attempt, result: json });
+            record!(p::action::SubAgentSpawn => w::SubAgentSpawn { session_id, agent_id, tool_call_id, retry: opt });
+            record!(p::action::MessageSend => w::MessageSend { session_id, message: into });
+            record!(p::action::Interrupt => w::Interrupt {
+                interrupt_id,
+                reason,
+                payload: opt_json,
+                resume_schema: opt_json,
+            });
+            record!(p::action::Done => w::Done { data: opt_json });
+
+            // The response's typed form holds only what it holds exactly.
+            impl From<p::action::LlmResult> for w::LlmResult {
+                fn from(r: p::action::LlmResult) -> Self {
+                    Self { id: r.id, attempt: r.attempt, response: response_to_wit(r.response) }
                 }
             }
-            impl FromWit<w::CallError> for p::action::CallError {
-                fn from_wit(e: w::CallError) -> R<Self> {
+            impl FromWit<w::LlmResult> for p::action::LlmResult {
+                fn from_wit(r: w::LlmResult) -> R<Self> {
                     Ok(Self {
-                        id: e.id,
-                        attempt: e.attempt,
-                        error: e.error,
-                        retryable: e.retryable,
-                        code: opt(e.code, "code")?,
-                        detail: opt_json(e.detail, "detail")?,
+                        id: r.id,
+                        attempt: r.attempt,
+                        response: response_from_wit(r.response).map_err(|e| e.in_field("response"))?,
                     })
                 }
             }
 
-            impl From<p::Action> for w::Action {
-                fn from(v: p::Action) -> Self {
-                    match v {
-                        p::Action::LlmCall(c) => Self::LlmCall(w::LlmCall {
-                            id: c.id,
-                            model: c.model,
-                            messages: c.messages.map(|m| m.into_iter().map(Into::into).collect()),
-                            tools: c.tools.map(|t| t.into_iter().map(Into::into).collect()),
-                            temperature: c.temperature,
-                            max_completion_tokens: c.max_completion_tokens,
-                            reasoning: c.reasoning.map(Into::into),
-                            stream: c.stream,
-                            retry: c.retry.map(Into::into),
-                            handler: c.handler.map(Into::into),
-                        }),
-                        p::Action::ToolCall(c) => Self::ToolCall(w::ToolCallAction {
-                            id: c.id,
-                            name: c.name,
-                            arguments: json_text(&c.arguments),
-                            handler: c.handler.map(Into::into),
-                            retry: c.retry.map(Into::into),
-                        }),
-                        p::Action::ToolResult(r) => Self::ToolResult(w::ToolResult {
-                            id: r.id,
-                            attempt: r.attempt,
-                            result: json_text(&r.result),
-                        }),
-                        p::Action::ToolError(e) => Self::ToolError(e.into()),
-                        p::Action::LlmResult(r) => Self::LlmResult(w::LlmResult {
-                            id: r.id,
-                            attempt: r.attempt,
-                            response: response_to_wit(r.response),
-                        }),
-                        p::Action::LlmError(e) => Self::LlmError(e.into()),
-                        p::Action::SubAgentSpawn(s) => Self::SubAgentSpawn(w::SubAgentSpawn {
-                            session_id: s.session_id,
-                            agent_id: s.agent_id,
-                            tool_call_id: s.tool_call_id,
-                            retry: s.retry.map(Into::into),
-                        }),
-                        p::Action::MessageSend(m) => {
-                            Self::MessageSend(w::MessageSend { session_id: m.session_id, message: m.message.into() })
-                        }
-                        p::Action::Interrupt(i) => Self::Interrupt(w::Interrupt {
-                            interrupt_id: i.interrupt_id,
-                            reason: i.reason,
-                            payload: i.payload.as_ref().map(json_text),
-                            resume_schema: i.resume_schema.as_ref().map(json_text),
-                        }),
-                        p::Action::Done(d) => Self::Done(w::Done { data: d.data.as_ref().map(json_text) }),
-                    }
-                }
-            }
-            impl FromWit<w::Action> for p::Action {
-                fn from_wit(v: w::Action) -> R<Self> {
-                    use p::action as a;
-                    Ok(match v {
-                        w::Action::LlmCall(c) => Self::LlmCall(a::LlmCall {
-                            id: c.id,
-                            model: c.model,
-                            messages: opt_list(c.messages, "messages")?,
-                            tools: opt_list(c.tools, "tools")?,
-                            temperature: c.temperature,
-                            max_completion_tokens: c.max_completion_tokens,
-                            reasoning: opt(c.reasoning, "reasoning")?,
-                            stream: c.stream,
-                            retry: opt(c.retry, "retry")?,
-                            handler: opt(c.handler, "handler")?,
-                        }),
-                        w::Action::ToolCall(c) => Self::ToolCall(a::ToolCall {
-                            id: c.id,
-                            name: c.name,
-                            arguments: json(&c.arguments, "arguments")?,
-                            handler: opt(c.handler, "handler")?,
-                            retry: opt(c.retry, "retry")?,
-                        }),
-                        w::Action::ToolResult(r) => Self::ToolResult(a::ToolResult {
-                            id: r.id,
-                            attempt: r.attempt,
-                            result: json(&r.result, "result")?,
-                        }),
-                        w::Action::ToolError(e) => Self::ToolError(p::action::CallError::from_wit(e)?),
-                        w::Action::LlmResult(r) => Self::LlmResult(a::LlmResult {
-                            id: r.id,
-                            attempt: r.attempt,
-                            response: response_from_wit(r.response).map_err(|e| e.in_field("response"))?,
-                        }),
-                        w::Action::LlmError(e) => Self::LlmError(p::action::CallError::from_wit(e)?),
-                        w::Action::SubAgentSpawn(s) => Self::SubAgentSpawn(a::SubAgentSpawn {
-                            session_id: s.session_id,
-                            agent_id: s.agent_id,
-                            tool_call_id: s.tool_call_id,
-                            retry: opt(s.retry, "retry")?,
-                        }),
-                        w::Action::MessageSend(m) => Self::MessageSend(a::MessageSend {
-                            session_id: m.session_id,
-                            message: field(m.message, "message")?,
-                        }),
-                        w::Action::Interrupt(i) => Self::Interrupt(a::Interrupt {
-                            interrupt_id: i.interrupt_id,
-                            reason: i.reason,
-                            payload: opt_json(i.payload, "payload")?,
-                            resume_schema: opt_json(i.resume_schema, "resume_schema")?,
-                        }),
-                        w::Action::Done(d) => Self::Done(a::Done { data: opt_json(d.data, "data")? }),
-                    })
-                }
-            }
+            variant!(p::Action => w::Action {
+                LlmCall(c),
+                ToolCall(c),
+                ToolResult(r),
+                ToolError(e),
+                LlmResult(r),
+                LlmError(e),
+                SubAgentSpawn(s),
+                MessageSend(m),
+                Interrupt(i),
+                Done(d),
+            });
 
             // ---- the decision exchange ---------------------------------
 
+            // Metadata is a map in JSON and a list of pairs in WIT.
             impl From<p::WorkerIdentity> for w::WorkerIdentity {
                 fn from(v: p::WorkerIdentity) -> Self {
                     Self { id: v.id, metadata: v.metadata.map(|m| m.into_iter().collect()) }
@@ -942,64 +633,28 @@ macro_rules! wit_conversions {
                 }
             }
 
-            impl From<p::Call> for w::Call {
-                fn from(v: p::Call) -> Self {
-                    Self {
-                        id: v.id,
-                        kind: v.kind.into(),
-                        status: v.status.into(),
-                        attempt: v.attempt,
-                        deadline: v.deadline,
-                        anchor: v.anchor,
-                        name: v.name,
-                        arguments: v.arguments,
-                        handler: v.handler.map(Into::into),
-                        stream: v.stream,
-                        agent_id: v.agent_id,
-                        session_id: v.session_id,
-                    }
-                }
-            }
-            impl FromWit<w::Call> for p::Call {
-                fn from_wit(v: w::Call) -> R<Self> {
-                    Ok(Self {
-                        id: v.id,
-                        kind: field(v.kind, "kind")?,
-                        status: field(v.status, "status")?,
-                        attempt: v.attempt,
-                        deadline: v.deadline,
-                        anchor: v.anchor,
-                        name: v.name,
-                        arguments: v.arguments,
-                        handler: opt(v.handler, "handler")?,
-                        stream: v.stream,
-                        agent_id: v.agent_id,
-                        session_id: v.session_id,
-                    })
-                }
-            }
+            record!(p::Call => w::Call {
+                id,
+                kind: into,
+                status: into,
+                attempt,
+                deadline,
+                anchor,
+                name,
+                arguments,
+                handler: opt,
+                stream,
+                agent_id,
+                session_id,
+            });
+            record!(p::DecisionResponse => w::DecisionResponse {
+                messages: opt_list,
+                actions: opt_list,
+                state: opt_json,
+                agent: opt,
+            });
 
-            impl From<p::DecisionResponse> for w::DecisionResponse {
-                fn from(v: p::DecisionResponse) -> Self {
-                    Self {
-                        messages: v.messages.map(|m| m.into_iter().map(Into::into).collect()),
-                        actions: v.actions.map(|a| a.into_iter().map(Into::into).collect()),
-                        state: v.state.as_ref().map(json_text),
-                        agent: v.agent.map(Into::into),
-                    }
-                }
-            }
-            impl FromWit<w::DecisionResponse> for p::DecisionResponse {
-                fn from_wit(v: w::DecisionResponse) -> R<Self> {
-                    Ok(Self {
-                        messages: opt_list(v.messages, "messages")?,
-                        actions: opt_list(v.actions, "actions")?,
-                        state: opt_json(v.state, "state")?,
-                        agent: opt(v.agent, "agent")?,
-                    })
-                }
-            }
-
+            // The tree refers to the active path by index.
             impl From<p::DecisionRequest> for w::DecisionRequest {
                 fn from(v: p::DecisionRequest) -> Self {
                     let message_tree = tree_to_wit(v.message_tree);
@@ -1051,87 +706,27 @@ macro_rules! wit_conversions {
 
             // ---- client inputs -----------------------------------------
 
-            impl From<p::ClientInput> for w::ClientInput {
-                fn from(v: p::ClientInput) -> Self {
-                    match v {
-                        p::ClientInput::ClientMessage(m) => Self::ClientMessage(w::ClientMessageInput {
-                            agent_id: m.agent_id,
-                            turn_id: m.turn_id,
-                            message: m.message.into(),
-                            stream: m.stream,
-                        }),
-                        p::ClientInput::ClientMessages(m) => Self::ClientMessages(w::ClientMessagesInput {
-                            agent_id: m.agent_id,
-                            turn_id: m.turn_id,
-                            messages: m.messages.into_iter().map(Into::into).collect(),
-                            stream: m.stream,
-                            client: m.client.map(Into::into),
-                        }),
-                        p::ClientInput::ClientAction(a) => Self::ClientAction(w::ClientActionInput {
-                            agent_id: a.agent_id,
-                            turn_id: a.turn_id,
-                            name: a.name,
-                            args: a.args.as_ref().map(json_text),
-                        }),
-                        p::ClientInput::InterruptResume(r) => Self::InterruptResume(w::InterruptResumeInput {
-                            interrupt_id: r.interrupt_id,
-                            payload: r.payload.as_ref().map(json_text),
-                        }),
-                        p::ClientInput::ToolResult(r) => Self::ToolResult(w::ToolResultInput {
-                            id: r.id,
-                            attempt: r.attempt,
-                            result: r.result.as_ref().map(json_text),
-                        }),
-                        p::ClientInput::ToolError(e) => Self::ToolError(w::ToolErrorInput {
-                            id: e.id,
-                            error: e.error,
-                            retryable: e.retryable,
-                            attempt: e.attempt,
-                        }),
-                    }
-                }
-            }
-            impl FromWit<w::ClientInput> for p::ClientInput {
-                fn from_wit(v: w::ClientInput) -> R<Self> {
-                    use p::client as c;
-                    Ok(match v {
-                        w::ClientInput::ClientMessage(m) => Self::ClientMessage(c::ClientMessage {
-                            agent_id: m.agent_id,
-                            turn_id: m.turn_id,
-                            message: field(m.message, "message")?,
-                            stream: m.stream,
-                        }),
-                        w::ClientInput::ClientMessages(m) => Self::ClientMessages(c::ClientMessages {
-                            agent_id: m.agent_id,
-                            turn_id: m.turn_id,
-                            messages: list(m.messages, "messages")?,
-                            stream: m.stream,
-                            client: opt(m.client, "client")?,
-                        }),
-                        w::ClientInput::ClientAction(a) => Self::ClientAction(c::ClientAction {
-                            agent_id: a.agent_id,
-                            turn_id: a.turn_id,
-                            name: a.name,
-                            args: opt_json(a.args, "args")?,
-                        }),
-                        w::ClientInput::InterruptResume(r) => Self::InterruptResume(c::InterruptResume {
-                            interrupt_id: r.interrupt_id,
-                            payload: opt_json(r.payload, "payload")?,
-                        }),
-                        w::ClientInput::ToolResult(r) => Self::ToolResult(c::ToolResult {
-                            id: r.id,
-                            attempt: r.attempt,
-                            result: opt_json(r.result, "result")?,
-                        }),
-                        w::ClientInput::ToolError(e) => Self::ToolError(c::ToolError {
-                            id: e.id,
-                            error: e.error,
-                            retryable: e.retryable,
-                            attempt: e.attempt,
-                        }),
-                    })
-                }
-            }
+            record!(p::client::ClientMessage => w::ClientMessageInput { agent_id, turn_id, message: into, stream });
+            record!(p::client::ClientMessages => w::ClientMessagesInput {
+                agent_id,
+                turn_id,
+                messages: list,
+                stream,
+                client: opt,
+            });
+            record!(p::client::ClientAction => w::ClientActionInput { agent_id, turn_id, name, args: opt_json });
+            record!(p::client::InterruptResume => w::InterruptResumeInput { interrupt_id, payload: opt_json });
+            record!(p::client::ToolResult => w::ToolResultInput { id, attempt, result: opt_json });
+            record!(p::client::ToolError => w::ToolErrorInput { id, error, retryable, attempt });
+
+            variant!(p::ClientInput => w::ClientInput {
+                ClientMessage(m),
+                ClientMessages(m),
+                ClientAction(a),
+                InterruptResume(r),
+                ToolResult(r),
+                ToolError(e),
+            });
         };
     };
 }
