@@ -323,7 +323,9 @@ async fn histories_map_onto_the_stored_tree() {
     let chunks =
         chunks_of(&s, "helper", json!({"id": "plain", "messages": [user("p1", "hello"), bare, user("p2", "more")]}))
             .await;
-    assert!(chunks.iter().any(|c| c["type"] == "text-delta" && c["delta"] == "You said: more"), "{chunks:?}");
+    let text: String =
+        chunks.iter().filter(|c| c["type"] == "text-delta").filter_map(|c| c["delta"].as_str()).collect();
+    assert_eq!(text, "You said: more", "{chunks:?}");
     let (nodes, path) = tree(&s, "plain").await;
     assert_eq!(nodes, path, "appended, not forked");
     assert_eq!(path.len(), 4);
@@ -331,7 +333,9 @@ async fn histories_map_onto_the_stored_tree() {
     // A message edited in place (the SDK keeps its id) is recorded anew
     // beside the old one, under an id the engine mints.
     let chunks = chunks_of(&s, "helper", json!({"id": "plain", "messages": [user("p1", "hello again")]})).await;
-    assert!(chunks.iter().any(|c| c["delta"] == "You said: hello again"), "{chunks:?}");
+    let text: String =
+        chunks.iter().filter(|c| c["type"] == "text-delta").filter_map(|c| c["delta"].as_str()).collect();
+    assert_eq!(text, "You said: hello again", "{chunks:?}");
     let (nodes, path) = tree(&s, "plain").await;
     assert_eq!((nodes.len(), path.len()), (6, 2), "{nodes:?} {path:?}");
     assert_ne!(path[0], "p1");
@@ -394,7 +398,9 @@ async fn an_end_user_token_chats_in_its_own_sessions_only() {
         json!({"id": "alices", "messages": [{"id": "a1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}]});
     let response = post_chat(&s, "helper", &alice, &chat).await;
     assert_eq!(response.status(), StatusCode::OK);
-    assert!(response.text().await.unwrap().contains("You said: hi"));
+    // The reply streams (`stream_by_default`): its pieces read in order.
+    let reply = response.text().await.unwrap();
+    assert!(["You ", "said: ", "hi"].iter().all(|piece| reply.contains(&format!("\"delta\":\"{piece}\""))), "{reply}");
     let (_, snapshot) = s.call(GET, "/v1/sessions/alices", Some(KEY), None).await;
     assert_eq!(snapshot["identity"]["id"], "alice", "the session is the token's identity's");
     // Another end user sees no such chat.

@@ -245,7 +245,8 @@ async fn a_turn_is_traced_under_the_clients_span_and_measured() {
     assert!(histogram_count("subs_store_commit_duration_seconds", None) > 5, "{text}");
     assert!(histogram_count("subs_store_commit_operations", None) > 5, "{text}");
     assert_eq!(histogram_count("subs_llm_call_duration_seconds", Some(("model", "fake/gpt-test"))), 2, "{text}");
-    assert_eq!(histogram_count("subs_llm_time_to_first_token_seconds", None), 0, "no call streamed: {text}");
+    // Both calls streamed: `stream_by_default` is on.
+    assert_eq!(histogram_count("subs_llm_time_to_first_token_seconds", None), 2, "{text}");
     assert_eq!(histogram_count("subs_tool_call_duration_seconds", Some(("handler", "worker"))), 1, "{text}");
     assert_eq!(histogram_count("subs_http_request_duration_seconds", Some(("route", "/v1/agents/:agent_id"))), 1);
     let counter = |name: &str, labels: &[(&str, &str)]| -> f64 {
