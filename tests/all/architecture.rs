@@ -72,9 +72,15 @@ fn crates_depend_only_the_way_the_architecture_says() {
     for part in ["subs-host", "subs-models"] {
         wrong.extend(check(&all, part, &["subs-protocol", "subs-store", "subs-core"], &["axum", "redb"]));
     }
-    let engine_parts = ["subs-protocol", "subs-store", "subs-core", "subs-host", "subs-models"];
+    // The protocols the engine speaks to the outside besides its own: MCP
+    // (its wire types and client) and OCI registries. Leaves: they know the
+    // protocol's types at most, and neither a store nor the engine.
+    wrong.extend(check(&all, "subs-mcp", &["subs-protocol"], &["axum", "redb", "wasmtime"]));
+    wrong.extend(check(&all, "subs-oci", &[], &["axum", "redb", "wasmtime"]));
+    let engine_parts = ["subs-protocol", "subs-store", "subs-core", "subs-host", "subs-models", "subs-mcp"];
     wrong.extend(check(&all, "subs-engine", &engine_parts, &["axum", "redb"]));
-    wrong.extend(check(&all, "subs-server", &["subs-protocol", "subs-store", "subs-engine"], &["redb"]));
+    let server_parts = ["subs-protocol", "subs-store", "subs-engine", "subs-mcp", "subs-oci"];
+    wrong.extend(check(&all, "subs-server", &server_parts, &["redb"]));
     assert!(wrong.is_empty(), "dependencies against docs/architecture.md:\n{}", wrong.join("\n"));
 }
 
