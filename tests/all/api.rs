@@ -515,7 +515,8 @@ async fn the_openapi_document_matches_the_routes() {
                 .replace("{chat_id}", "nobody")
                 .replace("{tenant}", "nobody")
                 .replace("{key}", "nobody00")
-                .replace("{version}", "sha256:00");
+                .replace("{version}", "sha256:00")
+                .replace("{name}", "nobody");
             let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
             let response = s.request(method.clone(), &concrete, None).send().await.unwrap();
             let status = response.status();
@@ -534,6 +535,7 @@ async fn the_openapi_document_matches_the_routes() {
             "DELETE /v1/agents/{agent_id}",
             "DELETE /v1/agents/{agent_id}/mcp",
             "DELETE /v1/agents/{agent_id}/versions/{version}",
+            "DELETE /v1/mcp-servers/{name}",
             "GET /healthz",
             "GET /metrics",
             "GET /v1/admin/keys",
@@ -544,6 +546,9 @@ async fn the_openapi_document_matches_the_routes() {
             "GET /v1/agents/{agent_id}",
             "GET /v1/agents/{agent_id}/ai-sdk/{chat_id}/stream",
             "GET /v1/agents/{agent_id}/mcp",
+            "GET /v1/agents/{agent_id}/versions/{version}",
+            "GET /v1/mcp-servers",
+            "GET /v1/mcp-servers/{name}",
             "GET /v1/sessions",
             "GET /v1/sessions/{session_id}",
             "GET /v1/sessions/{session_id}/decisions",
@@ -561,6 +566,7 @@ async fn the_openapi_document_matches_the_routes() {
             "PUT /v1/admin/tenants/{tenant}/limits",
             "PUT /v1/agents/{agent_id}",
             "PUT /v1/agents/{agent_id}/current",
+            "PUT /v1/mcp-servers/{name}",
             "PUT /v1/sessions/{session_id}/budget",
         ],
         "every route is documented"
