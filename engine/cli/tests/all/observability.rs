@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use serde_json::Value;
@@ -152,8 +152,7 @@ async fn a_gzip_otlp_export_decodes_with_the_genai_attributes() {
     }
 
     // Every export is gzip; the package decodes them.
-    let started = Instant::now();
-    let spans: Vec<Value> = loop {
+    let spans: Vec<Value> = subs_tests::wait::eventually(Duration::from_secs(20), "two turn spans", || async {
         let exported = exports.lock().unwrap().clone();
         assert!(exported.iter().all(|(encoding, _)| encoding.as_deref() == Some("gzip")), "not all gzip");
         let work = tempfile::tempdir().unwrap();
@@ -175,12 +174,9 @@ async fn a_gzip_otlp_export_decodes_with_the_genai_attributes() {
         let spans: Vec<Value> =
             String::from_utf8_lossy(&decoded.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         let turns = spans.iter().filter(|s| s["name"] == "invoke_agent tools").count();
-        if turns == 2 {
-            break spans;
-        }
-        assert!(started.elapsed() < Duration::from_secs(20), "two turn spans: {spans:#?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        if turns == 2 { Ok(spans) } else { Err(format!("{spans:#?}")) }
+    })
+    .await;
     let attributes =
         |span: &Value| -> HashMap<String, String> { serde_json::from_value(span["attributes"].clone()).unwrap() };
     let chats: Vec<HashMap<String, String>> =
