@@ -368,3 +368,51 @@ async fn subs_run_takes_mcp_servers_on_the_command_line() {
         .unwrap();
     assert!(output.stderr.contains("--mcp takes NAME=URL"), "{}", output.stderr);
 }
+
+/// Starts `program script` (an agent of `tests/mcp/agents`) and reads the
+/// port it listens on; the child is killed when dropped.
+struct ScriptWorker(std::process::Child, String);
+
+impl ScriptWorker {
+    fn start(program: &str, script: &str) -> Self {
+        use std::io::BufRead as _;
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp/agents").join(script);
+        let mut child = std::process::Command::new(program)
+            .arg(path)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{program} {script}: {e}"));
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port: u16 = line.trim().parse().unwrap_or_else(|_| panic!("{script} printed {line:?}, not its port"));
+        Self(child, format!("http://127.0.0.1:{port}/"))
+    }
+}
+
+impl Drop for ScriptWorker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_mcp_server_serves_a_rust_a_python_and_a_javascript_agent() {
+    let Some(mcp) = FastMcp::start("normal") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), "");
+    let (status, body) = put_json(&format!("{}/v1/mcp-servers/demo", server.url), json!({"url": mcp.url()})).await;
+    assert_eq!(status, 200, "{body}");
+    let python = tokio::task::spawn_blocking(|| ScriptWorker::start("python3", "agent.py")).await.unwrap();
+    let javascript = tokio::task::spawn_blocking(|| ScriptWorker::start("node", "agent.mjs")).await.unwrap();
+    let agents =
+        [("rust", worker(&["demo"]).await), ("python", python.1.clone()), ("javascript", javascript.1.clone())];
+    for (language, url) in &agents {
+        let (status, body) = put_json(&format!("{}/v1/agents/mcp-{language}", server.url), json!({"url": url})).await;
+        assert!(status == 200 || status == 201, "{language}: {body}");
+        let text = format!(r#"use tool demo__echo with {{"text": "{language}"}}"#);
+        let events = stream_turn(&server.url, &format!("s-{language}"), &format!("mcp-{language}"), &text).await;
+        assert_eq!(reply(&events), format!("demo__echo returned echo: {language}."), "{language}: {events:?}");
+    }
+}
