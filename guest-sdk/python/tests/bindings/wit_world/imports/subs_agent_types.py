@@ -301,6 +301,15 @@ class SubAgent:
     description: Optional[str]
 
 @dataclass
+class McpServerUse:
+    """
+    One of the tenant's MCP servers an agent uses; no `tools`: all of
+    them.
+    """
+    server: str
+    tools: Optional[List[str]]
+
+@dataclass
 class AgentConfig:
     """
     What an agent is.
@@ -313,6 +322,7 @@ class AgentConfig:
     retry: Optional[RetryPolicy]
     tools: Optional[List[AgentTool]]
     sub_agents: Optional[List[SubAgent]]
+    mcp: Optional[List[McpServerUse]]
 
 @dataclass
 class LlmTool:
