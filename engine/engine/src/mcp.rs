@@ -162,7 +162,14 @@ struct State {
     /// Offered name → the tool on the server.
     offered: Option<Arc<Offered>>,
     last_error: Option<String>,
+    /// When a listing last failed, and how.
+    failed_listing: Option<(std::time::Instant, McpError)>,
 }
+
+/// How long a failed listing is answered from memory: a server that is
+/// down costs each delivery of its agents' sessions nothing for this long,
+/// instead of a listing's timeout each.
+const LISTING_BACKOFF: Duration = Duration::from_secs(5);
 
 struct Offered {
     source: Arc<Vec<Tool>>,
@@ -178,14 +185,24 @@ impl Server {
     /// The server's tools, as offered, listing them when the client's
     /// cache is stale.
     async fn offered(&self) -> Result<Arc<Offered>, McpError> {
+        let recent = {
+            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.failed_listing.as_ref().filter(|(at, _)| at.elapsed() < LISTING_BACKOFF).map(|(_, e)| e.clone())
+        };
+        if let Some(error) = recent {
+            return Err(error);
+        }
         let tools = match self.client.tools().await {
             Ok(tools) => tools,
             Err(e) => {
-                self.record_error(&e.to_string());
+                let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                state.last_error = Some(e.to_string());
+                state.failed_listing = Some((std::time::Instant::now(), e.clone()));
                 return Err(e);
             }
         };
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.failed_listing = None;
         // The client hands out the same list until it lists again.
         if let Some(offered) = &state.offered
             && Arc::ptr_eq(&offered.source, &tools)
