@@ -1,7 +1,10 @@
 """The MCP server the tests call: the Python SDK's server (FastMCP, named
 MCPServer since mcp 2) over Streamable HTTP on 127.0.0.1.
 
-    python server.py PORT [--mode MODE]
+    python server.py PORT [--mode MODE] [--stdio]
+
+With ``--stdio`` it speaks over standard input and output instead (PORT
+is ignored).
 
 Modes change one thing, for the bad-input tests:
 
@@ -73,8 +76,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("port", type=int)
     parser.add_argument("--mode", default="normal", choices=["normal", "collide"])
+    parser.add_argument("--stdio", action="store_true")
     args = parser.parse_args()
-    build(args.mode).run(transport="streamable-http", host="127.0.0.1", port=args.port, stateless_http=False)
+    if args.stdio:
+        build(args.mode).run(transport="stdio")
+    else:
+        build(args.mode).run(transport="streamable-http", host="127.0.0.1", port=args.port, stateless_http=False)
 
 
 if __name__ == "__main__":

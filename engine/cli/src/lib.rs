@@ -34,6 +34,7 @@ pub mod dev;
 pub mod error;
 pub mod keys;
 pub mod mcp;
+pub mod mcp_stdio;
 pub mod new;
 pub mod oci;
 pub mod progress;

@@ -109,7 +109,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR", env = "SUBS_CACHE")]
     pub cache: Option<PathBuf>,
     /// An MCP server whose tools the agent may name in its config's `mcp`
-    /// (docs/mcp.md): `NAME=URL` (Streamable HTTP). Repeatable.
+    /// (docs/mcp.md): `NAME=URL` (Streamable HTTP), or `NAME=stdio:COMMAND
+    /// ARGS…` (one argument: a server over standard input and output that
+    /// this run starts). Repeatable.
     #[arg(long = "mcp", value_name = "NAME=URL")]
     pub mcp: Vec<String>,
 }
@@ -139,7 +141,8 @@ pub async fn exec(args: RunArgs) -> CliResult {
             temp.path().to_path_buf()
         }
     };
-    let sources = mcp_servers(&args.mcp, &file).await?;
+    // The stdio servers live as long as the run.
+    let (sources, _stdio) = mcp_servers(&args.mcp, &file).await?;
     let local = Local::open_with_sources(
         &file,
         args.default_model.as_deref(),
@@ -165,21 +168,27 @@ pub async fn exec(args: RunArgs) -> CliResult {
 async fn mcp_servers(
     specs: &[String],
     file: &settings::ConfigFile,
-) -> CliResult<Option<Arc<dyn subs_engine::tool_sources::ToolSources>>> {
+) -> CliResult<(Option<Arc<dyn subs_engine::tool_sources::ToolSources>>, Vec<crate::mcp_stdio::StdioServer>)> {
     if specs.is_empty() {
-        return Ok(None);
+        return Ok((None, Vec::new()));
     }
     let mut servers = Vec::new();
+    let mut spawned = Vec::new();
+    let max_line = file.mcp_servers.limits(&file.private_hosts)?.max_result_bytes;
     for spec in specs {
         let Some((name, url)) = spec.split_once('=') else {
-            return Err(CliError::usage(anyhow!("--mcp takes NAME=URL, not {spec:?}")));
+            return Err(CliError::usage(anyhow!("--mcp takes NAME=URL or NAME=stdio:COMMAND, not {spec:?}")));
         };
-        if url.starts_with("stdio:") {
-            return Err(CliError::usage(anyhow!(
-                "--mcp {name}=stdio:…: servers over standard input and output are not supported yet; give the URL of a \
-                 Streamable HTTP server"
-            )));
-        }
+        let url = match url.strip_prefix("stdio:") {
+            Some(command) => {
+                let server = crate::mcp_stdio::start(name, command, max_line).await?;
+                let url = server.url.clone();
+                spawned.push(server);
+                url
+            }
+            None => url.to_owned(),
+        };
+        let url = url.as_str();
         let host = reqwest::Url::parse(url)
             .ok()
             .and_then(|u| u.host_str().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned()))
@@ -192,7 +201,7 @@ async fn mcp_servers(
     for (name, url, _) in &servers {
         registry.put(LOCAL_TENANT, name, url, &[]).await.map_err(|e| CliError::usage(anyhow!("--mcp {name}: {e}")))?;
     }
-    Ok(Some(Arc::new(registry)))
+    Ok((Some(Arc::new(registry)), spawned))
 }
 
 /// The error of a command stopped by Ctrl-C (exit code 130, as a shell

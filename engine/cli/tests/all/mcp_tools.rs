@@ -363,6 +363,18 @@ async fn subs_run_takes_mcp_servers_on_the_command_line() {
     .unwrap();
     assert!(output.stdout.contains("demo__echo returned echo: run."), "{}\n{}", output.stdout, output.stderr);
 
+    // A server over standard input and output, started by the run.
+    let worker = self::worker(&["local"]).await;
+    let python = subs_tests::mcp::python().expect("installed above");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp/server.py");
+    let local = format!("local=stdio:{} {} 0 --stdio", python.display(), script.display());
+    let output = tokio::task::spawn_blocking(move || {
+        crate::output(&["run", &worker, r#"use tool local__echo with {"text": "stdio"}"#, "--mcp", &local])
+    })
+    .await
+    .unwrap();
+    assert!(output.stdout.contains("local__echo returned echo: stdio."), "{}\n{}", output.stdout, output.stderr);
+
     let output = tokio::task::spawn_blocking(|| crate::output(&["run", "http://127.0.0.1:9/", "hi", "--mcp", "nope"]))
         .await
         .unwrap();
