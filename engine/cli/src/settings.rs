@@ -1368,33 +1368,6 @@ mod tests {
     }
 
     #[test]
-    fn oci_settings_become_the_pull_policy_and_bad_ones_are_refused() {
-        let file = parse(
-            "[oci]\nallow_registries = [\"ghcr.io\", \"127.0.0.1:5000\"]\ninsecure = [\"127.0.0.1:5000\"]\n\
-             pull_timeout_secs = 5\n[oci.credentials.\"ghcr.io\"]\nusername = \"ci\"\npassword = \"p\"\n",
-        )
-        .unwrap();
-        let policy = file.oci.policy().unwrap();
-        assert_eq!(policy.allow_registries, ["ghcr.io", "127.0.0.1:5000"]);
-        assert_eq!(policy.deadline, std::time::Duration::from_secs(5));
-        assert!(matches!(policy.credentials["ghcr.io"], subs_oci::Credentials::Basic { .. }));
-        let none = parse("").unwrap().oci.policy().unwrap();
-        assert!(none.allow_registries.is_empty(), "no registry unless the operator lists it");
-        assert_eq!(none.deadline, subs_oci::DEFAULT_DEADLINE);
-        for (text, says) in [
-            ("[oci]\npull_timeout_secs = 0\n", "pull_timeout_secs"),
-            ("[oci.credentials.\"ghcr.io\"]\ntoken = \"t\"\n", "not in `[oci] allow_registries`"),
-            (
-                "[oci]\nallow_registries = [\"ghcr.io\"]\n[oci.credentials.\"ghcr.io\"]\nusername = \"u\"\ntoken = \"t\"\n",
-                "`username` and `password`, or `token`",
-            ),
-        ] {
-            let error = parse(text).unwrap().oci.policy().unwrap_err().to_string();
-            assert!(error.contains(says), "{text}: {error}");
-        }
-    }
-
-    #[test]
     fn operator_keys_come_from_the_file_and_the_flag() {
         let key = "subs_admin_0123456789abcdef";
         let hash = subs_server::auth::hash_key(key);

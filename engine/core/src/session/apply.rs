@@ -875,6 +875,10 @@ impl Session {
         let tool = self.tool(&call.name).cloned();
         let input = tools::check_arguments(tool.as_ref(), &raw);
         let handler = call.handler.or(tool.as_ref().and_then(|t| t.handler)).unwrap_or(ToolHandler::Worker);
+        // A tool of the agent's sources (its MCP servers) is run by the
+        // engine, unless the call names who runs it.
+        let from_source = call.handler.is_none() && self.is_source_tool(&call.name);
+        let handler = if from_source { Handler::Server } else { handler.into() };
         let mut record = self.new_call(
             id,
             CallKind::ToolCall,
@@ -884,10 +888,6 @@ impl Session {
             hold,
         );
         record.call.name = Some(call.name.clone());
-        // A tool of the agent's sources (its MCP servers) is run by the
-        // engine, unless the call names who runs it.
-        let from_source = call.handler.is_none() && self.is_source_tool(&call.name);
-        let handler = if from_source { Handler::Server } else { handler.into() };
         record.call.arguments = Some(raw.clone());
         self.add_call(record, hold, ctx, change);
     }
@@ -1013,6 +1013,10 @@ impl Session {
         let Some(call) = self.calls.get(call_id) else { return };
         let CallSpec::Tool { arguments, input, .. } = &call.spec else { return };
         let name = call.call.name.clone().unwrap_or_default();
+        // The actor runs it (a tool source's tool).
+        if call.call.handler == Some(Handler::Server) {
+            return;
+        }
         if call.call.handler == Some(Handler::Client) {
             let call = ClientToolCall {
                 id: call.call.id.clone(),
@@ -1022,10 +1026,6 @@ impl Session {
             };
             self.emit(SessionEvent::ToolCall(call), change);
         } else {
-            // The actor runs it (a tool source's tool).
-            if call.call.handler == Some(Handler::Server) {
-                return;
-            }
             let trigger = Trigger::ToolExecute(ToolExecute {
                 id: call.call.id.clone(),
                 name,
