@@ -129,10 +129,22 @@ impl TestServerBuilder {
             (None, None) => crate::host().clone(),
         };
         let store = Arc::new(RedbStore::open(dir.join("subs.redb")).expect("the store opens"));
+        // Tenants' MCP servers, as `subs serve` keeps them: their routes
+        // answer, and their tools are the agents' tool sources.
+        let mcp = Arc::new(
+            subs_engine::mcp::McpServers::new(subs_engine::mcp::McpLimits::default())
+                .expect("the MCP client builds")
+                .with_store(store.clone()),
+        );
+        mcp.sync().await.expect("the MCP servers load");
+        let mut engine_config = self.engine_config.unwrap_or_default();
+        if engine_config.tool_sources.is_none() {
+            engine_config.tool_sources = Some(mcp.clone());
+        }
         let engine = subs_engine::Engine::start(
             store.clone(),
             self.models.unwrap_or_else(subs_engine::model::Models::with_offline),
-            self.engine_config.unwrap_or_default(),
+            engine_config,
         )
         .await
         .expect("the engine starts");
@@ -176,7 +188,7 @@ impl TestServerBuilder {
         let listener = subs_server::edge::bind("127.0.0.1:0".parse().expect("an address")).expect("a loopback port");
         let base = format!("http://{}", listener.local_addr().expect("a bound address"));
         let (shutdown, stop) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(subs_server::serve(listener, state, async {
+        let task = tokio::spawn(subs_server::serve_with_mcp(listener, state, mcp, async {
             let _ = stop.await;
         }));
         TestServer { base, http: reqwest::Client::new(), shutdown: Some(shutdown), task, engine, store, _dir: temp }

@@ -571,7 +571,9 @@ async fn llm_call_fields_reach_the_provider() {
     assert_eq!(defaults["messages"][1]["content"], "hello model");
     let tools: Vec<&Value> = defaults["tools"].as_array().unwrap().iter().map(|t| &t["function"]["name"]).collect();
     assert_eq!(tools, [&json!("add")], "the config's tools");
-    assert!(!sent[2].stream() && defaults.get("temperature").is_none(), "{defaults}");
+    // Streamed because the engine streams calls whose agent does not say
+    // (`stream_by_default`); no temperature unless one is set.
+    assert!(sent[2].stream() && defaults.get("temperature").is_none(), "{defaults}");
 
     // The per-call handler: the worker got it, with the config's model.
     let executes = worker.of_kind("fields", "llm.execute");

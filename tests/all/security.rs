@@ -232,6 +232,11 @@ async fn another_tenants_ids_are_not_found_on_every_route() {
     assert_eq!(s.turn_end("secret-session", &turn, acme).await.0, "turn.done");
     let before_session = s.call(Method::GET, "/v1/sessions/secret-session", acme, None).await.1;
     let before_agent = s.call(Method::GET, "/v1/agents/secret-agent", acme, None).await.1;
+    // Registering reaches nothing: the server is first called by a turn.
+    let mcp = json!({"url": "https://93.184.216.34/mcp", "headers": {"authorization": "Bearer acme"}});
+    let (status, registered) = s.call(Method::PUT, "/v1/mcp-servers/secret-mcp", acme, Some(mcp)).await;
+    assert!(status.is_success(), "{status}: {registered}");
+    let before_mcp = s.call(Method::GET, "/v1/mcp-servers/secret-mcp", acme, None).await.1;
 
     let inputs = [
         json!({"type": "client.message", "agent_id": "secret-agent", "message": {"role": "user", "content": "hi"}}),
@@ -253,6 +258,7 @@ async fn another_tenants_ids_are_not_found_on_every_route() {
             .replace("{session_id}", "secret-session")
             .replace("{chat_id}", "secret-session")
             .replace("{agent_id}", "secret-agent")
+            .replace("{name}", "secret-mcp")
             .replace("{version}", before_agent["version"].as_str().expect("acme's version"));
         assert!(!concrete.contains('{'), "{path}: an id this test does not know; add it");
         for method in item.as_object().unwrap().keys() {
@@ -260,6 +266,8 @@ async fn another_tenants_ids_are_not_found_on_every_route() {
             let bodies: Vec<Option<Value>> = match (method.as_str(), path.as_str()) {
                 // Agent ids are per tenant: bravo's upload is bravo's own.
                 ("PUT", "/v1/agents/{agent_id}") => continue,
+                // So are MCP server names: bravo's PUT registers its own.
+                ("PUT", "/v1/mcp-servers/{name}") => continue,
                 ("POST", "/v1/sessions/{session_id}/input") => inputs.iter().cloned().map(Some).collect(),
                 ("PUT", "/v1/sessions/{session_id}/budget") => vec![Some(json!({"budget": "1"}))],
                 ("PUT", "/v1/agents/{agent_id}/current") => vec![Some(json!({"version": "sha256:00"}))],
@@ -306,6 +314,7 @@ async fn another_tenants_ids_are_not_found_on_every_route() {
     assert_eq!(s.upload("secret-agent", guests::PASSTHROUGH, bravo).await.0, StatusCode::CREATED);
     assert_eq!(s.call(Method::GET, "/v1/sessions/secret-session", acme, None).await.1, before_session);
     assert_eq!(s.call(Method::GET, "/v1/agents/secret-agent", acme, None).await.1, before_agent);
+    assert_eq!(s.call(Method::GET, "/v1/mcp-servers/secret-mcp", acme, None).await.1, before_mcp);
     assert_eq!(s.call(Method::GET, "/v1/sessions", bravo, None).await.1, json!([]));
 }
 
