@@ -22,5 +22,5 @@ if [ -z "$cpy" ]; then
 fi
 mkdir -p "$(dirname "$out")"
 cd "$here"
-"$cpy" --wit-path "$sdk/wit" --world agent --quiet \
+"$cpy" --wit-path "$sdk/wit" --world subs:agent/agent@0.1.0 --quiet \
     componentize agent --python-path "$here" --python-path "$sdk/guest-sdk/python/src" --output "$out"

@@ -31,4 +31,4 @@ node_modules/.bin/esbuild agent.js --bundle --format=esm --platform=neutral \
     --conditions=subs-component --external:'subs:*' --external:'wasi:*' \
     --log-level=warning --outfile=build/agent.bundle.js
 node_modules/.bin/componentize-js build/agent.bundle.js \
-    --wit "$root/wit" --world-name "$world" --out "$out"
+    --wit "$root/wit" --world-name "subs:agent/$world@0.1.0" --out "$out"

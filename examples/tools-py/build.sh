@@ -24,7 +24,7 @@ cd "$here"
 # The module `tools_agent` (its `WitWorld`), with the SDK from the repository
 # on its path. componentize-py imports it at build time and snapshots the
 # interpreter: modules imported only later, inside `decide`, are not there.
-"$venv/bin/componentize-py" --wit-path "$root/wit" --world agent --quiet \
+"$venv/bin/componentize-py" --wit-path "$root/wit" --world subs:agent/agent@0.1.0 --quiet \
     componentize tools_agent \
     --python-path "$here" --python-path "$root/guest-sdk/python/src" \
     --output "$out"

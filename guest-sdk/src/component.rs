@@ -5,7 +5,7 @@
 use subs_protocol::wit::FromWit;
 use subs_protocol::{DecisionRequest, StreamDelta};
 
-use crate::bindings::subs::agent::host as imports;
+use crate::bindings::host as imports;
 use crate::bindings::wit;
 use crate::{Agent, Context, DecideError, Host, Level};
 
@@ -44,12 +44,7 @@ macro_rules! export {
             struct SubsAgentExport;
 
             impl $crate::bindings::Guest for SubsAgentExport {
-                fn decide(
-                    request: $crate::bindings::DecisionRequest,
-                ) -> ::core::result::Result<$crate::bindings::DecisionResponse, $crate::bindings::DecideError> {
-                    $crate::__report_panics();
-                    $crate::__decide_wit(&$agent, request, &mut $crate::__ComponentHost)
-                }
+                $crate::__decide_export!($agent);
             }
 
             // Natively nothing calls the glue; naming it keeps the agent's
@@ -69,6 +64,39 @@ macro_rules! export {
                 $crate::bindings::export_agent! { SubsAgentExport with_types_in $crate::bindings }
             };
         };
+    };
+}
+
+/// The `decide` function of the export glue, for `subs:agent@0.2.0`: the
+/// branch arrives as a `messages` resource the request reads on demand.
+#[cfg(not(feature = "wit-0-1-0"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __decide_export {
+    ($agent:expr) => {
+        fn decide(
+            request: $crate::bindings::DecisionRequest,
+            messages: $crate::bindings::Messages,
+        ) -> ::core::result::Result<$crate::bindings::DecisionResponse, $crate::bindings::DecideError> {
+            $crate::__report_panics();
+            $crate::__decide_wit(&$agent, request, messages, &mut $crate::__ComponentHost)
+        }
+    };
+}
+
+/// The `decide` function of the export glue, for `subs:agent@0.1.0`: the
+/// request carries the whole branch.
+#[cfg(feature = "wit-0-1-0")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __decide_export {
+    ($agent:expr) => {
+        fn decide(
+            request: $crate::bindings::DecisionRequest,
+        ) -> ::core::result::Result<$crate::bindings::DecisionResponse, $crate::bindings::DecideError> {
+            $crate::__report_panics();
+            $crate::__decide_wit_0_1_0(&$agent, request, &mut $crate::__ComponentHost)
+        }
     };
 }
 
@@ -102,21 +130,93 @@ pub fn report_panics() {
     std::panic::set_hook(Box::new(|info| imports::log(imports::Level::Error, &info.to_string())));
 }
 
-/// The body of the `decide` export: WIT request in, WIT decision out.
-/// Takes the host as a parameter so that the conversions are tested
+/// The body of `0.1.0`'s `decide` export: WIT request in, WIT decision
+/// out. Takes the host as a parameter so that the conversions are tested
 /// natively.
 ///
 /// # Errors
 /// A request that does not convert (JSON text that does not parse), and
 /// whatever the agent returns.
-pub fn decide_wit<A: Agent + ?Sized>(
+pub fn decide_wit_0_1_0<A: Agent + ?Sized>(
     agent: &A,
     request: wit::DecisionRequest,
     host: &mut dyn Host,
 ) -> Result<wit::DecisionResponse, wit::DecideError> {
-    let request = DecisionRequest::from_wit(request)
-        .map_err(|e| DecideError::terminal(format!("the engine sent a request the agent cannot read: {e}")))?;
+    decide_read(agent, DecisionRequest::from_wit(request), host)
+}
+
+/// The body of `0.2.0`'s `decide` export: the request without its branch,
+/// and the `messages` resource the branch is read from as the agent's code
+/// asks for it.
+///
+/// # Errors
+/// As [`decide_wit_0_1_0`].
+#[cfg(not(feature = "wit-0-1-0"))]
+pub fn decide_wit<A: Agent + ?Sized>(
+    agent: &A,
+    request: crate::bindings::branch::DecisionRequest,
+    messages: crate::bindings::branch::Messages,
+    host: &mut dyn Host,
+) -> Result<wit::DecisionResponse, wit::DecideError> {
+    use subs_protocol::wit::BranchRequest;
+    let messages = subs_protocol::Messages::lazy(std::sync::Arc::new(GuestBranch(messages)));
+    decide_read(agent, request.join(messages), host)
+}
+
+/// Asks `agent` about a request read from WIT.
+fn decide_read<A: Agent + ?Sized>(
+    agent: &A,
+    request: Result<DecisionRequest, subs_protocol::ProtocolError>,
+    host: &mut dyn Host,
+) -> Result<wit::DecisionResponse, wit::DecideError> {
+    let request =
+        request.map_err(|e| DecideError::terminal(format!("the engine sent a request the agent cannot read: {e}")))?;
     agent.decide(request, &mut Context::new(host)).map(Into::into).map_err(Into::into)
+}
+
+/// The engine's `messages` resource as the source of a lazy
+/// [`Messages`](subs_protocol::Messages).
+///
+/// A read the engine refuses (the resource outlived its decision) or a
+/// message that does not convert panics with the reason: the delivery then
+/// fails with that message, as the agent cannot go on without the branch
+/// it asked for.
+#[cfg(not(feature = "wit-0-1-0"))]
+struct GuestBranch(crate::bindings::branch::Messages);
+
+#[cfg(not(feature = "wit-0-1-0"))]
+impl subs_protocol::MessageSource for GuestBranch {
+    fn count(&self) -> usize {
+        read(self.0.len(), "its length") as usize
+    }
+
+    fn range(&self, start: usize, end: usize) -> Vec<subs_protocol::SharedMessage> {
+        let index = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+        read(self.0.range(index(start), index(end)), "a range")
+            .into_iter()
+            .map(|m| {
+                let message = subs_protocol::Message::from_wit(m);
+                subs_protocol::SharedMessage::Own(read(message, "a message"))
+            })
+            .collect()
+    }
+
+    fn position(&self, id: &str) -> Option<usize> {
+        read(self.0.position(id), "a message's position").map(|i| i as usize)
+    }
+
+    fn tree(&self) -> subs_protocol::RequestTree {
+        use subs_protocol::wit::BranchRequest;
+        let tree = read(self.0.tree(), "the message tree");
+        let tree = crate::bindings::branch::DecisionRequest::tree_from_wit(tree, self.count());
+        read(tree, "the message tree")
+    }
+}
+
+/// The answer of a read of the branch; panics with the engine's reason.
+#[cfg(not(feature = "wit-0-1-0"))]
+fn read<T>(answer: Result<T, impl std::fmt::Display>, what: &str) -> T {
+    answer.unwrap_or_else(|e| panic!("reading the branch ({what}) failed: {e}"))
 }
 
 #[cfg(test)]
@@ -152,7 +252,7 @@ mod tests {
     #[test]
     fn a_decision_crosses_the_boundary_both_ways() {
         let mut host = RecordingHost::new();
-        let decision = decide_wit(&Echo, wit_request(json!({ "n": 1.5 })), &mut host).unwrap();
+        let decision = decide_wit_0_1_0(&Echo, wit_request(json!({ "n": 1.5 })), &mut host).unwrap();
         let decision = DecisionResponse::from_wit(decision).unwrap();
         assert_eq!(
             decision,
@@ -167,13 +267,13 @@ mod tests {
 
     #[test]
     fn agent_errors_keep_their_retryability() {
-        let err = decide_wit(&Echo, wit_request(json!("fail")), &mut RecordingHost::new()).unwrap_err();
+        let err = decide_wit_0_1_0(&Echo, wit_request(json!("fail")), &mut RecordingHost::new()).unwrap_err();
         assert_eq!(DecideError::from(err), DecideError::retryable("asked to fail"));
     }
 
     #[test]
     fn host_errors_fail_the_decision_terminally() {
-        let err = decide_wit(&Echo, wit_request(json!(null)), &mut RecordingHost::refusing_deltas()).unwrap_err();
+        let err = decide_wit_0_1_0(&Echo, wit_request(json!(null)), &mut RecordingHost::refusing_deltas()).unwrap_err();
         assert!(!err.retryable);
         assert!(err.message.contains("llm.execute"), "{}", err.message);
     }
@@ -182,7 +282,7 @@ mod tests {
     fn unreadable_requests_fail_terminally_naming_the_field() {
         let mut request = wit_request(json!(null));
         request.state = "{not json".to_owned();
-        let err = decide_wit(&Echo, request, &mut RecordingHost::new()).unwrap_err();
+        let err = decide_wit_0_1_0(&Echo, request, &mut RecordingHost::new()).unwrap_err();
         assert!(!err.retryable);
         assert!(
             err.message.starts_with("the engine sent a request the agent cannot read: state: invalid JSON text"),

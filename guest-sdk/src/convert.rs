@@ -2,10 +2,14 @@
 //! protocol crate's one mapping, instantiated against these bindings, plus
 //! the SDK's own types that cross the boundary.
 
-use crate::bindings::subs::agent::host;
-use crate::bindings::wit;
+use crate::bindings::{host, wit};
 use crate::{DecideError, Level};
 
+#[cfg(not(feature = "wit-0-1-0"))]
+use crate::bindings::branch;
+#[cfg(not(feature = "wit-0-1-0"))]
+subs_protocol::wit_conversions!(wit, branch);
+#[cfg(feature = "wit-0-1-0")]
 subs_protocol::wit_conversions!(wit);
 
 impl From<DecideError> for wit::DecideError {

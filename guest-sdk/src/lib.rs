@@ -126,8 +126,11 @@ pub use wit_bindgen;
 
 #[doc(hidden)]
 pub use component::ComponentHost as __ComponentHost;
+#[cfg(not(feature = "wit-0-1-0"))]
 #[doc(hidden)]
 pub use component::decide_wit as __decide_wit;
+#[doc(hidden)]
+pub use component::decide_wit_0_1_0 as __decide_wit_0_1_0;
 #[doc(hidden)]
 pub use component::report_panics as __report_panics;
 

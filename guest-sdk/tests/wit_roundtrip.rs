@@ -74,7 +74,7 @@ fn request_with_tree() -> subs_protocol::DecisionRequest {
     let reply = message("m2", Role::Assistant, "hello");
     let branch = message("m3", Role::Assistant, "hello, again");
     let mut request = subs_protocol::DecisionRequest::for_trigger(subs_protocol::Trigger::SessionStart);
-    request.messages = vec![first.clone().into(), reply.clone().into()];
+    let path = vec![first.clone().into(), reply.clone().into()];
     let tree = MessageTree {
         nodes: vec![
             TreeNode { message: first, parent_id: None },
@@ -83,7 +83,7 @@ fn request_with_tree() -> subs_protocol::DecisionRequest {
         ],
         head_id: Some("m2".into()),
     };
-    request.message_tree = RequestTree::new(tree, &request.messages);
+    request.messages = subs_protocol::Messages::new(path.clone(), RequestTree::new(tree, &path));
     request
 }
 

@@ -24,4 +24,4 @@ trap 'rm -rf "$bundle"' EXIT
     --conditions=subs-component --external:'subs:*' --external:'wasi:*' \
     --log-level=warning --outfile="$bundle/agent.bundle.js"
 "$bin/componentize-js" "$bundle/agent.bundle.js" \
-    --wit "$root/wit" --world-name agent-json --out "$out"
+    --wit "$root/wit" --world-name subs:agent/agent-json@0.1.0 --out "$out"

@@ -17,7 +17,7 @@ if [ ! -x "$cpy" ]; then
 fi
 mkdir -p "$(dirname "$out")"
 cd "$here"
-"$cpy" --wit-path "$root/wit" --world agent --quiet \
+"$cpy" --wit-path "$root/wit" --world subs:agent/agent@0.1.0 --quiet \
     componentize "$module" \
     --python-path "$here" --python-path "$root/guest-sdk/python/src" \
     --output "$out"

@@ -1,6 +1,6 @@
-//! Host bindings of the `subs:agent/agent` and `subs:agent/agent-json`
-//! worlds, the protocol ↔ WIT mapping instantiated against them, and
-//! [`Pre`], an agent of either world ready to instantiate.
+//! Host bindings of the `agent` and `agent-json` worlds of `subs:agent`
+//! `0.1.0` and `0.2.0`, the protocol ↔ WIT mapping instantiated against
+//! them, and [`Pre`], an agent of any of the four ready to instantiate.
 
 #![allow(missing_docs, clippy::all, clippy::pedantic)]
 
@@ -26,60 +26,99 @@ macro_rules! bind_world {
     };
 }
 
-bind_world!("subs:agent/agent", {});
-
-pub use subs::agent::host;
-pub use subs::agent::types as wit;
-
-subs_protocol::wit_conversions!(wit);
-
-impl<T: Send + 'static> AgentPre<T> {
-    /// Instantiates the component into `store`, like
-    /// [`AgentPre::instantiate_async`], and type-checks the `decide` export
-    /// only while `checked` is false (then sets it).
-    ///
-    /// The generated `instantiate_async` type-checks `decide`'s whole
-    /// signature against the instance on every call, a few microseconds for
-    /// the protocol's nested records. The signature belongs to the
-    /// component, not to an instance: every instance of this pre-linked
-    /// component has the same one, so once one instance passed the check,
-    /// later ones are looked up by index alone. `call_decide` then calls the
-    /// function as the typed signature it was checked against.
-    pub async fn instantiate_checked_once(
-        &self,
-        mut store: impl wasmtime::AsContextMut<Data = T>,
-        checked: &std::sync::atomic::AtomicBool,
-    ) -> wasmtime::Result<Agent> {
-        use std::sync::atomic::Ordering;
-        let mut store = store.as_context_mut();
-        let instance = self.instance_pre.instantiate_async(&mut store).await?;
-        if checked.load(Ordering::Acquire) {
-            let decide = instance
-                .get_func(&mut store, &self.indices.decide)
-                .ok_or_else(|| wasmtime::format_err!("the component has no `decide` export"))?;
-            return Ok(Agent { decide });
+/// `instantiate_checked_once` for the typed world's pre-linked agent of
+/// each version.
+macro_rules! checked_once {
+    ($pre:ty, $agent:ident) => {
+        impl<T: Send + 'static> $pre {
+            /// Instantiates the component into `store`, like
+            /// `instantiate_async`, and type-checks the `decide` export only
+            /// while `checked` is false (then sets it).
+            ///
+            /// The generated `instantiate_async` type-checks `decide`'s whole
+            /// signature against the instance on every call, a few
+            /// microseconds for the protocol's nested records. The signature
+            /// belongs to the component, not to an instance: every instance
+            /// of this pre-linked component has the same one, so once one
+            /// instance passed the check, later ones are looked up by index
+            /// alone. `call_decide` then calls the function as the typed
+            /// signature it was checked against.
+            pub async fn instantiate_checked_once(
+                &self,
+                mut store: impl wasmtime::AsContextMut<Data = T>,
+                checked: &std::sync::atomic::AtomicBool,
+            ) -> wasmtime::Result<$agent> {
+                use std::sync::atomic::Ordering;
+                let mut store = store.as_context_mut();
+                let instance = self.instance_pre.instantiate_async(&mut store).await?;
+                if checked.load(Ordering::Acquire) {
+                    let decide = instance
+                        .get_func(&mut store, &self.indices.decide)
+                        .ok_or_else(|| wasmtime::format_err!("the component has no `decide` export"))?;
+                    return Ok($agent { decide });
+                }
+                let agent = self.indices.load(&mut store, &instance)?;
+                checked.store(true, Ordering::Release);
+                Ok(agent)
+            }
         }
-        let agent = self.indices.load(&mut store, &instance)?;
-        checked.store(true, Ordering::Release);
-        Ok(agent)
+    };
+}
+
+bind_world!("subs:agent/agent@0.1.0", {});
+
+pub use subs::agent0_1_0::host;
+pub use subs::agent0_1_0::types as wit;
+
+subs_protocol::wit_conversions!(wit, branch);
+
+pub use v2::subs::agent0_2_0::branch;
+
+/// The worlds of `subs:agent@0.2.0`: the branch is a `messages` resource
+/// (the engine's [`Branch`](crate::branch::Branch)) the agent reads on
+/// demand. Types and the `host` interface are `0.1.0`'s, bound above.
+pub mod v2 {
+    bind_world!("subs:agent/agent@0.2.0", {
+        "subs:agent/types@0.1.0": super::subs::agent0_1_0::types,
+        "subs:agent/host@0.1.0": super::subs::agent0_1_0::host,
+        "subs:agent/branch.messages": crate::branch::Branch,
+    });
+
+    checked_once!(AgentPre<T>, Agent);
+
+    /// `agent-json` of `0.2.0`.
+    pub mod json {
+        bind_world!("subs:agent/agent-json@0.2.0", {
+            "subs:agent/types@0.1.0": super::super::subs::agent0_1_0::types,
+            "subs:agent/host@0.1.0": super::super::subs::agent0_1_0::host,
+            "subs:agent/branch@0.2.0": super::subs::agent0_2_0::branch,
+        });
     }
 }
+
+checked_once!(AgentPre<T>, Agent);
 
 /// The `subs:agent/agent-json` world: `decide` takes and gives JSON text.
 /// Its imports are the `agent` world's, bound above.
 pub mod json {
-    bind_world!("subs:agent/agent-json", {
-        "subs:agent/types": super::subs::agent::types,
-        "subs:agent/host": super::subs::agent::host,
+    bind_world!("subs:agent/agent-json@0.1.0", {
+        "subs:agent/types@0.1.0": super::subs::agent0_1_0::types,
+        "subs:agent/host@0.1.0": super::subs::agent0_1_0::host,
     });
 }
 
-/// A linked agent of either world, ready to instantiate. Cheap to clone.
+/// A linked agent of any of the four worlds, ready to instantiate.
 pub enum Pre<T: 'static> {
-    /// `decide` takes and gives the typed records (`subs:agent/agent`).
+    /// `decide` takes and gives the typed records (`subs:agent/agent@0.1.0`).
     Typed(AgentPre<T>),
-    /// `decide` takes and gives JSON text (`subs:agent/agent-json`).
+    /// `decide` takes and gives JSON text (`subs:agent/agent-json@0.1.0`).
     Json(json::AgentJsonPre<T>),
+    /// The typed records, the branch read on demand
+    /// (`subs:agent/agent@0.2.0`).
+    Lazy(v2::AgentPre<T>),
+    /// JSON text, the branch read on demand
+    /// (`subs:agent/agent-json@0.2.0`).
+    LazyJson(v2::json::AgentJsonPre<T>),
 }
 
 impl<T: 'static> Clone for Pre<T> {
@@ -87,34 +126,43 @@ impl<T: 'static> Clone for Pre<T> {
         match self {
             Self::Typed(pre) => Self::Typed(pre.clone()),
             Self::Json(pre) => Self::Json(pre.clone()),
+            Self::Lazy(pre) => Self::Lazy(pre.clone()),
+            Self::LazyJson(pre) => Self::LazyJson(pre.clone()),
         }
     }
 }
 
 impl<T: Send + 'static> Pre<T> {
     /// The agent `pre` links, of the world the type of its `decide` says:
-    /// one string in, `agent-json`; anything else is held to `agent`'s
-    /// signature. The error names both signatures.
+    /// a second parameter (the `messages` resource) means `0.2.0`, a first
+    /// parameter that is a string the `agent-json` world; anything else is
+    /// held to `0.1.0`'s `agent` signature. The error names every
+    /// signature.
     pub fn new(pre: wasmtime::component::InstancePre<T>) -> Result<Self, String> {
         use wasmtime::component::types::{ComponentItem, Type};
-        let takes_text = match pre.component().get_export(None, "decide") {
+        let (takes_text, lazy) = match pre.component().get_export(None, "decide") {
             Some((ComponentItem::ComponentFunc(f), _)) => {
                 let mut params = f.params();
-                params.len() == 1 && matches!(params.next(), Some((_, Type::String)))
+                let count = params.len();
+                (matches!(params.next(), Some((_, Type::String))), count == 2)
             }
-            _ => false,
+            _ => (false, false),
         };
         let refused = |e: wasmtime::Error| {
             format!(
-                "{e:#}; `decide` must be `func(request: decision-request) -> result<decision-response, \
-                 decide-error>` (world subs:agent/agent) or `func(request: string) -> result<string, \
-                 decide-error>` (world subs:agent/agent-json)"
+                "{e:#}; `decide` must be `func(request: decision-request, messages: messages) -> \
+                 result<decision-response, decide-error>` (world subs:agent/agent@0.2.0), `func(request: \
+                 string, messages: messages) -> result<string, decide-error>` (subs:agent/agent-json@0.2.0), \
+                 or the 0.1.0 worlds' `func(request: decision-request) -> result<decision-response, \
+                 decide-error>` (subs:agent/agent@0.1.0) and `func(request: string) -> result<string, \
+                 decide-error>` (subs:agent/agent-json@0.1.0)"
             )
         };
-        if takes_text {
-            json::AgentJsonPre::new(pre).map(Self::Json).map_err(refused)
-        } else {
-            AgentPre::new(pre).map(Self::Typed).map_err(refused)
+        match (lazy, takes_text) {
+            (true, true) => v2::json::AgentJsonPre::new(pre).map(Self::LazyJson).map_err(refused),
+            (true, false) => v2::AgentPre::new(pre).map(Self::Lazy).map_err(refused),
+            (false, true) => json::AgentJsonPre::new(pre).map(Self::Json).map_err(refused),
+            (false, false) => AgentPre::new(pre).map(Self::Typed).map_err(refused),
         }
     }
 
@@ -123,6 +171,8 @@ impl<T: Send + 'static> Pre<T> {
         match self {
             Self::Typed(pre) => pre.instance_pre(),
             Self::Json(pre) => pre.instance_pre(),
+            Self::Lazy(pre) => pre.instance_pre(),
+            Self::LazyJson(pre) => pre.instance_pre(),
         }
     }
 }

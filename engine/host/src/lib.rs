@@ -36,6 +36,7 @@
 //! (panics still print backtraces); the host warns at start when it is not.
 
 mod bindings;
+mod branch;
 pub mod cache;
 mod compile;
 mod componentize;
@@ -58,8 +59,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sha2::Digest as _;
-use subs_protocol::DecisionResponse;
+use subs_protocol::decision::WithoutBranch;
+use subs_protocol::wit::BranchRequest;
 use subs_protocol::wit::FromWit;
+use subs_protocol::{DecisionResponse, Messages};
 use tracing::Instrument;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline};
@@ -732,6 +735,7 @@ fn link(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     sockets::ip_name_lookup::add_to_linker::<S, WasiSockets>(linker, <S as WasiSocketsView>::sockets)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
     bindings::host::add_to_linker::<S, HasSelf<S>>(linker, |s| s)?;
+    bindings::branch::add_to_linker::<S, HasSelf<S>>(linker, |s| s)?;
     Ok(())
 }
 
@@ -869,17 +873,32 @@ impl ComponentAgent {
             self.host.store(engine, &self.bound, delivery.request.session_id.clone(), delivery.deltas, wall, &meter);
         let call = Call::new(&pre, delivery.request);
         let run = meter.meter(async {
-            match &call {
+            match call {
                 Call::Typed(pre, request) => {
                     let agent =
                         pre.instantiate_checked_once(&mut store, &self.checked).await.map_err(Failure::Start)?;
-                    let answer = agent.call_decide(&mut store, request).await.map_err(Failure::Call)?;
+                    let answer = agent.call_decide(&mut store, &request).await.map_err(Failure::Call)?;
                     Ok(answer.map(|a| Answer::Typed(Box::new(a))))
                 }
                 Call::Json(pre, request) => {
                     let agent = pre.instantiate_async(&mut store).await.map_err(Failure::Start)?;
-                    let answer = agent.call_decide(&mut store, request).await.map_err(Failure::Call)?;
+                    let answer = agent.call_decide(&mut store, &request).await.map_err(Failure::Call)?;
                     Ok(answer.map(Answer::Json))
+                }
+                Call::Lazy(pre, request, messages) => {
+                    let agent =
+                        pre.instantiate_checked_once(&mut store, &self.checked).await.map_err(Failure::Start)?;
+                    let branch = store.data_mut().open_branch(messages).map_err(Failure::Start)?;
+                    let answer = agent.call_decide(&mut store, &request, branch).await.map_err(Failure::Call);
+                    store.data_mut().close_branch();
+                    Ok(answer?.map(|a| Answer::Typed(Box::new(a))))
+                }
+                Call::LazyJson(pre, request, messages) => {
+                    let agent = pre.instantiate_async(&mut store).await.map_err(Failure::Start)?;
+                    let branch = store.data_mut().open_branch(messages).map_err(Failure::Start)?;
+                    let answer = agent.call_decide(&mut store, &request, branch).await.map_err(Failure::Call);
+                    store.data_mut().close_branch();
+                    Ok(answer?.map(Answer::Json))
                 }
             }
         });
@@ -977,13 +996,26 @@ enum Call<'a> {
     Typed(&'a bindings::AgentPre<StoreState>, Box<wit::DecisionRequest>),
     /// The request as the protocol's JSON.
     Json(&'a bindings::json::AgentJsonPre<StoreState>, String),
+    /// The request without its branch, and the branch, which the guest
+    /// reads through a `messages` resource.
+    Lazy(&'a bindings::v2::AgentPre<StoreState>, Box<bindings::branch::DecisionRequest>, Messages),
+    /// The request as JSON without its branch, and the branch.
+    LazyJson(&'a bindings::v2::json::AgentJsonPre<StoreState>, String, Messages),
 }
 
 impl<'a> Call<'a> {
-    fn new(pre: &'a Pre<StoreState>, request: subs_protocol::DecisionRequest) -> Self {
+    fn new(pre: &'a Pre<StoreState>, mut request: subs_protocol::DecisionRequest) -> Self {
         match pre {
             Pre::Typed(pre) => Self::Typed(pre, Box::new(request.into())),
             Pre::Json(pre) => Self::Json(pre, subs_protocol::to_json(&request)),
+            Pre::Lazy(pre) => {
+                let (request, messages) = bindings::branch::DecisionRequest::split(request);
+                Self::Lazy(pre, Box::new(request), messages)
+            }
+            Pre::LazyJson(pre) => {
+                let messages = std::mem::take(&mut request.messages);
+                Self::LazyJson(pre, subs_protocol::to_json(&WithoutBranch(&request)), messages)
+            }
         }
     }
 }

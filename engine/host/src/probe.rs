@@ -32,6 +32,8 @@ impl ComponentAgent {
             match &pre {
                 Pre::Typed(pre) => pre.instantiate_checked_once(&mut store, &self.checked).await.map(drop),
                 Pre::Json(pre) => pre.instantiate_async(&mut store).await.map(drop),
+                Pre::Lazy(pre) => pre.instantiate_checked_once(&mut store, &self.checked).await.map(drop),
+                Pre::LazyJson(pre) => pre.instantiate_async(&mut store).await.map(drop),
             }
         });
         match started.await {

@@ -29,9 +29,12 @@ pub(crate) struct StoreState {
     /// generators, boxing clocks and streams, the two captured outputs) cost
     /// about 1 µs, a tenth of an empty decision.
     wasi: Option<Wasi>,
-    /// WASI's resources (streams, pollables, HTTP requests) for this
-    /// instance.
-    table: ResourceTable,
+    /// WASI's resources (streams, pollables, HTTP requests) and the
+    /// decision's branch, for this instance.
+    pub(crate) table: ResourceTable,
+    /// The table entry of the branch of the decision being made (agents of
+    /// `subs:agent@0.2.0`); reads through any other are refused.
+    pub(crate) live_branch: Option<u32>,
     /// `wasi:http`'s settings and the allow-list gate; built on the guest's
     /// first outgoing request.
     http: Option<(WasiHttpCtx, HttpGate)>,
@@ -80,6 +83,7 @@ impl StoreState {
             grant,
             wasi: None,
             table: ResourceTable::new(),
+            live_branch: None,
             http: None,
             limiter,
             deltas,

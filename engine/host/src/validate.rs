@@ -23,6 +23,8 @@ use super::inspect::Shape;
 pub(crate) const GRANTED: &[&str] = &[
     "subs:agent/host",
     "subs:agent/types",
+    // `subs:agent@0.2.0`'s `messages` resource, the decision's branch.
+    "subs:agent/branch",
     "wasi:clocks/wall-clock",
     "wasi:clocks/monotonic-clock",
     "wasi:random/random",
@@ -69,8 +71,8 @@ pub(crate) fn check_shape(shape: &Shape) -> Result<(), LoadError> {
     exports.sort_unstable();
     let exports = if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") };
     Err(LoadError::World(format!(
-        "it does not export `decide` (subs:agent@0.1.0); it exports {exports} — build it against \
-         the subs:agent world, e.g. with the subs-sdk `export!` macro"
+        "it does not export `decide` (subs:agent@0.2.0 or 0.1.0); it exports {exports} — build it \
+         against the subs:agent world, e.g. with the subs-sdk `export!` macro"
     )))
 }
 

@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use crate::message::FullTree;
 use crate::{
-    Action, AgentConfig, DraftMessage, Handler, Message, MessageTree, ProtocolError, RequestTree, SharedMessage,
-    Trigger,
+    Action, AgentConfig, DraftMessage, Handler, Message, MessageTree, Messages, ProtocolError, RequestTree,
+    SharedMessage, Trigger,
 };
 
 /// What the engine sends a worker whenever it needs to know what happens
@@ -23,6 +23,7 @@ use crate::{
 /// through it as it would itself (`request.messages.last().map(|m| m.text())`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(transform = with_message_tree))]
 #[serde(from = "WireRequest")]
 pub struct DecisionRequest {
     /// The session.
@@ -46,13 +47,12 @@ pub struct DecisionRequest {
     pub calls: Vec<Call>,
     /// In-flight tool and sub-agent calls.
     pub pending_calls: u32,
-    /// The active conversation path, oldest first.
+    /// The active conversation path, oldest first, and the session's
+    /// message tree (JSON's `message_tree`: [`Messages::tree`], read with
+    /// [`DecisionRequest::tree_nodes`]). In a component built against
+    /// `subs:agent@0.2.0` it is read on demand.
     #[cfg_attr(feature = "schema", schemars(with = "Vec<Message>"))]
-    pub messages: Vec<SharedMessage>,
-    /// Every message of the session; nodes on the active path refer to
-    /// `messages` (see [`DecisionRequest::tree_nodes`]).
-    #[cfg_attr(feature = "schema", schemars(with = "MessageTree"))]
-    pub message_tree: RequestTree,
+    pub messages: Messages,
     /// Ancestor session ids, nearest last, for sub-agents.
     pub ancestry: Vec<String>,
     /// Delivery attempts of this decision (1 on the first).
@@ -61,6 +61,31 @@ pub struct DecisionRequest {
     pub deadline: Option<String>,
     /// The turn's idempotency id.
     pub turn_id: Option<String>,
+}
+
+/// Adds the `message_tree` that [`DecisionRequest`] writes from its
+/// `messages` to the derived schema, after `messages`. (`MessageTree` is
+/// put under `$defs` by [`crate::schema::document`].)
+#[cfg(feature = "schema")]
+fn with_message_tree(schema: &mut schemars::Schema) {
+    let tree = serde_json::json!({
+        "$ref": "#/$defs/MessageTree",
+        "description": "Every message of the session; nodes on the active path refer to `messages` by index.",
+    });
+    if let Some(Value::Object(properties)) = schema.get_mut("properties") {
+        let old = std::mem::take(properties);
+        for (name, property) in old {
+            let after_messages = name == "messages";
+            properties.insert(name, property);
+            if after_messages {
+                properties.insert("message_tree".into(), tree.clone());
+            }
+        }
+    }
+    if let Some(Value::Array(required)) = schema.get_mut("required") {
+        let at = required.iter().position(|name| name == "messages").map_or(required.len(), |i| i + 1);
+        required.insert(at, "message_tree".into());
+    }
 }
 
 /// A [`DecisionRequest`] as JSON has it: the tree in full. (Its schema is
@@ -89,8 +114,8 @@ struct WireRequest {
 
 impl From<WireRequest> for DecisionRequest {
     fn from(w: WireRequest) -> Self {
+        let tree = RequestTree::new(w.message_tree, &w.messages);
         Self {
-            message_tree: RequestTree::new(w.message_tree, &w.messages),
             session_id: w.session_id,
             decision_id: w.decision_id,
             agent_id: w.agent_id,
@@ -101,7 +126,7 @@ impl From<WireRequest> for DecisionRequest {
             agent: w.agent,
             calls: w.calls,
             pending_calls: w.pending_calls,
-            messages: w.messages,
+            messages: Messages::new(w.messages, tree),
             ancestry: w.ancestry,
             attempts: w.attempts,
             deadline: w.deadline,
@@ -112,8 +137,27 @@ impl From<WireRequest> for DecisionRequest {
 
 impl Serialize for DecisionRequest {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.serialize_with_branch(serializer, true)
+    }
+}
+
+/// A [`DecisionRequest`] written without `messages` and `message_tree`:
+/// what a component of `subs:agent@0.2.0`'s `agent-json` world receives
+/// (it reads the branch through its `messages` resource).
+#[derive(Debug, Clone, Copy)]
+pub struct WithoutBranch<'a>(pub &'a DecisionRequest);
+
+impl Serialize for WithoutBranch<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize_with_branch(serializer, false)
+    }
+}
+
+impl DecisionRequest {
+    /// Writes the request, its branch only when `branch` is true.
+    fn serialize_with_branch<S: serde::Serializer>(&self, serializer: S, branch: bool) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        let mut s = serializer.serialize_struct("DecisionRequest", 16)?;
+        let mut s = serializer.serialize_struct("DecisionRequest", if branch { 16 } else { 14 })?;
         s.serialize_field("session_id", &self.session_id)?;
         s.serialize_field("decision_id", &self.decision_id)?;
         s.serialize_field("agent_id", &self.agent_id)?;
@@ -124,8 +168,10 @@ impl Serialize for DecisionRequest {
         s.serialize_field("agent", &self.agent)?;
         s.serialize_field("calls", &self.calls)?;
         s.serialize_field("pending_calls", &self.pending_calls)?;
-        s.serialize_field("messages", &self.messages)?;
-        s.serialize_field("message_tree", &FullTree::new(&self.message_tree, &self.messages))?;
+        if branch {
+            s.serialize_field("messages", &self.messages)?;
+            s.serialize_field("message_tree", &FullTree::new(self.messages.tree(), &self.messages))?;
+        }
         s.serialize_field("ancestry", &self.ancestry)?;
         s.serialize_field("attempts", &self.attempts)?;
         s.serialize_field("deadline", &self.deadline)?;
@@ -151,8 +197,7 @@ impl DecisionRequest {
             agent: None,
             calls: Vec::new(),
             pending_calls: 0,
-            messages: Vec::new(),
-            message_tree: RequestTree::default(),
+            messages: Messages::default(),
             ancestry: Vec::new(),
             attempts: 1,
             deadline: None,
@@ -187,16 +232,17 @@ impl DecisionRequest {
     /// # use subs_protocol::*;
     /// let hi: Message = from_value(serde_json::json!({"id": "m1", "role": "user", "content": "hi"})).unwrap();
     /// let mut request = DecisionRequest::for_trigger(Trigger::SessionStart);
-    /// request.messages = vec![hi.clone().into()];
-    /// request.message_tree = RequestTree::new(
+    /// let path = vec![SharedMessage::from(hi.clone())];
+    /// let tree = RequestTree::new(
     ///     MessageTree { nodes: vec![TreeNode { message: hi, parent_id: None }], head_id: Some("m1".into()) },
-    ///     &request.messages,
+    ///     &path,
     /// );
+    /// request.messages = Messages::new(path, tree);
     /// let (message, parent) = request.tree_nodes().next().unwrap().unwrap();
     /// assert_eq!((message.id.as_str(), parent), ("m1", None));
     /// ```
     pub fn tree_nodes(&self) -> impl Iterator<Item = Result<(&Message, Option<&str>), ProtocolError>> + '_ {
-        self.message_tree.nodes_with(&self.messages).map(|node| node.map_err(|e| e.in_field("message_tree")))
+        self.messages.tree().nodes_with(&self.messages).map(|node| node.map_err(|e| e.in_field("message_tree")))
     }
 
     /// The session's whole tree, every message copied.
@@ -204,7 +250,7 @@ impl DecisionRequest {
     /// # Errors
     /// A `message_tree` index that points nowhere.
     pub fn full_tree(&self) -> Result<MessageTree, ProtocolError> {
-        self.message_tree.to_tree(&self.messages).map_err(|e| e.in_field("message_tree"))
+        self.messages.tree().to_tree(&self.messages).map_err(|e| e.in_field("message_tree"))
     }
 
     /// The in-flight call with this id.

@@ -37,6 +37,7 @@
 //! `trigger::ToolExecute`) because several share a protocol name.
 
 pub mod action;
+pub mod branch;
 pub mod client;
 pub mod config;
 pub mod decision;
@@ -58,6 +59,7 @@ pub mod arbitrary;
 pub mod schema;
 
 pub use action::Action;
+pub use branch::{MessageSource, Messages};
 pub use client::{ClientInput, PostedInput};
 pub use config::{
     AgentConfig, AgentTool, Handler, LlmFormat, LlmHandler, McpServerUse, RetryPolicy, SubAgent, ToolHandler,

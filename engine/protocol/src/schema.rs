@@ -23,6 +23,9 @@ pub fn document() -> Value {
         generator.subschema_for::<LlmResponse>(),
         generator.subschema_for::<StreamDelta>(),
     ];
+    // A request's `message_tree` is added to its schema by hand (it is
+    // written from `messages`), so its type is registered here.
+    generator.subschema_for::<crate::MessageTree>();
     let mut defs: Vec<(String, Value)> = generator.take_definitions(true).into_iter().collect();
     defs.sort_by(|a, b| a.0.cmp(&b.0));
     let mut document = Map::new();

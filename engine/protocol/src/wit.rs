@@ -19,6 +19,24 @@ use serde_json::Value;
 
 use crate::ProtocolError;
 
+/// The decision request of `subs:agent@0.2.0`, which crosses without its
+/// branch (the agent reads that through a `messages` resource), and the
+/// message tree that resource gives.
+pub trait BranchRequest: Sized {
+    /// The WIT message tree (active nodes refer to the path by index).
+    type Tree;
+    /// The request without its branch, and the branch.
+    fn split(request: crate::DecisionRequest) -> (Self, crate::Messages);
+    /// The request with `messages` as its branch. Fails where a field's
+    /// JSON text does not parse; the error names the field.
+    fn join(self, messages: crate::Messages) -> Result<crate::DecisionRequest, ProtocolError>;
+    /// A tree as WIT has it.
+    fn tree_to_wit(tree: crate::RequestTree) -> Self::Tree;
+    /// A tree read from WIT, against a path of `path_len` messages; an
+    /// index that points nowhere is an error.
+    fn tree_from_wit(tree: Self::Tree, path_len: usize) -> Result<crate::RequestTree, ProtocolError>;
+}
+
 /// Converts a WIT value into a protocol value. Fails only where the WIT
 /// value carries JSON text that does not parse; the error names the field.
 pub trait FromWit<W>: Sized {
@@ -247,9 +265,12 @@ macro_rules! __wit_variant {
 /// use crate::bindings::subs::agent::types as wit;
 /// subs_protocol::wit_conversions!(wit);
 /// ```
+///
+/// Given a second module, `subs:agent@0.2.0`'s `branch` interface, it also
+/// implements [`BranchRequest`] for that version's request.
 #[macro_export]
 macro_rules! wit_conversions {
-    ($w:ident) => {
+    ($w:ident $(, $b:ident)?) => {
         const _: () = {
             use $crate as p;
             use $crate::__wit_record as record;
@@ -372,12 +393,12 @@ macro_rules! wit_conversions {
                     .collect();
                 w::MessageTree { nodes, head_id: tree.head_id }
             }
-            fn tree_from_wit(tree: w::MessageTree, path: &[p::SharedMessage]) -> R<p::RequestTree> {
+            fn tree_from_wit(tree: w::MessageTree, path_len: usize) -> R<p::RequestTree> {
                 use $crate::wit::bad_tree_index;
                 let mut nodes = Vec::with_capacity(tree.nodes.len());
                 for (k, node) in tree.nodes.into_iter().enumerate() {
                     let message = match node.message {
-                        w::TreeMessage::Active(i) if (i as usize) < path.len() => p::NodeMessage::Active(i as usize),
+                        w::TreeMessage::Active(i) if (i as usize) < path_len => p::NodeMessage::Active(i as usize),
                         w::TreeMessage::Active(i) => return Err(bad_tree_index(k, "message", "message", i)),
                         w::TreeMessage::Other(m) => p::NodeMessage::Other(p::SharedMessage::Own(
                             p::Message::from_wit(m).map_err(|e| e.in_field("message").in_index(k).in_field("nodes"))?,
@@ -657,7 +678,8 @@ macro_rules! wit_conversions {
             // The tree refers to the active path by index.
             impl From<p::DecisionRequest> for w::DecisionRequest {
                 fn from(v: p::DecisionRequest) -> Self {
-                    let message_tree = tree_to_wit(v.message_tree);
+                    let (messages, tree) = v.messages.into_parts();
+                    let message_tree = tree_to_wit(tree);
                     Self {
                         session_id: v.session_id,
                         decision_id: v.decision_id,
@@ -669,7 +691,7 @@ macro_rules! wit_conversions {
                         agent: v.agent.map(Into::into),
                         calls: v.calls.into_iter().map(Into::into).collect(),
                         pending_calls: v.pending_calls,
-                        messages: v.messages.into_iter().map(Into::into).collect(),
+                        messages: messages.into_iter().map(Into::into).collect(),
                         message_tree,
                         ancestry: v.ancestry,
                         attempts: v.attempts,
@@ -682,7 +704,7 @@ macro_rules! wit_conversions {
                 fn from_wit(v: w::DecisionRequest) -> R<Self> {
                     let messages: Vec<p::SharedMessage> = list(v.messages, "messages")?;
                     let message_tree =
-                        tree_from_wit(v.message_tree, &messages).map_err(|e| e.in_field("message_tree"))?;
+                        tree_from_wit(v.message_tree, messages.len()).map_err(|e| e.in_field("message_tree"))?;
                     Ok(Self {
                         session_id: v.session_id,
                         decision_id: v.decision_id,
@@ -694,8 +716,7 @@ macro_rules! wit_conversions {
                         agent: opt(v.agent, "agent")?,
                         calls: list(v.calls, "calls")?,
                         pending_calls: v.pending_calls,
-                        messages,
-                        message_tree,
+                        messages: p::Messages::new(messages, message_tree),
                         ancestry: v.ancestry,
                         attempts: v.attempts,
                         deadline: v.deadline,
@@ -703,6 +724,63 @@ macro_rules! wit_conversions {
                     })
                 }
             }
+
+            $(
+                use $b as b;
+
+                impl $crate::wit::BranchRequest for b::DecisionRequest {
+                    type Tree = w::MessageTree;
+
+                    fn split(v: p::DecisionRequest) -> (Self, p::Messages) {
+                        let request = Self {
+                            session_id: v.session_id,
+                            decision_id: v.decision_id,
+                            agent_id: v.agent_id,
+                            identity: v.identity.into(),
+                            trigger: v.trigger.into(),
+                            proposed: v.proposed.into(),
+                            state: json_text(&v.state),
+                            agent: v.agent.map(Into::into),
+                            calls: v.calls.into_iter().map(Into::into).collect(),
+                            pending_calls: v.pending_calls,
+                            ancestry: v.ancestry,
+                            attempts: v.attempts,
+                            deadline: v.deadline,
+                            turn_id: v.turn_id,
+                        };
+                        (request, v.messages)
+                    }
+
+                    fn join(self, messages: p::Messages) -> R<p::DecisionRequest> {
+                        let v = self;
+                        Ok(p::DecisionRequest {
+                            session_id: v.session_id,
+                            decision_id: v.decision_id,
+                            agent_id: v.agent_id,
+                            identity: field(v.identity, "identity")?,
+                            trigger: field(v.trigger, "trigger")?,
+                            proposed: field(v.proposed, "proposed")?,
+                            state: json(&v.state, "state")?,
+                            agent: opt(v.agent, "agent")?,
+                            calls: list(v.calls, "calls")?,
+                            pending_calls: v.pending_calls,
+                            messages,
+                            ancestry: v.ancestry,
+                            attempts: v.attempts,
+                            deadline: v.deadline,
+                            turn_id: v.turn_id,
+                        })
+                    }
+
+                    fn tree_to_wit(tree: p::RequestTree) -> w::MessageTree {
+                        tree_to_wit(tree)
+                    }
+
+                    fn tree_from_wit(tree: w::MessageTree, path_len: usize) -> R<p::RequestTree> {
+                        tree_from_wit(tree, path_len)
+                    }
+                }
+            )?
 
             // ---- client inputs -----------------------------------------
 

@@ -684,7 +684,7 @@ proptest! {
 fn a_request_tree_index_that_points_nowhere_is_an_error() {
     use subs_protocol::{NodeMessage, NodeParent, RequestNode};
     let mut request = DecisionRequest::for_trigger(Trigger::SessionStart);
-    request.message_tree.nodes.push(RequestNode { message: NodeMessage::Active(3), parent: NodeParent::Root });
+    request.messages.tree_mut().nodes.push(RequestNode { message: NodeMessage::Active(3), parent: NodeParent::Root });
     let err = serde_json::to_string(&request).unwrap_err().to_string();
     assert!(err.contains("message_tree.nodes[0].message") && err.contains("message 3, which does not exist"), "{err}");
     let err = request.full_tree().unwrap_err();
@@ -692,7 +692,7 @@ fn a_request_tree_index_that_points_nowhere_is_an_error() {
     let err = request.tree_nodes().next().unwrap().unwrap_err();
     assert_eq!(err.field(), Some("message_tree.nodes[0].message"));
 
-    request.message_tree.nodes[0] = RequestNode {
+    request.messages.tree_mut().nodes[0] = RequestNode {
         message: NodeMessage::Other(subs_protocol::from_value(json!({"id": "m", "role": "user"})).unwrap()),
         parent: NodeParent::Node(0),
     };

@@ -46,8 +46,7 @@ proptest! {
         let compact = RequestTree::new(tree.clone(), &path);
         prop_assert_eq!(compact.to_tree(&path).unwrap(), tree.clone());
         let mut request = DecisionRequest::for_trigger(Trigger::SessionStart);
-        request.messages = path;
-        request.message_tree = compact;
+        request.messages = subs_protocol::Messages::new(path, compact);
         prop_assert_eq!(&to_value(&request)["message_tree"], &to_value(&tree));
     }
 

@@ -347,12 +347,14 @@ export interface DecisionRequest {
   calls: Call[];
   /** In-flight tool and sub-agent calls. */
   pending_calls: number;
-  /** The active conversation path, oldest first. */
-  messages: Message[];
   /**
-   * Every message of the session; nodes on the active path refer to
-   * `messages` (see [`DecisionRequest::tree_nodes`]).
+   * The active conversation path, oldest first, and the session's
+   * message tree (JSON's `message_tree`: [`Messages::tree`], read with
+   * [`DecisionRequest::tree_nodes`]). In a component built against
+   * `subs:agent@0.2.0` it is read on demand.
    */
+  messages: Message[];
+  /** Every message of the session; nodes on the active path refer to `messages` by index. */
   message_tree: MessageTree;
   /** Ancestor session ids, nearest last, for sub-agents. */
   ancestry: string[];

@@ -259,9 +259,9 @@ class DecisionRequest(_DecisionRequestMethods):
     calls: List[Call] = field(default_factory=list)
     #: In-flight tool and sub-agent calls.
     pending_calls: int = 0
-    #: The active conversation path, oldest first.
+    #: The active conversation path, oldest first, and the session's message tree (JSON's `message_tree`: [`Messages::tree`], read with [`DecisionRequest::tree_nodes`]). In a component built against `subs:agent@0.2.0` it is read on demand.
     messages: List[Message] = field(default_factory=list)
-    #: Every message of the session; nodes on the active path refer to `messages` (see [`DecisionRequest::tree_nodes`]).
+    #: Every message of the session; nodes on the active path refer to `messages` by index.
     message_tree: MessageTree = field(default_factory=lambda: MessageTree())
     #: Ancestor session ids, nearest last, for sub-agents.
     ancestry: List[str] = field(default_factory=list)

@@ -8,7 +8,7 @@
 mod bindings {
     wit_bindgen::generate!({
         path: "../../../wit",
-        world: "subs:agent/floor",
+        world: "subs:agent/floor@0.1.0",
     });
 
     struct Floor;

@@ -15,7 +15,7 @@
 //!
 //! any other trigger gets `{}`.
 
-use subs_sdk::bindings::{Guest, wit};
+use subs_sdk::bindings::{DecisionRequest, Guest, Messages, wit};
 
 struct Garbage;
 
@@ -30,7 +30,7 @@ fn tool(name: &str, input: &str) -> wit::AgentTool {
 }
 
 impl Guest for Garbage {
-    fn decide(request: wit::DecisionRequest) -> Result<wit::DecisionResponse, wit::DecideError> {
+    fn decide(request: DecisionRequest, _messages: Messages) -> Result<wit::DecisionResponse, wit::DecideError> {
         // What the SDK's export glue does first: built without WASI, a
         // panic's message reaches the engine through its log import.
         subs_sdk::__report_panics();

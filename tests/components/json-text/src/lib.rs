@@ -1,4 +1,4 @@
-//! Test component of the `subs:agent/agent-json` world, whose `decide`
+//! Test component of the `subs:agent/agent-json@0.1.0` world, whose `decide`
 //! takes and gives JSON text. It answers as its request's `state` says:
 //!
 //! - a string: that text, verbatim, as the decision (valid or not);
@@ -11,7 +11,7 @@
 mod bindings {
     wit_bindgen::generate!({
         path: "../../../wit",
-        world: "subs:agent/agent-json",
+        world: "subs:agent/agent-json@0.1.0",
         // The world imports WASI interfaces that no crate here binds.
         generate_all,
     });

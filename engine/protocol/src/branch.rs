@@ -1,0 +1,378 @@
+//! [`Messages`]: a decision's branch (the active path and the session's
+//! message tree), held in memory or read on demand.
+//!
+//! The engine holds every message of a session and builds each request from
+//! them, sharing rather than copying ([`SharedMessage`]); an HTTP worker
+//! reads the whole branch from the request's JSON. A component built
+//! against `subs:agent@0.2.0` gets the branch as a host resource instead,
+//! and its SDK wraps that resource in a [`Messages`] that reads only what
+//! the agent's code asks for: `len`, `last`, [`Messages::at`],
+//! [`Messages::range`], [`Messages::last_n`], [`Messages::after`] and
+//! [`Messages::position`] each read just their answer. Reading the branch
+//! as a whole (iterating, indexing, slicing: anything through `Deref`)
+//! reads it once and keeps it.
+
+use std::ops::{Bound, Deref, DerefMut, RangeBounds};
+use std::sync::{Arc, OnceLock};
+
+use serde::{Serialize, Serializer};
+
+use crate::{Message, RequestTree, SharedMessage};
+
+/// Where a lazy [`Messages`] reads the branch from: in a component, the
+/// engine's `messages` resource.
+///
+/// The methods cannot fail: a source that cannot answer (the engine refused
+/// the read) panics with the reason, which in a component fails the
+/// delivery with that message.
+pub trait MessageSource: Send + Sync {
+    /// How many messages the active path has.
+    fn count(&self) -> usize;
+    /// The messages of the active path from `start` up to `end` (clipped to
+    /// the path).
+    fn range(&self, start: usize, end: usize) -> Vec<SharedMessage>;
+    /// The index on the active path of the message whose id is `id`.
+    fn position(&self, id: &str) -> Option<usize>;
+    /// The session's message tree; its active nodes refer to the path by
+    /// index.
+    fn tree(&self) -> RequestTree;
+}
+
+/// The branch a decision is about: the active path's messages, oldest
+/// first, and the session's message tree (every message, edits fork it).
+///
+/// Reads as the `Vec` of the path (`for m in request.messages.iter()`,
+/// `request.messages[0]`), and answers the usual questions without reading
+/// the rest of a lazy branch: [`len`](Messages::len),
+/// [`last`](Messages::last), [`at`](Messages::at),
+/// [`range`](Messages::range), [`last_n`](Messages::last_n),
+/// [`after`](Messages::after), [`position`](Messages::position). Serializes
+/// as the path, a JSON array of messages.
+#[derive(Clone, Default)]
+pub struct Messages {
+    /// The active path, once read (at once when the branch is held).
+    path: OnceLock<Vec<SharedMessage>>,
+    /// The tree, once read.
+    tree: OnceLock<RequestTree>,
+    /// Where a lazy branch is read from; `None` once the branch is held.
+    source: Option<Arc<dyn MessageSource>>,
+    /// The path's length, once asked.
+    len: OnceLock<usize>,
+    /// The last message, once asked.
+    last: OnceLock<Option<SharedMessage>>,
+}
+
+impl Messages {
+    /// A branch held in memory: `path` and the `tree` whose active nodes
+    /// refer to it.
+    pub fn new(path: Vec<SharedMessage>, tree: RequestTree) -> Self {
+        Self { path: OnceLock::from(path), tree: OnceLock::from(tree), ..Self::default() }
+    }
+
+    /// A branch read from `source` as it is asked for.
+    pub fn lazy(source: Arc<dyn MessageSource>) -> Self {
+        Self { source: Some(source), ..Self::default() }
+    }
+
+    /// The path, read whole from the source on first use.
+    fn path(&self) -> &Vec<SharedMessage> {
+        self.path.get_or_init(|| match &self.source {
+            Some(source) => source.range(0, self.len()),
+            None => Vec::new(),
+        })
+    }
+
+    /// The source, while the path is still unread.
+    fn unread(&self) -> Option<&dyn MessageSource> {
+        match (&self.source, self.path.get()) {
+            (Some(source), None) => Some(&**source),
+            _ => None,
+        }
+    }
+
+    /// How many messages the active path has.
+    pub fn len(&self) -> usize {
+        match self.unread() {
+            Some(source) => *self.len.get_or_init(|| source.count()),
+            None => self.path().len(),
+        }
+    }
+
+    /// Whether the active path is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The newest message of the active path.
+    pub fn last(&self) -> Option<&SharedMessage> {
+        match self.unread() {
+            Some(_) => self.last.get_or_init(|| self.last_n(1).pop()).as_ref(),
+            None => self.path().last(),
+        }
+    }
+
+    /// The message at `index` (0 is the oldest).
+    pub fn at(&self, index: usize) -> Option<SharedMessage> {
+        match self.unread() {
+            Some(source) if index < self.len() => source.range(index, index + 1).pop(),
+            Some(_) => None,
+            None => self.path().get(index).cloned(),
+        }
+    }
+
+    /// The messages of `range`, clipped to the path.
+    pub fn range(&self, range: impl RangeBounds<usize>) -> Vec<SharedMessage> {
+        let len = self.len();
+        let start = match range.start_bound() {
+            Bound::Included(&i) => i,
+            Bound::Excluded(&i) => i.saturating_add(1),
+            Bound::Unbounded => 0,
+        }
+        .min(len);
+        let end = match range.end_bound() {
+            Bound::Included(&i) => i.saturating_add(1),
+            Bound::Excluded(&i) => i,
+            Bound::Unbounded => len,
+        }
+        .clamp(start, len);
+        match self.unread() {
+            Some(_) if start == end => Vec::new(),
+            Some(source) => source.range(start, end),
+            None => self.path()[start..end].to_vec(),
+        }
+    }
+
+    /// The last `n` messages (all of them when there are fewer), oldest
+    /// first.
+    pub fn last_n(&self, n: usize) -> Vec<SharedMessage> {
+        self.range(self.len().saturating_sub(n)..)
+    }
+
+    /// The index of the message whose id is `id` on the active path.
+    pub fn position(&self, id: &str) -> Option<usize> {
+        match self.unread() {
+            Some(source) => source.position(id),
+            None => self.path().iter().position(|m| m.id == id),
+        }
+    }
+
+    /// The messages after the one whose id is `id`; `None` when no message
+    /// of the active path has that id.
+    pub fn after(&self, id: &str) -> Option<Vec<SharedMessage>> {
+        self.position(id).map(|i| self.range(i + 1..))
+    }
+
+    /// The session's message tree; its active nodes refer to this path by
+    /// index (see [`RequestTree::nodes_with`]).
+    pub fn tree(&self) -> &RequestTree {
+        self.tree.get_or_init(|| self.source.as_ref().map(|s| s.tree()).unwrap_or_default())
+    }
+
+    /// The tree, to change (read first if the branch is lazy).
+    pub fn tree_mut(&mut self) -> &mut RequestTree {
+        self.tree();
+        self.tree.get_mut().expect("read just above")
+    }
+
+    /// Whether the whole path has been read (always, for a held branch):
+    /// what lets a test tell that an agent read only what it asked for.
+    pub fn is_read(&self) -> bool {
+        self.path.get().is_some()
+    }
+
+    /// The path and the tree, read whole.
+    pub fn into_parts(mut self) -> (Vec<SharedMessage>, RequestTree) {
+        self.path();
+        self.tree();
+        (self.path.take().unwrap_or_default(), self.tree.take().unwrap_or_default())
+    }
+}
+
+impl Deref for Messages {
+    type Target = Vec<SharedMessage>;
+
+    fn deref(&self) -> &Vec<SharedMessage> {
+        self.path()
+    }
+}
+
+/// Reads the branch whole, then lets it be changed like any `Vec`.
+impl DerefMut for Messages {
+    fn deref_mut(&mut self) -> &mut Vec<SharedMessage> {
+        self.path();
+        self.tree();
+        self.source = None;
+        self.len = OnceLock::new();
+        self.last = OnceLock::new();
+        self.path.get_mut().expect("read just above")
+    }
+}
+
+impl<'a> IntoIterator for &'a Messages {
+    type Item = &'a SharedMessage;
+    type IntoIter = std::slice::Iter<'a, SharedMessage>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.path().iter()
+    }
+}
+
+/// A path with an empty tree.
+impl From<Vec<SharedMessage>> for Messages {
+    fn from(path: Vec<SharedMessage>) -> Self {
+        Self::new(path, RequestTree::default())
+    }
+}
+
+/// A path of messages the branch owns, with an empty tree.
+impl From<Vec<Message>> for Messages {
+    fn from(path: Vec<Message>) -> Self {
+        path.into_iter().map(SharedMessage::Own).collect::<Vec<_>>().into()
+    }
+}
+
+/// Equal when the paths and the trees are (both read whole).
+impl PartialEq for Messages {
+    fn eq(&self, other: &Self) -> bool {
+        self.path() == other.path() && self.tree() == other.tree()
+    }
+}
+
+/// Shows what has been read, reading nothing more.
+impl std::fmt::Debug for Messages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.path.get() {
+            Some(path) => f.debug_struct("Messages").field("path", path).field("tree", &self.tree.get()).finish(),
+            None => f.debug_struct("Messages").field("lazy", &true).field("len", &self.len.get()).finish(),
+        }
+    }
+}
+
+/// The path, as a JSON array of messages.
+impl Serialize for Messages {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.path().serialize(serializer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::MessageTree;
+
+    fn message(i: usize) -> Message {
+        crate::from_value(serde_json::json!({"id": format!("m{i}"), "role": "user", "content": format!("m{i}")}))
+            .unwrap()
+    }
+
+    /// A source that records each read.
+    struct Counting {
+        path: Vec<Message>,
+        reads: Mutex<Vec<String>>,
+    }
+
+    impl MessageSource for Counting {
+        fn count(&self) -> usize {
+            self.reads.lock().unwrap().push("len".into());
+            self.path.len()
+        }
+        fn range(&self, start: usize, end: usize) -> Vec<SharedMessage> {
+            self.reads.lock().unwrap().push(format!("range {start}..{end}"));
+            self.path[start.min(self.path.len())..end.min(self.path.len())]
+                .iter()
+                .cloned()
+                .map(SharedMessage::Own)
+                .collect()
+        }
+        fn position(&self, id: &str) -> Option<usize> {
+            self.reads.lock().unwrap().push(format!("position {id}"));
+            self.path.iter().position(|m| m.id == id)
+        }
+        fn tree(&self) -> RequestTree {
+            self.reads.lock().unwrap().push("tree".into());
+            let nodes = self
+                .path
+                .iter()
+                .enumerate()
+                .map(|(i, m)| crate::TreeNode {
+                    message: m.clone(),
+                    parent_id: i.checked_sub(1).map(|p| format!("m{p}")),
+                })
+                .collect();
+            let path: Vec<SharedMessage> = self.path.iter().cloned().map(SharedMessage::Own).collect();
+            RequestTree::new(MessageTree { nodes, head_id: self.path.last().map(|m| m.id.clone()) }, &path)
+        }
+    }
+
+    fn lazy(n: usize) -> (Messages, Arc<Counting>) {
+        let source = Arc::new(Counting { path: (0..n).map(message).collect(), reads: Mutex::default() });
+        (Messages::lazy(source.clone()), source)
+    }
+
+    fn reads(source: &Counting) -> Vec<String> {
+        source.reads.lock().unwrap().clone()
+    }
+
+    #[test]
+    fn a_lazy_branch_reads_only_what_is_asked() {
+        let (messages, source) = lazy(4000);
+        assert_eq!(messages.len(), 4000);
+        assert_eq!(messages.last().unwrap().id, "m3999");
+        assert_eq!(messages.last().unwrap().id, "m3999", "the last message is kept once read");
+        assert_eq!(messages.at(7).unwrap().id, "m7");
+        assert!(messages.at(4000).is_none());
+        assert_eq!(messages.last_n(2).iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), ["m3998", "m3999"]);
+        assert_eq!(messages.after("m3997").unwrap().len(), 2);
+        assert!(messages.after("nope").is_none());
+        assert!(!messages.is_read());
+        assert_eq!(
+            reads(&source),
+            [
+                "len",
+                "range 3999..4000",
+                "range 7..8",
+                "range 3998..4000",
+                "position m3997",
+                "range 3998..4000",
+                "position nope"
+            ]
+        );
+    }
+
+    #[test]
+    fn reading_a_lazy_branch_whole_reads_it_once() {
+        let (messages, source) = lazy(5);
+        assert_eq!(messages.iter().count(), 5);
+        assert_eq!(messages[4].id, "m4");
+        assert_eq!(messages.range(1..3).len(), 2);
+        assert!(messages.is_read());
+        assert_eq!(reads(&source), ["len", "range 0..5"]);
+        let (path, tree) = messages.clone().into_parts();
+        assert_eq!(path.len(), 5);
+        assert_eq!(tree.nodes.len(), 5);
+        assert_eq!(messages, Messages::new(path, tree));
+    }
+
+    #[test]
+    fn ranges_are_clipped_to_the_path() {
+        let held: Messages = (0..3).map(message).collect::<Vec<_>>().into();
+        let (lazy, _) = lazy(3);
+        for messages in [&held, &lazy] {
+            assert_eq!(messages.range(2..10).len(), 1);
+            assert!(messages.range(5..).is_empty());
+            assert_eq!(messages.range(..=1).len(), 2);
+            assert_eq!(messages.last_n(10).len(), 3);
+        }
+    }
+
+    #[test]
+    fn changing_a_lazy_branch_reads_it_first() {
+        let (mut messages, _) = lazy(2);
+        messages.push(SharedMessage::Own(message(9)));
+        assert_eq!(messages.len(), 3);
+        assert_eq!(messages.last().unwrap().id, "m9");
+        assert_eq!(crate::to_value(&messages).as_array().unwrap().len(), 3);
+    }
+}
