@@ -33,10 +33,14 @@ use std::process::Command;
 const EXAMPLES: &[&str] = &["approver-rs", "passthrough", "tools"];
 
 /// Examples also built with a feature, as other versions of the same
-/// agent (the replay tests upgrade to them): the constant naming the
-/// component, the package, the feature.
-const VARIANTS: &[(&str, &str, &str)] =
-    &[("TOOLS_TOTAL", "tools", "total"), ("TOOLS_TRAP_ON_MESSAGES", "tools", "trap-on-messages")];
+/// agent (the replay tests upgrade to them) or the same agent against
+/// `subs:agent@0.1.0`: the constant naming the component, the package,
+/// the feature.
+const VARIANTS: &[(&str, &str, &str)] = &[
+    ("TOOLS_TOTAL", "tools", "total"),
+    ("TOOLS_TRAP_ON_MESSAGES", "tools", "trap-on-messages"),
+    ("TOOLS_WIT_0_1_0", "tools", "wit-0-1-0"),
+];
 
 /// The packages also built as core modules for `wasm32-unknown-unknown`.
 const LEAN: &[&str] = &["passthrough", "test-garbage", "test-floor"];

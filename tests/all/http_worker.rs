@@ -30,7 +30,7 @@ fn http_worker(url: &str, options: HttpWorkerOptions) -> Arc<HttpWorker> {
     Arc::new(HttpWorker::new(url, options).expect("a valid worker URL"))
 }
 
-fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap()
 }
 
@@ -40,7 +40,7 @@ const TWO_ADDS: &str = r#"use tool add with {"a": 1, "b": 2} and use tool add wi
 
 /// Session start, a plain chat turn, a turn with two parallel tool calls,
 /// and a `get_time` call.
-async fn scenario(t: &TestEngine, session: &str, agent: &str) {
+pub(crate) async fn scenario(t: &TestEngine, session: &str, agent: &str) {
     for text in ["hello there", TWO_ADDS, "use tool get_time"] {
         let turn = t.chat(session, agent, text).await;
         assert_eq!(turn.status, TurnStatus::Done, "{agent}: {text}: {turn:?}");
@@ -52,7 +52,7 @@ async fn scenario(t: &TestEngine, session: &str, agent: &str) {
 /// stored event, with ids replaced by their order of appearance, the
 /// times `get_time` returned replaced by a placeholder (after checking
 /// they lie in `window`), and calls' deadlines by another.
-async fn recorded(t: &TestEngine, session: &str, window: (u64, u64)) -> Value {
+pub(crate) async fn recorded(t: &TestEngine, session: &str, window: (u64, u64)) -> Value {
     let Snapshot { record, messages, message_tree, calls } = t.snapshot(session).await;
     let key = SessionKey::new(TENANT, session);
     let steps: Vec<Value> = t

@@ -17,6 +17,7 @@ mod identity;
 mod ids;
 mod interrupts;
 mod json_world;
+mod lazy_history;
 mod llm_retries;
 mod load;
 mod loop_rules;

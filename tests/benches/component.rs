@@ -238,8 +238,7 @@ fn request() -> DecisionRequest {
     request.proposed = DecisionResponse::new()
         .with_agent(AgentConfig::new("subs/offline"))
         .with_message(DraftMessage::assistant("hello again"));
-    request.message_tree = message_tree;
-    request.messages = messages;
+    request.messages = subs_protocol::Messages::new(messages, message_tree);
     request.state = json!({"turns": 10});
     request
 }

@@ -212,8 +212,7 @@ fn request() -> DecisionRequest {
     let (messages, message_tree) = subs_tests::bench::conversation();
     let mut request = subs_tests::tool_execute("add", json!({"a": 1.5, "b": 2.25}));
     request.agent = Some(tools::Tools::new().config("subs/offline"));
-    request.message_tree = message_tree;
-    request.messages = messages;
+    request.messages = subs_protocol::Messages::new(messages, message_tree);
     request.state = json!({"turns": 10});
     request
 }

@@ -43,6 +43,48 @@ impl ComponentAgent {
     }
 }
 
+impl ComponentAgent {
+    /// Asks one instance of an agent of `subs:agent/agent@0.2.0` for two
+    /// decisions in turn, each with its own branch: what the engine never
+    /// does (every decision gets a fresh instance), so that a test can show
+    /// a `messages` handle kept from the first decision reads nothing in
+    /// the second.
+    ///
+    /// # Errors
+    /// The agent is of another world, or its instance did not start.
+    pub async fn decide_twice_in_one_instance(
+        &self,
+        requests: [DecisionRequest; 2],
+    ) -> Result<Vec<Result<DecisionResponse, WorkerError>>, WorkerError> {
+        use subs_protocol::wit::BranchRequest;
+        let wall = self.bound.limits.wall_clock;
+        let _slot = self.host.slots.acquire(&self.bound.tenant, self.weight).await;
+        let meter = CpuMeter::new();
+        let pre = self.code.current();
+        let Pre::Lazy(lazy) = &pre else {
+            return Err(WorkerError::Instantiation("the agent is not of subs:agent/agent@0.2.0".to_owned()));
+        };
+        let mut store = self.host.store(pre.instance_pre().engine(), &self.bound, String::new(), None, wall, &meter);
+        let agent = match lazy.instantiate_checked_once(&mut store, &self.checked).await {
+            Ok(agent) => agent,
+            Err(e) => return Err(self.explain(Failure::Start(e), store.data(), wall)),
+        };
+        let mut answers = Vec::with_capacity(2);
+        for request in requests {
+            let (request, messages) = super::bindings::branch::DecisionRequest::split(request);
+            let branch = store.data_mut().open_branch(messages).map_err(|e| WorkerError::Trapped(format!("{e:#}")))?;
+            let answer = agent.call_decide(&mut store, &request, branch).await;
+            store.data_mut().close_branch();
+            answers.push(match answer {
+                Ok(Ok(decision)) => super::Answer::Typed(Box::new(decision)).decision(None),
+                Ok(Err(e)) => Err(WorkerError::Declined { message: e.message, retryable: e.retryable }),
+                Err(e) => Err(self.explain(Failure::Call(e), store.data(), wall)),
+            });
+        }
+        Ok(answers)
+    }
+}
+
 /// `request` converted to its WIT form, as the host does before a call,
 /// and back, as the guest SDK does inside the guest: the marshalling of a
 /// decision's request without the copy into guest memory.
