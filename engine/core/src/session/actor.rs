@@ -1436,11 +1436,14 @@ impl Actor {
         ctx.decision = span.as_ref().map(|(span, _)| span.clone());
         let bounds = ctx.quota.decision_bounds(&self.key.tenant);
         let session = self.session.as_mut().expect("loaded");
-        let trigger = session.trigger(&step.trigger);
+        // The step moves into the session as it is applied; its stored
+        // trigger holds only what the turn added, and is cheap to keep.
+        let stored = step.trigger.clone();
+        let trigger = validate::Answering::stored(&stored);
         // Built only for a traced turn: untraced, a decision costs nothing here.
         let attributes = span.is_some().then(|| {
             let mut attributes = vec![
-                KeyValue::new("subs.trigger", trigger.kind()),
+                KeyValue::new("subs.trigger", trigger.kind),
                 KeyValue::new("subs.agent.id", session.record.agent_id.clone()),
                 KeyValue::new("subs.worker.kind", kind),
                 KeyValue::new("subs.step", i64::try_from(seq).unwrap_or(i64::MAX)),
@@ -1505,7 +1508,7 @@ impl Actor {
         };
         let decided = failed.is_none();
         if let (Some((at, start)), Some(attributes)) = (span, attributes) {
-            let name = format!("decision {}", trigger.kind());
+            let name = format!("decision {}", trigger.kind);
             let kind = opentelemetry::trace::SpanKind::Internal;
             let end = start + took;
             change.spans.push(crate::telemetry::Span { at, name, kind, start, end, attributes, error: failed });

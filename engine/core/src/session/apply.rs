@@ -16,6 +16,7 @@ use subs_protocol::{
 };
 
 use super::proposal::last_assistant_text;
+use super::validate::Answering;
 use super::{Change, Session};
 use crate::clock;
 use crate::model::{Money, TokenUsage};
@@ -694,7 +695,7 @@ impl Session {
         seq: u64,
         mut step: StepRecord,
         decision: DecisionResponse,
-        trigger: &Trigger,
+        trigger: &Answering<'_>,
         ctx: &Ctx<'_>,
         change: &mut Change,
     ) {
@@ -753,12 +754,15 @@ impl Session {
         }
     }
 
-    fn apply_action(&mut self, action: Action, trigger: &Trigger, hold: bool, ctx: &Ctx<'_>, change: &mut Change) {
-        let execute_id = |kind| match (kind, trigger) {
-            (CallKind::ToolCall, Trigger::ToolExecute(t)) => Some(t.id.clone()),
-            (CallKind::LlmCall, Trigger::LlmExecute(t)) => Some(t.id.clone()),
-            _ => None,
-        };
+    fn apply_action(
+        &mut self,
+        action: Action,
+        trigger: &Answering<'_>,
+        hold: bool,
+        ctx: &Ctx<'_>,
+        change: &mut Change,
+    ) {
+        let execute_id = |kind| trigger.executes(kind).map(|(id, _)| id.to_owned());
         match action {
             Action::LlmCall(call) => self.start_llm_call(call, hold, ctx, change),
             Action::ToolCall(call) => self.start_tool_call(call, hold, ctx, change),
@@ -2035,7 +2039,7 @@ mod tests {
                         retry: None,
                     }));
                 decision.state = state;
-                session.apply_decision(seq, step, decision, &Trigger::SessionStart, ctx, &mut change);
+                session.apply_decision(seq, step, decision, &Answering::of(&Trigger::SessionStart), ctx, &mut change);
                 states.extend(events(&change).into_iter().filter(|(name, _)| name == "state").map(|(_, data)| data));
             }
             assert_eq!(states, [json!({"state": {"n": 1}}), json!({"state": {"n": 2}})]);
@@ -2119,7 +2123,7 @@ mod tests {
                 .with_action(interrupt("i1"))
                 .with_action(interrupt("i2"))
                 .with_action(tool("a"));
-            session.apply_decision(seq, step, decision, &Trigger::SessionStart, ctx, &mut change);
+            session.apply_decision(seq, step, decision, &Answering::of(&Trigger::SessionStart), ctx, &mut change);
             for id in ["a", "b"] {
                 let call = &session.calls[id].call;
                 assert_eq!((call.status, call.deadline.as_deref()), (CallStatus::Queued, None), "{id}");

@@ -12,14 +12,59 @@ use subs_protocol::{Action, AgentConfig, CallKind, DecisionResponse, Handler, Tr
 
 use super::Session;
 use crate::config::DecisionBounds;
+use crate::store::StoredTrigger;
 use crate::store::{ID_RULE, NAME_RULE, SessionKey, Store, valid_id, valid_name};
 use crate::tools;
+
+/// What checking and applying a decision read of the trigger it answers:
+/// its kind, and the call an execute trigger hands the worker. Read from
+/// the stored trigger, it costs nothing however long the branch is: the
+/// delivered trigger of a `client.messages` step carries the client's whole
+/// view, and that of an `llm.execute` step the whole LLM request, which
+/// neither reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Answering<'a> {
+    /// The trigger's `type`.
+    pub kind: &'static str,
+    /// For `tool.execute` and `llm.execute`: the kind, id and attempt of
+    /// the call it runs.
+    executes: Option<(CallKind, &'a str, u32)>,
+}
+
+impl<'a> Answering<'a> {
+    /// What a decision answering `trigger` is checked against.
+    pub fn of(trigger: &'a Trigger) -> Self {
+        let executes = match trigger {
+            Trigger::ToolExecute(t) => Some((CallKind::ToolCall, t.id.as_str(), t.attempt)),
+            Trigger::LlmExecute(t) => Some((CallKind::LlmCall, t.id.as_str(), t.attempt)),
+            _ => None,
+        };
+        Self { kind: trigger.kind(), executes }
+    }
+
+    /// The same as [`of`](Self::of) the trigger
+    /// [`Session::trigger`] delivers for `stored`, without building it.
+    pub fn stored(stored: &'a StoredTrigger) -> Self {
+        match stored {
+            StoredTrigger::Plain { trigger } => Self::of(trigger),
+            StoredTrigger::ClientMessages { .. } => Self { kind: "client.messages", executes: None },
+            StoredTrigger::LlmExecute { call_id, attempt } => {
+                Self { kind: "llm.execute", executes: Some((CallKind::LlmCall, call_id.as_str(), *attempt)) }
+            }
+        }
+    }
+
+    /// The id and attempt of the call of `kind` the trigger runs, if any.
+    pub fn executes(&self, kind: CallKind) -> Option<(&'a str, u32)> {
+        self.executes.filter(|(k, _, _)| *k == kind).map(|(_, id, attempt)| (id, attempt))
+    }
+}
 
 /// Checks `decision`, the answer to `trigger`, against the session and
 /// the tenant's `bounds`.
 pub(crate) async fn validate(
     session: &Session,
-    trigger: &Trigger,
+    trigger: &Answering<'_>,
     decision: &DecisionResponse,
     store: &dyn Store,
     bounds: &DecisionBounds,
@@ -181,12 +226,12 @@ pub(crate) async fn validate(
 
     // The call an execute trigger hands the worker must be settled by the
     // decision that answers it: nothing else would ever settle it.
-    match trigger {
-        Trigger::ToolExecute(t) if !settled.contains(&t.id) => {
-            Err(format!("a tool.execute decision must settle its call `{}` with tool.result or tool.error", t.id))
+    match trigger.executes {
+        Some((CallKind::ToolCall, id, _)) if !settled.contains(id) => {
+            Err(format!("a tool.execute decision must settle its call `{id}` with tool.result or tool.error"))
         }
-        Trigger::LlmExecute(t) if !settled.contains(&t.id) => {
-            Err(format!("an llm.execute decision must settle its call `{}` with llm.result or llm.error", t.id))
+        Some((CallKind::LlmCall, id, _)) if !settled.contains(id) => {
+            Err(format!("an llm.execute decision must settle its call `{id}` with llm.result or llm.error"))
         }
         _ => Ok(()),
     }
@@ -196,18 +241,14 @@ pub(crate) async fn validate(
 /// it names, settled once. Returns the call id.
 fn check_settle(
     session: &Session,
-    trigger: &Trigger,
+    trigger: &Answering<'_>,
     id: Option<&str>,
     attempt: Option<u32>,
     kind: CallKind,
     settled: &mut HashSet<String>,
 ) -> Result<String, String> {
-    let (execute_kind, execute) = match (kind, trigger) {
-        (CallKind::ToolCall, Trigger::ToolExecute(t)) => ("tool.execute", Some((t.id.as_str(), t.attempt))),
-        (CallKind::LlmCall, Trigger::LlmExecute(t)) => ("llm.execute", Some((t.id.as_str(), t.attempt))),
-        (CallKind::ToolCall, _) => ("tool.execute", None),
-        _ => ("llm.execute", None),
-    };
+    let execute_kind = if kind == CallKind::ToolCall { "tool.execute" } else { "llm.execute" };
+    let execute = trigger.executes(kind);
     let (id, default_attempt) = match (id, execute) {
         (Some(id), Some((exec_id, exec_attempt))) if id == exec_id => (id, Some(exec_attempt)),
         (Some(id), _) => (id, None),
@@ -215,7 +256,7 @@ fn check_settle(
         (None, None) => {
             return Err(format!(
                 "without an id it settles the call of a {execute_kind} trigger, but this decision answers {}",
-                trigger.kind()
+                trigger.kind
             ));
         }
     };
@@ -419,7 +460,13 @@ mod money {
             response,
         }));
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        runtime.block_on(validate(&session(), &Trigger::SessionStart, &decision, &MemStore::new(), &Default::default()))
+        runtime.block_on(validate(
+            &session(),
+            &Answering::of(&Trigger::SessionStart),
+            &decision,
+            &MemStore::new(),
+            &Default::default(),
+        ))
     }
 
     #[test]
@@ -452,6 +499,53 @@ mod money {
         let refused = stating(json!("0"), json!({"parts": [1, -0.5]})).unwrap_err();
         assert!(refused.contains("response.usage.parts[1]"), "{refused}");
         stating(json!("0"), json!({"prompt_tokens": 0, "model": "x", "parts": [1, 2.5]})).expect("zero or more");
+    }
+
+    #[test]
+    fn a_stored_trigger_is_answered_as_the_trigger_it_delivers() {
+        use subs_protocol::trigger::{ToolExecute, ToolInput};
+        use subs_protocol::{DraftMessage, Message, Role};
+
+        use crate::store::{MessageRecord, StoredTrigger};
+
+        let mut session = session();
+        for (i, parent) in [(1, None), (2, Some("m1"))] {
+            let message = Message {
+                id: format!("m{i}"),
+                role: Role::User,
+                content: Some(format!("text {i}").into()),
+                tool_calls: None,
+                tool_call_id: None,
+                name: None,
+            };
+            session.tree.insert(MessageRecord { message: message.into(), parent_id: parent.map(str::to_owned) });
+        }
+        let execute = Trigger::ToolExecute(ToolExecute {
+            id: "t1".to_owned(),
+            name: "add".to_owned(),
+            arguments: "{}".to_owned(),
+            input: ToolInput::Valid { value: json!({}) },
+            attempt: 2,
+            deadline: None,
+        });
+        let stored = [
+            StoredTrigger::Plain { trigger: Trigger::SessionStart },
+            StoredTrigger::Plain { trigger: execute },
+            StoredTrigger::ClientMessages {
+                fork_id: Some("m2".to_owned()),
+                new: vec![DraftMessage::user("new")],
+                client: Default::default(),
+            },
+            StoredTrigger::LlmExecute { call_id: "l1".to_owned(), attempt: 3 },
+            StoredTrigger::LlmExecute { call_id: "gone".to_owned(), attempt: 1 },
+        ];
+        for stored in &stored {
+            let delivered = session.trigger(stored);
+            assert_eq!(Answering::stored(stored), Answering::of(&delivered), "{stored:?}");
+        }
+        assert_eq!(Answering::stored(&stored[1]).executes(CallKind::ToolCall), Some(("t1", 2)));
+        assert_eq!(Answering::stored(&stored[1]).executes(CallKind::LlmCall), None);
+        assert_eq!(Answering::stored(&stored[3]).executes(CallKind::LlmCall), Some(("l1", 3)));
     }
 }
 
@@ -503,7 +597,13 @@ mod bounds {
     fn checked(session: &Session, actions: Vec<Value>, bounds: DecisionBounds) -> Result<(), String> {
         let decision: DecisionResponse = serde_json::from_value(json!({"actions": actions})).unwrap();
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        runtime.block_on(validate(session, &Trigger::SessionStart, &decision, &MemStore::new(), &bounds))
+        runtime.block_on(validate(
+            session,
+            &Answering::of(&Trigger::SessionStart),
+            &decision,
+            &MemStore::new(),
+            &bounds,
+        ))
     }
 
     const ACTIONS: DecisionBounds =
@@ -656,7 +756,13 @@ mod fuzz {
         let (accepted, refused) = (std::cell::Cell::new(0u32), std::cell::Cell::new(0u32));
         runner
             .run(&(arbitrary::trigger(), arbitrary::decision_response()), |(trigger, decision)| {
-                match runtime.block_on(validate(&session, &trigger, &decision, &store, &Default::default())) {
+                match runtime.block_on(validate(
+                    &session,
+                    &Answering::of(&trigger),
+                    &decision,
+                    &store,
+                    &Default::default(),
+                )) {
                     Ok(()) => accepted.set(accepted.get() + 1),
                     Err(reason) => {
                         assert!(!reason.trim().is_empty(), "a refusal without a reason for {decision:?}");
