@@ -50,10 +50,11 @@ pub trait MessageSource: Send + Sync {
 /// as the path, a JSON array of messages.
 #[derive(Clone, Default)]
 pub struct Messages {
-    /// The active path, once read (at once when the branch is held).
-    path: OnceLock<Vec<SharedMessage>>,
-    /// The tree, once read.
-    tree: OnceLock<RequestTree>,
+    /// The active path, once read (at once when the branch is held);
+    /// shared with whatever else holds it (the session the engine keeps).
+    path: OnceLock<Arc<Vec<SharedMessage>>>,
+    /// The tree, once read; shared likewise.
+    tree: OnceLock<Arc<RequestTree>>,
     /// Where a lazy branch is read from; `None` once the branch is held.
     source: Option<Arc<dyn MessageSource>>,
     /// The path's length, once asked.
@@ -66,6 +67,14 @@ impl Messages {
     /// A branch held in memory: `path` and the `tree` whose active nodes
     /// refer to it.
     pub fn new(path: Vec<SharedMessage>, tree: RequestTree) -> Self {
+        Self::shared(Arc::new(path), Arc::new(tree))
+    }
+
+    /// A branch held in memory and shared: building it copies nothing, so
+    /// the engine can hand every decision the branch it keeps. Changing it
+    /// (through `DerefMut` or [`tree_mut`](Messages::tree_mut)) copies
+    /// what is shared first.
+    pub fn shared(path: Arc<Vec<SharedMessage>>, tree: Arc<RequestTree>) -> Self {
         Self { path: OnceLock::from(path), tree: OnceLock::from(tree), ..Self::default() }
     }
 
@@ -76,9 +85,11 @@ impl Messages {
 
     /// The path, read whole from the source on first use.
     fn path(&self) -> &Vec<SharedMessage> {
-        self.path.get_or_init(|| match &self.source {
-            Some(source) => source.range(0, self.len()),
-            None => Vec::new(),
+        self.path.get_or_init(|| {
+            Arc::new(match &self.source {
+                Some(source) => source.range(0, self.len()),
+                None => Vec::new(),
+            })
         })
     }
 
@@ -165,13 +176,14 @@ impl Messages {
     /// The session's message tree; its active nodes refer to this path by
     /// index (see [`RequestTree::nodes_with`]).
     pub fn tree(&self) -> &RequestTree {
-        self.tree.get_or_init(|| self.source.as_ref().map(|s| s.tree()).unwrap_or_default())
+        self.tree.get_or_init(|| Arc::new(self.source.as_ref().map(|s| s.tree()).unwrap_or_default()))
     }
 
-    /// The tree, to change (read first if the branch is lazy).
+    /// The tree, to change (read first if the branch is lazy, copied first
+    /// if it is shared).
     pub fn tree_mut(&mut self) -> &mut RequestTree {
         self.tree();
-        self.tree.get_mut().expect("read just above")
+        Arc::make_mut(self.tree.get_mut().expect("read just above"))
     }
 
     /// Whether the whole path has been read (always, for a held branch):
@@ -184,7 +196,8 @@ impl Messages {
     pub fn into_parts(mut self) -> (Vec<SharedMessage>, RequestTree) {
         self.path();
         self.tree();
-        (self.path.take().unwrap_or_default(), self.tree.take().unwrap_or_default())
+        let (path, tree) = (self.path.take().unwrap_or_default(), self.tree.take().unwrap_or_default());
+        (Arc::unwrap_or_clone(path), Arc::unwrap_or_clone(tree))
     }
 }
 
@@ -204,7 +217,7 @@ impl DerefMut for Messages {
         self.source = None;
         self.len = OnceLock::new();
         self.last = OnceLock::new();
-        self.path.get_mut().expect("read just above")
+        Arc::make_mut(self.path.get_mut().expect("read just above"))
     }
 }
 
@@ -365,6 +378,17 @@ mod tests {
             assert_eq!(messages.range(..=1).len(), 2);
             assert_eq!(messages.last_n(10).len(), 3);
         }
+    }
+
+    #[test]
+    fn a_shared_branch_is_copied_only_when_changed() {
+        let path: Arc<Vec<SharedMessage>> = Arc::new((0..3).map(|i| SharedMessage::Own(message(i))).collect());
+        let mut messages = Messages::shared(path.clone(), Arc::default());
+        assert_eq!(Arc::strong_count(&path), 2, "held, not copied");
+        assert_eq!(messages.last().unwrap().id, "m2");
+        messages.push(SharedMessage::Own(message(3)));
+        assert_eq!((messages.len(), path.len()), (4, 3), "the change went to a copy");
+        assert_eq!(Arc::strong_count(&path), 1);
     }
 
     #[test]
