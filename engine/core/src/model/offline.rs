@@ -129,10 +129,11 @@ impl OfflineProvider {
             )));
         }
         let Reply { mut content, calls, mut finish_reason } = reply(request);
+        let messages = if calls.is_empty() { FNV_OFFSET } else { messages_hash(request) };
         let mut tool_calls: Vec<ToolCall> = calls
             .into_iter()
             .enumerate()
-            .map(|(index, (name, arguments))| ToolCall::function(call_id(request, index), name, arguments))
+            .map(|(index, (name, arguments))| ToolCall::function(call_id(messages, index), name, arguments))
             .collect();
         if let (Some(max), Some(text)) = (request.max_completion_tokens, content.as_mut()) {
             let max_chars = usize::try_from(max).unwrap_or(usize::MAX).saturating_mul(CHARS_PER_TOKEN);
@@ -450,13 +451,32 @@ fn matching_brace(text: &str) -> Option<usize> {
     None
 }
 
-/// `call_<16 hex>`: a hash of the request's messages and the call's index.
-fn call_id(request: &LlmRequest, index: usize) -> String {
-    // Serializing messages cannot fail (string keys, plain values); an empty
-    // text would still give stable, index-distinct ids.
-    let messages = serde_json::to_vec(&request.messages).unwrap_or_default();
-    let mut hash = fnv1a(FNV_OFFSET, &messages);
-    hash = fnv1a(hash, &(index as u64).to_le_bytes());
+/// The FNV-1a hash of the request's messages as JSON (an array, compact),
+/// hashed as it is written rather than written out first: the reply's
+/// calls share it.
+fn messages_hash(request: &LlmRequest) -> u64 {
+    /// Hashes what is written to it.
+    struct Fnv(u64);
+    impl std::io::Write for Fnv {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 = fnv1a(self.0, bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut hash = Fnv(FNV_OFFSET);
+    // Serializing messages cannot fail (string keys, plain values); were it
+    // to stop half way, the ids would still be stable and index-distinct.
+    let _ = serde_json::to_writer(&mut hash, &request.messages);
+    hash.0
+}
+
+/// `call_<16 hex>`: a hash of the request's messages (`messages`, from
+/// [`messages_hash`]) and the call's index.
+fn call_id(messages: u64, index: usize) -> String {
+    let hash = fnv1a(messages, &(index as u64).to_le_bytes());
     format!("call_{:016x}", mix(hash))
 }
 
@@ -487,12 +507,29 @@ fn char_count(text: &str) -> usize {
     text.chars().count()
 }
 
+/// The characters of `content`'s text (see [`subs_protocol::Content::text`]:
+/// its text parts joined by newlines), counted without joining them.
+fn text_chars(content: Option<&subs_protocol::Content>) -> usize {
+    match content {
+        None => 0,
+        Some(subs_protocol::Content::Text(text)) => char_count(text),
+        Some(subs_protocol::Content::Parts(parts)) => {
+            let texts = parts.iter().filter_map(|p| match p {
+                subs_protocol::ContentPart::Text { text } => Some(char_count(text)),
+                _ => None,
+            });
+            let (chars, count) = texts.fold((0_usize, 0_usize), |(chars, count), n| (chars + n, count + 1));
+            chars + count.saturating_sub(1)
+        }
+    }
+}
+
 fn prompt_chars(request: &LlmRequest) -> usize {
     let messages: usize = request
         .messages
         .iter()
         .map(|m| {
-            char_count(&m.text())
+            text_chars(m.content.as_ref())
                 + m.tool_calls
                     .iter()
                     .flatten()
@@ -759,12 +796,33 @@ mod tests {
     }
 
     #[test]
+    fn text_is_counted_as_its_parts_joined() {
+        use subs_protocol::{Content, ContentPart};
+        let text = |t: &str| ContentPart::Text { text: t.to_owned() };
+        let image: ContentPart =
+            serde_json::from_value(json!({"type": "image_url", "image_url": {"url": "https://x/y.png"}})).unwrap();
+        for content in [
+            None,
+            Some(Content::Text("héllo".to_owned())),
+            Some(Content::Parts(Vec::new())),
+            Some(Content::Parts(vec![image.clone()])),
+            Some(Content::Parts(vec![text("ab"), image, text("çd"), text("")])),
+        ] {
+            let joined = content.as_ref().map_or(0, |c| char_count(&c.text()));
+            assert_eq!(text_chars(content.as_ref()), joined, "{content:?}");
+        }
+    }
+
+    #[test]
     fn ids_are_stable_across_processes_and_releases() {
         // Pinned: a change here changes every recorded offline session's ids.
         let response = OfflineProvider.answer(&request(vec![DraftMessage::user("use tool t")], &["t"])).unwrap();
         assert_eq!(response.tool_calls.unwrap()[0].id, "call_c1fdd703de5396b1");
         // The ids hash the messages only: offering other tools keeps them.
-        assert_eq!(call_id(&request(vec![DraftMessage::user("use tool t")], &[]), 0), "call_c1fdd703de5396b1");
+        assert_eq!(
+            call_id(messages_hash(&request(vec![DraftMessage::user("use tool t")], &[])), 0),
+            "call_c1fdd703de5396b1"
+        );
         assert_eq!(fnv1a(FNV_OFFSET, b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(mix(0), 0);
     }
