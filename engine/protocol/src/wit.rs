@@ -255,6 +255,53 @@ macro_rules! __wit_variant {
     };
 }
 
+/// A decision request's fields but its branch, from the protocol to WIT
+/// (`to Type, v { branch fields }`) or back (`from v { messages }`, inside
+/// a function returning `Result<_, ProtocolError>`): what the request
+/// records of `0.1.0` and `0.2.0` share.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __wit_request {
+    (to $($t:ident)::+, $v:ident { $($branch:tt)* }) => {
+        $($t)::+ {
+            session_id: $v.session_id,
+            decision_id: $v.decision_id,
+            agent_id: $v.agent_id,
+            identity: $v.identity.into(),
+            trigger: $v.trigger.into(),
+            proposed: $v.proposed.into(),
+            state: $crate::wit::json_text(&$v.state),
+            agent: $v.agent.map(Into::into),
+            calls: $v.calls.into_iter().map(Into::into).collect(),
+            pending_calls: $v.pending_calls,
+            ancestry: $v.ancestry,
+            attempts: $v.attempts,
+            deadline: $v.deadline,
+            turn_id: $v.turn_id,
+            $($branch)*
+        }
+    };
+    (from $v:ident { $($branch:tt)* }) => {
+        $crate::DecisionRequest {
+            session_id: $v.session_id,
+            decision_id: $v.decision_id,
+            agent_id: $v.agent_id,
+            identity: $crate::wit::field($v.identity, "identity")?,
+            trigger: $crate::wit::field($v.trigger, "trigger")?,
+            proposed: $crate::wit::field($v.proposed, "proposed")?,
+            state: $crate::wit::json(&$v.state, "state")?,
+            agent: $crate::wit::opt($v.agent, "agent")?,
+            calls: $crate::wit::list($v.calls, "calls")?,
+            pending_calls: $v.pending_calls,
+            ancestry: $v.ancestry,
+            attempts: $v.attempts,
+            deadline: $v.deadline,
+            turn_id: $v.turn_id,
+            $($branch)*
+        }
+    };
+}
+
 /// Implements the protocol ↔ WIT mapping against a module of generated WIT
 /// types (the `subs:agent/types` interface): `From<protocol> for wit` and
 /// [`FromWit<wit>`](FromWit) for protocol.
@@ -679,25 +726,10 @@ macro_rules! wit_conversions {
             impl From<p::DecisionRequest> for w::DecisionRequest {
                 fn from(v: p::DecisionRequest) -> Self {
                     let (messages, tree) = v.messages.into_parts();
-                    let message_tree = tree_to_wit(tree);
-                    Self {
-                        session_id: v.session_id,
-                        decision_id: v.decision_id,
-                        agent_id: v.agent_id,
-                        identity: v.identity.into(),
-                        trigger: v.trigger.into(),
-                        proposed: v.proposed.into(),
-                        state: json_text(&v.state),
-                        agent: v.agent.map(Into::into),
-                        calls: v.calls.into_iter().map(Into::into).collect(),
-                        pending_calls: v.pending_calls,
+                    $crate::__wit_request!(to w::DecisionRequest, v {
                         messages: messages.into_iter().map(Into::into).collect(),
-                        message_tree,
-                        ancestry: v.ancestry,
-                        attempts: v.attempts,
-                        deadline: v.deadline,
-                        turn_id: v.turn_id,
-                    }
+                        message_tree: tree_to_wit(tree),
+                    })
                 }
             }
             impl FromWit<w::DecisionRequest> for p::DecisionRequest {
@@ -705,23 +737,7 @@ macro_rules! wit_conversions {
                     let messages: Vec<p::SharedMessage> = list(v.messages, "messages")?;
                     let message_tree =
                         tree_from_wit(v.message_tree, messages.len()).map_err(|e| e.in_field("message_tree"))?;
-                    Ok(Self {
-                        session_id: v.session_id,
-                        decision_id: v.decision_id,
-                        agent_id: v.agent_id,
-                        identity: field(v.identity, "identity")?,
-                        trigger: field(v.trigger, "trigger")?,
-                        proposed: field(v.proposed, "proposed")?,
-                        state: json(&v.state, "state")?,
-                        agent: opt(v.agent, "agent")?,
-                        calls: list(v.calls, "calls")?,
-                        pending_calls: v.pending_calls,
-                        messages: p::Messages::new(messages, message_tree),
-                        ancestry: v.ancestry,
-                        attempts: v.attempts,
-                        deadline: v.deadline,
-                        turn_id: v.turn_id,
-                    })
+                    Ok($crate::__wit_request!(from v { messages: p::Messages::new(messages, message_tree) }))
                 }
             }
 
@@ -732,44 +748,13 @@ macro_rules! wit_conversions {
                     type Tree = w::MessageTree;
 
                     fn split(v: p::DecisionRequest) -> (Self, p::Messages) {
-                        let request = Self {
-                            session_id: v.session_id,
-                            decision_id: v.decision_id,
-                            agent_id: v.agent_id,
-                            identity: v.identity.into(),
-                            trigger: v.trigger.into(),
-                            proposed: v.proposed.into(),
-                            state: json_text(&v.state),
-                            agent: v.agent.map(Into::into),
-                            calls: v.calls.into_iter().map(Into::into).collect(),
-                            pending_calls: v.pending_calls,
-                            ancestry: v.ancestry,
-                            attempts: v.attempts,
-                            deadline: v.deadline,
-                            turn_id: v.turn_id,
-                        };
-                        (request, v.messages)
+                        let messages = v.messages;
+                        ($crate::__wit_request!(to Self, v {}), messages)
                     }
 
                     fn join(self, messages: p::Messages) -> R<p::DecisionRequest> {
                         let v = self;
-                        Ok(p::DecisionRequest {
-                            session_id: v.session_id,
-                            decision_id: v.decision_id,
-                            agent_id: v.agent_id,
-                            identity: field(v.identity, "identity")?,
-                            trigger: field(v.trigger, "trigger")?,
-                            proposed: field(v.proposed, "proposed")?,
-                            state: json(&v.state, "state")?,
-                            agent: opt(v.agent, "agent")?,
-                            calls: list(v.calls, "calls")?,
-                            pending_calls: v.pending_calls,
-                            messages,
-                            ancestry: v.ancestry,
-                            attempts: v.attempts,
-                            deadline: v.deadline,
-                            turn_id: v.turn_id,
-                        })
+                        Ok($crate::__wit_request!(from v { messages }))
                     }
 
                     fn tree_to_wit(tree: p::RequestTree) -> w::MessageTree {
