@@ -660,7 +660,7 @@ impl Session {
         proposed: subs_protocol::DecisionResponse,
         deadline_ms: u64,
     ) -> DecisionRequest {
-        let (messages, message_tree) = self.tree.for_request(self.record.head_id.as_deref());
+        let (path, tree) = self.tree.shared_branch(self.record.head_id.as_deref());
         DecisionRequest {
             session_id: self.record.key.session.clone(),
             decision_id: step.decision_id.clone(),
@@ -672,7 +672,7 @@ impl Session {
             agent: self.record.agent.as_deref().cloned(),
             calls: self.calls_in_order().into_iter().map(|c| c.call.clone()).collect(),
             pending_calls: u32::try_from(self.pending_calls()).unwrap_or(u32::MAX),
-            messages: subs_protocol::Messages::new(messages, message_tree),
+            messages: subs_protocol::Messages::shared(path, tree),
             ancestry: self.record.ancestry.clone(),
             attempts: step.attempts + step.interrupted + 1,
             deadline: Some(clock::rfc3339(deadline_ms)),

@@ -7,7 +7,7 @@
 //! requests and reads are under way.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use subs_protocol::{DraftMessage, Message, NodeMessage, NodeParent, RequestNode, RequestTree, SharedMessage};
 
@@ -29,6 +29,36 @@ pub(crate) struct Tree {
     /// such): the index then names the later message, which an index
     /// resolved earlier would not follow, so walks look every id up.
     duplicates: bool,
+    /// Whether some message names a parent not recorded before it (a
+    /// client's fork may; the engine's messages never do): recording that
+    /// parent later changes the path through it.
+    late_parents: bool,
+    /// The branch last handed to a decision, extended by what is recorded
+    /// after it rather than built again (see [`Tree::shared_branch`]).
+    kept: Kept,
+}
+
+/// A decision's branch as [`Tree::for_request`] builds it, shared, with
+/// where the tree stood when it was built.
+#[derive(Debug, Clone)]
+struct Branch {
+    /// The node at the end of the path; `None` for the empty path.
+    head: Option<usize>,
+    /// How many nodes the tree had.
+    nodes: usize,
+    path: Arc<Vec<SharedMessage>>,
+    tree: Arc<RequestTree>,
+}
+
+/// The kept [`Branch`], behind a lock so that a request can be built from
+/// a shared session (the lock is never contended: one actor owns it).
+#[derive(Debug, Default)]
+struct Kept(Mutex<Option<Branch>>);
+
+impl Clone for Kept {
+    fn clone(&self) -> Self {
+        Self(Mutex::new(self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()))
+    }
 }
 
 /// How a client's view of the conversation relates to the tree.
@@ -54,6 +84,9 @@ impl Tree {
     /// Records a message.
     pub fn insert(&mut self, record: MessageRecord) {
         let parent = record.parent_id.as_deref().and_then(|id| self.index.get(id).copied());
+        if parent.is_none() && record.parent_id.is_some() {
+            self.late_parents = true;
+        }
         if self.index.insert(record.message.id.clone(), self.nodes.len()).is_some() {
             self.duplicates = true;
         }
@@ -148,18 +181,92 @@ impl Tree {
                     Some((i, _)) => NodeMessage::Active(i),
                     None => NodeMessage::Other(SharedMessage::Shared(Arc::clone(&record.message))),
                 };
-                let parent = match record.parent_id.as_deref() {
-                    None => NodeParent::Root,
-                    Some(id) => match self.parent_of(k) {
-                        Some(j) if j < k => NodeParent::Node(j),
-                        _ => NodeParent::Id(id.to_owned()),
-                    },
-                };
-                RequestNode { message, parent }
+                RequestNode { message, parent: self.node_parent(k) }
             })
             .collect();
         let messages = path.iter().map(|&k| SharedMessage::Shared(Arc::clone(&self.nodes[k].message))).collect();
         (messages, RequestTree { nodes, head_id: head.map(str::to_owned) })
+    }
+
+    /// Node `k`'s parent as a request tree names it.
+    fn node_parent(&self, k: usize) -> NodeParent {
+        match self.nodes[k].parent_id.as_deref() {
+            None => NodeParent::Root,
+            Some(id) => match self.parent_of(k) {
+                Some(j) if j < k => NodeParent::Node(j),
+                _ => NodeParent::Id(id.to_owned()),
+            },
+        }
+    }
+
+    /// [`for_request`](Self::for_request), shared: the same path and tree,
+    /// which the tree keeps and the next call extends by the messages
+    /// recorded since, when the head only moved on along them (each step
+    /// of a conversation). Handing a decision its branch then costs what
+    /// the step added, not what the branch holds. A head moved anywhere
+    /// else (an edit's fork, a shorter view) builds the branch again, as
+    /// does a tree whose walks are not certain (a duplicated id, a parent
+    /// recorded after its child). A kept branch a request still holds is
+    /// copied before it is extended, never changed under it.
+    pub fn shared_branch(&self, head: Option<&str>) -> (Arc<Vec<SharedMessage>>, Arc<RequestTree>) {
+        let mut kept = self.kept.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let head_node = head.and_then(|id| self.index.get(id).copied());
+        let certain = !self.duplicates && !self.late_parents && head_node.is_some() == head.is_some();
+        if !certain {
+            *kept = None;
+            let (path, tree) = self.for_request(head);
+            return (Arc::new(path), Arc::new(tree));
+        }
+        let extended = kept.take().and_then(|mut branch| self.extend(&mut branch, head_node).then_some(branch));
+        let branch = extended.unwrap_or_else(|| {
+            let (path, tree) = self.for_request(head);
+            Branch { head: head_node, nodes: self.nodes.len(), path: Arc::new(path), tree: Arc::new(tree) }
+        });
+        let shared = (Arc::clone(&branch.path), Arc::clone(&branch.tree));
+        *kept = Some(branch);
+        shared
+    }
+
+    /// Extends `branch` to the path to `head` and the nodes recorded since
+    /// it was built; `false` when the path to `head` does not continue
+    /// the branch's path through those nodes.
+    fn extend(&self, branch: &mut Branch, head: Option<usize>) -> bool {
+        let (from, to) = (branch.nodes, self.nodes.len());
+        // The new part of the path, newest first: nodes recorded since.
+        let mut added = Vec::new();
+        let mut cursor = head;
+        while let Some(k) = cursor.filter(|&k| k >= from) {
+            if added.len() == to - from {
+                return false;
+            }
+            added.push(k);
+            cursor = self.parent_of(k);
+        }
+        if cursor != branch.head {
+            return false;
+        }
+        let path = Arc::make_mut(&mut branch.path);
+        let tree = Arc::make_mut(&mut branch.tree);
+        let mut on_path = added.into_iter().rev().peekable();
+        for k in from..to {
+            let message = Arc::clone(&self.nodes[k].message);
+            let message = if on_path.next_if_eq(&k).is_some() {
+                path.push(SharedMessage::Shared(message));
+                NodeMessage::Active(path.len() - 1)
+            } else {
+                NodeMessage::Other(SharedMessage::Shared(message))
+            };
+            tree.nodes.push(RequestNode { message, parent: self.node_parent(k) });
+        }
+        if on_path.next().is_some() {
+            // A path out of recording order: only a parent recorded after
+            // its child makes one, which `late_parents` rules out.
+            return false;
+        }
+        tree.head_id = head.map(|k| self.nodes[k].message.id.clone());
+        branch.head = head;
+        branch.nodes = to;
+        true
     }
 
     /// Finds where a client's view of the conversation leaves the tree.
@@ -312,6 +419,83 @@ mod tests {
                 assert_eq!(copies, tree.nodes.len() - path.len(), "head {head:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_shared_branch_is_the_request_branch_whatever_the_tree_did() {
+        // A conversation that goes on, forks, moves its head back and on
+        // again, with requests held across some of the changes.
+        let mut tree = Tree::default();
+        let mut head: Option<String> = None;
+        let mut held = Vec::new();
+        let mut seed = 7_u64;
+        let mut next = |n: usize| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            usize::try_from(seed >> 33).unwrap() % n
+        };
+        for i in 0..400 {
+            match next(10) {
+                // Mostly a message after the head, which becomes the head.
+                0..=5 => {
+                    let id = format!("m{i}");
+                    tree.insert(record(&id, head.as_deref()));
+                    head = Some(id);
+                }
+                // A message elsewhere: the head stays or moves to it.
+                6 | 7 if tree.len() > 0 => {
+                    let parent = tree.nodes[next(tree.len())].message.id.clone();
+                    let id = format!("m{i}");
+                    tree.insert(record(&id, Some(&parent)));
+                    if next(2) == 0 {
+                        head = Some(id);
+                    }
+                }
+                // The head moves back, or to no message at all.
+                8 if tree.len() > 0 => head = (next(8) > 0).then(|| tree.nodes[next(tree.len())].message.id.clone()),
+                _ => {}
+            }
+            let (path, compact) = tree.shared_branch(head.as_deref());
+            let (expected_path, expected) = tree.for_request(head.as_deref());
+            assert_eq!(*path, expected_path, "step {i}");
+            assert_eq!(*compact, expected, "step {i}");
+            if next(3) == 0 {
+                held.push((path, compact, expected_path, expected));
+            }
+        }
+        // What a request held was never changed under it.
+        for (path, compact, expected_path, expected) in held {
+            assert_eq!((&*path, &*compact), (&expected_path, &expected));
+        }
+    }
+
+    #[test]
+    fn a_conversation_going_on_extends_its_branch_without_building_it_again() {
+        let mut tree = Tree::default();
+        let mut head = None;
+        for i in 0..50 {
+            let id = format!("m{i}");
+            tree.insert(record(&id, head.as_deref()));
+            head = Some(id);
+        }
+        let (path, compact) = tree.shared_branch(head.as_deref());
+        let (path_at, tree_at) = (Arc::as_ptr(&path), Arc::as_ptr(&compact));
+        drop((path, compact));
+        // Each step: a message recorded, then a request. The kept branch is
+        // extended in place: the same allocation, however long it is.
+        for i in 50..60 {
+            let id = format!("m{i}");
+            tree.insert(record(&id, head.as_deref()));
+            head = Some(id);
+            let (path, compact) = tree.shared_branch(head.as_deref());
+            assert_eq!(path.len(), i + 1);
+            assert!(std::ptr::eq(Arc::as_ptr(&path), path_at) && std::ptr::eq(Arc::as_ptr(&compact), tree_at));
+        }
+        // A tree a client forked under a parent recorded later is built
+        // anew each time, and still right.
+        tree.insert(record("late", Some("parent-later")));
+        tree.insert(record("parent-later", head.as_deref()));
+        let (path, compact) = tree.shared_branch(Some("late"));
+        assert_eq!((&*path, &*compact), (&tree.for_request(Some("late")).0, &tree.for_request(Some("late")).1));
     }
 
     #[test]
