@@ -209,15 +209,7 @@ fn read_union(name: &str, variants: &[Value], refs: &BTreeMap<String, usize>) ->
     Ok(Def::Union { tag_field: tag_field.ok_or("a union without variants")?, variants: out })
 }
 
-/// `tool.execute`, `sub_agent.spawn` → `ToolExecute`, `SubAgentSpawn`.
-pub fn pascal(tag: &str) -> String {
-    tag.split(['.', '_'])
-        .map(|word| {
-            let mut chars = word.chars();
-            chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
-        })
-        .collect()
-}
+pub use subs_protocol::schema::pascal;
 
 /// `ContentPart` → `Part`.
 fn last_word(name: &str) -> &str {

@@ -267,6 +267,21 @@ export interface ClientMessages {
   client: ClientContext;
 }
 
+/**
+ * `tool.call` data: `{id, name, arguments, attempt}`, a tool that the
+ * client runs.
+ */
+export interface ClientToolCall {
+  /** The call's id, for the `tool.result` input that answers it. */
+  id: string;
+  /** The tool's name. */
+  name: string;
+  /** The arguments as the model wrote them: JSON text, not always valid. */
+  arguments: string;
+  /** Which attempt of the call this is (1 on the first). */
+  attempt: number;
+}
+
 /** A message body: plain text, or a list of typed parts (text, images, files, audio, video). */
 export type Content = string | ContentPart[];
 
@@ -457,6 +472,34 @@ export interface Interrupt {
   resume_schema?: Json;
 }
 
+/** `interrupt.resumed` data: `{interrupt_id, payload, resumed_by}`. */
+export interface InterruptAnswered {
+  /** The interrupt that was resumed. */
+  interrupt_id: string;
+  /** The payload it was resumed with; `null` when none (always written). */
+  payload: Json;
+  /** Who resumed it. */
+  resumed_by: Resumer;
+}
+
+/** `interrupt` data: `{interrupt_id, reason, payload}`. */
+export interface InterruptRaised {
+  /** The id an `interrupt.resume` input names. */
+  interrupt_id: string;
+  /** Why, for the person who resumes it. */
+  reason: string;
+  /**
+   * Anything the resumer needs; `null` when the agent gave nothing
+   * (always written).
+   */
+  payload: Json;
+  /**
+   * The JSON Schema a resume payload must satisfy; omitted when the
+   * agent set none.
+   */
+  resume_schema?: Json;
+}
+
 /** `interrupt.resumed`: someone resumed a paused branch. */
 export interface InterruptResumed {
   type: 'interrupt.resumed';
@@ -639,6 +682,23 @@ export interface Message {
   name?: string;
 }
 
+/** `message` data: `{message, parent_id}`. */
+export interface MessageRecorded {
+  /** The recorded message. */
+  message: Message;
+  /**
+   * The message it follows in the session's tree; `null` for the first
+   * one (always written, as `null` when there is none).
+   */
+  parent_id: string | null;
+  /**
+   * The agent version (content digest) whose decision recorded the
+   * message; omitted when none did (a message another session sent) or
+   * the worker named no version.
+   */
+  agent_version?: string;
+}
+
 /** `message.send`: append a message to a session's active path. */
 export interface MessageSend {
   type: 'message.send';
@@ -674,6 +734,34 @@ export interface ReasoningConfig {
 /** How much effort a reasoning model spends thinking. */
 export type ReasoningEffort = 'xhigh' | 'high' | 'medium' | 'low' | 'minimal' | 'none';
 
+/** The tenant's API key. */
+export interface TenantResumer {
+  kind: 'tenant';
+  /** The prefix of the key the input came with, if any. */
+  key?: string;
+  /** The identity the request named, if any. */
+  identity?: WorkerIdentity;
+}
+
+/** An end user, by the identity of its token. */
+export interface EndUserResumer {
+  kind: 'end_user';
+  /** The token's identity. */
+  identity: WorkerIdentity;
+}
+
+/**
+ * Who resumed an interrupt: `{"kind": "tenant", "key": …, "identity": …}`
+ * for the tenant (`key` the prefix of its API key, as key listings show
+ * it, omitted for the process embedding the engine, as `subs run`, or a
+ * server without keys; `identity` when the input named one), `{"kind":
+ * "end_user", "identity": …}` for an end-user token. The operator key
+ * posts no inputs, so never resumes one.
+ */
+export type Resumer =
+  | TenantResumer
+  | EndUserResumer;
+
 /**
  * How a call or a delivery is retried: exponential backoff from
  * `backoff_base_secs`, doubling, capped at `backoff_max_secs`, at most
@@ -692,6 +780,82 @@ export interface RetryPolicy {
 
 /** Who wrote a message. */
 export type Role = 'system' | 'user' | 'assistant' | 'tool';
+
+/** A turn opened. */
+export interface TurnStartedEvent {
+  event: 'turn.started';
+  data: TurnStarted;
+}
+
+/** A message was recorded. */
+export interface MessageEvent {
+  event: 'message';
+  data: MessageRecorded;
+}
+
+/** A piece of a streamed LLM reply (live only, never stored). */
+export interface LlmTokenDeltaEvent {
+  event: 'llm.token.delta';
+  data: TokenDelta;
+}
+
+/** A client tool to run. */
+export interface ToolCallEvent {
+  event: 'tool.call';
+  data: ClientToolCall;
+}
+
+/** The agent waits for an `interrupt.resume` input. */
+export interface InterruptEvent {
+  event: 'interrupt';
+  data: InterruptRaised;
+}
+
+/** Someone resumed an interrupt. */
+export interface InterruptResumedEvent {
+  event: 'interrupt.resumed';
+  data: InterruptAnswered;
+}
+
+/** A turn ended. */
+export interface TurnDoneEvent {
+  event: 'turn.done';
+  data: TurnDone;
+}
+
+/** A turn ended with an error. */
+export interface TurnFailedEvent {
+  event: 'turn.failed';
+  data: TurnFailed;
+}
+
+/** A decision changed the agent's state. */
+export interface StateEvent {
+  event: 'state';
+  data: StateChanged;
+}
+
+/** An event of a session, as server-sent events carry it: the `event:` name and the `data:` payload. */
+export type SessionEvent =
+  | TurnStartedEvent
+  | MessageEvent
+  | LlmTokenDeltaEvent
+  | ToolCallEvent
+  | InterruptEvent
+  | InterruptResumedEvent
+  | TurnDoneEvent
+  | TurnFailedEvent
+  | StateEvent;
+
+/**
+ * `state` data: `{state}`, the agent's whole state after a decision
+ * changed it. Sent only when it changed (a decision that leaves the state
+ * as it was, or gives none, sends nothing).
+ */
+export interface StateChanged {
+  /** The new state, whole. */
+  state: Json;
+}
 
 /** A piece of a streamed LLM reply. */
 export interface StreamDelta {
@@ -744,6 +908,23 @@ export interface SubAgentSpawn {
   tool_call_id: string;
   /** Retry policy for the delegation. */
   retry?: RetryPolicy;
+}
+
+/**
+ * `llm.token.delta` data: `{…StreamDelta, call_id}`, the delta's fields
+ * followed by the call's id.
+ */
+export interface TokenDelta {
+  /** More reply text. */
+  text?: string;
+  /** More reasoning text. */
+  reasoning?: string;
+  /** Pieces of tool calls, joined by `id`. */
+  tool_calls?: ToolCallDelta[];
+  /** Why the reply ended, on the last delta. */
+  finish_reason?: string;
+  /** The LLM call (or decision) streaming it. */
+  call_id: string;
 }
 
 /** A model's request to call a tool, as recorded on an assistant message. */
@@ -892,6 +1073,36 @@ export type Trigger =
   | LlmFinished
   | SubAgentFinished
   | InterruptResumed;
+
+/** `turn.done` data: `{turn_id, data}`. */
+export interface TurnDone {
+  /** The turn that ended. */
+  turn_id: string;
+  /**
+   * What the agent ended it with (its `done` action's data); `null` when
+   * nothing (always written).
+   */
+  data: Json;
+}
+
+/** `turn.failed` data: `{turn_id, error, code}`. */
+export interface TurnFailed {
+  /** The turn that failed. */
+  turn_id: string;
+  /** What went wrong. */
+  error: string;
+  /**
+   * The error code (`agent_error`, `cancelled`, `invalid_input`, an
+   * agent's own code, …).
+   */
+  code: string;
+}
+
+/** `turn.started` data: `{turn_id}`. */
+export interface TurnStarted {
+  /** The turn that opened. */
+  turn_id: string;
+}
 
 /** `{ url }`: where an image or video is. */
 export interface UrlRef {

@@ -131,6 +131,7 @@ impl std::fmt::Display for EventKind {
 
 /// `turn.started` data: `{turn_id}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TurnStarted {
     /// The turn that opened.
     pub turn_id: String,
@@ -138,6 +139,7 @@ pub struct TurnStarted {
 
 /// `message` data: `{message, parent_id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MessageRecorded {
     /// The recorded message.
     pub message: Message,
@@ -154,6 +156,7 @@ pub struct MessageRecorded {
 /// `llm.token.delta` data: `{…StreamDelta, call_id}`, the delta's fields
 /// followed by the call's id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TokenDelta {
     /// The piece of the reply.
     #[serde(flatten)]
@@ -165,6 +168,7 @@ pub struct TokenDelta {
 /// `tool.call` data: `{id, name, arguments, attempt}`, a tool that the
 /// client runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ClientToolCall {
     /// The call's id, for the `tool.result` input that answers it.
     pub id: String,
@@ -178,6 +182,7 @@ pub struct ClientToolCall {
 
 /// `interrupt` data: `{interrupt_id, reason, payload}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct InterruptRaised {
     /// The id an `interrupt.resume` input names.
     pub interrupt_id: String,
@@ -194,6 +199,7 @@ pub struct InterruptRaised {
 
 /// `interrupt.resumed` data: `{interrupt_id, payload, resumed_by}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct InterruptAnswered {
     /// The interrupt that was resumed.
     pub interrupt_id: String,
@@ -210,6 +216,7 @@ pub struct InterruptAnswered {
 /// "end_user", "identity": …}` for an end-user token. The operator key
 /// posts no inputs, so never resumes one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Resumer {
     /// The tenant's API key.
@@ -230,6 +237,7 @@ pub enum Resumer {
 
 /// `turn.done` data: `{turn_id, data}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TurnDone {
     /// The turn that ended.
     pub turn_id: String,
@@ -240,6 +248,7 @@ pub struct TurnDone {
 
 /// `turn.failed` data: `{turn_id, error, code}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TurnFailed {
     /// The turn that failed.
     pub turn_id: String,
@@ -254,6 +263,7 @@ pub struct TurnFailed {
 /// changed it. Sent only when it changed (a decision that leaves the state
 /// as it was, or gives none, sends nothing).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct StateChanged {
     /// The new state, whole.
     pub state: Value,
@@ -368,6 +378,53 @@ impl SessionEvent {
             | SessionEvent::TurnFailed(TurnFailed { turn_id, .. }) => Some(turn_id),
             _ => None,
         }
+    }
+}
+
+/// A session event as the pair a server-sent event carries: `{event, data}`,
+/// the `event:` name and the `data:` payload, one variant per name.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for SessionEvent {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SessionEvent".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        use schemars::JsonSchema;
+        fn variant<T: JsonSchema>(generator: &mut schemars::SchemaGenerator, kind: EventKind, doc: &str) -> Value {
+            let title = format!("{}Event", crate::schema::pascal(kind.name()));
+            serde_json::json!({
+                "type": "object",
+                "title": title,
+                "description": doc,
+                "properties": {
+                    "event": { "type": "string", "const": kind.name() },
+                    "data": generator.subschema_for::<T>(),
+                },
+                "required": ["event", "data"],
+            })
+        }
+        let g = generator;
+        let variants = vec![
+            variant::<TurnStarted>(g, EventKind::TurnStarted, "A turn opened."),
+            variant::<MessageRecorded>(g, EventKind::Message, "A message was recorded."),
+            variant::<TokenDelta>(
+                g,
+                EventKind::TokenDelta,
+                "A piece of a streamed LLM reply (live only, never stored).",
+            ),
+            variant::<ClientToolCall>(g, EventKind::ToolCall, "A client tool to run."),
+            variant::<InterruptRaised>(g, EventKind::Interrupt, "The agent waits for an `interrupt.resume` input."),
+            variant::<InterruptAnswered>(g, EventKind::InterruptResumed, "Someone resumed an interrupt."),
+            variant::<TurnDone>(g, EventKind::TurnDone, "A turn ended."),
+            variant::<TurnFailed>(g, EventKind::TurnFailed, "A turn ended with an error."),
+            variant::<StateChanged>(g, EventKind::State, "A decision changed the agent's state."),
+        ];
+        serde_json::from_value(serde_json::json!({
+            "description": "An event of a session, as server-sent events carry it: the `event:` name and the `data:` payload.",
+            "oneOf": variants,
+        }))
+        .expect("a schema is a JSON object")
     }
 }
 

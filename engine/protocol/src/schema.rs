@@ -8,11 +8,11 @@
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value};
 
-use crate::{ClientInput, DecisionRequest, DecisionResponse, LlmRequest, LlmResponse, StreamDelta};
+use crate::{ClientInput, DecisionRequest, DecisionResponse, LlmRequest, LlmResponse, SessionEvent, StreamDelta};
 
 /// The schema document: `$defs` holds every wire type reachable from the
 /// roots (a decision request and response, a client input, an LLM request,
-/// response and stream delta), sorted by name so the document is stable.
+/// response and stream delta, a session event), sorted by name so the document is stable.
 pub fn document() -> Value {
     let mut generator = SchemaSettings::draft2020_12().for_serialize().into_generator();
     let roots = [
@@ -22,6 +22,7 @@ pub fn document() -> Value {
         generator.subschema_for::<LlmRequest>(),
         generator.subschema_for::<LlmResponse>(),
         generator.subschema_for::<StreamDelta>(),
+        generator.subschema_for::<SessionEvent>(),
     ];
     // A request's `message_tree` is added to its schema by hand (it is
     // written from `messages`), so its type is registered here.
@@ -41,4 +42,15 @@ pub fn document() -> Value {
     document.insert("anyOf".into(), Value::Array(roots.into_iter().map(Value::from).collect()));
     document.insert("$defs".into(), Value::Object(defs.into_iter().collect()));
     Value::Object(document)
+}
+
+/// `tool.execute`, `turn.started` → `ToolExecute`, `TurnStarted`: how a
+/// dotted or snake-case tag is named as a type.
+pub fn pascal(tag: &str) -> String {
+    tag.split(['.', '_'])
+        .map(|word| {
+            let mut chars = word.chars();
+            chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
+        })
+        .collect()
 }

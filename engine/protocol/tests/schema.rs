@@ -107,3 +107,30 @@ fn the_schema_refuses_what_the_types_refuse() {
         assert!(refused, "{name}: the Rust type accepts {why}: {value}");
     }
 }
+
+#[cfg(feature = "proptest")]
+proptest::proptest! {
+    /// Every session event, as the `{event, data}` pair a server-sent event
+    /// carries, is a `SessionEvent` of the schema.
+    #[test]
+    fn the_schema_accepts_every_session_event(event in subs_protocol::arbitrary::session_event()) {
+        thread_local! {
+            static VALIDATOR: jsonschema::Validator = validator(&document(), "SessionEvent");
+        }
+        let pair = json!({ "event": event.name(), "data": event.data() });
+        let errors: Vec<String> = VALIDATOR.with(|v| v.iter_errors(&pair).map(|e| format!("{e} at {}", e.instance_path())).collect());
+        proptest::prop_assert!(errors.is_empty(), "{pair}: {}", errors.join("; "));
+    }
+}
+
+#[test]
+fn the_schema_refuses_an_event_whose_data_is_not_its_payload() {
+    let validator = validator(&document(), "SessionEvent");
+    for (pair, why) in [
+        (json!({"event": "turn.started", "data": {}}), "no turn_id"),
+        (json!({"event": "turn.begun", "data": {"turn_id": "t"}}), "an unknown name"),
+        (json!({"event": "turn.failed", "data": {"turn_id": "t", "error": "x"}}), "no code"),
+    ] {
+        assert!(!validator.is_valid(&pair), "accepted {why}: {pair}");
+    }
+}

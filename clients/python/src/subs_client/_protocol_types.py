@@ -168,6 +168,21 @@ class ClientMessages(TypedDict):
     client: ClientContext
 
 
+class ClientToolCall(TypedDict):
+    """`tool.call` data: `{id, name, arguments, attempt}`, a tool that the
+    client runs.
+    """
+
+    #: The call's id, for the `tool.result` input that answers it.
+    id: str
+    #: The tool's name.
+    name: str
+    #: The arguments as the model wrote them: JSON text, not always valid.
+    arguments: str
+    #: Which attempt of the call this is (1 on the first).
+    attempt: int
+
+
 class DecisionRequest(TypedDict):
     """What the engine sends a worker whenever it needs to know what happens
     next.
@@ -296,6 +311,30 @@ class Interrupt(TypedDict):
     #: Anything the resumer needs.
     payload: NotRequired[Any]
     #: A JSON Schema the resume payload must satisfy; the engine refuses a resume whose payload fails it, and the interrupt stays open.
+    resume_schema: NotRequired[Any]
+
+
+class InterruptAnswered(TypedDict):
+    """`interrupt.resumed` data: `{interrupt_id, payload, resumed_by}`."""
+
+    #: The interrupt that was resumed.
+    interrupt_id: str
+    #: The payload it was resumed with; `null` when none (always written).
+    payload: Any
+    #: Who resumed it.
+    resumed_by: Resumer
+
+
+class InterruptRaised(TypedDict):
+    """`interrupt` data: `{interrupt_id, reason, payload}`."""
+
+    #: The id an `interrupt.resume` input names.
+    interrupt_id: str
+    #: Why, for the person who resumes it.
+    reason: str
+    #: Anything the resumer needs; `null` when the agent gave nothing (always written).
+    payload: Any
+    #: The JSON Schema a resume payload must satisfy; omitted when the agent set none.
     resume_schema: NotRequired[Any]
 
 
@@ -472,6 +511,17 @@ class Message(TypedDict):
     name: NotRequired[Optional[str]]
 
 
+class MessageRecorded(TypedDict):
+    """`message` data: `{message, parent_id}`."""
+
+    #: The recorded message.
+    message: Message
+    #: The message it follows in the session's tree; `null` for the first one (always written, as `null` when there is none).
+    parent_id: Optional[str]
+    #: The agent version (content digest) whose decision recorded the message; omitted when none did (a message another session sent) or the worker named no version.
+    agent_version: NotRequired[Optional[str]]
+
+
 class MessageSend(TypedDict):
     """`message.send`: append a message to a session's active path."""
 
@@ -520,6 +570,16 @@ class RetryPolicy(TypedDict):
     backoff_base_secs: float
     #: The longest backoff.
     backoff_max_secs: float
+
+
+class StateChanged(TypedDict):
+    """`state` data: `{state}`, the agent's whole state after a decision
+    changed it. Sent only when it changed (a decision that leaves the state
+    as it was, or gives none, sends nothing).
+    """
+
+    #: The new state, whole.
+    state: Any
 
 
 class StreamDelta(TypedDict):
@@ -576,6 +636,23 @@ class SubAgentSpawn(TypedDict):
     tool_call_id: str
     #: Retry policy for the delegation.
     retry: NotRequired[Optional[RetryPolicy]]
+
+
+class TokenDelta(TypedDict):
+    """`llm.token.delta` data: `{…StreamDelta, call_id}`, the delta's fields
+    followed by the call's id.
+    """
+
+    #: More reply text.
+    text: NotRequired[Optional[str]]
+    #: More reasoning text.
+    reasoning: NotRequired[Optional[str]]
+    #: Pieces of tool calls, joined by `id`.
+    tool_calls: NotRequired[Optional[List[ToolCallDelta]]]
+    #: Why the reply ended, on the last delta.
+    finish_reason: NotRequired[Optional[str]]
+    #: The LLM call (or decision) streaming it.
+    call_id: str
 
 
 class ToolCall(TypedDict):
@@ -671,6 +748,33 @@ class TreeNode(TypedDict):
     message: Message
     #: The message before it; absent for a root.
     parent_id: NotRequired[Optional[str]]
+
+
+class TurnDone(TypedDict):
+    """`turn.done` data: `{turn_id, data}`."""
+
+    #: The turn that ended.
+    turn_id: str
+    #: What the agent ended it with (its `done` action's data); `null` when nothing (always written).
+    data: Any
+
+
+class TurnFailed(TypedDict):
+    """`turn.failed` data: `{turn_id, error, code}`."""
+
+    #: The turn that failed.
+    turn_id: str
+    #: What went wrong.
+    error: str
+    #: The error code (`agent_error`, `cancelled`, `invalid_input`, an agent's own code, …).
+    code: str
+
+
+class TurnStarted(TypedDict):
+    """`turn.started` data: `{turn_id}`."""
+
+    #: The turn that opened.
+    turn_id: str
 
 
 class UrlRef(TypedDict):
@@ -823,6 +927,87 @@ class VideoUrlPart(TypedDict):
     video_url: UrlRef
 
 
+class TenantResumer(TypedDict):
+    """The tenant's API key."""
+
+    kind: Literal["tenant"]
+    #: The prefix of the key the input came with, if any.
+    key: NotRequired[Optional[str]]
+    #: The identity the request named, if any.
+    identity: NotRequired[Optional[WorkerIdentity]]
+
+
+class EndUserResumer(TypedDict):
+    """An end user, by the identity of its token."""
+
+    kind: Literal["end_user"]
+    #: The token's identity.
+    identity: WorkerIdentity
+
+
+class TurnStartedEvent(TypedDict):
+    """A turn opened."""
+
+    event: Literal["turn.started"]
+    data: TurnStarted
+
+
+class MessageEvent(TypedDict):
+    """A message was recorded."""
+
+    event: Literal["message"]
+    data: MessageRecorded
+
+
+class LlmTokenDeltaEvent(TypedDict):
+    """A piece of a streamed LLM reply (live only, never stored)."""
+
+    event: Literal["llm.token.delta"]
+    data: TokenDelta
+
+
+class ToolCallEvent(TypedDict):
+    """A client tool to run."""
+
+    event: Literal["tool.call"]
+    data: ClientToolCall
+
+
+class InterruptEvent(TypedDict):
+    """The agent waits for an `interrupt.resume` input."""
+
+    event: Literal["interrupt"]
+    data: InterruptRaised
+
+
+class InterruptResumedEvent(TypedDict):
+    """Someone resumed an interrupt."""
+
+    event: Literal["interrupt.resumed"]
+    data: InterruptAnswered
+
+
+class TurnDoneEvent(TypedDict):
+    """A turn ended."""
+
+    event: Literal["turn.done"]
+    data: TurnDone
+
+
+class TurnFailedEvent(TypedDict):
+    """A turn ended with an error."""
+
+    event: Literal["turn.failed"]
+    data: TurnFailed
+
+
+class StateEvent(TypedDict):
+    """A decision changed the agent's state."""
+
+    event: Literal["state"]
+    data: StateChanged
+
+
 class ValidInput(TypedDict):
     """Parsed, and conforms to the schema."""
 
@@ -872,6 +1057,20 @@ ContentPart = Union[TextPart, ImageUrlPart, FilePart, InputAudioPart, VideoUrlPa
 """One typed part of a message's content (OpenAI's content-part shapes)."""
 
 
+Resumer = Union[TenantResumer, EndUserResumer]
+"""Who resumed an interrupt: `{"kind": "tenant", "key": …, "identity": …}`
+for the tenant (`key` the prefix of its API key, as key listings show
+it, omitted for the process embedding the engine, as `subs run`, or a
+server without keys; `identity` when the input named one), `{"kind":
+"end_user", "identity": …}` for an end-user token. The operator key
+posts no inputs, so never resumes one.
+"""
+
+
+SessionEvent = Union[TurnStartedEvent, MessageEvent, LlmTokenDeltaEvent, ToolCallEvent, InterruptEvent, InterruptResumedEvent, TurnDoneEvent, TurnFailedEvent, StateEvent]
+"""An event of a session, as server-sent events carry it: the `event:` name and the `data:` payload."""
+
+
 ToolInput = Union[ValidInput, InvalidInput, MalformedInput]
 """The engine's validation of a tool call's arguments against the tool's
 input schema. Tagged by `"status"` on the wire.
@@ -902,12 +1101,14 @@ __all__ = [
     "ClientMessageInput",
     "ClientMessages",
     "ClientMessagesInput",
+    "ClientToolCall",
     "Content",
     "ContentPart",
     "DecisionRequest",
     "DecisionResponse",
     "Done",
     "DraftMessage",
+    "EndUserResumer",
     "ErrorCode",
     "FileData",
     "FilePart",
@@ -916,8 +1117,12 @@ __all__ = [
     "ImageUrlPart",
     "InputAudioPart",
     "Interrupt",
+    "InterruptAnswered",
+    "InterruptEvent",
+    "InterruptRaised",
     "InterruptResumeInput",
     "InterruptResumed",
+    "InterruptResumedEvent",
     "InvalidInput",
     "LlmCall",
     "LlmError",
@@ -928,25 +1133,35 @@ __all__ = [
     "LlmRequest",
     "LlmResponse",
     "LlmResult",
+    "LlmTokenDeltaEvent",
     "LlmTool",
     "MalformedInput",
     "McpServerUse",
     "Message",
+    "MessageEvent",
+    "MessageRecorded",
     "MessageSend",
     "MessageTree",
     "ReasoningConfig",
     "ReasoningEffort",
+    "Resumer",
     "RetryPolicy",
     "Role",
+    "SessionEvent",
     "SessionStart",
+    "StateChanged",
+    "StateEvent",
     "StreamDelta",
     "SubAgent",
     "SubAgentFinished",
     "SubAgentSpawn",
+    "TenantResumer",
     "TextPart",
+    "TokenDelta",
     "ToolCall",
     "ToolCallAction",
     "ToolCallDelta",
+    "ToolCallEvent",
     "ToolError",
     "ToolErrorInput",
     "ToolExecute",
@@ -957,6 +1172,12 @@ __all__ = [
     "ToolResultInput",
     "TreeNode",
     "Trigger",
+    "TurnDone",
+    "TurnDoneEvent",
+    "TurnFailed",
+    "TurnFailedEvent",
+    "TurnStarted",
+    "TurnStartedEvent",
     "UrlRef",
     "ValidInput",
     "VideoUrlPart",

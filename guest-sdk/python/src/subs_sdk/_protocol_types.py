@@ -71,6 +71,26 @@ class ContentPart(_Tagged):
     _TAGS: ClassVar[Tuple[str, ...]] = ("text", "image_url", "file", "input_audio", "video_url",)
 
 
+class Resumer(_Tagged):
+    """Who resumed an interrupt: `{"kind": "tenant", "key": …, "identity": …}`
+    for the tenant (`key` the prefix of its API key, as key listings show
+    it, omitted for the process embedding the engine, as `subs run`, or a
+    server without keys; `identity` when the input named one), `{"kind":
+    "end_user", "identity": …}` for an end-user token. The operator key
+    posts no inputs, so never resumes one.
+    """
+
+    _TAG_FIELD = "kind"
+    _TAGS: ClassVar[Tuple[str, ...]] = ("tenant", "end_user",)
+
+
+class SessionEvent(_Tagged):
+    """An event of a session, as server-sent events carry it: the `event:` name and the `data:` payload."""
+
+    _TAG_FIELD = "event"
+    _TAGS: ClassVar[Tuple[str, ...]] = ("turn.started", "message", "llm.token.delta", "tool.call", "interrupt", "interrupt.resumed", "turn.done", "turn.failed", "state",)
+
+
 class ToolInput(_Tagged):
     """The engine's validation of a tool call's arguments against the tool's
     input schema. Tagged by `"status"` on the wire.
@@ -227,6 +247,22 @@ class ClientMessages(Trigger):
 
 
 @dataclass(kw_only=True)
+class ClientToolCall:
+    """`tool.call` data: `{id, name, arguments, attempt}`, a tool that the
+    client runs.
+    """
+
+    #: The call's id, for the `tool.result` input that answers it.
+    id: str
+    #: The tool's name.
+    name: str
+    #: The arguments as the model wrote them: JSON text, not always valid.
+    arguments: str
+    #: Which attempt of the call this is (1 on the first).
+    attempt: int
+
+
+@dataclass(kw_only=True)
 class DecisionRequest(_DecisionRequestMethods):
     """What the engine sends a worker whenever it needs to know what happens
     next.
@@ -362,6 +398,32 @@ class Interrupt(Action):
     #: Anything the resumer needs.
     payload: Optional[Any] = None
     #: A JSON Schema the resume payload must satisfy; the engine refuses a resume whose payload fails it, and the interrupt stays open.
+    resume_schema: Optional[Any] = None
+
+
+@dataclass(kw_only=True)
+class InterruptAnswered:
+    """`interrupt.resumed` data: `{interrupt_id, payload, resumed_by}`."""
+
+    #: The interrupt that was resumed.
+    interrupt_id: str
+    #: The payload it was resumed with; `null` when none (always written).
+    payload: Any
+    #: Who resumed it.
+    resumed_by: Resumer
+
+
+@dataclass(kw_only=True)
+class InterruptRaised:
+    """`interrupt` data: `{interrupt_id, reason, payload}`."""
+
+    #: The id an `interrupt.resume` input names.
+    interrupt_id: str
+    #: Why, for the person who resumes it.
+    reason: str
+    #: Anything the resumer needs; `null` when the agent gave nothing (always written).
+    payload: Any
+    #: The JSON Schema a resume payload must satisfy; omitted when the agent set none.
     resume_schema: Optional[Any] = None
 
 
@@ -549,6 +611,19 @@ class Message(_MessageMethods):
 
 
 @dataclass(kw_only=True)
+class MessageRecorded:
+    """`message` data: `{message, parent_id}`."""
+
+    _KEEP_NULL: ClassVar[FrozenSet[str]] = frozenset({"parent_id"})
+    #: The recorded message.
+    message: Message
+    #: The message it follows in the session's tree; `null` for the first one (always written, as `null` when there is none).
+    parent_id: Optional[str] = None
+    #: The agent version (content digest) whose decision recorded the message; omitted when none did (a message another session sent) or the worker named no version.
+    agent_version: Optional[str] = None
+
+
+@dataclass(kw_only=True)
 class MessageSend(Action):
     """`message.send`: append a message to a session's active path."""
 
@@ -601,6 +676,17 @@ class RetryPolicy:
     backoff_base_secs: float = 0.0
     #: The longest backoff.
     backoff_max_secs: float = 0.0
+
+
+@dataclass(kw_only=True)
+class StateChanged:
+    """`state` data: `{state}`, the agent's whole state after a decision
+    changed it. Sent only when it changed (a decision that leaves the state
+    as it was, or gives none, sends nothing).
+    """
+
+    #: The new state, whole.
+    state: Any
 
 
 @dataclass(kw_only=True)
@@ -661,6 +747,24 @@ class SubAgentSpawn(Action):
     tool_call_id: str
     #: Retry policy for the delegation.
     retry: Optional[RetryPolicy] = None
+
+
+@dataclass(kw_only=True)
+class TokenDelta:
+    """`llm.token.delta` data: `{…StreamDelta, call_id}`, the delta's fields
+    followed by the call's id.
+    """
+
+    #: More reply text.
+    text: Optional[str] = None
+    #: More reasoning text.
+    reasoning: Optional[str] = None
+    #: Pieces of tool calls, joined by `id`.
+    tool_calls: Optional[List[ToolCallDelta]] = None
+    #: Why the reply ended, on the last delta.
+    finish_reason: Optional[str] = None
+    #: The LLM call (or decision) streaming it.
+    call_id: str
 
 
 @dataclass(kw_only=True)
@@ -763,6 +867,36 @@ class TreeNode:
     message: Message
     #: The message before it; absent for a root.
     parent_id: Optional[str] = None
+
+
+@dataclass(kw_only=True)
+class TurnDone:
+    """`turn.done` data: `{turn_id, data}`."""
+
+    #: The turn that ended.
+    turn_id: str
+    #: What the agent ended it with (its `done` action's data); `null` when nothing (always written).
+    data: Any
+
+
+@dataclass(kw_only=True)
+class TurnFailed:
+    """`turn.failed` data: `{turn_id, error, code}`."""
+
+    #: The turn that failed.
+    turn_id: str
+    #: What went wrong.
+    error: str
+    #: The error code (`agent_error`, `cancelled`, `invalid_input`, an agent's own code, …).
+    code: str
+
+
+@dataclass(kw_only=True)
+class TurnStarted:
+    """`turn.started` data: `{turn_id}`."""
+
+    #: The turn that opened.
+    turn_id: str
 
 
 @dataclass(kw_only=True)
@@ -931,6 +1065,98 @@ class VideoUrlPart(ContentPart):
 
 
 @dataclass(kw_only=True)
+class TenantResumer(Resumer):
+    """The tenant's API key."""
+
+    _TAG = "tenant"
+    #: The prefix of the key the input came with, if any.
+    key: Optional[str] = None
+    #: The identity the request named, if any.
+    identity: Optional[WorkerIdentity] = None
+
+
+@dataclass(kw_only=True)
+class EndUserResumer(Resumer):
+    """An end user, by the identity of its token."""
+
+    _TAG = "end_user"
+    #: The token's identity.
+    identity: WorkerIdentity
+
+
+@dataclass(kw_only=True)
+class TurnStartedEvent(SessionEvent):
+    """A turn opened."""
+
+    _TAG = "turn.started"
+    data: TurnStarted
+
+
+@dataclass(kw_only=True)
+class MessageEvent(SessionEvent):
+    """A message was recorded."""
+
+    _TAG = "message"
+    data: MessageRecorded
+
+
+@dataclass(kw_only=True)
+class LlmTokenDeltaEvent(SessionEvent):
+    """A piece of a streamed LLM reply (live only, never stored)."""
+
+    _TAG = "llm.token.delta"
+    data: TokenDelta
+
+
+@dataclass(kw_only=True)
+class ToolCallEvent(SessionEvent):
+    """A client tool to run."""
+
+    _TAG = "tool.call"
+    data: ClientToolCall
+
+
+@dataclass(kw_only=True)
+class InterruptEvent(SessionEvent):
+    """The agent waits for an `interrupt.resume` input."""
+
+    _TAG = "interrupt"
+    data: InterruptRaised
+
+
+@dataclass(kw_only=True)
+class InterruptResumedEvent(SessionEvent):
+    """Someone resumed an interrupt."""
+
+    _TAG = "interrupt.resumed"
+    data: InterruptAnswered
+
+
+@dataclass(kw_only=True)
+class TurnDoneEvent(SessionEvent):
+    """A turn ended."""
+
+    _TAG = "turn.done"
+    data: TurnDone
+
+
+@dataclass(kw_only=True)
+class TurnFailedEvent(SessionEvent):
+    """A turn ended with an error."""
+
+    _TAG = "turn.failed"
+    data: TurnFailed
+
+
+@dataclass(kw_only=True)
+class StateEvent(SessionEvent):
+    """A decision changed the agent's state."""
+
+    _TAG = "state"
+    data: StateChanged
+
+
+@dataclass(kw_only=True)
 class ValidInput(ToolInput):
     """Parsed, and conforms to the schema."""
 
@@ -986,12 +1212,14 @@ __all__ = [
     "ClientMessageInput",
     "ClientMessages",
     "ClientMessagesInput",
+    "ClientToolCall",
     "Content",
     "ContentPart",
     "DecisionRequest",
     "DecisionResponse",
     "Done",
     "DraftMessage",
+    "EndUserResumer",
     "ErrorCode",
     "FileData",
     "FilePart",
@@ -1000,8 +1228,12 @@ __all__ = [
     "ImageUrlPart",
     "InputAudioPart",
     "Interrupt",
+    "InterruptAnswered",
+    "InterruptEvent",
+    "InterruptRaised",
     "InterruptResumeInput",
     "InterruptResumed",
+    "InterruptResumedEvent",
     "InvalidInput",
     "LlmCall",
     "LlmError",
@@ -1012,25 +1244,35 @@ __all__ = [
     "LlmRequest",
     "LlmResponse",
     "LlmResult",
+    "LlmTokenDeltaEvent",
     "LlmTool",
     "MalformedInput",
     "McpServerUse",
     "Message",
+    "MessageEvent",
+    "MessageRecorded",
     "MessageSend",
     "MessageTree",
     "ReasoningConfig",
     "ReasoningEffort",
+    "Resumer",
     "RetryPolicy",
     "Role",
+    "SessionEvent",
     "SessionStart",
+    "StateChanged",
+    "StateEvent",
     "StreamDelta",
     "SubAgent",
     "SubAgentFinished",
     "SubAgentSpawn",
+    "TenantResumer",
     "TextPart",
+    "TokenDelta",
     "ToolCall",
     "ToolCallAction",
     "ToolCallDelta",
+    "ToolCallEvent",
     "ToolError",
     "ToolErrorInput",
     "ToolExecute",
@@ -1041,6 +1283,12 @@ __all__ = [
     "ToolResultInput",
     "TreeNode",
     "Trigger",
+    "TurnDone",
+    "TurnDoneEvent",
+    "TurnFailed",
+    "TurnFailedEvent",
+    "TurnStarted",
+    "TurnStartedEvent",
     "UrlRef",
     "ValidInput",
     "VideoUrlPart",
