@@ -117,6 +117,20 @@ const FOREIGN: &[Foreign] = &[
                 args: &[],
                 out: "examples_approver_py.wasm",
             },
+            Build {
+                name: "TEST_PY_BRANCH",
+                what: "The `tests/python/branch_agent.py` agent, which reads its branch on demand",
+                script: "tests/python/build.sh",
+                args: &["branch_agent"],
+                out: "branch_py.wasm",
+            },
+            Build {
+                name: "TOOLS_PY_WIT_0_1_0",
+                what: "The `examples/tools-py` agent built against `subs:agent@0.1.0`",
+                script: "examples/tools-py/build.sh",
+                args: &["--wit-version", "0.1.0"],
+                out: "tools_py_wit_0_1_0.wasm",
+            },
         ],
     },
     Foreign {
@@ -159,6 +173,27 @@ const FOREIGN: &[Foreign] = &[
                 script: "tests/js/build.sh",
                 args: &["approver_agent"],
                 out: "approver_js.wasm",
+            },
+            Build {
+                name: "TEST_JS_BRANCH",
+                what: "The `tests/js/branch_agent.js` agent (world `agent-json`), which reads its branch on demand",
+                script: "tests/js/build.sh",
+                args: &["branch_agent"],
+                out: "branch_js.wasm",
+            },
+            Build {
+                name: "TEST_JS_BRANCH_TYPED",
+                what: "The `tests/js/branch_agent.js` agent built against the typed world `agent`",
+                script: "tests/js/build.sh",
+                args: &["--world", "agent", "branch_agent"],
+                out: "branch_js_typed.wasm",
+            },
+            Build {
+                name: "TOOLS_JS_WIT_0_1_0",
+                what: "The `examples/tools-js` agent built against `subs:agent@0.1.0`'s `agent-json`",
+                script: "examples/tools-js/build.sh",
+                args: &["--wit-version", "0.1.0"],
+                out: "tools_js_wit_0_1_0.wasm",
             },
             Build {
                 name: "APPROVER_TS",

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Builds the agent into approver-py.wasm with the pinned componentize-py,
-# installed into .venv the first time (and whenever the pin changes).
+# installed into .venv the first time (and whenever the pin changes), for
+# the world subs:agent/agent@0.2.0 (`--wit-version 0.1.0`: that version's).
 #
-#   ./build.sh [OUT]   # default: approver-py.wasm
+#   ./build.sh [--wit-version 0.2.0|0.1.0] [OUT]   # default OUT: approver-py.wasm
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+version=0.2.0
+if [ "${1:-}" = --wit-version ]; then
+    version=${2:?--wit-version takes 0.2.0 or 0.1.0}
+    shift 2
+fi
 # The subs source tree this example is in: its SDK and world.
 sdk=$(cd "$here/../.." && pwd)
 out=${1:-$here/approver-py.wasm}
@@ -22,5 +28,5 @@ if [ -z "$cpy" ]; then
 fi
 mkdir -p "$(dirname "$out")"
 cd "$here"
-"$cpy" --wit-path "$sdk/wit" --world subs:agent/agent@0.1.0 --quiet \
+"$cpy" --wit-path "$sdk/wit" --world "subs:agent/agent@$version" --quiet \
     componentize agent --python-path "$here" --python-path "$sdk/guest-sdk/python/src" --output "$out"

@@ -10,6 +10,7 @@ mod approval_js;
 mod approval_py;
 mod architecture;
 mod bad_guests;
+mod branch_pyjs;
 mod delegation;
 mod examples;
 mod http_worker;

@@ -10,10 +10,19 @@ Modes change one thing, for the bad-input tests:
 
 - ``normal``: the tools below.
 - ``collide``: two more tools whose offered names collide (``a.b``, ``a_b``).
+- ``eras``: two more tools, ``era`` (the revision of the request calling
+  it) and ``region`` (an argument the client must mirror into the
+  ``Mcp-Param-Region`` header, which the SDK checks; it answers what it
+  got). The SDK serves both eras: the stateless revision (2026-07-28) and
+  the ``initialize`` handshake.
+- ``legacy``: the ``eras`` tools behind a front that refuses modern
+  requests the way a handshake-only server does (400, a JSON-RPC error
+  outside the modern range), so clients fall back to ``initialize``.
 """
 
 import argparse
 import asyncio
+import json
 from typing import Annotated
 
 from pydantic import BaseModel, Field
@@ -59,6 +68,16 @@ def build(mode: str) -> MCPServer:
             await asyncio.sleep(0.05)
         return f"done after {steps} steps"
 
+    if mode in ("eras", "legacy"):
+
+        @server.tool(description="The protocol revision of this request.", structured_output=False)
+        def era(ctx: Context) -> str:
+            return str(ctx.protocol_version)
+
+        @server.tool(description="Answers the region it was called for.", structured_output=False)
+        def region(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+            return f"region: {region}"
+
     if mode == "collide":
 
         @server.tool(name="a.b", description="Collides with a_b.", structured_output=False)
@@ -72,14 +91,52 @@ def build(mode: str) -> MCPServer:
     return server
 
 
+MODERN = ("2026-07-28",)
+
+
+def handshake_only(app):
+    """`app` as a server of the handshake era alone answers a modern request:
+    400 and a JSON-RPC error of its own (-32000), as the 1.x SDKs do."""
+
+    async def front(scope, receive, send):
+        if scope["type"] == "http":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            if headers.get("mcp-protocol-version") in MODERN:
+                body = json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": "server-error",
+                        "error": {"code": -32000, "message": "Bad Request: Unsupported protocol version"},
+                    }
+                ).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 400,
+                        "headers": [(b"content-type", b"application/json")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return front
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("port", type=int)
-    parser.add_argument("--mode", default="normal", choices=["normal", "collide"])
+    parser.add_argument("--mode", default="normal", choices=["normal", "collide", "eras", "legacy"])
     parser.add_argument("--stdio", action="store_true")
     args = parser.parse_args()
     if args.stdio:
         build(args.mode).run(transport="stdio")
+    elif args.mode == "legacy":
+        import uvicorn
+
+        server = build(args.mode)
+        app = handshake_only(server.streamable_http_app(stateless_http=False))
+        uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
     else:
         build(args.mode).run(transport="streamable-http", host="127.0.0.1", port=args.port, stateless_http=False)
 

@@ -1,6 +1,7 @@
 //! Tenants' MCP servers as tool sources: the registry of servers each
-//! tenant registered, one [`subs_mcp::Client`] (one MCP session) per
-//! (tenant, server), and the core's [`ToolSources`] over them.
+//! tenant registered, one [`subs_mcp::Client`] (the server's era learnt once,
+//! and for a legacy server one MCP session) per (tenant, server), and the
+//! core's [`ToolSources`] over them.
 //!
 //! Tools are offered to the model as `<server>__<tool>`. Server names are
 //! 1-32 letters, digits and `-` (no `_`), so the first `__` of an offered

@@ -4,12 +4,23 @@
 //! Every message is a `POST` of one JSON-RPC message to the server's URL.
 //! The server answers a request with `application/json` (the response) or
 //! `text/event-stream` (notifications and requests of its own, then the
-//! response); a notification with `202`. The first request is
-//! `initialize`: the server's answer fixes the revision (one of
-//! [`SUPPORTED_PROTOCOL_VERSIONS`]) and may assign a session
-//! (`Mcp-Session-Id`), sent with every later request together with
-//! `MCP-Protocol-Version`. A `404` to a request that carried the session
-//! means the server dropped it (a restart): the client initializes again
+//! response); a notification with `202`.
+//!
+//! Which era the server speaks is learnt once per client, the way the
+//! specification has a dual-era client do it: the first request is
+//! `server/discover` at the modern revision ([`MODERN_PROTOCOL_VERSION`]).
+//! A result naming that revision makes the server modern: every request
+//! then carries the revision, the client's identity and capabilities in
+//! its `_meta`, and the revision, method and tool name (and the
+//! arguments a tool marks `x-mcp-header`) in headers; there is no session
+//! to keep. A `4xx` whose body is not one of the modern errors (`-32020`
+//! to `-32099`), or a JSON-RPC error that is not one, makes it legacy:
+//! `initialize` fixes the revision (one of [`SUPPORTED_PROTOCOL_VERSIONS`])
+//! and may assign a session (`Mcp-Session-Id`), sent with every later
+//! request together with `MCP-Protocol-Version`. A `404` to a request that
+//! carried the session means the server dropped it (a restart), and a
+//! modern server refusing the revision or answering `400` like a legacy
+//! one means it was replaced: either way the client learns the era again
 //! and sends the request once more.
 //!
 //! Everything a server sends is bounded: one exchange reads at most
@@ -29,10 +40,11 @@ use serde_json::{Map, Value};
 use subs_protocol::sse::SseParser;
 
 use crate::wire::{
-    CallToolParams, CallToolResult, ClientCapabilities, Implementation, InitializeParams, InitializeResult,
-    LATEST_PROTOCOL_VERSION, ListToolsParams, ListToolsResult, Message, Notification, PROTOCOL_VERSION_HEADER,
-    ProgressParams, Request, RequestId, RequestMeta, Response, SESSION_ID_HEADER, SUPPORTED_PROTOCOL_VERSIONS, Tool,
-    code, method,
+    CallToolParams, CallToolResult, ClientCapabilities, DiscoverResult, ErrorObject, Implementation, InitializeParams,
+    InitializeResult, LATEST_PROTOCOL_VERSION, ListToolsParams, ListToolsResult, METHOD_HEADER,
+    MODERN_PROTOCOL_VERSION, Message, NAME_HEADER, Notification, PROTOCOL_VERSION_HEADER, ProgressParams,
+    RESULT_INPUT_REQUIRED, Request, RequestId, RequestMeta, Response, SESSION_ID_HEADER, SUPPORTED_PROTOCOL_VERSIONS,
+    Tool, code, meta, method,
 };
 
 /// A client's bounds.
@@ -48,7 +60,8 @@ pub struct ClientConfig {
     pub max_tools: usize,
     /// The most pages of one listing.
     pub max_pages: usize,
-    /// How long `initialize` and one listing may take.
+    /// How long learning the server's era (`server/discover`, then
+    /// `initialize` for a legacy server) and one listing may take.
     pub setup_timeout: Duration,
     /// Who the client says it is.
     pub client_info: Implementation,
@@ -121,13 +134,16 @@ impl McpError {
     }
 }
 
-/// What the server said about its MCP session.
+/// What the client learnt of the server: its era, and for a legacy
+/// server its MCP session.
 #[derive(Debug, Clone)]
 struct Session {
-    /// The id it assigned, if any.
+    /// The id it assigned, if any (legacy only).
     id: Option<String>,
-    /// The revision it chose.
+    /// The revision it chose (legacy) or every request carries (modern).
     version: String,
+    /// The server speaks the stateless modern era.
+    modern: bool,
 }
 
 /// Where a request's progress notifications go.
@@ -141,6 +157,8 @@ pub struct Client {
     config: ClientConfig,
     session: tokio::sync::Mutex<Option<Session>>,
     tools: Mutex<Option<(Instant, Arc<Vec<Tool>>)>>,
+    /// The `x-mcp-header` arguments of each listed tool (modern servers).
+    mirrored: Mutex<std::collections::HashMap<String, crate::wire::MirroredParams>>,
     stale: AtomicBool,
     next_id: AtomicI64,
 }
@@ -175,6 +193,7 @@ impl Client {
             config,
             session: tokio::sync::Mutex::new(None),
             tools: Mutex::new(None),
+            mirrored: Mutex::new(std::collections::HashMap::new()),
             stale: AtomicBool::new(false),
             next_id: AtomicI64::new(1),
         })
@@ -213,11 +232,30 @@ impl Client {
     async fn list_all(&self) -> Result<Vec<Tool>, McpError> {
         let mut tools = Vec::new();
         let mut cursor = None;
+        let mut mirrored = std::collections::HashMap::new();
         for _ in 0..self.config.max_pages {
-            let result = self.request(method::TOOLS_LIST, &ListToolsParams { cursor: cursor.take() }, None).await?;
+            let (result, modern) =
+                self.request(method::TOOLS_LIST, &ListToolsParams { cursor: cursor.take() }, &[], None).await?;
             let page: ListToolsResult = serde_json::from_value(result)
                 .map_err(|e| McpError::Protocol(format!("a tools/list result that is not a tool list: {e}")))?;
-            tools.extend(page.tools);
+            for tool in page.tools {
+                // A modern client mirrors `x-mcp-header` arguments, and
+                // leaves out a tool whose annotations it cannot follow.
+                if modern {
+                    match crate::wire::mirrored_params(&tool.input_schema) {
+                        Ok(params) if params.is_empty() => {}
+                        Ok(params) => {
+                            mirrored.insert(tool.name.clone(), params);
+                        }
+                        Err(why) => {
+                            tracing::warn!(server = %self.url, tool = %tool.name, %why, "an MCP server's tool is left out");
+                            continue;
+                        }
+                    }
+                }
+                tools.push(tool);
+            }
+            *self.mirrored.lock().unwrap_or_else(PoisonError::into_inner) = mirrored.clone();
             if tools.len() > self.config.max_tools {
                 tracing::warn!(server = %self.url, max = self.config.max_tools, "an MCP server lists more tools than are kept");
                 tools.truncate(self.config.max_tools);
@@ -240,6 +278,10 @@ impl Client {
         on_progress: OnProgress<'_>,
     ) -> Result<CallToolResult, McpError> {
         let token = RequestId::String(format!("subs-{}", self.next_id.fetch_add(1, Ordering::Relaxed)));
+        let headers = match self.mirrored.lock().unwrap_or_else(PoisonError::into_inner).get(name) {
+            Some(mirrored) => crate::wire::param_headers(mirrored, &arguments),
+            None => Vec::new(),
+        };
         let params = CallToolParams {
             name: name.to_owned(),
             arguments: Some(arguments),
@@ -250,15 +292,16 @@ impl Client {
                 on_progress(p);
             }
         };
-        let result = self.request(method::TOOLS_CALL, &params, Some(&forward)).await?;
+        let (result, _) = self.request(method::TOOLS_CALL, &params, &headers, Some(&forward)).await?;
         serde_json::from_value(result)
             .map_err(|e| McpError::Protocol(format!("a tools/call result that is not a call result: {e}")))
     }
 
-    /// Ends the MCP session, if the server assigned one (`DELETE`).
+    /// Ends the MCP session, if a legacy server assigned one (`DELETE`);
+    /// a modern server keeps none.
     pub async fn close(&self) {
         let session = self.session.lock().await.take();
-        if let Some(Session { id: Some(id), version }) = session {
+        if let Some(Session { id: Some(id), version, .. }) = session {
             let request = self
                 .http
                 .delete(self.url.clone())
@@ -269,35 +312,68 @@ impl Client {
         }
     }
 
-    /// Sends request `method` on the session (initializing one first, and
-    /// again once when the server dropped it) and returns its result.
+    /// Sends request `method` (after learning the server's era, and again
+    /// once when the server dropped its session or was replaced) and
+    /// returns its result, and whether the server is modern. `headers`
+    /// are a modern request's mirrored arguments.
     async fn request(
         &self,
         method: &str,
         params: &impl serde::Serialize,
+        headers: &[(String, String)],
         on_progress: Option<&(dyn Fn(ProgressParams) + Send + Sync)>,
-    ) -> Result<Value, McpError> {
+    ) -> Result<(Value, bool), McpError> {
+        let params = serde_json::to_value(params).unwrap_or(Value::Null);
         for fresh in [false, true] {
             let session = self.session(fresh).await?;
             let id = RequestId::Number(self.next_id.fetch_add(1, Ordering::Relaxed));
+            let params = if session.modern { self.with_meta(params.clone()) } else { params.clone() };
             let message = Message::Request(Request::new(id.clone(), method, params));
-            match self.exchange(Some(&session), &message, Some(&id), on_progress).await {
+            match self.post(Some(&session), &message, Some(&id), headers, on_progress).await {
                 Err(Exchange::Expired) if !fresh => {
                     tracing::info!(server = %self.url, "an MCP server dropped its session; initializing again");
+                    continue;
+                }
+                Err(Exchange::Modern(error)) if !fresh && error.code == code::UNSUPPORTED_PROTOCOL_VERSION => {
+                    tracing::info!(server = %self.url, "an MCP server no longer speaks the revision; learning it again");
+                    continue;
+                }
+                Err(Exchange::Failed(McpError::Http { status: 400, .. })) if !fresh && session.modern => {
+                    tracing::info!(server = %self.url, "an MCP server answers like a legacy one; learning its era again");
                     continue;
                 }
                 Err(Exchange::Expired) => {
                     return Err(McpError::Http { status: 404, body: "the session was dropped again".to_owned() });
                 }
-                Err(Exchange::Failed(e)) => return Err(e),
-                Ok(value) => return Ok(value),
+                Err(e) => return Err(e.into_error()),
+                Ok((value, _)) => return Ok((value.unwrap_or(Value::Null), session.modern)),
             }
         }
         unreachable!("the second pass returns")
     }
 
-    /// The session, initialized first when there is none or `fresh` asks
-    /// for a new one (the server dropped the old).
+    /// `params` with the modern `_meta`: the revision, who the client is,
+    /// and its capabilities (none: it answers no elicitation, sampling or
+    /// roots).
+    fn with_meta(&self, params: Value) -> Value {
+        let mut params = match params {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        };
+        let mut meta = match params.remove("_meta") {
+            Some(Value::Object(meta)) => meta,
+            _ => Map::new(),
+        };
+        meta.insert(meta::PROTOCOL_VERSION.to_owned(), Value::from(MODERN_PROTOCOL_VERSION));
+        meta.insert(meta::CLIENT_INFO.to_owned(), serde_json::to_value(&self.config.client_info).unwrap_or_default());
+        meta.insert(meta::CLIENT_CAPABILITIES.to_owned(), Value::Object(Map::new()));
+        params.insert("_meta".to_owned(), Value::Object(meta));
+        Value::Object(params)
+    }
+
+    /// What the client knows of the server, learnt first when there is
+    /// nothing yet or `fresh` asks to learn again (the server dropped its
+    /// session, or was replaced).
     async fn session(&self, fresh: bool) -> Result<Session, McpError> {
         let mut held = self.session.lock().await;
         if let Some(session) = held.as_ref().filter(|_| !fresh) {
@@ -305,11 +381,60 @@ impl Client {
         }
         *held = None;
         let limit = self.config.setup_timeout;
-        let session = tokio::time::timeout(limit, self.initialize()).await.map_err(|_| McpError::Timeout(limit))??;
-        // A new session may list other tools.
+        let session = tokio::time::timeout(limit, self.discover()).await.map_err(|_| McpError::Timeout(limit))??;
+        // Another session, or another server, may list other tools.
         self.forget_tools();
         *held = Some(session.clone());
         Ok(session)
+    }
+
+    /// Learns the server's era: `server/discover` at the modern revision;
+    /// a legacy server's refusal leads to `initialize`.
+    async fn discover(&self) -> Result<Session, McpError> {
+        let modern = Session { id: None, version: MODERN_PROTOCOL_VERSION.to_owned(), modern: true };
+        let id = RequestId::Number(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let params = self.with_meta(Value::Object(Map::new()));
+        let message = Message::Request(Request::new(id.clone(), method::SERVER_DISCOVER, params));
+        let refusal = match self.post(Some(&modern), &message, Some(&id), &[], None).await {
+            Ok((result, _)) => {
+                let result: DiscoverResult = serde_json::from_value(result.unwrap_or(Value::Null))
+                    .map_err(|e| McpError::Protocol(format!("a server/discover result that is not one: {e}")))?;
+                if result.supported_versions.iter().any(|v| v == MODERN_PROTOCOL_VERSION) {
+                    tracing::debug!(server = %self.url, "an MCP server speaks the modern revision");
+                    return Ok(modern);
+                }
+                format!("it speaks {:?}", result.supported_versions)
+            }
+            Err(Exchange::Modern(error)) if error.code == code::UNSUPPORTED_PROTOCOL_VERSION => {
+                // A modern server of other revisions: a legacy one among
+                // them is reached through `initialize`.
+                let supported: Vec<String> = error
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("supported"))
+                    .and_then(|s| serde_json::from_value(s.clone()).ok())
+                    .unwrap_or_default();
+                if !supported.iter().any(|v| SUPPORTED_PROTOCOL_VERSIONS.contains(&v.as_str())) {
+                    return Err(McpError::Version(supported.join(", ")));
+                }
+                format!("it speaks {supported:?}")
+            }
+            Err(Exchange::Modern(error)) => {
+                return Err(McpError::Rpc { code: error.code, message: clip(&error.message) });
+            }
+            // A server that cannot be reached, or is failing, is tried
+            // again later rather than taken for a legacy one.
+            Err(Exchange::Failed(
+                e @ (McpError::Transport(_) | McpError::Timeout(_) | McpError::TooLarge(_) | McpError::Version(_)),
+            )) => return Err(e),
+            Err(Exchange::Failed(e @ McpError::Http { status: 408 | 429 | 500.., .. })) => return Err(e),
+            // Anything else is a legacy server refusing a request outside
+            // a session, or a method it does not know, in its own way.
+            Err(Exchange::Failed(other)) => other.to_string(),
+            Err(Exchange::Expired) => "the session is unknown".to_owned(),
+        };
+        tracing::debug!(server = %self.url, %refusal, "an MCP server does not speak the modern revision; initializing");
+        self.initialize().await
     }
 
     async fn initialize(&self) -> Result<Session, McpError> {
@@ -320,35 +445,28 @@ impl Client {
         };
         let id = RequestId::Number(self.next_id.fetch_add(1, Ordering::Relaxed));
         let message = Message::Request(Request::new(id.clone(), method::INITIALIZE, params));
-        let (result, session_id) = self.post(None, &message, Some(&id), None).await.map_err(Exchange::into_error)?;
+        let (result, session_id) =
+            self.post(None, &message, Some(&id), &[], None).await.map_err(Exchange::into_error)?;
         let result: InitializeResult = serde_json::from_value(result.unwrap_or(Value::Null))
             .map_err(|e| McpError::Protocol(format!("an initialize result that is not one: {e}")))?;
         if !SUPPORTED_PROTOCOL_VERSIONS.contains(&result.protocol_version.as_str()) {
             return Err(McpError::Version(result.protocol_version));
         }
-        let session = Session { id: session_id, version: result.protocol_version };
+        let session = Session { id: session_id, version: result.protocol_version, modern: false };
         let initialized = Message::Notification(Notification::new(method::INITIALIZED, Value::Null));
-        self.post(Some(&session), &initialized, None, None).await.map_err(Exchange::into_error)?;
+        self.post(Some(&session), &initialized, None, &[], None).await.map_err(Exchange::into_error)?;
         Ok(session)
     }
 
-    async fn exchange(
-        &self,
-        session: Option<&Session>,
-        message: &Message,
-        id: Option<&RequestId>,
-        on_progress: Option<&(dyn Fn(ProgressParams) + Send + Sync)>,
-    ) -> Result<Value, Exchange> {
-        Ok(self.post(session, message, id, on_progress).await?.0.unwrap_or(Value::Null))
-    }
-
-    /// POSTs `message` and reads the answer to request `id` (none for a
-    /// notification): the result, and the session id the server gave.
+    /// POSTs `message` (with `extra` headers) and reads the answer to
+    /// request `id` (none for a notification): the result, and the session
+    /// id the server gave.
     async fn post(
         &self,
         session: Option<&Session>,
         message: &Message,
         id: Option<&RequestId>,
+        extra: &[(String, String)],
         on_progress: Option<&(dyn Fn(ProgressParams) + Send + Sync)>,
     ) -> Result<(Option<Value>, Option<String>), Exchange> {
         let mut request = self
@@ -363,6 +481,17 @@ impl Client {
             if let Some(sid) = &session.id {
                 request = request.header(SESSION_ID_HEADER, sid);
             }
+            if session.modern
+                && let Message::Request(sent) = message
+            {
+                request = request.header(METHOD_HEADER, &sent.method);
+                if let Some(name) = sent.params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str) {
+                    request = request.header(NAME_HEADER, crate::wire::header_value(name));
+                }
+                for (name, value) in extra {
+                    request = request.header(name, value);
+                }
+            }
         }
         let mut response = request.send().await.map_err(|e| Exchange::Failed(transport(&e)))?;
         let status = response.status();
@@ -370,7 +499,14 @@ impl Client {
             return Err(Exchange::Expired);
         }
         if !status.is_success() {
-            let body = read_capped(&mut response, 1024).await.unwrap_or_default();
+            let body = read_capped(&mut response, 4096).await.unwrap_or_default();
+            // A modern server's refusal is a JSON-RPC error of its own
+            // range; anything else is an HTTP error as it is.
+            if let Ok(Message::Error(error)) = Message::from_slice(&body)
+                && code::is_modern(error.error.code)
+            {
+                return Err(Exchange::Modern(error.error));
+            }
             let body = String::from_utf8_lossy(&body).trim().chars().take(512).collect();
             return Err(Exchange::Failed(McpError::Http { status: status.as_u16(), body }));
         }
@@ -460,7 +596,17 @@ impl Client {
         on_progress: Option<&(dyn Fn(ProgressParams) + Send + Sync)>,
     ) -> Result<Option<Value>, McpError> {
         match message {
-            Message::Response(response) if &response.id == id => Ok(Some(response.result)),
+            Message::Response(response) if &response.id == id => {
+                // The client declares no capability, so a modern server
+                // has nothing to ask it for; one that does is answered
+                // with an error rather than a retry that could not help.
+                if response.result.get("resultType").and_then(Value::as_str) == Some(RESULT_INPUT_REQUIRED) {
+                    return Err(McpError::Protocol(
+                        "the server asks for input (`input_required`), which subs does not give".to_owned(),
+                    ));
+                }
+                Ok(Some(response.result))
+            }
             Message::Error(error) if error.id.as_ref() == Some(id) || error.id.is_none() => {
                 Err(McpError::Rpc { code: error.error.code, message: clip(&error.error.message) })
             }
@@ -487,6 +633,11 @@ impl Client {
                 Ok(None)
             }
             Message::Request(request) => {
+                // A modern server sends no requests; one that does is not
+                // answered (the era has no responses from clients).
+                if session.is_some_and(|s| s.modern) {
+                    return Ok(None);
+                }
                 // Pings are answered; sampling, roots and elicitation are
                 // not offered (the client declares no capability), so a
                 // server asking for them is told so.
@@ -531,6 +682,8 @@ impl Client {
 enum Exchange {
     /// The server no longer knows the session (404).
     Expired,
+    /// A modern server refused the request with one of its errors.
+    Modern(ErrorObject),
     /// Anything else.
     Failed(McpError),
 }
@@ -539,6 +692,7 @@ impl Exchange {
     fn into_error(self) -> McpError {
         match self {
             Exchange::Expired => McpError::Http { status: 404, body: "the session is unknown".to_owned() },
+            Exchange::Modern(error) => McpError::Rpc { code: error.code, message: clip(&error.message) },
             Exchange::Failed(e) => e,
         }
     }

@@ -11,13 +11,53 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-/// The revision subs offers in `initialize`, the newest it speaks.
+/// The revision subs offers in `initialize`, the newest of the handshake
+/// era it speaks.
 pub const LATEST_PROTOCOL_VERSION: &str = "2025-11-25";
 
 /// The revisions subs accepts from a peer's `initialize`, newest first:
 /// those with the Streamable HTTP transport and the `initialize`
-/// handshake.
+/// handshake (the legacy era).
 pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// The stateless revision subs speaks (the modern era): no handshake and
+/// no session; every request carries its revision, the client's identity
+/// and capabilities in `_meta`, and the revision in
+/// [`PROTOCOL_VERSION_HEADER`].
+pub const MODERN_PROTOCOL_VERSION: &str = "2026-07-28";
+
+/// The modern revisions subs speaks, newest first.
+pub const MODERN_PROTOCOL_VERSIONS: &[&str] = &[MODERN_PROTOCOL_VERSION];
+
+/// The `_meta` keys of the modern era.
+pub mod meta {
+    /// The request's revision.
+    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    /// Who the client is.
+    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    /// What the client answers (elicitation, sampling, roots).
+    pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+    /// Who the server is, in a result's `_meta`.
+    pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+}
+
+/// The HTTP header mirroring a modern request's method.
+pub const METHOD_HEADER: &str = "mcp-method";
+
+/// The HTTP header mirroring a modern `tools/call`'s tool name (or a
+/// resource's URI, a prompt's name).
+pub const NAME_HEADER: &str = "mcp-name";
+
+/// The prefix of the headers a modern client mirrors a tool's
+/// `x-mcp-header` arguments into.
+pub const PARAM_HEADER_PREFIX: &str = "mcp-param-";
+
+/// The result of a modern request that needs more input from the client
+/// (`resultType: "input_required"`); [`RESULT_COMPLETE`] for any other.
+pub const RESULT_INPUT_REQUIRED: &str = "input_required";
+
+/// The `resultType` of a result that is final.
+pub const RESULT_COMPLETE: &str = "complete";
 
 /// The HTTP header carrying the session the server assigned in its
 /// answer to `initialize`.
@@ -49,6 +89,8 @@ pub mod method {
     pub const ELICITATION_CREATE: &str = "elicitation/create";
     /// A log line from the server.
     pub const LOGGING_MESSAGE: &str = "notifications/message";
+    /// The server's revisions, capabilities and identity (modern era).
+    pub const SERVER_DISCOVER: &str = "server/discover";
 }
 
 /// JSON-RPC and MCP error codes.
@@ -66,6 +108,21 @@ pub mod code {
     /// The request was cancelled (used by subs when a cancelled request
     /// must still be answered).
     pub const REQUEST_CANCELLED: i64 = -32800;
+    /// A modern request's headers do not match its body, or one it must
+    /// have is missing.
+    pub const HEADER_MISMATCH: i64 = -32020;
+    /// A modern request needs a client capability the request did not
+    /// declare.
+    pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+    /// The request's revision is not one the server speaks; `data` has
+    /// `supported` and `requested`.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
+    /// Whether `code` is one the specification reserves for itself
+    /// (`-32020` to `-32099`): a peer answering one speaks the modern era.
+    pub fn is_modern(code: i64) -> bool {
+        (-32099..=-32020).contains(&code)
+    }
 }
 
 /// The `"jsonrpc": "2.0"` member: written as `"2.0"`, and any other
@@ -608,6 +665,121 @@ pub struct ElicitResult {
     pub content: Option<Map<String, Value>>,
 }
 
+/// `server/discover`'s result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoverResult {
+    /// The revisions the server speaks.
+    #[serde(default)]
+    pub supported_versions: Vec<String>,
+    /// What it offers.
+    #[serde(default)]
+    pub capabilities: ServerCapabilities,
+    /// How to use the server, for a model's prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+}
+
+/// A text as an HTTP header value the way the modern transport mirrors
+/// body values: as is when it is visible ASCII without surrounding
+/// spaces, else `=?base64?…?=` of its UTF-8 bytes.
+pub fn header_value(text: &str) -> String {
+    use base64::Engine as _;
+    let visible = text.bytes().all(|b| (0x20..0x7f).contains(&b));
+    let padded = text.starts_with(' ') || text.ends_with(' ');
+    let sentinel = text.starts_with("=?base64?") && text.ends_with("?=");
+    let plain = visible && !padded && !sentinel;
+    if plain {
+        text.to_owned()
+    } else {
+        format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode(text))
+    }
+}
+
+/// The text a mirrored header value stands for ([`header_value`]
+/// reversed); `None` when it is not valid.
+pub fn header_text(value: &str) -> Option<String> {
+    use base64::Engine as _;
+    match value.strip_prefix("=?base64?").and_then(|v| v.strip_suffix("?=")) {
+        Some(encoded) => String::from_utf8(base64::engine::general_purpose::STANDARD.decode(encoded).ok()?).ok(),
+        None => Some(value.to_owned()),
+    }
+}
+
+/// The arguments a tool's schema mirrors into headers: each header's
+/// name part and the path of properties to its value.
+pub type MirroredParams = Vec<(String, Vec<String>)>;
+
+/// The arguments a tool's input schema asks a modern client to mirror
+/// into headers (`x-mcp-header` on a property reached through
+/// `properties` alone): each header's name part and the property path.
+/// An error names why the annotations are not valid (the client then
+/// leaves the tool out).
+pub fn mirrored_params(schema: &Value) -> Result<MirroredParams, String> {
+    fn reachable(schema: &Value, path: &mut Vec<String>, found: &mut Vec<(String, Vec<String>)>) -> Result<(), String> {
+        let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return Ok(()) };
+        for (name, property) in properties {
+            path.push(name.clone());
+            if let Some(header) = property.get("x-mcp-header") {
+                let header = header.as_str().ok_or_else(|| format!("`x-mcp-header` of `{name}` is not a string"))?;
+                let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+                if header.is_empty() || !header.chars().all(token) {
+                    return Err(format!("`x-mcp-header` `{}` is not a header name", header.escape_debug()));
+                }
+                let kind = property.get("type").and_then(Value::as_str);
+                if !matches!(kind, Some("string" | "integer" | "boolean")) {
+                    return Err(format!("`x-mcp-header` `{header}` is on `{name}`, not a string, integer or boolean"));
+                }
+                if found.iter().any(|(h, _)| h.eq_ignore_ascii_case(header)) {
+                    return Err(format!("`x-mcp-header` `{header}` is given twice"));
+                }
+                found.push((header.to_owned(), path.clone()));
+            }
+            reachable(property, path, found)?;
+            path.pop();
+        }
+        Ok(())
+    }
+    fn count(value: &Value) -> usize {
+        match value {
+            Value::Object(map) => map.iter().map(|(k, v)| usize::from(k == "x-mcp-header") + count(v)).sum(),
+            Value::Array(items) => items.iter().map(count).sum(),
+            _ => 0,
+        }
+    }
+    let mut found = Vec::new();
+    reachable(schema, &mut Vec::new(), &mut found)?;
+    if count(schema) != found.len() {
+        return Err("an `x-mcp-header` is on a property not reached through `properties` alone".to_owned());
+    }
+    Ok(found)
+}
+
+/// The `Mcp-Param-*` headers of a call with `arguments` to a tool whose
+/// schema mirrors `params` ([`mirrored_params`]): one per value present
+/// (`null` and missing values have none).
+pub fn param_headers(params: &[(String, Vec<String>)], arguments: &Map<String, Value>) -> Vec<(String, String)> {
+    let mut headers = Vec::new();
+    for (header, path) in params {
+        let mut value = None;
+        let mut at = arguments;
+        for (i, key) in path.iter().enumerate() {
+            match at.get(key) {
+                Some(Value::Object(inner)) if i + 1 < path.len() => at = inner,
+                Some(found) if i + 1 == path.len() => value = Some(found),
+                _ => break,
+            }
+        }
+        let text = match value {
+            Some(Value::String(s)) => s.clone(),
+            Some(v @ (Value::Number(_) | Value::Bool(_))) => v.to_string(),
+            _ => continue,
+        };
+        headers.push((format!("{PARAM_HEADER_PREFIX}{header}"), header_value(&text)));
+    }
+    headers
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -685,5 +857,48 @@ mod tests {
         let elicit: ElicitResult =
             serde_json::from_value(json!({"action": "accept", "content": {"ok": true}})).unwrap();
         assert_eq!(elicit.action, ElicitAction::Accept);
+    }
+
+    #[test]
+    fn mirrored_values_are_plain_ascii_or_base64() {
+        assert_eq!(header_value("us-west1"), "us-west1");
+        assert_eq!(header_value("Hello, 世界"), "=?base64?SGVsbG8sIOS4lueVjA==?=");
+        assert_eq!(header_value(" padded "), "=?base64?IHBhZGRlZCA=?=");
+        assert_eq!(header_value("line1\nline2"), "=?base64?bGluZTEKbGluZTI=?=");
+        assert_eq!(header_value("=?base64?literal?="), "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?=");
+        for text in ["us-west1", "Hello, 世界", " padded ", "=?base64?literal?="] {
+            assert_eq!(header_text(&header_value(text)).as_deref(), Some(text));
+        }
+        assert_eq!(header_text("=?base64?not base64?="), None);
+    }
+
+    #[test]
+    fn x_mcp_header_annotations_are_checked_and_mirrored() {
+        let schema = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "opts": {"type": "object", "properties": {"n": {"type": "integer", "x-mcp-header": "N"}}},
+            "query": {"type": "string"}}});
+        let params = mirrored_params(&schema).unwrap();
+        let arguments = json!({"region": "Hello, 世界", "opts": {"n": 42}, "query": "q"});
+        let mut headers = param_headers(&params, arguments.as_object().unwrap());
+        headers.sort();
+        assert_eq!(
+            headers,
+            vec![
+                ("mcp-param-N".to_owned(), "42".to_owned()),
+                ("mcp-param-Region".to_owned(), "=?base64?SGVsbG8sIOS4lueVjA==?=".to_owned())
+            ]
+        );
+        assert!(param_headers(&params, json!({"region": null}).as_object().unwrap()).is_empty());
+        for bad in [
+            json!({"properties": {"a": {"type": "number", "x-mcp-header": "A"}}}),
+            json!({"properties": {"a": {"type": "string", "x-mcp-header": "bad name"}}}),
+            json!({"properties": {"a": {"type": "string", "x-mcp-header": "A"},
+                                  "b": {"type": "string", "x-mcp-header": "a"}}}),
+            json!({"properties": {"a": {"type": "array", "items": {"type": "string", "x-mcp-header": "A"}}}}),
+            json!({"oneOf": [{"properties": {"a": {"type": "string", "x-mcp-header": "A"}}}]}),
+        ] {
+            assert!(mirrored_params(&bad).is_err(), "{bad}");
+        }
     }
 }

@@ -5,15 +5,29 @@
 //!
 //! # The endpoint
 //!
-//! - `POST` takes one JSON-RPC message (batches are refused: the revisions
-//!   served, [`SERVED_VERSIONS`], have none). `initialize` opens an MCP
-//!   session, whose id comes back in `Mcp-Session-Id`; every later message
-//!   carries it. Requests are answered with one JSON object, except
-//!   `tools/call`, answered over server-sent events (progress, elicitation,
-//!   then the result) when the client accepts them.
+//! Both eras of the protocol are served on the one endpoint; the first
+//! message of a client picks its era.
+//!
+//! - Modern ([`MODERN_PROTOCOL_VERSIONS`]): a request whose `_meta` names
+//!   its revision (or whose `MCP-Protocol-Version` is a modern one) is
+//!   served statelessly: nothing is kept between requests, so any node
+//!   takes any request. Its headers must match its body (revision, method,
+//!   tool name), else `400` with `HeaderMismatch`; an unknown revision is
+//!   `400` with `UnsupportedProtocolVersion` and the revisions served.
+//!   `server/discover`, `tools/list` and `tools/call` are answered; a call
+//!   is answered over server-sent events when the client takes them, and
+//!   closing that stream cancels its turn. An interrupt becomes an
+//!   `input_required` result asking for an elicitation, when the request
+//!   declared the capability; the client's retry carries the answer.
+//! - Legacy ([`SERVED_VERSIONS`]): `POST` takes one JSON-RPC message
+//!   (batches are refused: the revisions served have none). `initialize`
+//!   opens an MCP session, whose id comes back in `Mcp-Session-Id`; every
+//!   later message carries it. Requests are answered with one JSON object,
+//!   except `tools/call`, answered over server-sent events (progress,
+//!   elicitation, then the result) when the client accepts them.
 //! - `GET` (a stream for messages unrelated to any request) is answered
 //!   405: the endpoint sends nothing outside a call.
-//! - `DELETE` ends the session named by `Mcp-Session-Id`.
+//! - `DELETE` ends the legacy session named by `Mcp-Session-Id`.
 //!
 //! Auth is the session routes': a tenant key, or an end-user token, which
 //! reaches only its own sessions. An MCP session is its caller's: another
@@ -58,8 +72,9 @@ use futures::stream::{self, BoxStream, StreamExt as _};
 use serde_json::{Map, Value, json};
 use subs_mcp::wire::{
     self, CallToolParams, CallToolResult, CancelledParams, ContentBlock, ElicitAction, ElicitRequestParams,
-    ElicitResult, ErrorResponse, Implementation, InitializeParams, InitializeResult, ListToolsResult, Notification,
-    ProgressParams, RequestId, ServerCapabilities, Tool, ToolsCapability, code, method,
+    ElicitResult, ErrorResponse, Implementation, InitializeParams, InitializeResult, ListToolsResult,
+    MODERN_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSIONS, Notification, ProgressParams, RESULT_COMPLETE,
+    RESULT_INPUT_REQUIRED, RequestId, ServerCapabilities, Tool, ToolsCapability, code, method,
 };
 use subs_protocol::client::{ClientMessage, InterruptResume};
 use subs_protocol::event::{ClientToolCall, InterruptRaised, MessageRecorded, TurnDone, TurnFailed};
@@ -76,6 +91,14 @@ use crate::{AppState, body, sessions};
 /// The revisions the endpoint speaks, newest first: those of the
 /// Streamable HTTP transport without JSON-RPC batches.
 pub const SERVED_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18"];
+
+/// The key of the one input request an `input_required` result of the
+/// modern era holds: the elicitation of an interrupt.
+const INPUT_KEY: &str = "interrupt";
+
+/// How long a client may cache the modern era's tool list and discovery
+/// (`ttlMs`): the one tool changes only when the agent is removed.
+const LIST_TTL_MS: u64 = 60_000;
 
 /// How often an idle call stream sends a comment, so proxies keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -353,6 +376,168 @@ fn check_version(headers: &HeaderMap) -> Result<(), Box<Response>> {
     Err(Box::new((StatusCode::BAD_REQUEST, axum::Json(response)).into_response()))
 }
 
+/// Whether a message is of the modern era: a request whose `_meta` names
+/// its revision, or any message under a modern `MCP-Protocol-Version`.
+fn is_modern(headers: &HeaderMap, message: &wire::Message) -> bool {
+    let header = headers.get(wire::PROTOCOL_VERSION_HEADER).and_then(|v| v.to_str().ok());
+    if header.is_some_and(|v| MODERN_PROTOCOL_VERSIONS.contains(&v)) {
+        return true;
+    }
+    matches!(message, wire::Message::Request(r)
+        if r.params.as_ref().and_then(|p| p.get("_meta")).and_then(|m| m.get(wire::meta::PROTOCOL_VERSION)).is_some())
+}
+
+/// Every revision the endpoint speaks, modern first.
+fn all_versions() -> Vec<&'static str> {
+    MODERN_PROTOCOL_VERSIONS.iter().chain(SERVED_VERSIONS).copied().collect()
+}
+
+/// A modern result: `result` marked complete, with who the server is.
+fn stamped(mut result: Value) -> Value {
+    if let Some(object) = result.as_object_mut() {
+        object.entry("resultType").or_insert_with(|| json!(RESULT_COMPLETE));
+        let meta = object.entry("_meta").or_insert_with(|| json!({}));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert(wire::meta::SERVER_INFO.to_owned(), json!(server_info_plain()));
+        }
+    }
+    result
+}
+
+/// Who the server is, in a modern result's `_meta`.
+fn server_info_plain() -> Implementation {
+    Implementation { name: "subs".to_owned(), version: env!("CARGO_PKG_VERSION").to_owned(), title: None }
+}
+
+/// What the agent's endpoint tells a client about using it.
+fn instructions(agent_id: &str) -> String {
+    format!(
+        "The tool `{agent_id}` sends a message to the subs agent `{agent_id}` and answers with its reply. Pass the \
+         `session_id` of an earlier answer to continue that conversation."
+    )
+}
+
+/// Serves one modern request (see the [module docs](self)): its headers
+/// checked against its body, then `server/discover`, `tools/list` or
+/// `tools/call`, with nothing kept once it is answered.
+async fn modern(
+    state: Arc<AppState>,
+    caller: Caller,
+    agent_id: String,
+    headers: &HeaderMap,
+    message: wire::Message,
+) -> Response {
+    // The era defines no messages from clients but requests.
+    let wire::Message::Request(request) = message else { return StatusCode::ACCEPTED.into_response() };
+    let id = request.id.clone();
+    let meta = request.params.as_ref().and_then(|p| p.get("_meta")).and_then(Value::as_object);
+    let version = meta.and_then(|m| m.get(wire::meta::PROTOCOL_VERSION)).and_then(Value::as_str);
+    let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("(not text)"));
+    let mismatch = |why: String| rpc_error(StatusCode::BAD_REQUEST, Some(id.clone()), code::HEADER_MISMATCH, why);
+    let Some(version) = version else {
+        return mismatch(format!(
+            "no `_meta.{}` in the request: every request of a stateless revision names its revision",
+            wire::meta::PROTOCOL_VERSION
+        ));
+    };
+    match header(wire::PROTOCOL_VERSION_HEADER) {
+        None => return mismatch("no MCP-Protocol-Version header".to_owned()),
+        Some(h) if h != version => {
+            return mismatch(format!(
+                "the MCP-Protocol-Version header `{}` is not the request's revision `{}`",
+                h.escape_debug(),
+                version.escape_debug()
+            ));
+        }
+        Some(_) => {}
+    }
+    if !MODERN_PROTOCOL_VERSIONS.contains(&version) {
+        let supported = all_versions();
+        let mut response = ErrorResponse::new(
+            Some(id),
+            code::UNSUPPORTED_PROTOCOL_VERSION,
+            format!(
+                "unsupported protocol version `{}`: this server speaks {} per request, and {} after `initialize`",
+                version.escape_debug(),
+                MODERN_PROTOCOL_VERSIONS.join(", "),
+                SERVED_VERSIONS.join(", ")
+            ),
+        );
+        response.error.data = Some(json!({"supported": supported, "requested": version}));
+        return (StatusCode::BAD_REQUEST, axum::Json(response)).into_response();
+    }
+    match header(wire::METHOD_HEADER) {
+        Some(m) if m == request.method => {}
+        Some(m) => {
+            return mismatch(format!(
+                "the Mcp-Method header `{}` is not the request's method `{}`",
+                m.escape_debug(),
+                request.method.escape_debug()
+            ));
+        }
+        None => return mismatch("no Mcp-Method header".to_owned()),
+    }
+    let elicitation = meta
+        .and_then(|m| m.get(wire::meta::CLIENT_CAPABILITIES))
+        .and_then(|c| c.get("elicitation"))
+        .is_some_and(form_elicitation);
+    match request.method.as_str() {
+        method::SERVER_DISCOVER => rpc_result(
+            id,
+            stamped(json!({
+                "supportedVersions": MODERN_PROTOCOL_VERSIONS,
+                "capabilities": {"tools": {}},
+                "instructions": instructions(&agent_id),
+                "ttlMs": LIST_TTL_MS,
+                "cacheScope": "private",
+            })),
+        ),
+        method::TOOLS_LIST => {
+            rpc_result(id, stamped(json!({"tools": [tool(&agent_id)], "ttlMs": LIST_TTL_MS, "cacheScope": "private"})))
+        }
+        method::TOOLS_CALL => {
+            let name = request.params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str);
+            match (header(wire::NAME_HEADER).map(wire::header_text), name) {
+                (Some(Some(h)), Some(name)) if h == name => {}
+                (None, _) => return mismatch("no Mcp-Name header".to_owned()),
+                (Some(h), name) => {
+                    return mismatch(format!(
+                        "the Mcp-Name header ({}) is not the tool the request calls ({})",
+                        h.map_or("not valid".to_owned(), |h| format!("`{}`", h.escape_debug())),
+                        name.map_or("none".to_owned(), |n| format!("`{}`", n.escape_debug()))
+                    ));
+                }
+            }
+            let bounds = state.config.file().mcp_endpoint;
+            // A session of this request alone: the calls of the era share
+            // nothing between requests.
+            let session = Arc::new(McpSession {
+                id: String::new(),
+                bounds,
+                tenant: caller.tenant.clone(),
+                user: caller.user.clone(),
+                agent_id: agent_id.clone(),
+                version: MODERN_PROTOCOL_VERSION,
+                elicitation,
+                last_used: Mutex::new(Instant::now()),
+                calls: Mutex::default(),
+                pending: Mutex::default(),
+                next_request: AtomicI64::new(1),
+            });
+            call(state, caller, session, agent_id, id, request.params, accepts_events(headers)).await
+        }
+        other => rpc_error(
+            StatusCode::NOT_FOUND,
+            Some(id),
+            code::METHOD_NOT_FOUND,
+            format!(
+                "unknown method `{}`: this server answers server/discover, tools/list and tools/call",
+                other.escape_debug()
+            ),
+        ),
+    }
+}
+
 /// Whether the `Accept` header takes server-sent events (a client that
 /// sends none takes what it gets).
 fn accepts_events(headers: &HeaderMap) -> bool {
@@ -427,6 +612,9 @@ pub async fn post(
         Ok(message) => message,
         Err(invalid) => return rpc_error(StatusCode::BAD_REQUEST, id, code::INVALID_REQUEST, invalid.0),
     };
+    if is_modern(&headers, &message) {
+        return modern(state, caller, agent_id, &headers, message).await;
+    }
     if let wire::Message::Request(request) = &message
         && request.method == method::INITIALIZE
     {
@@ -602,10 +790,7 @@ async fn initialize(
             version: env!("CARGO_PKG_VERSION").to_owned(),
             title: Some(format!("subs agent {agent_id}")),
         },
-        instructions: Some(format!(
-            "The tool `{agent_id}` sends a message to the subs agent `{agent_id}` and answers with its reply. Pass \
-             the `session_id` of an earlier answer to continue that conversation."
-        )),
+        instructions: Some(instructions(agent_id)),
     };
     let mut response = rpc_result(id, result);
     if let Ok(value) = HeaderValue::from_str(&session.id) {
@@ -697,6 +882,16 @@ async fn call(
     params: Option<Value>,
     events: bool,
 ) -> Response {
+    let modern = session.version == MODERN_PROTOCOL_VERSION;
+    let reply = |id: RequestId, result: Value| rpc_result(id, if modern { stamped(result) } else { result });
+    // A modern retry carries the answer to the elicitation its first try
+    // asked for, and where that was.
+    let retry = if modern { params.as_ref().and_then(|p| p.get("requestState")).cloned() } else { None };
+    let retry = match retry.map(|state| retry_of(state, params.as_ref())) {
+        Some(Ok(retry)) => Some(retry),
+        Some(Err(why)) => return rpc_error(StatusCode::OK, Some(id), code::INVALID_PARAMS, why),
+        None => None,
+    };
     let params: CallToolParams = match serde_json::from_value(params.unwrap_or(Value::Null)) {
         Ok(params) => params,
         Err(error) => {
@@ -719,9 +914,9 @@ async fn call(
             format!("a tools/call request id is at most {MAX_REQUEST_ID_BYTES} bytes of JSON"),
         );
     }
-    let Arguments { message, session_id } = match arguments(params.arguments) {
+    let Arguments { message, session_id: named } = match arguments(params.arguments) {
         Ok(arguments) => arguments,
-        Err(why) => return rpc_result(id, tool_error(why)),
+        Err(why) => return reply(id, tool_error(why)),
     };
     let progress = params.meta.and_then(|m| m.progress_token);
 
@@ -751,17 +946,20 @@ async fn call(
     let registration = Registration { session: session.clone(), id: id.clone(), pending: None };
 
     // An end-user token naming one session reaches only that one.
-    let session_id = session_id
+    let session_id = retry
+        .as_ref()
+        .map(|r| r.session_id.clone())
+        .or(named)
         .or_else(|| caller.user.as_ref().and_then(|u| u.session_id.clone()))
         .unwrap_or_else(|| format!("mcp-{}", &new_session_id()[..32]));
     let found = match frontends::find(&state, &caller, &session_id, &agent_id, "session_id", "session").await {
-        Ok(Found::Unreachable) => return rpc_result(id, tool_error(ApiError::no_session(&session_id).message)),
+        Ok(Found::Unreachable) => return reply(id, tool_error(ApiError::no_session(&session_id).message)),
         Ok(found) => found,
-        Err(error) => return rpc_result(id, tool_error(error.message)),
+        Err(error) => return reply(id, tool_error(error.message)),
     };
     let waits = Waits::of(found.snapshot());
     if !waits.client_calls.is_empty() {
-        return rpc_result(
+        return reply(
             id,
             tool_error(format!(
                 "session `{session_id}` waits for the results of client tool calls, which an MCP client cannot \
@@ -769,9 +967,46 @@ async fn call(
             )),
         );
     }
-    let plan = match (waits.turn, waits.interrupts.first()) {
+    let plan = match (retry, waits.turn, waits.interrupts.first()) {
+        (Some(retry), turn, _) => {
+            let open = waits.interrupts.iter().any(|i| **i == retry.interrupt_id);
+            match (retry.answer, turn) {
+                (Some(ElicitResult { action: ElicitAction::Accept, content }), Some(turn_id)) if open => Plan::Settle {
+                    turn_id: turn_id.to_owned(),
+                    answers: vec![Answer::resume(
+                        None,
+                        retry.interrupt_id,
+                        Some(Value::Object(content.unwrap_or_default())),
+                    )],
+                },
+                _ if !open => {
+                    return reply(
+                        id,
+                        tool_error(format!(
+                            "the interrupt `{}` of session `{session_id}` is no longer open",
+                            retry.interrupt_id
+                        )),
+                    );
+                }
+                (Some(ElicitResult { action: ElicitAction::Decline, .. }), _) => {
+                    if let Err(error) = state.engine.sessions().cancel(&caller.tenant, &session_id).await {
+                        tracing::warn!(%error, tenant = %caller.tenant, session = %session_id, "a declined MCP elicitation could not cancel its turn");
+                    }
+                    let result = CallToolResult {
+                        content: vec![ContentBlock::Text {
+                            text: "the question was declined: the turn is cancelled".to_owned(),
+                            annotations: None,
+                        }],
+                        structured_content: Some(json!({"session_id": session_id, "cancelled": true})),
+                        is_error: false,
+                    };
+                    return reply(id, serde_json::to_value(result).unwrap_or(Value::Null));
+                }
+                _ => return reply(id, open_interrupts(&state, &caller.tenant, &session_id, None).await),
+            }
+        }
         // The message answers the oldest open interrupt.
-        (Some(turn_id), Some(interrupt)) => Plan::Settle {
+        (None, Some(turn_id), Some(interrupt)) => Plan::Settle {
             turn_id: turn_id.to_owned(),
             answers: vec![Answer::resume(None, (*interrupt).to_owned(), Some(payload_of(&message)))],
         },
@@ -792,9 +1027,9 @@ async fn call(
             result["content"][0]["text"] =
                 json!(format!("the answer was refused: {} (the agent still waits for it)", error.message));
             result["isError"] = json!(true);
-            return rpc_result(id, result);
+            return reply(id, result);
         }
-        Err(error) => return rpc_result(id, tool_error(error.message)),
+        Err(error) => return reply(id, tool_error(error.message)),
     };
     let run = CallRun {
         state,
@@ -807,7 +1042,7 @@ async fn call(
         turn_id: followed.turn_id,
         frames: followed.frames,
         cancelled,
-        elicit: events && session.elicitation,
+        elicit: (events || modern) && session.elicitation,
         reply: String::new(),
         phase: Phase::Following,
         registration,
@@ -833,6 +1068,35 @@ async fn call(
         // Cancelled while it ran: the cancel asked for no answer.
         None => StatusCode::ACCEPTED.into_response(),
     }
+}
+
+/// Where a modern retry's elicitation was, and the client's answer.
+struct Retry {
+    session_id: String,
+    interrupt_id: String,
+    answer: Option<ElicitResult>,
+}
+
+/// The retry a modern `tools/call` with `requestState` is. The state is
+/// not signed: it names a session (reached only when the caller may, as
+/// with `session_id`) and an interrupt of it, which the caller could
+/// answer through `message` as well, so a forged one gains nothing.
+fn retry_of(state: Value, params: Option<&Value>) -> Result<Retry, String> {
+    let parsed: Option<(String, String)> = state
+        .as_str()
+        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+        .and_then(|v| Some((v.get("session_id")?.as_str()?.to_owned(), v.get("interrupt_id")?.as_str()?.to_owned())));
+    let Some((session_id, interrupt_id)) = parsed else {
+        return Err("`requestState` is not one this server gave".to_owned());
+    };
+    frontends::check_id("session_id", "session id", &session_id).map_err(|e| e.message)?;
+    let answer = params
+        .and_then(|p| p.get("inputResponses"))
+        .and_then(|r| r.get(INPUT_KEY))
+        .map(|a| serde_json::from_value::<ElicitResult>(a.clone()))
+        .transpose()
+        .map_err(|e| format!("`inputResponses.{INPUT_KEY}` is not an elicitation result: {e}"))?;
+    Ok(Retry { session_id, interrupt_id, answer })
 }
 
 /// A resume payload from the tool's `message`: JSON text as the JSON it
@@ -925,6 +1189,30 @@ struct CallRun {
     reply: String,
     phase: Phase,
     registration: Registration,
+}
+
+impl Drop for CallRun {
+    /// A modern call's stream closed before its end is its cancel: the
+    /// turn it runs is cancelled (a legacy client cancels with
+    /// `notifications/cancelled`, and may come back to a dropped stream).
+    fn drop(&mut self) {
+        if self.mcp.version != MODERN_PROTOCOL_VERSION || matches!(self.phase, Phase::Done) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (state, tenant) = (self.state.clone(), self.caller.tenant.clone());
+        let (session, turn) = (self.session_id.clone(), self.turn_id.clone());
+        runtime.spawn(async move {
+            let open = match state.engine.reads().session_record(&tenant, &session).await {
+                Ok(record) => record.and_then(|r| r.turn).is_some_and(|t| t.turn_id == turn),
+                Err(_) => true,
+            };
+            if open && let Err(error) = state.engine.sessions().cancel(&tenant, &session).await {
+                tracing::warn!(%error, %tenant, %session, "a closed MCP call stream could not cancel its turn");
+            }
+            tracing::info!(%tenant, %session, %turn, "an MCP client closed its call's stream: the turn is cancelled");
+        });
+    }
 }
 
 /// What handling one event or answer did.
@@ -1085,6 +1373,9 @@ impl CallRun {
     /// `_meta`.
     fn response(&self, mut result: Value) -> Value {
         result["_meta"] = json!({"subs/session_id": self.session_id, "subs/turn_id": self.turn_id});
+        if self.mcp.version == MODERN_PROTOCOL_VERSION {
+            result = stamped(result);
+        }
         json!(wire::Response::new(self.request.clone(), result))
     }
 
@@ -1096,6 +1387,22 @@ impl CallRun {
             let result = open_interrupts(&self.state, &self.caller.tenant, &self.session_id, Some(&raised)).await;
             return Step::End(vec![self.response(result)]);
         };
+        if self.mcp.version == MODERN_PROTOCOL_VERSION {
+            // The modern era asks within the result: the client retries
+            // the call with the answer and the state naming the interrupt.
+            let params = ElicitRequestParams {
+                mode: Some("form".to_owned()),
+                message: elicitation_message(&raised),
+                requested_schema: schema,
+            };
+            let state = json!({"session_id": self.session_id, "interrupt_id": raised.interrupt_id}).to_string();
+            let result = json!({
+                "resultType": RESULT_INPUT_REQUIRED,
+                "inputRequests": {INPUT_KEY: {"method": method::ELICITATION_CREATE, "params": params}},
+                "requestState": state,
+            });
+            return Step::End(vec![self.response(result)]);
+        }
         let id = self.mcp.next_request.fetch_add(1, Ordering::Relaxed);
         let (answer, waiting) = oneshot::channel();
         lock(&self.mcp.pending).insert(id, answer);

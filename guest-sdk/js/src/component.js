@@ -4,7 +4,10 @@
 // `examples/tools-js/build.sh` uses), where the request and the decision
 // cross as JSON text that the runtime's native parser and writer handle,
 // or `agent`, where they cross as WIT records that the bindings and
-// wit.js convert in the interpreter, several times slower.
+// wit.js convert in the interpreter, several times slower. Built against
+// `subs:agent@0.2.0` (the default), `decide` also takes the branch as the
+// engine's `messages` resource, which `request.messages` reads on demand
+// (branch.js); built against `0.1.0`, the branch is in the request.
 //
 // componentize-js binds the world's exports to the module's exports by
 // name, so an agent's entry module ends with:
@@ -14,7 +17,18 @@
 import { emitDelta as hostEmitDelta, log as hostLog } from '#host';
 
 import { Context, DecideError } from './agent.js';
-import { ProtocolError, jsonText, requestFromWit, responseToWit, toWit, types } from './wit.js';
+import { BranchError, lazyMessages, messagesOf } from './branch.js';
+import {
+  ProtocolError,
+  branchRequestFromWit,
+  fromWit,
+  jsonText,
+  messageTreeFromWit,
+  requestFromWit,
+  responseToWit,
+  toWit,
+  types,
+} from './wit.js';
 
 /** The host of an agent running as a component: the engine's imports. */
 export const componentHost = Object.freeze({
@@ -38,8 +52,9 @@ export const componentHost = Object.freeze({
  * which componentize-js returns as the result's error. Takes the host as a
  * parameter so that the conversions are tested natively.
  */
-export function decideWit(agent, request, host) {
-  return decideVia(agent, request, host, requestFromWit, responseToWit);
+export function decideWit(agent, request, host, messages) {
+  if (messages === undefined) return decideVia(agent, request, host, heldFromWit, responseToWit);
+  return decideVia(agent, request, host, (r) => withBranch(branchRequestFromWit(r), witSource(messages)), responseToWit);
 }
 
 /**
@@ -49,8 +64,98 @@ export function decideWit(agent, request, host) {
  * worker's, so a field that is not protocol fails the delivery with the
  * field named.
  */
-export function decideJson(agent, text, host) {
-  return decideVia(agent, text, host, JSON.parse, jsonText);
+export function decideJson(agent, text, host, messages) {
+  if (messages === undefined) return decideVia(agent, text, host, heldFromJson, jsonText);
+  return decideVia(agent, text, host, (t) => withBranch(JSON.parse(t), jsonSource(messages)), jsonText);
+}
+
+function heldFromWit(request) {
+  const out = requestFromWit(request);
+  messagesOf(out);
+  return out;
+}
+
+function heldFromJson(text) {
+  const out = JSON.parse(text);
+  messagesOf(out);
+  return out;
+}
+
+/**
+ * `request` (without the branch) with `messages` read on demand from
+ * `source`, and `message_tree` read when it is first asked for.
+ */
+function withBranch(request, source) {
+  const messages = lazyMessages(source);
+  request.messages = messages;
+  Object.defineProperty(request, 'message_tree', {
+    configurable: true,
+    enumerable: true,
+    get() {
+      const tree = messages.tree;
+      Object.defineProperty(request, 'message_tree', { value: tree, writable: true, configurable: true, enumerable: true });
+      return tree;
+    },
+    set(value) {
+      Object.defineProperty(request, 'message_tree', { value, writable: true, configurable: true, enumerable: true });
+    },
+  });
+  return request;
+}
+
+/**
+ * `resource.method(...args)`; what the engine refuses (the resource's
+ * decision is over), thrown as a BranchError with its reason.
+ */
+function read(resource, method, ...args) {
+  try {
+    return resource[method](...args);
+  } catch (e) {
+    throw new BranchError(`reading the branch (${method}): ${e?.payload ?? e?.message ?? e}`);
+  }
+}
+
+/** The `messages` resource of the `agent` world as a branch source: WIT records converted. */
+function witSource(resource) {
+  const message = (m) => fromWit(types.Message, m);
+  return {
+    len: () => read(resource, 'len'),
+    get: (i) => {
+      const m = read(resource, 'get', i);
+      return m === undefined || m === null ? undefined : message(m);
+    },
+    range: (start, end) => read(resource, 'range', start, end).map(message),
+    last: (n) => read(resource, 'last', n).map(message),
+    after: (id) => {
+      const after = read(resource, 'after', id);
+      return after === undefined || after === null ? null : after.map(message);
+    },
+    position: (id) => read(resource, 'position', id) ?? null,
+    // The active nodes are the path's messages: read as a slice, they are
+    // kept by index and the path does not count as read whole.
+    tree: (path) => messageTreeFromWit(read(resource, 'tree'), path.slice(0, path.length)),
+  };
+}
+
+/** The `messages` resource of the `agent-json` world as a branch source: JSON text parsed. */
+function jsonSource(resource) {
+  const range = (start, end) => JSON.parse(read(resource, 'rangeJson', start, end));
+  return {
+    len: () => read(resource, 'len'),
+    get: (i) => range(i, i + 1)[0],
+    range,
+    // The world has no `last-json`: the length (kept) and one range.
+    last: (n, branch) => {
+      const len = branch.length;
+      return range(Math.max(0, len - n), len);
+    },
+    after: (id) => {
+      const after = read(resource, 'afterJson', id);
+      return after === undefined || after === null ? null : JSON.parse(after);
+    },
+    position: (id) => read(resource, 'position', id) ?? null,
+    tree: () => JSON.parse(read(resource, 'treeJson')),
+  };
 }
 
 /**
@@ -116,9 +221,10 @@ function failing(body) {
 export function exportAgent(agent) {
   if (!agent || typeof agent.decide !== 'function') throw new TypeError('exportAgent takes an agent: an object with decide()');
   // The world the component was built against decides what arrives:
-  // JSON text (`agent-json`) or a WIT record (`agent`).
-  return function decide(request) {
-    if (typeof request === 'string') return decideJson(agent, request, componentHost);
-    return decideWit(agent, request, componentHost);
+  // JSON text (`agent-json`) or a WIT record (`agent`), with the branch's
+  // `messages` resource (`subs:agent@0.2.0`) or without (`0.1.0`).
+  return function decide(request, messages) {
+    if (typeof request === 'string') return decideJson(agent, request, componentHost, messages);
+    return decideWit(agent, request, componentHost, messages);
   };
 }

@@ -30,6 +30,7 @@ import type {
   LlmResult,
   Message,
   MessageSend,
+  MessageTree,
   RetryPolicy,
   StreamDelta,
   SubAgent,
@@ -124,22 +125,115 @@ export interface AgentLike<State = any> {
 /**
  * The `decide` function to export from the component's entry module, for
  * either world: JSON text in and out (`agent-json`) or WIT records
- * (`agent`).
+ * (`agent`), with the branch's `messages` resource (`subs:agent@0.2.0`, the
+ * default) or without it (`0.1.0`, the branch in the request).
  */
 export declare function exportAgent<State>(agent: AgentLike<State>): {
-  (request: string): string;
-  (request: import('subs:agent/types@0.1.0').DecisionRequest): import('subs:agent/types@0.1.0').DecisionResponse;
+  (request: string, messages?: MessagesResource): string;
+  (
+    request: import('subs:agent/types@0.1.0').DecisionRequest | BranchDecisionRequest,
+    messages?: MessagesResource,
+  ): import('subs:agent/types@0.1.0').DecisionResponse;
 };
 
-/** The body of the `agent-json` world's `decide`, with the host as a parameter (for tests). */
-export declare function decideJson(agent: AgentLike, request: string, host: Host): string;
+/**
+ * The body of the `agent-json` world's `decide`, with the host as a
+ * parameter (for tests); `messages` is the branch's resource in a component
+ * built against `subs:agent@0.2.0` (the request's JSON has no `messages`
+ * and no `message_tree` then).
+ */
+export declare function decideJson(agent: AgentLike, request: string, host: Host, messages?: MessagesResource): string;
 
-/** The body of the `agent` world's `decide`, with the host as a parameter (for tests). */
+/**
+ * The body of the `agent` world's `decide`, with the host as a parameter
+ * (for tests): a `decision-request` of `subs:agent/types@0.1.0`, or one of
+ * `subs:agent/branch@0.2.0` with the branch's `messages` resource.
+ */
 export declare function decideWit(
   agent: AgentLike,
-  request: import('subs:agent/types@0.1.0').DecisionRequest,
+  request: import('subs:agent/types@0.1.0').DecisionRequest | BranchDecisionRequest,
   host: Host,
+  messages?: MessagesResource,
 ): import('subs:agent/types@0.1.0').DecisionResponse;
+
+// ---- the branch, read on demand -------------------------------------------------------
+
+/**
+ * A decision's branch: the active path's messages, oldest first, and the
+ * session's message tree. An array of messages to its readers
+ * (`Array.isArray` holds); in a component built against `subs:agent@0.2.0`
+ * it reads from the engine only what the agent's code asks for:
+ * `length` (one call, once), `messages[i]` and `at(i)` (one call; a
+ * negative index reads the length once), `slice(a, b)` (one call),
+ * `last(n)`, `after(id)`, `position(id)` (one call each), `tree` (once).
+ * Anything else an array has (iterating, `map`, `find`, `push`...) reads
+ * the whole path once. A message read once is kept.
+ */
+export interface Messages extends Array<Message> {
+  /** The last `n` messages, oldest first (all of them when there are fewer). */
+  last(n: number): Message[];
+  /** The messages after the one whose id is `id`; `null` when no message of the path has it. */
+  after(id: string): Message[] | null;
+  /** The index of the message whose id is `id`; `null` when none has it. */
+  position(id: string): number | null;
+  /** The session's message tree (every message; edits fork it), read once. */
+  tree: MessageTree;
+  /** Whether the whole path has been read (always, for a branch held in memory). */
+  readonly isRead: boolean;
+}
+
+/**
+ * `request.messages` as {@link Messages} (read on demand in a component
+ * built against `subs:agent@0.2.0`; an array elsewhere, wrapped once with
+ * the request's `message_tree`): gives `last`, `after`, `position` and
+ * `tree` their types, and them to code that also runs natively.
+ */
+export declare function messagesOf(request: { messages: Message[]; message_tree?: MessageTree }): Messages;
+
+/** Where {@link lazyMessages} reads the branch from (indices from 0, ranges half-open and clipped). */
+export interface MessageSource {
+  len(): number;
+  get(index: number): Message | undefined;
+  range(start: number, end: number): Message[];
+  /** `branch` is the Messages asking, whose `length` a source may read. */
+  last(n: number, branch: Messages): Message[];
+  after(id: string): Message[] | null;
+  position(id: string): number | null;
+  /** `path` is the Messages asking: the tree's active nodes are its messages. */
+  tree(path: Messages): MessageTree;
+}
+
+/** A branch read from `source` as the agent's code asks for it. */
+export declare function lazyMessages(source: MessageSource): Messages;
+/** A branch held in memory (for tests). */
+export declare function heldMessages(path: Message[], tree?: MessageTree): Messages;
+
+/** The engine refused a read of the branch: its `messages` resource belongs to a decision that is over. */
+export declare class BranchError extends Error {
+  constructor(message: string);
+}
+
+/**
+ * The engine's `messages` resource of `subs:agent/branch@0.2.0`, as
+ * componentize-js binds it (each method throws the engine's reason when it
+ * refuses the read). Declared here rather than taken from types/wit/, whose
+ * resources need `lib: esnext.disposable`.
+ */
+export interface MessagesResource {
+  len(): number;
+  get(index: number): import('subs:agent/types@0.1.0').Message | undefined;
+  range(start: number, end: number): Array<import('subs:agent/types@0.1.0').Message>;
+  last(n: number): Array<import('subs:agent/types@0.1.0').Message>;
+  after(id: string): Array<import('subs:agent/types@0.1.0').Message> | undefined;
+  position(id: string): number | undefined;
+  tree(): import('subs:agent/types@0.1.0').MessageTree;
+  rangeJson(start: number, end: number): string;
+  afterJson(id: string): string | undefined;
+  treeJson(): string;
+}
+
+/** `subs:agent/branch@0.2.0`'s `decision-request`: `types`' without `messages` and `messageTree`. */
+export type BranchDecisionRequest = Omit<import('subs:agent/types@0.1.0').DecisionRequest, 'messages' | 'messageTree'>;
 
 // ---- builders -----------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@
 //
 // Layout: protocol.js (builders of protocol values, which are their JSON),
 // wit.js (the one mapping between the protocol and the WIT types),
-// agent.js (Agent, Context, DecideError, Level), tools.js (tool, s,
+// agent.js (Agent, Context, DecideError, Level), branch.js (Messages:
+// the request's branch, read on demand in a component), tools.js (tool, s,
 // ToolRouter, ToolContext: approvals, sub-agents as tools), testing.js
 // (RecordingHost, toolExecute, approvalResumed), component.js
 // (exportAgent). Nothing but component.js knows about WebAssembly, and it
@@ -17,6 +18,7 @@
 // agents are unit tested with plain `node --test`.
 
 export { Agent, Context, DecideError, Level } from './agent.js';
+export { BranchError, heldMessages, lazyMessages, messagesOf } from './branch.js';
 export { exportAgent, decideJson, decideWit } from './component.js';
 export {
   DraftMessage,

@@ -16,3 +16,10 @@ export declare function jsonValue(text: string): unknown;
 export declare function unexpected(value: unknown): string;
 export declare function requestFromWit(request: import('subs:agent/types@0.1.0').DecisionRequest): DecisionRequest;
 export declare function responseToWit(decision: DecisionResponse): import('subs:agent/types@0.1.0').DecisionResponse;
+export declare function branchRequestFromWit(
+  request: Omit<import('subs:agent/types@0.1.0').DecisionRequest, 'messages' | 'messageTree'>,
+): Omit<DecisionRequest, 'messages' | 'message_tree'>;
+export declare function messageTreeFromWit(
+  tree: import('subs:agent/types@0.1.0').MessageTree,
+  messages: readonly import('./index.js').Message[],
+): import('./index.js').MessageTree;

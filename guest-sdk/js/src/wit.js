@@ -505,8 +505,16 @@ function badIndex(node, field, what, index) {
 }
 
 function treeFromWit(w, messages) {
+  return messageTreeFromWit(w.messageTree, messages);
+}
+
+/**
+ * The protocol's message tree of a WIT `message-tree`, whose active nodes
+ * refer to `messages` (the active path) by index.
+ */
+export function messageTreeFromWit(witTree, messages) {
   const nodes = [];
-  w.messageTree.nodes.forEach((node, k) => {
+  witTree.nodes.forEach((node, k) => {
     let message;
     if (node.message.tag === 'active') {
       message = messages[node.message.val];
@@ -528,7 +536,7 @@ function treeFromWit(w, messages) {
     nodes.push(out);
   });
   const tree = { nodes };
-  if (w.messageTree.headId !== undefined && w.messageTree.headId !== null) tree.head_id = w.messageTree.headId;
+  if (witTree.headId !== undefined && witTree.headId !== null) tree.head_id = witTree.headId;
   return tree;
 }
 
@@ -561,6 +569,14 @@ const DecisionRequest = rec(
       },
     },
   },
+);
+
+// `subs:agent/branch`'s `decision-request` (subs:agent@0.2.0): the same
+// fields less the branch, which is read through the `messages` resource.
+const BranchRequest = rec(
+  'DecisionRequest',
+  Object.fromEntries(DecisionRequest.fields.filter(([k]) => k !== 'messages' && k !== 'message_tree').map(([k, , t]) => [k, t])),
+  { keepNull: [...DecisionRequest.keepNull] },
 );
 
 // ---- client inputs ----
@@ -813,6 +829,16 @@ function recConforms(type, value, tagField) {
  */
 export function requestFromWit(request) {
   return fromWit(DecisionRequest, request);
+}
+
+/**
+ * The WIT `decision-request` of `subs:agent/branch@0.2.0` (without the
+ * branch) as protocol JSON, without `messages` and `message_tree`.
+ * @param {import('subs:agent/branch@0.2.0').DecisionRequest} request
+ * @returns {Omit<import('./index.js').DecisionRequest, 'messages' | 'message_tree'>}
+ */
+export function branchRequestFromWit(request) {
+  return fromWit(BranchRequest, request);
 }
 
 /**

@@ -7,6 +7,7 @@ import {
   Agent, Context, DecideError, DecisionRequest, DecisionResponse, FromSchema, Json, RecordingHost, Tool, ToolRouter,
   exportAgent, requestFor, s, tool, toolError, toolResult, withAction,
   ToolContext, approval, approvalResumed, delegate, toolExecute, interruptWith, replaceActions, spawn,
+  Message, MessageTree, Messages, messagesOf,
 } from '@subs/sdk';
 import { fromWit, toWit, types } from '@subs/sdk/wit';
 
@@ -244,3 +245,19 @@ expectType<Equal<typeof asked.payload.call_id, string>>();
 withAction({}, interruptWith('pick', 'choose a colour', { options: ['red'] }));
 withAction({}, spawn('child', 'summarizer', 'call-1'));
 void approved;
+
+// ---- the branch, read on demand ----------------------------------------------------------------
+
+function newest(request: DecisionRequest): string | undefined {
+  const messages = messagesOf(request);
+  expectType<Equal<typeof messages, Messages>>();
+  expectType<Equal<ReturnType<typeof messages.last>, Message[]>>();
+  expectType<Equal<ReturnType<typeof messages.after>, Message[] | null>>();
+  expectType<Equal<ReturnType<typeof messages.position>, number | null>>();
+  expectType<Equal<typeof messages.tree, MessageTree>>();
+  const all: Message[] = messages;
+  // @ts-expect-error: last takes how many messages, a number.
+  messages.last('1');
+  return (messages.at(-1) ?? all[0])?.id;
+}
+void newest;

@@ -121,3 +121,16 @@ assert_type(Action.spawn("s", "summarizer", "c1"), SubAgentSpawn)
 assert_type(DecisionResponse().delegate(DecisionRequest(trigger=SessionStart()), "summarizer", "hi"), DecisionResponse)
 assert_type(DecisionResponse().replace_actions([Action.done()]), DecisionResponse)
 DecisionResponse().delegate(DecisionRequest(trigger=SessionStart()), "summarizer", {"text": "hi"})  # type: ignore[arg-type]
+
+
+# The branch, read on demand in a component: `Messages.of` gives it its type.
+def newest_text(request: DecisionRequest) -> str:
+    messages = subs_sdk.Messages.of(request)
+    assert_type(messages[-1], subs_sdk.Message)
+    assert_type(messages[-3:], list[subs_sdk.Message])
+    assert_type(messages.last(2), list[subs_sdk.Message])
+    assert_type(messages.after("m1"), list[subs_sdk.Message] | None)
+    assert_type(messages.position("m1"), int | None)
+    assert_type(messages.tree, subs_sdk.MessageTree)
+    messages.last("2")  # type: ignore[arg-type]
+    return messages[-1].text() if messages else ""

@@ -428,3 +428,46 @@ async fn one_mcp_server_serves_a_rust_a_python_and_a_javascript_agent() {
         assert_eq!(reply(&events), format!("demo__echo returned echo: {language}."), "{language}: {events:?}");
     }
 }
+
+/// The client learns each server's era: the SDK's dual-era server is
+/// spoken to in the stateless revision (2026-07-28: `server/discover`,
+/// then `_meta` and headers on every request, `x-mcp-header` arguments
+/// mirrored, which the SDK checks), and the same server behind a
+/// handshake-only front through `initialize`, in the newest handshake
+/// revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modern_server_is_spoken_statelessly_and_a_legacy_one_through_initialize() {
+    let Some(modern) = FastMcp::start("eras") else { return };
+    let Some(legacy) = FastMcp::start("legacy") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), "");
+    for (name, mcp) in [("new", &modern), ("old", &legacy)] {
+        let url = format!("{}/v1/mcp-servers/{name}", server.url);
+        let (status, body) = put_json(&url, json!({"url": mcp.url()})).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let worker = worker(&["new", "old"]).await;
+    let (status, body) = put_json(&format!("{}/v1/agents/mcp", server.url), json!({"url": worker})).await;
+    assert!(status == 200 || status == 201, "{body}");
+
+    let (events, (last, data)) = turn(&server, "s1", r#"use tool new__era with {}"#).await;
+    assert_eq!(last, "turn.done", "{data}");
+    assert_eq!(reply(&events), "new__era returned 2026-07-28.");
+    let (events, (last, data)) = turn(&server, "s1", r#"use tool old__era with {}"#).await;
+    assert_eq!(last, "turn.done", "{data}");
+    assert_eq!(reply(&events), "old__era returned 2025-11-25.");
+
+    // A mirrored argument that is not plain ASCII goes base64 in its
+    // header; the server checks it against the body.
+    for name in ["new", "old"] {
+        let text = format!(r#"use tool {name}__region with {{"region": "Hello, 世界"}}"#);
+        let (events, (last, data)) = turn(&server, "s2", &text).await;
+        assert_eq!(last, "turn.done", "{data}");
+        assert_eq!(reply(&events), format!("{name}__region returned region: Hello, 世界."));
+    }
+    let (_, listed) = get_json(&format!("{}/v1/mcp-servers", server.url)).await;
+    for entry in listed.as_array().unwrap() {
+        assert_eq!(entry["status"], "ready", "{listed}");
+        assert_eq!(entry["tool_count"], 8, "{listed}");
+    }
+}

@@ -1,3 +1,4 @@
+/// <reference path="./interfaces/subs-agent-branch.d.ts" />
 /// <reference path="./interfaces/subs-agent-host.d.ts" />
 /// <reference path="./interfaces/subs-agent-types.d.ts" />
 /// <reference path="./interfaces/wasi-cli-environment.d.ts" />
@@ -19,10 +20,12 @@
 /// <reference path="./interfaces/wasi-io-streams.d.ts" />
 /// <reference path="./interfaces/wasi-random-insecure-seed.d.ts" />
 /// <reference path="./interfaces/wasi-random-random.d.ts" />
-declare module 'subs:agent/agent@0.1.0' {
-  export type DecisionRequest = import('subs:agent/types@0.1.0').DecisionRequest;
+declare module 'subs:agent/agent@0.2.0' {
+  export type DecisionRequest = import('subs:agent/branch@0.2.0').DecisionRequest;
+  export type Messages = import('subs:agent/branch@0.2.0').Messages;
   export type DecisionResponse = import('subs:agent/types@0.1.0').DecisionResponse;
   export type DecideError = import('subs:agent/types@0.1.0').DecideError;
+  export type * as SubsAgentBranch020 from 'subs:agent/branch@0.2.0'; // import subs:agent/branch@0.2.0
   export type * as SubsAgentHost010 from 'subs:agent/host@0.1.0'; // import subs:agent/host@0.1.0
   export type * as SubsAgentTypes010 from 'subs:agent/types@0.1.0'; // import subs:agent/types@0.1.0
   export type * as WasiCliEnvironment0212 from 'wasi:cli/environment@0.2.12'; // import wasi:cli/environment@0.2.12
@@ -47,6 +50,6 @@ declare module 'subs:agent/agent@0.1.0' {
   /**
   * Decides what happens next. An error fails this delivery.
   */
-  export function decide(request: DecisionRequest): DecisionResponse;
+  export function decide(request: DecisionRequest, messages: Messages): DecisionResponse;
   export type Result<T, E> = { tag: 'ok', val: T } | { tag: 'err', val: E };
 }

@@ -375,6 +375,26 @@ class _DecisionRequestMethods:
     decision_id: str
     calls: List[Call]
 
+    def __post_init__(self) -> None:
+        # The branch is a `Messages` whichever way the request was made
+        # (from JSON, in a test), so that agent code reads it the same way
+        # as in a component, where it is read on demand.
+        from .branch import Messages
+
+        messages = self.__dict__.get("messages")
+        if not isinstance(messages, Messages):
+            self.__dict__["messages"] = Messages(messages or [], self.__dict__.get("message_tree"))
+
+    if not TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any:
+            # A request whose branch is read on demand has no `message_tree`
+            # until it is asked for: then it is the branch's tree.
+            if name == "message_tree" and "messages" in self.__dict__:
+                tree = self.__dict__["message_tree"] = self.__dict__["messages"].tree
+                return tree
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     @staticmethod
     def for_trigger(trigger: Trigger) -> DecisionRequest:
         """A minimal request for ``trigger``, as in the Rust SDK."""

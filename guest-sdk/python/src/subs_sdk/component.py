@@ -17,7 +17,8 @@ from typing import Any, Dict, List
 
 from . import wit
 from .agent import Agent, Context, DecideError, Host, Level
-from .protocol import DecisionRequest, DecisionResponse, ProtocolError, StreamDelta, ToolResult, from_json
+from .branch import Messages
+from .protocol import DecisionRequest, DecisionResponse, Message, ProtocolError, StreamDelta, ToolResult, from_json
 
 # The bindings componentize-py generates for each component: imported by
 # name, as modules the SDK has no static view of (``Any`` to a type checker).
@@ -50,17 +51,26 @@ class ComponentHost(Host):
         return None
 
 
-def decide_wit(agent: Agent, request: Any, host: Host, w: Any = None) -> Any:
+def decide_wit(agent: Agent, request: Any, host: Host, w: Any = None, messages: Any = None) -> Any:
     """The body of the ``decide`` export: WIT request in, WIT decision out;
     raises ``Err(decide-error)``. Takes the bindings ``w`` and the host as
-    parameters so that the conversions are tested natively."""
+    parameters so that the conversions are tested natively.
+
+    ``messages`` is the branch's resource in a component built against
+    ``subs:agent@0.2.0`` (``request`` is then its ``branch`` record, without
+    the branch), ``None`` in one built against ``0.1.0`` (the branch is in
+    ``request``)."""
     w = w if w is not None else _types
     err = Err
     if err is None:
         err = importlib.import_module("componentize_py_types").Err
     try:
         try:
-            proto = wit.from_wit(DecisionRequest, request)
+            if messages is None:
+                proto = wit.from_wit(DecisionRequest, request)
+                Messages.of(proto)
+            else:
+                proto = wit.request_from_branch_wit(request, messages)
         except ProtocolError as e:
             raise DecideError(f"the engine sent a request the agent cannot read: {e}") from None
         decision = agent.decide(proto, Context(host))
@@ -90,8 +100,10 @@ def export(agent: Agent) -> type:
         raise TypeError(f"export() takes an Agent instance, not {agent!r}")
 
     class WitWorld:
-        def decide(self, request: Any) -> Any:
-            return decide_wit(agent, request, ComponentHost())
+        # `messages` is there when the component is built against
+        # `subs:agent@0.2.0` (the default), not against `0.1.0`.
+        def decide(self, request: Any, messages: Any = None) -> Any:
+            return decide_wit(agent, request, ComponentHost(), messages=messages)
 
     WitWorld.__qualname__ = "WitWorld"
     if _types is not None:
@@ -134,10 +146,22 @@ def _warm_up(w: Any) -> None:
              "input": {"status": "valid", "value": {"a": 1}}, "attempt": 1},
         ]
         decision = DecisionResponse(state={"n": 2}).with_action(ToolResult(result={"sum": 3}))
+        try:  # the branch's record, when the component is built against 0.2.0
+            branch: Any = importlib.import_module("wit_world.imports.branch")
+        except ImportError:
+            branch = None
         for trigger in triggers:
             request = wit.to_wit(from_json(DecisionRequest, dict(base, trigger=trigger)), w)
+            without = None
+            if branch is not None:
+                fields = dict(vars(request))
+                del fields["messages"], fields["message_tree"]
+                without = branch.DecisionRequest(**fields)
             for _ in range(20):
                 wit.from_wit(DecisionRequest, request)
+                if without is not None:
+                    wit.request_from_branch_wit(without, None)
+                    wit.from_wit(List[Message], request.messages)
                 wit.to_wit(decision, w)
     except Exception:  # noqa: BLE001 (see above)
         pass

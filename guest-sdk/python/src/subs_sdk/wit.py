@@ -31,6 +31,7 @@ import importlib
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, Union, get_args, get_origin
 
 from . import protocol as p
+from .branch import BranchError, Messages
 from .protocol import ProtocolError
 
 _NONE = type(None)
@@ -402,10 +403,12 @@ def _make_variant_from(base: type) -> Callable[[Any], Any]:
     return variant
 
 
-def _make_record_from(cls: type) -> Callable[[Any], Any]:
+def _make_record_from(cls: type, skip: Tuple[str, ...] = ()) -> Callable[[Any], Any]:
     # (field, its special conversion or None, its plain one: unused when special)
     plan: List[Tuple[str, Optional[_SpecialFrom], Callable[[Any], Any]]] = []
     for name, tp, _optional, _keep in p._plan(cls):
+        if name in skip:
+            continue
         special = _SPECIAL_FROM.get((cls, name))
         plan.append((name, special, _same if special is not None else _from_conv(tp)))
     new = object.__new__
@@ -469,9 +472,14 @@ def _bad_index(node: int, field: str, what: str, index: int) -> ProtocolError:
 
 
 def _tree_from(value: Any, done: Dict[str, Any]) -> p.MessageTree:
-    path: List[p.Message] = done["messages"]
+    return tree_from_wit(value.message_tree, done["messages"])
+
+
+def tree_from_wit(tree: Any, path: List[p.Message]) -> p.MessageTree:
+    """The protocol's message tree of a WIT ``message-tree``, whose active
+    nodes refer to ``path`` (the active path) by index."""
     nodes: List[p.TreeNode] = []
-    for k, node in enumerate(value.message_tree.nodes):
+    for k, node in enumerate(tree.nodes):
         m = node.message
         if type(m).__name__ == "TreeMessage_Active":
             if not 0 <= m.value < len(path):
@@ -493,7 +501,7 @@ def _tree_from(value: Any, done: Dict[str, Any]) -> p.MessageTree:
         else:
             raise _bad_index(k, "parent", "an earlier node", parent.value)
         nodes.append(p.TreeNode(message=message, parent_id=parent_id))
-    return p.MessageTree(nodes=nodes, head_id=value.message_tree.head_id)
+    return p.MessageTree(nodes=nodes, head_id=tree.head_id)
 
 
 _SPECIAL_FROM: Dict[Tuple[type, str], _SpecialFrom] = {
@@ -503,6 +511,77 @@ _SPECIAL_FROM: Dict[Tuple[type, str], _SpecialFrom] = {
     (p.LlmResult, "response"): _response_body_from,
     (p.DecisionRequest, "message_tree"): _tree_from,
 }
+
+
+# ---- subs:agent@0.2.0: the branch read on demand ---------------------------
+
+# `subs:agent/branch`'s `decision-request`: `types`' without the branch.
+_branch_request_from = _make_record_from(p.DecisionRequest, skip=("messages", "message_tree"))
+
+
+def request_from_branch_wit(value: Any, messages: Any) -> p.DecisionRequest:
+    """The protocol request of a ``subs:agent/branch`` ``decision-request``
+    and its ``messages`` resource: ``request.messages`` reads the branch
+    from the resource as the agent's code asks (see
+    :class:`~subs_sdk.branch.Messages`), ``request.message_tree`` the tree
+    when it is first asked for."""
+    request: p.DecisionRequest = _branch_request_from(value)
+    request.__dict__["messages"] = Messages.lazy(ResourceSource(messages))
+    return request
+
+
+class ResourceSource:
+    """The engine's ``messages`` resource as a
+    :class:`~subs_sdk.branch.MessageSource`: each method one call to the
+    engine, converting only the messages it returns. A read the engine
+    refuses (the resource's decision is over) raises
+    :class:`~subs_sdk.branch.BranchError` with its reason."""
+
+    __slots__ = ("_resource",)
+
+    def __init__(self, resource: Any):
+        self._resource = resource
+
+    def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self._resource, method)(*args)
+        except BranchError:
+            raise
+        except Exception as e:  # componentize-py's `Err(reason)`
+            reason = getattr(e, "value", e)
+            raise BranchError(f"reading the branch ({method}): {reason}") from None
+
+    def len(self) -> int:
+        n: int = self._call("len")
+        return n
+
+    def get(self, index: int) -> Optional[p.Message]:
+        m = self._call("get", index)
+        return None if m is None else _message_from(m)
+
+    def range(self, start: int, end: int) -> List[p.Message]:
+        return _messages_from(self._call("range", start, end))
+
+    def last(self, n: int) -> List[p.Message]:
+        return _messages_from(self._call("last", n))
+
+    def after(self, id: str) -> Optional[List[p.Message]]:
+        after = self._call("after", id)
+        return None if after is None else _messages_from(after)
+
+    def position(self, id: str) -> Optional[int]:
+        i: Optional[int] = self._call("position", id)
+        return i
+
+    def tree(self, path: Messages) -> p.MessageTree:
+        tree = self._call("tree")
+        # The active nodes are the path's messages: read as a slice, they
+        # are kept by index and the path does not count as read whole.
+        return tree_from_wit(tree, path[0 : len(path)])
+
+
+_message_from: Callable[[Any], p.Message] = _from_conv(p.Message)
+_messages_from: Callable[[Any], List[p.Message]] = _from_conv(List[p.Message])
 
 
 def _warm() -> None:

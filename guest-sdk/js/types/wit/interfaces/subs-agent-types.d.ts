@@ -280,6 +280,14 @@ declare module 'subs:agent/types@0.1.0' {
     description?: string,
   }
   /**
+   * One of the tenant's MCP servers an agent uses; no `tools`: all of
+   * them.
+   */
+  export interface McpServerUse {
+    server: string,
+    tools?: Array<string>,
+  }
+  /**
    * What an agent is.
    */
   export interface AgentConfig {
@@ -291,6 +299,7 @@ declare module 'subs:agent/types@0.1.0' {
     retry?: RetryPolicy,
     tools?: Array<AgentTool>,
     subAgents?: Array<SubAgent>,
+    mcp?: Array<McpServerUse>,
   }
   /**
    * ---- LLM -------------------------------------------------------------
