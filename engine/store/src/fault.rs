@@ -55,6 +55,55 @@ pub struct FaultyStore<S> {
     crashed: watch::Sender<bool>,
 }
 
+/// Ops and bytes written (see [`FaultyStore::written`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Ops committed.
+    pub ops: u64,
+    /// Their bytes: the JSON of each record put, and of each key deleted.
+    pub bytes: u64,
+}
+
+impl std::ops::Sub for Written {
+    type Output = Written;
+
+    fn sub(self, earlier: Written) -> Written {
+        Written { ops: self.ops - earlier.ops, bytes: self.bytes - earlier.bytes }
+    }
+}
+
+/// About the bytes `op` writes: the JSON of the record it puts, the keys
+/// it deletes. The backends' encodings differ from it by framing and keys,
+/// which do not grow with a session.
+fn op_bytes(op: &crate::Op) -> u64 {
+    use crate::Op;
+    fn json(value: &impl serde::Serialize) -> u64 {
+        serde_json::to_vec(value).map_or(0, |bytes| bytes.len() as u64)
+    }
+    match op {
+        Op::PutSession(record) => json(record),
+        Op::PutMessage { session, seq, record } => json(&(session, seq, record)),
+        Op::PutStep { session, seq, record } => json(&(session, seq, record)),
+        Op::PutCall { session, record } => json(&(session, record)),
+        Op::DeleteCall { session, call_id } => json(&(session, call_id)),
+        Op::PutEvent { session, seq, record } => json(&(session, seq, record)),
+        Op::PutTurn { session, turn_id, record } => json(&(session, turn_id, record)),
+        Op::PushInbox { session, item } => json(&(session, item)),
+        Op::DeleteInbox { session, seq } => json(&(session, seq)),
+        Op::PutAgent(record) => json(record),
+        Op::DeleteAgent { tenant, agent_id } => json(&(tenant, agent_id)),
+        Op::CountDecisions { tenant, agent_id, version, decisions } => json(&(tenant, agent_id, version, decisions)),
+        Op::PutKey(record) => json(record),
+        Op::DeleteKey { tenant, hash } => json(&(tenant, hash)),
+        Op::PutMcpServer(record) => json(record),
+        Op::DeleteMcpServer { tenant, name } => json(&(tenant, name)),
+        Op::PutTenant(record) => json(record),
+        Op::DeleteTenant { tenant } => json(tenant),
+        Op::PutReply { id, reply } => json(&(id, reply)),
+        Op::DeleteReply { id } => json(id),
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     /// Commits still let through before the crash; `None`: no crash planned.
@@ -63,6 +112,8 @@ struct State {
     crashed: bool,
     /// Commits passed to the inner store.
     commits: u64,
+    /// What the commits passed on wrote: ops, and bytes (see [`op_bytes`]).
+    written: Written,
     /// Commits refused because of the crash.
     refused: u64,
     /// How long each commit waits before it reaches the inner store.
@@ -154,6 +205,13 @@ impl<S: Store> FaultyStore<S> {
         self.state().commits
     }
 
+    /// The ops and bytes the commits passed to the inner store wrote, so
+    /// far: what a test compares between two steps to show that a step's
+    /// writes do not grow with what the session already holds.
+    pub fn written(&self) -> Written {
+        self.state().written
+    }
+
     /// Commits refused because the store had crashed.
     pub fn refused(&self) -> u64 {
         self.state().refused
@@ -226,8 +284,11 @@ impl<S: Store> Store for FaultyStore<S> {
                 // A slow store is the fault injected.
                 tokio::time::sleep(delay).await;
             }
+            let written = Written { ops: batch.ops.len() as u64, bytes: batch.ops.iter().map(op_bytes).sum() };
             let earlier = {
                 let mut state = self.state();
+                state.written.ops += written.ops;
+                state.written.bytes += written.bytes;
                 if !state.reorder {
                     None
                 } else if let Some(earlier) = state.held.take() {

@@ -1633,6 +1633,55 @@ mod tests {
         env.wait_turn(&key(session), turn_id).await.expect("a read of memory")
     }
 
+    /// What one turn of a session whose branch holds `held` messages
+    /// writes to the store: ops and bytes, from the input to the turn's end.
+    async fn one_turn_at(held: usize) -> crate::store::fault::Written {
+        let store = Arc::new(crate::store::fault::FaultyStore::new(MemStore::new()));
+        let env = Env::new(store.clone(), Models::with_offline(), EngineConfig::default());
+        env.agents.register(TENANT, "agent", Arc::new(Proposer::default()));
+        let env = Arc::new(env);
+        let directory = Directory::new(env.clone());
+        let send = |input: ClientInput| {
+            let (reply, answer) = oneshot::channel();
+            let sender = Sender::Tenant { key: None, identity: None };
+            assert!(directory.send(&key("s"), Msg::Input { input: Box::new((input, sender, None)), reply }));
+            answer
+        };
+        // The branch, in one client view (its turn adds the model's reply).
+        let view = (0..held.saturating_sub(1)).map(|i| DraftMessage::user(format!("message {i}"))).collect();
+        let input = ClientInput::ClientMessages(subs_protocol::client::ClientMessages {
+            agent_id: "agent".to_owned(),
+            turn_id: Some("history".to_owned()),
+            messages: view,
+            stream: None,
+            client: None,
+        });
+        send(input).await.expect("the actor answers").expect("accepted");
+        assert_eq!(ended(&env, "s", "history").await.status, TurnStatus::Done);
+        let before = store.written();
+        send(ClientInput::ClientMessage(ClientMessage {
+            agent_id: "agent".to_owned(),
+            turn_id: Some("measured".to_owned()),
+            message: DraftMessage::user("hi"),
+            stream: None,
+        }))
+        .await
+        .expect("the actor answers")
+        .expect("accepted");
+        assert_eq!(ended(&env, "s", "measured").await.status, TurnStatus::Done);
+        store.written() - before
+    }
+
+    #[tokio::test]
+    async fn a_turns_writes_do_not_grow_with_the_branch() {
+        let short = one_turn_at(20).await;
+        let long = one_turn_at(2000).await;
+        // The same writes; their bytes differ only by the digits of ids,
+        // counts and token usage that a longer session has.
+        assert_eq!(short.ops, long.ops, "{short:?} against {long:?}");
+        assert!(long.bytes <= short.bytes + short.bytes / 10, "{short:?} against {long:?}");
+    }
+
     #[tokio::test]
     async fn an_input_is_stored_before_it_is_answered_and_its_turn_runs_to_its_end() {
         let store = MemStore::new();
