@@ -49,7 +49,10 @@ export class RecordingHost {
    * would read (`undefined` fields gone, non-finite numbers refused).
    */
   decideJson(agent, request) {
-    const parsed = typeof request === 'string' ? JSON.parse(request) : structuredClone(request);
+    // A branch made by `messagesOf` is a proxy, which cannot be cloned:
+    // its messages are.
+    const plain = Array.isArray(request?.messages) ? { ...request, messages: Array.from(request.messages) } : request;
+    const parsed = typeof request === 'string' ? JSON.parse(request) : structuredClone(plain);
     return JSON.parse(jsonText(this.decide(agent, parsed)));
   }
 

@@ -202,6 +202,13 @@ test('a branch held in memory answers the same questions', () => {
   assert.deepEqual(heldMessages(path(2)).tree, { nodes: [] });
 });
 
+test('decideJson of the testing host takes a request whose branch messagesOf wrapped', () => {
+  const req = requestFor({ type: 'session.start' }, { messages: path(2) });
+  messagesOf(req);
+  const decision = new RecordingHost().decideJson({ decide: (r) => ({ state: { last: messagesOf(r).last(1)[0].id } }) }, req);
+  assert.deepEqual(decision, { state: { last: 'm1' } });
+});
+
 test('a BranchError names itself', () => {
   assert.equal(new BranchError('x').name, 'BranchError');
 });
