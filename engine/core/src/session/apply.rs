@@ -1149,9 +1149,8 @@ impl Session {
     /// The argument text of the latest tool call `id` of an assistant
     /// message on the active path.
     fn tool_call_arguments(&self, id: &str) -> Option<String> {
-        self.path()
-            .into_iter()
-            .rev()
+        self.tree
+            .path_back(self.record.head_id.as_deref())
             .flat_map(|m| m.tool_calls.iter().flatten())
             .find(|c| c.id == id)
             .map(|c| c.function.arguments.clone())

@@ -189,7 +189,11 @@ fn fnv1a(bytes: impl Iterator<Item = u8>) -> u64 {
 /// The text of a child's last assistant message, its result when its
 /// `done` has no data.
 pub(crate) fn last_assistant_text(session: &Session) -> Option<String> {
-    session.path().into_iter().rev().find(|m| m.role == Role::Assistant).map(subs_protocol::Message::text)
+    session
+        .tree
+        .path_back(session.record.head_id.as_deref())
+        .find(|m| m.role == Role::Assistant)
+        .map(subs_protocol::Message::text)
 }
 
 #[cfg(test)]

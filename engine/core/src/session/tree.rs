@@ -119,6 +119,24 @@ impl Tree {
         self.path_nodes(head).into_iter().map(|k| &*self.nodes[k].message).collect()
     }
 
+    /// The path to `head` newest first, read as far as it is asked: a
+    /// search for a recent message costs what it passes, not the path.
+    pub fn path_back(&self, head: Option<&str>) -> impl Iterator<Item = &Message> {
+        let mut cursor = head.and_then(|id| self.index.get(id).copied());
+        let mut walked = 0;
+        std::iter::from_fn(move || {
+            let k = cursor?;
+            // A cycle of parents (only a damaged store could hold one)
+            // ends the walk, as in `path_nodes`.
+            if walked == self.nodes.len() {
+                return None;
+            }
+            walked += 1;
+            cursor = self.parent_of(k);
+            Some(&*self.nodes[k].message)
+        })
+    }
+
     /// How many messages are recorded.
     pub fn len(&self) -> usize {
         self.nodes.len()
@@ -527,6 +545,13 @@ mod tests {
     fn paths_follow_parents() {
         let tree = tree();
         let ids = |head| tree.path(head).iter().map(|m| m.id.clone()).collect::<Vec<_>>();
+        for head in [None, Some("a"), Some("c"), Some("d"), Some("nowhere")] {
+            let mut back: Vec<&Message> = tree.path_back(head).collect();
+            back.reverse();
+            assert_eq!(back, tree.path(head), "head {head:?}");
+        }
+        let cycle = Tree::from_records([record("a", Some("b")), record("b", Some("a"))]);
+        assert_eq!(cycle.path_back(Some("a")).count(), 2);
         assert_eq!(ids(Some("c")), ["a", "b", "c"]);
         assert_eq!(ids(Some("d")), ["a", "b", "d"]);
         assert!(ids(None).is_empty());
