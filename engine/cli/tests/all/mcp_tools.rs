@@ -471,3 +471,50 @@ async fn a_modern_server_is_spoken_statelessly_and_a_legacy_one_through_initiali
         assert_eq!(entry["tool_count"], 8, "{listed}");
     }
 }
+
+/// A stateless (2026-07-28) call to an agent's MCP endpoint whose stream
+/// the client closes while the turn runs (here, waiting on an MCP tool
+/// that never answers) cancels that turn: it ends long before the tool's
+/// deadline, without the tool's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_stateless_call_stream_cancels_its_turn() {
+    let Some(mcp) = FastMcp::start("normal") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), "[timeouts]\ncall_secs = 60\n[retry]\nmax_retries = 0\n");
+    setup(&server, &mcp, "demo").await;
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": "p"});
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "mcp",
+        "arguments": {"message": "use tool demo__hang", "session_id": "closed"}, "_meta": meta}});
+    let started = std::time::Instant::now();
+    let mut response = http()
+        .post(format!("{}/v1/agents/mcp/mcp", server.url))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "mcp")
+        .body(call.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // Read until the agent calls the tool, then go away.
+    let mut seen = String::new();
+    while !seen.contains("the agent calls demo__hang") {
+        let chunk = tokio::time::timeout(Duration::from_secs(20), response.chunk()).await.expect("progress comes");
+        seen.push_str(&String::from_utf8_lossy(&chunk.unwrap().expect("the stream goes on")));
+    }
+    drop(response);
+    let view = subs_tests::wait::eventually(Duration::from_secs(20), "the turn ends", || async {
+        let (_, view) = get_json(&format!("{}/v1/sessions/closed", server.url)).await;
+        if view["turn_id"].is_null() { Ok(view) } else { Err(view) }
+    })
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(30), "ended by the cancel: {:?}", started.elapsed());
+    assert!(
+        tool_messages(&server, "closed").await.iter().all(|m| !m["content"].as_str().unwrap_or("").contains("never")),
+        "{view}"
+    );
+}
