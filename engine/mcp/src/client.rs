@@ -278,10 +278,7 @@ impl Client {
         on_progress: OnProgress<'_>,
     ) -> Result<CallToolResult, McpError> {
         let token = RequestId::String(format!("subs-{}", self.next_id.fetch_add(1, Ordering::Relaxed)));
-        let headers = match self.mirrored.lock().unwrap_or_else(PoisonError::into_inner).get(name) {
-            Some(mirrored) => crate::wire::param_headers(mirrored, &arguments),
-            None => Vec::new(),
-        };
+        let headers = self.param_headers(name, &arguments);
         let params = CallToolParams {
             name: name.to_owned(),
             arguments: Some(arguments),
@@ -292,9 +289,28 @@ impl Client {
                 on_progress(p);
             }
         };
-        let (result, _) = self.request(method::TOOLS_CALL, &params, &headers, Some(&forward)).await?;
+        let result = match self.request(method::TOOLS_CALL, &params, &headers, Some(&forward)).await {
+            // The tool's schema changed since it was listed (its mirrored
+            // arguments with it): list again and send once more.
+            Err(McpError::Rpc { code: code::HEADER_MISMATCH, .. }) => {
+                self.forget_tools();
+                self.tools().await?;
+                let headers = self.param_headers(name, params.arguments.as_ref().unwrap_or(&Map::new()));
+                self.request(method::TOOLS_CALL, &params, &headers, Some(&forward)).await?.0
+            }
+            other => other?.0,
+        };
         serde_json::from_value(result)
             .map_err(|e| McpError::Protocol(format!("a tools/call result that is not a call result: {e}")))
+    }
+
+    /// The `Mcp-Param-*` headers of a call of `name` with `arguments`, by
+    /// the tool's listed schema.
+    fn param_headers(&self, name: &str, arguments: &Map<String, Value>) -> Vec<(String, String)> {
+        match self.mirrored.lock().unwrap_or_else(PoisonError::into_inner).get(name) {
+            Some(mirrored) => crate::wire::param_headers(mirrored, arguments),
+            None => Vec::new(),
+        }
     }
 
     /// Ends the MCP session, if a legacy server assigned one (`DELETE`);
