@@ -9,6 +9,7 @@
 //! cargo bench -p subs-cli --bench api
 //! BENCH_LEVELS=1,16,64 BENCH_SECONDS=5 cargo bench -p subs-cli --bench api
 //! ./scripts/bench-api.sh        # with LangGraph beside it
+//! BENCH_LEVELS= BENCH_TURNS_PER_SESSION=200 ./scripts/bench-api.sh   # one long session only
 //! ```
 //!
 //! A turn is the `tools` component's: the user asks for `add`, the offline
@@ -38,6 +39,16 @@
 //! `subs_store_commits_total`). Output: a table on stdout and the same as
 //! JSON in `target/bench-api.json`.
 //!
+//! Then `turns_per_session`: one session on each server, `BENCH_TURNS_PER_SESSION`
+//! (default 1,000; 0 skips it) streamed tool turns back to back, one
+//! client, the servers taking turns in blocks of 10. Each turn adds four
+//! messages (the question, the tool call, its result, the answer), so the
+//! last turns decide over a branch of thousands. Reported: turn p50 by
+//! turn-index window (turns 1–10, 91–100, 491–500 and 991–1,000 of 1,000;
+//! the same fractions of a shorter session, in windows of a tenth of it
+//! up to 10 turns) and the last window's p50 over the first's: how a
+//! turn's cost grows with the conversation.
+//!
 //! `BENCH_LANGGRAPH_PYTHON`: the Python of an environment made by
 //! `scripts/langgraph/setup.sh`; when set, every case runs on LangGraph
 //! too, in turns with subs.
@@ -61,6 +72,9 @@ use subs_tests::bench::{percentile, write_json};
 /// Turns per conversation in the conversation cases.
 const CONVERSATION: usize = 10;
 
+/// Turns of the long session a server runs before the next takes over.
+const BLOCK: usize = 10;
+
 /// What a user asks in every turn: one call of the `tools` agent's `add`.
 const ASK: &str = r#"use tool add with {"a": 1, "b": 2}"#;
 
@@ -74,9 +88,10 @@ fn main() {
         .unwrap_or_else(|| vec![1, 16, 64]);
     let seconds: f64 = std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5).max(1);
+    let long: usize = std::env::var("BENCH_TURNS_PER_SESSION").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
     let langgraph = std::env::var_os("BENCH_LANGGRAPH_PYTHON").map(PathBuf::from);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime");
-    runtime.block_on(run(&levels, Duration::from_secs_f64(seconds), rounds, langgraph.as_deref()));
+    runtime.block_on(run(&levels, Duration::from_secs_f64(seconds), rounds, long, langgraph.as_deref()));
 }
 
 /// A server under test: a child process and how to ask it for a turn.
@@ -373,7 +388,84 @@ async fn otlp_sink() -> (String, Arc<std::sync::atomic::AtomicU64>) {
     (url, received)
 }
 
-async fn run(levels: &[usize], duration: Duration, rounds: usize, langgraph: Option<&Path>) {
+/// The turn-index windows of a session of `turns` turns, 1-based and
+/// inclusive: its first turns, and those ending a tenth, half and all of
+/// the way through, each a tenth of the session wide, at most 10 turns.
+fn windows(turns: usize) -> Vec<(usize, usize)> {
+    let width = (turns / 10).clamp(1, 10);
+    let mut windows: Vec<(usize, usize)> = Vec::new();
+    for end in [width, turns / 10, turns / 2, turns] {
+        let end = end.max(width);
+        if windows.last().is_none_or(|&(_, last)| last < end) {
+            windows.push((end + 1 - width, end));
+        }
+    }
+    windows
+}
+
+/// One session of `turns` turns on each of `targets`, the targets taking
+/// turns in blocks of [`BLOCK`]: each turn's latency, per target, in order.
+async fn long_session(targets: &[&Arc<Target>], turns: usize) -> Vec<Vec<Duration>> {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(4).build().expect("an HTTP client");
+    for target in targets {
+        target.turn(&client, "long-warm").await;
+    }
+    let mut latencies = vec![Vec::with_capacity(turns); targets.len()];
+    let mut done = 0;
+    while done < turns {
+        let block = BLOCK.min(turns - done);
+        for (target, mine) in targets.iter().zip(&mut latencies) {
+            for _ in 0..block {
+                let t = Instant::now();
+                target.turn(&client, "long").await;
+                mine.push(t.elapsed());
+            }
+        }
+        done += block;
+    }
+    latencies
+}
+
+/// Runs the `turns_per_session` dimension on `targets`, prints its table
+/// and gives its JSON.
+async fn turns_per_session(targets: &[&Arc<Target>], turns: usize) -> Value {
+    let windows = windows(turns);
+    let latencies = long_session(targets, turns).await;
+    println!("\none session, {turns} turns, 1 client, servers in turns by blocks of {BLOCK}: turn p50 (ms) by turn");
+    let heads: Vec<String> = windows.iter().map(|(a, b)| format!("{a}–{b}")).collect();
+    println!("{:<10} {} {:>10}", "server", heads.iter().map(|h| format!("{h:>10}")).collect::<String>(), "last/first");
+    let mut servers = Vec::new();
+    for (target, latencies) in targets.iter().zip(latencies) {
+        let p50s: Vec<Duration> = windows
+            .iter()
+            .map(|&(first, last)| {
+                let mut window = latencies[first - 1..last].to_vec();
+                window.sort();
+                percentile(&window, 0.50)
+            })
+            .collect();
+        let growth = p50s.last().zip(p50s.first()).map_or(f64::NAN, |(l, f)| l.as_secs_f64() / f.as_secs_f64());
+        println!(
+            "{:<10} {} {:>9.2}×",
+            target.name,
+            p50s.iter().map(|p| format!("{:>10.2}", ms(*p))).collect::<String>(),
+            growth
+        );
+        let mut all = latencies.clone();
+        all.sort();
+        servers.push(json!({
+            "server": target.name,
+            "p50_ms": p50s.iter().map(|p| ms(*p)).collect::<Vec<_>>(),
+            "last_over_first_p50": growth,
+            "session_p50_ms": ms(percentile(&all, 0.50)),
+            "session_seconds": latencies.iter().sum::<Duration>().as_secs_f64(),
+        }));
+    }
+    println!("(target for subs: last/first ≤ 2)");
+    json!({ "turns": turns, "block": BLOCK, "windows": windows, "servers": servers })
+}
+
+async fn run(levels: &[usize], duration: Duration, rounds: usize, long: usize, langgraph: Option<&Path>) {
     let program = Path::new(env!("CARGO_BIN_EXE_subs"));
     let subs = Arc::new(Target::subs("subs", program, None).await);
     let otel = std::env::var("BENCH_OTEL").is_ok_and(|v| v == "1");
@@ -383,6 +475,7 @@ async fn run(levels: &[usize], duration: Duration, rounds: usize, langgraph: Opt
         Some(path) => Some(Arc::new(Target::subs("subs@base", Path::new(&path), None).await)),
         None => None,
     };
+    let load_before = load_average();
     let langgraph = langgraph.map(|python| Arc::new(Target::langgraph(python)));
     let mut cases = Vec::new();
     for &clients in levels {
@@ -502,10 +595,18 @@ async fn run(levels: &[usize], duration: Duration, rounds: usize, langgraph: Opt
             telemetry.push(r);
         }
     }
+    let long = if long == 0 {
+        Value::Null
+    } else {
+        let targets: Vec<_> =
+            [Some(&subs), baseline.as_ref(), otel.as_ref(), langgraph.as_ref()].into_iter().flatten().collect();
+        turns_per_session(&targets, long).await
+    };
     let exported = exported.load(std::sync::atomic::Ordering::Relaxed);
     if otel.is_some() {
         println!("subs+otel exported {:.1} MB of spans", exported as f64 / 1e6);
     }
+    println!("load average (1, 5, 15 min): {load_before} at the start, {} at the end", load_average());
     write_json(
         "api",
         &json!({
@@ -516,6 +617,16 @@ async fn run(levels: &[usize], duration: Duration, rounds: usize, langgraph: Opt
             "subs_over_langgraph": ratios,
             "telemetry": telemetry,
             "otlp_bytes_exported": exported,
+            "turns_per_session": long,
+            "load_average": {"start": load_before, "end": load_average()},
         }),
     );
+}
+
+/// The host's load averages over 1, 5 and 15 minutes, as
+/// `/proc/loadavg` has them: on a shared machine, how busy it was.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
