@@ -91,4 +91,4 @@ const _: () = {
 // Natively nothing exports `decide`; naming it keeps the crate free of
 // dead-code warnings when the workspace is checked for the host.
 #[cfg(not(target_arch = "wasm32"))]
-const _: fn(wit::DecisionRequest) -> Result<wit::DecisionResponse, wit::DecideError> = <Garbage as Guest>::decide;
+const _: fn(DecisionRequest, Messages) -> Result<wit::DecisionResponse, wit::DecideError> = <Garbage as Guest>::decide;
