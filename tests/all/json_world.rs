@@ -81,10 +81,10 @@ async fn a_json_agents_error_keeps_its_words() {
     }
 }
 
-/// A `decide` of neither world's type is refused when the agent is loaded,
-/// naming both signatures an agent may export.
+/// A `decide` of no world's type is refused when the agent is loaded,
+/// naming every signature an agent may export.
 #[test]
-fn a_decide_of_neither_worlds_type_is_refused_naming_both() {
+fn a_decide_of_no_worlds_type_is_refused_naming_every_world() {
     let component = wat::parse_str(
         r#"(component
             (core module $m (func (export "d") (param i32) (result i32) local.get 0))
@@ -97,8 +97,12 @@ fn a_decide_of_neither_worlds_type_is_refused_naming_both() {
         Err(e) => e.to_string(),
     };
     for expected in [
-        "`func(request: decision-request) -> result<decision-response, decide-error>` (world subs:agent/agent)",
-        "`func(request: string) -> result<string, decide-error>` (world subs:agent/agent-json)",
+        "`func(request: decision-request, messages: messages) -> result<decision-response, decide-error>` (world \
+         subs:agent/agent@0.2.0)",
+        "`func(request: string, messages: messages) -> result<string, decide-error>` (world \
+         subs:agent/agent-json@0.2.0)",
+        "`func(request: decision-request) -> result<decision-response, decide-error>` (world subs:agent/agent@0.1.0)",
+        "`func(request: string) -> result<string, decide-error>` (world subs:agent/agent-json@0.1.0)",
     ] {
         assert!(error.contains(expected), "{error}");
     }

@@ -152,10 +152,10 @@ impl<T: Send + 'static> Pre<T> {
             format!(
                 "{e:#}; `decide` must be `func(request: decision-request, messages: messages) -> \
                  result<decision-response, decide-error>` (world subs:agent/agent@0.2.0), `func(request: \
-                 string, messages: messages) -> result<string, decide-error>` (subs:agent/agent-json@0.2.0), \
-                 or the 0.1.0 worlds' `func(request: decision-request) -> result<decision-response, \
-                 decide-error>` (subs:agent/agent@0.1.0) and `func(request: string) -> result<string, \
-                 decide-error>` (subs:agent/agent-json@0.1.0)"
+                 string, messages: messages) -> result<string, decide-error>` (world \
+                 subs:agent/agent-json@0.2.0), `func(request: decision-request) -> result<decision-response, \
+                 decide-error>` (world subs:agent/agent@0.1.0) or `func(request: string) -> result<string, \
+                 decide-error>` (world subs:agent/agent-json@0.1.0)"
             )
         };
         match (lazy, takes_text) {
