@@ -73,16 +73,7 @@ pub async fn measure(worker: &Arc<dyn Worker>, request: &DecisionRequest, decisi
     let tasks: Vec<_> = (0..callers)
         .map(|_| {
             let (worker, request) = (worker.clone(), request.clone());
-            tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(per_caller);
-                for _ in 0..per_caller {
-                    let delivery = Delivery::new(request.clone());
-                    let t = Instant::now();
-                    worker.decide(delivery).await.expect("a decision");
-                    latencies.push(t.elapsed());
-                }
-                latencies
-            })
+            tokio::spawn(async move { latencies(&worker, &request, per_caller).await })
         })
         .collect();
     let mut latencies = Vec::with_capacity(per_caller * callers);
@@ -90,6 +81,20 @@ pub async fn measure(worker: &Arc<dyn Worker>, request: &DecisionRequest, decisi
         latencies.extend(task.await.expect("the caller finishes"));
     }
     Stats::of(latencies, started.elapsed())
+}
+
+/// `times` decisions of `request` by `worker`, one after another, each
+/// timed from the delivery to the decision (the request's copy is made
+/// before the clock starts: a decision owns its request).
+pub async fn latencies(worker: &Arc<dyn Worker>, request: &DecisionRequest, times: usize) -> Vec<Duration> {
+    let mut latencies = Vec::with_capacity(times);
+    for _ in 0..times {
+        let delivery = Delivery::new(request.clone());
+        let t = Instant::now();
+        worker.decide(delivery).await.expect("a decision");
+        latencies.push(t.elapsed());
+    }
+    latencies
 }
 
 /// The `p` quantile (0–1) of `sorted` latencies; zero when there are none.

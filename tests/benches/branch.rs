@@ -26,13 +26,13 @@
 //! table goes to stdout and, as JSON, to `target/bench-branch.json`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use subs_engine::worker::{Delivery, Worker};
 use subs_protocol::{Call, DecisionRequest, DecisionResponse, Message, MessageTree, Messages, RequestTree};
 use subs_protocol::{SharedMessage, TreeNode, from_value};
-use subs_tests::bench::{percentile, write_json};
+use subs_tests::bench::{self, percentile, write_json};
 
 /// The branch lengths measured unless `BENCH_LENGTHS` names others.
 const LENGTHS: &[usize] = &[20, 200, 2_000, 4_000];
@@ -92,13 +92,13 @@ async fn run(decisions: usize, rounds: usize, lengths: &[usize]) {
     let mut latencies = vec![vec![Vec::with_capacity(per_round * rounds); requests.len()]; agents.len()];
     for (_, agent) in &agents {
         for request in &requests {
-            time(agent, request, per_round.min(200)).await; // warm-up
+            bench::latencies(agent, request, per_round.min(200)).await; // warm-up
         }
     }
     for _ in 0..rounds {
         for ((_, agent), mine) in agents.iter().zip(&mut latencies) {
             for (request, mine) in requests.iter().zip(mine.iter_mut()) {
-                mine.extend(time(agent, request, per_round).await);
+                mine.extend(bench::latencies(agent, request, per_round).await);
             }
         }
     }
@@ -158,20 +158,6 @@ async fn run(decisions: usize, rounds: usize, lengths: &[usize]) {
             "load_average": {"start": load_before, "end": load_average()},
         }),
     );
-}
-
-/// `times` decisions of `request` by `agent`, one after another, each
-/// timed from the delivery to the decision (the request's copy is made
-/// before the clock starts: a decision owns its request).
-async fn time(agent: &Arc<dyn Worker>, request: &DecisionRequest, times: usize) -> Vec<Duration> {
-    let mut latencies = Vec::with_capacity(times);
-    for _ in 0..times {
-        let delivery = Delivery::new(request.clone());
-        let t = Instant::now();
-        agent.decide(delivery).await.expect("a decision");
-        latencies.push(t.elapsed());
-    }
-    latencies
 }
 
 fn micros(d: Duration) -> String {
