@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates (or reuses) a Python venv holding exactly the pins of one
-# requirements file: the shared body of the test tools' setup scripts
-# (scripts/api-tools/setup.sh, scripts/oci-tools/setup.sh).
+# requirements file: the shared body of the setup scripts of the test tools
+# and the LangGraph benchmark (scripts/api-tools/setup.sh,
+# scripts/oci-tools/setup.sh, scripts/langgraph/setup.sh).
 #
 #   scripts/lib/pinned-venv.sh REQUIREMENTS VENV_DIR
 #
