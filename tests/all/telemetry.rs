@@ -70,7 +70,10 @@ async fn a_turn_waiting_for_a_client_survives_a_crash_and_its_spans_keep_their_i
     engine.sessions().input(TENANT, "client", input, Default::default()).await.unwrap();
     let call_id = subs_tests::wait::eventually(Duration::from_secs(20), "the session waits for the client", || async {
         let snapshot = engine.reads().snapshot(TENANT, "client").await.unwrap().unwrap();
-        (snapshot.record.status == SessionStatus::Waiting).then(|| {
+        // A decision's span is exported once its step is committed, so
+        // just after the status that step wrote is readable.
+        let ended = before.named("decision llm.finished").len() == 1;
+        (snapshot.record.status == SessionStatus::Waiting && ended).then(|| {
             let waiting = snapshot.calls.iter().find(|c| c.call.handler == Some(subs_protocol::Handler::Client));
             waiting.expect("the client tool's call").call.id.clone()
         })
