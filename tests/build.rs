@@ -151,6 +151,9 @@ const FOREIGN: &[Foreign] = &[
             "examples/approver-ts/tsconfig.json",
             "examples/approver-ts/src",
             "examples/approver-ts/test",
+            "tests/mcp/agent-ts/build.sh",
+            "tests/mcp/agent-ts/tsconfig.json",
+            "tests/mcp/agent-ts/src",
         ],
         builds: &[
             Build {
@@ -201,6 +204,13 @@ const FOREIGN: &[Foreign] = &[
                 script: "examples/approver-ts/build.sh",
                 args: &[],
                 out: "examples_approver_ts.wasm",
+            },
+            Build {
+                name: "TEST_TS_MCP",
+                what: "The `tests/mcp/agent-ts` TypeScript agent (world `agent-json`), which uses the MCP server `demo`",
+                script: "tests/mcp/agent-ts/build.sh",
+                args: &[],
+                out: "mcp_ts.wasm",
             },
         ],
     },

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use subs_protocol::McpServerUse;
 use subs_sdk::prelude::{Agent, Context, DecideError, DecisionRequest, DecisionResponse, Trigger};
+use subs_tests::guests;
 use subs_tests::mcp::FastMcp;
 
 use crate::{Server, http, stream_turn};
@@ -409,23 +410,38 @@ impl Drop for ScriptWorker {
     }
 }
 
+/// One FastMCP server, three agents naming it in their config: a Rust
+/// HTTP worker, a Python one (the Python SDK), and a TypeScript component
+/// (`tests/mcp/agent-ts`, type-checked and built by `tests/build.rs` with
+/// the toolchain `examples/approver-ts` pins).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_mcp_server_serves_a_rust_a_python_and_a_javascript_agent() {
+async fn one_mcp_server_serves_a_rust_a_python_and_a_typescript_agent() {
     let Some(mcp) = FastMcp::start("normal") else { return };
     let dir = tempfile::tempdir().unwrap();
     let server = serve(dir.path(), "");
     let (status, body) = put_json(&format!("{}/v1/mcp-servers/demo", server.url), json!({"url": mcp.url()})).await;
     assert_eq!(status, 200, "{body}");
     let python = tokio::task::spawn_blocking(|| ScriptWorker::start("python3", "agent.py")).await.unwrap();
-    let javascript = tokio::task::spawn_blocking(|| ScriptWorker::start("node", "agent.mjs")).await.unwrap();
-    let agents =
-        [("rust", worker(&["demo"]).await), ("python", python.1.clone()), ("javascript", javascript.1.clone())];
+    let agents = [("rust", worker(&["demo"]).await), ("python", python.1.clone())];
     for (language, url) in &agents {
         let (status, body) = put_json(&format!("{}/v1/agents/mcp-{language}", server.url), json!({"url": url})).await;
         assert!(status == 200 || status == 201, "{language}: {body}");
+    }
+    let url = server.url.clone();
+    let put = tokio::task::spawn_blocking(move || {
+        crate::output(&["agents", "put", "mcp-typescript", guests::TEST_TS_MCP, "--server", &url])
+    })
+    .await
+    .unwrap();
+    assert_eq!(put.code, Some(0), "{}", put.stderr);
+    for language in ["rust", "python", "typescript"] {
         let text = format!(r#"use tool demo__echo with {{"text": "{language}"}}"#);
-        let events = stream_turn(&server.url, &format!("s-{language}"), &format!("mcp-{language}"), &text).await;
+        let session = format!("s-{language}");
+        let events = stream_turn(&server.url, &session, &format!("mcp-{language}"), &text).await;
         assert_eq!(reply(&events), format!("demo__echo returned echo: {language}."), "{language}: {events:?}");
+        let tools = tool_messages(&server, &session).await;
+        assert_eq!(tools.len(), 1, "{language}: one result recorded: {tools:?}");
+        assert_eq!(tools[0]["content"], format!("echo: {language}"), "{language}");
     }
 }
 
