@@ -9,6 +9,13 @@
 //! [`SessionEvent::data`]; readers parse a name and data back with
 //! [`SessionEvent::from_parts`].
 //!
+//! A stream also carries frames that are no session event: a running
+//! tool's progress (`tool.progress`), which a tool source reports while
+//! the session's state machine waits for the call's result. They are
+//! [`LiveEvent`]s, live only like token deltas (never stored, no sequence
+//! number). [`StreamEvent`] is any frame of an event stream: a session
+//! event or a live one, read with [`StreamEvent::from_parts`].
+//!
 //! ```
 //! use serde_json::json;
 //! use subs_protocol::SessionEvent;
@@ -269,6 +276,147 @@ pub struct StateChanged {
     pub state: Value,
 }
 
+/// `tool.progress` data: `{id, progress, total, message}`, how far a
+/// running tool call is, as its tool source (an MCP server's
+/// `notifications/progress`) reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ToolProgress {
+    /// The tool call the progress is of.
+    pub id: String,
+    /// How far the call is, in the tool's own unit; it grows with each
+    /// report.
+    pub progress: f64,
+    /// The `progress` at which the call is done; `null` when the tool does
+    /// not know (always written).
+    pub total: Option<f64>,
+    /// What the call is doing, in the tool's words; `null` when it said
+    /// nothing (always written).
+    pub message: Option<String>,
+}
+
+/// A frame of a session's event stream that is no [`SessionEvent`]: live
+/// only (never stored, so without a sequence number, and not replayed),
+/// sent to the clients following the session while it happens.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LiveEvent {
+    /// `tool.progress`: how far a running tool call is.
+    ToolProgress(ToolProgress),
+}
+
+impl LiveEvent {
+    /// The names of live events, in declaration order.
+    pub const NAMES: [&'static str; 1] = ["tool.progress"];
+
+    /// The event name on the wire (`tool.progress`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            LiveEvent::ToolProgress(_) => "tool.progress",
+        }
+    }
+
+    /// The event's data as a JSON value.
+    pub fn data(&self) -> Value {
+        match self {
+            LiveEvent::ToolProgress(p) => crate::to_value(p),
+        }
+    }
+
+    /// The event's data as compact JSON text, as [`data`](Self::data) would
+    /// be written.
+    pub fn data_json(&self) -> String {
+        match self {
+            LiveEvent::ToolProgress(p) => crate::to_json(p),
+        }
+    }
+
+    /// Reads a live event from its name and data. Fails for a name that is
+    /// no live event's, or data that is not its payload (naming the field).
+    pub fn from_parts(name: &str, data: Value) -> Result<LiveEvent, EventError> {
+        match name {
+            "tool.progress" => Ok(LiveEvent::ToolProgress(
+                crate::from_value(data).map_err(|error| EventError::BadData { name: "tool.progress", error })?,
+            )),
+            _ => Err(EventError::UnknownName { name: name.to_owned() }),
+        }
+    }
+}
+
+impl From<ToolProgress> for LiveEvent {
+    fn from(payload: ToolProgress) -> Self {
+        LiveEvent::ToolProgress(payload)
+    }
+}
+
+/// Any frame a session's event stream carries: a [`SessionEvent`] (stored
+/// ones with their sequence number as `id:`, token deltas live) or a
+/// [`LiveEvent`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    /// A session event.
+    Session(SessionEvent),
+    /// A live-only frame that is no session event.
+    Live(LiveEvent),
+}
+
+impl StreamEvent {
+    /// The event name on the wire.
+    pub fn name(&self) -> &'static str {
+        match self {
+            StreamEvent::Session(event) => event.name(),
+            StreamEvent::Live(event) => event.name(),
+        }
+    }
+
+    /// The event's data as a JSON value.
+    pub fn data(&self) -> Value {
+        match self {
+            StreamEvent::Session(event) => event.data(),
+            StreamEvent::Live(event) => event.data(),
+        }
+    }
+
+    /// The event's data as compact JSON text.
+    pub fn data_json(&self) -> String {
+        match self {
+            StreamEvent::Session(event) => event.data_json(),
+            StreamEvent::Live(event) => event.data_json(),
+        }
+    }
+
+    /// Whether frames of this event are stored (and so numbered, and
+    /// replayed to a client that resumes): session events but token deltas.
+    pub fn is_stored(&self) -> bool {
+        match self {
+            StreamEvent::Session(event) => event.kind().is_stored(),
+            StreamEvent::Live(_) => false,
+        }
+    }
+
+    /// Reads a frame of an event stream from its name and data: a session
+    /// event's name reads as a [`SessionEvent`], a live one's as a
+    /// [`LiveEvent`]. Fails for a name that is neither, or data that is not
+    /// its payload (the error names the field).
+    pub fn from_parts(name: &str, data: Value) -> Result<StreamEvent, EventError> {
+        if LiveEvent::NAMES.contains(&name) {
+            return LiveEvent::from_parts(name, data).map(StreamEvent::Live);
+        }
+        SessionEvent::from_parts(name, data).map(StreamEvent::Session)
+    }
+}
+
+impl From<SessionEvent> for StreamEvent {
+    fn from(event: SessionEvent) -> Self {
+        StreamEvent::Session(event)
+    }
+}
+
+impl From<LiveEvent> for StreamEvent {
+    fn from(event: LiveEvent) -> Self {
+        StreamEvent::Live(event)
+    }
+}
+
 /// An event name and data that are not a [`SessionEvent`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -278,6 +426,13 @@ pub enum EventError {
     UnknownName {
         /// The name given.
         name: String,
+    },
+    /// The name is a [`LiveEvent`]'s, read as a [`SessionEvent`]
+    /// ([`StreamEvent::from_parts`] reads both).
+    #[error("`{name}` is a live frame of an event stream, not a session event")]
+    LiveOnly {
+        /// The live event's name.
+        name: &'static str,
     },
     /// The data does not read as the event's payload.
     #[error("`{name}` event data: {error}")]
@@ -289,8 +444,16 @@ pub enum EventError {
     },
 }
 
+/// Every name an event stream carries: the session events', then the live
+/// ones'.
 fn expected_names() -> String {
-    EventKind::ALL.iter().map(|kind| format!("`{kind}`")).collect::<Vec<_>>().join(", ")
+    EventKind::ALL
+        .iter()
+        .map(|kind| kind.name())
+        .chain(LiveEvent::NAMES)
+        .map(|name| format!("`{name}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl SessionEvent {
@@ -352,9 +515,12 @@ impl SessionEvent {
     }
 
     /// Reads an event from its name and data, as stored or sent. Fails for
-    /// a name that is no event's, or data that is not its payload (the
+    /// a name that is no session event's (a [`LiveEvent`]'s too), or data that is not its payload (the
     /// error names the field).
     pub fn from_parts(name: &str, data: Value) -> Result<SessionEvent, EventError> {
+        if let Some(live) = LiveEvent::NAMES.iter().find(|live| **live == name) {
+            return Err(EventError::LiveOnly { name: live });
+        }
         let kind = EventKind::from_name(name).ok_or_else(|| EventError::UnknownName { name: name.to_owned() })?;
         Ok(match kind {
             EventKind::TurnStarted => SessionEvent::TurnStarted(payload(kind, data)?),
@@ -381,6 +547,28 @@ impl SessionEvent {
     }
 }
 
+/// One variant of an event union: `{event, data}`, `event` the constant
+/// name and `data` the payload `T`, titled `<Name>Event`.
+#[cfg(feature = "schema")]
+fn schema_variant<T: schemars::JsonSchema>(generator: &mut schemars::SchemaGenerator, name: &str, doc: &str) -> Value {
+    serde_json::json!({
+        "type": "object",
+        "title": format!("{}Event", crate::schema::pascal(name)),
+        "description": doc,
+        "properties": {
+            "event": { "type": "string", "const": name },
+            "data": generator.subschema_for::<T>(),
+        },
+        "required": ["event", "data"],
+    })
+}
+
+#[cfg(feature = "schema")]
+fn schema_union(description: &str, variants: Vec<Value>) -> schemars::Schema {
+    serde_json::from_value(serde_json::json!({ "description": description, "oneOf": variants }))
+        .expect("a schema is a JSON object")
+}
+
 /// A session event as the pair a server-sent event carries: `{event, data}`,
 /// the `event:` name and the `data:` payload, one variant per name.
 #[cfg(feature = "schema")]
@@ -390,19 +578,8 @@ impl schemars::JsonSchema for SessionEvent {
     }
 
     fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        use schemars::JsonSchema;
-        fn variant<T: JsonSchema>(generator: &mut schemars::SchemaGenerator, kind: EventKind, doc: &str) -> Value {
-            let title = format!("{}Event", crate::schema::pascal(kind.name()));
-            serde_json::json!({
-                "type": "object",
-                "title": title,
-                "description": doc,
-                "properties": {
-                    "event": { "type": "string", "const": kind.name() },
-                    "data": generator.subschema_for::<T>(),
-                },
-                "required": ["event", "data"],
-            })
+        fn variant<T: schemars::JsonSchema>(g: &mut schemars::SchemaGenerator, kind: EventKind, doc: &str) -> Value {
+            schema_variant::<T>(g, kind.name(), doc)
         }
         let g = generator;
         let variants = vec![
@@ -420,9 +597,45 @@ impl schemars::JsonSchema for SessionEvent {
             variant::<TurnFailed>(g, EventKind::TurnFailed, "A turn ended with an error."),
             variant::<StateChanged>(g, EventKind::State, "A decision changed the agent's state."),
         ];
+        schema_union(
+            "An event of a session, as server-sent events carry it: the `event:` name and the `data:` payload.",
+            variants,
+        )
+    }
+}
+
+/// A live event as the pair a server-sent event carries, as
+/// [`SessionEvent`]'s schema.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for LiveEvent {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "LiveEvent".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let variants = vec![schema_variant::<ToolProgress>(
+            generator,
+            "tool.progress",
+            "How far a running tool call is (live only, never stored).",
+        )];
+        schema_union(
+            "A frame of an event stream that is no session event: live only, never stored, without an `id:`.",
+            variants,
+        )
+    }
+}
+
+/// Any frame of an event stream: a `SessionEvent` or a `LiveEvent`.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for StreamEvent {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "StreamEvent".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
         serde_json::from_value(serde_json::json!({
-            "description": "An event of a session, as server-sent events carry it: the `event:` name and the `data:` payload.",
-            "oneOf": variants,
+            "description": "Any frame of a session's event stream, as server-sent events carry it: a session event or a live one.",
+            "anyOf": [generator.subschema_for::<SessionEvent>(), generator.subschema_for::<LiveEvent>()],
         }))
         .expect("a schema is a JSON object")
     }
@@ -622,6 +835,38 @@ mod tests {
         assert_eq!(parent_id, None);
         let event = SessionEvent::from_parts("turn.done", json!({"turn_id": "t"})).unwrap();
         assert_eq!(event, SessionEvent::TurnDone(TurnDone { turn_id: "t".into(), data: None }));
+    }
+
+    #[test]
+    fn tool_progress_is_a_live_frame_of_the_stream_and_no_session_event() {
+        // As the engine sends it (nulls written).
+        let data = json!({"id": "call_1", "progress": 2.0, "total": 5.0, "message": "step 2"});
+        let event = StreamEvent::from_parts("tool.progress", data.clone()).unwrap();
+        let progress =
+            ToolProgress { id: "call_1".into(), progress: 2.0, total: Some(5.0), message: Some("step 2".into()) };
+        assert_eq!(event, StreamEvent::Live(LiveEvent::ToolProgress(progress)));
+        assert_eq!((event.name(), event.data()), ("tool.progress", data));
+        assert!(!event.is_stored());
+        assert_eq!(event.data_json(), r#"{"id":"call_1","progress":2.0,"total":5.0,"message":"step 2"}"#);
+        let bare = LiveEvent::from(ToolProgress { id: "c".into(), progress: 1.0, total: None, message: None });
+        assert_eq!(bare.data_json(), r#"{"id":"c","progress":1.0,"total":null,"message":null}"#);
+        assert_eq!(LiveEvent::from_parts("tool.progress", json!({"id": "c", "progress": 1})).unwrap(), bare);
+
+        // Session events read through the stream as well.
+        for (name, data) in samples() {
+            let event = StreamEvent::from_parts(name, data.clone()).unwrap();
+            assert_eq!((event.name(), event.data()), (name, data), "{name}");
+            assert_eq!(event.is_stored(), name != "llm.token.delta", "{name}");
+            assert!(matches!(event, StreamEvent::Session(_)), "{name}");
+        }
+
+        let e = SessionEvent::from_parts("tool.progress", json!({})).unwrap_err();
+        assert_eq!(e, EventError::LiveOnly { name: "tool.progress" });
+        let e = StreamEvent::from_parts("tool.progress", json!({"id": "c", "progress": "half"})).unwrap_err();
+        let EventError::BadData { name, error } = &e else { panic!("{e:?}") };
+        assert_eq!((*name, error.field()), ("tool.progress", Some("progress")), "{e}");
+        let e = StreamEvent::from_parts("tool.paused", json!({})).unwrap_err();
+        assert!(e.to_string().ends_with("`state`, `tool.progress`"), "every name a stream carries: {e}");
     }
 
     #[test]

@@ -66,7 +66,7 @@ pub use config::{
 };
 pub use decision::{Call, CallKind, CallStatus, DecisionRequest, DecisionResponse, WorkerIdentity};
 pub use error::ProtocolError;
-pub use event::{EventError, EventKind, SessionEvent};
+pub use event::{EventError, EventKind, LiveEvent, SessionEvent, StreamEvent};
 pub use id::{ID_RULE, MAX_ID_BYTES, MAX_NAME_BYTES, NAME_RULE, valid_id, valid_name};
 pub use json::{from_json, from_json_slice, from_value, to_json, to_value, value_kind};
 pub use llm::{

@@ -8,11 +8,12 @@
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value};
 
-use crate::{ClientInput, DecisionRequest, DecisionResponse, LlmRequest, LlmResponse, SessionEvent, StreamDelta};
+use crate::{ClientInput, DecisionRequest, DecisionResponse, LlmRequest, LlmResponse, StreamDelta, StreamEvent};
 
 /// The schema document: `$defs` holds every wire type reachable from the
 /// roots (a decision request and response, a client input, an LLM request,
-/// response and stream delta, a session event), sorted by name so the document is stable.
+/// response and stream delta, any frame of a session's event stream), sorted
+/// by name so the document is stable.
 pub fn document() -> Value {
     let mut generator = SchemaSettings::draft2020_12().for_serialize().into_generator();
     let roots = [
@@ -22,7 +23,7 @@ pub fn document() -> Value {
         generator.subschema_for::<LlmRequest>(),
         generator.subschema_for::<LlmResponse>(),
         generator.subschema_for::<StreamDelta>(),
-        generator.subschema_for::<SessionEvent>(),
+        generator.subschema_for::<StreamEvent>(),
     ];
     // A request's `message_tree` is added to its schema by hand (it is
     // written from `messages`), so its type is registered here.

@@ -134,3 +134,34 @@ fn the_schema_refuses_an_event_whose_data_is_not_its_payload() {
         assert!(!validator.is_valid(&pair), "accepted {why}: {pair}");
     }
 }
+
+/// A stream's live frames (`tool.progress`) are `StreamEvent`s of the
+/// schema, as written by their Rust type; session events are too; a
+/// progress frame is no `SessionEvent`.
+#[test]
+fn the_schema_types_every_frame_of_an_event_stream() {
+    use subs_protocol::event::ToolProgress;
+    use subs_protocol::{LiveEvent, StreamEvent};
+    let stream = validator(&document(), "StreamEvent");
+    let session = validator(&document(), "SessionEvent");
+    for progress in [
+        ToolProgress { id: "call_1".into(), progress: 2.0, total: Some(5.0), message: Some("step 2".into()) },
+        ToolProgress { id: "call_1".into(), progress: 0.5, total: None, message: None },
+    ] {
+        let event = StreamEvent::from(LiveEvent::from(progress));
+        let pair = json!({ "event": event.name(), "data": event.data() });
+        assert!(stream.is_valid(&pair), "{pair}");
+        assert!(!session.is_valid(&pair), "{pair}");
+    }
+    assert!(stream.is_valid(&json!({"event": "turn.started", "data": {"turn_id": "t"}})));
+    for (pair, why) in [
+        (json!({"event": "tool.progress", "data": {"id": "c", "progress": 1}}), "no total and message"),
+        (
+            json!({"event": "tool.progress", "data": {"id": "c", "progress": "1", "total": null, "message": null}}),
+            "a text progress",
+        ),
+        (json!({"event": "tool.paused", "data": {}}), "an unknown name"),
+    ] {
+        assert!(!stream.is_valid(&pair), "accepted {why}: {pair}");
+    }
+}

@@ -509,6 +509,16 @@ export interface InterruptResumed {
   payload?: Json;
 }
 
+/** How far a running tool call is (live only, never stored). */
+export interface ToolProgressEvent {
+  event: 'tool.progress';
+  data: ToolProgress;
+}
+
+/** A frame of an event stream that is no session event: live only, never stored, without an `id:`. */
+export type LiveEvent =
+  | ToolProgressEvent;
+
 /**
  * `llm.call`: every field is optional; omitted fields come from the agent
  * config, then engine defaults.
@@ -869,6 +879,9 @@ export interface StreamDelta {
   finish_reason?: string;
 }
 
+/** Any frame of a session's event stream, as server-sent events carry it: a session event or a live one. */
+export type StreamEvent = SessionEvent | LiveEvent;
+
 /**
  * An agent this one may delegate to. The model sees it as a tool named
  * `id`.
@@ -1037,6 +1050,31 @@ export type ToolInput =
   | ValidInput
   | InvalidInput
   | MalformedInput;
+
+/**
+ * `tool.progress` data: `{id, progress, total, message}`, how far a
+ * running tool call is, as its tool source (an MCP server's
+ * `notifications/progress`) reports it.
+ */
+export interface ToolProgress {
+  /** The tool call the progress is of. */
+  id: string;
+  /**
+   * How far the call is, in the tool's own unit; it grows with each
+   * report.
+   */
+  progress: number;
+  /**
+   * The `progress` at which the call is done; `null` when the tool does
+   * not know (always written).
+   */
+  total: number | null;
+  /**
+   * What the call is doing, in the tool's words; `null` when it said
+   * nothing (always written).
+   */
+  message: string | null;
+}
 
 /** `tool.result`: settle a tool call with its result. */
 export interface ToolResult {

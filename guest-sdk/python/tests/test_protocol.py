@@ -129,6 +129,21 @@ class Json(unittest.TestCase):
         actions = p.from_json(List[p.Action], '[{"type":"done"},{"type":"llm.call"}]')
         self.assertEqual(actions, [p.Done(), p.LlmCall()])
 
+    def test_stream_events_read_session_and_live_frames(self):
+        progress = p.from_json(
+            p.StreamEvent, '{"event":"tool.progress","data":{"id":"c1","progress":2.5,"total":null,"message":"x"}}'
+        )
+        self.assertEqual(progress, p.ToolProgressEvent(data=p.ToolProgress(id="c1", progress=2.5, total=None, message="x")))
+        self.assertEqual(p.to_json(progress), '{"event":"tool.progress","data":{"id":"c1","progress":2.5,"total":null,"message":"x"}}')
+        started = p.from_json(p.StreamEvent, '{"event":"turn.started","data":{"turn_id":"t"}}')
+        self.assertEqual(started, p.TurnStartedEvent(data=p.TurnStarted(turn_id="t")))
+        with self.assertRaises(p.ProtocolError) as e:
+            p.from_json(p.StreamEvent, '{"event":"tool.paused","data":{}}')
+        self.assertTrue(str(e.exception).endswith("`state`, `tool.progress`"), str(e.exception))
+        with self.assertRaises(p.ProtocolError) as e:
+            p.from_json(p.StreamEvent, '{"event":"tool.progress","data":{"id":"c1"}}')
+        self.assertEqual(str(e.exception), "data: missing field `progress`")
+
     def test_non_finite_numbers_are_refused(self):
         with self.assertRaises(ValueError):
             p.to_json(p.ToolResult(result=float("nan")))

@@ -729,6 +729,22 @@ class ToolFinished(TypedDict):
     error: NotRequired[Optional[str]]
 
 
+class ToolProgress(TypedDict):
+    """`tool.progress` data: `{id, progress, total, message}`, how far a
+    running tool call is, as its tool source (an MCP server's
+    `notifications/progress`) reports it.
+    """
+
+    #: The tool call the progress is of.
+    id: str
+    #: How far the call is, in the tool's own unit; it grows with each report.
+    progress: float
+    #: The `progress` at which the call is done; `null` when the tool does not know (always written).
+    total: Optional[float]
+    #: What the call is doing, in the tool's words; `null` when it said nothing (always written).
+    message: Optional[str]
+
+
 class ToolResult(TypedDict):
     """`tool.result`: settle a tool call with its result."""
 
@@ -927,6 +943,13 @@ class VideoUrlPart(TypedDict):
     video_url: UrlRef
 
 
+class ToolProgressEvent(TypedDict):
+    """How far a running tool call is (live only, never stored)."""
+
+    event: Literal["tool.progress"]
+    data: ToolProgress
+
+
 class TenantResumer(TypedDict):
     """The tenant's API key."""
 
@@ -1057,6 +1080,10 @@ ContentPart = Union[TextPart, ImageUrlPart, FilePart, InputAudioPart, VideoUrlPa
 """One typed part of a message's content (OpenAI's content-part shapes)."""
 
 
+LiveEvent = Union[ToolProgressEvent]
+"""A frame of an event stream that is no session event: live only, never stored, without an `id:`."""
+
+
 Resumer = Union[TenantResumer, EndUserResumer]
 """Who resumed an interrupt: `{"kind": "tenant", "key": …, "identity": …}`
 for the tenant (`key` the prefix of its API key, as key listings show
@@ -1083,6 +1110,10 @@ Trigger = Union[SessionStart, ClientMessages, ClientAction, ToolExecute, ToolFin
 
 Content = Union[str, List[ContentPart]]
 """A message body: plain text, or a list of typed parts (text, images, files, audio, video)."""
+
+
+StreamEvent = Union[SessionEvent, LiveEvent]
+"""Any frame of a session's event stream, as server-sent events carry it: a session event or a live one."""
 
 
 __all__ = [
@@ -1124,6 +1155,7 @@ __all__ = [
     "InterruptResumed",
     "InterruptResumedEvent",
     "InvalidInput",
+    "LiveEvent",
     "LlmCall",
     "LlmError",
     "LlmExecute",
@@ -1152,6 +1184,7 @@ __all__ = [
     "StateChanged",
     "StateEvent",
     "StreamDelta",
+    "StreamEvent",
     "SubAgent",
     "SubAgentFinished",
     "SubAgentSpawn",
@@ -1168,6 +1201,8 @@ __all__ = [
     "ToolFinished",
     "ToolHandler",
     "ToolInput",
+    "ToolProgress",
+    "ToolProgressEvent",
     "ToolResult",
     "ToolResultInput",
     "TreeNode",

@@ -139,6 +139,10 @@ from .protocol import (
     TurnDone,
     TurnFailed,
     TurnStarted,
+    LiveEvent,
+    StreamEvent,
+    ToolProgress,
+    ToolProgressEvent,
     APPROVAL_TOOL,
     APPROVAL_CALL_ID,
     APPROVAL_ARGUMENTS,
@@ -184,6 +188,7 @@ __all__ = [
     "DecisionResponse", "DecisionRequest", "ClientInput", "ClientMessageInput", "ClientMessagesInput",
     "ClientActionInput", "InterruptResumeInput", "ToolResultInput", "ToolErrorInput",
     "Resumer", "SessionEvent", "TenantResumer", "EndUserResumer", "TurnStartedEvent", "MessageEvent", "LlmTokenDeltaEvent", "ToolCallEvent", "InterruptEvent", "InterruptResumedEvent", "TurnDoneEvent", "TurnFailedEvent", "StateEvent", "ClientToolCall", "InterruptAnswered", "InterruptRaised", "MessageRecorded", "StateChanged", "TokenDelta", "TurnDone", "TurnFailed", "TurnStarted",
+    "LiveEvent", "StreamEvent", "ToolProgress", "ToolProgressEvent",
     "APPROVAL_TOOL", "APPROVAL_CALL_ID", "APPROVAL_ARGUMENTS", "MAX_ID_BYTES",
     "approval_answer_schema", "valid_id",
 ]

@@ -71,6 +71,13 @@ class ContentPart(_Tagged):
     _TAGS: ClassVar[Tuple[str, ...]] = ("text", "image_url", "file", "input_audio", "video_url",)
 
 
+class LiveEvent(_Tagged):
+    """A frame of an event stream that is no session event: live only, never stored, without an `id:`."""
+
+    _TAG_FIELD = "event"
+    _TAGS: ClassVar[Tuple[str, ...]] = ("tool.progress",)
+
+
 class Resumer(_Tagged):
     """Who resumed an interrupt: `{"kind": "tenant", "key": …, "identity": …}`
     for the tenant (`key` the prefix of its API key, as key listings show
@@ -847,6 +854,24 @@ class ToolFinished(Trigger):
 
 
 @dataclass(kw_only=True)
+class ToolProgress:
+    """`tool.progress` data: `{id, progress, total, message}`, how far a
+    running tool call is, as its tool source (an MCP server's
+    `notifications/progress`) reports it.
+    """
+
+    _KEEP_NULL: ClassVar[FrozenSet[str]] = frozenset({"total", "message"})
+    #: The tool call the progress is of.
+    id: str
+    #: How far the call is, in the tool's own unit; it grows with each report.
+    progress: float
+    #: The `progress` at which the call is done; `null` when the tool does not know (always written).
+    total: Optional[float] = None
+    #: What the call is doing, in the tool's words; `null` when it said nothing (always written).
+    message: Optional[str] = None
+
+
+@dataclass(kw_only=True)
 class ToolResult(Action):
     """`tool.result`: settle a tool call with its result."""
 
@@ -1065,6 +1090,14 @@ class VideoUrlPart(ContentPart):
 
 
 @dataclass(kw_only=True)
+class ToolProgressEvent(LiveEvent):
+    """How far a running tool call is (live only, never stored)."""
+
+    _TAG = "tool.progress"
+    data: ToolProgress
+
+
+@dataclass(kw_only=True)
 class TenantResumer(Resumer):
     """The tenant's API key."""
 
@@ -1196,6 +1229,10 @@ Content = Union[str, List[ContentPart]]
 """A message body: plain text, or a list of typed parts (text, images, files, audio, video)."""
 
 
+StreamEvent = Union[SessionEvent, LiveEvent]
+"""Any frame of a session's event stream, as server-sent events carry it: a session event or a live one."""
+
+
 __all__ = [
     "Action",
     "AgentConfig",
@@ -1235,6 +1272,7 @@ __all__ = [
     "InterruptResumed",
     "InterruptResumedEvent",
     "InvalidInput",
+    "LiveEvent",
     "LlmCall",
     "LlmError",
     "LlmExecute",
@@ -1263,6 +1301,7 @@ __all__ = [
     "StateChanged",
     "StateEvent",
     "StreamDelta",
+    "StreamEvent",
     "SubAgent",
     "SubAgentFinished",
     "SubAgentSpawn",
@@ -1279,6 +1318,8 @@ __all__ = [
     "ToolFinished",
     "ToolHandler",
     "ToolInput",
+    "ToolProgress",
+    "ToolProgressEvent",
     "ToolResult",
     "ToolResultInput",
     "TreeNode",

@@ -197,6 +197,8 @@ def _decode(tp: Any, value: Any) -> Any:
             return None
         if len(args) == 1:
             return _decode(args[0], value)
+        if all(isinstance(a, type) and issubclass(a, _Tagged) for a in args):
+            return _decode_either(args, value)
         # The one other union: Content, a string or a list of parts.
         if isinstance(value, str):
             return value
@@ -253,6 +255,21 @@ def _decode_tagged(base: Type[_Tagged], value: Any) -> Any:
         expected = ", ".join(f"`{t}`" for t in base._TAGS or base._VARIANTS)
         raise ProtocolError(f"{tag_field}: unknown variant `{tag}`, expected one of {expected}")
     return _decode_struct(variant, value)
+
+
+def _decode_either(bases: List[Any], value: Any) -> Any:
+    """A union of tagged unions (``StreamEvent``: a session event or a live
+    one), read as the union whose tag ``value`` carries."""
+    for base in bases:
+        if isinstance(value, dict) and value.get(base._TAG_FIELD) in base._VARIANTS:
+            return _decode_tagged(base, value)
+    # No variant's tag: the first union's error, naming every tag.
+    tags = [t for base in bases for t in (base._TAGS or base._VARIANTS)]
+    tag_field = bases[0]._TAG_FIELD
+    if isinstance(value, dict) and isinstance(value.get(tag_field), str):
+        expected = ", ".join(f"`{t}`" for t in tags)
+        raise ProtocolError(f"{tag_field}: unknown variant `{value[tag_field]}`, expected one of {expected}")
+    return _decode_tagged(bases[0], value)
 
 
 def _decode_struct(cls: type, value: Any) -> Any:
