@@ -5,6 +5,12 @@
 //! its tag as a `Literal` field), each union a `Union` of its variants,
 //! string enums as `Literal`s; optional fields are `NotRequired`, fields
 //! the protocol writes as `null` are `Optional`.
+//!
+//! The unions of event-stream frames (`{event, data}` variants:
+//! `SessionEvent`, `LiveEvent`, and `StreamEvent`, a choice of them) get a
+//! second form, `<Union>Frame`: the frames as the client's streams yield
+//! them, each an `Event[Literal[name], Data]` (`subs_client._event`), so
+//! comparing `frame.event` with a name narrows `frame.data` to its type.
 
 use std::fmt::Write as _;
 
@@ -22,7 +28,8 @@ pub fn render(model: &Model) -> String {
          ``TypedDict``s of plain ``dict``s, ``list``s and scalars (see\n\
          :mod:`subs_client.types`, which re-exports every name here).\"\"\"\n\n\
          from __future__ import annotations\n\n\
-         from typing import Any, Dict, List, Literal, NotRequired, Optional, TypedDict, Union\n",
+         from typing import Any, Dict, List, Literal, NotRequired, Optional, TypedDict, Union\n\n\
+         from ._event import Event\n",
     );
     let mut names: Vec<String> = Vec::new();
     for (name, (def, doc)) in &model.defs {
@@ -72,6 +79,7 @@ pub fn render(model: &Model) -> String {
             names.push(name.clone());
         }
     }
+    frames(&mut out, &mut names, model);
     names.sort();
     let _ = writeln!(out, "\n\n__all__ = [");
     for name in names {
@@ -79,6 +87,58 @@ pub fn render(model: &Model) -> String {
     }
     out.push_str("]\n");
     out
+}
+
+/// The variants of `def` as (event name, data type) when it is a union of
+/// event-stream frames: tagged by `event`, each variant holding `data` only.
+fn frame_variants(def: &Def) -> Option<Vec<(&str, &Field)>> {
+    let Def::Union { tag_field, variants } = def else { return None };
+    if tag_field != "event" {
+        return None;
+    }
+    variants
+        .iter()
+        .map(|v| match &v.payload {
+            Payload::Inline(fields) if fields.len() == 1 && fields[0].name == "data" => {
+                Some((v.tag.as_str(), &fields[0]))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// `<Union>Frame` for each union of event-stream frames, and for each
+/// choice of such unions.
+fn frames(out: &mut String, names: &mut Vec<String>, model: &Model) {
+    for (name, (def, _)) in &model.defs {
+        let Some(variants) = frame_variants(def) else { continue };
+        let members: Vec<String> =
+            variants.iter().map(|(tag, data)| format!("    Event[Literal[{tag:?}], {}],", py(&data.ty))).collect();
+        let _ = writeln!(out, "\n\n{name}Frame = Union[\n{}\n]", members.join("\n"));
+        let doc = format!(
+            "A ``{name}`` as the client's streams yield it: an :class:`Event` whose ``event`` names the type of its ``data``."
+        );
+        docstring(out, "", Some(&doc));
+        names.push(format!("{name}Frame"));
+    }
+    for (name, (def, _)) in &model.defs {
+        let Def::Alias(Ty::AnyOf(choices)) = def else { continue };
+        let unions: Option<Vec<&str>> = choices
+            .iter()
+            .map(|choice| match choice {
+                Ty::Ref(union) if model.defs.get(union).is_some_and(|(d, _)| frame_variants(d).is_some()) => {
+                    Some(union.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        let Some(unions) = unions else { continue };
+        let members: Vec<String> = unions.iter().map(|u| format!("{u}Frame")).collect();
+        let _ = writeln!(out, "\n\n{name}Frame = Union[{}]", members.join(", "));
+        let doc = format!("A ``{name}`` as the client's streams yield it (see :class:`Event`).");
+        docstring(out, "", Some(&doc));
+        names.push(format!("{name}Frame"));
+    }
 }
 
 fn class(

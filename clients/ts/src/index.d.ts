@@ -13,6 +13,7 @@ import type {
   Json,
   Message,
   MessageTree,
+  StreamEvent,
   WorkerIdentity,
 } from './protocol.generated.js';
 
@@ -219,16 +220,14 @@ export interface RevokedKey {
 }
 
 /**
- * One event of a session: `event` its name (`turn.started`, `message`,
- * `llm.token.delta`, `tool.call`, `interrupt`, `interrupt.resumed`,
- * `state`, `turn.done`, `turn.failed`), `data` its JSON, `id` its
- * sequence number in the session (absent for live-only token deltas).
+ * One frame of a session's event stream, as an {@link EventStream} yields
+ * it: the `{event, data}` pair of the protocol's `StreamEvent` (a session
+ * event, or the live-only `tool.progress`), and `id`, its sequence number
+ * in the session (absent for the live-only `llm.token.delta` and
+ * `tool.progress`). Comparing `event` with a name narrows `data` to that
+ * event's type (`if (frame.event === 'tool.progress') frame.data.progress`).
  */
-export interface SessionEvent {
-  event: string;
-  data: any;
-  id?: number;
-}
+export type StreamEventFrame = StreamEvent & { id?: number };
 
 /** Options every client takes. */
 export interface ClientOptions {
@@ -257,14 +256,14 @@ export interface SubsClientOptions extends ClientOptions {
  * `turn.done` or `turn.failed`; a session's goes on until `close()` (or
  * `break`, or the `signal` given).
  */
-export declare class EventStream implements AsyncIterable<SessionEvent> {
+export declare class EventStream implements AsyncIterable<StreamEventFrame> {
   /** The turn a turn's stream follows. */
   readonly turnId: string | undefined;
   /** The id of the last stored event yielded. */
   readonly lastEventId: number | undefined;
   /** Closes the connection; the iteration ends. */
   close(): void;
-  [Symbol.asyncIterator](): AsyncIterator<SessionEvent>;
+  [Symbol.asyncIterator](): AsyncIterator<StreamEventFrame>;
 }
 
 /** A streamable input: the ones that start a turn. */

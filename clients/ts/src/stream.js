@@ -4,9 +4,10 @@
 //
 // The server numbers each stored event of a session (`id:` 0, 1, 2, …) and,
 // given `Last-Event-ID: N`, resumes right after N. Token deltas
-// (`llm.token.delta`) are live only and carry no id: they pass through as
-// they come, and those sent while the client was away are gone (the
-// `message` that follows holds the whole reply).
+// (`llm.token.delta`) and tool progress (`tool.progress`) are live only and
+// carry no id: they pass through as they come, and those sent while the
+// client was away are gone (the `message` that follows holds the whole
+// reply, the tool's result message its outcome).
 
 import { StreamError } from "./errors.js";
 

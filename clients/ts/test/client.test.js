@@ -2,10 +2,15 @@
 
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import { readFileSync, readdirSync } from "node:fs";
+import { createServer } from "node:http";
+import { dirname, join } from "node:path";
 import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
 
 import {
   AdminClient,
+  Client,
   AuthenticationError,
   BadRequestError,
   ConflictError,
@@ -258,4 +263,50 @@ test("the SSE reader takes events split anywhere and bounds their size", () => {
   }
   assert.throws(() => new SseReaderForTests(16).feed(`data: ${"x".repeat(32)}`), /maxEventBytes/);
   assert.ok(userMessage("a", "b", { turnId: "t" }).turn_id === "t");
+});
+
+// A live `tool.progress` frame comes only from a tool source (an MCP
+// server's progress) of a real server: a stand-in server sends it as the
+// protocol writes it, the payloads of tests/fixtures/protocol/tool_progress
+// (which the Rust type reads and writes back unchanged). The frame's fields
+// must be the schema's, whose types the declarations are generated from
+// (test/types.ts reads them typed).
+test("a stream yields tool.progress frames with the schema's fields", async () => {
+  const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+  const dir = join(root, "tests", "fixtures", "protocol", "tool_progress");
+  const progress = readdirSync(dir)
+    .sort()
+    .map((f) => JSON.parse(readFileSync(join(dir, f), "utf8")));
+  assert.ok(progress.length > 0, `no fixtures under ${dir}`);
+  const schema = JSON.parse(readFileSync(join(root, "engine", "protocol", "schema", "protocol.schema.json"), "utf8"));
+  const fields = Object.keys(schema.$defs.ToolProgress.properties).sort();
+  const frames = [
+    ["turn.started", { turn_id: "t1" }, 0],
+    ...progress.map((data) => ["tool.progress", data, undefined]),
+    ["turn.done", { turn_id: "t1", data: null }, 1],
+  ];
+  const stand = createServer((_request, response) => {
+    response.writeHead(200, { "content-type": "text/event-stream" });
+    for (const [event, data, id] of frames) {
+      response.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n${id === undefined ? "" : `id: ${id}\n`}\n`);
+    }
+  });
+  await new Promise((resolve) => stand.listen(0, "127.0.0.1", resolve));
+  try {
+    const subs = new Client(`http://127.0.0.1:${stand.address().port}`, { key: "subs_x" });
+    const seen = await collect(subs.events("s1"), (e) => e.event === "turn.done");
+    assert.deepEqual(names(seen), names(frames.map(([event]) => ({ event }))));
+    const got = seen.filter((e) => e.event === "tool.progress");
+    assert.deepEqual(
+      got.map((e) => e.data),
+      progress,
+    );
+    for (const frame of got) {
+      assert.equal(frame.id, undefined, "progress is live only");
+      assert.deepEqual(Object.keys(frame.data).sort(), fields, "the frame's fields are the schema's");
+    }
+  } finally {
+    stand.closeAllConnections();
+    await new Promise((resolve) => stand.close(resolve));
+  }
 });

@@ -9,8 +9,9 @@ import {
   userMessage,
   type ClientInput,
   type InputAccepted,
-  type SessionEvent,
+  type StreamEventFrame,
   type SessionView,
+  type ToolProgress,
   type Agent,
 } from '../src/index.js';
 
@@ -20,9 +21,30 @@ async function typed(): Promise<void> {
   const turn: string | undefined = accepted.turn_id;
   void turn;
   for await (const event of subs.streamMessage('chat', 'tools', 'hi')) {
-    const e: SessionEvent = event;
+    const e: StreamEventFrame = event;
     const id: number | undefined = e.id;
     void id;
+  }
+  // A frame's `event` names the type of its `data`.
+  for await (const frame of subs.events('chat', { after: 3 })) {
+    if (frame.event === 'tool.progress') {
+      const progress: ToolProgress = frame.data;
+      const call: string = frame.data.id;
+      const done: number = frame.data.progress;
+      const total: number | null = frame.data.total;
+      const message: string | null = frame.data.message;
+      void [progress, call, done, total, message];
+      // @ts-expect-error not a field of tool.progress
+      void frame.data.percent;
+      // @ts-expect-error `total` may be null
+      const sure: number = frame.data.total;
+      void sure;
+    } else if (frame.event === 'turn.done') {
+      const turn: string = frame.data.turn_id;
+      void turn;
+    }
+    // @ts-expect-error not every frame has a progress
+    void frame.data.progress;
   }
   const input: ClientInput = { type: 'tool.result', id: 'call-1', result: { ok: true } };
   await subs.send('chat', input, { identity: { id: 'user-1' } });

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use subs_protocol::event::ToolProgress;
 use subs_protocol::{
     Action, AgentConfig, AgentTool, Call, ClientContext, ClientInput, Content, ContentPart, DecisionRequest,
     DecisionResponse, DraftMessage, ErrorCode, Handler, LlmRequest, LlmResponse, LlmTool, Message, MessageTree,
@@ -83,6 +84,7 @@ fn check(type_dir: &str, text: &str) -> Result<(), String> {
         "stream_delta" => round_trip::<StreamDelta>(text),
         "role" => round_trip::<Role>(text),
         "handler" => round_trip::<Handler>(text),
+        "tool_progress" => round_trip::<ToolProgress>(text),
         other => Err(format!("no Rust type is mapped to the fixture directory `{other}`")),
     }
 }

@@ -40,6 +40,8 @@ const TYPES = {
   stream_delta: types.StreamDelta,
   role: types.Role,
   handler: types.Handler,
+  // A stream frame's payload: the SDK's types hold it, WIT does not.
+  tool_progress: null,
 };
 
 function canonical(value) {

@@ -35,6 +35,7 @@ TYPES = {
     "stream_delta": p.StreamDelta,
     "role": p.Role,
     "handler": p.Handler,
+    "tool_progress": p.ToolProgress,
 }
 
 

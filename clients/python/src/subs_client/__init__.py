@@ -1,7 +1,8 @@
 """A typed client of the subs HTTP API.
 
 - :class:`Client` (sync) and :class:`AsyncClient` (asyncio): sessions,
-  turns streamed as iterators that resume by themselves, interrupts, client
+  turns streamed as iterators that resume by themselves (their frames
+  typed by event name: :data:`StreamEventFrame`), interrupts, client
   tools, agents, tokens; :class:`AdminClient` and :class:`AsyncAdminClient`
   for the operator's admin API.
 - :mod:`subs_client.errors`: the typed exceptions, carrying the API's
@@ -14,7 +15,8 @@ The reference is docs/clients.md.
 
 from ._async import AsyncAdminClient, AsyncClient, AsyncEventStream
 from ._core import user_message
-from ._stream import Event
+from ._event import Event
+from ._protocol_types import StreamEventFrame
 from ._sync import AdminClient, Client, EventStream
 from .errors import (
     ApiError,
@@ -45,6 +47,7 @@ __all__ = [
     "EventStream",
     "AsyncEventStream",
     "Event",
+    "StreamEventFrame",
     "user_message",
     "SubsError",
     "ApiError",

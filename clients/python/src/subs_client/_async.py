@@ -10,7 +10,8 @@ import httpx
 from . import _core
 from ._core import UNSET, Request, seg
 from ._protocol_types import ClientInput, Content, WorkerIdentity
-from ._stream import Event, Resume, SseReader, backoff
+from ._protocol_types import StreamEventFrame
+from ._stream import Resume, SseReader, backoff
 from .errors import ApiError, ConnectionFailed, error_from
 from .types import (
     Agent,
@@ -65,10 +66,10 @@ class AsyncEventStream:
         """The id of the last stored event yielded."""
         return self._resume.last_id
 
-    def __aiter__(self) -> AsyncIterator[Event]:
+    def __aiter__(self) -> AsyncIterator[StreamEventFrame]:
         return self
 
-    async def __anext__(self) -> Event:
+    async def __anext__(self) -> StreamEventFrame:
         return await self._events.__anext__()
 
     async def aclose(self) -> None:
@@ -81,7 +82,7 @@ class AsyncEventStream:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _run(self, first: Request, again: Callable[[Resume], Request]) -> AsyncGenerator[Event, None]:
+    async def _run(self, first: Request, again: Callable[[Resume], Request]) -> AsyncGenerator[StreamEventFrame, None]:
         client, resume = self._client, self._resume
         request, failures = first, 0
         last_error: Optional[ApiError] = None
@@ -98,7 +99,8 @@ class AsyncEventStream:
                         async for chunk in response.aiter_bytes():
                             for event in reader.feed(chunk):
                                 if resume.accept(event):
-                                    yield event
+                                    # The server sends the frames its schema types.
+                                    yield cast(StreamEventFrame, event)
                                     if resume.done:
                                         return
             except httpx.TransportError:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Literal, NotRequired, Optional, TypedDict, Union
 
+from ._event import Event
+
 CallKind = Literal["tool_call", "llm_call", "sub_agent"]
 """What kind of work a [`Call`] is."""
 
@@ -1116,6 +1118,30 @@ StreamEvent = Union[SessionEvent, LiveEvent]
 """Any frame of a session's event stream, as server-sent events carry it: a session event or a live one."""
 
 
+LiveEventFrame = Union[
+    Event[Literal["tool.progress"], ToolProgress],
+]
+"""A ``LiveEvent`` as the client's streams yield it: an :class:`Event` whose ``event`` names the type of its ``data``."""
+
+
+SessionEventFrame = Union[
+    Event[Literal["turn.started"], TurnStarted],
+    Event[Literal["message"], MessageRecorded],
+    Event[Literal["llm.token.delta"], TokenDelta],
+    Event[Literal["tool.call"], ClientToolCall],
+    Event[Literal["interrupt"], InterruptRaised],
+    Event[Literal["interrupt.resumed"], InterruptAnswered],
+    Event[Literal["turn.done"], TurnDone],
+    Event[Literal["turn.failed"], TurnFailed],
+    Event[Literal["state"], StateChanged],
+]
+"""A ``SessionEvent`` as the client's streams yield it: an :class:`Event` whose ``event`` names the type of its ``data``."""
+
+
+StreamEventFrame = Union[SessionEventFrame, LiveEventFrame]
+"""A ``StreamEvent`` as the client's streams yield it (see :class:`Event`)."""
+
+
 __all__ = [
     "Action",
     "AgentConfig",
@@ -1156,6 +1182,7 @@ __all__ = [
     "InterruptResumedEvent",
     "InvalidInput",
     "LiveEvent",
+    "LiveEventFrame",
     "LlmCall",
     "LlmError",
     "LlmExecute",
@@ -1180,11 +1207,13 @@ __all__ = [
     "RetryPolicy",
     "Role",
     "SessionEvent",
+    "SessionEventFrame",
     "SessionStart",
     "StateChanged",
     "StateEvent",
     "StreamDelta",
     "StreamEvent",
+    "StreamEventFrame",
     "SubAgent",
     "SubAgentFinished",
     "SubAgentSpawn",

@@ -4,42 +4,26 @@ every event exactly once.
 
 The server numbers each stored event of a session (``id:`` 0, 1, 2, ...)
 and, given ``Last-Event-ID: N``, resumes right after N. Token deltas
-(``llm.token.delta``) are live only and carry no id: they pass through as
-they come, and those sent while the client was away are gone (the
-``message`` that follows holds the whole reply).
+(``llm.token.delta``) and tool progress (``tool.progress``) are live only
+and carry no id: they pass through as they come, and those sent while the
+client was away are gone (the ``message`` that follows holds the whole
+reply, the tool's result message its outcome).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
+from ._event import Event
 from .errors import StreamError
 
 #: The turn's last events.
 TURN_ENDS = frozenset({"turn.done", "turn.failed"})
 
 
-@dataclass(frozen=True)
-class Event:
-    """One event of a session: ``event`` its name (``turn.started``,
-    ``message``, ``llm.token.delta``, ``tool.call``, ``interrupt``,
-    ``interrupt.resumed``, ``state``, ``turn.done``, ``turn.failed``),
-    ``data`` its JSON data parsed, ``id`` its sequence number in the session
-    (``None`` for live-only token deltas)."""
-
-    event: str
-    data: Any
-    id: Optional[int] = None
-
-    @property
-    def turn_id(self) -> Optional[str]:
-        """The turn a ``turn.*`` event is about."""
-        if isinstance(self.data, dict):
-            turn = self.data.get("turn_id")
-            return turn if isinstance(turn, str) else None
-        return None
+#: A frame as the reader makes it, before the stream types it.
+RawEvent = Event[str, Any]
 
 
 class SseReader:
@@ -56,9 +40,9 @@ class SseReader:
         self._id: Optional[str] = None
         self._skip_lf = False
 
-    def feed(self, chunk: bytes) -> List[Event]:
+    def feed(self, chunk: bytes) -> List[RawEvent]:
         """The events ``chunk`` completes."""
-        out: List[Event] = []
+        out: List[RawEvent] = []
         if self._skip_lf and chunk.startswith(b"\n"):
             chunk = chunk[1:]
         self._skip_lf = False
@@ -88,7 +72,7 @@ class SseReader:
             raise StreamError(f"an event is larger than max_event_bytes ({self._max})")
         return out
 
-    def _line(self, line: str) -> Optional[Event]:
+    def _line(self, line: str) -> Optional[RawEvent]:
         if line == "":
             return self._dispatch()
         if line.startswith(":"):
@@ -107,7 +91,7 @@ class SseReader:
             self._id = value
         return None
 
-    def _dispatch(self) -> Optional[Event]:
+    def _dispatch(self) -> Optional[RawEvent]:
         event, data, seq = self._event or "message", self._data, self._id
         self._event, self._data, self._size, self._id = "", [], 0, None
         if not data:
@@ -140,7 +124,7 @@ class Resume:
         #: Whether anything arrived since the last reconnect.
         self.progressed = False
 
-    def accept(self, event: Event) -> bool:
+    def accept(self, event: RawEvent) -> bool:
         """Whether to yield ``event`` (updating what has been seen)."""
         if event.id is not None:
             if self.last_id is not None and event.id <= self.last_id:

@@ -10,7 +10,8 @@ import httpx
 from . import _core
 from ._core import UNSET, Request, seg
 from ._protocol_types import ClientInput, Content, WorkerIdentity
-from ._stream import Event, Resume, SseReader, backoff
+from ._protocol_types import StreamEventFrame
+from ._stream import Resume, SseReader, backoff
 from .errors import ApiError, ConnectionFailed, error_from
 from .types import (
     Agent,
@@ -65,10 +66,10 @@ class EventStream:
         """The id of the last stored event yielded."""
         return self._resume.last_id
 
-    def __iter__(self) -> Iterator[Event]:
+    def __iter__(self) -> Iterator[StreamEventFrame]:
         return self
 
-    def __next__(self) -> Event:
+    def __next__(self) -> StreamEventFrame:
         return next(self._events)
 
     def close(self) -> None:
@@ -81,7 +82,7 @@ class EventStream:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _run(self, first: Request, again: Callable[[Resume], Request]) -> Generator[Event, None, None]:
+    def _run(self, first: Request, again: Callable[[Resume], Request]) -> Generator[StreamEventFrame, None, None]:
         client, resume = self._client, self._resume
         request, failures = first, 0
         last_error: Optional[ApiError] = None
@@ -98,7 +99,8 @@ class EventStream:
                         for chunk in response.iter_bytes():
                             for event in reader.feed(chunk):
                                 if resume.accept(event):
-                                    yield event
+                                    # The server sends the frames its schema types.
+                                    yield cast(StreamEventFrame, event)
                                     if resume.done:
                                         return
             except httpx.TransportError:
