@@ -4,10 +4,13 @@
 //! `_TAG`), string enums as `Literal`s. `protocol.py` reads and writes
 //! them (its codec follows the dataclasses' fields and type hints).
 //!
-//! Two things the schema cannot say are tables here: the method mixins a
-//! few classes take (hand-written in `_protocol_base.py`), and the
-//! defaults the SDK gives some required fields so values are easy to
-//! build (`ToolExecute.attempt = 1`); neither changes the wire.
+//! Three things the schema cannot say are tables here: the method mixins a
+//! few classes take (hand-written in `_protocol_base.py`), the defaults
+//! the SDK gives some required fields so values are easy to build
+//! (`ToolExecute.attempt = 1`), and the fields whose value the SDK hands
+//! agents as a class of its own rather than the wire's shape (a request's
+//! `messages`, a list on the wire, is the lazy `Messages` of `branch.py`);
+//! none changes the wire.
 
 use std::fmt::Write as _;
 
@@ -28,6 +31,15 @@ const MIXINS: &[(&str, &str)] = &[
     ("ToolCall", "_ToolCallMethods"),
 ];
 
+/// Fields typed as a class of the SDK's in place of the schema's type:
+/// (class, field, the type). `protocol.py` reads and writes such a field
+/// as the schema's type and the class turns it into the SDK's.
+const FIELD_TYPES: &[(&str, &str, &str)] = &[
+    // The branch: read on demand in a component, held otherwise; a
+    // `Messages` whichever way the request was made (its `__post_init__`).
+    ("DecisionRequest", "messages", "Messages"),
+];
+
 /// Defaults of required fields, as Python expressions; `[]` and a call
 /// (`ClientContext()`) become default factories.
 const DEFAULTS: &[(&str, &str, &str)] = &[
@@ -40,7 +52,7 @@ const DEFAULTS: &[(&str, &str, &str)] = &[
     ("DecisionRequest", "state", "None"),
     ("DecisionRequest", "calls", "[]"),
     ("DecisionRequest", "pending_calls", "0"),
-    ("DecisionRequest", "messages", "[]"),
+    ("DecisionRequest", "messages", "Messages()"),
     ("DecisionRequest", "message_tree", "MessageTree()"),
     ("DecisionRequest", "ancestry", "[]"),
     ("DecisionRequest", "attempts", "1"),
@@ -70,6 +82,7 @@ pub fn render(model: &Model) -> String {
          from __future__ import annotations\n\n\
          from dataclasses import dataclass, field\n\
          from typing import Any, ClassVar, Dict, FrozenSet, List, Literal, Optional, Tuple, Union\n\n\
+         from .branch import Messages\n\
          from ._protocol_base import (\n    _Tagged,\n",
     );
     for (_, mixin) in MIXINS {
@@ -179,7 +192,10 @@ fn class(out: &mut String, name: &str, base: Option<&str>, tag: Option<&str>, fi
             let _ = writeln!(body, "    #: {}", doc.split_whitespace().collect::<Vec<_>>().join(" "));
         }
         let default = DEFAULTS.iter().find(|(c, n, _)| *c == name && *n == f.name).map(|(_, _, d)| *d);
-        let ty = py(&f.ty);
+        let ty = FIELD_TYPES
+            .iter()
+            .find(|(c, n, _)| *c == name && *n == f.name)
+            .map_or_else(|| py(&f.ty), |(_, _, ty)| (*ty).to_owned());
         let line = match (default, f.required && !f.nullable) {
             (Some("[]"), _) => format!("{}: {ty} = field(default_factory=list)", f.name),
             // Through a lambda: the class may be defined further down.

@@ -68,12 +68,26 @@ export interface DecisionResponse<State = wire.Json> extends Omit<wire.DecisionR
  * A request for a decision. `state` is the state the agent last wrote
  * (typed as `State`, see `Agent<State>`), or `null` before it wrote any.
  */
-export interface DecisionRequest<State = wire.Json> extends Omit<wire.DecisionRequest, 'state' | 'proposed'> {
+export interface DecisionRequest<State = wire.Json> extends Omit<wire.DecisionRequest, 'state' | 'proposed' | 'messages'> {
   /** What an ordinary agent loop would do next; empty when the engine has no default. */
   proposed: DecisionResponse<State>;
   /** The agent's state, stored verbatim; `null` before the agent wrote any. */
   state: State | null;
+  /**
+   * The active conversation path, oldest first, with the session's tree:
+   * an array of messages (a list on the wire) with `last`, `after`,
+   * `position` and `tree`, read on demand in a component built against
+   * `subs:agent@0.2.0`, held in memory otherwise (a request from JSON or
+   * `requestFor`).
+   */
+  messages: Messages;
 }
+/**
+ * A request as JSON gives it, `messages` a plain array: what `requestFor`,
+ * `RecordingHost` and `messagesOf` take and turn into a
+ * {@link DecisionRequest}.
+ */
+export type DecisionRequestJson<State = wire.Json> = Omit<DecisionRequest<State>, 'messages'> & { messages: Message[] };
 
 // ---- agents ---------------------------------------------------------------------------
 
@@ -296,7 +310,7 @@ export declare function withMessage<State = Json>(
 ): DecisionResponse<State>;
 export declare function requestFor<State = Json>(
   trigger: Trigger,
-  fields?: Partial<DecisionRequest<State>>,
+  fields?: Partial<DecisionRequestJson<State>>,
 ): DecisionRequest<State>;
 export declare function jsNumber(x: number): number;
 export declare function toJson(value: unknown): string;
@@ -554,8 +568,9 @@ export declare class RecordingHost implements Host {
   acceptDeltas: boolean;
   log(level: Level, message: string): void;
   emitDelta(delta: StreamDelta): string | undefined;
-  decide<State>(agent: AgentLike<State>, request: DecisionRequest<State>): DecisionResponse<State>;
-  decideJson(agent: AgentLike, request: string | DecisionRequest): DecisionResponse;
+  /** Runs `agent` on `request`, its `messages` made a {@link Messages} first (as `messagesOf` does). */
+  decide<State>(agent: AgentLike<State>, request: DecisionRequestJson<State>): DecisionResponse<State>;
+  decideJson(agent: AgentLike, request: string | DecisionRequestJson): DecisionResponse;
   text(): string;
 }
 

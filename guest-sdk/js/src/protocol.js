@@ -4,6 +4,7 @@
 // common values (the names of the Rust SDK's constructors) and JSON text
 // that refuses what has no JSON form.
 
+import { messagesOf } from './branch.js';
 import { jsonText } from './wit.js';
 
 /** `llm.call`; omitted fields come from the agent config. */
@@ -185,10 +186,11 @@ export function withMessage(decision, message) {
 /**
  * A minimal request for `trigger`, as in the Rust SDK: session `session`,
  * agent `agent`, no config, no messages, `null` state, first delivery.
- * `fields` replaces any of them.
+ * `fields` replaces any of them; `messages` (an array) becomes a
+ * `Messages` with the request's `message_tree`.
  */
 export function requestFor(trigger, fields = {}) {
-  return {
+  const request = {
     session_id: 'session',
     decision_id: 'decision',
     agent_id: 'agent',
@@ -207,6 +209,9 @@ export function requestFor(trigger, fields = {}) {
     turn_id: null,
     ...fields,
   };
+  // `messages` as agent code gets it in a component: a Messages.
+  messagesOf(request);
+  return request;
 }
 
 /**

@@ -3,6 +3,7 @@
 // build the trigger of a tool call.
 
 import { Context } from './agent.js';
+import { messagesOf } from './branch.js';
 import { requestFor } from './protocol.js';
 import { jsonText } from './wit.js';
 
@@ -38,8 +39,13 @@ export class RecordingHost {
     return undefined;
   }
 
-  /** Runs `agent` on `request` with a context over this host; throws what the agent throws. */
+  /**
+   * Runs `agent` on `request` with a context over this host; throws what
+   * the agent throws. `request.messages` is made a `Messages` first, as a
+   * component's agent gets it.
+   */
   decide(agent, request) {
+    messagesOf(request);
     return agent.decide(request, new Context(this));
   }
 

@@ -261,3 +261,26 @@ function newest(request: DecisionRequest): string | undefined {
   return (messages.at(-1) ?? all[0])?.id;
 }
 void newest;
+
+// `request.messages` is that Messages already, typed as agent code gets it
+// (read on demand in a component, held from JSON and in tests): no cast,
+// no messagesOf.
+class Recent extends Agent {
+  override decide(request: DecisionRequest, _cx: Context): DecisionResponse {
+    expectType<Equal<typeof request.messages, Messages>>();
+    const recent: Message[] = request.messages.last(3);
+    const after: Message[] | null = request.messages.after('m1');
+    const at: number | null = request.messages.position('m1');
+    const tree: MessageTree = request.messages.tree;
+    const read: boolean = request.messages.isRead;
+    // @ts-expect-error: last takes how many messages, a number.
+    request.messages.last('3');
+    void [after, at, tree, read];
+    return recent.length ? {} : { actions: [{ type: 'done' }] };
+  }
+}
+// A request as JSON gives it (`messages` an array) is what the test helpers
+// take; the request they hand the agent has a Messages.
+const fromJson = requestFor({ type: 'session.start' }, { messages: [{ id: 'm1', role: 'user', content: 'hi' }] });
+expectType<Equal<typeof fromJson.messages, Messages>>();
+void new RecordingHost().decide(new Recent(), { ...fromJson, messages: [] });

@@ -123,7 +123,29 @@ assert_type(DecisionResponse().replace_actions([Action.done()]), DecisionRespons
 DecisionResponse().delegate(DecisionRequest(trigger=SessionStart()), "summarizer", {"text": "hi"})  # type: ignore[arg-type]
 
 
-# The branch, read on demand in a component: `Messages.of` gives it its type.
+# The branch, read on demand in a component, held in memory from JSON (an
+# HTTP worker, a test): a `Messages` either way, and typed as one.
+def recent_text(request: DecisionRequest) -> str:
+    assert_type(request.messages, subs_sdk.Messages)
+    assert_type(request.messages[-1], subs_sdk.Message)
+    assert_type(request.messages.last(2), list[subs_sdk.Message])
+    assert_type(request.messages.after("m1"), list[subs_sdk.Message] | None)
+    assert_type(request.messages.position("m1"), int | None)
+    assert_type(request.messages.tree, subs_sdk.MessageTree)
+    request.messages.last("2")  # type: ignore[arg-type]
+    return " ".join(m.text() for m in request.messages.last(3))
+
+
+def from_an_http_worker(body: str) -> str:
+    request = from_json(DecisionRequest, body)
+    assert_type(request.messages, subs_sdk.Messages)
+    return recent_text(request)
+
+
+DecisionRequest(trigger=SessionStart(), messages=subs_sdk.Messages([subs_sdk.Message(id="m1", role="user", content="hi")]))
+
+
+# `Messages.of` gives the same (and wraps a list set on a request later).
 def newest_text(request: DecisionRequest) -> str:
     messages = subs_sdk.Messages.of(request)
     assert_type(messages[-1], subs_sdk.Message)

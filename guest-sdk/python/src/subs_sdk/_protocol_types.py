@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, FrozenSet, List, Literal, Optional, Tuple, Union
 
+from .branch import Messages
 from ._protocol_base import (
     _Tagged,
     _ActionMethods,
@@ -303,7 +304,7 @@ class DecisionRequest(_DecisionRequestMethods):
     #: In-flight tool and sub-agent calls.
     pending_calls: int = 0
     #: The active conversation path, oldest first, and the session's message tree (JSON's `message_tree`: [`Messages::tree`], read with [`DecisionRequest::tree_nodes`]). In a component built against `subs:agent@0.2.0` it is read on demand.
-    messages: List[Message] = field(default_factory=list)
+    messages: Messages = field(default_factory=lambda: Messages())
     #: Every message of the session; nodes on the active path refer to `messages` by index.
     message_tree: MessageTree = field(default_factory=lambda: MessageTree())
     #: Ancestor session ids, nearest last, for sub-agents.

@@ -28,9 +28,12 @@ needs to read.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, List, MutableSequence, Optional, Protocol, Union, overload
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, MutableSequence, Optional, Protocol, Union, overload
 
-from ._protocol_types import DecisionRequest, Message, MessageTree
+# For the type checker only: the generated types name `Messages` (a
+# request's branch), so importing them here at run time would be a cycle.
+if TYPE_CHECKING:
+    from ._protocol_types import DecisionRequest, Message, MessageTree
 
 __all__ = ["Messages", "MessageSource", "BranchError"]
 
@@ -78,7 +81,7 @@ class MessageSource(Protocol):
         ...
 
 
-class Messages(MutableSequence[Message]):
+class Messages(MutableSequence["Message"]):
     """The branch a decision is about: the active path's messages, oldest
     first, and the session's message tree (every message; edits fork it).
 
@@ -109,8 +112,9 @@ class Messages(MutableSequence[Message]):
 
     @staticmethod
     def of(request: DecisionRequest) -> "Messages":
-        """``request.messages`` as the :class:`Messages` it is (typed: the
-        request's field is declared a list of messages for the wire)."""
+        """``request.messages``, a :class:`Messages` however the request was
+        made (a request's ``messages`` is typed as one; this also wraps a
+        list set on it after it was made)."""
         messages: Any = request.messages
         if isinstance(messages, Messages):
             return messages
@@ -234,6 +238,8 @@ class Messages(MutableSequence[Message]):
         """The session's message tree: every message, edits forking it, and
         the head of the active path (read once, with the whole path)."""
         if self._tree is None:
+            from ._protocol_types import MessageTree
+
             self._tree = MessageTree() if self._source is None else self._source.tree(self)
         return self._tree
 

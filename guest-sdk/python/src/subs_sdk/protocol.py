@@ -50,7 +50,8 @@ from ._protocol_base import APPROVAL_ARGUMENTS, APPROVAL_CALL_ID, APPROVAL_TOOL,
 from ._protocol_base import _Tagged as _Tagged  # the unions' base, for wit.py
 from . import _protocol_types
 from ._protocol_types import *  # noqa: F403 (every wire type, generated)
-from ._protocol_types import ContentPart
+from ._protocol_types import ContentPart, Message
+from .branch import Messages
 
 # The wire types are generated from the Rust types (`cargo xtask codegen`
 # writes _protocol_types.py); this module reads and writes them.
@@ -125,6 +126,10 @@ def _plan(cls: type) -> _Plan:
         plan = []
         for f in dataclasses.fields(cls):
             tp = hints[f.name]
+            if tp is Messages:
+                # The branch is a list on the wire; the request makes the
+                # list it is given a `Messages` (with its tree).
+                tp = List[Message]
             optional = get_origin(tp) is Union and _NONE in get_args(tp)
             plan.append((f.name, tp, optional, f.name in keep))
         _PLANS[cls] = plan
