@@ -218,7 +218,7 @@ pub struct Cancelled {
     request_body(content = Object, description = "A ClientInput", content_type = "application/json"),
     responses(
         (status = 202, description = "Stored; the turn runs", body = InputAccepted),
-        (status = 200, description = "The turn's events (with \"stream\": true)", content_type = "text/event-stream"),
+        (status = 200, description = "The turn's events (with \"stream\": true), each a StreamEvent", content_type = "text/event-stream"),
         (status = 400, description = "Malformed input", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, description = "Unknown session or agent", body = ErrorBody),

@@ -59,7 +59,7 @@ pub type EventStream = Sse<axum::response::sse::KeepAliveStream<BoxStream<'stati
         ("Last-Event-ID" = Option<u64>, Header, description = "As `after`; set by EventSource on reconnect"),
     ),
     responses(
-        (status = 200, description = "Server-sent events", content_type = "text/event-stream"),
+        (status = 200, description = "Server-sent events, each event's name and data a StreamEvent (see its schema)", content_type = "text/event-stream"),
         (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
