@@ -21,6 +21,7 @@ mod replay;
 mod run;
 mod serve;
 mod stream_default;
+mod stream_frames;
 mod tail;
 mod telemetry;
 mod uploads;
