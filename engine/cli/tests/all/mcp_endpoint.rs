@@ -1,8 +1,10 @@
 //! Every agent an MCP server, over a real `subs serve`: the official MCP
-//! TypeScript SDK (`@modelcontextprotocol/sdk`, pinned in
-//! `tests/clients/mcp`) calls the `passthrough` example and the Rust
-//! approver through `/v1/agents/{agent_id}/mcp` (`tests/clients/mcp/run.mjs`
-//! drives the scenarios), and the session API shows what each did: a
+//! TypeScript SDK (`@modelcontextprotocol/sdk` for the handshake
+//! revisions, `@modelcontextprotocol/client` for the stateless one, both
+//! pinned in `tests/clients/mcp`) and the Python SDK call the
+//! `passthrough` example and the Rust approver through
+//! `/v1/agents/{agent_id}/mcp` (`tests/clients/mcp/run.mjs` drives the
+//! handshake scenarios), and the session API shows what each did: a
 //! turn's reply with its progress; an approval asked by elicitation and
 //! answered, after which the refund ran; the same without the capability,
 //! answered by a second call naming the session; a cancelled call whose
@@ -142,6 +144,75 @@ async fn events(url: &str, session: &str) -> String {
         text.push_str(&String::from_utf8_lossy(&chunk.expect("the stream goes on")));
     }
     text
+}
+
+/// The stateless revision, with the TypeScript SDK's 2.x `Client`
+/// (`@modelcontextprotocol/client`, pinned in `tests/clients/mcp`;
+/// `run-modern.mjs` drives it): its `auto` negotiation picks 2026-07-28,
+/// and pinned to that revision a turn's reply comes with progress, an
+/// interrupt is asked as an `input_required` elicitation that the SDK
+/// answers and retries, after which the refund ran once, and without the
+/// capability a second call naming the session answers it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_calls_agents_statelessly() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), "127.0.0.1:0", &[]);
+    let url = server.url.clone();
+    for (agent, component) in [("echo", guests::PASSTHROUGH), ("approver", guests::APPROVER_RS)] {
+        let put = output(&["agents", "put", agent, component, "--server", &url]);
+        assert_eq!(put.code, Some(0), "{agent}: {}", put.stderr);
+    }
+
+    let client = subs_tests::node::client("mcp");
+    let args = [url.as_str(), "echo", "approver", REFUND];
+    let run = subs_tests::node::run(&client, "run-modern.mjs", &args);
+    let output = tokio::time::timeout(Duration::from_secs(120), run).await.expect("the MCP client finishes");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: the client printed {stdout}"));
+
+    let discover = &summary["discover"];
+    assert_eq!((discover["era"].as_str(), discover["protocol"].as_str()), (Some("modern"), Some("2026-07-28")));
+    assert_eq!(discover["server"]["name"], "subs", "{discover}");
+
+    let reply = &summary["reply"];
+    assert_eq!((reply["era"].as_str(), reply["protocol"].as_str()), (Some("modern"), Some("2026-07-28")));
+    let [tool] = reply["tools"].as_array().unwrap().as_slice() else { panic!("one tool: {reply}") };
+    assert_eq!(tool["name"], "echo");
+    assert_eq!(tool["inputSchema"]["required"], json!(["message"]));
+    assert_eq!(reply["text"], json!(["You said: hello"]), "{reply}");
+    assert_eq!(reply["isError"], false);
+    assert_eq!(reply["meta"]["io.modelcontextprotocol/serverInfo"]["name"], "subs", "{reply}");
+    let session = reply["meta"]["subs/session_id"].as_str().expect("the session in _meta");
+    let view = snapshot(&url, session).await;
+    assert_eq!(view["agent_id"], "echo");
+    assert_eq!(view["messages"].as_array().unwrap().last().unwrap()["content"], "You said: hello");
+    let progress: Vec<&str> =
+        reply["progress"].as_array().unwrap().iter().filter_map(|p| p["message"].as_str()).collect();
+    assert_eq!(progress.first(), Some(&"the turn started"), "{reply}");
+    assert!(progress.contains(&"the agent replied"), "{reply}");
+
+    let elicit = &summary["elicit"];
+    let [asked] = elicit["asked"].as_array().unwrap().as_slice() else { panic!("one elicitation: {elicit}") };
+    assert!(asked["message"].as_str().unwrap().starts_with("approve refund"), "{asked}");
+    assert_eq!(asked["requestedSchema"]["properties"]["approved"]["type"], "boolean", "{asked}");
+    assert_eq!(asked["requestedSchema"]["required"], json!(["approved"]), "{asked}");
+    assert_eq!(elicit["isError"], false, "{elicit}");
+    assert_eq!(elicit["text"], json!([r#"refund returned {"refunded":5,"refunds":1}."#]), "{elicit}");
+    let session = elicit["meta"]["subs/session_id"].as_str().expect("the session in _meta");
+    let view = settled(&url, session).await;
+    assert_eq!(view["state"]["refunds"], 1, "the approved refund ran once: {view}");
+    assert_eq!(tool_results(&view), [r#"{"refunded":5,"refunds":1}"#], "{view}");
+
+    let resume = &summary["resume"];
+    let first = &resume["first"]["structured"];
+    let session = first["session_id"].as_str().expect("a session to resume");
+    let [interrupt] = first["interrupts"].as_array().unwrap().as_slice() else { panic!("one interrupt: {resume}") };
+    assert_eq!(interrupt["reason"], "approve refund", "{interrupt}");
+    assert_eq!(resume["second"]["isError"], false, "{resume}");
+    assert_eq!(resume["second"]["meta"]["subs/session_id"], session);
+    let view = settled(&url, session).await;
+    assert_eq!(view["state"]["refunds"], 1, "the second call's answer approved it: {view}");
 }
 
 /// The stateless revision, with the Python SDK's `Client` (`mcp`, pinned
