@@ -119,6 +119,21 @@ pub enum McpError {
     /// The exchange took longer than allowed.
     #[error("the server did not answer within {0:?}")]
     Timeout(Duration),
+    /// A modern server refused a call's headers (`-32020`) once more after
+    /// the tool was listed anew and the call sent with the new listing's
+    /// headers: the server's message.
+    #[error(
+        "the server refused the call's headers (JSON-RPC error -32020) even after its tools were listed again: {0}"
+    )]
+    HeaderMismatch(String),
+    /// A modern server's result asks the client for input
+    /// (`input_required`), which subs never gives (it declares no client
+    /// capability): the methods it asked for.
+    #[error(
+        "the server asks for input (`input_required`: {0}), which subs does not give: it declares no client \
+         capabilities (elicitation, sampling, roots)"
+    )]
+    InputRequired(String),
 }
 
 impl McpError {
@@ -127,9 +142,16 @@ impl McpError {
     /// a revision it does not speak would come again.
     pub fn is_retryable(&self) -> bool {
         match self {
-            McpError::Transport(_) | McpError::Protocol(_) | McpError::Rpc { .. } | McpError::Timeout(_) => true,
+            McpError::Transport(_) | McpError::Protocol(_) | McpError::Timeout(_) => true,
             McpError::Http { status, .. } => *status >= 500 || *status == 408 || *status == 429,
-            McpError::TooLarge(_) | McpError::Version(_) => false,
+            // The corrective retry the revision asks for already ran with
+            // a fresh listing: the same exchange again would be refused
+            // the same way.
+            McpError::TooLarge(_) | McpError::Version(_) | McpError::HeaderMismatch(_) => false,
+            // Asked again, the server would want the same input or
+            // capability, which subs never gives.
+            McpError::InputRequired(_) => false,
+            McpError::Rpc { code: rpc, .. } => *rpc != code::MISSING_REQUIRED_CLIENT_CAPABILITY,
         }
     }
 }
@@ -292,11 +314,17 @@ impl Client {
         let result = match self.request(method::TOOLS_CALL, &params, &headers, Some(&forward)).await {
             // The tool's schema changed since it was listed (its mirrored
             // arguments with it): list again and send once more.
-            Err(McpError::Rpc { code: code::HEADER_MISMATCH, .. }) => {
+            Err(McpError::Rpc { code: code::HEADER_MISMATCH, message }) => {
+                tracing::info!(server = %self.url, tool = %name, %message, "an MCP server refused a call's headers; listing its tools again");
                 self.forget_tools();
                 self.tools().await?;
                 let headers = self.param_headers(name, params.arguments.as_ref().unwrap_or(&Map::new()));
-                self.request(method::TOOLS_CALL, &params, &headers, Some(&forward)).await?.0
+                match self.request(method::TOOLS_CALL, &params, &headers, Some(&forward)).await {
+                    Err(McpError::Rpc { code: code::HEADER_MISMATCH, message }) => {
+                        return Err(McpError::HeaderMismatch(message));
+                    }
+                    other => other?.0,
+                }
             }
             other => other?.0,
         };
@@ -617,9 +645,7 @@ impl Client {
                 // has nothing to ask it for; one that does is answered
                 // with an error rather than a retry that could not help.
                 if response.result.get("resultType").and_then(Value::as_str) == Some(RESULT_INPUT_REQUIRED) {
-                    return Err(McpError::Protocol(
-                        "the server asks for input (`input_required`), which subs does not give".to_owned(),
-                    ));
+                    return Err(McpError::InputRequired(asked_for(&response.result)));
                 }
                 Ok(Some(response.result))
             }
@@ -656,15 +682,20 @@ impl Client {
                 }
                 // Pings are answered; sampling, roots and elicitation are
                 // not offered (the client declares no capability), so a
-                // server asking for them is told so.
+                // server asking for them is told so, by name, rather than
+                // left waiting.
                 let answer = if request.method == method::PING {
                     Message::Response(Response::new(request.id, serde_json::json!({})))
                 } else {
-                    Message::Error(crate::wire::ErrorResponse::new(
-                        Some(request.id),
-                        code::METHOD_NOT_FOUND,
-                        format!("subs does not answer `{}`", request.method),
-                    ))
+                    let why = match capability_of(&request.method) {
+                        Some(capability) => format!(
+                            "subs does not answer `{}`: it declared no `{capability}` capability",
+                            request.method
+                        ),
+                        None => format!("subs does not answer `{}`", request.method),
+                    };
+                    tracing::info!(server = %self.url, method = %request.method, "an MCP server's request is refused");
+                    Message::Error(crate::wire::ErrorResponse::new(Some(request.id), code::METHOD_NOT_FOUND, why))
                 };
                 self.answer(session, &answer).await;
                 Ok(None)
@@ -692,6 +723,28 @@ impl Client {
         }
         let _ = tokio::time::timeout(self.config.setup_timeout, request.send()).await;
     }
+}
+
+/// The client capability a server's request `method` needs, if it is one
+/// of the client features.
+fn capability_of(method: &str) -> Option<&'static str> {
+    match method {
+        method::ELICITATION_CREATE => Some("elicitation"),
+        method::SAMPLING_CREATE_MESSAGE => Some("sampling"),
+        method::ROOTS_LIST => Some("roots"),
+        _ => None,
+    }
+}
+
+/// The methods an `input_required` result asks for, for its error: each
+/// input request's `method`, at most a few, clipped.
+fn asked_for(result: &Value) -> String {
+    let methods: Vec<&str> = result
+        .get("inputRequests")
+        .and_then(Value::as_object)
+        .map(|requests| requests.values().filter_map(|r| r.get("method").and_then(Value::as_str)).take(4).collect())
+        .unwrap_or_default();
+    if methods.is_empty() { "nothing named".to_owned() } else { clip(&methods.join(", ")) }
 }
 
 /// How one POST failed.
@@ -746,4 +799,36 @@ async fn read_capped(response: &mut reqwest::Response, limit: usize) -> Result<V
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn refusals_that_would_come_again_are_not_retried() {
+        assert!(!McpError::HeaderMismatch("Mcp-Param-Region".into()).is_retryable());
+        assert!(!McpError::InputRequired("elicitation/create".into()).is_retryable());
+        let missing = McpError::Rpc { code: code::MISSING_REQUIRED_CLIENT_CAPABILITY, message: "x".into() };
+        assert!(!missing.is_retryable());
+        // A first mismatch is retried by the client itself; other JSON-RPC
+        // errors by the call's policy.
+        assert!(McpError::Rpc { code: code::HEADER_MISMATCH, message: "x".into() }.is_retryable());
+        assert!(McpError::Rpc { code: code::INTERNAL_ERROR, message: "x".into() }.is_retryable());
+    }
+
+    #[test]
+    fn an_input_request_names_what_it_asks_for() {
+        let result = json!({"resultType": "input_required", "inputRequests": {
+            "a": {"method": "elicitation/create", "params": {}},
+            "b": {"method": "sampling/createMessage", "params": {}}}});
+        assert_eq!(asked_for(&result), "elicitation/create, sampling/createMessage");
+        assert_eq!(asked_for(&json!({"resultType": "input_required"})), "nothing named");
+        assert_eq!(capability_of("elicitation/create"), Some("elicitation"));
+        assert_eq!(capability_of("sampling/createMessage"), Some("sampling"));
+        assert_eq!(capability_of("roots/list"), Some("roots"));
+        assert_eq!(capability_of("tools/call"), None);
+    }
 }

@@ -87,6 +87,10 @@ pub mod method {
     pub const CANCELLED: &str = "notifications/cancelled";
     /// The server asks the client's user for structured input.
     pub const ELICITATION_CREATE: &str = "elicitation/create";
+    /// The server asks the client to sample its model.
+    pub const SAMPLING_CREATE_MESSAGE: &str = "sampling/createMessage";
+    /// The server asks for the client's roots.
+    pub const ROOTS_LIST: &str = "roots/list";
     /// A log line from the server.
     pub const LOGGING_MESSAGE: &str = "notifications/message";
     /// The server's revisions, capabilities and identity (modern era).

@@ -10,15 +10,17 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use subs_protocol::McpServerUse;
+use subs_protocol::{Action, McpServerUse, RetryPolicy};
 use subs_sdk::prelude::{Agent, Context, DecideError, DecisionRequest, DecisionResponse, Trigger};
 use subs_tests::guests;
 use subs_tests::mcp::FastMcp;
 
 use crate::{Server, http, stream_turn};
 
-/// Takes the engine's proposals; names the MCP servers at `session.start`.
-struct UsesMcp(Vec<McpServerUse>);
+/// Takes the engine's proposals; names the MCP servers at `session.start`,
+/// and gives the tool calls it proposes the retry policy, when there is
+/// one.
+struct UsesMcp(Vec<McpServerUse>, Option<RetryPolicy>);
 
 impl Agent for UsesMcp {
     fn decide(&self, request: DecisionRequest, _cx: &mut Context<'_>) -> Result<DecisionResponse, DecideError> {
@@ -28,17 +30,32 @@ impl Agent for UsesMcp {
         {
             agent.mcp = Some(self.0.clone());
         }
+        for action in decision.actions.iter_mut().flatten() {
+            if let Action::ToolCall(call) = action {
+                call.retry.clone_from(&self.1);
+            }
+        }
         Ok(decision)
     }
 }
 
 /// Serves the agent on a free loopback port; its URL.
 async fn worker(servers: &[&str]) -> String {
+    worker_with(servers, None).await
+}
+
+/// As [`worker`], the agent's tool calls retried per `retry`.
+async fn worker_with(servers: &[&str], retry: Option<RetryPolicy>) -> String {
     let uses = servers.iter().map(|s| McpServerUse { server: (*s).to_owned(), tools: None }).collect();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
     let addr = listener.local_addr().expect("a bound address");
-    tokio::spawn(subs_http_worker::serve(listener, UsesMcp(uses)));
+    tokio::spawn(subs_http_worker::serve(listener, UsesMcp(uses, retry)));
     format!("http://{addr}/")
+}
+
+/// Three quick retries: a call that fails retryably is sent four times.
+fn three_retries() -> Option<RetryPolicy> {
+    Some(RetryPolicy { timeout_secs: Some(10.0), max_retries: 3, backoff_base_secs: 0.05, backoff_max_secs: 0.1 })
 }
 
 /// A `subs serve` whose config lets MCP servers be on 127.0.0.1, with
@@ -533,4 +550,222 @@ async fn closing_a_stateless_call_stream_cancels_its_turn() {
         tool_messages(&server, "closed").await.iter().all(|m| !m["content"].as_str().unwrap_or("").contains("never")),
         "{view}"
     );
+}
+
+/// What [`header_server`] saw: each request's method, with the tool and
+/// its `Mcp-Param-Region` header for a `tools/call`.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// A modern (2026-07-28) MCP server that checks a call's mirrored
+/// argument the way the revision asks: `region` goes in the header the
+/// tool's `x-mcp-header` names. Until the first `tools/call`, `tools/list`
+/// marks `lookup`'s `region` as `Old`, from then on as `Region` (the tool
+/// changed after the engine listed it), and a call wants `Mcp-Param-Region`;
+/// `stuck` refuses every call's headers. A mismatch is answered 400 with
+/// JSON-RPC error -32020.
+async fn header_server() -> (String, Seen) {
+    use axum::response::IntoResponse;
+    let seen = Seen::default();
+    let called = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let log = seen.clone();
+    let handler = move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+        let (seen, called) = (log.clone(), called.clone());
+        async move {
+            let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let id = message["id"].clone();
+            let method = message["method"].as_str().unwrap_or_default().to_owned();
+            let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let result = match method.as_str() {
+                "server/discover" => {
+                    seen.lock().unwrap().push(method);
+                    json!({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}, "resultType": "complete",
+                        "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "headers", "version": "1"}}})
+                }
+                "tools/list" => {
+                    seen.lock().unwrap().push(method);
+                    let mark = if called.load(std::sync::atomic::Ordering::SeqCst) { "Region" } else { "Old" };
+                    let schema = json!({"type": "object",
+                        "properties": {"region": {"type": "string", "x-mcp-header": mark}}});
+                    json!({"tools": [{"name": "lookup", "inputSchema": schema},
+                        {"name": "stuck", "inputSchema": {"type": "object",
+                            "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}}],
+                        "resultType": "complete"})
+                }
+                "tools/call" => {
+                    let tool = message["params"]["name"].as_str().unwrap_or_default().to_owned();
+                    let region = message["params"]["arguments"]["region"].as_str().map(str::to_owned);
+                    let sent = header("mcp-param-region");
+                    called.store(true, std::sync::atomic::Ordering::SeqCst);
+                    seen.lock().unwrap().push(format!("tools/call {tool} {}", sent.as_deref().unwrap_or("-")));
+                    if tool == "stuck" || sent.is_none() || sent != region {
+                        let error = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32020,
+                            "message": "Mcp-Param-Region does not match the body's `region`"}});
+                        return (axum::http::StatusCode::BAD_REQUEST, axum::Json(error)).into_response();
+                    }
+                    json!({"content": [{"type": "text", "text": format!("region {}", region.unwrap_or_default())}],
+                        "resultType": "complete"})
+                }
+                _ => return axum::http::StatusCode::ACCEPTED.into_response(),
+            };
+            axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
+        }
+    };
+    let app = axum::Router::new().route("/mcp", axum::routing::post(handler));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/mcp"), seen)
+}
+
+/// A modern server refusing a call's mirrored headers (-32020) gets the
+/// call once more, after the tool is listed again, with the headers of
+/// its new schema; a server that refuses that one too ends the call with
+/// an error naming the server, the tool and the refusal, sent no more
+/// than twice and not retried by the agent's policy (which retries three
+/// times what may pass).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_mismatch_is_listed_again_and_sent_once_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), "");
+    let (url, seen) = header_server().await;
+    let (status, body) = put_json(&format!("{}/v1/mcp-servers/hdr", server.url), json!({"url": url})).await;
+    assert_eq!(status, 200, "{body}");
+    let worker = worker_with(&["hdr"], three_retries()).await;
+    let (status, body) = put_json(&format!("{}/v1/agents/mcp", server.url), json!({"url": worker})).await;
+    assert!(status == 200 || status == 201, "{body}");
+
+    let (events, (last, data)) = turn(&server, "s1", r#"use tool hdr__lookup with {"region": "eu-west"}"#).await;
+    assert_eq!(last, "turn.done", "{data}");
+    assert_eq!(reply(&events), "hdr__lookup returned region eu-west.", "{events:?}");
+    // The first send mirrored nothing the server asks for (the schema
+    // listed before named `Old`); after one new listing, the second sent
+    // `Mcp-Param-Region`.
+    let seen_now = seen.lock().unwrap().clone();
+    let first = seen_now.iter().position(|m| m.starts_with("tools/call")).expect("a call");
+    assert_eq!(seen_now[first..], ["tools/call lookup -", "tools/list", "tools/call lookup eu-west"], "{seen_now:?}");
+    assert_eq!(tool_messages(&server, "s1").await.len(), 1);
+
+    seen.lock().unwrap().clear();
+    let (_, (last, data)) = turn(&server, "s2", r#"use tool hdr__stuck with {"region": "eu-west"}"#).await;
+    assert_eq!(last, "turn.done", "{data}");
+    let tools = tool_messages(&server, "s2").await;
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    let text = tools[0]["content"].as_str().unwrap();
+    assert!(text.contains("MCP server `hdr` tool `stuck`") && text.contains("-32020"), "{text}");
+    assert!(text.contains("Mcp-Param-Region does not match"), "{text}");
+    let calls = seen.lock().unwrap().iter().filter(|m| m.starts_with("tools/call")).count();
+    assert_eq!(calls, 2, "sent once more, then not retried: {:?}", seen.lock().unwrap());
+}
+
+/// An MCP server whose tool `ask` wants input from the client: legacy
+/// (`modern` false), its call's event stream carries `elicitation/create`,
+/// `sampling/createMessage`, `roots/list` and `ping` requests before the
+/// result, and what the client answers each is kept; modern, the call's
+/// result is `input_required` for an elicitation. `Seen` has each
+/// `tools/call` and each answer the client posted.
+async fn asking_server(modern: bool) -> (String, Seen) {
+    use axum::response::IntoResponse;
+    let seen = Seen::default();
+    let log = seen.clone();
+    let handler = move |body: axum::body::Bytes| {
+        let seen = log.clone();
+        async move {
+            let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let id = message["id"].clone();
+            let result = match message["method"].as_str() {
+                Some("server/discover") if modern => {
+                    json!({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}},
+                        "resultType": "complete"})
+                }
+                Some("initialize") if !modern => json!({"protocolVersion": "2025-06-18",
+                    "capabilities": {"tools": {}}, "serverInfo": {"name": "asking", "version": "1"}}),
+                Some("tools/list") => json!({"tools": [{"name": "ask", "inputSchema": {"type": "object"}}]}),
+                Some("tools/call") if modern => {
+                    seen.lock().unwrap().push("tools/call".to_owned());
+                    json!({"resultType": "input_required", "requestState": "s",
+                        "inputRequests": {"q": {"method": "elicitation/create",
+                            "params": {"mode": "form", "message": "which?", "requestedSchema": {"type": "object"}}}}})
+                }
+                Some("tools/call") => {
+                    seen.lock().unwrap().push("tools/call".to_owned());
+                    let asks = [
+                        json!({"jsonrpc": "2.0", "id": "e1", "method": "elicitation/create",
+                            "params": {"mode": "form", "message": "which?", "requestedSchema": {"type": "object"}}}),
+                        json!({"jsonrpc": "2.0", "id": "s1", "method": "sampling/createMessage",
+                            "params": {"messages": [], "maxTokens": 10}}),
+                        json!({"jsonrpc": "2.0", "id": "r1", "method": "roots/list"}),
+                        json!({"jsonrpc": "2.0", "id": "p1", "method": "ping"}),
+                        json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "asked"}]}}),
+                    ];
+                    let stream: String = asks.iter().map(|m| format!("event: message\ndata: {m}\n\n")).collect();
+                    return ([("content-type", "text/event-stream")], stream).into_response();
+                }
+                // The client's answers to the server's requests.
+                None if !id.is_null() => {
+                    seen.lock().unwrap().push(message.to_string());
+                    return axum::http::StatusCode::ACCEPTED.into_response();
+                }
+                _ => return axum::http::StatusCode::ACCEPTED.into_response(),
+            };
+            axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
+        }
+    };
+    let app = axum::Router::new().route("/mcp", axum::routing::post(handler));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/mcp"), seen)
+}
+
+/// The engine's client declares no client capability: a legacy server's
+/// `elicitation/create`, `sampling/createMessage` and `roots/list` get a
+/// JSON-RPC error naming the method and the capability (a `ping` its
+/// answer), and the call goes on to its result; a modern server's
+/// `input_required` result ends the call with an error naming what it
+/// asked for, not retried by the agent's policy (which retries three
+/// times what may pass).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_asking_for_client_input_is_told_no_capability_was_declared() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), "");
+    let (legacy, legacy_seen) = asking_server(false).await;
+    let (modern, modern_seen) = asking_server(true).await;
+    for (name, url) in [("old", &legacy), ("new", &modern)] {
+        let (status, body) = put_json(&format!("{}/v1/mcp-servers/{name}", server.url), json!({"url": url})).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let worker = worker_with(&["old", "new"], three_retries()).await;
+    let (status, body) = put_json(&format!("{}/v1/agents/mcp", server.url), json!({"url": worker})).await;
+    assert!(status == 200 || status == 201, "{body}");
+
+    let (events, (last, data)) = turn(&server, "s1", "use tool old__ask").await;
+    assert_eq!(last, "turn.done", "{data}");
+    assert_eq!(reply(&events), "old__ask returned asked.", "{events:?}");
+    let answers: Vec<Value> = legacy_seen.lock().unwrap().iter().filter_map(|m| serde_json::from_str(m).ok()).collect();
+    let answer =
+        |id: &str| answers.iter().find(|a| a["id"] == id).cloned().unwrap_or_else(|| panic!("{id}: {answers:?}"));
+    for (id, method, capability) in [
+        ("e1", "elicitation/create", "elicitation"),
+        ("s1", "sampling/createMessage", "sampling"),
+        ("r1", "roots/list", "roots"),
+    ] {
+        let error = &answer(id)["error"];
+        assert_eq!(error["code"], -32601, "{id}: {error}");
+        let text = error["message"].as_str().unwrap();
+        assert!(
+            text.contains(&format!("`{method}`")) && text.contains(&format!("no `{capability}` capability")),
+            "{text}"
+        );
+    }
+    assert_eq!(answer("p1")["result"], json!({}), "{answers:?}");
+
+    let (_, (last, data)) = turn(&server, "s2", "use tool new__ask").await;
+    assert_eq!(last, "turn.done", "{data}");
+    let tools = tool_messages(&server, "s2").await;
+    assert_eq!(tools.len(), 1, "{tools:?}");
+    let text = tools[0]["content"].as_str().unwrap();
+    assert!(text.contains("MCP server `new` tool `ask`") && text.contains("input_required"), "{text}");
+    assert!(text.contains("elicitation/create") && text.contains("declares no client capabilities"), "{text}");
+    let calls = modern_seen.lock().unwrap().iter().filter(|m| *m == "tools/call").count();
+    assert_eq!(calls, 1, "not retried: {:?}", modern_seen.lock().unwrap());
 }
