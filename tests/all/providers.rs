@@ -52,7 +52,7 @@ fn models(fake: &FakeProvider, format: LlmFormat) -> Models {
 fn request(text: &str) -> LlmRequest {
     LlmRequest {
         model: "fake/model".into(),
-        messages: vec![DraftMessage::system("be brief"), DraftMessage::user(text)],
+        messages: vec![DraftMessage::system("be brief"), DraftMessage::user(text)].into(),
         tools: Some(vec![LlmTool {
             name: "search".into(),
             description: "Searches.".into(),

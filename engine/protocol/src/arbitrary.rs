@@ -461,7 +461,7 @@ pub fn llm_request() -> BoxedStrategy<LlmRequest> {
     )
         .prop_map(|(model, messages, tools, temperature, max_completion_tokens, reasoning)| LlmRequest {
             model,
-            messages,
+            messages: messages.into(),
             tools,
             temperature,
             max_completion_tokens,

@@ -70,7 +70,8 @@ pub use event::{EventError, EventKind, LiveEvent, SessionEvent, StreamEvent};
 pub use id::{ID_RULE, MAX_ID_BYTES, MAX_NAME_BYTES, NAME_RULE, valid_id, valid_name};
 pub use json::{from_json, from_json_slice, from_value, to_json, to_value, value_kind};
 pub use llm::{
-    ErrorCode, LlmRequest, LlmResponse, LlmTool, ReasoningConfig, ReasoningEffort, StreamDelta, ToolCallDelta,
+    ErrorCode, LlmMessage, LlmMessages, LlmRequest, LlmResponse, LlmTool, ReasoningConfig, ReasoningEffort,
+    StreamDelta, ToolCallDelta,
 };
 pub use message::{
     AudioData, Content, ContentPart, DraftMessage, FileData, FullTree, FunctionCall, Message, MessageTree, NodeMessage,

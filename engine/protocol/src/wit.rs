@@ -157,6 +157,9 @@ macro_rules! __wit_to {
     (list; $v:expr) => {
         $v.into_iter().map(::core::convert::Into::into).collect()
     };
+    (drafts; $v:expr) => {
+        $v.into_iter().map(::core::convert::Into::into).collect()
+    };
     (opt_list; $v:expr) => {
         $v.map(|l| l.into_iter().map(::core::convert::Into::into).collect())
     };
@@ -188,6 +191,9 @@ macro_rules! __wit_from {
     (list; $v:expr, $name:expr) => {
         $crate::wit::list($v, $name)?
     };
+    (drafts; $v:expr, $name:expr) => {
+        $crate::LlmMessages::from($crate::wit::list::<_, $crate::DraftMessage>($v, $name)?)
+    };
     (opt_list; $v:expr, $name:expr) => {
         $crate::wit::opt_list($v, $name)?
     };
@@ -209,6 +215,8 @@ macro_rules! __wit_from {
 /// - `into`: a protocol type of its own, converted;
 /// - `opt`, `list`, `opt_list`: an optional one, a list or an optional
 ///   list of them;
+/// - `drafts`: [`LlmMessages`](crate::LlmMessages), a list of draft
+///   messages;
 /// - `json`, `opt_json`, `opt_json_list`: any JSON, as JSON text.
 ///
 /// Several pairs of types with the same fields share one list:
@@ -492,7 +500,7 @@ macro_rules! wit_conversions {
             record!(p::ReasoningConfig => w::ReasoningConfig { effort: opt, max_tokens, exclude, enabled });
             record!(p::LlmRequest => w::LlmRequest {
                 model,
-                messages: list,
+                messages: drafts,
                 tools: opt_list,
                 temperature,
                 max_completion_tokens,

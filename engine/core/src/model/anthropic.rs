@@ -27,7 +27,7 @@
 //!   200) fails the call, classified by its error type.
 
 use serde_json::{Map, Value, json};
-use subs_protocol::{Content, ContentPart, DraftMessage, LlmRequest, LlmResponse, ReasoningEffort, Role};
+use subs_protocol::{Content, ContentPart, LlmMessage, LlmRequest, LlmResponse, ReasoningEffort, Role};
 
 use super::ModelError;
 use super::openai::empty_schema;
@@ -51,15 +51,15 @@ pub fn request_body(request: &LlmRequest, max_tokens: u32, stream: bool) -> Resu
     let mut system: Vec<String> = Vec::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for (i, m) in request.messages.iter().enumerate() {
-        let (role, blocks) = match m.role {
+        let (role, blocks) = match m.role() {
             Role::System => {
-                let text = m.content.as_ref().map(|c| system_text(c, i)).transpose()?.unwrap_or_default();
+                let text = m.content().map(|c| system_text(c, i)).transpose()?.unwrap_or_default();
                 if !text.is_empty() {
                     system.push(text);
                 }
                 continue;
             }
-            Role::User => ("user", content_blocks(m.content.as_ref(), i)?),
+            Role::User => ("user", content_blocks(m.content(), i)?),
             Role::Assistant => ("assistant", assistant_blocks(m, i)?),
             Role::Tool => ("user", vec![tool_result(m, i)?]),
         };
@@ -209,17 +209,17 @@ fn image_block_url(block: &Value) -> Option<String> {
     }
 }
 
-fn assistant_blocks(m: &DraftMessage, index: usize) -> Result<Vec<Value>, ModelError> {
+fn assistant_blocks(m: LlmMessage<'_>, index: usize) -> Result<Vec<Value>, ModelError> {
     // Anthropic takes images only from the user: images a model generated
     // (through another provider) stay out of the assistant's turn.
-    let content = match &m.content {
+    let content = match m.content() {
         Some(Content::Parts(parts)) => {
             Some(Content::Parts(parts.iter().filter(|p| !matches!(p, ContentPart::ImageUrl { .. })).cloned().collect()))
         }
-        other => other.clone(),
+        other => other.cloned(),
     };
     let mut blocks = content_blocks(content.as_ref(), index)?;
-    for call in m.tool_calls.iter().flatten() {
+    for call in m.tool_calls().into_iter().flatten() {
         let input = match serde_json::from_str::<Value>(&call.function.arguments) {
             Ok(object @ Value::Object(_)) => object,
             _ => json!({}),
@@ -229,14 +229,14 @@ fn assistant_blocks(m: &DraftMessage, index: usize) -> Result<Vec<Value>, ModelE
     Ok(blocks)
 }
 
-fn tool_result(m: &DraftMessage, index: usize) -> Result<Value, ModelError> {
-    let content = match &m.content {
-        Some(Content::Parts(_)) => Value::Array(content_blocks(m.content.as_ref(), index)?),
-        other => json!(other.as_ref().map(Content::text).unwrap_or_default()),
+fn tool_result(m: LlmMessage<'_>, index: usize) -> Result<Value, ModelError> {
+    let content = match m.content() {
+        Some(Content::Parts(_)) => Value::Array(content_blocks(m.content(), index)?),
+        other => json!(other.map(Content::text).unwrap_or_default()),
     };
     Ok(json!({
         "type": "tool_result",
-        "tool_use_id": m.tool_call_id.as_deref().unwrap_or_default(),
+        "tool_use_id": m.tool_call_id().unwrap_or_default(),
         "content": content,
     }))
 }
@@ -409,7 +409,7 @@ impl StreamReader {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use subs_protocol::{ErrorCode, FileData, LlmTool, ReasoningConfig, StreamDelta, ToolCall, UrlRef};
+    use subs_protocol::{DraftMessage, ErrorCode, FileData, LlmTool, ReasoningConfig, StreamDelta, ToolCall, UrlRef};
 
     use super::*;
     use crate::worker::DeltaSink;
@@ -417,7 +417,7 @@ mod tests {
     fn request(messages: Vec<DraftMessage>) -> LlmRequest {
         LlmRequest {
             model: "claude-sonnet-4-5".into(),
-            messages,
+            messages: messages.into(),
             tools: None,
             temperature: None,
             max_completion_tokens: None,

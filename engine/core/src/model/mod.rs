@@ -253,7 +253,7 @@ mod tests {
     fn request(model: &str) -> LlmRequest {
         LlmRequest {
             model: model.into(),
-            messages: vec![DraftMessage::user("hi")],
+            messages: vec![DraftMessage::user("hi")].into(),
             tools: None,
             temperature: None,
             max_completion_tokens: None,

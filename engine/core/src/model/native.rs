@@ -65,7 +65,8 @@ mod tests {
                 DraftMessage::user("hi"),
                 assistant,
                 DraftMessage::tool("c1", "1"),
-            ],
+            ]
+            .into(),
             tools: None,
             temperature: None,
             max_completion_tokens: None,

@@ -63,9 +63,12 @@
 //!
 //! - Tool call ids are `call_<16 hex digits>`, a stable hash (FNV-1a, then a
 //!   mixing step; the same in every process and release) of the request's
-//!   messages and the call's index: the same request gets the same ids, and
-//!   every call of a session gets a different one because each request
-//!   carries a longer conversation.
+//!   conversation and the call's index: the same request gets the same ids,
+//!   and every call of a session gets a different one because each request
+//!   carries a longer conversation. A recorded message's id names the path
+//!   before it, so the conversation is hashed from its last message with an
+//!   id on, with the number of messages before it: the hash costs the same
+//!   however long the session is.
 //! - With a delta sink, the reply streams: the text a word at a time (long
 //!   words in pieces), then each tool call as a delta with its id and name
 //!   followed by deltas with pieces of its arguments, then one delta with
@@ -86,7 +89,7 @@
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
-use subs_protocol::{DraftMessage, LlmRequest, LlmResponse, Role, StreamDelta, ToolCall, ToolCallDelta};
+use subs_protocol::{LlmMessage, LlmMessages, LlmRequest, LlmResponse, Role, StreamDelta, ToolCall, ToolCallDelta};
 
 use super::{ModelError, OFFLINE_MODEL, Provider};
 use crate::worker::{BoxFuture, DeltaSink};
@@ -205,13 +208,13 @@ impl Reply {
 fn reply(request: &LlmRequest) -> Reply {
     let messages = &request.messages;
     match messages.last() {
-        Some(last) if last.role == Role::Tool => Reply::text(report_results(messages)),
-        Some(last) if last.role == Role::User => {
+        Some(last) if last.role() == Role::Tool => Reply::text(report_results(messages)),
+        Some(last) if last.role() == Role::User => {
             let text = last.text();
             let wanted = tool_requests(&text);
             if wanted.is_empty() { Reply::text(echo(&text)) } else { call_tools(request, wanted) }
         }
-        _ => match messages.iter().rev().find(|m| m.role == Role::User) {
+        _ => match messages.iter().rev().find(|m| m.role() == Role::User) {
             Some(user) => Reply::text(echo(&user.text())),
             None => Reply::text(GREETING.to_owned()),
         },
@@ -255,25 +258,25 @@ fn call_tools(request: &LlmRequest, wanted: Vec<ToolRequest>) -> Reply {
 
 /// One sentence per result of the trailing `tool` messages, in the order of
 /// the calls they answer.
-fn report_results(messages: &[DraftMessage]) -> String {
-    let first_result = messages.iter().rposition(|m| m.role != Role::Tool).map_or(0, |i| i + 1);
-    let results = &messages[first_result..];
-    let calls: &[ToolCall] = match first_result.checked_sub(1).map(|i| &messages[i]) {
-        Some(m) if m.role == Role::Assistant => m.tool_calls.as_deref().unwrap_or_default(),
+fn report_results(messages: &LlmMessages) -> String {
+    // The trailing tool messages, walked back to the message before them.
+    let mut results: Vec<LlmMessage<'_>> = messages.iter().rev().take_while(|m| m.role() == Role::Tool).collect();
+    results.reverse();
+    let calls: &[ToolCall] = match messages.len().checked_sub(results.len() + 1).and_then(|i| messages.get(i)) {
+        Some(m) if m.role() == Role::Assistant => m.tool_calls().unwrap_or_default(),
         _ => &[],
     };
-    let by_id: HashMap<&str, &DraftMessage> =
-        results.iter().filter_map(|m| Some((m.tool_call_id.as_deref()?, m))).collect();
+    let by_id: HashMap<&str, LlmMessage<'_>> = results.iter().filter_map(|m| Some((m.tool_call_id()?, *m))).collect();
     let mut sentences: Vec<String> = calls
         .iter()
         .filter_map(|call| by_id.get(call.id.as_str()).map(|m| sentence(&call.function.name, &m.text())))
         .collect();
     // Results answering no call of that assistant message still get reported,
     // so nothing the tools said is silently lost.
-    for m in results {
-        let answered = m.tool_call_id.as_deref().is_some_and(|id| calls.iter().any(|c| c.id == id));
+    for m in &results {
+        let answered = m.tool_call_id().is_some_and(|id| calls.iter().any(|c| c.id == id));
         if !answered {
-            let who = match &m.tool_call_id {
+            let who = match m.tool_call_id() {
                 Some(id) => format!("The tool call {id}"),
                 None => "A tool".to_owned(),
             };
@@ -451,9 +454,15 @@ fn matching_brace(text: &str) -> Option<usize> {
     None
 }
 
-/// The FNV-1a hash of the request's messages as JSON (an array, compact),
-/// hashed as it is written rather than written out first: the reply's
-/// calls share it.
+/// The FNV-1a hash of the request's conversation, hashed as it is written
+/// rather than written out first: the reply's calls share it.
+///
+/// A recorded message's id names the whole path before it within its
+/// session, so the hash covers the conversation from the last message with
+/// an id on (the count of messages before it, then those messages as a JSON
+/// array): the same conversation hashes the same, two points of one session
+/// differ, and hashing costs the same at the thousandth turn as at the
+/// first. A conversation without ids is hashed whole, as a JSON array.
 fn messages_hash(request: &LlmRequest) -> u64 {
     /// Hashes what is written to it.
     struct Fnv(u64);
@@ -466,10 +475,16 @@ fn messages_hash(request: &LlmRequest) -> u64 {
             Ok(())
         }
     }
+    let messages = &request.messages;
     let mut hash = Fnv(FNV_OFFSET);
+    let from = messages.iter().rposition(|m| m.id().is_some());
+    if let Some(from) = from {
+        hash.0 = fnv1a(hash.0, &(from as u64).to_le_bytes());
+    }
     // Serializing messages cannot fail (string keys, plain values); were it
     // to stop half way, the ids would still be stable and index-distinct.
-    let _ = serde_json::to_writer(&mut hash, &request.messages);
+    let tail: Vec<LlmMessage<'_>> = (from.unwrap_or(0)..messages.len()).filter_map(|i| messages.get(i)).collect();
+    let _ = serde_json::to_writer(&mut hash, &tail);
     hash.0
 }
 
@@ -529,9 +544,9 @@ fn prompt_chars(request: &LlmRequest) -> usize {
         .messages
         .iter()
         .map(|m| {
-            text_chars(m.content.as_ref())
-                + m.tool_calls
-                    .iter()
+            text_chars(m.content())
+                + m.tool_calls()
+                    .into_iter()
                     .flatten()
                     .map(|c| char_count(&c.function.name) + char_count(&c.function.arguments))
                     .sum::<usize>()
@@ -616,7 +631,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use serde_json::json;
-    use subs_protocol::{LlmTool, ToolInput};
+    use subs_protocol::{DraftMessage, LlmTool, ToolInput};
 
     use super::*;
 
@@ -627,7 +642,7 @@ mod tests {
     fn request(messages: Vec<DraftMessage>, tools: &[&str]) -> LlmRequest {
         LlmRequest {
             model: MODEL_NAME.into(),
-            messages,
+            messages: messages.into(),
             tools: (!tools.is_empty()).then(|| tools.iter().map(|n| tool(n)).collect()),
             temperature: None,
             max_completion_tokens: None,
@@ -811,6 +826,23 @@ mod tests {
             let joined = content.as_ref().map_or(0, |c| char_count(&c.text()));
             assert_eq!(text_chars(content.as_ref()), joined, "{content:?}");
         }
+    }
+
+    #[test]
+    fn ids_hash_the_conversation_from_its_last_recorded_message_on() {
+        let recorded = |id: &str, text: &str| DraftMessage::user(text).with_id(id);
+        let ids = |messages: Vec<DraftMessage>| {
+            OfflineProvider.answer(&request(messages, &["t"])).unwrap().tool_calls.unwrap()[0].id.clone()
+        };
+        let asked = || DraftMessage::user("use tool t");
+        // What comes before the last recorded message is named by its id.
+        let one = ids(vec![recorded("a", "first"), recorded("b", "second"), asked()]);
+        let other = ids(vec![recorded("x", "another start"), recorded("b", "second"), asked()]);
+        assert_eq!(one, other);
+        // A message more, or another last id, another hash.
+        assert_ne!(one, ids(vec![recorded("a", "first"), recorded("a2", "more"), recorded("b", "second"), asked()]));
+        assert_ne!(one, ids(vec![recorded("a", "first"), recorded("c", "second"), asked()]));
+        assert_ne!(one, ids(vec![recorded("a", "first"), recorded("b", "second"), DraftMessage::user("use tool t!")]));
     }
 
     #[test]

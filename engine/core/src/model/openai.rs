@@ -21,7 +21,7 @@
 //!   stream ends with `data: [DONE]`; without it the reply is incomplete.
 
 use serde_json::{Map, Value, json};
-use subs_protocol::{Content, ContentPart, DraftMessage, LlmRequest, LlmResponse, Role};
+use subs_protocol::{Content, ContentPart, LlmMessage, LlmRequest, LlmResponse, Role};
 
 use super::ModelError;
 use super::reply::{ReplyBuilder, image_url};
@@ -69,23 +69,23 @@ pub fn empty_schema() -> Value {
     json!({"type": "object", "properties": {}})
 }
 
-fn message(m: &DraftMessage) -> Value {
+fn message(m: LlmMessage<'_>) -> Value {
     let mut out = Map::new();
-    let role = match m.role {
+    let role = match m.role() {
         Role::System => "system",
         Role::User => "user",
         Role::Assistant => "assistant",
         Role::Tool => "tool",
     };
     out.insert("role".into(), json!(role));
-    let content = m.content.as_ref().map(|c| serde_json::to_value(c).unwrap_or(Value::Null));
-    match m.role {
+    let content = m.content().map(|c| serde_json::to_value(c).unwrap_or(Value::Null));
+    match m.role() {
         Role::Assistant => {
-            let calls = m.tool_calls.as_ref().filter(|c| !c.is_empty());
+            let calls = m.tool_calls().filter(|c| !c.is_empty());
             // Chat Completions takes only text in an assistant's content:
             // images the model made go back the way they came, as the
             // message's `images`.
-            let (content, images) = assistant_images(m.content.as_ref(), content);
+            let (content, images) = assistant_images(m.content(), content);
             if !images.is_empty() {
                 out.insert("images".into(), Value::Array(images));
             }
@@ -101,14 +101,14 @@ fn message(m: &DraftMessage) -> Value {
             }
         }
         Role::Tool => {
-            out.insert("tool_call_id".into(), json!(m.tool_call_id.as_deref().unwrap_or_default()));
+            out.insert("tool_call_id".into(), json!(m.tool_call_id().unwrap_or_default()));
             out.insert("content".into(), content.unwrap_or_else(|| json!("")));
         }
         Role::System | Role::User => {
             out.insert("content".into(), content.unwrap_or_else(|| json!("")));
         }
     }
-    if let Some(name) = &m.name {
+    if let Some(name) = m.name() {
         out.insert("name".into(), json!(name));
     }
     Value::Object(out)
@@ -312,7 +312,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use subs_protocol::{
-        ContentPart, ErrorCode, LlmTool, ReasoningConfig, ReasoningEffort, StreamDelta, ToolCall, UrlRef,
+        ContentPart, DraftMessage, ErrorCode, LlmTool, ReasoningConfig, ReasoningEffort, StreamDelta, ToolCall, UrlRef,
     };
 
     use super::*;
@@ -329,7 +329,7 @@ mod tests {
         user.name = Some("ann".into());
         LlmRequest {
             model: "gpt-4o".into(),
-            messages: vec![DraftMessage::system("be brief"), user, assistant, DraftMessage::tool("c1", "2")],
+            messages: vec![DraftMessage::system("be brief"), user, assistant, DraftMessage::tool("c1", "2")].into(),
             tools: Some(vec![
                 LlmTool {
                     name: "add".into(),

@@ -1682,6 +1682,47 @@ mod tests {
         assert!(long.bytes <= short.bytes + short.bytes / 10, "{short:?} against {long:?}");
     }
 
+    /// The offline model, noting how each request holds its messages.
+    #[derive(Default)]
+    struct Noting {
+        /// Per request: how many messages, and how many read in place from
+        /// the session's branch.
+        seen: Mutex<Vec<(usize, usize)>>,
+    }
+
+    impl crate::model::Provider for Noting {
+        fn complete(
+            &self,
+            request: subs_protocol::LlmRequest,
+            deltas: Option<crate::worker::DeltaSink>,
+        ) -> BoxFuture<'_, Result<subs_protocol::LlmResponse, crate::model::ModelError>> {
+            let messages = &request.messages;
+            let in_place = messages.iter().filter(|m| matches!(m, subs_protocol::LlmMessage::Recorded(_))).count();
+            self.seen.lock().unwrap().push((messages.len(), in_place));
+            Box::pin(async move { crate::model::offline::OfflineProvider.complete(request, deltas).await })
+        }
+    }
+
+    #[tokio::test]
+    async fn an_llm_call_reads_the_branch_in_place_rather_than_copying_it() {
+        let store = MemStore::new();
+        let noting = Arc::new(Noting::default());
+        let mut models = Models::with_offline();
+        models.register("subs", noting.clone());
+        let env = Env::new(Arc::new(store.clone()), models, EngineConfig::default());
+        env.agents.register(TENANT, "agent", Arc::new(Proposer::default()));
+        let env = Arc::new(env);
+        let directory = Directory::new(env.clone());
+        for turn in ["t1", "t2"] {
+            say(&directory, "s", turn).await.expect("accepted");
+            assert_eq!(ended(&env, "s", turn).await.status, TurnStatus::Done);
+        }
+        // Each call's conversation is the branch (no system prompt here),
+        // every message of it the session's own, not a copy.
+        let seen = noting.seen.lock().unwrap().clone();
+        assert_eq!(seen, [(1, 1), (3, 3)]);
+    }
+
     #[tokio::test]
     async fn an_input_is_stored_before_it_is_answered_and_its_turn_runs_to_its_end() {
         let store = MemStore::new();

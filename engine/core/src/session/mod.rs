@@ -37,8 +37,8 @@ use serde_json::Value;
 use subs_protocol::event::MessageRecorded;
 use subs_protocol::trigger::{ClientMessages, LlmExecute};
 use subs_protocol::{
-    AgentConfig, AgentTool, Call, CallKind, CallStatus, DecisionRequest, DraftMessage, Handler, LlmRequest, LlmTool,
-    Message, RetryPolicy, SessionEvent, Trigger,
+    AgentConfig, AgentTool, Call, CallKind, CallStatus, DecisionRequest, DraftMessage, Handler, LlmMessages,
+    LlmRequest, LlmTool, Message, RetryPolicy, SessionEvent, Trigger,
 };
 
 use crate::clock;
@@ -635,12 +635,21 @@ impl Session {
     pub fn llm_request(&self, call: &CallRecord) -> Option<LlmRequest> {
         let CallSpec::Llm { action, system, .. } = &call.spec else { return None };
         let messages = match &action.messages {
-            Some(explicit) => explicit.clone(),
-            None => system
-                .iter()
-                .map(|s| DraftMessage::system(s.clone()))
-                .chain(self.tree.path(call.call.anchor.as_deref()).into_iter().map(|m| m.clone().into()))
-                .collect(),
+            Some(explicit) => explicit.clone().into(),
+            None => {
+                let system: Vec<DraftMessage> = system.iter().map(|s| DraftMessage::system(s.clone())).collect();
+                let anchor = call.call.anchor.as_deref();
+                if anchor == self.record.head_id.as_deref() {
+                    // The branch decisions are handed, shared: the call
+                    // copies none of its messages.
+                    let (path, _) = self.tree.shared_branch(anchor);
+                    let len = path.len();
+                    LlmMessages::shared(system, path, len)
+                } else {
+                    let path = self.tree.path(anchor).into_iter().map(|m| m.clone().into());
+                    system.into_iter().chain(path).collect()
+                }
+            }
         };
         Some(LlmRequest {
             model: action.model.clone().unwrap_or_default(),
