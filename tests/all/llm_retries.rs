@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use subs_engine::clock::TokioClock;
 
-use subs_engine::model::{ModelError, Models, OfflineProvider, Provider};
+use subs_engine::model::{Completion, ModelError, Models, OfflineProvider, Provider};
 use subs_engine::store::{MemStore, TurnStatus};
 use subs_engine::worker::{BoxFuture, DeltaSink};
-use subs_protocol::{LlmRequest, LlmResponse};
+use subs_protocol::LlmRequest;
 use subs_tests::{TENANT, agent, guests, user_input};
 
 /// Fails its first `failures` calls with a retryable rate limit, then
@@ -27,7 +27,7 @@ impl Provider for Flaky {
         &self,
         mut request: LlmRequest,
         deltas: Option<DeltaSink>,
-    ) -> BoxFuture<'_, Result<LlmResponse, ModelError>> {
+    ) -> BoxFuture<'_, Result<Completion, ModelError>> {
         Box::pin(async move {
             let n = self.calls.fetch_add(1, Ordering::SeqCst);
             if n < self.failures {

@@ -8,13 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
-use subs_engine::model::{ModelError, Models, Money, Price, ProviderConfig, ProvidersConfig, models_from_config};
+use subs_engine::model::{
+    Completion, ModelError, Models, Money, Price, ProviderConfig, ProvidersConfig, models_from_config,
+};
 use subs_engine::store::TurnStatus;
 use subs_engine::worker::DeltaSink;
 use subs_fake_provider::{FakeProvider, Fault, Recorded, Reply, ScriptedCall};
 use subs_protocol::{
-    DraftMessage, ErrorCode, LlmFormat, LlmRequest, LlmResponse, LlmTool, ReasoningConfig, ReasoningEffort,
-    StreamDelta, ToolCall,
+    DraftMessage, ErrorCode, LlmFormat, LlmRequest, LlmTool, ReasoningConfig, ReasoningEffort, StreamDelta, ToolCall,
 };
 use subs_tests::TENANT;
 
@@ -67,7 +68,7 @@ fn request(text: &str) -> LlmRequest {
 
 /// Runs one call, streaming when `stream`; returns the outcome and the
 /// deltas, each with the instant it arrived.
-async fn run(models: &Models, req: LlmRequest, stream: bool) -> (Result<LlmResponse, ModelError>, Vec<StreamDelta>) {
+async fn run(models: &Models, req: LlmRequest, stream: bool) -> (Result<Completion, ModelError>, Vec<StreamDelta>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let into = Arc::clone(&seen);
     let sink: DeltaSink = Arc::new(move |d| {
@@ -83,6 +84,15 @@ fn the_request(fake: &FakeProvider) -> Recorded {
     let requests = fake.requests();
     assert_eq!(requests.len(), 1, "{requests:?}");
     requests.into_iter().next().unwrap()
+}
+
+/// The id the fake provider gives its replies in `format`, as the real
+/// services do theirs (`chatcmpl-…`, `msg_…`).
+fn fake_id(format: LlmFormat) -> &'static str {
+    match format {
+        LlmFormat::Openai => "chatcmpl-fake",
+        LlmFormat::Anthropic => "msg_fake",
+    }
 }
 
 /// Index of the stream event carrying text piece `n` of a plain text reply
@@ -118,7 +128,8 @@ async fn text_turn(format: LlmFormat) {
     let fake = FakeProvider::start().await;
     fake.push(Reply::text("Hello there.").with_usage(1000, 500));
     let (result, _) = run(&models(&fake, format), request("hi"), false).await;
-    let response = result.unwrap();
+    let Completion { response, id } = result.unwrap();
+    assert_eq!(id.as_deref(), Some(fake_id(format)), "the provider's id of the reply");
     assert_eq!(response.content.as_deref(), Some("Hello there."));
     assert_eq!(response.finish_reason.as_deref(), Some("stop"));
     assert_eq!(response.tool_calls, None);
@@ -176,7 +187,9 @@ async fn streamed_text_arrives_in_order_before_the_call_settles(format: LlmForma
     assert!(!call.is_finished(), "the call settled before its stream ended");
     fake.release();
     let (settled, result) = call.await.unwrap();
-    let response = result.unwrap();
+    let Completion { response, id } = result.unwrap();
+    // OpenAI repeats it in every chunk, Anthropic sends it in `message_start`.
+    assert_eq!(id.as_deref(), Some(fake_id(format)), "the provider's id of the streamed reply");
     let mut rest = Vec::new();
     while let Ok(item) = rx.try_recv() {
         rest.push(item);
@@ -207,7 +220,7 @@ async fn one_streamed_tool_call(format: LlmFormat) {
     let fake = FakeProvider::start().await;
     fake.push(Reply::tool_calls(vec![ScriptedCall::new("call_a", "search", &AWKWARD)]).with_byte_chunks(3));
     let (result, deltas) = run(&models(&fake, format), request("find"), true).await;
-    let response = result.unwrap();
+    let response = result.unwrap().response;
     let expected = ToolCall::function("call_a", "search", AWKWARD.concat());
     assert_eq!(response.tool_calls, Some(vec![expected.clone()]));
     assert_eq!(
@@ -233,7 +246,7 @@ async fn two_parallel_tool_calls(format: LlmFormat) {
     };
     fake.push(Reply { tool_calls: calls, ..Reply::text("Looking. ") }.with_finish_reason(stop).with_byte_chunks(5));
     let (result, deltas) = run(&models(&fake, format), request("find both"), true).await;
-    let response = result.unwrap();
+    let response = result.unwrap().response;
     let expected = vec![
         ToolCall::function("call_1", "search", r#"{"q":"ünïcödé 😀"}"#),
         ToolCall::function("call_2", "search", r#"{"q":"b"}"#),
@@ -255,7 +268,7 @@ async fn tool_calls_without_streaming(format: LlmFormat) {
         ScriptedCall::new("c2", "search", &[r#"{"q":"b"}"#]),
     ]));
     let (result, _) = run(&models(&fake, format), request("find"), false).await;
-    let calls = result.unwrap().tool_calls.unwrap();
+    let calls = result.unwrap().response.tool_calls.unwrap();
     assert_eq!(
         calls.iter().map(|c| (c.id.as_str(), c.kind.as_str())).collect::<Vec<_>>(),
         [("c1", "function"), ("c2", "function")]
@@ -272,7 +285,7 @@ async fn reasoning_streams_as_reasoning_deltas(format: LlmFormat) {
     let mut req = request("meaning?");
     req.reasoning = Some(ReasoningConfig { effort: Some(ReasoningEffort::High), ..ReasoningConfig::default() });
     let (result, deltas) = run(&models, req.clone(), true).await;
-    assert_eq!(result.unwrap().content.as_deref(), Some("42"));
+    assert_eq!(result.unwrap().response.content.as_deref(), Some("42"));
     let reasoning: Vec<&str> = deltas.iter().filter_map(|d| d.reasoning.as_deref()).collect();
     assert_eq!(reasoning, ["Let me ", "think."]);
     let first_text = deltas.iter().position(|d| d.text.is_some()).unwrap();
@@ -290,7 +303,7 @@ async fn reasoning_streams_as_reasoning_deltas(format: LlmFormat) {
     // `delta.reasoning` is read like `reasoning_content`).
     req.reasoning = Some(ReasoningConfig { exclude: Some(true), ..ReasoningConfig::default() });
     let (result, deltas) = run(&models, req, true).await;
-    assert_eq!(result.unwrap().content.as_deref(), Some("42"));
+    assert_eq!(result.unwrap().response.content.as_deref(), Some("42"));
     assert!(deltas.iter().all(|d| d.reasoning.is_none()), "{deltas:?}");
 }
 
@@ -299,7 +312,7 @@ async fn unknown_models_have_no_cost(format: LlmFormat) {
     fake.push(Reply::text("hi"));
     let mut req = request("hi");
     req.model = "fake/unpriced".into();
-    let response = run(&models(&fake, format), req, true).await.0.unwrap();
+    let response = run(&models(&fake, format), req, true).await.0.unwrap().response;
     assert_eq!(response.cost, None);
     assert!(response.usage.is_some());
     assert_eq!(response.model, "fake/unpriced");

@@ -143,3 +143,84 @@ async fn streamed_calls_are_timed_to_their_first_token() {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
 }
+
+/// The `gen_ai.response.id` of the `chat` spans of a session's calls, once
+/// `calls` of them were sent; `None` for a span without one.
+async fn reply_ids(kept: &Kept, name: &str, calls: usize) -> Vec<Option<String>> {
+    subs_tests::wait::eventually(Duration::from_secs(10), format!("{calls} `{name}` spans"), || async {
+        let ids: Vec<Option<String>> = kept
+            .named(name)
+            .iter()
+            .map(|span| {
+                let id = span.attributes.iter().find(|kv| kv.key.as_str() == "gen_ai.response.id");
+                id.map(|kv| kv.value.to_string())
+            })
+            .collect();
+        if ids.len() == calls { Ok(ids) } else { Err(format!("{ids:?}")) }
+    })
+    .await
+}
+
+/// An engine-run call's `chat` span carries the provider's id of the reply
+/// (`gen_ai.response.id`): OpenAI's top-level `id`, Anthropic's message
+/// `id`, whether the reply was streamed or not. The offline model has no
+/// such id, and its spans carry none.
+#[tokio::test]
+async fn chat_spans_carry_the_providers_id_of_the_reply() {
+    use subs_engine::model::{ProviderConfig, ProvidersConfig, models_from_config};
+    use subs_fake_provider::{FakeProvider, Reply};
+    use subs_protocol::LlmFormat;
+
+    let cases = [
+        (LlmFormat::Openai, false, "chatcmpl-fake"),
+        (LlmFormat::Openai, true, "chatcmpl-fake"),
+        (LlmFormat::Anthropic, false, "msg_fake"),
+        (LlmFormat::Anthropic, true, "msg_fake"),
+    ];
+    for (format, stream, id) in cases {
+        let fake = FakeProvider::start().await;
+        fake.push(Reply::text("Hello."));
+        let base_url = match format {
+            LlmFormat::Openai => fake.openai_base_url(),
+            LlmFormat::Anthropic => fake.base_url(),
+        };
+        let providers = ProvidersConfig {
+            providers: vec![ProviderConfig {
+                name: "fake".into(),
+                format: Some(format),
+                base_url: Some(base_url),
+                api_key_env: None,
+                base_url_env: None,
+                max_tokens: None,
+            }],
+            ..ProvidersConfig::default()
+        };
+        let models = models_from_config(&providers, &|_| None).expect("the config is valid");
+        let kept = Kept::default();
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(subs_store_redb::RedbStore::open(dir.path().join("subs.redb")).unwrap());
+        let config = subs_engine::EngineConfig {
+            spans: Some(Arc::new(kept.clone())),
+            default_model: "fake/model".to_owned(),
+            default_stream: stream,
+            ..subs_tests::test_config()
+        };
+        let engine = subs_tests::start_engine_with(store, models, config).await;
+        let input = subs_tests::user_input("tools", Some("t1"), "hi");
+        engine.sessions().input(TENANT, "s", input, Default::default()).await.unwrap();
+        let ended = engine.reads().wait_turn(TENANT, "s", "t1").await.unwrap();
+        assert_eq!(ended.status, TurnStatus::Done, "{format:?} stream={stream}: {ended:?}");
+        let sent: Vec<bool> = fake.requests().iter().map(|r| r.stream()).collect();
+        assert_eq!(sent, [stream], "{format:?}");
+        assert_eq!(reply_ids(&kept, "chat model", 1).await, [Some(id.to_owned())], "{format:?} stream={stream}");
+    }
+
+    let kept = Kept::default();
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _store) = engine_on(&dir.path().join("subs.redb"), &kept).await;
+    let input = subs_tests::user_input("tools", Some("t1"), "hi");
+    engine.sessions().input(TENANT, "offline", input, Default::default()).await.unwrap();
+    let ended = engine.reads().wait_turn(TENANT, "offline", "t1").await.unwrap();
+    assert_eq!(ended.status, TurnStatus::Done);
+    assert_eq!(reply_ids(&kept, "chat offline", 1).await, [None], "the offline model has no reply id");
+}

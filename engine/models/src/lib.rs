@@ -21,7 +21,7 @@ mod http;
 mod provider;
 
 // The core's model modules under the names the providers use for them.
-use subs_core::model::{ModelError, Models, OFFLINE_PROVIDER, Provider, anthropic, openai, price, reply};
+use subs_core::model::{Completion, ModelError, Models, OFFLINE_PROVIDER, Provider, anthropic, openai, price, reply};
 use subs_core::{telemetry, worker};
 use subs_protocol::sse;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::Value;
-use subs_protocol::{LlmFormat, LlmRequest, LlmResponse};
+use subs_protocol::{LlmFormat, LlmRequest};
 use tracing::Instrument;
 
 use super::config::ProviderSettings;
@@ -14,7 +14,7 @@ use super::http::{read_body, status_error, transport_error};
 use super::price::PriceTable;
 use super::reply::ReplyBuilder;
 use super::sse::SseParser;
-use super::{ModelError, Provider, anthropic, openai};
+use super::{Completion, ModelError, Provider, anthropic, openai};
 use crate::worker::{BoxFuture, DeltaSink};
 use subs_core::model::ProviderTelemetry;
 use subs_core::model::says::quote;
@@ -90,7 +90,7 @@ impl HttpProvider {
         }
     }
 
-    async fn call(&self, request: LlmRequest, deltas: Option<DeltaSink>) -> Result<LlmResponse, ModelError> {
+    async fn call(&self, request: LlmRequest, deltas: Option<DeltaSink>) -> Result<Completion, ModelError> {
         let name = self.settings.name.as_str();
         let stream = deltas.is_some();
         let body = match self.settings.format {
@@ -113,7 +113,7 @@ impl HttpProvider {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|t| t.trim_start().starts_with("text/event-stream"));
         let reply = ReplyBuilder::new(deltas, show_reasoning);
-        let mut answer = if is_sse {
+        let Completion { response: mut answer, id } = if is_sse {
             self.read_stream(response, reply).await?
         } else {
             // Also taken when a server ignored `stream: true`: the whole
@@ -137,14 +137,14 @@ impl HttpProvider {
             .and_then(|u| self.prices.reply_cost(&format!("{name}/{}", request.model), &answered, u))
             .map(|m| m.to_string());
         answer.model = format!("{name}/{answered}");
-        Ok(answer)
+        Ok(Completion { response: answer, id })
     }
 
     async fn read_stream(
         &self,
         mut response: reqwest::Response,
         reply: ReplyBuilder,
-    ) -> Result<LlmResponse, ModelError> {
+    ) -> Result<Completion, ModelError> {
         let name = self.settings.name.as_str();
         enum Reader {
             Openai(openai::StreamReader),
@@ -199,7 +199,7 @@ impl Provider for HttpProvider {
         &self,
         request: LlmRequest,
         deltas: Option<DeltaSink>,
-    ) -> BoxFuture<'_, Result<LlmResponse, ModelError>> {
+    ) -> BoxFuture<'_, Result<Completion, ModelError>> {
         let span = tracing::info_span!(
             "llm_call",
             provider = %self.settings.name,
@@ -210,7 +210,8 @@ impl Provider for HttpProvider {
             async move {
                 let result = self.call(request, deltas).await;
                 match &result {
-                    Ok(r) => tracing::debug!(
+                    Ok(Completion { response: r, id }) => tracing::debug!(
+                        id = id.as_deref().unwrap_or_default(),
                         finish_reason = r.finish_reason.as_deref().unwrap_or_default(),
                         cost = r.cost.as_deref().unwrap_or("unknown"),
                         "llm call done"

@@ -190,6 +190,7 @@ async fn a_gzip_otlp_export_decodes_with_the_genai_attributes() {
     }
     let ok = chats.iter().find(|c| !c.contains_key("error.type")).expect("the answered call");
     assert!(!ok["gen_ai.response.model"].is_empty(), "{ok:?}");
+    assert_eq!(ok["gen_ai.response.id"], "chatcmpl-fake", "{ok:?}");
     let failed = chats.iter().find(|c| c.contains_key("error.type")).expect("the refused call");
     assert_ne!(failed["error.type"], "", "{failed:?}");
     let turns: Vec<HashMap<String, String>> =

@@ -198,6 +198,8 @@ async fn a_turn_is_traced_under_the_clients_span_and_measured() {
         assert_eq!(a["gen_ai.request.model"], "gpt-test");
         // The wire format's well-known name, not the configured `fake`.
         assert_eq!(a["gen_ai.provider.name"], "openai");
+        // The provider's id of the reply, as its body said.
+        assert_eq!(a["gen_ai.response.id"], "chatcmpl-fake");
         usage.push((a["gen_ai.usage.input_tokens"].clone(), a["gen_ai.usage.output_tokens"].clone()));
     }
     usage.sort();

@@ -27,13 +27,13 @@
 //!   200) fails the call, classified by its error type.
 
 use serde_json::{Map, Value, json};
-use subs_protocol::{Content, ContentPart, LlmMessage, LlmRequest, LlmResponse, ReasoningEffort, Role};
+use subs_protocol::{Content, ContentPart, LlmMessage, LlmRequest, ReasoningEffort, Role};
 
-use super::ModelError;
 use super::openai::empty_schema;
 use super::reply::ReplyBuilder;
 use super::says::{ProviderSays, quote};
 use super::sse::SseEvent;
+use super::{Completion, ModelError};
 
 /// The `anthropic-version` header every request carries.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -267,7 +267,7 @@ fn error_event(body: &Value) -> ModelError {
 }
 
 /// The reply in a non-streamed response body.
-pub fn read_response(body: &Value, mut reply: ReplyBuilder) -> Result<LlmResponse, ModelError> {
+pub fn read_response(body: &Value, mut reply: ReplyBuilder) -> Result<Completion, ModelError> {
     if str_at(body, "type") == Some("error") || body.get("error").is_some_and(Value::is_object) {
         return Err(error_event(body));
     }
@@ -277,6 +277,7 @@ pub fn read_response(body: &Value, mut reply: ReplyBuilder) -> Result<LlmRespons
         return Err(ModelError::provider_error(message).with_retryable(false).with_detail(body.clone()));
     };
     reply.model = str_at(body, "model").map(str::to_owned);
+    reply.id = str_at(body, "id").map(str::to_owned);
     for (i, block) in content.iter().enumerate() {
         match str_at(block, "type") {
             Some("text") => reply.text(str_at(block, "text").unwrap_or_default()),
@@ -328,6 +329,7 @@ impl StreamReader {
             "message_start" => {
                 let message = data.get("message").unwrap_or(&Value::Null);
                 self.reply.model = str_at(message, "model").map(str::to_owned);
+                self.reply.id = str_at(message, "id").map(str::to_owned);
                 self.reply.usage = message.get("usage").filter(|u| u.is_object()).cloned();
             }
             "content_block_start" => {
@@ -395,7 +397,7 @@ impl StreamReader {
 
     /// The reply, once the stream ended; an error when it ended before
     /// `message_stop`.
-    pub fn finish(self, provider: &str) -> Result<LlmResponse, ModelError> {
+    pub fn finish(self, provider: &str) -> Result<Completion, ModelError> {
         if !self.done {
             return Err(ModelError::provider_error(format!(
                 "the stream from {provider} ended before `message_stop`: the reply is incomplete"
@@ -520,7 +522,7 @@ mod tests {
         SseEvent { event: data["type"].as_str().unwrap_or_default().to_owned(), data: data.to_string(), id: None }
     }
 
-    fn read_stream(events: &[SseEvent]) -> (Result<LlmResponse, ModelError>, Vec<StreamDelta>) {
+    fn read_stream(events: &[SseEvent]) -> (Result<Completion, ModelError>, Vec<StreamDelta>) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let into = Arc::clone(&seen);
         let sink: DeltaSink = Arc::new(move |d| {
@@ -539,9 +541,8 @@ mod tests {
     }
 
     fn start() -> SseEvent {
-        ev(
-            json!({"type": "message_start", "message": {"model": "claude-x", "usage": {"input_tokens": 9, "output_tokens": 1}}}),
-        )
+        ev(json!({"type": "message_start", "message": {"id": "msg_01XFDUDYJgAACzvnptvVoYEL", "type": "message",
+                "model": "claude-x", "usage": {"input_tokens": 9, "output_tokens": 1}}}))
     }
 
     #[test]
@@ -578,7 +579,8 @@ mod tests {
             ev(json!({"type": "message_stop"})),
         ];
         let (response, deltas) = read_stream(&events);
-        let response = response.unwrap();
+        let Completion { response, id } = response.unwrap();
+        assert_eq!(id.as_deref(), Some("msg_01XFDUDYJgAACzvnptvVoYEL"), "message_start's id");
         assert_eq!(response.content.as_deref(), Some("On it."));
         assert_eq!(
             response.tool_calls.unwrap(),
@@ -630,13 +632,14 @@ mod tests {
             "stop_reason": "tool_use",
             "usage": {"input_tokens": 5, "output_tokens": 6}
         });
-        let response = read_response(&body, ReplyBuilder::new(None, true)).unwrap();
+        let Completion { response, id } = read_response(&body, ReplyBuilder::new(None, true)).unwrap();
+        assert_eq!(id.as_deref(), Some("msg_1"));
         assert_eq!(response.content.as_deref(), Some("Sure."));
         assert_eq!(response.tool_calls.unwrap(), [ToolCall::function("tu", "add", r#"{"a":1,"b":2}"#)]);
         assert_eq!(response.finish_reason.as_deref(), Some("tool_calls"));
         let length = json!({"content": [{"type": "text", "text": "…"}], "stop_reason": "max_tokens"});
         assert_eq!(
-            read_response(&length, ReplyBuilder::new(None, true)).unwrap().finish_reason.as_deref(),
+            read_response(&length, ReplyBuilder::new(None, true)).unwrap().response.finish_reason.as_deref(),
             Some("length")
         );
         let error = json!({"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}});

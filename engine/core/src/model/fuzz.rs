@@ -136,9 +136,9 @@ fn events(stream: &[u8]) -> Vec<SseEvent> {
 }
 
 /// A reply or an error that says something, in a few kilobytes at most.
-fn check(outcome: Result<subs_protocol::LlmResponse, ModelError>, input: &[u8]) {
+fn check(outcome: Result<super::Completion, ModelError>, input: &[u8]) {
     match outcome {
-        Ok(response) => drop(subs_protocol::to_json(&response)),
+        Ok(done) => drop(subs_protocol::to_json(&done.response)),
         Err(e) => {
             assert!(
                 !e.message.trim().is_empty(),
@@ -153,7 +153,7 @@ fn check(outcome: Result<subs_protocol::LlmResponse, ModelError>, input: &[u8]) 
 /// A provider's stream reader, so both formats run the same way.
 trait Reader {
     fn event(&mut self, event: &SseEvent) -> Result<bool, ModelError>;
-    fn finish(self, provider: &str) -> Result<subs_protocol::LlmResponse, ModelError>;
+    fn finish(self, provider: &str) -> Result<super::Completion, ModelError>;
 }
 
 macro_rules! reader {
@@ -162,7 +162,7 @@ macro_rules! reader {
             fn event(&mut self, event: &SseEvent) -> Result<bool, ModelError> {
                 $format::StreamReader::event(self, event)
             }
-            fn finish(self, provider: &str) -> Result<subs_protocol::LlmResponse, ModelError> {
+            fn finish(self, provider: &str) -> Result<super::Completion, ModelError> {
                 $format::StreamReader::finish(self, provider)
             }
         }
@@ -172,11 +172,7 @@ reader!(openai, anthropic);
 
 /// Feeds `events` as the model client does (stopping at the end or the
 /// first error) and finishes the reply.
-fn read(
-    mut reader: impl Reader,
-    events: &[SseEvent],
-    provider: &str,
-) -> Result<subs_protocol::LlmResponse, ModelError> {
+fn read(mut reader: impl Reader, events: &[SseEvent], provider: &str) -> Result<super::Completion, ModelError> {
     for event in events {
         if reader.event(event)? {
             break;
@@ -202,10 +198,18 @@ fn run(stream: &[u8]) {
 #[test]
 fn the_seeds_read_as_replies() {
     let reply = read(openai::StreamReader::new(ReplyBuilder::new(None, true)), &events(OPENAI.as_bytes()), "openai");
-    assert_eq!(reply.unwrap().tool_calls.map(|c| c.len()), Some(2), "the OpenAI seed reaches the tool-call paths");
+    assert_eq!(
+        reply.unwrap().response.tool_calls.map(|c| c.len()),
+        Some(2),
+        "the OpenAI seed reaches the tool-call paths"
+    );
     let reply =
         read(anthropic::StreamReader::new(ReplyBuilder::new(None, true)), &events(ANTHROPIC.as_bytes()), "anthropic");
-    assert_eq!(reply.unwrap().tool_calls.map(|c| c.len()), Some(1), "the Anthropic seed reaches the tool-use paths");
+    assert_eq!(
+        reply.unwrap().response.tool_calls.map(|c| c.len()),
+        Some(1),
+        "the Anthropic seed reaches the tool-use paths"
+    );
 }
 
 #[test]

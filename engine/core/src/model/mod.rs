@@ -6,7 +6,8 @@
 //! [`Models::complete`] (or [`Models::resolve`] then
 //! [`Provider::complete`]), which picks the provider by the name's prefix
 //! and passes the rest of the name on. Streamed pieces of the reply go to a
-//! [`DeltaSink`] as they arrive, before the call settles.
+//! [`DeltaSink`] as they arrive, before the call settles; the call settles
+//! with a [`Completion`]: the reply and the provider's id of it.
 //!
 //! # Layout
 //!
@@ -68,15 +69,34 @@ pub trait Provider: Send + Sync {
     /// goes to the sink as soon as it is produced, before the returned
     /// future resolves, and the pieces add up to the final response. A
     /// dropped future abandons the call.
-    fn complete(
-        &self,
-        request: LlmRequest,
-        deltas: Option<DeltaSink>,
-    ) -> BoxFuture<'_, Result<LlmResponse, ModelError>>;
+    fn complete(&self, request: LlmRequest, deltas: Option<DeltaSink>)
+    -> BoxFuture<'_, Result<Completion, ModelError>>;
 
     /// What its calls' spans say of it; nothing by default.
     fn telemetry(&self) -> ProviderTelemetry {
         ProviderTelemetry::default()
+    }
+}
+
+/// A provider's answer to one call: the reply, and the provider's id of it.
+///
+/// The id is kept beside the [`LlmResponse`] rather than in it: it is for
+/// the call's span (`gen_ai.response.id`), not for agents or the session's
+/// record, and the response is a wire type agents already read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// The reply.
+    pub response: LlmResponse,
+    /// The provider's id of the reply, as it sent it (OpenAI's
+    /// `chatcmpl-…`, Anthropic's `msg_…`); `None` when it sent none, and
+    /// for the offline model, which has no such id.
+    pub id: Option<String>,
+}
+
+impl From<LlmResponse> for Completion {
+    /// A reply without a provider id.
+    fn from(response: LlmResponse) -> Self {
+        Completion { response, id: None }
     }
 }
 
@@ -196,11 +216,7 @@ impl Models {
 
     /// Resolves `request.model` and runs the call on its provider, with the
     /// provider prefix taken off the model name.
-    pub async fn complete(
-        &self,
-        mut request: LlmRequest,
-        deltas: Option<DeltaSink>,
-    ) -> Result<LlmResponse, ModelError> {
+    pub async fn complete(&self, mut request: LlmRequest, deltas: Option<DeltaSink>) -> Result<Completion, ModelError> {
         let (provider, name) = self.resolve(&request.model)?;
         request.model = name;
         provider.complete(request, deltas).await
@@ -234,10 +250,10 @@ mod tests {
             &self,
             request: LlmRequest,
             _deltas: Option<DeltaSink>,
-        ) -> BoxFuture<'_, Result<LlmResponse, ModelError>> {
+        ) -> BoxFuture<'_, Result<Completion, ModelError>> {
             self.0.lock().unwrap().push(request.model.clone());
             Box::pin(async move {
-                Ok(LlmResponse {
+                Ok(Completion::from(LlmResponse {
                     model: request.model,
                     content: Some("ok".into()),
                     tool_calls: None,
@@ -245,7 +261,7 @@ mod tests {
                     usage: None,
                     cost: None,
                     images: None,
-                })
+                }))
             })
         }
     }
@@ -291,7 +307,7 @@ mod tests {
         let recorder = Arc::new(Recorder::default());
         let mut models = Models::new();
         models.register("fake", recorder.clone());
-        let response = models.complete(request("fake/m-1"), None).await.unwrap();
+        let response = models.complete(request("fake/m-1"), None).await.unwrap().response;
         assert_eq!(response.model, "m-1");
         assert_eq!(*recorder.0.lock().unwrap(), ["m-1"]);
     }
@@ -300,7 +316,7 @@ mod tests {
     async fn the_offline_model_is_registered_by_default() {
         let models = Models::with_offline();
         assert_eq!(format!("{models:?}"), r#"Models { providers: ["subs"] }"#);
-        let response = models.complete(request(OFFLINE_MODEL), None).await.unwrap();
+        let response = models.complete(request(OFFLINE_MODEL), None).await.unwrap().response;
         assert_eq!(response.model, OFFLINE_MODEL);
         assert_eq!(response.content.as_deref(), Some("You said: hi"));
     }

@@ -46,6 +46,7 @@ pub fn from_native(format: LlmFormat, response: &Value) -> Result<LlmResponse, M
         LlmFormat::Openai => openai::read_response(response, reply),
         LlmFormat::Anthropic => anthropic::read_response(response, reply),
     }
+    .map(|done| done.response)
 }
 
 #[cfg(test)]

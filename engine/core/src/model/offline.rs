@@ -91,7 +91,7 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 use subs_protocol::{LlmMessage, LlmMessages, LlmRequest, LlmResponse, Role, StreamDelta, ToolCall, ToolCallDelta};
 
-use super::{ModelError, OFFLINE_MODEL, Provider};
+use super::{Completion, ModelError, OFFLINE_MODEL, Provider};
 use crate::worker::{BoxFuture, DeltaSink};
 
 /// The model name the offline provider serves (without its `subs/` prefix).
@@ -174,13 +174,15 @@ impl Provider for OfflineProvider {
         &self,
         request: LlmRequest,
         deltas: Option<DeltaSink>,
-    ) -> BoxFuture<'_, Result<LlmResponse, ModelError>> {
+    ) -> BoxFuture<'_, Result<Completion, ModelError>> {
         Box::pin(async move {
             let response = self.answer(&request)?;
             if let Some(sink) = deltas {
                 stream(&response, &sink).await;
             }
-            Ok(response)
+            // The offline model keeps no record of its replies: it has no
+            // id to give one.
+            Ok(Completion::from(response))
         })
     }
 }
@@ -907,7 +909,7 @@ mod tests {
         let first = std::future::poll_fn(|cx| std::task::Poll::Ready(call.as_mut().poll(cx))).await;
         assert!(first.is_pending());
         assert_eq!(seen.lock().unwrap().len(), 1);
-        let response = call.await.unwrap();
+        let response = call.await.unwrap().response;
         let deltas = seen.lock().unwrap().clone();
         (deltas, response)
     }

@@ -21,12 +21,12 @@
 //!   stream ends with `data: [DONE]`; without it the reply is incomplete.
 
 use serde_json::{Map, Value, json};
-use subs_protocol::{Content, ContentPart, LlmMessage, LlmRequest, LlmResponse, Role};
+use subs_protocol::{Content, ContentPart, LlmMessage, LlmRequest, Role};
 
-use super::ModelError;
 use super::reply::{ReplyBuilder, image_url};
 use super::says::{ProviderSays, quote};
 use super::sse::SseEvent;
+use super::{Completion, ModelError};
 
 /// The request body for `request` (whose `model` is sent as is).
 pub fn request_body(request: &LlmRequest, stream: bool) -> Value {
@@ -131,7 +131,7 @@ fn assistant_images(content: Option<&Content>, as_json: Option<Value>) -> (Optio
 
 /// The reply in a non-streamed response body; the builder's sink, if any,
 /// gets it as deltas (for a server that ignored `stream: true`).
-pub fn read_response(body: &Value, mut reply: ReplyBuilder) -> Result<LlmResponse, ModelError> {
+pub fn read_response(body: &Value, mut reply: ReplyBuilder) -> Result<Completion, ModelError> {
     if let Some(error) = body.get("error").filter(|e| !e.is_null()) {
         return Err(error_in_body(error, body));
     }
@@ -141,6 +141,7 @@ pub fn read_response(body: &Value, mut reply: ReplyBuilder) -> Result<LlmRespons
         return Err(ModelError::provider_error(message).with_retryable(false).with_detail(body.clone()));
     };
     reply.model = body.get("model").and_then(Value::as_str).map(str::to_owned);
+    reply.id = str_at(body, "id").map(str::to_owned);
     let message = choice.get("message").unwrap_or(&Value::Null);
     for key in ["reasoning_content", "reasoning"] {
         if let Some(text) = message.get(key).and_then(Value::as_str) {
@@ -247,6 +248,10 @@ impl StreamReader {
         if self.reply.model.is_none() {
             self.reply.model = str_at(&chunk, "model").filter(|m| !m.is_empty()).map(str::to_owned);
         }
+        // Every chunk repeats the completion's id; the first one names it.
+        if self.reply.id.is_none() {
+            self.reply.id = str_at(&chunk, "id").filter(|id| !id.is_empty()).map(str::to_owned);
+        }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             self.reply.usage = Some(usage.clone());
         }
@@ -297,7 +302,7 @@ impl StreamReader {
 
     /// The reply, once the stream ended; an error when it ended before
     /// `[DONE]`.
-    pub fn finish(self, provider: &str) -> Result<LlmResponse, ModelError> {
+    pub fn finish(self, provider: &str) -> Result<Completion, ModelError> {
         if !self.done {
             return Err(ModelError::provider_error(format!(
                 "the stream from {provider} ended before `data: [DONE]`: the reply is incomplete"
@@ -387,7 +392,7 @@ mod tests {
             .collect()
     }
 
-    fn read_stream(events: &[SseEvent]) -> (Result<LlmResponse, ModelError>, Vec<StreamDelta>) {
+    fn read_stream(events: &[SseEvent]) -> (Result<Completion, ModelError>, Vec<StreamDelta>) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let into = Arc::clone(&seen);
         let sink: DeltaSink = Arc::new(move |d| {
@@ -409,8 +414,9 @@ mod tests {
     #[test]
     fn a_stream_with_stop_and_tool_calls_is_a_tool_call_reply() {
         let chunks = [
-            json!({"model": "m-1", "choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_content": "think"}}]}),
-            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+            json!({"id": "chatcmpl-1", "model": "m-1",
+                "choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_content": "think"}}]}),
+            json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"tool_calls": [
                 {"index": 0, "id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"q\":\"x\\"}}
             ]}}]}),
             json!({"choices": [{"index": 0, "delta": {"tool_calls": [
@@ -421,8 +427,9 @@ mod tests {
             json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}),
         ];
         let (response, deltas) = read_stream(&events(&chunks));
-        let response = response.unwrap();
+        let Completion { response, id } = response.unwrap();
         assert_eq!(response.model, "m-1");
+        assert_eq!(id.as_deref(), Some("chatcmpl-1"), "the id every chunk repeats");
         assert_eq!(response.finish_reason.as_deref(), Some("tool_calls"));
         assert_eq!(
             response.tool_calls.unwrap(),
@@ -468,14 +475,16 @@ mod tests {
         }
         // Odd shapes inside a chunk are skipped, not fatal.
         for odd in [json!({"choices": "no"}), json!({"choices": [{"delta": 3, "finish_reason": 4}]})] {
-            let response = read_stream(&events(std::slice::from_ref(&odd))).0.unwrap();
-            assert_eq!((response.content, response.tool_calls), (None, None));
+            let Completion { response, id } = read_stream(&events(std::slice::from_ref(&odd))).0.unwrap();
+            assert_eq!((response.content, response.tool_calls, id), (None, None, None));
         }
     }
 
     #[test]
     fn non_streamed_responses_read_content_calls_and_refusals() {
         let body = json!({
+            "id": "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT",
+            "object": "chat.completion",
             "model": "gpt-4o-2024-08-06",
             "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
                 "role": "assistant", "content": null, "refusal": null,
@@ -483,7 +492,8 @@ mod tests {
             }}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
         });
-        let response = read_response(&body, ReplyBuilder::new(None, true)).unwrap();
+        let Completion { response, id } = read_response(&body, ReplyBuilder::new(None, true)).unwrap();
+        assert_eq!(id.as_deref(), Some("chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT"));
         assert_eq!(response.tool_calls.unwrap(), [ToolCall::function("c", "f", r#"{"a":1}"#)]);
         assert_eq!(response.content, None);
         assert_eq!(response.model, "gpt-4o-2024-08-06");

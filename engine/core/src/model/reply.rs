@@ -1,7 +1,8 @@
 //! Putting a reply together piece by piece, the same way for both wire
 //! formats: text, reasoning and tool-call fragments go to the [`DeltaSink`]
 //! as they arrive and into the final [`LlmResponse`]; generated images are
-//! kept beside them. [`assistant_message`] is the message a reply is
+//! kept beside them; the provider's id of the reply goes beside it in the
+//! [`Completion`]. [`assistant_message`] is the message a reply is
 //! recorded as.
 
 use serde_json::{Value, json};
@@ -9,7 +10,7 @@ use subs_protocol::{
     Content, ContentPart, DraftMessage, LlmResponse, Role, StreamDelta, ToolCall, ToolCallDelta, UrlRef,
 };
 
-use super::ModelError;
+use super::{Completion, ModelError};
 use crate::worker::DeltaSink;
 
 /// A tool call being received.
@@ -30,6 +31,8 @@ pub struct ReplyBuilder {
     show_reasoning: bool,
     /// The model the provider says answered.
     pub model: Option<String>,
+    /// The provider's id of the reply (`chatcmpl-…`, `msg_…`).
+    pub id: Option<String>,
     content: String,
     refusal: String,
     /// In the order they first appeared.
@@ -51,6 +54,7 @@ impl ReplyBuilder {
             sink,
             show_reasoning,
             model: None,
+            id: None,
             content: String::new(),
             refusal: String::new(),
             calls: Vec::new(),
@@ -153,7 +157,7 @@ impl ReplyBuilder {
     /// tools — and a refusal (refusal text, `content_filter`, `refusal`)
     /// is an error. `fallback_model` names the model when the provider did
     /// not. On success the sink gets a last delta with the finish reason.
-    pub fn finish(self, fallback_model: &str) -> Result<LlmResponse, ModelError> {
+    pub fn finish(self, fallback_model: &str) -> Result<Completion, ModelError> {
         let refused = matches!(self.finish_reason.as_deref(), Some("content_filter" | "refusal"));
         if refused || !self.refusal.is_empty() {
             let said = if self.refusal.is_empty() { self.content.as_str() } else { self.refusal.as_str() };
@@ -179,7 +183,7 @@ impl ReplyBuilder {
         if let Some(sink) = &self.sink {
             let _ = sink(StreamDelta { finish_reason: Some(finish_reason.clone()), ..StreamDelta::default() });
         }
-        Ok(LlmResponse {
+        let response = LlmResponse {
             model: self.model.unwrap_or_else(|| fallback_model.to_owned()),
             content: (!self.content.is_empty()).then_some(self.content),
             tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
@@ -187,7 +191,8 @@ impl ReplyBuilder {
             usage: self.usage,
             cost: None,
             images: (!self.images.is_empty()).then_some(self.images),
-        })
+        };
+        Ok(Completion { response, id: self.id.filter(|id| !id.is_empty()) })
     }
 }
 
@@ -262,7 +267,7 @@ mod tests {
         reply.call(1, None, Some("mul"), Some(":1}"));
         reply.call(0, None, None, Some("{}"));
         reply.finish_reason = Some("stop".into());
-        let response = reply.finish("m").unwrap();
+        let response = reply.finish("m").unwrap().response;
         assert_eq!(
             response.tool_calls.unwrap(),
             [ToolCall::function("a", "add", "{}"), ToolCall::function("call_1", "mul", "{\"x\":1}")]
@@ -292,7 +297,7 @@ mod tests {
         reply.reasoning("secret");
         reply.call(0, Some("a"), Some("f"), Some("{"));
         reply.finish_reason = Some("length".into());
-        let response = reply.finish("m").unwrap();
+        let response = reply.finish("m").unwrap().response;
         assert_eq!(response.finish_reason.as_deref(), Some("length"));
         assert!(seen.lock().unwrap().iter().all(|d| d.reasoning.is_none()));
     }

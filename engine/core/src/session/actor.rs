@@ -1030,16 +1030,18 @@ impl Actor {
         let key = self.key.clone();
         let call_id = call_id.to_owned();
         Arc::new(move |progress: crate::tool_sources::SourceProgress| {
-            let data = serde_json::json!({
-                "id": call_id,
-                "progress": progress.progress,
-                "total": progress.total,
-                "message": progress.message,
+            // Built from the protocol's own type, so the frame is what the
+            // event schema says `tool.progress` is.
+            let event = subs_protocol::LiveEvent::from(subs_protocol::event::ToolProgress {
+                id: call_id.clone(),
+                progress: progress.progress,
+                total: progress.total,
+                message: progress.message,
             });
             let frame = crate::events::Frame {
                 seq: None,
-                name: std::borrow::Cow::Borrowed("tool.progress"),
-                data: subs_protocol::to_json(&data).into_boxed_str(),
+                name: std::borrow::Cow::Borrowed(event.name()),
+                data: event.data_json().into_boxed_str(),
             };
             env.hub.publish(&key, frame);
         })
@@ -1695,7 +1697,7 @@ mod tests {
             &self,
             request: subs_protocol::LlmRequest,
             deltas: Option<crate::worker::DeltaSink>,
-        ) -> BoxFuture<'_, Result<subs_protocol::LlmResponse, crate::model::ModelError>> {
+        ) -> BoxFuture<'_, Result<crate::model::Completion, crate::model::ModelError>> {
             let messages = &request.messages;
             let in_place = messages.iter().filter(|m| matches!(m, subs_protocol::LlmMessage::Recorded(_))).count();
             self.seen.lock().unwrap().push((messages.len(), in_place));

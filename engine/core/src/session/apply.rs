@@ -12,7 +12,7 @@ use subs_protocol::trigger::{
 };
 use subs_protocol::{
     Action, CallKind, CallStatus, ClientContext, ClientInput, DecisionResponse, DraftMessage, ErrorCode, Handler,
-    LlmHandler, LlmResponse, RetryPolicy, Role, SessionEvent, ToolHandler, Trigger,
+    LlmHandler, RetryPolicy, Role, SessionEvent, ToolHandler, Trigger,
 };
 
 use super::proposal::last_assistant_text;
@@ -74,8 +74,9 @@ pub(crate) struct Ctx<'a> {
 pub(crate) enum Outcome {
     /// A tool's result.
     ToolOk(Value),
-    /// An LLM reply.
-    LlmOk(LlmResponse),
+    /// An LLM reply, with the provider's id of it when the engine ran the
+    /// call (for the call's span).
+    LlmOk(crate::model::Completion),
     /// A child session's turn ended.
     SubAgent {
         /// Whether it succeeded.
@@ -785,7 +786,7 @@ impl Session {
                 if let Some(id) = r.id.or_else(|| execute_id(CallKind::LlmCall)) {
                     // Validation checked that the response reads.
                     if let Ok(response) = self.read_llm_response(&id, &r.response) {
-                        self.settle(&id, Outcome::LlmOk(response), ctx, change);
+                        self.settle(&id, Outcome::LlmOk(response.into()), ctx, change);
                     }
                 }
             }
@@ -1292,8 +1293,8 @@ impl Session {
         let Some(call) = self.open_call(call_id).cloned() else { return };
         self.drop_steps_running(|_, id, _| id == call_id, change);
         let mut outcome = checked_outcome(&call, outcome);
-        if let (Outcome::LlmOk(response), CallSpec::Llm { action, .. }) = (&mut outcome, &call.spec) {
-            ctx.prices.price_reply(action.model.as_deref().unwrap_or_default(), response);
+        if let (Outcome::LlmOk(done), CallSpec::Llm { action, .. }) = (&mut outcome, &call.spec) {
+            ctx.prices.price_reply(action.model.as_deref().unwrap_or_default(), &mut done.response);
         }
         self.end_try(&call, &outcome, ctx, change);
         if self.schedule_retry(&call, &outcome, ctx, change) {
@@ -1307,8 +1308,8 @@ impl Session {
         settled.retry_at_ms = None;
         settled.deadline_ms = None;
         self.put_call(settled, change);
-        if let Outcome::LlmOk(response) = &outcome {
-            self.account(response.usage.as_ref(), response.cost.as_deref(), change);
+        if let Outcome::LlmOk(done) = &outcome {
+            self.account(done.response.usage.as_ref(), done.response.cost.as_deref(), change);
         }
         match finished_trigger(&call, outcome) {
             Some(trigger) => {
@@ -1327,12 +1328,12 @@ impl Session {
         let started = call.started_ms.unwrap_or(ctx.now_ms);
         let ok = !matches!(outcome, Outcome::Failed { .. } | Outcome::SubAgent { ok: false, .. });
         let tokens = match outcome {
-            Outcome::LlmOk(response) => response.usage.as_ref().and_then(TokenUsage::from_usage).unwrap_or_default(),
+            Outcome::LlmOk(done) => done.response.usage.as_ref().and_then(TokenUsage::from_usage).unwrap_or_default(),
             _ => TokenUsage::default(),
         };
         match (&call.spec, outcome) {
-            (CallSpec::Llm { action, .. }, Outcome::LlmOk(response)) => {
-                let cost = response.cost.as_deref().and_then(|c| c.parse::<crate::model::Money>().ok());
+            (CallSpec::Llm { action, .. }, Outcome::LlmOk(done)) => {
+                let cost = done.response.cost.as_deref().and_then(|c| c.parse::<crate::model::Money>().ok());
                 let model = action.model.as_deref().unwrap_or_default();
                 ctx.metrics.llm_usage(model, tokens.input_total(), tokens.output, cost);
             }
@@ -1527,23 +1528,25 @@ fn finished_trigger(call: &CallRecord, outcome: Outcome) -> Option<Trigger> {
             result,
             error,
         }),
-        (CallKind::LlmCall, Outcome::LlmOk(response)) => Trigger::LlmFinished(LlmFinished {
-            id: call.call.id.clone(),
-            ok: true,
-            truncated: response.finish_reason.as_deref() == Some("length"),
-            message: Some({
-                let mut message = crate::model::assistant_message(&response);
-                for call in message.tool_calls.iter_mut().flatten() {
-                    call.id = super::proposal::usable_call_id(&call.id);
-                }
-                message
-            }),
-            usage: response.usage,
-            cost: response.cost,
-            error: None,
-            code: None,
-            detail: None,
-        }),
+        (CallKind::LlmCall, Outcome::LlmOk(crate::model::Completion { response, .. })) => {
+            Trigger::LlmFinished(LlmFinished {
+                id: call.call.id.clone(),
+                ok: true,
+                truncated: response.finish_reason.as_deref() == Some("length"),
+                message: Some({
+                    let mut message = crate::model::assistant_message(&response);
+                    for call in message.tool_calls.iter_mut().flatten() {
+                        call.id = super::proposal::usable_call_id(&call.id);
+                    }
+                    message
+                }),
+                usage: response.usage,
+                cost: response.cost,
+                error: None,
+                code: None,
+                detail: None,
+            })
+        }
         (CallKind::LlmCall, Outcome::Failed { error, code, detail, .. }) => Trigger::LlmFinished(LlmFinished {
             id: call.call.id.clone(),
             ok: false,
@@ -1666,12 +1669,15 @@ fn call_span(
             if let Some(n) = action.max_completion_tokens {
                 attributes.push(KeyValue::new("gen_ai.request.max_tokens", i64::from(n)));
             }
-            if let Outcome::LlmOk(response) = outcome {
+            if let Outcome::LlmOk(crate::model::Completion { response, id }) = outcome {
                 let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
                 attributes.push(KeyValue::new("gen_ai.usage.input_tokens", count(tokens.input_total())));
                 attributes.push(KeyValue::new("gen_ai.usage.output_tokens", count(tokens.output)));
                 if !response.model.is_empty() {
                     attributes.push(KeyValue::new("gen_ai.response.model", response.model.clone()));
+                }
+                if let Some(id) = id {
+                    attributes.push(KeyValue::new("gen_ai.response.id", id.clone()));
                 }
                 if let Some(reason) = &response.finish_reason {
                     let reasons = vec![opentelemetry::StringValue::from(reason.clone())];
@@ -1791,7 +1797,7 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_chat_span_has_an_error_type_and_the_formats_well_known_provider() {
+    fn chat_spans_say_the_error_type_the_well_known_provider_and_the_reply_id() {
         let attributes = |spec: CallSpec, outcome: Outcome, provider: Option<crate::model::ProviderTelemetry>| {
             let at = SpanRef { trace_id: "1".repeat(32), span_id: "2".repeat(16), parent_id: None };
             let span =
@@ -1823,10 +1829,15 @@ mod tests {
         // A worker asked for a format: its name; neither: the configured one.
         let a = attributes(llm(Some(subs_protocol::LlmFormat::Anthropic)), failed(false, None), None);
         assert_eq!((a["gen_ai.provider.name"].as_str(), a["error.type"].as_str()), ("anthropic", "_OTHER"));
-        let a =
-            attributes(llm(None), Outcome::LlmOk(serde_json::from_value(json!({"model": "m-2025"})).unwrap()), None);
+        let reply: subs_protocol::LlmResponse = serde_json::from_value(json!({"model": "m-2025"})).unwrap();
+        let a = attributes(llm(None), Outcome::LlmOk(reply.clone().into()), None);
         assert_eq!((a["gen_ai.provider.name"].as_str(), a["gen_ai.response.model"].as_str()), ("gateway", "m-2025"));
         assert!(!a.contains_key("error.type"));
+        assert!(!a.contains_key("gen_ai.response.id"), "a reply without a provider id has none");
+        // The provider's id of the reply, kept beside it.
+        let done = crate::model::Completion { response: reply, id: Some("chatcmpl-9".to_owned()) };
+        let a = attributes(llm(None), Outcome::LlmOk(done), None);
+        assert_eq!(a["gen_ai.response.id"], "chatcmpl-9");
     }
 
     fn tool_spec(output: Option<Value>) -> CallSpec {

@@ -176,7 +176,7 @@ impl Env {
 /// Waits for an LLM call's reply, at most `timeout`.
 async fn within(
     timeout: Option<Duration>,
-    call: impl std::future::Future<Output = Result<subs_protocol::LlmResponse, ModelError>>,
+    call: impl std::future::Future<Output = Result<crate::model::Completion, ModelError>>,
 ) -> Outcome {
     let result = match timeout {
         Some(limit) => match tokio::time::timeout(limit, call).await {
