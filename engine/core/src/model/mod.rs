@@ -23,7 +23,8 @@
 //!   that builds a [`Models`] registry from the config file and the
 //!   environment, are in the `subs-models` crate.
 //! - [`native`]: the formats as pure translations ([`to_native`],
-//!   [`from_native`]) for worker-handled calls.
+//!   [`from_native`], [`completion_from_native`]) for worker-handled
+//!   calls.
 //! - [`price`]: [`Money`] (exact decimal dollars) and the [`PriceTable`].
 
 pub mod anthropic;
@@ -46,7 +47,7 @@ use subs_protocol::{LlmRequest, LlmResponse};
 
 pub use self::anthropic::{ANTHROPIC_VERSION, DEFAULT_MAX_TOKENS};
 pub use self::error::ModelError;
-pub use self::native::{from_native, to_native};
+pub use self::native::{completion_from_native, from_native, to_native};
 pub use self::offline::OfflineProvider;
 pub use self::price::{Money, MoneyError, Price, PriceTable, TokenUsage, add_cost};
 pub use self::reply::assistant_message;

@@ -12,7 +12,7 @@ use subs_protocol::{LlmFormat, LlmRequest, LlmResponse};
 
 use super::anthropic::{self, DEFAULT_MAX_TOKENS};
 use super::reply::ReplyBuilder;
-use super::{ModelError, openai};
+use super::{Completion, ModelError, openai};
 
 /// The body of a non-streamed request in `format` for `request`.
 ///
@@ -41,12 +41,17 @@ pub fn to_native(format: LlmFormat, request: &LlmRequest) -> Result<Value, Model
 /// a response of the format (`provider_error`, not retryable, since the
 /// same body will not read better next time).
 pub fn from_native(format: LlmFormat, response: &Value) -> Result<LlmResponse, ModelError> {
+    completion_from_native(format, response).map(|done| done.response)
+}
+
+/// [`from_native`], with the provider's id of the reply (its body's `id`)
+/// beside the response.
+pub fn completion_from_native(format: LlmFormat, response: &Value) -> Result<Completion, ModelError> {
     let reply = ReplyBuilder::new(None, true);
     match format {
         LlmFormat::Openai => openai::read_response(response, reply),
         LlmFormat::Anthropic => anthropic::read_response(response, reply),
     }
-    .map(|done| done.response)
 }
 
 #[cfg(test)]
@@ -99,10 +104,13 @@ mod tests {
         );
         assert_eq!(response.cost, None);
 
-        let anthropic = json!({"model": "claude-x", "content": [{"type": "text", "text": "hi"}],
+        let anthropic = json!({"id": "msg_7", "model": "claude-x", "content": [{"type": "text", "text": "hi"}],
             "stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}});
         let response = from_native(LlmFormat::Anthropic, &anthropic).unwrap();
         assert_eq!((response.content.as_deref(), response.finish_reason.as_deref()), (Some("hi"), Some("stop")));
+        let done = completion_from_native(LlmFormat::Anthropic, &anthropic).unwrap();
+        assert_eq!((done.id.as_deref(), done.response), (Some("msg_7"), response));
+        assert_eq!(completion_from_native(LlmFormat::Openai, &openai).unwrap().id, None, "a body without an id");
     }
 
     #[test]

@@ -74,8 +74,8 @@ pub(crate) struct Ctx<'a> {
 pub(crate) enum Outcome {
     /// A tool's result.
     ToolOk(Value),
-    /// An LLM reply, with the provider's id of it when the engine ran the
-    /// call (for the call's span).
+    /// An LLM reply, with the provider's id of it when the provider's
+    /// answer gave one (for the call's span).
     LlmOk(crate::model::Completion),
     /// A child session's turn ended.
     SubAgent {
@@ -786,7 +786,7 @@ impl Session {
                 if let Some(id) = r.id.or_else(|| execute_id(CallKind::LlmCall)) {
                     // Validation checked that the response reads.
                     if let Ok(response) = self.read_llm_response(&id, &r.response) {
-                        self.settle(&id, Outcome::LlmOk(response.into()), ctx, change);
+                        self.settle(&id, Outcome::LlmOk(response), ctx, change);
                     }
                 }
             }
@@ -1838,6 +1838,31 @@ mod tests {
         let done = crate::model::Completion { response: reply, id: Some("chatcmpl-9".to_owned()) };
         let a = attributes(llm(None), Outcome::LlmOk(done), None);
         assert_eq!(a["gen_ai.response.id"], "chatcmpl-9");
+    }
+
+    /// A worker answering in the provider's own format: the body's id of
+    /// the reply is read with it and reaches the call's span.
+    #[test]
+    fn a_workers_native_reply_gives_the_chat_span_the_providers_id() {
+        with_ctx(|ctx| {
+            let mut session = session();
+            let spec = CallSpec::Llm {
+                action: std::sync::Arc::new(LlmCall { model: Some("gateway/m".to_owned()), ..LlmCall::default() }),
+                system: None,
+                format: Some(subs_protocol::LlmFormat::Openai),
+            };
+            let mut record = call("l1", "llm_call", spec, None);
+            record.span = Some(SpanRef { trace_id: "1".repeat(32), span_id: "2".repeat(16), parent_id: None });
+            let mut change = Change::default();
+            session.put_call(record, &mut change);
+            let body = json!({"id": "chatcmpl-w", "object": "chat.completion", "model": "m",
+                "choices": [{"index": 0, "message": {"content": "hi"}, "finish_reason": "stop"}]});
+            let done = session.read_llm_response("l1", &body).unwrap();
+            session.settle("l1", Outcome::LlmOk(done), ctx, &mut change);
+            let span = change.spans.last().expect("the call's span");
+            let id = span.attributes.iter().find(|kv| kv.key.as_str() == "gen_ai.response.id");
+            assert_eq!(id.map(|kv| kv.value.to_string()).as_deref(), Some("chatcmpl-w"), "{span:?}");
+        });
     }
 
     fn tool_spec(output: Option<Value>) -> CallSpec {

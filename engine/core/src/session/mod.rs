@@ -603,8 +603,9 @@ impl Session {
 
     /// Reads a worker's answer to `llm.execute` for call `id`: an
     /// `LlmResponse`, or, when the call carried a provider format, that
-    /// provider's own response body. The error says why neither reads.
-    pub fn read_llm_response(&self, id: &str, response: &Value) -> Result<subs_protocol::LlmResponse, String> {
+    /// provider's own response body, whose id of the reply is kept beside
+    /// it. The error says why neither reads.
+    pub fn read_llm_response(&self, id: &str, response: &Value) -> Result<crate::model::Completion, String> {
         let format = match self.calls.get(id).map(|c| &c.spec) {
             Some(CallSpec::Llm { format, .. }) => *format,
             _ => None,
@@ -612,12 +613,12 @@ impl Session {
         // The native reading goes first: a provider's response, having
         // only optional fields in common with an `LlmResponse`, could
         // otherwise read as an empty one.
-        let native = format.map(|f| (f, crate::model::from_native(f, response)));
+        let native = format.map(|f| (f, crate::model::completion_from_native(f, response)));
         if let Some((_, Ok(read))) = native {
             return Ok(read);
         }
         match (subs_protocol::from_value::<subs_protocol::LlmResponse>(response.clone()), native) {
-            (Ok(read), _) => Ok(read),
+            (Ok(read), _) => Ok(read.into()),
             (Err(e), None) => Err(format!("is not an LlmResponse: {}", e.in_field("response"))),
             (Err(e), Some((format, Err(native)))) => Err(format!(
                 "is neither an {} response ({}) nor an LlmResponse ({})",

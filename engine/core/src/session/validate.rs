@@ -130,7 +130,7 @@ pub(crate) async fn validate(
                 let id = check_settle(session, trigger, r.id.as_deref(), r.attempt, CallKind::LlmCall, &mut settled)
                     .map_err(at)?;
                 match session.read_llm_response(&id, &r.response) {
-                    Ok(response) => check_stated_cost(&response).map_err(at)?,
+                    Ok(done) => check_stated_cost(&done.response).map_err(at)?,
                     Err(e) => return Err(at(format!("the response of call `{id}` {e}"))),
                 }
             }
