@@ -74,12 +74,14 @@
 //!   followed by deltas with pieces of its arguments, then one delta with
 //!   the `finish_reason`. The model yields to the runtime between deltas,
 //!   so consumers see them before the call settles.
-//! - `usage` counts tokens as characters / 4, rounded up ([`token_count`]):
+//! - `usage` counts tokens as UTF-8 bytes / 4, rounded up ([`token_count`];
+//!   bytes, as byte-level tokenizers read text, and each message's are
+//!   known without reading it):
 //!   the prompt is the messages' text, tool calls (names and arguments) and
 //!   the offered tools (names, descriptions, schemas as JSON text); the
 //!   completion is the reply text and its tool calls. `cost` is `"0"`.
 //! - `max_completion_tokens` cuts the reply text to that many tokens
-//!   (4 characters each) with `finish_reason: "length"`; tool calls that
+//!   (4 bytes each, at the last character that fits) with `finish_reason: "length"`; tool calls that
 //!   would follow a cut text are dropped, but tool calls themselves are
 //!   never cut (half a call cannot be run).
 //! - The provider serves one model, `offline`; any other name is a
@@ -101,8 +103,8 @@ pub const MODEL_NAME: &str = "offline";
 pub const GREETING: &str = "Hello! I am subs/offline, the built-in offline model. \
     I repeat what you say; write `use tool <name> with {...}` to have me call a tool.";
 
-/// Characters per token in the offline model's rough token count.
-const CHARS_PER_TOKEN: usize = 4;
+/// UTF-8 bytes per token in the offline model's rough token count.
+const BYTES_PER_TOKEN: usize = 4;
 
 /// Longest text piece one delta carries; longer words are split.
 const MAX_TEXT_PIECE: usize = 16;
@@ -139,19 +141,16 @@ impl OfflineProvider {
             .map(|(index, (name, arguments))| ToolCall::function(call_id(messages, index), name, arguments))
             .collect();
         if let (Some(max), Some(text)) = (request.max_completion_tokens, content.as_mut()) {
-            let max_chars = usize::try_from(max).unwrap_or(usize::MAX).saturating_mul(CHARS_PER_TOKEN);
-            if let Some((cut, _)) = text.char_indices().nth(max_chars) {
-                text.truncate(cut);
+            let max_bytes = usize::try_from(max).unwrap_or(usize::MAX).saturating_mul(BYTES_PER_TOKEN);
+            if text.len() > max_bytes {
+                text.truncate(text.floor_char_boundary(max_bytes));
                 tool_calls.clear();
                 finish_reason = "length";
             }
         }
-        let completion = content.as_deref().map_or(0, char_count)
-            + tool_calls
-                .iter()
-                .map(|c| char_count(&c.function.name) + char_count(&c.function.arguments))
-                .sum::<usize>();
-        let prompt_tokens = token_count(prompt_chars(request));
+        let completion = content.as_deref().map_or(0, str::len)
+            + tool_calls.iter().map(|c| c.function.name.len() + c.function.arguments.len()).sum::<usize>();
+        let prompt_tokens = token_count(prompt_bytes(request));
         let completion_tokens = token_count(completion);
         Ok(LlmResponse {
             model: OFFLINE_MODEL.to_owned(),
@@ -187,10 +186,10 @@ impl Provider for OfflineProvider {
     }
 }
 
-/// The offline model's token count for `chars` characters: a quarter,
+/// The offline model's token count for `bytes` bytes of UTF-8: a quarter,
 /// rounded up.
-pub fn token_count(chars: usize) -> usize {
-    chars.div_ceil(CHARS_PER_TOKEN)
+pub fn token_count(bytes: usize) -> usize {
+    bytes.div_ceil(BYTES_PER_TOKEN)
 }
 
 /// What the model decided to say, before ids and limits.
@@ -520,46 +519,45 @@ fn mix(mut h: u64) -> u64 {
     h ^ (h >> 33)
 }
 
-fn char_count(text: &str) -> usize {
-    text.chars().count()
-}
-
-/// The characters of `content`'s text (see [`subs_protocol::Content::text`]:
-/// its text parts joined by newlines), counted without joining them.
-fn text_chars(content: Option<&subs_protocol::Content>) -> usize {
+/// The bytes of `content`'s text (see [`subs_protocol::Content::text`]: its
+/// text parts joined by newlines), counted without joining them.
+fn text_bytes(content: Option<&subs_protocol::Content>) -> usize {
     match content {
         None => 0,
-        Some(subs_protocol::Content::Text(text)) => char_count(text),
+        Some(subs_protocol::Content::Text(text)) => text.len(),
         Some(subs_protocol::Content::Parts(parts)) => {
             let texts = parts.iter().filter_map(|p| match p {
-                subs_protocol::ContentPart::Text { text } => Some(char_count(text)),
+                subs_protocol::ContentPart::Text { text } => Some(text.len()),
                 _ => None,
             });
-            let (chars, count) = texts.fold((0_usize, 0_usize), |(chars, count), n| (chars + n, count + 1));
-            chars + count.saturating_sub(1)
+            let (bytes, count) = texts.fold((0_usize, 0_usize), |(bytes, count), n| (bytes + n, count + 1));
+            bytes + count.saturating_sub(1)
         }
     }
 }
 
-fn prompt_chars(request: &LlmRequest) -> usize {
+/// The prompt's bytes: each message's text and tool calls, then the
+/// offered tools. A message's count is its strings' lengths, read without
+/// reading the strings.
+fn prompt_bytes(request: &LlmRequest) -> usize {
     let messages: usize = request
         .messages
         .iter()
         .map(|m| {
-            text_chars(m.content())
+            text_bytes(m.content())
                 + m.tool_calls()
                     .into_iter()
                     .flatten()
-                    .map(|c| char_count(&c.function.name) + char_count(&c.function.arguments))
+                    .map(|c| c.function.name.len() + c.function.arguments.len())
                     .sum::<usize>()
         })
         .sum();
-    let schema_chars = |schema: &Option<Value>| schema.as_ref().map_or(0, |s| char_count(&s.to_string()));
+    let schema_bytes = |schema: &Option<Value>| schema.as_ref().map_or(0, |s| s.to_string().len());
     let tools: usize = request
         .tools
         .iter()
         .flatten()
-        .map(|t| char_count(&t.name) + char_count(&t.description) + schema_chars(&t.input) + schema_chars(&t.output))
+        .map(|t| t.name.len() + t.description.len() + schema_bytes(&t.input) + schema_bytes(&t.output))
         .sum();
     messages + tools
 }
@@ -825,8 +823,8 @@ mod tests {
             Some(Content::Parts(vec![image.clone()])),
             Some(Content::Parts(vec![text("ab"), image, text("çd"), text("")])),
         ] {
-            let joined = content.as_ref().map_or(0, |c| char_count(&c.text()));
-            assert_eq!(text_chars(content.as_ref()), joined, "{content:?}");
+            let joined = content.as_ref().map_or(0, |c| c.text().len());
+            assert_eq!(text_bytes(content.as_ref()), joined, "{content:?}");
         }
     }
 
@@ -862,9 +860,9 @@ mod tests {
     }
 
     #[test]
-    fn usage_counts_a_quarter_token_per_character() {
+    fn usage_counts_a_quarter_token_per_byte() {
         let response = ask("hello", &[]);
-        // "be brief" (8) + "hello" (5) = 13 chars → 4; "You said: hello" (15) → 4.
+        // "be brief" (8) + "hello" (5) = 13 bytes → 4; "You said: hello" (15) → 4.
         assert_eq!(response.usage, Some(json!({"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8})));
         let response = ask("use tool add", &["add"]);
         // 8 + 12 + "add" + "the add tool" = 35 → 9; "add" + "{}" = 5 → 2.
@@ -882,6 +880,16 @@ mod tests {
 
         req.max_completion_tokens = Some(100);
         assert_eq!(OfflineProvider.answer(&req).unwrap().finish_reason.as_deref(), Some("stop"));
+
+        // 12 bytes end inside the `é`: the cut is at the character before.
+        let mut req = request(vec![DraftMessage::user("aéé")], &[]);
+        req.max_completion_tokens = Some(3);
+        let response = OfflineProvider.answer(&req).unwrap();
+        assert_eq!(response.content.as_deref(), Some("You said: a"));
+        assert_eq!(response.usage.unwrap()["completion_tokens"], 3);
+        // "aéé" is 5 bytes (3 characters): 2 tokens.
+        req.max_completion_tokens = None;
+        assert_eq!(OfflineProvider.answer(&req).unwrap().usage.unwrap()["prompt_tokens"], 2);
     }
 
     #[test]
