@@ -6,6 +6,9 @@
 use serde_json::Value;
 use xtask::generated_files;
 
+mod support;
+use support::{declaration, file};
+
 /// The field as it would be written on `trigger::ToolExecute`.
 #[derive(serde::Serialize, schemars::JsonSchema)]
 #[allow(dead_code)]
@@ -13,17 +16,6 @@ struct WithPriority {
     /// How urgent the call is (0 the most).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     priority: Option<u32>,
-}
-
-fn file<'a>(files: &'a [(&str, String)], path: &str) -> &'a str {
-    files.iter().find(|(p, _)| *p == path).map(|(_, text)| text.as_str()).unwrap_or_else(|| panic!("no {path}"))
-}
-
-/// The text of the declaration that starts with `start`, up to `end`.
-fn declaration<'a>(text: &'a str, start: &str, end: &str) -> &'a str {
-    let at = text.find(start).unwrap_or_else(|| panic!("no `{start}` in:\n{text}"));
-    let rest = &text[at..];
-    &rest[..rest.find(end).unwrap_or(rest.len())]
 }
 
 #[test]

@@ -21,21 +21,8 @@ const REFUND: &str = r#"use tool refund with {"order_id": "A1", "amount": 5}"#;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_typescript_sdk_calls_agents_through_their_mcp_endpoints() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), "127.0.0.1:0", &[]);
+    let (_dir, server, summary) = run_client("run.mjs").await;
     let url = server.url.clone();
-    for (agent, component) in [("echo", guests::PASSTHROUGH), ("approver", guests::APPROVER_RS)] {
-        let put = output(&["agents", "put", agent, component, "--server", &url]);
-        assert_eq!(put.code, Some(0), "{agent}: {}", put.stderr);
-    }
-
-    let client = subs_tests::node::client("mcp");
-    let args = [url.as_str(), "echo", "approver", REFUND];
-    let run = subs_tests::node::run(&client, "run.mjs", &args);
-    let output = tokio::time::timeout(Duration::from_secs(120), run).await.expect("the MCP client finishes");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{e}: the client printed {stdout}"));
 
     // A turn's reply: one tool named after the agent, the reply as text,
     // the session in `_meta`, and a progress notification per step.
@@ -115,6 +102,26 @@ fn tool_results(view: &Value) -> Vec<&str> {
         .collect()
 }
 
+/// Starts `subs serve` with the `echo` (passthrough) and `approver`
+/// agents and runs the Node MCP client `script` against them; its summary
+/// is the last line it prints.
+async fn run_client(script: &str) -> (tempfile::TempDir, Server, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), "127.0.0.1:0", &[]);
+    for (agent, component) in [("echo", guests::PASSTHROUGH), ("approver", guests::APPROVER_RS)] {
+        let put = output(&["agents", "put", agent, component, "--server", &server.url]);
+        assert_eq!(put.code, Some(0), "{agent}: {}", put.stderr);
+    }
+    let client = subs_tests::node::client("mcp");
+    let args = [server.url.as_str(), "echo", "approver", REFUND];
+    let run = subs_tests::node::run(&client, script, &args);
+    let output = tokio::time::timeout(Duration::from_secs(120), run).await.expect("the MCP client finishes");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: the client printed {stdout}"));
+    (dir, server, summary)
+}
+
 async fn snapshot(url: &str, session: &str) -> Value {
     let response = http().get(format!("{url}/v1/sessions/{session}")).send().await.unwrap();
     assert_eq!(response.status(), 200, "session {session}");
@@ -155,21 +162,8 @@ async fn events(url: &str, session: &str) -> String {
 /// capability a second call naming the session answers it.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_typescript_sdk_calls_agents_statelessly() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), "127.0.0.1:0", &[]);
+    let (_dir, server, summary) = run_client("run-modern.mjs").await;
     let url = server.url.clone();
-    for (agent, component) in [("echo", guests::PASSTHROUGH), ("approver", guests::APPROVER_RS)] {
-        let put = output(&["agents", "put", agent, component, "--server", &url]);
-        assert_eq!(put.code, Some(0), "{agent}: {}", put.stderr);
-    }
-
-    let client = subs_tests::node::client("mcp");
-    let args = [url.as_str(), "echo", "approver", REFUND];
-    let run = subs_tests::node::run(&client, "run-modern.mjs", &args);
-    let output = tokio::time::timeout(Duration::from_secs(120), run).await.expect("the MCP client finishes");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{e}: the client printed {stdout}"));
 
     let discover = &summary["discover"];
     assert_eq!((discover["era"].as_str(), discover["protocol"].as_str()), (Some("modern"), Some("2026-07-28")));

@@ -294,6 +294,15 @@ async fn a_server_at_a_forbidden_host_is_refused_before_any_connection() {
     assert_eq!((status, body["field"].as_str()), (400, Some("name")), "{body}");
 }
 
+/// Serves `app` on a loopback port for as long as the test runs; the URL
+/// of its `/mcp` route.
+async fn serve_mcp(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}/mcp")
+}
+
 /// An MCP server that answers `initialize` and `tools/list` properly and
 /// `tools/call` with `call` (a body), as `content_type`.
 async fn broken_server(call: &'static str, content_type: &'static str) -> String {
@@ -315,11 +324,7 @@ async fn broken_server(call: &'static str, content_type: &'static str) -> String
         };
         axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
     };
-    let app = axum::Router::new().route("/mcp", axum::routing::post(handler));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/mcp")
+    serve_mcp(axum::Router::new().route("/mcp", axum::routing::post(handler))).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -610,11 +615,7 @@ async fn header_server() -> (String, Seen) {
             axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
         }
     };
-    let app = axum::Router::new().route("/mcp", axum::routing::post(handler));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/mcp"), seen)
+    (serve_mcp(axum::Router::new().route("/mcp", axum::routing::post(handler))).await, seen)
 }
 
 /// A modern server refusing a call's mirrored headers (-32020) gets the
@@ -710,11 +711,7 @@ async fn asking_server(modern: bool) -> (String, Seen) {
             axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
         }
     };
-    let app = axum::Router::new().route("/mcp", axum::routing::post(handler));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}/mcp"), seen)
+    (serve_mcp(axum::Router::new().route("/mcp", axum::routing::post(handler))).await, seen)
 }
 
 /// The engine's client declares no client capability: a legacy server's
