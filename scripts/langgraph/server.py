@@ -2,8 +2,11 @@
 
 One process, one event loop (uvloop), uvicorn + httptools + Starlette. Each
 request runs LangGraph's standard ReAct agent for one turn of a thread, with an
-AsyncSqliteSaver checkpointer (WAL, synchronous=FULL) and a scripted offline
-chat model that follows the rules of subs' offline model. See README.md.
+AsyncSqliteSaver checkpointer (WAL, synchronous=FULL) written with
+`durability="sync"` (each step's checkpoint is written before the next step
+runs, as subs commits each step before acting on it; LangGraph's default,
+"async", writes it while the next step runs) and a scripted offline chat
+model that follows the rules of subs' offline model. See README.md.
 
     python server.py --db PATH [--host 127.0.0.1] [--port 0]
                      [--agent create_agent|create_react_agent]
@@ -431,6 +434,7 @@ def make_app(agent) -> Starlette:
                     {"messages": [HumanMessage(content=text)]},
                     config,
                     stream_mode=["messages", "updates"],
+                    durability="sync",
                 ):
                     if mode == "messages":
                         message, meta = item
