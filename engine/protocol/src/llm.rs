@@ -47,16 +47,15 @@ pub struct LlmMessages {
     /// The messages before the shared ones (the system prompt), or all of
     /// them.
     own: Vec<DraftMessage>,
-    /// The first `n` messages of a shared path, after `own`.
-    shared: Option<(Arc<Vec<SharedMessage>>, usize)>,
+    /// A shared path, after `own`.
+    shared: Option<Arc<Vec<SharedMessage>>>,
 }
 
 impl LlmMessages {
-    /// `own`, then the first `n` messages of `path` (all of it, when `n`
-    /// is past its end), shared with whatever else holds `path`.
-    pub fn shared(own: Vec<DraftMessage>, path: Arc<Vec<SharedMessage>>, n: usize) -> Self {
-        let n = n.min(path.len());
-        Self { own, shared: Some((path, n)) }
+    /// `own`, then the messages of `path`, shared with whatever else holds
+    /// `path`.
+    pub fn shared(own: Vec<DraftMessage>, path: Arc<Vec<SharedMessage>>) -> Self {
+        Self { own, shared: Some(path) }
     }
 
     /// How many messages the conversation has.
@@ -108,7 +107,7 @@ impl LlmMessages {
     }
 
     fn shared_part(&self) -> &[SharedMessage] {
-        self.shared.as_ref().map_or(&[], |(path, n)| &path[..*n])
+        self.shared.as_deref().map_or(&[], Vec::as_slice)
     }
 }
 
@@ -482,8 +481,8 @@ mod tests {
 
     #[test]
     fn a_shared_conversation_reads_and_writes_as_its_drafts() {
-        let path = Arc::new(vec![recorded("a", "one"), recorded("b", "two"), recorded("c", "three")]);
-        let shared = LlmMessages::shared(vec![DraftMessage::system("be brief")], path.clone(), 2);
+        let path = Arc::new(vec![recorded("a", "one"), recorded("b", "two")]);
+        let shared = LlmMessages::shared(vec![DraftMessage::system("be brief")], path.clone());
         let drafts: Vec<DraftMessage> = vec![
             DraftMessage::system("be brief"),
             DraftMessage::assistant("one").with_id("a"),
@@ -508,7 +507,7 @@ mod tests {
         let mut longer = shared.clone();
         longer.push(DraftMessage::user("more"));
         assert_eq!(longer.len(), 4);
-        assert_eq!(path.len(), 3);
+        assert_eq!(path.len(), 2);
         assert_eq!(longer.into_iter().collect::<Vec<_>>()[..3], drafts[..]);
     }
 }

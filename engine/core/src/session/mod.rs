@@ -643,9 +643,7 @@ impl Session {
                 if anchor == self.record.head_id.as_deref() {
                     // The branch decisions are handed, shared: the call
                     // copies none of its messages.
-                    let (path, _) = self.tree.shared_branch(anchor);
-                    let len = path.len();
-                    LlmMessages::shared(system, path, len)
+                    LlmMessages::shared(system, self.tree.shared_branch(anchor).0)
                 } else {
                     let path = self.tree.path(anchor).into_iter().map(|m| m.clone().into());
                     system.into_iter().chain(path).collect()
