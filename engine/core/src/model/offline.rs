@@ -81,9 +81,10 @@
 //!   the offered tools (names, descriptions, schemas as JSON text); the
 //!   completion is the reply text and its tool calls. `cost` is `"0"`.
 //! - `max_completion_tokens` cuts the reply text to that many tokens
-//!   (4 bytes each, at the last character that fits) with `finish_reason: "length"`; tool calls that
-//!   would follow a cut text are dropped, but tool calls themselves are
-//!   never cut (half a call cannot be run).
+//!   (4 bytes each, at the last character that fits) with
+//!   `finish_reason: "length"`; tool calls that would follow a cut text
+//!   are dropped, but tool calls themselves are never cut (half a call
+//!   cannot be run).
 //! - The provider serves one model, `offline`; any other name is a
 //!   not-retryable `provider_error`. `temperature` and `reasoning` are
 //!   ignored.
