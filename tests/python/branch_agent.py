@@ -12,24 +12,47 @@ read the path whole (``whole``: it must not), and the tree (``tree``: each
 node's id and parent id). ``state.path`` is every id of the path read whole,
 when the client asked for it (``client.action`` named ``whole``).
 
+``state.view`` reports what it read of a ``client.messages`` trigger's view
+(its leading messages shared with the branch): ``len``, ``new_from``, the
+``first`` and ``last`` messages, the ``new`` ones (from ``new_from`` on),
+whether that read the view whole (``whole``: it must not), then every id of
+the view read whole (``ids``). Other triggers carry the previous
+``state.view`` over.
+
 It keeps each decision's branch in a global. When one instance is asked
 again (the engine never does; a test of the host does), it reads the kept
 branch first: that read must fail, as the branch belongs to a decision that
 is over, and the failure fails the decision."""
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 
 import subs_sdk
-from subs_sdk import ClientAction, DecisionRequest, DecisionResponse, Message, Messages
+from subs_sdk import ClientAction, ClientMessages, DecisionRequest, DecisionResponse, DraftMessage, Message, Messages
 
 # The branch of this instance's previous decision.
 KEPT: Optional[Messages] = None
 
 
-def summary(message: Optional[Message]) -> Any:
+def summary(message: Union[Message, DraftMessage, None]) -> Any:
     if message is None:
         return None
     return {"id": message.id, "role": message.role, "text": message.text()}
+
+
+def read_view(trigger: ClientMessages) -> Dict[str, Any]:
+    view = trigger.messages
+    n = len(view)
+    out: Dict[str, Any] = {
+        "len": n,
+        "new_from": trigger.new_from,
+        "first": summary(view[0]) if n else None,
+        "last": summary(view[n - 1]) if n else None,
+        "new": [summary(m) for m in view[trigger.new_from :]],
+    }
+    # None of the reads above read the view whole; the ids below do.
+    out["whole"] = view.is_read
+    out["ids"] = [m.id for m in view]
+    return out
 
 
 class BranchReader(subs_sdk.Agent):
@@ -58,6 +81,11 @@ class BranchReader(subs_sdk.Agent):
         trigger = request.trigger
         if isinstance(trigger, ClientAction) and trigger.name == "whole":
             state["path"] = [m.id for m in messages]
+        if isinstance(trigger, ClientMessages):
+            state["view"] = read_view(trigger)
+        else:
+            previous = request.state if isinstance(request.state, dict) else {}
+            state["view"] = previous.get("view")
         decision = request.proposed
         decision.state = state
         return decision

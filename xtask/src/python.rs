@@ -9,8 +9,8 @@
 //! the SDK gives some required fields so values are easy to build
 //! (`ToolExecute.attempt = 1`), and the fields whose value the SDK hands
 //! agents as a class of its own rather than the wire's shape (a request's
-//! `messages`, a list on the wire, is the lazy `Messages` of `branch.py`);
-//! none changes the wire.
+//! `messages`, a list on the wire, is the lazy `Messages` of `branch.py`,
+//! a `client.messages` trigger's its `ClientView`); none changes the wire.
 
 use std::fmt::Write as _;
 
@@ -23,6 +23,7 @@ pub const PATH: &str = "guest-sdk/python/src/subs_sdk/_protocol_types.py";
 const MIXINS: &[(&str, &str)] = &[
     ("Action", "_ActionMethods"),
     ("AgentConfig", "_AgentConfigMethods"),
+    ("ClientMessages", "_ClientMessagesMethods"),
     ("DecisionRequest", "_DecisionRequestMethods"),
     ("DecisionResponse", "_DecisionResponseMethods"),
     ("DraftMessage", "_DraftMessageMethods"),
@@ -38,6 +39,9 @@ const FIELD_TYPES: &[(&str, &str, &str)] = &[
     // The branch: read on demand in a component, held otherwise; a
     // `Messages` whichever way the request was made (its `__post_init__`).
     ("DecisionRequest", "messages", "Messages"),
+    // The client's view, whose leading messages a component's branch
+    // holds: a `ClientView` whichever way the trigger was made.
+    ("ClientMessages", "messages", "ClientView"),
 ];
 
 /// Defaults of required fields, as Python expressions; `[]` and a call
@@ -82,7 +86,7 @@ pub fn render(model: &Model) -> String {
          from __future__ import annotations\n\n\
          from dataclasses import dataclass, field\n\
          from typing import Any, ClassVar, Dict, FrozenSet, List, Literal, Optional, Tuple, Union\n\n\
-         from .branch import Messages\n\
+         from .branch import ClientView, Messages\n\
          from ._protocol_base import (\n    _Tagged,\n",
     );
     for (_, mixin) in MIXINS {

@@ -13,7 +13,7 @@ from wit_world.imports import subs_agent_types as w
 from subs_sdk import protocol as p
 from subs_sdk import wit
 from subs_sdk.agent import Agent
-from subs_sdk.branch import BranchError, Messages
+from subs_sdk.branch import BranchError, ClientView, Messages
 from subs_sdk.component import decide_wit
 from subs_sdk.testing import RecordingHost
 
@@ -173,6 +173,163 @@ class LazyMessages(unittest.TestCase):
         with self.assertRaises(BranchError) as e:
             len(messages)
         self.assertIn("decision that is over", str(e.exception))
+
+
+def draft(i):
+    """The draft a view holds of ``message(i)``, or of a new message."""
+    return p.DraftMessage(id=f"m{i}", role="user" if i % 2 == 0 else "assistant", content=f"text {i}")
+
+
+def client_messages(resource, shared, rest, new_from):
+    """A ``client.messages`` request of subs:agent@0.2.0 whose view is the
+    branch's first ``shared`` messages, then ``rest``."""
+    request = wit.to_wit(p.DecisionRequest(trigger=p.SessionStart()), w)
+    fields = dict(vars(request))
+    del fields["messages"], fields["message_tree"]
+    fields["trigger"] = wb.Trigger_ClientMessages(wb.ClientMessagesTrigger(
+        shared=shared,
+        rest=[wit.to_wit(m, w) for m in rest],
+        new_from=new_from,
+        client=wit.to_wit(p.ClientContext(state={"k": 1}), w),
+    ))
+    return wit.request_from_branch_wit(wb.DecisionRequest(**fields), resource)
+
+
+class ClientViews(unittest.TestCase):
+    """A ``client.messages`` trigger's view in a component built against
+    0.2.0: the branch's first ``shared`` messages, then the rest."""
+
+    def view(self, branch=10, shared=8, rest=(8, 9)):
+        resource = FakeResource([message(i) for i in range(branch)])
+        request = client_messages(resource, shared, [draft(i) for i in rest], new_from=shared)
+        return request, request.trigger.messages, resource
+
+    def test_the_view_reads_the_branch_only_for_indexes_below_shared(self):
+        request, view, resource = self.view()
+        self.assertIsInstance(view, ClientView)
+        self.assertEqual(len(view), 10)
+        self.assertEqual(view[-1], draft(9))
+        self.assertEqual(view[8], draft(8))
+        self.assertEqual(view.last(2), [draft(8), draft(9)])
+        self.assertEqual(resource.calls, [], "the rest is the trigger's own")
+        self.assertEqual(view[3], draft(3))
+        self.assertIsInstance(view[3], p.DraftMessage)
+        self.assertEqual(resource.calls, ["len", "get 3"])
+        self.assertEqual(request.messages[3], message(3), "read once, for both")
+        self.assertEqual(view[6:9], [draft(6), draft(7), draft(8)])
+        self.assertEqual(view[-5:-3], [draft(5), draft(6)])
+        self.assertEqual(resource.calls, ["len", "get 3", "range 6..8", "range 5..7"])
+        self.assertFalse(view.is_read)
+        self.assertFalse(request.messages.is_read)
+
+    def test_a_new_from_slice_reads_nothing_of_the_branch_when_shared_is_new_from(self):
+        request, view, resource = self.view(branch=4000, shared=4000, rest=(4000, 4001))
+        trigger = request.trigger
+        self.assertEqual(view[trigger.new_from:], [draft(4000), draft(4001)])
+        self.assertEqual([m.text() for m in view[trigger.new_from:]], ["text 4000", "text 4001"])
+        self.assertEqual(len(view), 4002)
+        self.assertTrue(view)
+        self.assertEqual(resource.calls, [])
+        self.assertFalse(view.is_read)
+
+    def test_iterated_the_view_is_the_whole_view_read_once(self):
+        request, view, resource = self.view()
+        whole = [draft(i) for i in range(10)]
+        self.assertEqual(list(view), whole)
+        self.assertEqual([m.id for m in view], [f"m{i}" for i in range(10)])
+        self.assertEqual(view, whole)
+        self.assertTrue(view.is_read)
+        self.assertEqual(view[2], draft(2))
+        self.assertEqual(resource.calls, ["len", "range 0..8"])
+        # As JSON, the trigger of 0.1.0: the whole view, no `shared`.
+        self.assertEqual(p.to_value(request.trigger), {
+            "type": "client.messages",
+            "messages": p.to_value(whole),
+            "new_from": 8,
+            "client": {"state": {"k": 1}},
+        })
+        self.assertFalse(request.messages.is_read, "the branch's first messages, read as a slice")
+
+    def test_json_of_the_trigger_reads_the_branch_once(self):
+        request, view, resource = self.view(branch=3, shared=3, rest=(3,))
+        self.assertEqual(p.to_value(request.trigger)["messages"], p.to_value([draft(i) for i in range(4)]))
+        self.assertEqual(p.to_value(request.trigger)["messages"], p.to_value([draft(i) for i in range(4)]))
+        self.assertEqual(resource.calls, ["len", "range 0..3"])
+
+    def test_position_and_after_ask_the_branch_only_for_its_part(self):
+        request, view, resource = self.view()
+        self.assertEqual(view.position("m2"), 2)
+        self.assertEqual(view.position("m9"), 9)
+        self.assertIsNone(view.position("nope"))
+        self.assertEqual(view.after("m7"), [draft(8), draft(9)])
+        self.assertEqual(view.after("m5"), [draft(i) for i in range(6, 10)])
+        self.assertEqual(resource.calls, [
+            "position m2", "position m9", "position nope", "position m7", "position m5", "len", "range 6..8",
+        ])
+
+    def test_a_message_the_branch_holds_past_shared_is_found_in_the_rest(self):
+        # The new messages are on the branch too, after the shared ones.
+        request, view, resource = self.view(branch=10, shared=8, rest=(8, 9))
+        self.assertEqual(view.position("m8"), 8)
+        self.assertEqual(view.after("m8"), [draft(9)])
+
+    def test_a_view_sharing_nothing_holds_its_messages(self):
+        request, view, resource = self.view(branch=3, shared=0, rest=(0, 1))
+        self.assertTrue(view.is_read)
+        self.assertEqual(view, [draft(0), draft(1)])
+        self.assertEqual(resource.calls, [])
+
+    def test_a_view_kept_past_its_decision_raises_branch_error(self):
+        request, view, resource = self.view()
+        resource.live = False
+        self.assertEqual(view[-1], draft(9), "the rest is held")
+        with self.assertRaises(BranchError) as e:
+            view[0]
+        self.assertIn("decision that is over", str(e.exception))
+        with self.assertRaises(BranchError):
+            list(view)
+
+    def test_changing_the_view_reads_it_first(self):
+        request, view, resource = self.view(branch=3, shared=2, rest=(2,))
+        view.append(draft(7))
+        self.assertEqual(view, [draft(0), draft(1), draft(2), draft(7)])
+        self.assertEqual(resource.calls, ["len", "range 0..2"])
+
+    def test_an_agent_reading_the_new_messages_reads_nothing_of_the_branch(self):
+        class New(Agent):
+            def decide(self, request, ctx):
+                trigger = request.trigger
+                assert isinstance(trigger, p.ClientMessages)
+                new = trigger.messages[trigger.new_from:]
+                return p.DecisionResponse(state={"len": len(trigger.messages), "new": [m.text() for m in new]})
+
+        resource = FakeResource([message(i) for i in range(4000)])
+        request = wit.to_wit(p.DecisionRequest(trigger=p.SessionStart()), w)
+        fields = dict(vars(request))
+        del fields["messages"], fields["message_tree"]
+        fields["trigger"] = wb.Trigger_ClientMessages(wb.ClientMessagesTrigger(
+            shared=3999, rest=[wit.to_wit(draft(3999), w)], new_from=3999, client=wit.to_wit(p.ClientContext(), w)))
+        decision = decide_wit(New(), wb.DecisionRequest(**fields), RecordingHost(), w, messages=resource)
+        self.assertEqual(wit.from_wit(p.DecisionResponse, decision).state, {"len": 4000, "new": ["text 3999"]})
+        self.assertEqual(resource.calls, [])
+
+
+class HeldViews(unittest.TestCase):
+    def test_a_trigger_made_in_a_test_from_json_or_from_0_1_0_holds_a_view(self):
+        drafts = [draft(0), p.DraftMessage.user("hi")]
+        as_json = {"type": "client.messages", "messages": p.to_value(drafts), "new_from": 1, "client": {}}
+        for trigger in (
+            p.ClientMessages(messages=list(drafts), new_from=1),
+            p.from_json(p.Trigger, as_json),
+            wit.from_wit(p.Trigger, wit.to_wit(p.ClientMessages(messages=list(drafts), new_from=1), w)),
+        ):
+            self.assertIsInstance(trigger.messages, ClientView)
+            self.assertTrue(trigger.messages.is_read)
+            self.assertEqual(trigger.messages, drafts)
+            self.assertEqual(trigger.messages[trigger.new_from:], drafts[1:])
+            self.assertEqual(p.to_value(trigger), as_json)
+            self.assertEqual(p.to_value(trigger.messages), as_json["messages"])
+            self.assertEqual(p.jsonable({"view": trigger.messages}), {"view": as_json["messages"]})
 
 
 class HeldMessages(unittest.TestCase):

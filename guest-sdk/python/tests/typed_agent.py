@@ -145,6 +145,23 @@ def from_an_http_worker(body: str) -> str:
 DecisionRequest(trigger=SessionStart(), messages=subs_sdk.Messages([subs_sdk.Message(id="m1", role="user", content="hi")]))
 
 
+# A `client.messages` trigger's view: a `ClientView` of drafts, read on
+# demand in a component, held otherwise.
+def new_text(request: DecisionRequest) -> str:
+    trigger = request.trigger
+    if not isinstance(trigger, subs_sdk.ClientMessages):
+        return ""
+    assert_type(trigger.messages, subs_sdk.ClientView)
+    assert_type(trigger.messages[-1], subs_sdk.DraftMessage)
+    assert_type(trigger.messages[trigger.new_from :], list[subs_sdk.DraftMessage])
+    assert_type(trigger.messages.is_read, bool)
+    trigger.messages.tree  # type: ignore[attr-defined]
+    return " ".join(m.text() for m in trigger.messages[trigger.new_from :])
+
+
+subs_sdk.ClientMessages(messages=subs_sdk.ClientView([subs_sdk.DraftMessage.user("hi")]), new_from=0)
+
+
 # `Messages.of` gives the same (and wraps a list set on a request later).
 def newest_text(request: DecisionRequest) -> str:
     messages = subs_sdk.Messages.of(request)

@@ -32,7 +32,7 @@ imports the bindings only where they exist: agents are unit tested natively.
 """
 
 from .agent import Agent, Context, DecideError, Host, Level
-from .branch import BranchError, Messages, MessageSource
+from .branch import BranchError, ClientView, Messages, MessageSource
 from .component import export
 from .protocol import (
     ProtocolError,
@@ -172,7 +172,7 @@ message_send = Action.message_send
 
 # Static, so that type checkers see every name as exported.
 __all__ = [
-    "Agent", "Context", "DecideError", "Host", "Level", "Messages", "MessageSource", "BranchError", "export", "RecordingHost", "tool_execute", "Tool",
+    "Agent", "Context", "DecideError", "Host", "Level", "Messages", "MessageSource", "ClientView", "BranchError", "export", "RecordingHost", "tool_execute", "Tool",
     "ToolRouter", "ToolContext", "ArgumentError", "APPROVALS_STATE_KEY", "schema_of", "tool", "spawn", "approval", "llm_call", "tool_call", "tool_result", "tool_error", "llm_result",
     "llm_error", "interrupt", "done", "done_with", "sub_agent_spawn", "message_send", "ProtocolError",
     "from_json", "to_json", "to_value", "js_number", "jsonable", "parse_json", "dump_json", "Role", "Handler",

@@ -367,6 +367,20 @@ class _DecisionResponseMethods:
         return self.with_message(message).with_action(Action.spawn(session_id, agent_id, call_id))
 
 
+class _ClientMessagesMethods:
+    """A ``client.messages`` trigger's view is a :class:`ClientView`
+    however the trigger was made."""
+
+    def __post_init__(self) -> None:
+        # From JSON or in a test the view comes as a list: held, so that
+        # agent code reads it as it reads a component's (`is_read` too).
+        from .branch import ClientView
+
+        messages = self.__dict__.get("messages")
+        if not isinstance(messages, ClientView):
+            self.__dict__["messages"] = ClientView(messages or [])
+
+
 class _DecisionRequestMethods:
     """The defaults make a minimal request (a new session, first delivery)
     for tests: ``DecisionRequest(trigger=SessionStart())``."""

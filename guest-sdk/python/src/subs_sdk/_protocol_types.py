@@ -8,11 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, FrozenSet, List, Literal, Optional, Tuple, Union
 
-from .branch import Messages
+from .branch import ClientView, Messages
 from ._protocol_base import (
     _Tagged,
     _ActionMethods,
     _AgentConfigMethods,
+    _ClientMessagesMethods,
     _DecisionRequestMethods,
     _DecisionResponseMethods,
     _DraftMessageMethods,
@@ -242,12 +243,12 @@ class ClientContext:
 
 
 @dataclass(kw_only=True)
-class ClientMessages(Trigger):
+class ClientMessages(Trigger, _ClientMessagesMethods):
     """`client.messages`: the client's full view of the conversation."""
 
     _TAG = "client.messages"
     #: The client's whole conversation.
-    messages: List[DraftMessage]
+    messages: ClientView
     #: Index of the first new message.
     new_from: int
     #: What the client adds: its own tools, context, state.

@@ -140,10 +140,11 @@ def _warm_up(w: Any) -> None:
             },
             "ancestry": [], "attempts": 1, "deadline": None, "turn_id": "t",
         }
-        triggers = [
+        triggers: List[Dict[str, Any]] = [
             {"type": "session.start"},
             {"type": "tool.execute", "id": "call_1", "name": "f", "arguments": "{}",
              "input": {"status": "valid", "value": {"a": 1}}, "attempt": 1},
+            {"type": "client.messages", "messages": messages, "new_from": 5, "client": {}},
         ]
         decision = DecisionResponse(state={"n": 2}).with_action(ToolResult(result={"sum": 3}))
         try:  # the branch's record, when the component is built against 0.2.0
@@ -156,6 +157,11 @@ def _warm_up(w: Any) -> None:
             if branch is not None:
                 fields = dict(vars(request))
                 del fields["messages"], fields["message_tree"]
+                if trigger["type"] == "client.messages":
+                    # The branch's trigger: the view's first 5 messages shared.
+                    view = request.trigger.value
+                    fields["trigger"] = branch.Trigger_ClientMessages(branch.ClientMessagesTrigger(
+                        shared=5, rest=view.messages[5:], new_from=view.new_from, client=view.client))
                 without = branch.DecisionRequest(**fields)
             for _ in range(20):
                 wit.from_wit(DecisionRequest, request)

@@ -50,8 +50,8 @@ from ._protocol_base import APPROVAL_ARGUMENTS, APPROVAL_CALL_ID, APPROVAL_TOOL,
 from ._protocol_base import _Tagged as _Tagged  # the unions' base, for wit.py
 from . import _protocol_types
 from ._protocol_types import *  # noqa: F403 (every wire type, generated)
-from ._protocol_types import ContentPart, Message
-from .branch import Messages
+from ._protocol_types import ContentPart, DraftMessage, Message
+from .branch import ClientView, Messages
 
 # The wire types are generated from the Rust types (`cargo xtask codegen`
 # writes _protocol_types.py); this module reads and writes them.
@@ -130,6 +130,10 @@ def _plan(cls: type) -> _Plan:
                 # The branch is a list on the wire; the request makes the
                 # list it is given a `Messages` (with its tree).
                 tp = List[Message]
+            elif tp is ClientView:
+                # Likewise a client's view, which the trigger makes a
+                # `ClientView`.
+                tp = List[DraftMessage]
             optional = get_origin(tp) is Union and _NONE in get_args(tp)
             plan.append((f.name, tp, optional, f.name in keep))
         _PLANS[cls] = plan
@@ -309,12 +313,13 @@ def js_number(x: float) -> Union[int, float]:
 
 def jsonable(value: Any) -> Any:
     """``value`` as plain JSON values: protocol types as their JSON,
-    other dataclasses as dicts, tuples as lists; the rest as it is."""
+    other dataclasses as dicts, tuples (and a branch or a client's view,
+    read whole) as lists; the rest as it is."""
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
     if isinstance(value, dict):
         return {k: jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple, Messages, ClientView)):
         return [jsonable(v) for v in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         if type(value).__module__ in _PROTOCOL_MODULES:
@@ -361,8 +366,9 @@ def _encode(tp: Any, value: Any) -> Any:
 
 def to_value(value: Any) -> Any:
     """A protocol value as its JSON, in plain Python values (dicts in the
-    protocol's key order)."""
-    if isinstance(value, list):
+    protocol's key order); a branch or a client's view, read whole, as a
+    list."""
+    if isinstance(value, (list, Messages, ClientView)):
         return [to_value(v) for v in value]
     if not dataclasses.is_dataclass(value):
         return value

@@ -12,8 +12,10 @@ JSON differ are written out:
   ``content`` is ``Content_Text`` or ``Content_Parts``;
 - ``ToolCall.type`` is the WIT field ``kind``; ``tool.error`` and
   ``llm.error`` share the record ``call-error``; a ``client.messages`` trigger
-  is a ``client-messages-trigger``, a ``client.action`` one a
-  ``client-action-trigger``; ``WorkerIdentity.metadata`` is a list of pairs;
+  is a ``client-messages-trigger`` (``subs:agent/branch``'s sends its view's
+  leading messages as a count of the branch's: :func:`request_from_branch_wit`),
+  a ``client.action`` one a ``client-action-trigger``;
+  ``WorkerIdentity.metadata`` is a list of pairs;
 - an ``llm.execute`` request is ``standard(llm-request)`` when the typed
   record holds it exactly (and no ``format`` is set), else ``native(json)``;
   an ``llm.result`` response likewise;
@@ -31,7 +33,7 @@ import importlib
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, Union, get_args, get_origin
 
 from . import protocol as p
-from .branch import BranchError, Messages
+from .branch import BranchError, ClientView, Messages
 from .protocol import ProtocolError
 
 _NONE = type(None)
@@ -471,6 +473,10 @@ def _bad_index(node: int, field: str, what: str, index: int) -> ProtocolError:
     )
 
 
+def _view_from(value: Any, done: Dict[str, Any]) -> ClientView:
+    return ClientView(_drafts_from(value.messages))
+
+
 def _tree_from(value: Any, done: Dict[str, Any]) -> p.MessageTree:
     return tree_from_wit(value.message_tree, done["messages"])
 
@@ -509,14 +515,16 @@ _SPECIAL_FROM: Dict[Tuple[type, str], _SpecialFrom] = {
     (p.WorkerIdentity, "metadata"): _metadata_from,
     (p.LlmExecute, "request"): _request_body_from,
     (p.LlmResult, "response"): _response_body_from,
+    (p.ClientMessages, "messages"): _view_from,
     (p.DecisionRequest, "message_tree"): _tree_from,
 }
 
 
 # ---- subs:agent@0.2.0: the branch read on demand ---------------------------
 
-# `subs:agent/branch`'s `decision-request`: `types`' without the branch.
-_branch_request_from = _make_record_from(p.DecisionRequest, skip=("messages", "message_tree"))
+# `subs:agent/branch`'s `decision-request`: `types`' without the branch, its
+# trigger converted with the branch at hand (`_branch_trigger_from`).
+_branch_request_from = _make_record_from(p.DecisionRequest, skip=("messages", "message_tree", "trigger"))
 
 
 def request_from_branch_wit(value: Any, messages: Any) -> p.DecisionRequest:
@@ -524,10 +532,38 @@ def request_from_branch_wit(value: Any, messages: Any) -> p.DecisionRequest:
     and its ``messages`` resource: ``request.messages`` reads the branch
     from the resource as the agent's code asks (see
     :class:`~subs_sdk.branch.Messages`), ``request.message_tree`` the tree
-    when it is first asked for."""
+    when it is first asked for, and a ``client.messages`` trigger's view
+    its shared messages from ``request.messages``
+    (:class:`~subs_sdk.branch.ClientView`)."""
     request: p.DecisionRequest = _branch_request_from(value)
-    request.__dict__["messages"] = Messages.lazy(ResourceSource(messages))
+    branch = Messages.lazy(ResourceSource(messages))
+    request.__dict__["messages"] = branch
+    try:
+        request.__dict__["trigger"] = _branch_trigger_from(value.trigger, branch)
+    except ProtocolError as e:
+        raise e.in_field("trigger") from None
     return request
+
+
+def _branch_trigger_from(value: Any, branch: Messages) -> p.Trigger:
+    """A ``subs:agent/branch`` trigger: ``types``' but for
+    ``client.messages``, whose view is the branch's first ``shared``
+    messages, then ``rest``."""
+    if type(value).__name__ != "Trigger_ClientMessages":
+        trigger: p.Trigger = _trigger_from(value)
+        return trigger
+    v = value.value
+    try:
+        rest = _drafts_from(v.rest)
+    except ProtocolError as e:
+        raise e.in_field("messages") from None
+    try:
+        client = _client_from(v.client)
+    except ProtocolError as e:
+        raise e.in_field("client") from None
+    out: p.ClientMessages = object.__new__(p.ClientMessages)
+    out.__dict__.update(messages=ClientView.sharing(branch, v.shared, rest), new_from=v.new_from, client=client)
+    return out
 
 
 class ResourceSource:
@@ -582,6 +618,9 @@ class ResourceSource:
 
 _message_from: Callable[[Any], p.Message] = _from_conv(p.Message)
 _messages_from: Callable[[Any], List[p.Message]] = _from_conv(List[p.Message])
+_drafts_from: Callable[[Any], List[p.DraftMessage]] = _from_conv(List[p.DraftMessage])
+_trigger_from: Callable[[Any], Any] = _from_conv(p.Trigger)
+_client_from: Callable[[Any], p.ClientContext] = _from_conv(p.ClientContext)
 
 
 def _warm() -> None:

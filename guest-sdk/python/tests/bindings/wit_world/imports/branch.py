@@ -117,16 +117,84 @@ class Messages:
 
 
 @dataclass
+class ClientMessagesTrigger:
+    """
+    `client.messages` without the part of the client's view the branch
+    already holds: the view is the first `shared` messages of the
+    decision's active path (read through `messages`), then `rest`.
+    `new-from` indexes the whole view, as in `0.1.0`.
+    """
+    shared: int
+    rest: List[subs_agent_types.DraftMessage]
+    new_from: int
+    client: subs_agent_types.ClientContext
+
+
+@dataclass
+class Trigger_SessionStart:
+    pass
+
+
+@dataclass
+class Trigger_ClientMessages:
+    value: ClientMessagesTrigger
+
+
+@dataclass
+class Trigger_ClientAction:
+    value: subs_agent_types.ClientActionTrigger
+
+
+@dataclass
+class Trigger_ToolExecute:
+    value: subs_agent_types.ToolExecute
+
+
+@dataclass
+class Trigger_ToolFinished:
+    value: subs_agent_types.ToolFinished
+
+
+@dataclass
+class Trigger_LlmExecute:
+    value: subs_agent_types.LlmExecute
+
+
+@dataclass
+class Trigger_LlmFinished:
+    value: subs_agent_types.LlmFinished
+
+
+@dataclass
+class Trigger_SubAgentFinished:
+    value: subs_agent_types.SubAgentFinished
+
+
+@dataclass
+class Trigger_InterruptResumed:
+    value: subs_agent_types.InterruptResumed
+
+
+Trigger = Union[Trigger_SessionStart, Trigger_ClientMessages, Trigger_ClientAction, Trigger_ToolExecute, Trigger_ToolFinished, Trigger_LlmExecute, Trigger_LlmFinished, Trigger_SubAgentFinished, Trigger_InterruptResumed]
+"""
+Why the engine asks for a decision: `0.1.0`'s triggers, with
+`client.messages` sharing its view's leading messages with the
+branch.
+"""
+
+
+@dataclass
 class DecisionRequest:
     """
     What the engine asks an agent, without the branch: the fields of
-    `0.1.0`'s `decision-request` less `messages` and `message-tree`.
+    `0.1.0`'s `decision-request` less `messages` and `message-tree`,
+    with this version's `trigger`.
     """
     session_id: str
     decision_id: str
     agent_id: str
     identity: subs_agent_types.WorkerIdentity
-    trigger: subs_agent_types.Trigger
+    trigger: Trigger
     proposed: subs_agent_types.DecisionResponse
     state: str
     agent: Optional[subs_agent_types.AgentConfig]
