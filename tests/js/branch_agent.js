@@ -12,6 +12,13 @@
 // parent id). `state.path` is every id of the path read whole, when the
 // client asked for it (`client.action` named `whole`).
 //
+// `state.view` reports what it read of a `client.messages` trigger's view
+// (its leading messages shared with the branch): `len`, `new_from`, the
+// `first` and `last` messages, the `new` ones (from `new_from` on), whether
+// that read the view whole (`whole`: it must not), then every id of the
+// view read whole (`ids`). Other triggers carry the previous `state.view`
+// over.
+//
 // It keeps each decision's branch in a global. When one instance is asked
 // again (the engine never does; a test of the host does), it reads the kept
 // branch first: that read must fail, as the branch belongs to a decision
@@ -21,7 +28,23 @@ import { Agent, exportAgent, messageText, messagesOf } from '../../guest-sdk/js/
 // The branch of this instance's previous decision.
 let kept = null;
 
-const summary = (m) => (m === undefined ? null : { id: m.id, role: m.role, text: messageText(m) });
+const summary = (m) => (m === undefined ? null : { id: m.id ?? null, role: m.role, text: messageText(m) });
+
+function readView(trigger) {
+  const view = trigger.messages;
+  const n = view.length;
+  const out = {
+    len: n,
+    new_from: trigger.new_from,
+    first: n ? summary(view[0]) : null,
+    last: n ? summary(view[n - 1]) : null,
+    new: view.slice(trigger.new_from).map(summary),
+  };
+  // None of the reads above read the view whole; the ids below do.
+  out.whole = view.isRead;
+  out.ids = view.map((m) => m.id ?? null);
+  return out;
+}
 
 class BranchReader extends Agent {
   decide(request) {
@@ -49,6 +72,7 @@ class BranchReader extends Agent {
     if (request.trigger.type === 'client.action' && request.trigger.name === 'whole') {
       state.path = messages.map((m) => m.id);
     }
+    state.view = request.trigger.type === 'client.messages' ? readView(request.trigger) : (request.state?.view ?? null);
     return { ...request.proposed, state };
   }
 }

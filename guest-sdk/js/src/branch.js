@@ -24,6 +24,16 @@
 // reads only its trigger costs the same at the thousandth turn as at the
 // first. The resource is valid only during its decision: a `Messages` kept
 // past it (in a global) throws a BranchError when it needs to read.
+//
+// A `client.messages` trigger's `messages`, the client's view of the
+// conversation, is read the same way in such a component: the engine sends
+// its leading messages as a count (the first `shared` messages of the
+// branch) and only the rest as messages, and the view (`clientView`) reads
+// those leading messages through `request.messages` (so a message read
+// through either is read once). `length` costs nothing, an index or a
+// slice reads only the branch's messages it covers
+// (`slice(trigger.new_from)` usually none), and what reads an array whole
+// reads the view whole, once.
 
 /** The engine refused a read of the branch: its decision is over. */
 export class BranchError extends Error {
@@ -53,12 +63,60 @@ export function heldMessages(path, tree) {
 }
 
 /**
+ * A `client.messages` trigger's view: the first `shared` messages of
+ * `branch` (a `Messages`, which keeps what it reads), then `rest`, as an
+ * array-like `Messages` read on demand; held when nothing is shared.
+ * `shared` is not checked against the branch's length, which would read it.
+ */
+export function clientView(branch, shared, rest) {
+  if (!(shared > 0)) return heldMessages(rest, { nodes: [] });
+  return array(new Branch(viewSource(branch, shared, rest), null, { nodes: [] }));
+}
+
+/**
+ * A view's source: its first `shared` messages the branch's, copied (the
+ * view's are its own, as they are when it holds them all), then `rest`.
+ */
+function viewSource(branch, shared, rest) {
+  const len = shared + rest.length;
+  const draft = (m) => (m === undefined ? undefined : { ...m });
+  // `start` and `end` within the view, as Branch asks.
+  const range = (start, end) => {
+    const own = end > shared ? rest.slice(Math.max(0, start - shared), end - shared) : [];
+    return start < shared ? branch.slice(start, Math.min(end, shared)).map(draft).concat(own) : own;
+  };
+  const position = (id) => {
+    // The branch first: a view's message is found where it first is.
+    const i = branch.position(id);
+    if (i !== null && i < shared) return i;
+    const k = rest.findIndex((m) => m.id === id);
+    return k < 0 ? null : shared + k;
+  };
+  return {
+    len: () => len,
+    get: (i) => (i < shared ? draft(branch.at(i)) : rest[i - shared]),
+    range,
+    last: (n) => range(Math.max(0, len - n), len),
+    after: (id) => {
+      const i = position(id);
+      return i === null ? null : range(i + 1, len);
+    },
+    position,
+  };
+}
+
+/**
  * `request.messages` as a `Messages` (lazy in a component built against
  * `subs:agent@0.2.0`; an array elsewhere, wrapped once with the request's
  * `message_tree`): what gives `last`, `after`, `position` and `tree` to
- * agent code that runs in either.
+ * agent code that runs in either. A `client.messages` trigger's view, an
+ * array elsewhere too, is wrapped the same way (held: `isRead`).
  */
 export function messagesOf(request) {
+  const trigger = request.trigger;
+  if (trigger?.type === 'client.messages' && Array.isArray(trigger.messages) && !trigger.messages[BRANCH]) {
+    request.trigger = { ...trigger, messages: clientView(null, 0, trigger.messages) };
+  }
   const messages = request.messages;
   if (messages && messages[BRANCH]) return messages;
   const held = heldMessages(Array.isArray(messages) ? messages : [], request.message_tree);

@@ -7,7 +7,9 @@
 // wit.js convert in the interpreter, several times slower. Built against
 // `subs:agent@0.2.0` (the default), `decide` also takes the branch as the
 // engine's `messages` resource, which `request.messages` reads on demand
-// (branch.js); built against `0.1.0`, the branch is in the request.
+// (branch.js), as a `client.messages` trigger's view reads the messages it
+// shares with the branch; built against `0.1.0`, the branch is in the
+// request and the view in the trigger.
 //
 // componentize-js binds the world's exports to the module's exports by
 // name, so an agent's entry module ends with:
@@ -17,7 +19,7 @@
 import { emitDelta as hostEmitDelta, log as hostLog } from '#host';
 
 import { Context, DecideError } from './agent.js';
-import { BranchError, lazyMessages, messagesOf } from './branch.js';
+import { BranchError, clientView, lazyMessages, messagesOf } from './branch.js';
 import {
   ProtocolError,
   branchRequestFromWit,
@@ -83,11 +85,14 @@ function heldFromJson(text) {
 
 /**
  * `request` (without the branch) with `messages` read on demand from
- * `source`, and `message_tree` read when it is first asked for.
+ * `source`, `message_tree` read when it is first asked for, and a
+ * `client.messages` trigger's view reading its shared messages through
+ * `messages`.
  */
 function withBranch(request, source) {
   const messages = lazyMessages(source);
   request.messages = messages;
+  request.trigger = withView(request.trigger, messages);
   Object.defineProperty(request, 'message_tree', {
     configurable: true,
     enumerable: true,
@@ -101,6 +106,19 @@ function withBranch(request, source) {
     },
   });
   return request;
+}
+
+/**
+ * A `client.messages` trigger as `0.1.0` has it (`messages` the whole
+ * view, no `shared`), its first `shared` messages read through `branch`;
+ * any other trigger as it is.
+ */
+function withView(trigger, branch) {
+  if (trigger?.type !== 'client.messages') return trigger;
+  const { type, shared = 0, messages, ...fields } = trigger;
+  if (!Number.isInteger(shared) || shared < 0) throw new TypeError('trigger.shared: not a count of messages');
+  if (!Array.isArray(messages)) throw new TypeError('trigger.messages: not an array');
+  return { type, messages: clientView(branch, shared, messages), ...fields };
 }
 
 /**

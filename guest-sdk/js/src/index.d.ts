@@ -41,7 +41,6 @@ import type {
   ToolHandler,
   ToolInput,
   ToolResult,
-  Trigger,
   WorkerIdentity,
 } from './protocol.generated.js';
 
@@ -49,6 +48,18 @@ export * from './protocol.generated.js';
 
 /** A message to record (the type; `DraftMessage.user(…)` are its builders). */
 export type DraftMessage = wire.DraftMessage;
+
+/**
+ * Why the engine asks for a decision, as the agent gets it: the wire's
+ * triggers, a `client.messages` one's view a {@link ClientView}.
+ */
+export type Trigger = Exclude<wire.Trigger, wire.ClientMessages> | ClientMessages;
+
+/** `client.messages`, as the agent gets it: its view a {@link ClientView}. */
+export interface ClientMessages extends Omit<wire.ClientMessages, 'messages'> {
+  /** The client's whole conversation, its leading messages shared with the branch. */
+  messages: ClientView;
+}
 
 export type Level = 'trace' | 'debug' | 'info' | 'warn' | 'error';
 
@@ -68,7 +79,9 @@ export interface DecisionResponse<State = wire.Json> extends Omit<wire.DecisionR
  * A request for a decision. `state` is the state the agent last wrote
  * (typed as `State`, see `Agent<State>`), or `null` before it wrote any.
  */
-export interface DecisionRequest<State = wire.Json> extends Omit<wire.DecisionRequest, 'state' | 'proposed' | 'messages'> {
+export interface DecisionRequest<State = wire.Json> extends Omit<wire.DecisionRequest, 'state' | 'proposed' | 'messages' | 'trigger'> {
+  /** Why the engine is asking. */
+  trigger: Trigger;
   /** What an ordinary agent loop would do next; empty when the engine has no default. */
   proposed: DecisionResponse<State>;
   /** The agent's state, stored verbatim; `null` before the agent wrote any. */
@@ -83,11 +96,14 @@ export interface DecisionRequest<State = wire.Json> extends Omit<wire.DecisionRe
   messages: Messages;
 }
 /**
- * A request as JSON gives it, `messages` a plain array: what `requestFor`,
- * `RecordingHost` and `messagesOf` take and turn into a
- * {@link DecisionRequest}.
+ * A request as JSON gives it, `messages` (and a `client.messages` trigger's)
+ * a plain array: what `requestFor`, `RecordingHost` and `messagesOf` take
+ * and turn into a {@link DecisionRequest}.
  */
-export type DecisionRequestJson<State = wire.Json> = Omit<DecisionRequest<State>, 'messages'> & { messages: Message[] };
+export type DecisionRequestJson<State = wire.Json> = Omit<DecisionRequest<State>, 'messages' | 'trigger'> & {
+  messages: Message[];
+  trigger: wire.Trigger;
+};
 
 // ---- agents ---------------------------------------------------------------------------
 
@@ -197,12 +213,40 @@ export interface Messages extends Array<Message> {
 }
 
 /**
+ * A `client.messages` trigger's view of the conversation: the client's
+ * messages, oldest first, as drafts (a message the branch holds keeps its
+ * id). An array of them to its readers; in a component built against
+ * `subs:agent@0.2.0` its leading messages are the branch's, read through
+ * `request.messages` only when the agent's code reads them: `length`
+ * reads nothing, an index or a slice only the branch's messages it covers
+ * (`slice(trigger.new_from)` usually none), `last(n)`, `after(id)`,
+ * `position(id)` only what they need; anything else an array has reads
+ * the view whole, once.
+ */
+export interface ClientView extends Array<DraftMessage> {
+  /** The last `n` messages, oldest first (all of them when there are fewer). */
+  last(n: number): DraftMessage[];
+  /** The messages after the one whose id is `id`; `null` when no message of the view has it. */
+  after(id: string): DraftMessage[] | null;
+  /** The index of the message whose id is `id`; `null` when none has it. */
+  position(id: string): number | null;
+  /** Whether the whole view has been read (always, for a view held in memory). */
+  readonly isRead: boolean;
+}
+
+/**
  * `request.messages` as {@link Messages} (read on demand in a component
  * built against `subs:agent@0.2.0`; an array elsewhere, wrapped once with
  * the request's `message_tree`): gives `last`, `after`, `position` and
- * `tree` their types, and them to code that also runs natively.
+ * `tree` their types, and them to code that also runs natively. A
+ * `client.messages` trigger's view, an array elsewhere too, is made a held
+ * {@link ClientView} the same way.
  */
-export declare function messagesOf(request: { messages: Message[]; message_tree?: MessageTree }): Messages;
+export declare function messagesOf(request: {
+  messages: Message[];
+  message_tree?: MessageTree;
+  trigger?: wire.Trigger;
+}): Messages;
 
 /** Where {@link lazyMessages} reads the branch from (indices from 0, ranges half-open and clipped). */
 export interface MessageSource {
@@ -246,8 +290,29 @@ export interface MessagesResource {
   treeJson(): string;
 }
 
-/** `subs:agent/branch@0.2.0`'s `decision-request`: `types`' without `messages` and `messageTree`. */
-export type BranchDecisionRequest = Omit<import('subs:agent/types@0.1.0').DecisionRequest, 'messages' | 'messageTree'>;
+/**
+ * `subs:agent/branch@0.2.0`'s `client-messages-trigger`: the client's view
+ * is the branch's first `shared` messages, then `rest`.
+ */
+export interface BranchClientMessagesTrigger {
+  shared: number;
+  rest: Array<import('subs:agent/types@0.1.0').DraftMessage>;
+  newFrom: number;
+  client: import('subs:agent/types@0.1.0').ClientContext;
+}
+
+/** `subs:agent/branch@0.2.0`'s `trigger`: `types`' but for `client-messages`. */
+export type BranchTrigger =
+  | Exclude<import('subs:agent/types@0.1.0').Trigger, { tag: 'client-messages' }>
+  | { tag: 'client-messages'; val: BranchClientMessagesTrigger };
+
+/**
+ * `subs:agent/branch@0.2.0`'s `decision-request`: `types`' without
+ * `messages` and `messageTree`, with the branch's `trigger`.
+ */
+export type BranchDecisionRequest = Omit<import('subs:agent/types@0.1.0').DecisionRequest, 'messages' | 'messageTree' | 'trigger'> & {
+  trigger: BranchTrigger;
+};
 
 // ---- builders -----------------------------------------------------------------------------
 
@@ -309,7 +374,7 @@ export declare function withMessage<State = Json>(
   message: DraftMessage,
 ): DecisionResponse<State>;
 export declare function requestFor<State = Json>(
-  trigger: Trigger,
+  trigger: wire.Trigger,
   fields?: Partial<DecisionRequestJson<State>>,
 ): DecisionRequest<State>;
 export declare function jsNumber(x: number): number;

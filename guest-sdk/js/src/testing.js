@@ -41,8 +41,9 @@ export class RecordingHost {
 
   /**
    * Runs `agent` on `request` with a context over this host; throws what
-   * the agent throws. `request.messages` is made a `Messages` first, as a
-   * component's agent gets it.
+   * the agent throws. `request.messages` (and a `client.messages`
+   * trigger's view) is made a `Messages` first, as a component's agent
+   * gets it.
    */
   decide(agent, request) {
     messagesOf(request);
@@ -55,9 +56,13 @@ export class RecordingHost {
    * would read (`undefined` fields gone, non-finite numbers refused).
    */
   decideJson(agent, request) {
-    // A branch made by `messagesOf` is a proxy, which cannot be cloned:
-    // its messages are.
-    const plain = Array.isArray(request?.messages) ? { ...request, messages: Array.from(request.messages) } : request;
+    // A branch or a view made by `messagesOf` is a proxy, which cannot be
+    // cloned: its messages are.
+    let plain = Array.isArray(request?.messages) ? { ...request, messages: Array.from(request.messages) } : request;
+    const trigger = request?.trigger;
+    if (trigger?.type === 'client.messages' && Array.isArray(trigger.messages)) {
+      plain = { ...plain, trigger: { ...trigger, messages: Array.from(trigger.messages) } };
+    }
     const parsed = typeof request === 'string' ? JSON.parse(request) : structuredClone(plain);
     return JSON.parse(jsonText(this.decide(agent, parsed)));
   }

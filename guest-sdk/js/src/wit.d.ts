@@ -1,6 +1,7 @@
 // The protocol <-> WIT mapping (src/wit.js). The WIT types are jco's, in types/wit/.
 /// <reference path="../types/wit/interfaces/subs-agent-types.d.ts" />
-import type { DecisionRequest, DecisionResponse } from './index.js';
+import type { DecisionRequestJson, DecisionResponse } from './index.js';
+import type * as wire from './protocol.generated.js';
 
 export { ProtocolError } from './index.js';
 
@@ -14,11 +15,17 @@ export declare function conforms(type: WitType, value: unknown): boolean;
 export declare function jsonText(value: unknown): string;
 export declare function jsonValue(text: string): unknown;
 export declare function unexpected(value: unknown): string;
-export declare function requestFromWit(request: import('subs:agent/types@0.1.0').DecisionRequest): DecisionRequest;
+export declare function requestFromWit(request: import('subs:agent/types@0.1.0').DecisionRequest): DecisionRequestJson;
 export declare function responseToWit(decision: DecisionResponse): import('subs:agent/types@0.1.0').DecisionResponse;
+/**
+ * A `client.messages` trigger comes as the `agent-json` world's JSON has it:
+ * `shared`, and the rest of the view as `messages`.
+ */
 export declare function branchRequestFromWit(
-  request: Omit<import('subs:agent/types@0.1.0').DecisionRequest, 'messages' | 'messageTree'>,
-): Omit<DecisionRequest, 'messages' | 'message_tree'>;
+  request: import('./index.js').BranchDecisionRequest,
+): Omit<DecisionRequestJson, 'messages' | 'message_tree' | 'trigger'> & {
+  trigger: Exclude<wire.Trigger, wire.ClientMessages> | (wire.ClientMessages & { shared: number });
+};
 export declare function messageTreeFromWit(
   tree: import('subs:agent/types@0.1.0').MessageTree,
   messages: readonly import('./index.js').Message[],

@@ -571,11 +571,31 @@ const DecisionRequest = rec(
   },
 );
 
-// `subs:agent/branch`'s `decision-request` (subs:agent@0.2.0): the same
-// fields less the branch, which is read through the `messages` resource.
+// `subs:agent/branch`'s trigger (subs:agent@0.2.0): `client.messages` is a
+// `client-messages-trigger` of the branch, whose `rest` reads as `messages`
+// beside `shared`, as the `agent-json` world's JSON has it.
+const BranchTrigger = union('Trigger', 'type', {
+  ...Trigger.cases,
+  'client.messages': [
+    'client-messages',
+    rec('ClientMessagesTrigger', {
+      shared: u32,
+      messages: ['rest', list(DraftMessage)],
+      new_from: u32,
+      client: ClientContext,
+    }),
+  ],
+});
+
+// `subs:agent/branch`'s `decision-request`: the same fields less the
+// branch, which is read through the `messages` resource, and its trigger.
 const BranchRequest = rec(
   'DecisionRequest',
-  Object.fromEntries(DecisionRequest.fields.filter(([k]) => k !== 'messages' && k !== 'message_tree').map(([k, , t]) => [k, t])),
+  Object.fromEntries(
+    DecisionRequest.fields
+      .filter(([k]) => k !== 'messages' && k !== 'message_tree')
+      .map(([k, , t]) => [k, k === 'trigger' ? BranchTrigger : t]),
+  ),
   { keepNull: [...DecisionRequest.keepNull] },
 );
 
@@ -833,7 +853,9 @@ export function requestFromWit(request) {
 
 /**
  * The WIT `decision-request` of `subs:agent/branch@0.2.0` (without the
- * branch) as protocol JSON, without `messages` and `message_tree`.
+ * branch) as protocol JSON, without `messages` and `message_tree`; a
+ * `client.messages` trigger as the `agent-json` world's JSON has it
+ * (`shared`, and the rest of the view as `messages`).
  * @param {import('subs:agent/branch@0.2.0').DecisionRequest} request
  * @returns {Omit<import('./index.js').DecisionRequest, 'messages' | 'message_tree'>}
  */

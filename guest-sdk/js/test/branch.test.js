@@ -212,3 +212,158 @@ test('decideJson of the testing host takes a request whose branch messagesOf wra
 test('a BranchError names itself', () => {
   assert.equal(new BranchError('x').name, 'BranchError');
 });
+
+// ---- a client.messages trigger's view ------------------------------------------
+
+const draft = (i) => ({ id: `n${i}`, role: 'user', content: `new ${i}` });
+
+/**
+ * `agent` decides a `client.messages` request of `world` whose view is the
+ * branch's first `shared` messages, then `rest`; what it saw is returned.
+ */
+function decideView(world, resource, { shared, rest, newFrom = shared }, read = () => ({})) {
+  let seen;
+  const agent = { decide: (r) => { seen = r; return { state: read(r.trigger.messages, r) }; } };
+  const { messages, message_tree, ...request } = requestFor({ type: 'session.start' });
+  let decision;
+  if (world === 'agent-json') {
+    const trigger = { type: 'client.messages', shared, messages: rest, new_from: newFrom, client: { state: { k: 1 } } };
+    decision = JSON.parse(decideJson(agent, JSON.stringify({ ...request, trigger }), new RecordingHost(), resource));
+  } else {
+    const { messages: _, messageTree, ...wit } = toWit(types.DecisionRequest, { ...request, messages: [], message_tree: { nodes: [] } });
+    wit.trigger = {
+      tag: 'client-messages',
+      val: { shared, rest: rest.map((m) => toWit(types.DraftMessage, m)), newFrom, client: toWit(types.ClientContext, { state: { k: 1 } }) },
+    };
+    decision = fromWit(types.DecisionResponse, decideWit(agent, wit, new RecordingHost(), resource));
+  }
+  return { request: seen, view: seen.trigger.messages, state: decision.state };
+}
+
+for (const world of ['agent-json', 'agent']) {
+  const typed = world === 'agent';
+  const r = typed ? 'range' : 'rangeJson';
+
+  test(`${world}: the view reads the branch only for indexes below shared`, () => {
+    const resource = new FakeResource(path(10));
+    const { request, view } = decideView(world, resource, { shared: 8, rest: [draft(8), draft(9)] });
+    assert.ok(Array.isArray(view));
+    assert.equal(view.length, 10);
+    assert.deepEqual(view.at(-1), draft(9));
+    assert.deepEqual(view[8], draft(8));
+    assert.deepEqual(view.slice(8), [draft(8), draft(9)]);
+    assert.deepEqual(view.last(2), [draft(8), draft(9)]);
+    assert.deepEqual(resource.calls, [], 'the rest is the trigger\'s own');
+    assert.deepEqual(view[3], message(3));
+    assert.deepEqual(resource.calls, [typed ? 'get 3' : 'rangeJson 3..4']);
+    assert.deepEqual(request.messages[3], message(3), 'read once, for both');
+    assert.notEqual(view[3], request.messages[3], 'the view\'s message is its own');
+    assert.deepEqual(view.slice(6, 9), [message(6), message(7), draft(8)]);
+    assert.deepEqual(view.slice(-5, -3), [message(5), message(6)]);
+    assert.deepEqual(resource.calls, [typed ? 'get 3' : 'rangeJson 3..4', 'len', `${r} 6..8`, `${r} 5..7`]);
+    assert.equal(view.isRead, false);
+    assert.equal(request.messages.isRead, false);
+  });
+
+  test(`${world}: slice(new_from) reads nothing of the branch when shared is new_from`, () => {
+    const resource = new FakeResource(path(4000));
+    const { state } = decideView(world, resource, { shared: 4000, rest: [draft(0), draft(1)] }, (view, req) => ({
+      len: view.length,
+      new: view.slice(req.trigger.new_from).map((m) => m.content),
+      last: view.at(-1).id,
+      read: view.isRead,
+    }));
+    assert.deepEqual(state, { len: 4002, new: ['new 0', 'new 1'], last: 'n1', read: false });
+    assert.deepEqual(resource.calls, []);
+  });
+
+  test(`${world}: read whole, the view is the whole view, once, and the trigger reads as 0.1.0's`, () => {
+    const resource = new FakeResource(path(10));
+    const { request, view } = decideView(world, resource, { shared: 8, rest: [draft(8), draft(9)] });
+    const whole = [...path(8), draft(8), draft(9)];
+    assert.deepEqual([...view], whole);
+    assert.deepEqual(view.map((m) => m.id), whole.map((m) => m.id));
+    assert.deepEqual(JSON.parse(JSON.stringify(request.trigger)), {
+      type: 'client.messages', messages: whole, new_from: 8, client: { state: { k: 1 } },
+    });
+    assert.deepEqual(Object.keys(request.trigger), ['type', 'messages', 'new_from', 'client']);
+    assert.ok(view.isRead);
+    assert.deepEqual(view[2], message(2));
+    assert.deepEqual(resource.calls, ['len', `${r} 0..8`]);
+    assert.equal(request.messages.isRead, false, 'the branch\'s first messages, read as a slice');
+  });
+
+  test(`${world}: position and after ask the branch only for its part`, () => {
+    const resource = new FakeResource(path(10));
+    const { view } = decideView(world, resource, { shared: 8, rest: [draft(8), draft(9)] });
+    assert.equal(view.position('m2'), 2);
+    assert.equal(view.position('n9'), 9);
+    assert.equal(view.position('nope'), null);
+    assert.deepEqual(view.after('m7'), [draft(8), draft(9)]);
+    assert.deepEqual(view.after('m5'), [message(6), message(7), draft(8), draft(9)]);
+    assert.deepEqual(resource.calls, [
+      'position m2', 'position n9', 'position nope', 'position m7', 'position m5', 'len', `${r} 6..8`,
+    ]);
+  });
+
+  test(`${world}: a view sharing nothing holds its messages`, () => {
+    const resource = new FakeResource(path(3));
+    const { request, view } = decideView(world, resource, { shared: 0, rest: [draft(0), draft(1)], newFrom: 1 });
+    assert.ok(view.isRead);
+    assert.deepEqual([...view], [draft(0), draft(1)]);
+    assert.deepEqual(Object.keys(request.trigger), ['type', 'messages', 'new_from', 'client']);
+    assert.deepEqual(resource.calls, []);
+  });
+
+  test(`${world}: a view kept past its decision throws a BranchError`, () => {
+    const resource = new FakeResource(path(10));
+    const { view } = decideView(world, resource, { shared: 8, rest: [draft(8), draft(9)] });
+    resource.live = false;
+    assert.deepEqual(view.at(-1), draft(9), 'the rest is held');
+    assert.throws(() => view[0], (e) => e instanceof BranchError && /decision that is over/.test(e.message));
+    assert.throws(() => [...view], BranchError);
+  });
+}
+
+test('agent-json: a trigger without shared holds its whole view', () => {
+  const resource = new FakeResource(path(3));
+  let seen;
+  const { messages, message_tree, ...request } = requestFor({ type: 'session.start' });
+  const trigger = { type: 'client.messages', messages: [draft(0)], new_from: 0, client: {} };
+  decideJson({ decide: (r) => { seen = r; return {}; } }, JSON.stringify({ ...request, trigger }), new RecordingHost(), resource);
+  assert.deepEqual([...seen.trigger.messages], [draft(0)]);
+  assert.ok(seen.trigger.messages.isRead);
+  assert.deepEqual(resource.calls, []);
+});
+
+test('agent-json: a trigger whose shared is not a count fails the delivery', () => {
+  const { messages, message_tree, ...request } = requestFor({ type: 'session.start' });
+  const trigger = { type: 'client.messages', shared: -1, messages: [], new_from: 0, client: {} };
+  assert.throws(
+    () => decideJson({ decide: () => ({}) }, JSON.stringify({ ...request, trigger }), new RecordingHost(), new FakeResource([])),
+    (e) => /cannot read: trigger.shared/.test(e.message) && e.retryable === false,
+  );
+});
+
+test('a view that arrives whole (0.1.0, requestFor, RecordingHost) is held, and answers the same', () => {
+  const trigger = () => ({ type: 'client.messages', messages: [message(0), draft(1)], new_from: 1, client: {} });
+  const views = [];
+  const agent = { decide: (r) => { views.push(r.trigger.messages); return { state: r.trigger.messages.slice(r.trigger.new_from) }; } };
+  const host = new RecordingHost();
+  const req = requestFor(trigger());
+  host.decide(agent, req);
+  host.decide(agent, { ...requestFor({ type: 'session.start' }), trigger: trigger() });
+  assert.deepEqual(host.decideJson(agent, req).state, [draft(1)], 'a request holding a view is cloned');
+  host.decideJson(agent, JSON.stringify({ ...requestFor({ type: 'session.start' }), messages: [], trigger: trigger() }));
+  const { messages, message_tree, ...request } = requestFor(trigger());
+  decideJson(agent, JSON.stringify({ ...request, messages: [], message_tree: { nodes: [] } }), new RecordingHost());
+  decideWit(agent, toWit(types.DecisionRequest, { ...request, messages: [], message_tree: { nodes: [] } }), new RecordingHost());
+  assert.equal(views.length, 6);
+  for (const view of views) {
+    assert.ok(Array.isArray(view));
+    assert.ok(view.isRead);
+    assert.deepEqual([...view], [message(0), draft(1)]);
+    assert.equal(view.position('n1'), 1);
+    assert.deepEqual(view.last(1), [draft(1)]);
+  }
+});

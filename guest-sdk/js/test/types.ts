@@ -7,7 +7,7 @@ import {
   Agent, Context, DecideError, DecisionRequest, DecisionResponse, FromSchema, Json, RecordingHost, Tool, ToolRouter,
   exportAgent, requestFor, s, tool, toolError, toolResult, withAction,
   ToolContext, approval, approvalResumed, delegate, toolExecute, interruptWith, replaceActions, spawn,
-  Message, MessageTree, Messages, messagesOf,
+  Message, MessageTree, Messages, messagesOf, ClientView, DraftMessage,
 } from '@subs/sdk';
 import { fromWit, toWit, types } from '@subs/sdk/wit';
 
@@ -284,3 +284,27 @@ class Recent extends Agent {
 const fromJson = requestFor({ type: 'session.start' }, { messages: [{ id: 'm1', role: 'user', content: 'hi' }] });
 expectType<Equal<typeof fromJson.messages, Messages>>();
 void new RecordingHost().decide(new Recent(), { ...fromJson, messages: [] });
+
+// A `client.messages` trigger's view: a ClientView of drafts (read on demand
+// in a component, held from JSON and in tests), an array to code that wants
+// one; a request as JSON gives it a plain array.
+class NewMessages extends Agent {
+  override decide(request: DecisionRequest, _cx: Context): DecisionResponse {
+    const trigger = request.trigger;
+    if (trigger.type !== 'client.messages') return {};
+    expectType<Equal<typeof trigger.messages, ClientView>>();
+    const fresh: DraftMessage[] = trigger.messages.slice(trigger.new_from);
+    const newest: DraftMessage | undefined = trigger.messages.at(-1);
+    const read: boolean = trigger.messages.isRead;
+    // @ts-expect-error: a view has no tree of its own.
+    void trigger.messages.tree;
+    // @ts-expect-error: a draft's id may be absent.
+    const id: string = trigger.messages[0].id;
+    void [newest, read, id];
+    return { state: fresh.length };
+  }
+}
+void new RecordingHost().decide(
+  new NewMessages(),
+  requestFor({ type: 'client.messages', messages: [{ role: 'user', content: 'hi' }], new_from: 0, client: {} }),
+);

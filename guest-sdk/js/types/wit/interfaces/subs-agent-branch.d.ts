@@ -2,15 +2,77 @@
 declare module 'subs:agent/branch@0.2.0' {
   export type Json = import('subs:agent/types@0.1.0').Json;
   export type Message = import('subs:agent/types@0.1.0').Message;
+  export type DraftMessage = import('subs:agent/types@0.1.0').DraftMessage;
   export type MessageTree = import('subs:agent/types@0.1.0').MessageTree;
   export type WorkerIdentity = import('subs:agent/types@0.1.0').WorkerIdentity;
-  export type Trigger = import('subs:agent/types@0.1.0').Trigger;
   export type DecisionResponse = import('subs:agent/types@0.1.0').DecisionResponse;
   export type AgentConfig = import('subs:agent/types@0.1.0').AgentConfig;
   export type Call = import('subs:agent/types@0.1.0').Call;
+  export type ClientContext = import('subs:agent/types@0.1.0').ClientContext;
+  export type ClientActionTrigger = import('subs:agent/types@0.1.0').ClientActionTrigger;
+  export type ToolExecute = import('subs:agent/types@0.1.0').ToolExecute;
+  export type ToolFinished = import('subs:agent/types@0.1.0').ToolFinished;
+  export type LlmExecute = import('subs:agent/types@0.1.0').LlmExecute;
+  export type LlmFinished = import('subs:agent/types@0.1.0').LlmFinished;
+  export type SubAgentFinished = import('subs:agent/types@0.1.0').SubAgentFinished;
+  export type InterruptResumed = import('subs:agent/types@0.1.0').InterruptResumed;
+  /**
+   * `client.messages` without the part of the client's view the branch
+   * already holds: the view is the first `shared` messages of the
+   * decision's active path (read through `messages`), then `rest`.
+   * `new-from` indexes the whole view, as in `0.1.0`.
+   */
+  export interface ClientMessagesTrigger {
+    shared: number,
+    rest: Array<DraftMessage>,
+    newFrom: number,
+    client: ClientContext,
+  }
+  /**
+   * Why the engine asks for a decision: `0.1.0`'s triggers, with
+   * `client.messages` sharing its view's leading messages with the
+   * branch.
+   */
+  export type Trigger = TriggerSessionStart | TriggerClientMessages | TriggerClientAction | TriggerToolExecute | TriggerToolFinished | TriggerLlmExecute | TriggerLlmFinished | TriggerSubAgentFinished | TriggerInterruptResumed;
+  export interface TriggerSessionStart {
+    tag: 'session-start',
+  }
+  export interface TriggerClientMessages {
+    tag: 'client-messages',
+    val: ClientMessagesTrigger,
+  }
+  export interface TriggerClientAction {
+    tag: 'client-action',
+    val: ClientActionTrigger,
+  }
+  export interface TriggerToolExecute {
+    tag: 'tool-execute',
+    val: ToolExecute,
+  }
+  export interface TriggerToolFinished {
+    tag: 'tool-finished',
+    val: ToolFinished,
+  }
+  export interface TriggerLlmExecute {
+    tag: 'llm-execute',
+    val: LlmExecute,
+  }
+  export interface TriggerLlmFinished {
+    tag: 'llm-finished',
+    val: LlmFinished,
+  }
+  export interface TriggerSubAgentFinished {
+    tag: 'sub-agent-finished',
+    val: SubAgentFinished,
+  }
+  export interface TriggerInterruptResumed {
+    tag: 'interrupt-resumed',
+    val: InterruptResumed,
+  }
   /**
    * What the engine asks an agent, without the branch: the fields of
-   * `0.1.0`'s `decision-request` less `messages` and `message-tree`.
+   * `0.1.0`'s `decision-request` less `messages` and `message-tree`,
+   * with this version's `trigger`.
    */
   export interface DecisionRequest {
     sessionId: string,
