@@ -209,11 +209,21 @@ fn core_forbids(name: &str) -> bool {
 fn reachable(krate: &str) -> BTreeMap<String, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let output = std::process::Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--offline"])
-        .current_dir(&root)
-        .output()
-        .expect("cargo metadata runs");
+    let metadata = |extra: &[&str]| {
+        std::process::Command::new(&cargo)
+            .args(["metadata", "--format-version", "1"])
+            .args(extra)
+            .current_dir(&root)
+            .output()
+            .expect("cargo metadata runs")
+    };
+    // Offline first: the build has fetched every crate it compiles. The
+    // graph also names crates of other targets (Android's, Windows'), which
+    // a fresh machine has not fetched: then cargo fetches their manifests.
+    let mut output = metadata(&["--offline"]);
+    if !output.status.success() {
+        output = metadata(&[]);
+    }
     assert!(output.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&output.stderr));
     let metadata: Value = serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON");
     let names: BTreeMap<&str, &str> = metadata["packages"]
