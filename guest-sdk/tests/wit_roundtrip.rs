@@ -129,3 +129,36 @@ fn tree_indices_that_point_nowhere_name_the_node() {
     let err = subs_protocol::DecisionRequest::from_wit(lowered).unwrap_err();
     assert_eq!(err.field(), Some("message_tree.nodes[1].parent"));
 }
+
+/// In `0.2.0` a `client.messages` view that begins with the request's own
+/// branch crosses as the count of those messages and the rest, and reads
+/// back as the same view, sharing the branch it is joined with; any other
+/// view crosses whole.
+#[test]
+fn a_client_view_crosses_as_its_shared_count_and_the_rest() {
+    use subs_protocol::wit::BranchRequest;
+    use subs_protocol::{ClientView, DraftMessage, Messages, Trigger, trigger::ClientMessages};
+    use subs_sdk::bindings::branch;
+
+    let path: Vec<subs_protocol::Message> = (0..3)
+        .map(|i| subs_protocol::from_value(serde_json::json!({"id": format!("m{i}"), "role": "user", "content": "hi"})))
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let branch_of = |request: &subs_protocol::DecisionRequest| request.messages.clone();
+    for shares in [true, false] {
+        let mut request = subs_protocol::DecisionRequest::for_trigger(Trigger::SessionStart);
+        request.messages = Messages::from(path.clone());
+        let base = if shares { branch_of(&request) } else { Messages::from(path.clone()) };
+        let view = ClientView::sharing(base, 2, vec![DraftMessage::user("new")]);
+        request.trigger =
+            Trigger::ClientMessages(ClientMessages { messages: view, new_from: 2, client: Default::default() });
+        let (wit, messages) = branch::DecisionRequest::split(request.clone());
+        let branch::Trigger::ClientMessages(crossed) = &wit.trigger else { panic!("{:?}", wit.trigger) };
+        let expected = if shares { (2, 1) } else { (0, 3) };
+        assert_eq!((crossed.shared, crossed.rest.len()), expected, "shares: {shares}");
+        let back = wit.join(messages).unwrap();
+        assert_eq!(back, request, "shares: {shares}");
+        let Trigger::ClientMessages(view) = &back.trigger else { unreachable!() };
+        assert_eq!(view.messages.shared_with(&back.messages).is_some(), shares);
+    }
+}

@@ -18,8 +18,8 @@ use subs_tests::guests::{
 };
 
 use crate::lazy_history::{
-    both_builds_record_the_same_session, message, reading_a_kept_branch_fails, reads_the_stored_branch_after_a_fork,
-    request, summary,
+    both_builds_record_the_same_session, message, reading_a_kept_branch_fails, reads_a_long_view_on_demand,
+    reads_the_stored_branch_after_a_fork, request, summary,
 };
 
 /// The branch agents: Python (typed world `agent`), JavaScript in
@@ -58,6 +58,16 @@ async fn in_a_long_branch_python_and_js_agents_read_the_newest_message_without_r
         let state = decision.state.unwrap_or_default();
         assert_eq!(state["path"], json!(ids), "{name}: the whole path, in order");
         assert_eq!(state["read"]["last"], summary(&message(N - 1)), "{name}");
+    }
+}
+
+/// In a branch of 4,000 messages, each agent reads a `client.messages`
+/// trigger's view (sharing the branch) on demand: its length, first and
+/// last messages and the new one, without reading it whole.
+#[tokio::test]
+async fn python_and_js_agents_read_a_long_client_view_on_demand() {
+    for (name, wasm) in READERS {
+        reads_a_long_view_on_demand(name, wasm).await;
     }
 }
 

@@ -9,8 +9,9 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use subs_engine::worker::{Delivery, Worker};
 use subs_protocol::client::{ClientAction, ClientMessages};
-use subs_protocol::{ClientInput, DecisionRequest, DraftMessage, Message, Trigger};
+use subs_protocol::{ClientInput, ClientView, DecisionRequest, DraftMessage, Message, Trigger};
 use subs_tests::guests::{TEST_BRANCH, TOOLS, TOOLS_WIT_0_1_0};
 use subs_tests::{TENANT, TestEngine};
 
@@ -96,6 +97,50 @@ pub(crate) async fn reads_the_stored_branch_after_a_fork(t: &TestEngine, name: &
     assert_eq!(state["read"], expected, "{name}: read on demand:\n{state:#}");
     let ids: Vec<&str> = path.iter().map(|m| m.id.as_str()).collect();
     assert_eq!(state["path"], json!(ids), "{name}: read whole");
+
+    // The edit's view: the two messages before the fork, read from the
+    // branch, then the edited one, the client's own (no id yet).
+    let edited = json!({ "id": null, "role": "user", "text": "second, edited" });
+    let view = json!({
+        "len": 3,
+        "new_from": 2,
+        "first": summary(&path[0]),
+        "last": edited,
+        "new": [edited],
+        "whole": false,
+        "ids": [path[0].id, path[1].id, null],
+    });
+    assert_eq!(state["view"], view, "{name}: the edit's view, read on demand:\n{state:#}");
+}
+
+/// Asks agent `wasm` about a `client.messages` trigger whose view is a
+/// branch of 4,000 messages plus a new one, sharing the branch: what it
+/// reads of the view (its length, first and last messages, the new one)
+/// is the view's, without reading it whole; read whole, it is every
+/// message of the view, in order.
+pub(crate) async fn reads_a_long_view_on_demand(name: &str, wasm: &str) {
+    const N: usize = 4000;
+    let mut request = request(N, Trigger::SessionStart);
+    let new = DraftMessage::user("the newest");
+    let view = ClientView::sharing(request.messages.clone(), N, vec![new.clone()]);
+    let new_from = u32::try_from(N).unwrap();
+    let trigger = subs_protocol::trigger::ClientMessages { messages: view, new_from, client: Default::default() };
+    request.trigger = Trigger::ClientMessages(trigger);
+    let decision = subs_tests::agent(wasm).decide(Delivery::new(request)).await.unwrap();
+    let state = decision.state.unwrap_or_default();
+    let newest = json!({ "id": null, "role": "user", "text": "the newest" });
+    let mut ids: Vec<Value> = (0..N).map(|i| json!(format!("m{i}"))).collect();
+    ids.push(Value::Null);
+    let expected = json!({
+        "len": N + 1,
+        "new_from": N,
+        "first": summary(&message(0)),
+        "last": newest,
+        "new": [newest],
+        "whole": false,
+        "ids": ids,
+    });
+    assert_eq!(state["view"], expected, "{name}");
 }
 
 /// Asks one instance of the branch agent `wasm` for two decisions (the
@@ -130,6 +175,14 @@ async fn a_0_1_0_and_a_0_2_0_build_of_one_agent_record_the_same_session() {
 #[tokio::test]
 async fn a_message_read_on_demand_is_the_one_stored_after_an_edit_forked_the_branch() {
     reads_the_stored_branch_after_a_fork(&TestEngine::start().await, "branch", TEST_BRANCH).await;
+}
+
+/// In a branch of 4,000 messages, a `client.messages` trigger's view
+/// shares the branch's messages, and the agent reads of them only what it
+/// asks for.
+#[tokio::test]
+async fn a_client_view_sharing_a_long_branch_is_read_on_demand() {
+    reads_a_long_view_on_demand("branch", TEST_BRANCH).await;
 }
 
 /// A guest that keeps its decision's `messages` (in a global) and reads it

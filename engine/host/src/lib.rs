@@ -1004,7 +1004,7 @@ enum Call<'a> {
 }
 
 impl<'a> Call<'a> {
-    fn new(pre: &'a Pre<StoreState>, mut request: subs_protocol::DecisionRequest) -> Self {
+    fn new(pre: &'a Pre<StoreState>, request: subs_protocol::DecisionRequest) -> Self {
         match pre {
             Pre::Typed(pre) => Self::Typed(pre, Box::new(request.into())),
             Pre::Json(pre) => Self::Json(pre, subs_protocol::to_json(&request)),
@@ -1013,8 +1013,10 @@ impl<'a> Call<'a> {
                 Self::Lazy(pre, Box::new(request), messages)
             }
             Pre::LazyJson(pre) => {
-                let messages = std::mem::take(&mut request.messages);
-                Self::LazyJson(pre, subs_protocol::to_json(&WithoutBranch(&request)), messages)
+                // Written before the branch is moved out: a client view
+                // sends only what the branch does not hold.
+                let json = subs_protocol::to_json(&WithoutBranch(&request));
+                Self::LazyJson(pre, json, request.messages)
             }
         }
     }

@@ -560,7 +560,7 @@ pub fn client_context() -> BoxedStrategy<ClientContext> {
 pub fn trigger() -> BoxedStrategy<Trigger> {
     let client_messages =
         (vec(draft_message(), 0..=3), small_u32(), client_context()).prop_map(|(messages, new_from, client)| {
-            Trigger::ClientMessages(trigger::ClientMessages { messages, new_from, client })
+            Trigger::ClientMessages(trigger::ClientMessages { messages: messages.into(), new_from, client })
         });
     let client_action =
         (name(), opt_json()).prop_map(|(name, args)| Trigger::ClientAction(trigger::ClientAction { name, args }));

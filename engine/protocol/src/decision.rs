@@ -143,13 +143,46 @@ impl Serialize for DecisionRequest {
 
 /// A [`DecisionRequest`] written without `messages` and `message_tree`:
 /// what a component of `subs:agent@0.2.0`'s `agent-json` world receives
-/// (it reads the branch through its `messages` resource).
+/// (it reads the branch through its `messages` resource). A
+/// `client.messages` trigger in it has `shared` beside `messages`: the
+/// view is the branch's first `shared` messages, then `messages`.
 #[derive(Debug, Clone, Copy)]
 pub struct WithoutBranch<'a>(pub &'a DecisionRequest);
 
 impl Serialize for WithoutBranch<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         self.0.serialize_with_branch(serializer, false)
+    }
+}
+
+/// A `client.messages` trigger written for a request without its branch:
+/// `shared` is how many of the view's leading messages are the branch's,
+/// and `messages` only the view's other messages (all of them, with
+/// `shared` 0, when the view does not share with `branch`).
+struct SharedView<'a> {
+    trigger: &'a crate::trigger::ClientMessages,
+    branch: &'a crate::Messages,
+}
+
+impl Serialize for SharedView<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let t = self.trigger;
+        let mut s = serializer.serialize_struct("ClientMessages", 5)?;
+        s.serialize_field("type", "client.messages")?;
+        match t.messages.shared_with(self.branch) {
+            Some((shared, rest)) => {
+                s.serialize_field("shared", &shared)?;
+                s.serialize_field("messages", rest)?;
+            }
+            None => {
+                s.serialize_field("shared", &0)?;
+                s.serialize_field("messages", &t.messages)?;
+            }
+        }
+        s.serialize_field("new_from", &t.new_from)?;
+        s.serialize_field("client", &t.client)?;
+        s.end()
     }
 }
 
@@ -162,7 +195,12 @@ impl DecisionRequest {
         s.serialize_field("decision_id", &self.decision_id)?;
         s.serialize_field("agent_id", &self.agent_id)?;
         s.serialize_field("identity", &self.identity)?;
-        s.serialize_field("trigger", &self.trigger)?;
+        match (&self.trigger, branch) {
+            (Trigger::ClientMessages(m), false) => {
+                s.serialize_field("trigger", &SharedView { trigger: m, branch: &self.messages })?;
+            }
+            (trigger, _) => s.serialize_field("trigger", trigger)?,
+        }
         s.serialize_field("proposed", &self.proposed)?;
         s.serialize_field("state", &self.state)?;
         s.serialize_field("agent", &self.agent)?;

@@ -59,7 +59,7 @@ pub mod arbitrary;
 pub mod schema;
 
 pub use action::Action;
-pub use branch::{MessageSource, Messages};
+pub use branch::{ClientView, MessageSource, Messages};
 pub use client::{ClientInput, PostedInput};
 pub use config::{
     AgentConfig, AgentTool, Handler, LlmFormat, LlmHandler, McpServerUse, RetryPolicy, SubAgent, ToolHandler,

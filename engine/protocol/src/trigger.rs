@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::json::tagged_union;
-use crate::{AgentTool, DraftMessage, ErrorCode, LlmFormat, LlmRequest, ProtocolError};
+use crate::{AgentTool, ClientView, DraftMessage, ErrorCode, LlmFormat, LlmRequest, ProtocolError};
 
 tagged_union! {
     /// Why the engine is asking for a decision. Tagged by `"type"` on the wire.
@@ -38,7 +38,10 @@ tagged_union! {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ClientMessages {
     /// The client's whole conversation.
-    pub messages: Vec<DraftMessage>,
+    // In memory a `ClientView`, whose leading messages the engine shares
+    // with the decision's branch; the wire has the list.
+    #[cfg_attr(feature = "schema", schemars(with = "Vec<DraftMessage>"))]
+    pub messages: ClientView,
     /// Index of the first new message.
     pub new_from: u32,
     /// What the client adds: its own tools, context, state.

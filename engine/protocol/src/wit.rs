@@ -192,7 +192,7 @@ macro_rules! __wit_from {
         $crate::wit::list($v, $name)?
     };
     (drafts; $v:expr, $name:expr) => {
-        $crate::LlmMessages::from($crate::wit::list::<_, $crate::DraftMessage>($v, $name)?)
+        ::core::convert::From::from($crate::wit::list::<_, $crate::DraftMessage>($v, $name)?)
     };
     (opt_list; $v:expr, $name:expr) => {
         $crate::wit::opt_list($v, $name)?
@@ -215,8 +215,8 @@ macro_rules! __wit_from {
 /// - `into`: a protocol type of its own, converted;
 /// - `opt`, `list`, `opt_list`: an optional one, a list or an optional
 ///   list of them;
-/// - `drafts`: [`LlmMessages`](crate::LlmMessages), a list of draft
-///   messages;
+/// - `drafts`: [`LlmMessages`](crate::LlmMessages) or
+///   [`ClientView`](crate::ClientView), a list of draft messages;
 /// - `json`, `opt_json`, `opt_json_list`: any JSON, as JSON text.
 ///
 /// Several pairs of types with the same fields share one list:
@@ -263,20 +263,21 @@ macro_rules! __wit_variant {
     };
 }
 
-/// A decision request's fields but its branch, from the protocol to WIT
-/// (`to Type, v { branch fields }`) or back (`from v { messages }`, inside
-/// a function returning `Result<_, ProtocolError>`): what the request
-/// records of `0.1.0` and `0.2.0` share.
+/// A decision request's fields but its branch and trigger, from the
+/// protocol to WIT (`to Type, v, trigger, { branch fields }`) or back
+/// (`from v, trigger, { messages }`, inside a function returning
+/// `Result<_, ProtocolError>`): what the request records of `0.1.0` and
+/// `0.2.0` share.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __wit_request {
-    (to $($t:ident)::+, $v:ident { $($branch:tt)* }) => {
+    (to $($t:ident)::+, $v:ident, $trigger:expr, { $($branch:tt)* }) => {
         $($t)::+ {
             session_id: $v.session_id,
             decision_id: $v.decision_id,
             agent_id: $v.agent_id,
             identity: $v.identity.into(),
-            trigger: $v.trigger.into(),
+            trigger: $trigger,
             proposed: $v.proposed.into(),
             state: $crate::wit::json_text(&$v.state),
             agent: $v.agent.map(Into::into),
@@ -289,13 +290,13 @@ macro_rules! __wit_request {
             $($branch)*
         }
     };
-    (from $v:ident { $($branch:tt)* }) => {
+    (from $v:ident, $trigger:expr, { $($branch:tt)* }) => {
         $crate::DecisionRequest {
             session_id: $v.session_id,
             decision_id: $v.decision_id,
             agent_id: $v.agent_id,
             identity: $crate::wit::field($v.identity, "identity")?,
-            trigger: $crate::wit::field($v.trigger, "trigger")?,
+            trigger: $trigger,
             proposed: $crate::wit::field($v.proposed, "proposed")?,
             state: $crate::wit::json(&$v.state, "state")?,
             agent: $crate::wit::opt($v.agent, "agent")?,
@@ -576,7 +577,7 @@ macro_rules! wit_conversions {
                 state: opt_json,
                 forwarded_props: opt_json,
             });
-            record!(p::trigger::ClientMessages => w::ClientMessagesTrigger { messages: list, new_from, client: into });
+            record!(p::trigger::ClientMessages => w::ClientMessagesTrigger { messages: drafts, new_from, client: into });
             record!(p::trigger::ClientAction => w::ClientActionTrigger { name, args: opt_json });
             record!(p::trigger::ToolExecute => w::ToolExecute { id, name, arguments, input: into, attempt, deadline });
             record!(p::trigger::ToolFinished => w::ToolFinished { id, ok, name, result, error });
@@ -734,7 +735,7 @@ macro_rules! wit_conversions {
             impl From<p::DecisionRequest> for w::DecisionRequest {
                 fn from(v: p::DecisionRequest) -> Self {
                     let (messages, tree) = v.messages.into_parts();
-                    $crate::__wit_request!(to w::DecisionRequest, v {
+                    $crate::__wit_request!(to w::DecisionRequest, v, v.trigger.into(), {
                         messages: messages.into_iter().map(Into::into).collect(),
                         message_tree: tree_to_wit(tree),
                     })
@@ -745,7 +746,8 @@ macro_rules! wit_conversions {
                     let messages: Vec<p::SharedMessage> = list(v.messages, "messages")?;
                     let message_tree =
                         tree_from_wit(v.message_tree, messages.len()).map_err(|e| e.in_field("message_tree"))?;
-                    Ok($crate::__wit_request!(from v { messages: p::Messages::new(messages, message_tree) }))
+                    let trigger = field(v.trigger, "trigger")?;
+                    Ok($crate::__wit_request!(from v, trigger, { messages: p::Messages::new(messages, message_tree) }))
                 }
             }
 
@@ -757,12 +759,14 @@ macro_rules! wit_conversions {
 
                     fn split(v: p::DecisionRequest) -> (Self, p::Messages) {
                         let messages = v.messages;
-                        ($crate::__wit_request!(to Self, v {}), messages)
+                        let trigger = branch_trigger(v.trigger, &messages);
+                        ($crate::__wit_request!(to Self, v, trigger, {}), messages)
                     }
 
                     fn join(self, messages: p::Messages) -> R<p::DecisionRequest> {
                         let v = self;
-                        Ok($crate::__wit_request!(from v { messages }))
+                        let trigger = branch_trigger_from_wit(v.trigger, &messages).map_err(|e| e.in_field("trigger"))?;
+                        Ok($crate::__wit_request!(from v, trigger, { messages }))
                     }
 
                     fn tree_to_wit(tree: p::RequestTree) -> w::MessageTree {
@@ -772,6 +776,61 @@ macro_rules! wit_conversions {
                     fn tree_from_wit(tree: w::MessageTree, path_len: usize) -> R<p::RequestTree> {
                         tree_from_wit(tree, path_len)
                     }
+                }
+
+                /// `0.2.0`'s trigger: a client view's leading messages that
+                /// `branch` holds cross as their count.
+                fn branch_trigger(trigger: p::Trigger, branch: &p::Messages) -> b::Trigger {
+                    if let p::Trigger::ClientMessages(m) = trigger {
+                        let (shared, rest) = m.messages.split_for(branch);
+                        return b::Trigger::ClientMessages(b::ClientMessagesTrigger {
+                            shared: u32::try_from(shared).unwrap_or(u32::MAX),
+                            rest: rest.into_iter().map(Into::into).collect(),
+                            new_from: m.new_from,
+                            client: m.client.into(),
+                        });
+                    }
+                    match w::Trigger::from(trigger) {
+                        w::Trigger::ClientMessages(m) => b::Trigger::ClientMessages(b::ClientMessagesTrigger {
+                            shared: 0,
+                            rest: m.messages,
+                            new_from: m.new_from,
+                            client: m.client,
+                        }),
+                        w::Trigger::SessionStart => b::Trigger::SessionStart,
+                        w::Trigger::ClientAction(t) => b::Trigger::ClientAction(t),
+                        w::Trigger::ToolExecute(t) => b::Trigger::ToolExecute(t),
+                        w::Trigger::ToolFinished(t) => b::Trigger::ToolFinished(t),
+                        w::Trigger::LlmExecute(t) => b::Trigger::LlmExecute(t),
+                        w::Trigger::LlmFinished(t) => b::Trigger::LlmFinished(t),
+                        w::Trigger::SubAgentFinished(t) => b::Trigger::SubAgentFinished(t),
+                        w::Trigger::InterruptResumed(t) => b::Trigger::InterruptResumed(t),
+                    }
+                }
+
+                /// `0.2.0`'s trigger read back: a client view begins with
+                /// the first `shared` messages of `branch`.
+                fn branch_trigger_from_wit(trigger: b::Trigger, branch: &p::Messages) -> R<p::Trigger> {
+                    let trigger = match trigger {
+                        b::Trigger::ClientMessages(m) => {
+                            let rest: Vec<p::DraftMessage> = list(m.rest, "rest")?;
+                            let shared = usize::try_from(m.shared).unwrap_or(usize::MAX);
+                            return Ok(p::Trigger::ClientMessages(p::trigger::ClientMessages {
+                                messages: p::ClientView::sharing(branch.clone(), shared, rest),
+                                new_from: m.new_from,
+                                client: field(m.client, "client")?,
+                            }));
+                        }
+                        b::Trigger::SessionStart => w::Trigger::SessionStart,
+                        b::Trigger::ClientAction(t) => w::Trigger::ClientAction(t),
+                        b::Trigger::ToolExecute(t) => w::Trigger::ToolExecute(t),
+                        b::Trigger::ToolFinished(t) => w::Trigger::ToolFinished(t),
+                        b::Trigger::LlmExecute(t) => w::Trigger::LlmExecute(t),
+                        b::Trigger::LlmFinished(t) => w::Trigger::LlmFinished(t),
+                        b::Trigger::SubAgentFinished(t) => w::Trigger::SubAgentFinished(t),
+                        b::Trigger::InterruptResumed(t) => w::Trigger::InterruptResumed(t),
+                    };
+                    p::Trigger::from_wit(trigger)
                 }
             )?
 

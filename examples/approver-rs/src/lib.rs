@@ -102,7 +102,7 @@ mod tests {
             c.id = Some("call_1".into());
         }
         let said = subs_sdk::trigger::ClientMessages {
-            messages: vec![DraftMessage::user("refund A1")],
+            messages: vec![DraftMessage::user("refund A1")].into(),
             new_from: 0,
             client: Default::default(),
         };

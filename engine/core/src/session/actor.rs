@@ -1725,6 +1725,40 @@ mod tests {
         assert_eq!(seen, [(1, 1), (3, 3)]);
     }
 
+    /// Answers as proposed; notes, of each `client.messages` trigger, the
+    /// view's length, how many of its messages it shares with the
+    /// request's branch (`None`: it holds its own), and the branch's length.
+    #[derive(Default)]
+    struct Viewing {
+        seen: Mutex<Vec<(usize, Option<usize>, usize)>>,
+    }
+
+    impl Worker for Viewing {
+        fn decide(&self, delivery: Delivery) -> BoxFuture<'_, Result<DecisionResponse, WorkerError>> {
+            let request = delivery.request;
+            if let Trigger::ClientMessages(t) = &request.trigger {
+                let shared = t.messages.shared_with(&request.messages).map(|(shared, _)| shared);
+                self.seen.lock().unwrap().push((t.messages.len(), shared, request.messages.len()));
+            }
+            Box::pin(async move { Ok(request.proposed) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_view_shares_the_branch_it_extends_rather_than_copying_it() {
+        let store = MemStore::new();
+        let viewing = Arc::new(Viewing::default());
+        let (env, directory) = start(&store, viewing.clone());
+        for turn in ["t1", "t2", "t3"] {
+            say(&directory, "s", turn).await.expect("accepted");
+            assert_eq!(ended(&env, "s", turn).await.status, TurnStatus::Done);
+        }
+        // Each turn adds the user's message and the reply: the view is the
+        // branch so far plus the new message, the branch's part shared.
+        let seen = viewing.seen.lock().unwrap().clone();
+        assert_eq!(seen, [(1, None, 0), (3, Some(2), 2), (5, Some(4), 4)]);
+    }
+
     #[tokio::test]
     async fn an_input_is_stored_before_it_is_answered_and_its_turn_runs_to_its_end() {
         let store = MemStore::new();

@@ -37,8 +37,8 @@ use serde_json::Value;
 use subs_protocol::event::MessageRecorded;
 use subs_protocol::trigger::{ClientMessages, LlmExecute};
 use subs_protocol::{
-    AgentConfig, AgentTool, Call, CallKind, CallStatus, DecisionRequest, DraftMessage, Handler, LlmMessages,
-    LlmRequest, LlmTool, Message, RetryPolicy, SessionEvent, Trigger,
+    AgentConfig, AgentTool, Call, CallKind, CallStatus, ClientView, DecisionRequest, DraftMessage, Handler,
+    LlmMessages, LlmRequest, LlmTool, Message, Messages, RetryPolicy, SessionEvent, Trigger,
 };
 
 use crate::clock;
@@ -572,10 +572,8 @@ impl Session {
         match stored {
             StoredTrigger::Plain { trigger } => trigger.clone(),
             StoredTrigger::ClientMessages { fork_id, new, client } => {
-                let mut messages: Vec<DraftMessage> =
-                    self.tree.path(fork_id.as_deref()).into_iter().map(|m| m.clone().into()).collect();
-                let new_from = u32::try_from(messages.len()).unwrap_or(u32::MAX);
-                messages.extend(new.iter().cloned());
+                let (messages, new_from) = self.client_view(fork_id.as_deref(), new);
+                let new_from = u32::try_from(new_from).unwrap_or(u32::MAX);
                 Trigger::ClientMessages(ClientMessages { messages, new_from, client: client.clone() })
             }
             StoredTrigger::LlmExecute { call_id, attempt } => {
@@ -597,6 +595,32 @@ impl Session {
                     attempt: *attempt,
                     deadline: call.and_then(|c| c.call.deadline.clone()),
                 })
+            }
+        }
+    }
+
+    /// A client's view: the path to `fork_id`, then `new`; and where `new`
+    /// begins in it.
+    ///
+    /// A turn moves the head to its view's fork, and what is recorded
+    /// after that extends the path from there, so the path to the fork is
+    /// the first part of the branch a decision is handed. The view then
+    /// shares those messages with that branch (the one
+    /// [`request`](Self::request) hands out) rather than copying them: the
+    /// fork is looked for from the head back, a step per message recorded
+    /// since it. A fork off the branch (which the engine's own steps never
+    /// make) gets a view of its own.
+    fn client_view(&self, fork_id: Option<&str>, new: &[DraftMessage]) -> (ClientView, usize) {
+        let Some(fork_id) = fork_id else { return (ClientView::new(new.to_vec()), 0) };
+        let (path, tree) = self.tree.shared_branch(self.record.head_id.as_deref());
+        match path.iter().rposition(|m| m.id == fork_id) {
+            Some(at) => (ClientView::sharing(Messages::shared(path, tree), at + 1, new.to_vec()), at + 1),
+            None => {
+                let mut messages: Vec<DraftMessage> =
+                    self.tree.path(Some(fork_id)).into_iter().map(|m| m.clone().into()).collect();
+                let new_from = messages.len();
+                messages.extend(new.iter().cloned());
+                (ClientView::new(messages), new_from)
             }
         }
     }
@@ -668,6 +692,7 @@ impl Session {
         proposed: subs_protocol::DecisionResponse,
         deadline_ms: u64,
     ) -> DecisionRequest {
+        // The same branch a `client.messages` trigger's view shares.
         let (path, tree) = self.tree.shared_branch(self.record.head_id.as_deref());
         DecisionRequest {
             session_id: self.record.key.session.clone(),
@@ -680,7 +705,7 @@ impl Session {
             agent: self.record.agent.as_deref().cloned(),
             calls: self.calls_in_order().into_iter().map(|c| c.call.clone()).collect(),
             pending_calls: u32::try_from(self.pending_calls()).unwrap_or(u32::MAX),
-            messages: subs_protocol::Messages::shared(path, tree),
+            messages: Messages::shared(path, tree),
             ancestry: self.record.ancestry.clone(),
             attempts: step.attempts + step.interrupted + 1,
             deadline: Some(clock::rfc3339(deadline_ms)),

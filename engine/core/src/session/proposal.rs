@@ -84,8 +84,8 @@ fn ordinary(session: &Session, seq: u64, trigger: &Trigger, default_model: &str)
         Trigger::ClientMessages(t) => {
             let new_from = usize::try_from(t.new_from).unwrap_or(usize::MAX);
             let mut decision = DecisionResponse::new();
-            for message in t.messages.iter().skip(new_from) {
-                decision = decision.with_message(message.clone());
+            for message in t.messages.messages_from(new_from) {
+                decision = decision.with_message(message);
             }
             decision.with_action(Action::llm_call())
         }

@@ -263,6 +263,12 @@ impl Tree {
         if cursor != branch.head {
             return false;
         }
+        if from == to {
+            // Nothing recorded since: the branch is handed out as it is,
+            // the same `Arc`s (a client's view shares them with the
+            // request), not copied because something else holds them.
+            return true;
+        }
         let path = Arc::make_mut(&mut branch.path);
         let tree = Arc::make_mut(&mut branch.tree);
         let mut on_path = added.into_iter().rev().peekable();

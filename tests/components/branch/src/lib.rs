@@ -11,6 +11,11 @@
 //! (`tree`: each node's id and parent id).
 //! `state.path` is every id of the path read whole, when the client asked
 //! for it (`client.action` named `whole`).
+//! `state.view` reports what it read of a `client.messages` trigger's view
+//! of the conversation: `len`, `new_from`, the `first` and `last`
+//! messages, the `new` ones (from `new_from` on), whether those reads read
+//! the view whole (`whole`: they must not), then every id of the view
+//! (`ids`, read whole). Other triggers carry the last report over.
 //!
 //! It keeps each decision's branch in a global. When one instance is asked
 //! again (the engine never does; a test of the host does), it reads the
@@ -31,6 +36,31 @@ struct Branch;
 
 fn summary(message: &Message) -> Value {
     json!({ "id": message.id, "role": message.role, "text": message.text() })
+}
+
+fn draft_summary(message: &DraftMessage) -> Value {
+    json!({ "id": message.id, "role": message.role, "text": message.text() })
+}
+
+/// What the agent reads of a `client.messages` trigger's view, or the
+/// report of an earlier one.
+fn view(request: &DecisionRequest) -> Value {
+    let Trigger::ClientMessages(trigger) = &request.trigger else {
+        return request.state.get("view").cloned().unwrap_or(Value::Null);
+    };
+    let view = &trigger.messages;
+    let len = view.len();
+    let new_from = usize::try_from(trigger.new_from).unwrap_or(usize::MAX);
+    let mut report = json!({
+        "len": len,
+        "new_from": trigger.new_from,
+        "first": view.get(0).map(|m| draft_summary(&m)),
+        "last": view.last().map(draft_summary),
+        "new": view.messages_from(new_from).iter().map(draft_summary).collect::<Vec<_>>(),
+    });
+    report["whole"] = json!(view.is_read());
+    report["ids"] = json!(view.iter().map(|m| m.id.clone()).collect::<Vec<_>>());
+    report
 }
 
 impl Agent for Branch {
@@ -63,7 +93,7 @@ impl Agent for Branch {
             })
             .collect();
         read["tree"] = json!(tree);
-        let mut state = json!({ "read": read });
+        let mut state = json!({ "read": read, "view": view(&request) });
         if matches!(&request.trigger, Trigger::ClientAction(a) if a.name == "whole") {
             state["path"] = json!(messages.iter().map(|m| m.id.clone()).collect::<Vec<_>>());
         }

@@ -15,7 +15,7 @@
 //!
 //! any other trigger gets `{}`.
 
-use subs_sdk::bindings::{DecisionRequest, Guest, Messages, wit};
+use subs_sdk::bindings::{DecisionRequest, Guest, Messages, branch, wit};
 
 struct Garbage;
 
@@ -35,7 +35,7 @@ impl Guest for Garbage {
         // panic's message reaches the engine through its log import.
         subs_sdk::__report_panics();
         let mut decision = wit::DecisionResponse { messages: None, actions: None, state: None, agent: None };
-        let wit::Trigger::ClientAction(action) = request.trigger else {
+        let branch::Trigger::ClientAction(action) = request.trigger else {
             return Ok(decision);
         };
         match action.name.as_str() {
