@@ -30,7 +30,7 @@ DIMENSIONS = {
 # Settings echoed into the JSON: the same on both sides, not figures.
 SETTINGS = {"seconds", "rounds", "runs", "components", "decisions", "turns", "slots", "cores", "block", "bench"}
 # Totals that grow with how much work a timed run got done, not costs.
-TOTALS = {"stored_bytes", "file_bytes", "commits", "batches", "turns", "steps"}
+TOTALS = {"stored_bytes", "file_bytes", "commits", "batches"}
 THRESHOLD = 0.05
 
 
@@ -63,8 +63,6 @@ def flatten(value, prefix, out):
         out[prefix] = float(value)
     elif isinstance(value, dict):
         for k, v in value.items():
-            if prefix == "" and k in SETTINGS:
-                continue
             if isinstance(v, (int, float)) and k in DIMENSIONS | SETTINGS:
                 continue
             flatten(v, f"{prefix}.{k}" if prefix else k, out)

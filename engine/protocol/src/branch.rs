@@ -435,15 +435,9 @@ impl ClientView {
 
     /// The whole view.
     pub fn into_vec(self) -> Vec<DraftMessage> {
-        match self.shared {
-            None => self.rest,
-            Some(shared) => {
-                let view = Self { rest: self.rest, shared: Some(shared) };
-                view.whole();
-                let Self { shared, rest } = view;
-                shared.and_then(|s| s.whole.into_inner()).unwrap_or(rest)
-            }
-        }
+        self.whole();
+        let Self { rest, shared } = self;
+        shared.and_then(|s| s.whole.into_inner()).unwrap_or(rest)
     }
 
     /// The whole view, read once.
@@ -470,9 +464,7 @@ impl Deref for ClientView {
 impl DerefMut for ClientView {
     fn deref_mut(&mut self) -> &mut Vec<DraftMessage> {
         if self.shared.is_some() {
-            self.whole();
-            let whole = self.shared.take().and_then(|s| s.whole.into_inner());
-            self.rest = whole.unwrap_or_default();
+            *self = Self::new(std::mem::take(self).into_vec());
         }
         &mut self.rest
     }
