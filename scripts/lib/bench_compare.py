@@ -3,12 +3,12 @@
     python3 scripts/lib/bench_compare.py RUNS_DIR BENCH...
 
 RUNS_DIR holds `<bench>-<side>-<round>.json` (side `base` or `head`).
-Every number of a bench's JSON is a figure, named by its path: a list of
-rows is keyed by each row's dimensions (its text fields and the counts
+Every number of a bench's JSON is a figure, named by its path (a list of
+numbers is one figure, its best sample): a list of rows is keyed by each row's dimensions (its text fields and the counts
 that say what was measured, such as `clients` or `sessions`), not by its
 position. A figure's direction comes from its name: rates (`per_sec`)
 are better higher; times and sizes (`_us`, `_ms`, `p50`, `bytes`,
-`rss`) better lower; tails (`p90`, `p99`, `worst`: on a shared machine,
+`rss`) better lower; tails (`p90`, `p99`, `worst`, `max`: on a shared machine,
 a run's worst stretch), ratios of two figures (`_over_`), totals of a
 timed run (`stored_bytes`, `commits`) and any other number are shown
 without a verdict. Each side's figure is its best run (a shared machine only ever
@@ -27,7 +27,9 @@ DIMENSIONS = {
     "clients", "callers", "sessions", "length", "messages", "tenant_slots",
     "sleepers", "turns_per_session", "new_connections", "level",
 }
-# Settings echoed into the JSON: the same on both sides, not figures.
+# Settings echoed at the top of a bench's JSON: the same on both sides,
+# not figures. Inside a row the same names can be figures (a load's
+# `seconds`).
 SETTINGS = {"seconds", "rounds", "runs", "components", "decisions", "turns", "slots", "cores", "block", "bench"}
 # Totals that grow with how much work a timed run got done, not costs.
 TOTALS = {"stored_bytes", "file_bytes", "commits", "batches"}
@@ -42,11 +44,11 @@ def direction(name):
     if "_over_" in leaf or leaf in TOTALS or leaf.endswith("_cost_us_p50"):
         return 0
     # Tails: on a shared machine a run's p99 is its worst stretch.
-    if re.search(r"(p99|p90|worst)", leaf):
+    if re.search(r"(p99|p90|worst|max)", leaf):
         return 0
     if "per_sec" in leaf or "per_s_" in leaf or leaf.endswith("_per_s"):
         return 1
-    if re.search(r"(_us|_ms|_s|seconds|bytes|kib|rss|p50|p90|p99|latency)", leaf):
+    if re.search(r"(_us|_ms|_s)(_|$)|seconds|bytes|kib|rss|p50|latency", leaf):
         return -1
     return 0
 
@@ -63,9 +65,12 @@ def flatten(value, prefix, out):
         out[prefix] = float(value)
     elif isinstance(value, dict):
         for k, v in value.items():
-            if isinstance(v, (int, float)) and k in DIMENSIONS | SETTINGS:
+            if isinstance(v, (int, float)) and (k in DIMENSIONS or (not prefix and k in SETTINGS)):
                 continue
             flatten(v, f"{prefix}.{k}" if prefix else k, out)
+    elif value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        # A run's samples (replay's rounds): its best one, as for runs.
+        out[prefix] = float(best(value, direction(prefix) or -1))
     elif isinstance(value, list):
         for i, v in enumerate(value):
             key = key_of(v, i) if isinstance(v, dict) else f"[{i}]"
