@@ -3,17 +3,18 @@
     python3 scripts/lib/bench_compare.py RUNS_DIR BENCH...
 
 RUNS_DIR holds `<bench>-<side>-<round>.json` (side `base` or `head`).
-Every number of a bench's JSON is a figure, named by its path (a list of
-numbers is one figure, its best sample): a list of rows is keyed by each row's dimensions (its text fields and the counts
-that say what was measured, such as `clients` or `sessions`), not by its
-position. A figure's direction comes from its name: rates (`per_sec`)
-are better higher; times and sizes (`_us`, `_ms`, `p50`, `bytes`,
-`rss`) better lower; tails (`p90`, `p99`, `worst`, `max`: on a shared machine,
-a run's worst stretch), ratios of two figures (`_over_`), totals of a
+Every number of a bench's JSON is a figure, named by its path (a list
+of numbers is one figure, its best sample): a list of rows is keyed by
+each row's dimensions (its text fields and the counts that say what was
+measured, such as `clients` or `sessions`), not by its position. A
+figure's direction comes from its name: rates (`per_sec`) are better
+higher; times and sizes (`_us`, `_ms`, `p50`, `bytes`, `rss`) better
+lower; tails (`p90`, `p99`, `worst`, `max`: on a shared machine, a
+run's worst stretch), ratios of two figures (`_over_`), totals of a
 timed run (`stored_bytes`, `commits`) and any other number are shown
-without a verdict. Each side's figure is its best run (a shared machine only ever
-slows a run down); a figure more than 5% worse on head is flagged.
-Exits 1 when one is.
+without a verdict. Each side's figure is its best run (a shared machine
+only ever slows a run down); a figure more than 5% worse on head is
+flagged. Exits 1 when one is.
 """
 
 import json
@@ -68,7 +69,7 @@ def flatten(value, prefix, out):
             if isinstance(v, (int, float)) and (k in DIMENSIONS or (not prefix and k in SETTINGS)):
                 continue
             flatten(v, f"{prefix}.{k}" if prefix else k, out)
-    elif value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+    elif isinstance(value, list) and value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
         # A run's samples (replay's rounds): its best one, as for runs.
         out[prefix] = float(best(value, direction(prefix) or -1))
     elif isinstance(value, list):
