@@ -217,7 +217,7 @@ fn request(length: usize) -> DecisionRequest {
     }
     request.session_id = "sess_branch".to_owned();
     request.agent_id = "tools".to_owned();
-    request.agent = Some(tools::Tools::new().config("subs/offline"));
+    request.agent = Some(tools::Tools::new().config("subs/offline").into());
     request.calls = vec![
         from_value::<Call>(json!({
             "id": id, "kind": "tool_call", "status": "pending", "attempt": 1,

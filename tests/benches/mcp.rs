@@ -126,7 +126,7 @@ async fn run(calls: usize) {
     tokio::spawn(async move { subs_http_worker::serve(listener, tools::Tools::new()).await });
     let worker: Arc<dyn Worker> = Arc::new(HttpWorker::new(&url, HttpWorkerOptions::new()).expect("a worker URL"));
     let mut request = subs_tests::tool_execute("add", json!({"a": 1.5, "b": 2.25}));
-    request.agent = Some(tools::Tools::new().config("subs/offline"));
+    request.agent = Some(tools::Tools::new().config("subs/offline").into());
     let one = || {
         let (worker, request) = (worker.clone(), request.clone());
         async move {

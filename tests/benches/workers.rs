@@ -211,7 +211,7 @@ fn micros(d: Duration) -> String {
 fn request() -> DecisionRequest {
     let (messages, message_tree) = subs_tests::bench::conversation();
     let mut request = subs_tests::tool_execute("add", json!({"a": 1.5, "b": 2.25}));
-    request.agent = Some(tools::Tools::new().config("subs/offline"));
+    request.agent = Some(tools::Tools::new().config("subs/offline").into());
     request.messages = subs_protocol::Messages::new(messages, message_tree);
     request.state = json!({"turns": 10});
     request

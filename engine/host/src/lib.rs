@@ -1091,7 +1091,11 @@ fn fits(decision: &DecisionResponse, limit: usize) -> bool {
 
 impl Worker for ComponentAgent {
     fn decide(&self, delivery: Delivery) -> BoxFuture<'_, Result<DecisionResponse, WorkerError>> {
-        let span = tracing::info_span!(
+        // At debug level: a decision runs inside the session's span and
+        // the actor's `decision` span, which name all of this at info level;
+        // a second span per decision at info would only repeat them, at a
+        // cost the durable loop feels (two spans formatted per step).
+        let span = tracing::debug_span!(
             "decide",
             tenant = %self.bound.tenant,
             session = %delivery.request.session_id,

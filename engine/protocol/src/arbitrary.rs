@@ -805,7 +805,7 @@ pub fn decision_request() -> BoxedStrategy<DecisionRequest> {
                     trigger,
                     proposed,
                     state,
-                    agent,
+                    agent: agent.map(std::sync::Arc::new),
                     calls,
                     pending_calls,
                     messages: crate::Messages::new(messages, message_tree),

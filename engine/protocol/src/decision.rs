@@ -2,6 +2,7 @@
 //! decision the worker returns.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -42,7 +43,8 @@ pub struct DecisionRequest {
     /// The agent's state, stored verbatim.
     pub state: Value,
     /// The current agent config; `null` until the agent sets one.
-    pub agent: Option<AgentConfig>,
+    // Shared: the engine hands the session's own config to every decision.
+    pub agent: Option<Arc<AgentConfig>>,
     /// The in-flight calls.
     pub calls: Vec<Call>,
     /// In-flight tool and sub-agent calls.
@@ -101,7 +103,7 @@ struct WireRequest {
     trigger: Trigger,
     proposed: DecisionResponse,
     state: Value,
-    agent: Option<AgentConfig>,
+    agent: Option<Arc<AgentConfig>>,
     calls: Vec<Call>,
     pending_calls: u32,
     messages: Vec<SharedMessage>,

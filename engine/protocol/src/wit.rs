@@ -174,6 +174,26 @@ macro_rules! __wit_to {
     };
 }
 
+/// [`__wit_to!`] for a field read through a reference: what the field
+/// holds is copied, its own records by their by-reference mappings, its
+/// JSON written from where it lies.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __wit_to_ref {
+    (; $v:expr) => {
+        ::core::clone::Clone::clone(&$v)
+    };
+    (opt; $v:expr) => {
+        ::core::clone::Clone::clone(&$v).map(::core::convert::Into::into)
+    };
+    (opt_list; $v:expr) => {
+        $v.as_ref().map(|l| l.iter().map(::core::convert::Into::into).collect())
+    };
+    (opt_json; $v:expr) => {
+        $v.as_ref().map($crate::wit::json_text)
+    };
+}
+
 /// A WIT value's field read back as its protocol field, by the field's
 /// kind; an error names the field (see [`__wit_record!`](crate::__wit_record)).
 #[doc(hidden)]
@@ -220,12 +240,23 @@ macro_rules! __wit_from {
 /// - `json`, `opt_json`, `opt_json_list`: any JSON, as JSON text.
 ///
 /// Several pairs of types with the same fields share one list:
-/// `[p::A => w::A, p::B => w::B] { … }`.
+/// `[p::A => w::A, p::B => w::B] { … }`. `ref p::A => w::A { … }` also
+/// maps `&p::A`, for a record the engine hands out shared (the agent
+/// config is in every request): its fields then take only the kinds a
+/// reference can be read by (nothing, `opt`, `opt_list`, `opt_json`).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __wit_record {
     ([$($p:path => $w:path),+ $(,)?] $fields:tt) => {
         $($crate::__wit_record!($p => $w $fields);)+
+    };
+    (ref $p:path => $w:path { $($f:ident $(: $kind:ident)?),* $(,)? }) => {
+        $crate::__wit_record!($p => $w { $($f $(: $kind)?),* });
+        impl ::core::convert::From<&$p> for $w {
+            fn from(v: &$p) -> Self {
+                Self { $($f: $crate::__wit_to_ref!($($kind)?; v.$f),)* }
+            }
+        }
     };
     ($p:path => $w:path { $($f:ident $(: $kind:ident)?),* $(,)? }) => {
         impl ::core::convert::From<$p> for $w {
@@ -280,7 +311,7 @@ macro_rules! __wit_request {
             trigger: $trigger,
             proposed: $v.proposed.into(),
             state: $crate::wit::json_text(&$v.state),
-            agent: $v.agent.map(Into::into),
+            agent: $v.agent.as_deref().map(Into::into),
             calls: $v.calls.into_iter().map(Into::into).collect(),
             pending_calls: $v.pending_calls,
             ancestry: $v.ancestry,
@@ -299,7 +330,7 @@ macro_rules! __wit_request {
             trigger: $trigger,
             proposed: $crate::wit::field($v.proposed, "proposed")?,
             state: $crate::wit::json(&$v.state, "state")?,
-            agent: $crate::wit::opt($v.agent, "agent")?,
+            agent: $crate::wit::opt::<_, $crate::AgentConfig>($v.agent, "agent")?.map(::std::sync::Arc::new),
             calls: $crate::wit::list($v.calls, "calls")?,
             pending_calls: $v.pending_calls,
             ancestry: $v.ancestry,
@@ -474,16 +505,16 @@ macro_rules! wit_conversions {
             // ---- agent config ------------------------------------------
 
             record!(p::RetryPolicy => w::RetryPolicy { timeout_secs, max_retries, backoff_base_secs, backoff_max_secs });
-            record!(p::AgentTool => w::AgentTool {
+            record!(ref p::AgentTool => w::AgentTool {
                 name,
                 description,
                 input: opt_json,
                 output: opt_json,
                 handler: opt,
             });
-            record!(p::SubAgent => w::SubAgent { id, description });
-            record!(p::McpServerUse => w::McpServerUse { server, tools });
-            record!(p::AgentConfig => w::AgentConfig {
+            record!(ref p::SubAgent => w::SubAgent { id, description });
+            record!(ref p::McpServerUse => w::McpServerUse { server, tools });
+            record!(ref p::AgentConfig => w::AgentConfig {
                 model,
                 system,
                 stream,

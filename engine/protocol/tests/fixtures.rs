@@ -348,8 +348,8 @@ fn decision_requests_cover_the_protocol() {
             && a.tools.is_some()
             && a.sub_agents.is_some()
     };
-    assert!(all().any(|r| r.agent.as_ref().is_some_and(full_agent)), "no full agent config");
-    assert!(all().any(|r| r.agent.as_ref().is_some_and(|a| a.format.is_some())), "no agent with a format");
+    assert!(all().any(|r| r.agent.as_deref().is_some_and(full_agent)), "no full agent config");
+    assert!(all().any(|r| r.agent.as_deref().is_some_and(|a| a.format.is_some())), "no agent with a format");
     assert!(all().any(|r| r.agent.is_none()), "no request with `agent: null`");
     assert!(all().any(|r| r.state.is_object()), "no object state");
     assert!(all().any(|r| r.state.is_null()), "no null state");

@@ -96,7 +96,7 @@ impl Agent for Tools {
                     .proposed
                     .agent
                     .as_ref()
-                    .or(request.agent.as_ref())
+                    .or(request.agent.as_deref())
                     .map_or(DEFAULT_MODEL, |agent| agent.model.as_str());
                 let config = self.config(model);
                 Ok(request.proposed.with_agent(config))
@@ -198,7 +198,7 @@ mod tests {
     #[test]
     fn session_start_falls_back_to_the_config_then_the_default_model() {
         let mut request = DecisionRequest::for_trigger(Trigger::SessionStart);
-        request.agent = Some(AgentConfig::new("anthropic/claude-sonnet-4-5"));
+        request.agent = Some(AgentConfig::new("anthropic/claude-sonnet-4-5").into());
         assert_eq!(decide(request).agent.unwrap().model, "anthropic/claude-sonnet-4-5");
 
         let request = DecisionRequest::for_trigger(Trigger::SessionStart);

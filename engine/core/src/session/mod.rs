@@ -702,7 +702,7 @@ impl Session {
             trigger,
             proposed,
             state: self.record.state.clone(),
-            agent: self.record.agent.as_deref().cloned(),
+            agent: self.record.agent.clone(),
             calls: self.calls_in_order().into_iter().map(|c| c.call.clone()).collect(),
             pending_calls: u32::try_from(self.pending_calls()).unwrap_or(u32::MAX),
             messages: Messages::shared(path, tree),
