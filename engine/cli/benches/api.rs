@@ -58,7 +58,9 @@
 //! receiver in this process (`subs+otel`); `BENCH_SUBS_BASELINE=<path>`
 //! also on another `subs` binary (`subs@base`: say, one built from the
 //! commit before telemetry), so what telemetry costs when off and when on
-//! is measured in the same run, case by case.
+//! is measured in the same run, case by case. `BENCH_SUBS_BASELINE_AGENT`
+//! is the `tools` component that binary gets (default: this tree's),
+//! for one built before the engine ran this tree's WIT world.
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -114,9 +116,9 @@ impl Drop for Target {
 
 impl Target {
     /// `subs serve` on a fresh data directory and a free port, with the
-    /// `tools` component uploaded as `tools`: the binary `program`, with
-    /// spans sent to `otlp` when given.
-    async fn subs(name: &'static str, program: &Path, otlp: Option<&str>) -> Target {
+    /// `tools` component (`agent`) uploaded as `tools`: the binary
+    /// `program`, with spans sent to `otlp` when given.
+    async fn subs(name: &'static str, program: &Path, agent: &Path, otlp: Option<&str>) -> Target {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let mut command = Command::new(program);
         command.args(["serve", "--listen", "127.0.0.1:0", "--data"]).arg(dir.path());
@@ -128,7 +130,7 @@ impl Target {
         }
         let mut target = Target::spawn(name, command, "subs listening on ", dir);
         target.is_subs = true;
-        let wasm = std::fs::read(subs_tests::guests::TOOLS).expect("the tools component is built");
+        let wasm = std::fs::read(agent).expect("the tools component is built");
         let response = reqwest::Client::new()
             .put(format!("{}/v1/agents/tools", target.base))
             .header("content-type", "application/wasm")
@@ -467,12 +469,16 @@ async fn turns_per_session(targets: &[&Arc<Target>], turns: usize) -> Value {
 
 async fn run(levels: &[usize], duration: Duration, rounds: usize, long: usize, langgraph: Option<&Path>) {
     let program = Path::new(env!("CARGO_BIN_EXE_subs"));
-    let subs = Arc::new(Target::subs("subs", program, None).await);
+    let tools = Path::new(subs_tests::guests::TOOLS);
+    let subs = Arc::new(Target::subs("subs", program, tools, None).await);
     let otel = std::env::var("BENCH_OTEL").is_ok_and(|v| v == "1");
     let (otlp, exported) = otlp_sink().await;
-    let otel = if otel { Some(Arc::new(Target::subs("subs+otel", program, Some(&otlp)).await)) } else { None };
+    let otel = if otel { Some(Arc::new(Target::subs("subs+otel", program, tools, Some(&otlp)).await)) } else { None };
     let baseline = match std::env::var_os("BENCH_SUBS_BASELINE") {
-        Some(path) => Some(Arc::new(Target::subs("subs@base", Path::new(&path), None).await)),
+        Some(path) => {
+            let agent = std::env::var_os("BENCH_SUBS_BASELINE_AGENT").map_or(tools.to_path_buf(), PathBuf::from);
+            Some(Arc::new(Target::subs("subs@base", Path::new(&path), &agent, None).await))
+        }
         None => None,
     };
     let load_before = load_average();
