@@ -145,6 +145,15 @@ impl Follow {
         }
     }
 
+    /// Skips the first read of the store, for a follower whose caller
+    /// knows that every event it wants is published after `live` was
+    /// taken (those of a turn its input starts): the store is read only
+    /// should a live event not be the next one.
+    pub fn live_first(mut self) -> Self {
+        self.replaying = false;
+        self
+    }
+
     /// The sequence number of the last stored event passed on: where a
     /// reconnecting client resumes.
     pub fn last(&self) -> Option<u64> {

@@ -244,7 +244,8 @@ pub async fn input(
     let sent = send(&state, &caller, &session_id, input, identity, wants_stream).await?;
     match (sent.accepted.turn_id, sent.live) {
         (Some(turn_id), Some(live)) => {
-            Ok(stream::turn(&state, caller.tenant, session_id, turn_id, sent.after, live).into_response())
+            Ok(stream::turn(&state, caller.tenant, session_id, turn_id, sent.after, sent.caught_up, live)
+                .into_response())
         }
         (turn_id, _) => {
             Ok((StatusCode::ACCEPTED, Json(InputAccepted { session_id, turn_id, existing: sent.accepted.existing }))
@@ -265,6 +266,10 @@ pub struct Sent {
     /// every stored event may belong to it (a new session, or a turn id
     /// already known).
     pub after: Option<u64>,
+    /// Whether every event of what the input started is published after
+    /// `live` was taken (the input was not one already taken): a stream of
+    /// them need not read the store first.
+    pub caught_up: bool,
 }
 
 /// Sends `input` to a session as `POST …/input` does, with every check it
@@ -336,8 +341,8 @@ pub async fn send(
     // have created it.
     let accepted =
         state.engine.sessions().input_traced(tenant, session_id, input, sender, caller.trace.clone()).await?;
-    let after = if accepted.existing { None } else { after };
-    Ok(Sent { accepted, live, after })
+    let (after, caught_up) = if accepted.existing { (None, false) } else { (after, true) };
+    Ok(Sent { accepted, live, after, caught_up })
 }
 
 /// A session's snapshot.

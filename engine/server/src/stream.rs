@@ -136,17 +136,21 @@ pub fn subscribe(engine: &Engine, tenant: &str, session: &str) -> Result<Subscri
 }
 
 /// The events of one turn, from its `turn.started` to its `turn.done` or
-/// `turn.failed`, looking at stored events after `after`; `live` is a
+/// `turn.failed`, looking at events after `after`; `live` is a
 /// subscription to the session taken before the turn's input was sent.
+/// With `caught_up` (see [`Sent`](crate::sessions::Sent)), the store is
+/// read only should a live event be missing.
 pub fn turn(
     state: &AppState,
     tenant: String,
     session: String,
     turn_id: String,
     after: Option<u64>,
+    caught_up: bool,
     live: Subscription,
 ) -> EventStream {
-    respond(Pump::new(state.engine.reads().clone(), tenant, session, after, Some(turn_id), live), None)
+    let pump = Pump::new(state.engine.reads().clone(), tenant, session, after, Some(turn_id), live);
+    respond(pump.caught_up(caught_up), None)
 }
 
 /// The events of one turn, typed, for the protocol adapters that
@@ -173,9 +177,11 @@ impl TurnFrames {
         session: String,
         turn_id: String,
         after: Option<u64>,
+        caught_up: bool,
         live: Subscription,
     ) -> Self {
-        TurnFrames(Pump::new(state.engine.reads().clone(), tenant, session, after, Some(turn_id), live))
+        let pump = Pump::new(state.engine.reads().clone(), tenant, session, after, Some(turn_id), live);
+        TurnFrames(pump.caught_up(caught_up))
     }
 
     /// The rest of the turn `turn_id`, already started: every event
@@ -251,6 +257,15 @@ impl Pump {
     ) -> Self {
         let follow = Follow::new(reads, &tenant, &session, after, live);
         Pump { tenant, session, follow, turn, in_turn: false, done: false }
+    }
+
+    /// With `caught_up`, follows from the live events (see
+    /// [`Follow::live_first`]).
+    fn caught_up(mut self, caught_up: bool) -> Self {
+        if caught_up {
+            self.follow = self.follow.live_first();
+        }
+        self
     }
 
     /// A pump for a turn that started before the events after `after`

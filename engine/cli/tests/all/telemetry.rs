@@ -244,8 +244,8 @@ async fn a_turn_is_traced_under_the_clients_span_and_measured() {
             .sum()
     };
     assert_eq!(histogram_count("subs_decision_duration_seconds", Some(("worker", "component"))), 6, "{text}");
-    assert!(histogram_count("subs_store_commit_duration_seconds", None) > 5, "{text}");
-    assert!(histogram_count("subs_store_commit_operations", None) > 5, "{text}");
+    assert!(histogram_count("subs_store_commit_duration_seconds", None) >= 3, "{text}");
+    assert!(histogram_count("subs_store_commit_operations", None) >= 3, "{text}");
     assert_eq!(histogram_count("subs_llm_call_duration_seconds", Some(("model", "fake/gpt-test"))), 2, "{text}");
     // Both calls streamed: `stream_by_default` is on.
     assert_eq!(histogram_count("subs_llm_time_to_first_token_seconds", None), 2, "{text}");

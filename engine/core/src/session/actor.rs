@@ -164,11 +164,42 @@ struct InFlight {
     decided: BoxFuture<'static, Box<Delivered>>,
 }
 
+/// The longest a client's input or a call's result may wait in memory for
+/// the decisions of a contained agent it leads to, before it is committed
+/// on its own: what an agent slow to decide costs the input's answer, and
+/// the window in which a crash makes a call run again.
+const OUTSIDE_HELD_MAX: Duration = Duration::from_millis(5);
+
 /// Decisions of a contained agent applied in memory and not yet committed,
 /// with what they wrote: see [`Actor::hold`].
 struct Held {
     change: Change,
     decisions: u32,
+    /// What came from outside the engine and is held with the decisions
+    /// it leads to: see [`Actor::hold_outside`].
+    outside: Option<Outside>,
+}
+
+/// Tells one waiting for a held change's commit how it went.
+type Told = Box<dyn FnOnce(Result<(), &StoreError>) + Send>;
+
+/// A client's input or a call's result held with the decisions it leads
+/// to.
+struct Outside {
+    /// When it must be committed at the latest.
+    due: tokio::time::Instant,
+    /// The answers waiting for the commit (an input's acceptance).
+    answers: Vec<Told>,
+}
+
+impl Held {
+    /// Answers those waiting for the held change's commit: that it was
+    /// made, or why not.
+    fn answer(outside: Option<Outside>, committed: Result<(), &StoreError>) {
+        for answer in outside.into_iter().flat_map(|o| o.answers) {
+            answer(committed);
+        }
+    }
 }
 
 /// What the actor's loop waits for, besides its mailbox.
@@ -178,6 +209,8 @@ enum Next {
     Decided(Box<Delivered>),
     /// The timer came due.
     Due,
+    /// What came from outside and is held must be committed now.
+    OutsideDue,
 }
 
 pub(crate) struct Actor {
@@ -331,13 +364,16 @@ impl Actor {
                     Err(_) => continue,
                 }
             } else {
-                // Disjoint fields, so the three are polled side by side.
+                // Disjoint fields, so they are polled side by side.
                 let (rx, delivery, timer) = (&mut self.rx, &mut self.delivery, &mut self.timer);
+                let outside = self.held.as_ref().and_then(|held| held.outside.as_ref()).map(|outside| outside.due);
                 tokio::select! {
                     msg = rx.recv() => Next::Msg(msg),
                     delivered = async { delivery.as_mut().expect("guarded").decided.as_mut().await },
                         if delivery.is_some() => Next::Decided(delivered),
                     () = async { timer.as_mut().expect("guarded").1.as_mut().await }, if timer.is_some() => Next::Due,
+                    () = async { tokio::time::sleep_until(outside.expect("guarded")).await },
+                        if outside.is_some() => Next::OutsideDue,
                 }
             };
             let handled = match next {
@@ -364,6 +400,9 @@ impl Actor {
                     self.check_inbox = true;
                     Ok(())
                 }
+                // Committed while the delivery waits; its decision is
+                // applied when it comes.
+                Next::OutsideDue => self.flush().await,
             };
             if let Err(e) = handled
                 && !self.failed(&e)
@@ -409,7 +448,7 @@ impl Actor {
         self.cut = self.cut.or(cut);
         self.env.hub.forget_turns(&self.key);
         self.stop_tasks();
-        self.held = None;
+        self.give_up_held(error);
         self.session = None;
         self.loaded = false;
         self.lease = None;
@@ -486,7 +525,7 @@ impl Actor {
         tracing::warn!(%error, "the session's lease was lost to another node; giving the session up");
         self.env.hub.forget_turns(&self.key);
         self.stop_tasks();
-        self.held = None;
+        self.give_up_held(error);
         self.session = None;
         self.lease = None;
         self.remote = true;
@@ -538,13 +577,30 @@ impl Actor {
             && self.session.as_ref().is_none_or(|s| s.next_step().is_none())
     }
 
+    /// Drops what is held uncommitted, answering whoever waits for its
+    /// commit with `error`.
+    fn give_up_held(&mut self, error: &StoreError) {
+        if let Some(held) = self.held.take() {
+            Held::answer(held.outside, Err(error));
+        }
+    }
+
     /// Makes a change durable, then acts on it. A change without a session
     /// in memory (the answer to a forwarded request for a session that
     /// does not exist) is committed as it is.
     async fn commit(&mut self, mut change: Change) -> Result<(), StoreError> {
+        let mut outside = None;
         if let Some(held) = self.held.take() {
             change = held.change.then(change);
+            outside = held.outside;
         }
+        let committed = self.commit_now(change).await;
+        Held::answer(outside, committed.as_ref().map(|_| ()));
+        committed
+    }
+
+    /// [`commit`](Self::commit) of a change that includes what was held.
+    async fn commit_now(&mut self, mut change: Change) -> Result<(), StoreError> {
         match self.session.as_mut() {
             Some(session) => session.seal(&mut change, self.env.config.clock.now_ms()),
             None if change.batch.is_empty() => return Ok(()),
@@ -610,8 +666,9 @@ impl Actor {
     /// any other worker, a turn's end), waits for their commit, which
     /// [`pump`](Self::pump) and every message make first. A crash before
     /// that loses only decisions nobody saw: the session resumes from its
-    /// last committed step, and the agent decides again. A turn of the
-    /// `tools` agent takes three commits fewer this way, a third of them.
+    /// last committed step, and the agent decides again. With
+    /// [`hold_outside`](Self::hold_outside), a turn of the `tools` agent
+    /// takes three commits where it would take nine.
     fn hold(&mut self, mut change: Change) {
         let now = self.env.config.clock.now_ms();
         self.session.as_mut().expect("loaded").stamp(&mut change, now);
@@ -620,8 +677,47 @@ impl Actor {
                 held.change = std::mem::take(&mut held.change).then(change);
                 held.decisions += 1;
             }
-            None => self.held = Some(Held { change, decisions: 1 }),
+            None => self.held = Some(Held { change, decisions: 1, outside: None }),
         }
+    }
+
+    /// Keeps a change made by what came from outside the engine (a
+    /// client's input, a call's result), already applied in memory,
+    /// uncommitted until the decisions of a contained agent it leads to
+    /// are made, and commits them all in one batch; `answer` is told the
+    /// outcome of that commit.
+    ///
+    /// Why this keeps the promise that what comes from outside is durable
+    /// before anything acts on it: as for [`hold`](Self::hold), the agent's
+    /// decisions reach nothing outside the engine, and the input is
+    /// answered, the call's result is acted on, only once the batch that
+    /// holds it is committed. A crash before that loses an input no one was
+    /// told was taken (its sender sees the request fail), or a result whose
+    /// call then runs again, as a call cut short by a crash does. It is
+    /// committed within [`OUTSIDE_HELD_MAX`] whatever the agent does.
+    /// The caller checks [`may_hold_outside`](Self::may_hold_outside).
+    fn hold_outside(&mut self, mut change: Change, answer: Option<Told>) {
+        let now = self.env.config.clock.now_ms();
+        self.session.as_mut().expect("loaded").stamp(&mut change, now);
+        let held = self.held.get_or_insert_with(|| Held { change: Change::default(), decisions: 0, outside: None });
+        held.change = std::mem::take(&mut held.change).then(change);
+        let outside = held.outside.get_or_insert_with(|| Outside {
+            due: tokio::time::Instant::now() + OUTSIDE_HELD_MAX,
+            answers: Vec::new(),
+        });
+        outside.answers.extend(answer);
+    }
+
+    /// Whether `change`, made by what came from outside, may be held (see
+    /// [`hold_outside`](Self::hold_outside)): it tells no one else anything,
+    /// and the session's next step goes to a contained agent at once.
+    fn may_hold_outside(&self, change: &Change) -> bool {
+        !change.tells_others()
+            && self.session.is_some()
+            && self.delivery.is_none()
+            && self.held.as_ref().is_none_or(|held| held.decisions < MAX_HELD)
+            && self.deliverable().is_some()
+            && !self.must_flush()
     }
 
     /// Whether the decisions held must be committed before what the pump
@@ -800,7 +896,7 @@ impl Actor {
     /// the inbox, to be acted on again when the session is reloaded.
     /// `always` commits even a change that writes nothing but the
     /// session's record.
-    async fn respond<T: Replied>(
+    async fn respond<T: Replied + Send + 'static>(
         &mut self,
         answer: Answer<T>,
         result: Result<T, InputError>,
@@ -815,6 +911,16 @@ impl Actor {
                 Some(id.clone())
             }
             Answer::Local(_) => None,
+        };
+        let answer = match answer {
+            Answer::Local(tx) if result.is_ok() && self.may_hold_outside(&change) => {
+                let told = move |committed: Result<(), &StoreError>| {
+                    let _ = tx.send(committed.map_err(not_stored).and(result));
+                };
+                self.hold_outside(change, Some(Box::new(told)));
+                return Ok(());
+            }
+            answer => answer,
         };
         let committed = if change.batch.is_empty() && !always { Ok(()) } else { self.commit(change).await };
         match (answer, committed) {
@@ -893,6 +999,10 @@ impl Actor {
         if waiting.is_empty() {
             return Ok(());
         }
+        // A call's result held uncommitted is not in the tenant's spend
+        // yet; a call waits to start, so it is committed now anyway.
+        self.flush().await?;
+        let session = self.session();
         let spent = session.spent();
         let over = match session.budget() {
             Some(budget) if spent >= budget => {
@@ -1278,6 +1388,10 @@ impl Actor {
                 let ctx = self.env.ctx();
                 let mut change = Change::default();
                 self.session.as_mut().expect("loaded").settle(&call_id, *outcome, &ctx, &mut change);
+                if self.may_hold_outside(&change) {
+                    self.hold_outside(change, None);
+                    return Ok(());
+                }
                 self.commit(change).await
             }
             Msg::SetBudget { budget, reply } => self.on_set_budget(budget, Answer::Local(reply)).await,
@@ -1768,6 +1882,67 @@ mod tests {
         assert!(store.session(&key("s")).await.unwrap().is_some());
         assert!(store.turn(&key("s"), "t1").await.unwrap().is_some());
         assert_eq!(ended(&env, "s", "t1").await.status, TurnStatus::Done);
+    }
+
+    /// A worker that is [contained](Worker::contained), deciding as `W`.
+    struct Contained<W>(W);
+
+    impl<W: std::ops::Deref<Target: Worker> + Send + Sync> Worker for Contained<W> {
+        fn decide(&self, delivery: Delivery) -> BoxFuture<'_, Result<DecisionResponse, WorkerError>> {
+            self.0.decide(delivery)
+        }
+
+        fn contained(&self) -> bool {
+            true
+        }
+    }
+
+    /// The commits of one turn of a contained agent that proposes: the
+    /// input goes with the decision that asks the model, the model's reply
+    /// with the decision that ends the turn.
+    #[tokio::test]
+    async fn an_input_and_a_reply_are_committed_with_a_contained_agents_decisions() {
+        let store = Arc::new(crate::store::fault::FaultyStore::new(MemStore::new()));
+        let env = Env::new(store.clone(), Models::with_offline(), EngineConfig::default());
+        env.agents.register(TENANT, "agent", Arc::new(Contained(Arc::new(Proposer::default()))));
+        let env = Arc::new(env);
+        let directory = Directory::new(env.clone());
+        say(&directory, "s", "t1").await.expect("accepted");
+        // Answered: the session and its turn are in the store already.
+        assert!(store.session(&key("s")).await.unwrap().is_some());
+        assert!(store.turn(&key("s"), "t1").await.unwrap().is_some());
+        assert_eq!(ended(&env, "s", "t1").await.status, TurnStatus::Done);
+        assert_eq!(store.commits(), 2, "the input and a decision; the reply and a decision");
+    }
+
+    /// An input waits for a contained agent's decision at most
+    /// [`OUTSIDE_HELD_MAX`]: one that never decides still has the input
+    /// stored and answered.
+    #[tokio::test]
+    async fn an_input_is_committed_and_answered_while_a_contained_agent_takes_its_time() {
+        let store = MemStore::new();
+        let silent = Arc::new(Silent::default());
+        let (_, directory) = start(&store, Arc::new(Contained(silent.clone())));
+        let started = silent.started.notified();
+        let said = tokio::time::timeout(Duration::from_secs(5), say(&directory, "s", "t1")).await;
+        said.expect("answered while the agent decides").expect("accepted");
+        started.await;
+        let stored = store.turn(&key("s"), "t1").await.unwrap().expect("stored when answered");
+        assert_eq!(stored.status, TurnStatus::Running, "the decision never comes");
+    }
+
+    /// An input held with a contained agent's decision whose commit fails
+    /// is answered with the store's error, and nothing of it is kept.
+    #[tokio::test]
+    async fn a_held_input_whose_commit_fails_is_answered_with_the_error() {
+        let store = Arc::new(crate::store::fault::FaultyStore::new(MemStore::new()));
+        store.fail_commits(1, false);
+        let env = Env::new(store.clone(), Models::with_offline(), EngineConfig::default());
+        env.agents.register(TENANT, "agent", Arc::new(Contained(Arc::new(Proposer::default()))));
+        let directory = Directory::new(Arc::new(env));
+        let refused = say(&directory, "s", "t1").await.expect_err("the commit fails");
+        assert!(matches!(refused, InputError::Store(_)), "{refused:?}");
+        assert!(store.session(&key("s")).await.unwrap().is_none());
     }
 
     #[tokio::test]

@@ -159,10 +159,14 @@ impl Change {
     /// something (a child created, woken or cancelled, money spent), or it
     /// ends a turn, which someone may be waiting on.
     pub fn must_commit(&self) -> bool {
+        self.tells_others() || !self.created.is_empty() || !self.spent.is_zero()
+    }
+
+    /// Whether the change tells other sessions something (wakes or
+    /// cancels one), or ends a turn, which someone may be waiting on.
+    pub fn tells_others(&self) -> bool {
         !self.wake.is_empty()
             || !self.cancel.is_empty()
-            || !self.created.is_empty()
-            || !self.spent.is_zero()
             || self.batch.ops.iter().any(|op| matches!(op, Op::PutTurn { record, .. } if record.status.ended()))
     }
 }

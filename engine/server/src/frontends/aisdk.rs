@@ -241,7 +241,7 @@ pub async fn reconnect(
         .map(|c| c.call.id.clone())
         .collect();
     tracing::debug!(tenant = %tenant, session = %chat_id, turn = %turn_id, "ai-sdk reconnect to a running turn");
-    let frames = TurnFrames::starting(&state, tenant.clone(), chat_id.clone(), turn_id.clone(), None, live);
+    let frames = TurnFrames::starting(&state, tenant.clone(), chat_id.clone(), turn_id.clone(), None, false, live);
     let mut chat = ChatStream::new(state, tenant, chat_id, turn_id.clone(), turn_id, HashSet::new());
     chat.joined_mid_call = streaming;
     Ok(respond(chat, frames))

@@ -249,8 +249,16 @@ pub(crate) async fn follow(
                 return Err(ApiError::internal(&"a client.messages input was accepted without a turn"));
             };
             tracing::info!(%tenant, %session, turn = %turn_id, existing = sent.accepted.existing, frontend, "a frontend request starts a turn");
-            let frames =
-                TurnFrames::starting(state, tenant.clone(), session.to_owned(), turn_id.clone(), sent.after, live);
+            let (after, caught_up) = (sent.after, sent.caught_up);
+            let frames = TurnFrames::starting(
+                state,
+                tenant.clone(),
+                session.to_owned(),
+                turn_id.clone(),
+                after,
+                caught_up,
+                live,
+            );
             Followed { turn_id, frames }
         }
         Plan::Settle { turn_id, answers } => {
