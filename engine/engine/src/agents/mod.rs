@@ -496,8 +496,14 @@ impl AgentRegistry {
         Ok(failures)
     }
 
-    /// Whether `tenant` has an agent `agent_id`.
+    /// Whether `tenant` has an agent `agent_id`: one this node serves is
+    /// known without reading the store (its sessions are delivered to what
+    /// this node serves, too); any other is looked up there, as another
+    /// node may have registered it a moment ago.
     pub async fn exists(&self, tenant: &str, agent_id: &str) -> Result<bool, StoreError> {
+        if self.digests().contains_key(&(tenant.to_owned(), agent_id.to_owned())) {
+            return Ok(true);
+        }
         Ok(self.engine.store().agent(tenant, agent_id).await?.is_some())
     }
 
