@@ -81,3 +81,30 @@ async fn a_worker_run_llm_call_streams_to_clients_through_the_loop() {
     let stored = t.engine.reads().events(subs_tests::TENANT, "stream", None, 100).await.unwrap();
     assert!(stored.iter().all(|e| e.name != "llm.token.delta"));
 }
+
+/// A follower that starts from the live events, as the stream of a turn an
+/// input starts does, still passes every stored event once and in order:
+/// the first live event that is not the next one sends it to the store for
+/// those it did not see live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_first_follower_reads_the_store_for_what_it_did_not_see() {
+    let t = subs_tests::TestEngine::start().await;
+    t.chat("s", "passthrough", "one").await;
+    let stored = t.engine.reads().events(subs_tests::TENANT, "s", None, 1000).await.unwrap();
+    assert!(stored.len() > 3, "a turn stores several events: {stored:?}");
+    // Subscribed after the first turn, starting after its third event: the
+    // rest of the first turn is only in the store.
+    let follow = t.engine.reads().follow(subs_tests::TENANT, "s", Some(2)).unwrap();
+    let mut follow = follow.live_first();
+    t.chat("s", "passthrough", "two").await;
+    let events = t.engine.reads().events(subs_tests::TENANT, "s", None, 1000).await.unwrap();
+    let last = events.last().and_then(|e| e.seq).expect("stored events");
+    let mut seen = Vec::new();
+    while seen.last() != Some(&last) {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(10), follow.next()).await.expect("an event");
+        if let Some(seq) = frame.unwrap().seq {
+            seen.push(seq);
+        }
+    }
+    assert_eq!(seen, (3..=last).collect::<Vec<_>>(), "every event after the third once, in order");
+}
