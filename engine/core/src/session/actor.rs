@@ -192,11 +192,11 @@ struct Outside {
     answers: Vec<Told>,
 }
 
-impl Held {
+impl Outside {
     /// Answers those waiting for the held change's commit: that it was
     /// made, or why not.
-    fn answer(outside: Option<Outside>, committed: Result<(), &StoreError>) {
-        for answer in outside.into_iter().flat_map(|o| o.answers) {
+    fn answer(self, committed: Result<(), &StoreError>) {
+        for answer in self.answers {
             answer(committed);
         }
     }
@@ -580,8 +580,8 @@ impl Actor {
     /// Drops what is held uncommitted, answering whoever waits for its
     /// commit with `error`.
     fn give_up_held(&mut self, error: &StoreError) {
-        if let Some(held) = self.held.take() {
-            Held::answer(held.outside, Err(error));
+        if let Some(outside) = self.held.take().and_then(|held| held.outside) {
+            outside.answer(Err(error));
         }
     }
 
@@ -595,7 +595,9 @@ impl Actor {
             outside = held.outside;
         }
         let committed = self.commit_now(change).await;
-        Held::answer(outside, committed.as_ref().map(|_| ()));
+        if let Some(outside) = outside {
+            outside.answer(committed.as_ref().map(|_| ()));
+        }
         committed
     }
 
@@ -669,16 +671,18 @@ impl Actor {
     /// last committed step, and the agent decides again. With
     /// [`hold_outside`](Self::hold_outside), a turn of the `tools` agent
     /// takes three commits where it would take nine.
-    fn hold(&mut self, mut change: Change) {
+    fn hold(&mut self, change: Change) {
+        self.keep(change).decisions += 1;
+    }
+
+    /// Stamps `change` and adds it to what is held: the common part of
+    /// [`hold`](Self::hold) and [`hold_outside`](Self::hold_outside).
+    fn keep(&mut self, mut change: Change) -> &mut Held {
         let now = self.env.config.clock.now_ms();
         self.session.as_mut().expect("loaded").stamp(&mut change, now);
-        match &mut self.held {
-            Some(held) => {
-                held.change = std::mem::take(&mut held.change).then(change);
-                held.decisions += 1;
-            }
-            None => self.held = Some(Held { change, decisions: 1, outside: None }),
-        }
+        let held = self.held.get_or_insert_with(|| Held { change: Change::default(), decisions: 0, outside: None });
+        held.change = std::mem::take(&mut held.change).then(change);
+        held
     }
 
     /// Keeps a change made by what came from outside the engine (a
@@ -696,12 +700,8 @@ impl Actor {
     /// call then runs again, as a call cut short by a crash does. It is
     /// committed within [`OUTSIDE_HELD_MAX`] whatever the agent does.
     /// The caller checks [`may_hold_outside`](Self::may_hold_outside).
-    fn hold_outside(&mut self, mut change: Change, answer: Option<Told>) {
-        let now = self.env.config.clock.now_ms();
-        self.session.as_mut().expect("loaded").stamp(&mut change, now);
-        let held = self.held.get_or_insert_with(|| Held { change: Change::default(), decisions: 0, outside: None });
-        held.change = std::mem::take(&mut held.change).then(change);
-        let outside = held.outside.get_or_insert_with(|| Outside {
+    fn hold_outside(&mut self, change: Change, answer: Option<Told>) {
+        let outside = self.keep(change).outside.get_or_insert_with(|| Outside {
             due: tokio::time::Instant::now() + OUTSIDE_HELD_MAX,
             answers: Vec::new(),
         });

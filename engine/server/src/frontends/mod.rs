@@ -249,14 +249,13 @@ pub(crate) async fn follow(
                 return Err(ApiError::internal(&"a client.messages input was accepted without a turn"));
             };
             tracing::info!(%tenant, %session, turn = %turn_id, existing = sent.accepted.existing, frontend, "a frontend request starts a turn");
-            let (after, caught_up) = (sent.after, sent.caught_up);
             let frames = TurnFrames::starting(
                 state,
                 tenant.clone(),
                 session.to_owned(),
                 turn_id.clone(),
-                after,
-                caught_up,
+                sent.after,
+                sent.caught_up,
                 live,
             );
             Followed { turn_id, frames }
