@@ -38,7 +38,7 @@ use axum::http::request::Parts;
 use hmac::{Hmac, KeyInit, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use subs_engine::store::{KeyRecord, SessionRecord, valid_id};
+use subs_engine::store::{KeyRecord, SessionHead, SessionRecord, valid_id};
 use subs_protocol::WorkerIdentity;
 use subtle::ConstantTimeEq;
 
@@ -87,8 +87,28 @@ impl EndUser {
 
     /// Whether the token reaches the session `record`: one the token may
     /// name, owned by its identity.
-    pub fn may_reach(&self, record: &SessionRecord) -> bool {
-        self.may_name(&record.key.session) && record.identity.id.as_deref() == Some(self.id())
+    pub fn may_reach(&self, record: &impl Owned) -> bool {
+        let (session, owner) = record.owned();
+        self.may_name(session) && owner.id.as_deref() == Some(self.id())
+    }
+}
+
+/// A session as who may reach it is decided: its id and its owner. Both
+/// its full record and its head say.
+pub trait Owned {
+    /// The session's id and its owner.
+    fn owned(&self) -> (&str, &WorkerIdentity);
+}
+
+impl Owned for SessionRecord {
+    fn owned(&self) -> (&str, &WorkerIdentity) {
+        (&self.key.session, &self.identity)
+    }
+}
+
+impl Owned for SessionHead {
+    fn owned(&self) -> (&str, &WorkerIdentity) {
+        (&self.key.session, &self.identity)
     }
 }
 
@@ -468,7 +488,7 @@ pub struct Caller {
 impl Caller {
     /// Whether the caller reaches the session `record`: every session of
     /// its tenant for a key, its own for an end user.
-    pub fn may_reach(&self, record: &SessionRecord) -> bool {
+    pub fn may_reach(&self, record: &impl Owned) -> bool {
         self.user.as_ref().is_none_or(|user| user.may_reach(record))
     }
 }

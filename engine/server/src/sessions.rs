@@ -291,8 +291,8 @@ pub async fn send(
     if caller.user.as_ref().is_some_and(|user| !user.may_name(session_id)) {
         return Err(ApiError::no_session(session_id));
     }
-    let existing = state.engine.reads().session_record(tenant, session_id).await?;
-    if let Some(existing) = existing.as_ref().filter(|r| !caller.may_reach(r)) {
+    let existing = state.engine.reads().session_head(tenant, session_id).await?;
+    if let Some(existing) = existing.as_ref().filter(|r| !caller.may_reach(*r)) {
         return Err(ApiError::no_session(&existing.key.session));
     }
     // An end user's sessions are its token's identity's, whatever the body
@@ -661,8 +661,8 @@ pub async fn cancel(
     caller: Caller,
     SessionPath(session_id): SessionPath,
 ) -> Result<Json<Cancelled>, ApiError> {
-    let record = state.engine.reads().session_record(&caller.tenant, &session_id).await?;
-    if !record.is_some_and(|r| caller.may_reach(&r)) {
+    let head = state.engine.reads().session_head(&caller.tenant, &session_id).await?;
+    if !head.is_some_and(|r| caller.may_reach(&r)) {
         return Err(ApiError::no_session(&session_id));
     }
     let cancelled = state.engine.sessions().cancel(&caller.tenant, &session_id).await?;

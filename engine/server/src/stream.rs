@@ -74,8 +74,8 @@ pub async fn events(
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<EventStream, ApiError> {
-    let record = state.engine.reads().session_record(&caller.tenant, &session_id).await?;
-    if !record.is_some_and(|r| caller.may_reach(&r)) {
+    let head = state.engine.reads().session_head(&caller.tenant, &session_id).await?;
+    if !head.is_some_and(|r| caller.may_reach(&r)) {
         return Err(ApiError::no_session(&session_id));
     }
     let tenant = caller.tenant;

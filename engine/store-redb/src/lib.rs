@@ -107,8 +107,8 @@ use tokio::sync::oneshot;
 use self::{encode::*, read::*, recovery::*, schema::*, writer::*};
 use subs_store::{
     AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, McpServerRecord,
-    MessageRecord, Op, SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin, StoreError,
-    StoreResult, StoreStats, TenantRecord, TurnRecord, ready,
+    MessageRecord, Op, SessionHead, SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin,
+    StoreError, StoreResult, StoreStats, TenantRecord, TurnRecord, ready,
 };
 
 /// The most batches one write transaction takes. Bounds how long the first
@@ -344,6 +344,10 @@ impl Store for RedbStore {
 
     fn session<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<SessionRecord>>> {
         ready(self.read_session(key))
+    }
+
+    fn session_head<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<SessionHead>>> {
+        ready(self.read_session_as(key))
     }
 
     fn sessions<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {

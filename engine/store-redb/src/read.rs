@@ -7,6 +7,15 @@ use super::*;
 /// [`Store`] methods answer with them at once.
 impl RedbStore {
     pub(crate) fn read_session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
+        self.read_session_as(key)
+    }
+
+    /// The session's record decoded as `T`: a [`SessionHead`] skips what
+    /// it does not hold rather than building it.
+    pub(crate) fn read_session_as<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &SessionKey,
+    ) -> Result<Option<T>, StoreError> {
         self.read(|txn| {
             let table = open_read(txn, LOG, name::LOG)?;
             let value =

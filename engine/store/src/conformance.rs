@@ -60,9 +60,9 @@ use serde_json::{Value, json};
 
 use crate::fault::FaultyStore;
 use crate::{
-    AgentRecord, AgentVersion, AgentWorker, Batch, CallRecord, CallSpec, EventRecord, InboxItem, KeyRecord, MemStore,
-    MessageRecord, Op, RequestBasis, SessionKey, SessionRecord, SessionStatus, StepRecord, Store, StoreAdmin,
-    StoredTrigger, TenantRecord, TurnRecord, TurnStatus,
+    AgentRecord, AgentVersion, AgentWorker, Batch, CallRecord, CallSpec, Counters, EventRecord, InboxItem, KeyRecord,
+    MemStore, MessageRecord, Op, RequestBasis, SessionHead, SessionKey, SessionRecord, SessionStatus, StepRecord,
+    Store, StoreAdmin, StoredTrigger, TenantRecord, TurnRecord, TurnStatus,
 };
 
 /// How the suite makes stores of one backend.
@@ -90,6 +90,7 @@ pub async fn run<B: Backend>(backend: &mut B) {
     unfinished_follows_status_and_inbox_across_reopen(backend).await;
     events_replay_from_every_id(backend).await;
     sessions_are_listed_by_owner(backend).await;
+    a_sessions_head_is_its_records(backend).await;
     decisions_are_counted_per_agent_version(backend).await;
     step_pages_end_at_their_bytes(backend).await;
     calls_are_read_by_id(backend).await;
@@ -311,6 +312,37 @@ async fn assert_full_batch(property: &str, store: &dyn Store, key: &SessionKey) 
     assert_eq!(store.turn(key, "turn-1").await.unwrap(), Some(turn(TurnStatus::Running)), "{}", at("turn"));
     let inbox: Vec<_> = store.inbox(key).await.unwrap().into_iter().map(|(_, i)| i).collect();
     assert_eq!(inbox, [item("hello")], "{}", at("inbox"));
+}
+
+/// `session_head` answers the head of what `session` answers, for a
+/// record with every part a head leaves out filled in, before and after a
+/// reopen; and nothing for a session that does not exist.
+async fn a_sessions_head_is_its_records<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: a session's head is its record's";
+    let store = backend.open().await;
+    let mut record = sample::session(&key("h1"), SessionStatus::Running);
+    record.identity = subs_protocol::WorkerIdentity {
+        id: Some("alice".to_owned()),
+        metadata: Some(BTreeMap::from([("team".to_owned(), "blue".to_owned())])),
+    };
+    record.next = Counters { step: 7, event: 42, message: 9, id: 3, call: 2, turn: 1 };
+    record.agent = Some(Arc::new(
+        serde_json::from_value(json!({
+            "model": "offline",
+            "system": "be brief",
+            "tools": [{"name": "add", "description": "adds", "input": {"type": "object"}}],
+        }))
+        .expect("an agent config"),
+    ));
+    record.state = json!({"deep": {"list": [1, 2, {"k": "v"}]}});
+    record.usage = json!({"input_tokens": 10});
+    store.commit(batch([Op::PutSession(Box::new(record.clone()))])).await.unwrap();
+    let expected = Some(SessionHead::from(record));
+    assert_eq!(store.session_head(&key("h1")).await.unwrap(), expected, "{P}: as committed");
+    assert_eq!(store.session_head(&key("h2")).await.unwrap(), None, "{P}: no such session");
+    let store = backend.reopen(store).await;
+    assert_eq!(store.session_head(&key("h1")).await.unwrap(), expected, "{P}: after a reopen");
+    backend.reopen(store).await;
 }
 
 async fn sessions_are_listed_by_owner<B: Backend>(backend: &mut B) {

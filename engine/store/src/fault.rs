@@ -30,8 +30,8 @@ use tokio::sync::watch;
 
 use crate::{
     AgentRecord, Batch, BoxFuture, CallRecord, EventRecord, InboxItem, KeyRecord, LoadedSession, MessageRecord,
-    SessionKey, SessionRecord, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats, TenantRecord,
-    TurnRecord,
+    SessionHead, SessionKey, SessionRecord, StepRecord, Store, StoreAdmin, StoreError, StoreResult, StoreStats,
+    TenantRecord, TurnRecord,
 };
 
 /// A [`Store`] that passes everything to `inner` until it is told to
@@ -308,6 +308,10 @@ impl<S: Store> Store for FaultyStore<S> {
 
     fn session<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<SessionRecord>>> {
         self.inner.session(key)
+    }
+
+    fn session_head<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<SessionHead>>> {
+        self.inner.session_head(key)
     }
 
     fn sessions<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>> {

@@ -363,6 +363,13 @@ pub trait Store: StoreAdmin + Send + Sync + 'static {
     /// The session's record.
     fn session<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<SessionRecord>>>;
 
+    /// The head of the session's record: what [`session`](Self::session)
+    /// answers, cut to a [`SessionHead`], which implementations should
+    /// read without decoding the rest.
+    fn session_head<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, StoreResult<Option<SessionHead>>> {
+        Box::pin(async move { Ok(self.session(key).await?.map(SessionHead::from)) })
+    }
+
     /// Every session of `tenant` (all tenants when `None`), ordered by key.
     fn sessions<'a>(&'a self, tenant: Option<&'a str>) -> BoxFuture<'a, StoreResult<Vec<SessionRecord>>>;
 

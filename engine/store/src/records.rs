@@ -71,6 +71,26 @@ fn empty_object() -> Value {
     Value::Object(serde_json::Map::new())
 }
 
+/// What routes check of a session before acting on it: whose it is and
+/// where its events are. A store reads it without decoding the rest of
+/// the record (the agent's config, the state, the usage), which is most
+/// of a record's size; its fields are the record's, under the same names.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct SessionHead {
+    /// Which session.
+    pub key: SessionKey,
+    /// Who it belongs to.
+    pub identity: WorkerIdentity,
+    /// The sequence numbers it hands out next.
+    pub next: Counters,
+}
+
+impl From<SessionRecord> for SessionHead {
+    fn from(record: SessionRecord) -> Self {
+        SessionHead { key: record.key, identity: record.identity, next: record.next }
+    }
+}
+
 /// A session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {

@@ -8,7 +8,7 @@ use crate::model::Money;
 use crate::session::Tree;
 use crate::session::directory::Directory;
 use crate::session::env::Env;
-use crate::store::{CallRecord, SessionKey, SessionRecord, StepRecord, StoreError, TurnRecord};
+use crate::store::{CallRecord, SessionHead, SessionKey, SessionRecord, StepRecord, StoreError, TurnRecord};
 use subs_protocol::SharedMessage;
 
 /// Reads of sessions ([`Engine::reads`](crate::Engine::reads)): what is
@@ -199,10 +199,18 @@ impl Reads {
         self.env.store.session(&SessionKey::new(tenant, session)).await
     }
 
+    /// The head of `tenant`'s session `session` (whose it is, where its
+    /// events are), read without decoding the rest of its record: what a
+    /// route checks before it acts on the session. `None` when the tenant
+    /// has no such session.
+    pub async fn session_head(&self, tenant: &str, session: &str) -> Result<Option<SessionHead>, StoreError> {
+        self.env.store.session_head(&SessionKey::new(tenant, session)).await
+    }
+
     /// Whether `tenant` has a session `session`: routes on a session that
     /// does not exist answer 404 rather than creating or waiting on it.
     pub async fn session_exists(&self, tenant: &str, session: &str) -> Result<bool, StoreError> {
-        Ok(self.session_record(tenant, session).await?.is_some())
+        Ok(self.session_head(tenant, session).await?.is_some())
     }
 
     /// The ids of `tenant`'s sessions with work left (not idle, or with
