@@ -224,14 +224,15 @@ fn shorten(mut text: String, max_chars: usize) -> String {
 /// so a broken schema is not recompiled on every call.
 type Compiled = Result<Arc<Validator>, String>;
 
-static CACHE: LazyLock<Mutex<HashMap<String, Compiled>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Keyed by the schema itself: hashing a `Value` walks it without
+/// writing it out, which a key of its JSON text would on every lookup
+/// (every tool of every model call is checked).
+static CACHE: LazyLock<Mutex<HashMap<Value, Compiled>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 
 fn compiled(schema: &Value) -> Compiled {
-    // serde_json keeps key order, so one schema always has one text.
-    let key = schema.to_string();
     // A panic elsewhere while holding the lock leaves a map that is still
     // consistent (every insert is a single call), so poisoning is ignored.
-    if let Some(hit) = CACHE.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+    if let Some(hit) = CACHE.lock().unwrap_or_else(PoisonError::into_inner).get(schema) {
         return hit.clone();
     }
     // Compiled outside the lock: compiling can take a while, and two callers
@@ -239,12 +240,12 @@ fn compiled(schema: &Value) -> Compiled {
     let fresh = compile(schema);
     let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
     if cache.len() >= CACHE_CAPACITY
-        && !cache.contains_key(&key)
+        && !cache.contains_key(schema)
         && let Some(evicted) = cache.keys().next().cloned()
     {
         cache.remove(&evicted);
     }
-    cache.insert(key, fresh.clone());
+    cache.insert(schema.clone(), fresh.clone());
     fresh
 }
 
