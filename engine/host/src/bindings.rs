@@ -176,3 +176,64 @@ impl<T: Send + 'static> Pre<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+    use subs_protocol::wit::FromWit;
+    use subs_protocol::{AgentConfig, DecisionRequest};
+
+    use super::wit;
+
+    fn fixture() -> DecisionRequest {
+        let path =
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/protocol/decision_request/tool.execute.json");
+        serde_json::from_str(&std::fs::read_to_string(path).expect("the fixture")).expect("a decision request")
+    }
+
+    fn config(model: &str, schema: serde_json::Value) -> Arc<AgentConfig> {
+        Arc::new(
+            serde_json::from_value(json!({"model": model, "tools": [{"name": "t", "input": schema}]}))
+                .expect("an agent config"),
+        )
+    }
+
+    /// What crosses for `agent`, read back.
+    fn crossed(agent: &Arc<AgentConfig>) -> AgentConfig {
+        let request = DecisionRequest { agent: Some(agent.clone()), ..fixture() };
+        let wit = wit::DecisionRequest::from(request).agent.expect("the request's config");
+        AgentConfig::from_wit(wit).expect("the config reads back")
+    }
+
+    /// The converted configs kept per thread are found by their shared
+    /// allocation: a request crosses with its own config whichever were
+    /// converted before it, however many, and whether or not its own was
+    /// converted before.
+    #[test]
+    fn a_request_crosses_with_its_own_agent_config() {
+        let a = config("a", json!({"type": "object"}));
+        let b = config("b", json!({"type": "string"}));
+        for agent in [&a, &b, &a, &a, &b] {
+            assert_eq!(crossed(agent), **agent);
+        }
+        // An equal config in another allocation is its own entry.
+        let a_again = config("a", json!({"type": "object"}));
+        assert_eq!(crossed(&a_again), *a);
+        // More configs than are kept, each dropped after it crossed: the
+        // first ones are converted again, and a new config at a freed
+        // address is never taken for the one that was there.
+        for n in 0..300 {
+            let other = config(&format!("m{n}"), json!({"maxLength": n}));
+            assert_eq!(crossed(&other), *other);
+        }
+        assert_eq!(crossed(&a), *a);
+        assert_eq!(crossed(&b), *b);
+        // A config too large to keep crosses as itself every time.
+        let large = config("large", json!({"description": "x".repeat(64 << 10)}));
+        for _ in 0..3 {
+            assert_eq!(crossed(&large), *large);
+        }
+    }
+}

@@ -311,7 +311,7 @@ macro_rules! __wit_request {
             trigger: $trigger,
             proposed: $v.proposed.into(),
             state: $crate::wit::json_text(&$v.state),
-            agent: $v.agent.as_deref().map(Into::into),
+            agent: $v.agent.as_ref().map(agent_to_wit),
             calls: $v.calls.into_iter().map(Into::into).collect(),
             pending_calls: $v.pending_calls,
             ancestry: $v.ancestry,
@@ -761,6 +761,68 @@ macro_rules! wit_conversions {
                 state: opt_json,
                 agent: opt,
             });
+
+            /// A session's agent config as WIT has it. Every decision of a
+            /// session hands the same shared config (until a decision sets
+            /// another), and converting it writes each tool's schemas out
+            /// as JSON text; so the configs converted last on this thread
+            /// are kept (a few sessions' worth per running session of a
+            /// loaded node), found by the allocation they came from. Each
+            /// entry holds that allocation, so its address cannot be
+            /// reused by another config while the entry lives; the oldest
+            /// entry makes room for a new one. Only a config of at most
+            /// `KEPT_BYTES` of text is kept, so what a thread keeps is
+            /// bounded whatever configs tenants' agents set.
+            fn agent_to_wit(agent: &::std::sync::Arc<p::AgentConfig>) -> w::AgentConfig {
+                const KEPT: usize = 128;
+                const KEPT_BYTES: usize = 16 << 10;
+                #[derive(Default)]
+                struct Kept {
+                    /// Each entry's address, apart, so a lookup reads
+                    /// only these.
+                    at: ::std::vec::Vec<*const p::AgentConfig>,
+                    entries: ::std::vec::Vec<(::std::sync::Arc<p::AgentConfig>, w::AgentConfig)>,
+                    /// The entry a new config replaces once all are used.
+                    oldest: usize,
+                }
+                ::std::thread_local! {
+                    static CONVERTED: ::std::cell::RefCell<Kept> = ::std::cell::RefCell::default();
+                }
+                let address = ::std::sync::Arc::as_ptr(agent);
+                CONVERTED.with_borrow_mut(|kept| {
+                    if let Some(i) = kept.at.iter().position(|&at| at == address) {
+                        return kept.entries[i].1.clone();
+                    }
+                    let wit = w::AgentConfig::from(&**agent);
+                    if text_bytes(&wit) > KEPT_BYTES {
+                        return wit;
+                    }
+                    let entry = (agent.clone(), wit.clone());
+                    if kept.entries.len() < KEPT {
+                        kept.at.push(address);
+                        kept.entries.push(entry);
+                    } else {
+                        let i = kept.oldest;
+                        kept.at[i] = address;
+                        kept.entries[i] = entry;
+                        kept.oldest = (i + 1) % KEPT;
+                    }
+                    wit
+                })
+            }
+
+            /// The bytes of text a config holds (names, prompt, schemas).
+            fn text_bytes(config: &w::AgentConfig) -> usize {
+                let opt = |text: &Option<String>| text.as_ref().map_or(0, String::len);
+                let tools = config.tools.iter().flatten();
+                let sub_agents = config.sub_agents.iter().flatten();
+                let mcp = config.mcp.iter().flatten();
+                config.model.len()
+                    + opt(&config.system)
+                    + tools.map(|t| t.name.len() + opt(&t.description) + opt(&t.input) + opt(&t.output)).sum::<usize>()
+                    + sub_agents.map(|a| a.id.len() + opt(&a.description)).sum::<usize>()
+                    + mcp.map(|m| m.server.len() + m.tools.iter().flatten().map(String::len).sum::<usize>()).sum::<usize>()
+            }
 
             // The tree refers to the active path by index.
             impl From<p::DecisionRequest> for w::DecisionRequest {
