@@ -76,10 +76,18 @@ pub fn subs() -> Command {
     command
 }
 
-/// The compile cache of this test binary's `subs run`s.
+/// The compile cache of this test binary's `subs run`s: one directory
+/// under `target/tmp`, kept from run to run (its entries are named by the
+/// component's digest and the engine's settings, so a stale one is never
+/// read). A temporary directory held in a static is never dropped, so it
+/// would leave hundreds of megabytes of compiled code in `/tmp` per run.
 pub fn cache_dir() -> &'static Path {
-    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| tempfile::tempdir().expect("a temporary directory")).path()
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("subs-cli-cache");
+        std::fs::create_dir_all(&dir).expect("the tests' compile cache");
+        dir
+    })
 }
 
 /// What a finished `subs` printed.
