@@ -189,6 +189,7 @@ async fn survives_a_crash_between_any_two_steps<P: Place>(fresh: impl Fn() -> P,
     eprintln!("the reference turn took {steps} commits");
 
     // Crash after each commit k (the input's own commit is the first).
+    let mut crashed_after = Vec::new();
     for k in 1..steps {
         let place = fresh();
         let store = Arc::new(FaultyStore::new(place.open().await));
@@ -229,9 +230,12 @@ async fn survives_a_crash_between_any_two_steps<P: Place>(fresh: impl Fn() -> P,
         .expect("the crash comes, or the turn ends before it");
         engine.kill().await;
         if !crashed {
-            eprintln!("crash after commit {k}: this run ended in {} commits", store.commits());
+            let made = store.commits();
+            assert!(made <= k, "crash after commit {k}: the turn ended uncrashed after {made} commits");
+            eprintln!("crash after commit {k}: this run ended in {made} commits");
             continue;
         }
+        crashed_after.push(k);
         while let Ok(Ok(event)) = tokio::time::timeout(std::time::Duration::ZERO, live.recv()).await {
             seen.push(event);
         }
@@ -282,6 +286,9 @@ async fn survives_a_crash_between_any_two_steps<P: Place>(fresh: impl Fn() -> P,
         engine.kill().await;
         P::close(&store).await;
     }
+    // Every run makes the input's commit and at least one more, so a crash
+    // after the first always comes.
+    assert!(crashed_after.contains(&1), "no crash point was tested: {crashed_after:?} of 1..{steps}");
 }
 
 #[tokio::test]
