@@ -279,13 +279,12 @@ impl RedbStore {
         self.read(|txn| {
             let table = open_read(txn, LOG, name::LOG)?;
             let mut sessions = Vec::new();
-            each_session(&table, tenant, after, |session| {
+            each_session(&table, tenant, after, |_, record| {
                 if sessions.len() >= limit {
                     return Ok(ControlFlow::Break(()));
                 }
-                let record = table.get((session, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
                 if let Some(record) = record {
-                    sessions.push(decode::<SessionRecord>(name::SESSIONS, record.value())?);
+                    sessions.push(decode::<SessionRecord>(name::SESSIONS, record)?);
                 }
                 Ok(ControlFlow::Continue(()))
             })?;
@@ -1041,6 +1040,45 @@ mod tests {
         assert!(matches!(store.read_unfinished(), Err(StoreError::Corrupt { table: "active", .. })));
         assert!(matches!(store.read_steps(&key("s1"), 0, 10), Err(StoreError::Corrupt { table: "steps", .. })));
         assert!(matches!(store.read_events(&key("s2"), None, 10), Err(StoreError::Corrupt { table: "log", .. })));
+        store.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_log_without_a_record_is_passed_over_by_lists_and_counts() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        // Sessions with records around logs without one: at the tenant's
+        // first and last key and between two records, with history
+        // entries (numbers below the record's slot) or none.
+        for id in ["b", "d", "d/x"] {
+            store.commit(full_batch(&key(id))).await.unwrap();
+        }
+        store.commit(batch([Op::PutSession(Box::new(session(&key("f"), SessionStatus::Idle)))])).await.unwrap();
+        let db = database(&store);
+        let txn = db.begin_write().unwrap();
+        {
+            let mut log = txn.open_table(LOG).unwrap();
+            let mut value = Vec::new();
+            history::push(&mut value, history::Kind::Event, 0, "", b"{}").unwrap();
+            for id in ["a", "c", "e", "g"] {
+                log.insert((key(id).storage_key().as_str(), 7), value.as_slice()).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+        drop(db);
+        let listed: Vec<String> =
+            store.sessions(Some("t1")).await.unwrap().into_iter().map(|record| record.key.session).collect();
+        assert_eq!(listed, ["b", "d", "d/x", "f"]);
+        assert_eq!(store.session_count("t1").await.unwrap(), 4);
+        let page: Vec<String> = store
+            .sessions_page("t1", Some("b"), 2)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|record| record.key.session)
+            .collect();
+        assert_eq!(page, ["d", "d/x"]);
+        assert_eq!(store.sessions(Some("t2")).await.unwrap(), []);
         store.close().await.unwrap();
     }
 

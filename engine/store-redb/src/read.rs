@@ -100,9 +100,9 @@ impl RedbStore {
             let mut count = 0;
             // As `sessions` does, only keys with a record count (a log
             // without one is what only a damaged file holds); the record is
-            // looked up, not decoded.
-            each_session(&table, Some(tenant), None, |session| {
-                if table.get((session, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?.is_some() {
+            // not decoded.
+            each_session(&table, Some(tenant), None, |_, record| {
+                if record.is_some() {
                     count += 1;
                 }
                 Ok(ControlFlow::Continue(()))
@@ -396,41 +396,55 @@ impl RedbStore {
     }
 }
 
-/// Calls `f` with the storage key of every session in `log` (of `tenant`
-/// only, when given; after the session id `after` of that tenant, when
-/// given too) in key order, until `f` breaks. Tenant names hold no `/`,
-/// so `tenant/` prefixes exactly this tenant's keys (session ids may hold
-/// `/`: `t/a/b` is tenant `t`'s session `a/b`). Keys are ordered by their
-/// string first, so the entries of one session are contiguous and each
-/// session is visited once, `t/a` before `t/a/b`. From each session's
-/// first entry the next session is one seek past it (`session + "\0"`,
-/// the smallest string after it; ids hold no control characters): no
-/// history is read.
+/// Calls `f` with the storage key of every session in `log` and its
+/// record's bytes (`None` for a log without a record, which only a
+/// damaged file holds), of `tenant` only when given (after the session id
+/// `after` of that tenant, when given too), in key order, until `f`
+/// breaks. Tenant names hold no `/`, so `tenant/` prefixes exactly this
+/// tenant's keys (session ids may hold `/`: `t/a/b` is tenant `t`'s
+/// session `a/b`). Keys are ordered by their string first, so the entries
+/// of one session are contiguous and each session is visited once, `t/a`
+/// before `t/a/b`. The record is the last entry of its session's range
+/// ([`SESSION_SLOT`]), so one seek per session reads it and, as the entry
+/// after it, the next session's key: no history is read.
 pub(crate) fn each_session(
     table: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
     tenant: Option<&str>,
     after: Option<&str>,
-    mut f: impl FnMut(&str) -> Result<ControlFlow<()>, StoreError>,
+    mut f: impl FnMut(&str, Option<&[u8]>) -> Result<ControlFlow<()>, StoreError>,
 ) -> Result<(), StoreError> {
     let prefix = tenant.map(|tenant| format!("{tenant}/"));
-    let mut from = match (&prefix, after) {
+    let from = match (&prefix, after) {
         // The smallest key after every key of session `after`.
         (Some(prefix), Some(after)) => format!("{prefix}{after}\0"),
         (prefix, _) => prefix.clone().unwrap_or_default(),
     };
-    loop {
-        let next = table.range((from.as_str(), 0)..).map_err(|err| redb_error(name::LOG, err))?.next();
-        let Some(entry) = next else { return Ok(()) };
-        let (key, _) = entry.map_err(|err| redb_error(name::LOG, err))?;
-        let session = key.value().0.to_owned();
+    let first = table.range((from.as_str(), 0)..).map_err(|err| redb_error(name::LOG, err))?.next();
+    let mut next = match first {
+        Some(entry) => Some(entry.map_err(|err| redb_error(name::LOG, err))?.0.value().0.to_owned()),
+        None => None,
+    };
+    while let Some(session) = next.take() {
         if prefix.as_ref().is_some_and(|prefix| !session.starts_with(prefix.as_str())) {
             return Ok(());
         }
-        if f(&session)?.is_break() {
+        let mut entries = table.range((session.as_str(), SESSION_SLOT)..).map_err(|err| redb_error(name::LOG, err))?;
+        let mut record = None;
+        for entry in entries.by_ref() {
+            let (key, value) = entry.map_err(|err| redb_error(name::LOG, err))?;
+            let (key, seq) = key.value();
+            if key == session && seq == SESSION_SLOT {
+                record = Some(value);
+                continue;
+            }
+            next = Some(key.to_owned());
+            break;
+        }
+        if f(&session, record.as_ref().map(|value| value.value()))?.is_break() {
             return Ok(());
         }
-        from = session + "\0";
     }
+    Ok(())
 }
 
 /// The session's inbox items, in sequence order.

@@ -181,11 +181,11 @@ pub(crate) fn indexes_from_sessions(txn: &WriteTransaction) -> Result<usize, Sto
     let mut owners = open_write(txn, OWNERS, name::OWNERS)?;
     let mut decisions = open_write(txn, DECISIONS, name::DECISIONS)?;
     let mut sessions = 0;
-    each_session(&log, None, None, |session| {
-        let Some(value) = log.get((session, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))? else {
+    each_session(&log, None, None, |_, value| {
+        let Some(value) = value else {
             return Ok(ControlFlow::Continue(()));
         };
-        let record: SessionRecord = decode(name::SESSIONS, value.value())?;
+        let record: SessionRecord = decode(name::SESSIONS, value)?;
         sessions += 1;
         if let Some(owner) = &record.identity.id {
             owners
