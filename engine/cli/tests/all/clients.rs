@@ -193,6 +193,9 @@ fn find(names: &[&str]) -> Option<PathBuf> {
 struct Chromium {
     client: fantoccini::Client,
     driver: Child,
+    /// Chromium's `TMPDIR`: chromedriver makes the browser's profile
+    /// there, and a killed browser removes nothing; dropped after the kill.
+    _tmp: tempfile::TempDir,
 }
 
 impl Chromium {
@@ -215,7 +218,9 @@ impl Chromium {
             }
         };
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let tmp = tempfile::tempdir().expect("a directory for Chromium's temporary files");
         let child = Command::new(&driver)
+            .env("TMPDIR", tmp.path())
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -241,7 +246,7 @@ impl Chromium {
             .connect(&url)
             .await
             .unwrap_or_else(|e| panic!("a Chromium session through {}: {e}", driver.display()));
-        Some(Chromium { client, driver: child })
+        Some(Chromium { client, driver: child, _tmp: tmp })
     }
 }
 

@@ -75,6 +75,9 @@ struct Browser {
     test: &'static str,
     /// Held while the browser runs.
     _turn: tokio::sync::MutexGuard<'static, ()>,
+    /// Chromium's `TMPDIR`: chromedriver makes the browser's profile
+    /// there, and a killed browser removes nothing; dropped after the kill.
+    _tmp: tempfile::TempDir,
 }
 
 impl Browser {
@@ -84,7 +87,9 @@ impl Browser {
         let (chromium, driver) = binaries(test)?;
         let turn = ONE_AT_A_TIME.lock().await;
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let tmp = tempfile::tempdir().expect("a directory for Chromium's temporary files");
         let child = Command::new(&driver)
+            .env("TMPDIR", tmp.path())
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -113,7 +118,7 @@ impl Browser {
             .connect(&url)
             .await
             .unwrap_or_else(|e| panic!("a Chromium session through {}: {e}", driver.display()));
-        Some(Browser { client, driver: child, test, _turn: turn })
+        Some(Browser { client, driver: child, test, _turn: turn, _tmp: tmp })
     }
 
     async fn goto(&self, url: &str) {
