@@ -636,6 +636,9 @@ mod tests {
             assert_eq!(format, Some(FORMAT_VERSION));
         }
         assert_eq!(store.read_tenants().unwrap(), [tenant("t1", json!({}), 1)]);
+        let stored = store.read_all_sessions(Some("t1")).unwrap().len() as u64;
+        assert!(stored > 0, "the fixture has sessions");
+        assert_eq!(store.read_session_count("t1").unwrap(), stored);
         // Migrated sessions take new history after the old.
         let s1 = key("s1");
         store
@@ -871,9 +874,53 @@ mod tests {
         let counts = |agent: &str| store.read_decision_counts("t1", agent).unwrap().into_iter().collect::<Vec<_>>();
         assert_eq!(counts("a"), [("sha256:1".to_owned(), 5), ("sha256:2".to_owned(), 1)]);
         assert_eq!(counts("b"), [("sha256:1".to_owned(), 4)]);
+        assert_eq!(store.read_session_count("t1").unwrap(), 4);
         // Kept from then on: a new session of alice's is listed too.
         store.commit(batch([record("s0", Some("alice"), "a", &[])])).await.unwrap();
         assert_eq!(owned("alice"), ["s0", "s1", "s3"]);
+        assert_eq!(store.read_session_count("t1").unwrap(), 5);
+        store.close().await.unwrap();
+    }
+
+    /// A format-4 file (no `session_counts`) gains the count of each
+    /// tenant's sessions, and keeps it from then on: a session's first
+    /// record raises it, a later record of the same session does not.
+    #[tokio::test]
+    async fn a_format_4_file_gains_session_counts() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        let in_tenant = |tenant: &str, id: &str| SessionKey::new(tenant, id);
+        let put = |key: &SessionKey| Op::PutSession(Box::new(session(key, SessionStatus::Idle)));
+        store
+            .commit(batch([put(&in_tenant("a", "s1")), put(&in_tenant("a", "s2")), put(&in_tenant("b", "s1"))]))
+            .await
+            .unwrap();
+        store.close().await.unwrap();
+        // What format 4 wrote: the same tables but `session_counts`.
+        {
+            let db = Database::open(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            assert!(txn.delete_table(SESSION_COUNTS).unwrap());
+            txn.open_table(META).unwrap().insert(META_FORMAT, FORMAT_WITHOUT_COUNTS).unwrap();
+            txn.commit().unwrap();
+        }
+
+        let store = RedbStore::open(&path).unwrap();
+        let counts = |store: &RedbStore| ["a", "b", "c"].map(|t| store.read_session_count(t).unwrap());
+        assert_eq!(counts(&store), [2, 1, 0]);
+        store.commit(batch([put(&in_tenant("a", "s1")), put(&in_tenant("c", "s1"))])).await.unwrap();
+        assert_eq!(counts(&store), [2, 1, 1]);
+        store.commit(batch([put(&in_tenant("a", "s3")), put(&in_tenant("a", "s3"))])).await.unwrap();
+        assert_eq!(counts(&store), [3, 1, 1]);
+        store.close().await.unwrap();
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(counts(&store), [3, 1, 1]);
+        {
+            let db = database(&store);
+            let txn = db.begin_read().unwrap();
+            let format = txn.open_table(META).unwrap().get(META_FORMAT).unwrap().map(|f| f.value());
+            assert_eq!(format, Some(FORMAT_VERSION));
+        }
         store.close().await.unwrap();
     }
 

@@ -96,18 +96,9 @@ impl RedbStore {
 
     pub(crate) fn read_session_count(&self, tenant: &str) -> Result<u64, StoreError> {
         self.read(|txn| {
-            let table = open_read(txn, LOG, name::LOG)?;
-            let mut count = 0;
-            // As `sessions` does, only keys with a record count (a log
-            // without one is what only a damaged file holds); the record is
-            // not decoded.
-            each_session(&table, Some(tenant), None, |_, record| {
-                if record.is_some() {
-                    count += 1;
-                }
-                Ok(ControlFlow::Continue(()))
-            })?;
-            Ok(count)
+            let counts = open_read(txn, SESSION_COUNTS, name::SESSION_COUNTS)?;
+            let count = counts.get(tenant).map_err(|err| redb_error(name::SESSION_COUNTS, err))?;
+            Ok(count.map_or(0, |n| n.value()))
         })
     }
 

@@ -18,6 +18,7 @@ pub(crate) mod name {
     pub const META: &str = "meta";
     pub const OWNERS: &str = "owners";
     pub const DECISIONS: &str = "decisions";
+    pub const SESSION_COUNTS: &str = "session_counts";
     /// Not tables since format 2: the kinds of record the log holds, named
     /// in errors about them.
     pub const MESSAGES: &str = "messages";
@@ -61,6 +62,10 @@ pub(crate) const OWNERS: TableDefinition<(&str, &str, &str), ()> = TableDefiniti
 /// Decisions by (tenant, agent id, version): the sums of
 /// [`Op::CountDecisions`](subs_store::Op::CountDecisions).
 pub(crate) const DECISIONS: TableDefinition<(&str, &str, &str), u64> = TableDefinition::new(name::DECISIONS);
+/// How many sessions each tenant has (records in `log`), raised by the
+/// commit that writes a session's first record: a tenant's `max_sessions`
+/// check reads one entry instead of walking every session it has.
+pub(crate) const SESSION_COUNTS: TableDefinition<&str, u64> = TableDefinition::new(name::SESSION_COUNTS);
 
 /// `meta` key: the layout version of the file, so a later engine can tell
 /// an old file from a corrupt one.
@@ -78,13 +83,15 @@ pub(crate) const META_JOURNAL_SEQ: &str = "journal_seq";
 /// or replaced database file is never applied to the new one.
 pub(crate) const META_STORE_ID: &str = "store_id";
 /// The layout this code writes.
-pub(crate) const FORMAT_VERSION: u64 = 4;
+pub(crate) const FORMAT_VERSION: u64 = 5;
 /// The oldest layout this code migrates on open.
 pub(crate) const FORMAT_TABLE_PER_KIND: u64 = 1;
 /// The layout before `tenants`.
 pub(crate) const FORMAT_WITHOUT_TENANTS: u64 = 2;
 /// The layout before `owners` and `decisions`.
 pub(crate) const FORMAT_WITHOUT_INDEXES: u64 = 3;
+/// The layout before `session_counts`.
+pub(crate) const FORMAT_WITHOUT_COUNTS: u64 = 4;
 
 /// The file's id and the last journal record it holds (0 for none).
 pub(crate) fn journal_position(db: &Database) -> Result<(u64, u64), StoreError> {
@@ -116,14 +123,16 @@ pub(crate) fn prepare(db: &Database) -> Result<(), StoreError> {
             None => {
                 meta.insert(META_FORMAT, FORMAT_VERSION).map_err(|err| redb_error(name::META, err))?;
             }
-            Some(old @ (FORMAT_TABLE_PER_KIND | FORMAT_WITHOUT_TENANTS | FORMAT_WITHOUT_INDEXES)) => {
+            Some(
+                old @ (FORMAT_TABLE_PER_KIND | FORMAT_WITHOUT_TENANTS | FORMAT_WITHOUT_INDEXES | FORMAT_WITHOUT_COUNTS),
+            ) => {
                 let mut log_entries = 0;
                 if old == FORMAT_TABLE_PER_KIND {
                     let mut log = open_write(&txn, LOG, name::LOG)?;
                     log_entries = history::migrate_v1(&txn, &mut log)?;
                 }
-                let tenants = if old == FORMAT_WITHOUT_INDEXES { 0 } else { tenants_from_keys(&txn)? };
-                let sessions = indexes_from_sessions(&txn)?;
+                let tenants = if old >= FORMAT_WITHOUT_INDEXES { 0 } else { tenants_from_keys(&txn)? };
+                let sessions = indexes_from_sessions(&txn, old < FORMAT_WITHOUT_COUNTS)?;
                 meta.insert(META_FORMAT, FORMAT_VERSION).map_err(|err| redb_error(name::META, err))?;
                 tracing::info!(
                     log_entries,
@@ -172,21 +181,27 @@ pub(crate) fn tenants_from_keys(txn: &WriteTransaction) -> Result<usize, StoreEr
     Ok(added)
 }
 
-/// Fills `owners` and `decisions` from every session record: each owned
-/// session listed under its owner, each session's decisions by version
-/// (its record's `versions`) added to its agent's. Returns how many
-/// sessions were read.
-pub(crate) fn indexes_from_sessions(txn: &WriteTransaction) -> Result<usize, StoreError> {
+/// Fills `session_counts` from every session record and, when
+/// `owners_and_decisions` (a file older than those two tables), `owners`
+/// and `decisions` too: each owned session listed under its owner, each
+/// session's decisions by version (its record's `versions`) added to its
+/// agent's. Returns how many sessions were read.
+pub(crate) fn indexes_from_sessions(txn: &WriteTransaction, owners_and_decisions: bool) -> Result<usize, StoreError> {
     let log = open_write(txn, LOG, name::LOG)?;
     let mut owners = open_write(txn, OWNERS, name::OWNERS)?;
     let mut decisions = open_write(txn, DECISIONS, name::DECISIONS)?;
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let mut sessions = 0;
-    each_session(&log, None, None, |_, value| {
+    each_session(&log, None, None, |key, value| {
         let Some(value) = value else {
             return Ok(ControlFlow::Continue(()));
         };
-        let record: SessionRecord = decode(name::SESSIONS, value)?;
         sessions += 1;
+        *counts.entry(parse_key(name::LOG, key)?.tenant).or_default() += 1;
+        if !owners_and_decisions {
+            return Ok(ControlFlow::Continue(()));
+        }
+        let record: SessionRecord = decode(name::SESSIONS, value)?;
         if let Some(owner) = &record.identity.id {
             owners
                 .insert((record.key.tenant.as_str(), owner.as_str(), record.key.session.as_str()), ())
@@ -199,6 +214,10 @@ pub(crate) fn indexes_from_sessions(txn: &WriteTransaction) -> Result<usize, Sto
         }
         Ok(ControlFlow::Continue(()))
     })?;
+    let mut table = open_write(txn, SESSION_COUNTS, name::SESSION_COUNTS)?;
+    for (tenant, count) in counts {
+        table.insert(tenant.as_str(), count).map_err(|err| redb_error(name::SESSION_COUNTS, err))?;
+    }
     Ok(sessions)
 }
 

@@ -278,6 +278,7 @@ pub(crate) struct Tables<'txn, 'l> {
     pub(crate) meta: Option<Table<'txn, &'static str, u64>>,
     pub(crate) owners: Option<Table<'txn, (&'static str, &'static str, &'static str), ()>>,
     pub(crate) decisions: Option<Table<'txn, (&'static str, &'static str, &'static str), u64>>,
+    pub(crate) session_counts: Option<Table<'txn, &'static str, u64>>,
 }
 
 impl<'txn, 'l> Tables<'txn, 'l> {
@@ -296,6 +297,7 @@ impl<'txn, 'l> Tables<'txn, 'l> {
             meta: None,
             owners: None,
             decisions: None,
+            session_counts: None,
         }
     }
 
@@ -315,6 +317,7 @@ impl<'txn, 'l> Tables<'txn, 'l> {
         tables.meta()?;
         tables.owners()?;
         tables.decisions()?;
+        opened(&mut tables.session_counts, txn, SESSION_COUNTS, name::SESSION_COUNTS)?;
         Ok(())
     }
 
@@ -357,9 +360,10 @@ impl<'txn, 'l> Tables<'txn, 'l> {
         Ok((opened(slot, self.txn, definition, name)?, name))
     }
 
-    /// Lists the session `key` (a storage key) under its owner, read from
-    /// its record `value`, if it has one.
-    fn index_owner(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+    /// Counts the new session `key` (a storage key) in its tenant's
+    /// sessions and lists it under its owner, read from its first record
+    /// `value`, if it has one.
+    fn index_new_session(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
         /// The one field of a session record the index needs: its
         /// identity's id.
         #[derive(serde::Deserialize)]
@@ -371,9 +375,13 @@ impl<'txn, 'l> Tables<'txn, 'l> {
             #[serde(default)]
             id: Option<String>,
         }
+        let session = parse_key(name::SESSIONS, key)?;
+        let counts = opened(&mut self.session_counts, self.txn, SESSION_COUNTS, name::SESSION_COUNTS)?;
+        let tenant = session.tenant.as_str();
+        let count = counts.get(tenant).map_err(|err| redb_error(name::SESSION_COUNTS, err))?.map_or(0, |n| n.value());
+        counts.insert(tenant, count.saturating_add(1)).map_err(|err| redb_error(name::SESSION_COUNTS, err))?;
         let owned: Owned = decode(name::SESSIONS, value)?;
         let Some(owner) = owned.identity.id else { return Ok(()) };
-        let session = parse_key(name::SESSIONS, key)?;
         self.owners()?
             .insert((session.tenant.as_str(), owner.as_str(), session.session.as_str()), ())
             .map_err(|err| redb_error(name::OWNERS, err))?;
@@ -418,7 +426,7 @@ impl<'txn, 'l> Tables<'txn, 'l> {
                 // A session's owner is set when it is created and never
                 // changes: its first record is the one to index.
                 if created {
-                    self.index_owner(key, value)?;
+                    self.index_new_session(key, value)?;
                 }
                 // A read costs no page; a write, even of what is there,
                 // dirties one. Most commits do not change the status.

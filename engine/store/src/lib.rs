@@ -412,7 +412,8 @@ pub trait Store: StoreAdmin + Send + Sync + 'static {
     }
 
     /// How many sessions `tenant` has: `sessions(Some(tenant)).len()`,
-    /// which implementations should answer without decoding the records.
+    /// which implementations should answer without decoding the records
+    /// (the redb store keeps the count, PostgreSQL counts an index).
     fn session_count<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, StoreResult<u64>> {
         Box::pin(async move { Ok(self.sessions(Some(tenant)).await?.len() as u64) })
     }
