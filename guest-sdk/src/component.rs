@@ -16,7 +16,10 @@ use crate::{Agent, Context, DecideError, Host, Level};
 /// [`Agent`](crate::Agent). The expression is evaluated for every decision,
 /// which costs nothing for a unit struct and matches how the engine runs
 /// components: a fresh instance per decision, so no state survives between
-/// decisions anyway (keep it in the session's `state`).
+/// decisions anyway (keep it in the session's `state`). What only some
+/// decisions use, such as a [`ToolRouter`](crate::ToolRouter) and its
+/// schemas, is better built when a decision first needs it (the `tools`
+/// example keeps its router in a `OnceLock`).
 ///
 /// ```
 /// use subs_sdk::prelude::*;

@@ -12,6 +12,7 @@
 //! docs/upgrades.md): `total` has `add` answer `{"total": …}` instead of
 //! `{"sum": …}`, and `trap-on-messages` panics on every `client.messages`.
 
+use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Deserialize;
@@ -27,58 +28,70 @@ pub const SYSTEM_PROMPT: &str = "You are a helpful assistant. For arithmetic, ca
      instead of computing sums yourself. For the current date or time, call `get_time`, which \
      returns Unix time in milliseconds.";
 
-/// The agent: a router with its two tools.
+/// The agent: a router with its two tools, built when a decision first
+/// needs it.
+///
+/// A component makes one decision per instance, and most decisions take
+/// the engine's proposal without looking at the tools, so building the
+/// router (four JSON Schemas) up front would be work thrown away on most
+/// of them. An HTTP worker keeps one `Tools` and builds the router once.
 pub struct Tools {
-    router: ToolRouter,
+    router: OnceLock<ToolRouter>,
 }
 
 impl Tools {
     /// The agent with `add` and `get_time`.
     pub fn new() -> Self {
-        let router = ToolRouter::new()
-            .tool(
-                AgentTool::new("add")
-                    .description("Adds two numbers and returns their sum.")
-                    .input(json!({
-                        "type": "object",
-                        "properties": {
-                            "a": { "type": "number", "description": "The first addend" },
-                            "b": { "type": "number", "description": "The second addend" }
-                        },
-                        "required": ["a", "b"],
-                        "additionalProperties": false
-                    }))
-                    .output(json!({
-                        "type": "object",
-                        "properties": { "sum": { "type": "number" } },
-                        "required": ["sum"],
-                        "additionalProperties": false
-                    })),
-                add,
-            )
-            .tool(
-                AgentTool::new("get_time")
-                    .description("Returns the current time as Unix time in milliseconds.")
-                    .input(json!({
-                        "type": "object",
-                        "properties": {},
-                        "additionalProperties": false
-                    }))
-                    .output(json!({
-                        "type": "object",
-                        "properties": { "unix_ms": { "type": "integer", "minimum": 0 } },
-                        "required": ["unix_ms"],
-                        "additionalProperties": false
-                    })),
-                get_time,
-            );
-        Self { router }
+        Self { router: OnceLock::new() }
+    }
+
+    /// The router of `add` and `get_time`.
+    pub fn router(&self) -> &ToolRouter {
+        self.router.get_or_init(|| {
+            ToolRouter::new()
+                .tool(
+                    AgentTool::new("add")
+                        .description("Adds two numbers and returns their sum.")
+                        .input(json!({
+                            "type": "object",
+                            "properties": {
+                                "a": { "type": "number", "description": "The first addend" },
+                                "b": { "type": "number", "description": "The second addend" }
+                            },
+                            "required": ["a", "b"],
+                            "additionalProperties": false
+                        }))
+                        .output(json!({
+                            "type": "object",
+                            "properties": { "sum": { "type": "number" } },
+                            "required": ["sum"],
+                            "additionalProperties": false
+                        })),
+                    add,
+                )
+                .tool(
+                    AgentTool::new("get_time")
+                        .description("Returns the current time as Unix time in milliseconds.")
+                        .input(json!({
+                            "type": "object",
+                            "properties": {},
+                            "additionalProperties": false
+                        }))
+                        .output(json!({
+                            "type": "object",
+                            "properties": { "unix_ms": { "type": "integer", "minimum": 0 } },
+                            "required": ["unix_ms"],
+                            "additionalProperties": false
+                        })),
+                    get_time,
+                )
+        })
     }
 
     /// The config the agent runs with: `model`, the system prompt, and the
     /// tools.
     pub fn config(&self, model: impl Into<String>) -> AgentConfig {
-        AgentConfig::new(model).with_system(SYSTEM_PROMPT).with_tools(self.router.tools())
+        AgentConfig::new(model).with_system(SYSTEM_PROMPT).with_tools(self.router().tools())
     }
 }
 
@@ -101,7 +114,7 @@ impl Agent for Tools {
                 let config = self.config(model);
                 Ok(request.proposed.with_agent(config))
             }
-            Trigger::ToolExecute(call) => Ok(request.proposed.with_action(self.router.execute(call))),
+            Trigger::ToolExecute(call) => Ok(request.proposed.with_action(self.router().execute(call))),
             #[cfg(feature = "trap-on-messages")]
             Trigger::ClientMessages(_) => panic!("this version cannot read client messages"),
             _ => Ok(request.proposed),
