@@ -541,6 +541,17 @@ mod tests {
         assert!(store.read_inbox(key).unwrap().is_empty());
     }
 
+    /// Rewrites the file at `path` as an older engine left it: `undo`
+    /// removes what format `format` did not have, and the file says
+    /// `format`.
+    fn as_older_format(path: &Path, format: u64, undo: impl FnOnce(&::redb::WriteTransaction)) {
+        let db = Database::open(path).unwrap();
+        let txn = db.begin_write().unwrap();
+        undo(&txn);
+        txn.open_table(META).unwrap().insert(META_FORMAT, format).unwrap();
+        txn.commit().unwrap();
+    }
+
     /// The store's database, for tests that reach under the `Store` API.
     fn database(store: &RedbStore) -> Arc<Database> {
         Arc::clone(store.db.read().unwrap().as_ref().expect("open"))
@@ -808,13 +819,9 @@ mod tests {
         store.commit(batch(ops)).await.unwrap();
         store.close().await.unwrap();
         // What format 2 wrote: the same tables but `tenants`.
-        {
-            let db = Database::open(&path).unwrap();
-            let txn = db.begin_write().unwrap();
+        as_older_format(&path, FORMAT_WITHOUT_TENANTS, |txn| {
             assert!(txn.delete_table(TENANTS).unwrap());
-            txn.open_table(META).unwrap().insert(META_FORMAT, FORMAT_WITHOUT_TENANTS).unwrap();
-            txn.commit().unwrap();
-        }
+        });
 
         let store = RedbStore::open(&path).unwrap();
         assert_eq!(store.read_tenants().unwrap(), [tenant("a", json!({}), 3), tenant("b", json!({}), 9)]);
@@ -856,14 +863,10 @@ mod tests {
             .unwrap();
         store.close().await.unwrap();
         // What format 3 wrote: the same tables but these two.
-        {
-            let db = Database::open(&path).unwrap();
-            let txn = db.begin_write().unwrap();
+        as_older_format(&path, FORMAT_WITHOUT_INDEXES, |txn| {
             assert!(txn.delete_table(OWNERS).unwrap());
             assert!(txn.delete_table(DECISIONS).unwrap());
-            txn.open_table(META).unwrap().insert(META_FORMAT, FORMAT_WITHOUT_INDEXES).unwrap();
-            txn.commit().unwrap();
-        }
+        });
 
         let store = RedbStore::open(&path).unwrap();
         let owned = |owner: &str| -> Vec<String> {
@@ -897,13 +900,9 @@ mod tests {
             .unwrap();
         store.close().await.unwrap();
         // What format 4 wrote: the same tables but `session_counts`.
-        {
-            let db = Database::open(&path).unwrap();
-            let txn = db.begin_write().unwrap();
+        as_older_format(&path, FORMAT_WITHOUT_COUNTS, |txn| {
             assert!(txn.delete_table(SESSION_COUNTS).unwrap());
-            txn.open_table(META).unwrap().insert(META_FORMAT, FORMAT_WITHOUT_COUNTS).unwrap();
-            txn.commit().unwrap();
-        }
+        });
 
         let store = RedbStore::open(&path).unwrap();
         let counts = |store: &RedbStore| ["a", "b", "c"].map(|t| store.read_session_count(t).unwrap());
