@@ -190,6 +190,8 @@ pub(crate) fn indexes_from_sessions(txn: &WriteTransaction, owners_and_decisions
     let log = open_write(txn, LOG, name::LOG)?;
     let mut owners = open_write(txn, OWNERS, name::OWNERS)?;
     let mut decisions = open_write(txn, DECISIONS, name::DECISIONS)?;
+    // Counted apart and then written over what the table holds: the
+    // counts are rebuilt from the records, not added to.
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let mut sessions = 0;
     each_session(&log, None, None, |key, value| {
@@ -209,8 +211,7 @@ pub(crate) fn indexes_from_sessions(txn: &WriteTransaction, owners_and_decisions
         }
         for (version, n) in &record.versions {
             let key = (record.key.tenant.as_str(), record.agent_id.as_str(), version.as_str());
-            let before = decisions.get(key).map_err(|err| redb_error(name::DECISIONS, err))?.map_or(0, |n| n.value());
-            decisions.insert(key, before.saturating_add(*n)).map_err(|err| redb_error(name::DECISIONS, err))?;
+            add_to(&mut decisions, key, *n, name::DECISIONS)?;
         }
         Ok(ControlFlow::Continue(()))
     })?;
@@ -249,6 +250,19 @@ pub(crate) fn opened<'a, 'txn, K: ::redb::Key + 'static, V: ::redb::Value + 'sta
         None => open_write(txn, definition, name)?,
     };
     Ok(slot.insert(table))
+}
+
+/// Adds `n` to the count under `key` in `table` (0 when absent), the
+/// sums `decisions` and `session_counts` keep.
+pub(crate) fn add_to<'k, K: ::redb::Key + 'static>(
+    table: &mut Table<'_, K, u64>,
+    key: K::SelfType<'k>,
+    n: u64,
+    name: &'static str,
+) -> Result<(), StoreError> {
+    let before = table.get(&key).map_err(|err| redb_error(name, err))?.map_or(0, |count| count.value());
+    table.insert(key, before.saturating_add(n)).map_err(|err| redb_error(name, err))?;
+    Ok(())
 }
 
 pub(crate) fn open_read<K: ::redb::Key + 'static, V: ::redb::Value + 'static>(

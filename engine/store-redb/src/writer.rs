@@ -317,7 +317,7 @@ impl<'txn, 'l> Tables<'txn, 'l> {
         tables.meta()?;
         tables.owners()?;
         tables.decisions()?;
-        opened(&mut tables.session_counts, txn, SESSION_COUNTS, name::SESSION_COUNTS)?;
+        tables.session_counts()?;
         Ok(())
     }
 
@@ -349,6 +349,10 @@ impl<'txn, 'l> Tables<'txn, 'l> {
         opened(&mut self.decisions, self.txn, DECISIONS, name::DECISIONS)
     }
 
+    pub(crate) fn session_counts(&mut self) -> Result<&mut Table<'txn, &'static str, u64>, StoreError> {
+        opened(&mut self.session_counts, self.txn, SESSION_COUNTS, name::SESSION_COUNTS)
+    }
+
     pub(crate) fn named(&mut self, table: NamedTable) -> Result<(&mut NamedTableOf<'txn>, &'static str), StoreError> {
         let (slot, definition, name) = match table {
             NamedTable::Turns => (&mut self.turns, TURNS, name::TURNS),
@@ -376,10 +380,7 @@ impl<'txn, 'l> Tables<'txn, 'l> {
             id: Option<String>,
         }
         let session = parse_key(name::SESSIONS, key)?;
-        let counts = opened(&mut self.session_counts, self.txn, SESSION_COUNTS, name::SESSION_COUNTS)?;
-        let tenant = session.tenant.as_str();
-        let count = counts.get(tenant).map_err(|err| redb_error(name::SESSION_COUNTS, err))?.map_or(0, |n| n.value());
-        counts.insert(tenant, count.saturating_add(1)).map_err(|err| redb_error(name::SESSION_COUNTS, err))?;
+        add_to(self.session_counts()?, session.tenant.as_str(), 1, name::SESSION_COUNTS)?;
         let owned: Owned = decode(name::SESSIONS, value)?;
         let Some(owner) = owned.identity.id else { return Ok(()) };
         self.owners()?
@@ -455,10 +456,8 @@ impl<'txn, 'l> Tables<'txn, 'l> {
                 table.remove((key.as_str(), id.as_str())).map_err(|err| redb_error(name, err))?;
             }
             Write::CountDecisions { tenant, agent, version, decisions } => {
-                let table = self.decisions()?;
                 let key = (tenant.as_str(), agent.as_str(), version.as_str());
-                let before = table.get(key).map_err(|err| redb_error(name::DECISIONS, err))?.map_or(0, |n| n.value());
-                table.insert(key, before.saturating_add(*decisions)).map_err(|err| redb_error(name::DECISIONS, err))?;
+                add_to(self.decisions()?, key, *decisions, name::DECISIONS)?;
             }
             Write::ForgetDecisions { tenant, agent } => {
                 // `agent` followed by NUL is the least id after `agent`:
