@@ -57,7 +57,7 @@ fn request(text: &str) -> LlmRequest {
         tools: Some(vec![LlmTool {
             name: "search".into(),
             description: "Searches.".into(),
-            input: Some(json!({"type": "object", "properties": {"q": {"type": "string"}}})),
+            input: Some(json!({"type": "object", "properties": {"q": {"type": "string"}}}).into()),
             output: None,
         }]),
         temperature: Some(0.0),

@@ -126,11 +126,11 @@ pub struct ListedTool {
     /// What it does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// Its input schema.
-    pub input_schema: Value,
+    /// Its input schema, shared with the tools offered from it.
+    pub input_schema: Arc<Value>,
     /// Its output schema.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub output_schema: Option<Value>,
+    pub output_schema: Option<Arc<Value>>,
 }
 
 /// A registered server, as `GET /v1/mcp-servers` shows it: never its
@@ -256,8 +256,8 @@ fn offer(server: &str, source: Arc<Vec<Tool>>) -> Offered {
             offered_as: skipped.is_none().then_some(offered),
             skipped,
             description: tool.description.clone(),
-            input_schema: tool.input_schema.clone(),
-            output_schema: tool.output_schema.clone(),
+            input_schema: Arc::new(tool.input_schema.clone()),
+            output_schema: tool.output_schema.clone().map(Arc::new),
         });
     }
     Offered { source: source.clone(), tools: listed, by_name }
@@ -514,7 +514,7 @@ impl ToolSources for McpServers {
                     tools.push(AgentTool {
                         name: name.clone(),
                         description: listed.description.clone(),
-                        input: Some(listed.input_schema.clone()),
+                        input: Some(Arc::clone(&listed.input_schema)),
                         output: listed.output_schema.clone(),
                         handler: None,
                     });

@@ -392,7 +392,13 @@ pub fn retry_policy() -> BoxedStrategy<RetryPolicy> {
 /// Any [`AgentTool`].
 pub fn agent_tool() -> BoxedStrategy<AgentTool> {
     (name(), option::of(text()), opt_json(), opt_json(), option::of(tool_handler()))
-        .prop_map(|(name, description, input, output, handler)| AgentTool { name, description, input, output, handler })
+        .prop_map(|(name, description, input, output, handler)| AgentTool {
+            name,
+            description,
+            input: input.map(Arc::new),
+            output: output.map(Arc::new),
+            handler,
+        })
         .boxed()
 }
 
@@ -438,7 +444,12 @@ pub fn mcp_server_use() -> BoxedStrategy<McpServerUse> {
 /// Any [`LlmTool`].
 pub fn llm_tool() -> BoxedStrategy<LlmTool> {
     (name(), text(), opt_json(), opt_json())
-        .prop_map(|(name, description, input, output)| LlmTool { name, description, input, output })
+        .prop_map(|(name, description, input, output)| LlmTool {
+            name,
+            description,
+            input: input.map(Arc::new),
+            output: output.map(Arc::new),
+        })
         .boxed()
 }
 

@@ -1,5 +1,7 @@
 //! What an agent is: its model, prompt, tools, sub-agents and retry policy.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -221,12 +223,14 @@ pub struct AgentTool {
     pub description: Option<String>,
     /// JSON Schema for the arguments; omitted: the tool takes no arguments
     /// (the engine finds a call with any `invalid`).
+    // Schemas are shared (`Arc`): a session's config, each model call's
+    // tools and each proposal hold the same one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input: Option<Value>,
+    pub input: Option<Arc<Value>>,
     /// JSON Schema results must satisfy; a violating result settles the call
     /// as a terminal error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output: Option<Value>,
+    pub output: Option<Arc<Value>>,
     /// Who runs it (default `worker`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handler: Option<ToolHandler>,
@@ -247,15 +251,15 @@ impl AgentTool {
 
     /// Sets the JSON Schema of the arguments.
     #[must_use]
-    pub fn input(mut self, schema: Value) -> Self {
-        self.input = Some(schema);
+    pub fn input(mut self, schema: impl Into<Arc<Value>>) -> Self {
+        self.input = Some(schema.into());
         self
     }
 
     /// Sets the JSON Schema results must satisfy.
     #[must_use]
-    pub fn output(mut self, schema: Value) -> Self {
-        self.output = Some(schema);
+    pub fn output(mut self, schema: impl Into<Arc<Value>>) -> Self {
+        self.output = Some(schema.into());
         self
     }
 

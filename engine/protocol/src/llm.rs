@@ -324,11 +324,12 @@ pub struct LlmTool {
     /// What it does.
     pub description: String,
     /// JSON Schema for the arguments; omitted: no arguments.
+    // Shared (`Arc`) with the agent's config the tool came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input: Option<Value>,
+    pub input: Option<Arc<Value>>,
     /// JSON Schema of the result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output: Option<Value>,
+    pub output: Option<Arc<Value>>,
 }
 
 /// How much effort a reasoning model spends thinking.

@@ -44,6 +44,52 @@ pub trait FromWit<W>: Sized {
     fn from_wit(wit: W) -> Result<Self, ProtocolError>;
 }
 
+/// How many schema texts [`schema`] keeps per thread, and the longest it
+/// keeps.
+const SCHEMAS_KEPT: usize = 256;
+const SCHEMAS_KEPT_BYTES: usize = 8 << 10;
+
+/// Parses the JSON text of an optional tool schema, shared with every
+/// schema of the same text this thread read lately. An agent hands its
+/// config (its tools' schemas) at the start of each session, so a node
+/// running many sessions of one agent would otherwise parse and keep the
+/// same schemas once per session; the texts kept for finding them again
+/// are bounded in count and size, so what a thread keeps is bounded
+/// whatever schemas tenants' agents send.
+#[doc(hidden)]
+pub fn schema(text: Option<String>, field: &str) -> Result<Option<std::sync::Arc<Value>>, ProtocolError> {
+    use std::collections::{HashMap, VecDeque};
+    use std::sync::Arc;
+    #[derive(Default)]
+    struct Kept {
+        by_text: HashMap<Arc<str>, Arc<Value>>,
+        /// The texts in the order they were kept: the first goes first.
+        order: VecDeque<Arc<str>>,
+    }
+    std::thread_local! {
+        static READ: std::cell::RefCell<Kept> = std::cell::RefCell::default();
+    }
+    let Some(text) = text else { return Ok(None) };
+    if text.len() > SCHEMAS_KEPT_BYTES {
+        return json(&text, field).map(|v| Some(Arc::new(v)));
+    }
+    if let Some(kept) = READ.with_borrow(|kept| kept.by_text.get(text.as_str()).cloned()) {
+        return Ok(Some(kept));
+    }
+    let value = Arc::new(json(&text, field)?);
+    READ.with_borrow_mut(|kept| {
+        if kept.order.len() == SCHEMAS_KEPT
+            && let Some(oldest) = kept.order.pop_front()
+        {
+            kept.by_text.remove(&oldest);
+        }
+        let text: Arc<str> = text.into();
+        kept.order.push_back(text.clone());
+        kept.by_text.insert(text, value.clone());
+    });
+    Ok(Some(value))
+}
+
 /// Parses the JSON text of an `unknown` field.
 #[doc(hidden)]
 pub fn json(text: &str, field: &str) -> Result<Value, ProtocolError> {
@@ -169,6 +215,9 @@ macro_rules! __wit_to {
     (opt_json; $v:expr) => {
         $v.as_ref().map($crate::wit::json_text)
     };
+    (schema; $v:expr) => {
+        $v.as_ref().map(|schema| $crate::wit::json_text(schema))
+    };
     (opt_json_list; $v:expr) => {
         $v.map(|l| l.iter().map($crate::wit::json_text).collect())
     };
@@ -191,6 +240,9 @@ macro_rules! __wit_to_ref {
     };
     (opt_json; $v:expr) => {
         $v.as_ref().map($crate::wit::json_text)
+    };
+    (schema; $v:expr) => {
+        $v.as_ref().map(|schema| $crate::wit::json_text(schema))
     };
 }
 
@@ -223,6 +275,9 @@ macro_rules! __wit_from {
     (opt_json; $v:expr, $name:expr) => {
         $crate::wit::opt_json($v, $name)?
     };
+    (schema; $v:expr, $name:expr) => {
+        $crate::wit::schema($v, $name)?
+    };
     (opt_json_list; $v:expr, $name:expr) => {
         $v.map(|l| $crate::wit::json_list(l, $name)).transpose()?
     };
@@ -237,13 +292,16 @@ macro_rules! __wit_from {
 ///   list of them;
 /// - `drafts`: [`LlmMessages`](crate::LlmMessages) or
 ///   [`ClientView`](crate::ClientView), a list of draft messages;
-/// - `json`, `opt_json`, `opt_json_list`: any JSON, as JSON text.
+/// - `json`, `opt_json`, `opt_json_list`: any JSON, as JSON text;
+/// - `schema`: an optional JSON Schema, shared, as JSON text (see
+///   [`schema`]).
 ///
 /// Several pairs of types with the same fields share one list:
 /// `[p::A => w::A, p::B => w::B] { … }`. `ref p::A => w::A { … }` also
 /// maps `&p::A`, for a record the engine hands out shared (the agent
 /// config is in every request): its fields then take only the kinds a
-/// reference can be read by (nothing, `opt`, `opt_list`, `opt_json`).
+/// reference can be read by (nothing, `opt`, `opt_list`, `opt_json`,
+/// `schema`).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __wit_record {
@@ -508,8 +566,8 @@ macro_rules! wit_conversions {
             record!(ref p::AgentTool => w::AgentTool {
                 name,
                 description,
-                input: opt_json,
-                output: opt_json,
+                input: schema,
+                output: schema,
                 handler: opt,
             });
             record!(ref p::SubAgent => w::SubAgent { id, description });
@@ -528,7 +586,7 @@ macro_rules! wit_conversions {
 
             // ---- LLM -------------------------------------------------------
 
-            record!(p::LlmTool => w::LlmTool { name, description, input: opt_json, output: opt_json });
+            record!(p::LlmTool => w::LlmTool { name, description, input: schema, output: schema });
             record!(p::ReasoningConfig => w::ReasoningConfig { effort: opt, max_tokens, exclude, enabled });
             record!(p::LlmRequest => w::LlmRequest {
                 model,
@@ -952,4 +1010,50 @@ macro_rules! wit_conversions {
             });
         };
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn read(text: &str) -> Arc<Value> {
+        schema(Some(text.to_owned()), "input").expect("a schema").expect("present")
+    }
+
+    #[test]
+    fn a_schema_read_again_is_the_one_read_before() {
+        let text = r#"{"type":"object","properties":{"a":{"type":"number"}}}"#;
+        let first = read(text);
+        assert!(Arc::ptr_eq(&first, &read(text)));
+        assert_eq!(*first, serde_json::json!({"type": "object", "properties": {"a": {"type": "number"}}}));
+        // Another text, even of the same value, is its own.
+        let spaced = read(r#"{"type": "object", "properties": {"a": {"type": "number"}}}"#);
+        assert!(!Arc::ptr_eq(&first, &spaced));
+        assert_eq!(first, spaced);
+        assert_eq!(schema(None, "input").unwrap(), None);
+    }
+
+    #[test]
+    fn what_a_thread_keeps_of_schemas_is_bounded() {
+        // A text longer than what is kept parses every time.
+        let long = format!(r#"{{"description":"{}"}}"#, "x".repeat(SCHEMAS_KEPT_BYTES));
+        assert!(!Arc::ptr_eq(&read(&long), &read(&long)));
+        // The first of more texts than are kept has been let go; the
+        // newest are still found.
+        let text = |n: usize| format!(r#"{{"maxLength":{n}}}"#);
+        let first = read(&text(0));
+        let kept: Vec<_> = (1..=SCHEMAS_KEPT).map(|n| read(&text(n))).collect();
+        assert!(!Arc::ptr_eq(&first, &read(&text(0))));
+        assert!(Arc::ptr_eq(kept.last().unwrap(), &read(&text(SCHEMAS_KEPT))));
+    }
+
+    #[test]
+    fn a_schema_that_is_not_json_names_its_field() {
+        let error = schema(Some("{".to_owned()), "output").unwrap_err();
+        assert!(error.to_string().contains("output"), "{error}");
+        // Not kept: the same text fails again.
+        assert!(schema(Some("{".to_owned()), "output").is_err());
+    }
 }

@@ -92,8 +92,8 @@ fn view(info: ServerInfo, tools: Option<Vec<ListedTool>>) -> McpServerView {
                     offered_as: t.offered_as,
                     skipped: t.skipped,
                     description: t.description,
-                    input_schema: t.input_schema,
-                    output_schema: t.output_schema,
+                    input_schema: std::sync::Arc::unwrap_or_clone(t.input_schema),
+                    output_schema: t.output_schema.map(std::sync::Arc::unwrap_or_clone),
                 })
                 .collect()
         }),

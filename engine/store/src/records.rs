@@ -609,7 +609,7 @@ pub enum CallSpec {
         /// Their validation against the tool's input schema.
         input: ToolInput,
         /// The schema results must satisfy.
-        output: Option<Value>,
+        output: Option<Arc<Value>>,
     },
     /// A child session.
     SubAgent {

@@ -96,7 +96,7 @@ pub fn request_body(request: &LlmRequest, max_tokens: u32, stream: bool) -> Resu
                 if !t.description.is_empty() {
                     tool.insert("description".into(), json!(t.description));
                 }
-                tool.insert("input_schema".into(), t.input.clone().unwrap_or_else(empty_schema));
+                tool.insert("input_schema".into(), t.input.as_deref().cloned().unwrap_or_else(empty_schema));
                 Value::Object(tool)
             })
             .collect();

@@ -90,6 +90,7 @@
 //!   ignored.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 use subs_protocol::{LlmMessage, LlmMessages, LlmRequest, LlmResponse, Role, StreamDelta, ToolCall, ToolCallDelta};
@@ -553,7 +554,7 @@ fn prompt_bytes(request: &LlmRequest) -> usize {
                     .sum::<usize>()
         })
         .sum();
-    let schema_bytes = |schema: &Option<Value>| schema.as_ref().map_or(0, |s| s.to_string().len());
+    let schema_bytes = |schema: &Option<Arc<Value>>| schema.as_ref().map_or(0, |s| s.to_string().len());
     let tools: usize = request
         .tools
         .iter()

@@ -42,7 +42,7 @@ pub fn request_body(request: &LlmRequest, stream: bool) -> Value {
                 if !t.description.is_empty() {
                     function.insert("description".into(), json!(t.description));
                 }
-                function.insert("parameters".into(), t.input.clone().unwrap_or_else(empty_schema));
+                function.insert("parameters".into(), t.input.as_deref().cloned().unwrap_or_else(empty_schema));
                 json!({"type": "function", "function": function})
             })
             .collect();
@@ -339,7 +339,7 @@ mod tests {
                 LlmTool {
                     name: "add".into(),
                     description: "adds".into(),
-                    input: Some(json!({"type": "object", "properties": {"a": {"type": "number"}}})),
+                    input: Some(json!({"type": "object", "properties": {"a": {"type": "number"}}}).into()),
                     output: None,
                 },
                 LlmTool { name: "now".into(), description: String::new(), input: None, output: None },

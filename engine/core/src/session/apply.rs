@@ -1500,17 +1500,18 @@ fn reports_to_parent(turn: &TurnState) -> bool {
 /// not match is a failure (not retried) naming what is wrong.
 fn checked_outcome(call: &CallRecord, outcome: Outcome) -> Outcome {
     match (outcome, &call.spec) {
-        (Outcome::ToolOk(result), CallSpec::Tool { output, .. }) => match tools::check_result(output.as_ref(), &result)
-        {
-            Ok(()) => Outcome::ToolOk(result),
-            Err(e) => Outcome::Failed {
-                error: format!("the result does not match the tool's output schema: {e}"),
-                retryable: false,
-                code: None,
-                detail: Some(json!({"result": result})),
-                retry_after_ms: None,
-            },
-        },
+        (Outcome::ToolOk(result), CallSpec::Tool { output, .. }) => {
+            match tools::check_result(output.as_deref(), &result) {
+                Ok(()) => Outcome::ToolOk(result),
+                Err(e) => Outcome::Failed {
+                    error: format!("the result does not match the tool's output schema: {e}"),
+                    retryable: false,
+                    code: None,
+                    detail: Some(json!({"result": result})),
+                    retry_after_ms: None,
+                },
+            }
+        }
         (outcome, _) => outcome,
     }
 }
@@ -1866,7 +1867,11 @@ mod tests {
     }
 
     fn tool_spec(output: Option<Value>) -> CallSpec {
-        CallSpec::Tool { arguments: "{}".to_owned(), input: ToolInput::Valid { value: json!({}) }, output }
+        CallSpec::Tool {
+            arguments: "{}".to_owned(),
+            input: ToolInput::Valid { value: json!({}) },
+            output: output.map(std::sync::Arc::new),
+        }
     }
 
     fn failed(retryable: bool, retry_after_ms: Option<u64>) -> Outcome {

@@ -52,6 +52,16 @@ use crate::store::{
 
 pub(crate) use self::tree::Tree;
 
+/// The arguments of a sub-agent offered to the model as a tool: one schema
+/// every such tool shares.
+static PROMPT_SCHEMA: std::sync::LazyLock<Arc<Value>> = std::sync::LazyLock::new(|| {
+    Arc::new(serde_json::json!({
+        "type": "object",
+        "properties": {"prompt": {"type": "string", "description": "What the agent should do"}},
+        "required": ["prompt"]
+    }))
+});
+
 /// A session loaded in memory.
 #[derive(Debug, Clone)]
 pub(crate) struct Session {
@@ -303,11 +313,7 @@ impl Session {
                     .description
                     .clone()
                     .unwrap_or_else(|| format!("Delegate a task to the {} agent.", sub.id)),
-                input: Some(serde_json::json!({
-                    "type": "object",
-                    "properties": {"prompt": {"type": "string", "description": "What the agent should do"}},
-                    "required": ["prompt"]
-                })),
+                input: Some(PROMPT_SCHEMA.clone()),
                 output: None,
             });
         }
