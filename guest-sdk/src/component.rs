@@ -199,7 +199,7 @@ impl subs_protocol::MessageSource for GuestBranch {
             .into_iter()
             .map(|m| {
                 let message = subs_protocol::Message::from_wit(m);
-                subs_protocol::SharedMessage::Own(read(message, "a message"))
+                subs_protocol::SharedMessage::from(read(message, "a message"))
             })
             .collect()
     }

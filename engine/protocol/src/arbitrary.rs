@@ -840,7 +840,7 @@ pub fn tree_and_path() -> BoxedStrategy<(MessageTree, Vec<SharedMessage>)> {
             let path = path
                 .into_iter()
                 .enumerate()
-                .map(|(i, m)| if i % 2 == 0 { SharedMessage::Own(m) } else { SharedMessage::Shared(Arc::new(m)) })
+                .map(|(i, m)| if i % 2 == 0 { SharedMessage::from(m) } else { SharedMessage::Shared(Arc::new(m)) })
                 .collect();
             (tree, path)
         })

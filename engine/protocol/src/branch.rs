@@ -244,7 +244,7 @@ impl From<Vec<SharedMessage>> for Messages {
 /// A path of messages the branch owns, with an empty tree.
 impl From<Vec<Message>> for Messages {
     fn from(path: Vec<Message>) -> Self {
-        path.into_iter().map(SharedMessage::Own).collect::<Vec<_>>().into()
+        path.into_iter().map(SharedMessage::from).collect::<Vec<_>>().into()
     }
 }
 
@@ -566,7 +566,7 @@ mod tests {
             self.path[start.min(self.path.len())..end.min(self.path.len())]
                 .iter()
                 .cloned()
-                .map(SharedMessage::Own)
+                .map(SharedMessage::from)
                 .collect()
         }
         fn position(&self, id: &str) -> Option<usize> {
@@ -584,7 +584,7 @@ mod tests {
                     parent_id: i.checked_sub(1).map(|p| format!("m{p}")),
                 })
                 .collect();
-            let path: Vec<SharedMessage> = self.path.iter().cloned().map(SharedMessage::Own).collect();
+            let path: Vec<SharedMessage> = self.path.iter().cloned().map(SharedMessage::from).collect();
             RequestTree::new(MessageTree { nodes, head_id: self.path.last().map(|m| m.id.clone()) }, &path)
         }
     }
@@ -652,11 +652,11 @@ mod tests {
 
     #[test]
     fn a_shared_branch_is_copied_only_when_changed() {
-        let path: Arc<Vec<SharedMessage>> = Arc::new((0..3).map(|i| SharedMessage::Own(message(i))).collect());
+        let path: Arc<Vec<SharedMessage>> = Arc::new((0..3).map(|i| SharedMessage::from(message(i))).collect());
         let mut messages = Messages::shared(path.clone(), Arc::default());
         assert_eq!(Arc::strong_count(&path), 2, "held, not copied");
         assert_eq!(messages.last().unwrap().id, "m2");
-        messages.push(SharedMessage::Own(message(3)));
+        messages.push(SharedMessage::from(message(3)));
         assert_eq!((messages.len(), path.len()), (4, 3), "the change went to a copy");
         assert_eq!(Arc::strong_count(&path), 1);
     }
@@ -664,7 +664,7 @@ mod tests {
     #[test]
     fn changing_a_lazy_branch_reads_it_first() {
         let (mut messages, _) = lazy(2);
-        messages.push(SharedMessage::Own(message(9)));
+        messages.push(SharedMessage::from(message(9)));
         assert_eq!(messages.len(), 3);
         assert_eq!(messages.last().unwrap().id, "m9");
         assert_eq!(crate::to_value(&messages).as_array().unwrap().len(), 3);

@@ -372,23 +372,28 @@ impl From<SharedMessage> for DraftMessage {
 /// request from the messages it keeps in memory and hands out shared ones
 /// ([`Arc`]), so a request costs a pointer per message however large the
 /// messages are; a request read from JSON or WIT (as a worker or a guest
-/// reads it) holds its own, with no allocation more than the message's.
-/// Either reads as the [`Message`] it dereferences to, and both are the
-/// message itself on the wire.
+/// reads it) holds its own, boxed. Either way it is two words: a session
+/// keeps the branch it last handed out, and a list of messages held inline
+/// would cost every session the size of a message per slot. Either reads
+/// as the [`Message`] it dereferences to, and both are the message itself
+/// on the wire.
 #[derive(Debug, Clone)]
 pub enum SharedMessage {
     /// The request's own message.
-    Own(Message),
+    Own(Box<Message>),
     /// A message shared with whatever else holds it.
     Shared(Arc<Message>),
 }
+
+// Two words whatever a message holds (see above).
+const _: () = assert!(std::mem::size_of::<SharedMessage>() == 2 * std::mem::size_of::<usize>());
 
 impl SharedMessage {
     /// The message, moved out when nothing else holds it, copied
     /// otherwise.
     pub fn into_message(self) -> Message {
         match self {
-            Self::Own(message) => message,
+            Self::Own(message) => *message,
             Self::Shared(message) => Arc::unwrap_or_clone(message),
         }
     }
@@ -422,7 +427,7 @@ impl PartialEq for SharedMessage {
 
 impl From<Message> for SharedMessage {
     fn from(message: Message) -> Self {
-        Self::Own(message)
+        Self::Own(Box::new(message))
     }
 }
 
@@ -440,7 +445,7 @@ impl Serialize for SharedMessage {
 
 impl<'de> Deserialize<'de> for SharedMessage {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Message::deserialize(deserializer).map(Self::Own)
+        Message::deserialize(deserializer).map(Self::from)
     }
 }
 
@@ -580,7 +585,7 @@ impl RequestTree {
                         next += 1;
                         NodeMessage::Active(next - 1)
                     }
-                    _ => NodeMessage::Other(SharedMessage::Own(node.message)),
+                    _ => NodeMessage::Other(node.message.into()),
                 };
                 RequestNode { message, parent }
             })

@@ -503,14 +503,14 @@ macro_rules! wit_conversions {
             impl From<p::SharedMessage> for w::Message {
                 fn from(v: p::SharedMessage) -> Self {
                     match v {
-                        p::SharedMessage::Own(m) => m.into(),
+                        p::SharedMessage::Own(m) => (*m).into(),
                         p::SharedMessage::Shared(m) => p::Message::clone(&m).into(),
                     }
                 }
             }
             impl FromWit<w::Message> for p::SharedMessage {
                 fn from_wit(v: w::Message) -> R<Self> {
-                    p::Message::from_wit(v).map(Self::Own)
+                    p::Message::from_wit(v).map(Self::from)
                 }
             }
 
@@ -545,7 +545,7 @@ macro_rules! wit_conversions {
                     let message = match node.message {
                         w::TreeMessage::Active(i) if (i as usize) < path_len => p::NodeMessage::Active(i as usize),
                         w::TreeMessage::Active(i) => return Err(bad_tree_index(k, "message", "message", i)),
-                        w::TreeMessage::Other(m) => p::NodeMessage::Other(p::SharedMessage::Own(
+                        w::TreeMessage::Other(m) => p::NodeMessage::Other(p::SharedMessage::from(
                             p::Message::from_wit(m).map_err(|e| e.in_field("message").in_index(k).in_field("nodes"))?,
                         )),
                     };
