@@ -20,10 +20,11 @@
 //! when their pins change.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
+use crate::browser::Chromium;
 use crate::{ADD, PATIENCE, Server, TOOLS, http};
 
 fn repo_root() -> PathBuf {
@@ -182,82 +183,6 @@ fn the_ts_client_passes_its_tests_against_subs_serve() {
     run(tsc, "tsc over clients/ts");
 }
 
-/// The first of `names` found on `PATH`.
-fn find(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    names.iter().find_map(|name| std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file()))
-}
-
-/// A headless Chromium under a chromedriver of its own, killed (with its
-/// process group) when dropped.
-struct Chromium {
-    client: fantoccini::Client,
-    driver: Child,
-    /// Chromium's `TMPDIR`: chromedriver makes the browser's profile
-    /// there, and a killed browser removes nothing; dropped after the kill.
-    _tmp: tempfile::TempDir,
-}
-
-impl Chromium {
-    /// The browser, or `None` (said on stderr) when it is not installed
-    /// and not required.
-    async fn start(test: &str) -> Option<Chromium> {
-        use std::os::unix::process::CommandExt as _;
-        let chosen = |var: &str| std::env::var_os(var).map(PathBuf::from).filter(|p| p.is_file());
-        let chromium =
-            chosen("SUBS_CHROMIUM").or_else(|| find(&["chromium", "chromium-browser", "google-chrome", "chrome"]));
-        let driver = chosen("SUBS_CHROMEDRIVER").or_else(|| find(&["chromedriver"]));
-        let (chromium, driver) = match (chromium, driver) {
-            (Some(chromium), Some(driver)) => (chromium, driver),
-            _ if std::env::var("SUBS_REQUIRE_BROWSER").as_deref() == Ok("1") => {
-                panic!("{test}: SUBS_REQUIRE_BROWSER=1 but chromium and chromedriver are not both installed")
-            }
-            _ => {
-                eprintln!("skipped {test}: chromium and chromedriver are not installed");
-                return None;
-            }
-        };
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let tmp = tempfile::tempdir().expect("a directory for Chromium's temporary files");
-        let child = Command::new(&driver)
-            .env("TMPDIR", tmp.path())
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", driver.display()));
-        let url = format!("http://127.0.0.1:{port}");
-        subs_tests::wait::eventually(PATIENCE, format!("chromedriver answers on {url}"), || async {
-            http().get(format!("{url}/status")).send().await.is_ok_and(|r| r.status().is_success())
-        })
-        .await;
-        let capabilities = json!({
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": chromium,
-                "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run"],
-            },
-        });
-        let Value::Object(capabilities) = capabilities else { unreachable!() };
-        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        let client = fantoccini::ClientBuilder::new(connector)
-            .capabilities(capabilities)
-            .connect(&url)
-            .await
-            .unwrap_or_else(|e| panic!("a Chromium session through {}: {e}", driver.display()));
-        Some(Chromium { client, driver: child, _tmp: tmp })
-    }
-}
-
-impl Drop for Chromium {
-    fn drop(&mut self) {
-        let group = format!("-{}", self.driver.id());
-        let _ = Command::new("kill").args(["-KILL", "--", &group]).stderr(Stdio::null()).status();
-        let _ = self.driver.wait();
-    }
-}
-
 /// Serves the TypeScript client's sources and its browser test page as
 /// plain files; answers the origin (`http://127.0.0.1:<port>`).
 async fn serve_client_files() -> String {
@@ -301,7 +226,7 @@ fn encode(text: &str) -> String {
 /// and a route the token may not use is the typed 403.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_ts_client_streams_a_turn_in_a_browser_with_an_end_user_token() {
-    let Some(browser) = Chromium::start("clients browser").await else { return };
+    let Some(browser) = Chromium::start("clients browser", &[]).await else { return };
     let origin = serve_client_files().await;
     let key = "subs_c11e47c11e47c11e47c11e47c11e47c1";
     let dir = tempfile::tempdir().unwrap();

@@ -10,15 +10,14 @@
 //! a chromedriver on a free port, and two cores do not run several
 //! Chromiums well.
 
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::Locator;
 use serde_json::{Value, json};
 use subs_sdk::prelude::*;
 
+use crate::browser::Chromium;
 use crate::{ADD, PATIENCE, Server, TOOLS, http, stream_turn};
 
 /// One browser at a time (see the module's doc).
@@ -32,102 +31,32 @@ fn screenshots() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).parent().expect("target/tmp is in target").join("inspector")
 }
 
-/// The first of `names` found on `PATH` (or as a path).
-fn find(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    names.iter().find_map(|name| {
-        let direct = Path::new(name);
-        if direct.is_absolute() {
-            return direct.is_file().then(|| direct.to_path_buf());
-        }
-        std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file())
-    })
-}
-
-/// Chromium and chromedriver, or `None` (and a line on stderr) when they
-/// are not installed and the browser is not required.
-fn binaries(test: &str) -> Option<(PathBuf, PathBuf)> {
-    let chosen = |var: &str| std::env::var_os(var).map(PathBuf::from).filter(|p| p.is_file());
-    let chromium =
-        chosen("SUBS_CHROMIUM").or_else(|| find(&["chromium", "chromium-browser", "google-chrome", "chrome"]));
-    let driver = chosen("SUBS_CHROMEDRIVER").or_else(|| find(&["chromedriver"]));
-    match (chromium, driver) {
-        (Some(chromium), Some(driver)) => Some((chromium, driver)),
-        _ if std::env::var("SUBS_REQUIRE_BROWSER").as_deref() == Ok("1") => {
-            panic!("{test}: SUBS_REQUIRE_BROWSER=1 but chromium and chromedriver are not both installed")
-        }
-        _ => {
-            eprintln!(
-                "skipped {test}: chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
-            );
-            None
-        }
-    }
-}
-
-/// A headless Chromium under a chromedriver of its own.
+/// A headless Chromium under a chromedriver of its own, for one test.
 struct Browser {
-    client: Client,
-    /// The chromedriver, leader of its own process group (Chromium is in
-    /// it too), killed as a group when the browser is dropped.
-    driver: Child,
+    chromium: Chromium,
     /// The test's name: its screenshots' name.
     test: &'static str,
-    /// Held while the browser runs.
+    /// Held while the browser runs; a field after `chromium`, so given
+    /// back only once the browser is killed.
     _turn: tokio::sync::MutexGuard<'static, ()>,
-    /// Chromium's `TMPDIR`: chromedriver makes the browser's profile
-    /// there, and a killed browser removes nothing; dropped after the kill.
-    _tmp: tempfile::TempDir,
 }
 
 impl Browser {
     /// A browser for `test`, or `None` when there is none (see
-    /// [`binaries`]).
+    /// [`Chromium::start`]).
     async fn start(test: &'static str) -> Option<Browser> {
-        let (chromium, driver) = binaries(test)?;
         let turn = ONE_AT_A_TIME.lock().await;
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let tmp = tempfile::tempdir().expect("a directory for Chromium's temporary files");
-        let child = Command::new(&driver)
-            .env("TMPDIR", tmp.path())
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", driver.display()));
-        let url = format!("http://127.0.0.1:{port}");
-        subs_tests::wait::eventually(PATIENCE, format!("chromedriver answers on {url}"), || async {
-            http().get(format!("{url}/status")).send().await.ok().filter(|r| r.status().is_success())
-        })
-        .await;
-        let capabilities = json!({
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": chromium,
-                "args": [
-                    "--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                    "--no-first-run", "--no-default-browser-check", "--window-size=1280,1100",
-                ],
-            },
-        });
-        let Value::Object(capabilities) = capabilities else { unreachable!() };
-        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        let client = ClientBuilder::new(connector)
-            .capabilities(capabilities)
-            .connect(&url)
-            .await
-            .unwrap_or_else(|e| panic!("a Chromium session through {}: {e}", driver.display()));
-        Some(Browser { client, driver: child, test, _turn: turn, _tmp: tmp })
+        let chromium = Chromium::start(test, &["--no-default-browser-check", "--window-size=1280,1100"]).await?;
+        Some(Browser { chromium, test, _turn: turn })
     }
 
     async fn goto(&self, url: &str) {
-        self.client.goto(url).await.unwrap_or_else(|e| panic!("opening {url}: {e}"));
+        self.chromium.client.goto(url).await.unwrap_or_else(|e| panic!("opening {url}: {e}"));
     }
 
     /// Saves a screenshot as `target/inspector/<test><suffix>.png`.
     async fn screenshot(&self, suffix: &str) -> PathBuf {
-        let png = self.client.screenshot().await.expect("a screenshot");
+        let png = self.chromium.client.screenshot().await.expect("a screenshot");
         let dir = screenshots();
         std::fs::create_dir_all(&dir).expect("target/inspector is made");
         let file = dir.join(format!("{}{suffix}.png", self.test));
@@ -141,7 +70,7 @@ impl Browser {
     /// page's text.
     async fn until(&self, what: &str, script: &str, args: Vec<Value>) -> Value {
         let found = subs_tests::wait::until(PAGE_PATIENCE, || async {
-            let value = self.client.execute(script, args.clone()).await.expect("the script runs");
+            let value = self.chromium.client.execute(script, args.clone()).await.expect("the script runs");
             let truthy = match &value {
                 Value::Null | Value::Bool(false) => false,
                 Value::String(s) => !s.is_empty(),
@@ -155,7 +84,7 @@ impl Browser {
             return value;
         }
         let shot = self.screenshot("-failed").await;
-        let text = self.client.execute("return document.body.innerText", vec![]).await.unwrap_or_default();
+        let text = self.chromium.client.execute("return document.body.innerText", vec![]).await.unwrap_or_default();
         panic!("waiting for {what}: the page shows\n{}\n(screenshot {})", text.as_str().unwrap_or(""), shot.display());
     }
 
@@ -169,36 +98,19 @@ impl Browser {
     /// Waits for an element matching `css`.
     async fn element(&self, css: &str) -> fantoccini::elements::Element {
         self.until(css, "return document.querySelector(arguments[0]) !== null", vec![json!(css)]).await;
-        self.client.find(Locator::Css(css)).await.expect("the element is there")
+        self.chromium.client.find(Locator::Css(css)).await.expect("the element is there")
     }
 
     /// How many elements match `css`.
     async fn count(&self, css: &str) -> u64 {
-        let value = self.client.execute("return document.querySelectorAll(arguments[0]).length", vec![json!(css)]);
+        let value =
+            self.chromium.client.execute("return document.querySelectorAll(arguments[0]).length", vec![json!(css)]);
         value.await.expect("the script runs").as_u64().unwrap_or(0)
     }
 
     /// Ends the WebDriver session (Chromium quits) and the driver.
-    async fn close(mut self) {
-        let client = self.client.clone();
-        let _ = client.close().await;
-        self.kill();
-    }
-
-    fn kill(&mut self) {
-        // The driver leads its process group; Chromium and its helpers
-        // are in it.
-        let group = format!("-{}", self.driver.id());
-        let _ = Command::new("kill").args(["-KILL", "--", &group]).stderr(Stdio::null()).status();
-        let _ = self.driver.wait();
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        if self.driver.try_wait().ok().flatten().is_none() {
-            self.kill();
-        }
+    async fn close(self) {
+        self.chromium.close().await;
     }
 }
 
@@ -284,7 +196,7 @@ async fn a_tool_turn_shows_its_message_call_result_and_reply() {
     // version of the agent that decided.
     browser.element(r#"[data-testid="decision"][data-trigger="tool.execute"]"#).await;
     let open_all = r#"document.querySelectorAll('[data-testid="decision"]').forEach(d => { d.open = true; })"#;
-    browser.client.execute(open_all, vec![]).await.unwrap();
+    browser.chromium.client.execute(open_all, vec![]).await.unwrap();
     browser.text(r#"[data-testid="call-arguments"]"#, r#"{"a":1,"b":2}"#).await;
     browser.text(r#"[data-testid="call-result"]"#, r#"{"sum":3}"#).await;
     browser.text(r#"[data-testid="agent-version"]"#, "sha256:").await;
@@ -292,7 +204,7 @@ async fn a_tool_turn_shows_its_message_call_result_and_reply() {
         all.forEach(d => { d.open = false; });
         const caller = all.find(d => d.querySelector('[data-testid="call"][data-kind="tool_call"]'));
         if (caller) caller.open = true;"#;
-    browser.client.execute(one_open, vec![]).await.unwrap();
+    browser.chromium.client.execute(one_open, vec![]).await.unwrap();
 
     // An edit forks the conversation: a view that shares nothing with the
     // path starts a second branch at the root, which becomes the active
@@ -619,6 +531,7 @@ async fn a_long_session_renders_and_reports_its_time() {
     let root = r#"[data-testid="session"][data-loaded="true"]"#;
     browser.element(root).await;
     let timing = browser
+        .chromium
         .client
         .execute(
             "const e = document.querySelector(arguments[0]); return [e.dataset.renderMs, e.dataset.loadMs, \

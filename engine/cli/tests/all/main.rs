@@ -3,6 +3,7 @@
 
 mod admin;
 mod approver;
+mod browser;
 mod chaos;
 mod clients;
 mod crash;
