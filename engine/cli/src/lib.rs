@@ -159,7 +159,9 @@ async fn exec(command: Command) -> CliResult {
 /// Logs go to stderr, filtered by `RUST_LOG`. The server logs what it
 /// does, and what its agents print or log (target `subs::guest`, held to
 /// each decision's log limits); other commands only errors, so their
-/// output stays readable.
+/// output stays readable. Colours only on a terminal, and not with
+/// `NO_COLOR` set: a log file or a collector gets plain text, and the
+/// server does not format escape codes into every span's fields.
 fn init_logging(server: bool) {
     let default = if server {
         "warn,subs_core=info,subs_host=info,subs_models=info,subs_engine=info,subs_server=info,subs_cli=info,\
@@ -169,7 +171,11 @@ fn init_logging(server: bool) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(replay::Paint::for_stream(&std::io::stderr()).0)
+        .try_init();
 }
 
 /// Rows under a header, in columns padded to their widest cell.

@@ -7,7 +7,7 @@
 //! with `--data DIR` the replay runs here, on that data directory, with no
 //! server (which must not be running on it).
 
-use std::io::IsTerminal as _;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -234,7 +234,12 @@ pub(crate) struct Paint(pub bool);
 impl Paint {
     /// Colours when stdout is a terminal and `NO_COLOR` is not set.
     pub(crate) fn for_stdout() -> Self {
-        Self(std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()))
+        Self::for_stream(&std::io::stdout())
+    }
+
+    /// Colours when `stream` is a terminal and `NO_COLOR` is not set.
+    pub(crate) fn for_stream(stream: &impl IsTerminal) -> Self {
+        Self(stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()))
     }
 
     /// `text` in the colour (or style) of the ANSI `code`.

@@ -58,6 +58,8 @@ async fn the_approver_in_each_language_records_the_same_transcript() {
         }
     }
     assert!(!logs.contains("refunded 500"), "a denied refund ran:\n{logs}");
+    // The log went into a pipe: plain text, no colours.
+    assert!(!logs.contains('\x1b'), "no colours into a pipe:\n{logs}");
 }
 
 /// The Python and TypeScript examples pass their own tests (the Rust one's
