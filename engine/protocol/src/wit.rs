@@ -44,18 +44,23 @@ pub trait FromWit<W>: Sized {
     fn from_wit(wit: W) -> Result<Self, ProtocolError>;
 }
 
-/// How many schema texts [`schema`] keeps per thread, and the longest it
-/// keeps.
+/// How many schema texts [`schema`] keeps per thread at most.
 const SCHEMAS_KEPT: usize = 256;
-const SCHEMAS_KEPT_BYTES: usize = 8 << 10;
+/// The longest text [`schema`] keeps.
+const SCHEMAS_KEPT_BYTES: usize = 4 << 10;
+/// How many bytes of text [`schema`] keeps per thread in all: a parsed
+/// value takes up to some tens of times its text, so this is what bounds
+/// the memory a thread gives to schemas (a few MiB at worst), on a node
+/// with a thread per core.
+const SCHEMAS_KEPT_TOTAL: usize = 64 << 10;
 
 /// Parses the JSON text of an optional tool schema, shared with every
 /// schema of the same text this thread read lately. An agent hands its
 /// config (its tools' schemas) at the start of each session, so a node
 /// running many sessions of one agent would otherwise parse and keep the
 /// same schemas once per session; the texts kept for finding them again
-/// are bounded in count and size, so what a thread keeps is bounded
-/// whatever schemas tenants' agents send.
+/// are bounded in count, length and total bytes, so what a thread keeps
+/// is bounded whatever schemas tenants' agents send.
 #[doc(hidden)]
 pub fn schema(text: Option<String>, field: &str) -> Result<Option<std::sync::Arc<Value>>, ProtocolError> {
     use std::collections::{HashMap, VecDeque};
@@ -65,6 +70,8 @@ pub fn schema(text: Option<String>, field: &str) -> Result<Option<std::sync::Arc
         by_text: HashMap<Arc<str>, Arc<Value>>,
         /// The texts in the order they were kept: the first goes first.
         order: VecDeque<Arc<str>>,
+        /// The bytes of the texts kept.
+        bytes: usize,
     }
     std::thread_local! {
         static READ: std::cell::RefCell<Kept> = std::cell::RefCell::default();
@@ -78,12 +85,13 @@ pub fn schema(text: Option<String>, field: &str) -> Result<Option<std::sync::Arc
     }
     let value = Arc::new(json(&text, field)?);
     READ.with_borrow_mut(|kept| {
-        if kept.order.len() == SCHEMAS_KEPT
-            && let Some(oldest) = kept.order.pop_front()
-        {
+        while kept.order.len() == SCHEMAS_KEPT || kept.bytes + text.len() > SCHEMAS_KEPT_TOTAL {
+            let Some(oldest) = kept.order.pop_front() else { break };
+            kept.bytes -= oldest.len();
             kept.by_text.remove(&oldest);
         }
         let text: Arc<str> = text.into();
+        kept.bytes += text.len();
         kept.order.push_back(text.clone());
         kept.by_text.insert(text, value.clone());
     });
@@ -1047,6 +1055,14 @@ mod tests {
         let kept: Vec<_> = (1..=SCHEMAS_KEPT).map(|n| read(&text(n))).collect();
         assert!(!Arc::ptr_eq(&first, &read(&text(0))));
         assert!(Arc::ptr_eq(kept.last().unwrap(), &read(&text(SCHEMAS_KEPT))));
+        // Long texts are let go by their bytes, before their count.
+        let long = |n: usize| format!(r#"{{"description":"{n:0>4000}"}}"#);
+        let first = read(&long(0));
+        let more = 20;
+        assert!(more * long(0).len() > SCHEMAS_KEPT_TOTAL && more < SCHEMAS_KEPT);
+        let kept: Vec<_> = (1..=more).map(|n| read(&long(n))).collect();
+        assert!(!Arc::ptr_eq(&first, &read(&long(0))));
+        assert!(Arc::ptr_eq(kept.last().unwrap(), &read(&long(more))));
     }
 
     #[test]
