@@ -77,7 +77,9 @@ pub fn schema(text: Option<String>, field: &str) -> Result<Option<std::sync::Arc
         static READ: std::cell::RefCell<Kept> = std::cell::RefCell::default();
     }
     let Some(text) = text else { return Ok(None) };
-    if text.len() > SCHEMAS_KEPT_BYTES {
+    // A component's instance (and so its one thread) lives for one
+    // decision: in a guest nothing kept would be read again.
+    if cfg!(target_family = "wasm") || text.len() > SCHEMAS_KEPT_BYTES {
         return json(&text, field).map(|v| Some(Arc::new(v)));
     }
     if let Some(kept) = READ.with_borrow(|kept| kept.by_text.get(text.as_str()).cloned()) {
