@@ -554,7 +554,8 @@ fn prompt_bytes(request: &LlmRequest) -> usize {
                     .sum::<usize>()
         })
         .sum();
-    let schema_bytes = |schema: &Option<Arc<Value>>| schema.as_ref().map_or(0, |s| s.to_string().len());
+    let schema_bytes =
+        |schema: &Option<Arc<Value>>| schema.as_deref().map_or(0, |s| crate::session::history::json_bytes(s) as usize);
     let tools: usize = request
         .tools
         .iter()
