@@ -153,8 +153,8 @@ pub(crate) fn json_bytes(value: &impl Serialize) -> u64 {
         }
     }
     let mut count = Count(0);
-    // Messages serialize without fail: their fields are strings and
-    // JSON values, whose JSON always exists.
+    // What is counted (messages, inputs, tool schemas) is made of
+    // strings and JSON values, whose JSON always exists: no write fails.
     let _ = serde_json::to_writer(&mut count, value);
     count.0
 }
