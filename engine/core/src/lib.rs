@@ -40,14 +40,15 @@
 //! - `tenants`: each tenant's budget and session limit, and its use of
 //!   them.
 //! - [`retry`]: the operator's cap on retry policies.
-//! - [`clock`]: time as the loop records it.
+//! - [`clock`]: time as the loop records it; `json`: the size of a
+//!   value's JSON, counted without writing it.
 //! - [`metrics`], [`telemetry`]: Prometheus metrics and OpenTelemetry
 //!   spans.
 //! - `cluster`: when several nodes share the store, the notices between
 //!   them and the takeover of sessions whose node died.
 //!
 //! The modules depend on each other without a cycle (the architecture
-//! test checks it): `clock`, `retry`, `tools`, `tool_sources`, `worker`, `model`,
+//! test checks it): `clock`, `json`, `retry`, `tools`, `tool_sources`, `worker`, `model`,
 //! `metrics`, `telemetry`, `events` and `config` at the bottom; then
 //! `tenants`, then `session`; `engine`, `cluster`, `replay` and `follow`
 //! on top.
@@ -58,6 +59,7 @@ pub mod config;
 pub mod engine;
 pub mod events;
 pub mod follow;
+mod json;
 pub mod metrics;
 pub mod model;
 pub mod replay;

@@ -555,7 +555,7 @@ fn prompt_bytes(request: &LlmRequest) -> usize {
         })
         .sum();
     let schema_bytes =
-        |schema: &Option<Arc<Value>>| schema.as_deref().map_or(0, |s| crate::session::history::json_bytes(s) as usize);
+        |schema: &Option<Arc<Value>>| schema.as_deref().map_or(0, |s| crate::json::json_bytes(s) as usize);
     let tools: usize = request
         .tools
         .iter()

@@ -14,14 +14,13 @@
 //! bound; so is a client's input, with nothing of it stored.
 
 use std::collections::HashMap;
-use std::io;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use serde::Serialize;
 use subs_protocol::{Action, ClientInput, DecisionResponse, DraftMessage, Message};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::Session;
+use crate::json::json_bytes;
 
 /// The bytes of messages a session may store when its tenant's limits set
 /// none: room for long conversations (thousands of turns of text, a few
@@ -137,26 +136,6 @@ impl HistoryLimits {
         // The semaphore is never closed.
         semaphore.acquire_owned().await.unwrap_or_else(|_| unreachable!("the semaphore is never closed"))
     }
-}
-
-/// The length of `value`'s JSON, counted without writing it anywhere.
-pub(crate) fn json_bytes(value: &impl Serialize) -> u64 {
-    /// Counts what is written to it.
-    struct Count(u64);
-    impl io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            self.0 += buf.len() as u64;
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // What is counted (messages, inputs, tool schemas) is made of
-    // strings and JSON values, whose JSON always exists: no write fails.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 /// The bytes a recorded message counts for: the length of its JSON.
