@@ -1100,6 +1100,10 @@ mod tests {
             store.commit(full_batch(&key(id))).await.unwrap();
         }
         store.commit(batch([Op::PutSession(Box::new(session(&key("f"), SessionStatus::Idle)))])).await.unwrap();
+        // Tenants whose names sort right before and after `t1/`.
+        for tenant in ["t1-x", "t1.y", "t10", "t1~"] {
+            store.commit(full_batch(&SessionKey::new(tenant, "z"))).await.unwrap();
+        }
         let db = database(&store);
         let txn = db.begin_write().unwrap();
         {
@@ -1125,6 +1129,7 @@ mod tests {
             .collect();
         assert_eq!(page, ["d", "d/x"]);
         assert_eq!(store.sessions(Some("t2")).await.unwrap(), []);
+        assert_eq!(store.sessions(None).await.unwrap().len(), 8);
         store.close().await.unwrap();
     }
 

@@ -397,7 +397,11 @@ impl RedbStore {
 /// of one session are contiguous and each session is visited once, `t/a`
 /// before `t/a/b`. The record is the last entry of its session's range
 /// ([`SESSION_SLOT`]), so one seek per session reads it and, as the entry
-/// after it, the next session's key: no history is read.
+/// after it, the next session's key: no history is decoded. That entry is
+/// the next session's oldest, though, and once sessions' histories outgrow
+/// a leaf, it sits in another leaf than the next record: a listing then
+/// reads two leaves a session. (Walking backward from each range's start
+/// reads two as well, the same two.)
 pub(crate) fn each_session(
     table: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
     tenant: Option<&str>,

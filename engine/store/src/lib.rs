@@ -232,6 +232,36 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
+
+    /// Drops every step, call or turn written that a later write of the
+    /// same batch replaces (or, for a call, deletes).
+    ///
+    /// The batch is applied whole or not at all, so what it leaves stored
+    /// is the same; but a session's change often holds a step twice, once
+    /// pending and once applied, when the decision came before the commit:
+    /// without this both would be encoded, journaled and stored.
+    pub fn coalesce(&mut self) {
+        #[derive(PartialEq, Eq, Hash)]
+        enum Slot<'a> {
+            Step(&'a SessionKey, u64),
+            Call(&'a SessionKey, &'a str),
+            Turn(&'a SessionKey, &'a str),
+        }
+        let mut later = std::collections::HashSet::new();
+        let mut replaced = vec![false; self.ops.len()];
+        for (i, op) in self.ops.iter().enumerate().rev() {
+            let (slot, put) = match op {
+                Op::PutStep { session, seq, .. } => (Slot::Step(session, *seq), true),
+                Op::PutCall { session, record } => (Slot::Call(session, &record.call.id), true),
+                Op::DeleteCall { session, call_id } => (Slot::Call(session, call_id), false),
+                Op::PutTurn { session, turn_id, .. } => (Slot::Turn(session, turn_id), true),
+                _ => continue,
+            };
+            replaced[i] = !later.insert(slot) && put;
+        }
+        let mut replaced = replaced.into_iter();
+        self.ops.retain(|_| !replaced.next().unwrap_or(false));
+    }
 }
 
 /// A session as [`Store::load`] reads it.
@@ -591,4 +621,76 @@ pub fn decode_record<T: serde::de::DeserializeOwned>(table: &'static str, bytes:
 /// reads never wait, answers the async reads of [`Store`].
 pub fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, T> {
     Box::pin(std::future::ready(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::conformance::sample::{call, event, key, step, turn};
+    use super::*;
+    use subs_protocol::CallStatus;
+
+    /// What each op writes where, to compare batches.
+    fn slots(batch: &Batch) -> Vec<String> {
+        batch
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::PutStep { session, seq, record } => format!("step {} {seq} {:?}", session.session, record.status),
+                Op::PutCall { session, record } => {
+                    format!("call {} {} {:?}", session.session, record.call.id, record.call.status)
+                }
+                Op::DeleteCall { session, call_id } => format!("delete call {} {call_id}", session.session),
+                Op::PutTurn { session, turn_id, record } => {
+                    format!("turn {} {turn_id} {:?}", session.session, record.status)
+                }
+                Op::PutEvent { session, seq, .. } => format!("event {} {seq}", session.session),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn coalescing_keeps_only_the_last_write_of_each_step_call_and_turn() {
+        let (a, b) = (key("a"), key("b"));
+        let put_step = |session: &SessionKey, seq: u64, status: StepStatus| {
+            let mut record = step("d");
+            record.status = status;
+            Op::PutStep { session: session.clone(), seq, record: Box::new(record) }
+        };
+        let put_call = |session: &SessionKey, id: &str, status: CallStatus| {
+            let mut record = call(id);
+            record.call.status = status;
+            Op::PutCall { session: session.clone(), record: Box::new(record) }
+        };
+        let put_turn =
+            |status: TurnStatus| Op::PutTurn { session: a.clone(), turn_id: "t1".into(), record: turn(status) };
+        let mut batch = Batch::of([
+            put_step(&a, 0, StepStatus::Pending),
+            put_step(&a, 1, StepStatus::Pending),
+            put_step(&b, 0, StepStatus::Pending),
+            Op::PutEvent { session: a.clone(), seq: 0, record: event(0) },
+            Op::PutEvent { session: a.clone(), seq: 0, record: event(0) },
+            put_call(&a, "c1", CallStatus::Pending),
+            put_call(&a, "c2", CallStatus::Pending),
+            put_turn(TurnStatus::Running),
+            put_step(&a, 0, StepStatus::Applied),
+            put_call(&a, "c1", CallStatus::Completed),
+            Op::DeleteCall { session: a.clone(), call_id: "c2".into() },
+            put_turn(TurnStatus::Done),
+        ]);
+        batch.coalesce();
+        assert_eq!(
+            slots(&batch),
+            [
+                "step a 1 Pending",
+                "step b 0 Pending",
+                "event a 0",
+                "event a 0",
+                "step a 0 Applied",
+                "call a c1 Completed",
+                "delete call a c2",
+                "turn a t1 Done",
+            ]
+        );
+    }
 }

@@ -622,6 +622,9 @@ impl Actor {
                 _ => {}
             }
         }
+        // After the turns were read from it: a turn opened and ended in
+        // this one change is announced as both.
+        change.batch.coalesce();
         let (ops, began) = (change.batch.ops.len(), std::time::Instant::now());
         self.env.store.commit(change.batch).await?;
         self.env.metrics.committed(ops, began.elapsed());
