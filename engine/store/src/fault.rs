@@ -62,13 +62,20 @@ pub struct Written {
     pub ops: u64,
     /// Their bytes: the JSON of each record put, and of each key deleted.
     pub bytes: u64,
+    /// Of those ops, the ones a later op of their batch replaced (see
+    /// [`Batch::superseded`]).
+    pub superseded: u64,
 }
 
 impl std::ops::Sub for Written {
     type Output = Written;
 
     fn sub(self, earlier: Written) -> Written {
-        Written { ops: self.ops - earlier.ops, bytes: self.bytes - earlier.bytes }
+        Written {
+            ops: self.ops - earlier.ops,
+            bytes: self.bytes - earlier.bytes,
+            superseded: self.superseded - earlier.superseded,
+        }
     }
 }
 
@@ -284,11 +291,16 @@ impl<S: Store> Store for FaultyStore<S> {
                 // A slow store is the fault injected.
                 tokio::time::sleep(delay).await;
             }
-            let written = Written { ops: batch.ops.len() as u64, bytes: batch.ops.iter().map(op_bytes).sum() };
+            let written = Written {
+                ops: batch.ops.len() as u64,
+                bytes: batch.ops.iter().map(op_bytes).sum(),
+                superseded: batch.superseded() as u64,
+            };
             let earlier = {
                 let mut state = self.state();
                 state.written.ops += written.ops;
                 state.written.bytes += written.bytes;
+                state.written.superseded += written.superseded;
                 if !state.reorder {
                     None
                 } else if let Some(earlier) = state.held.take() {

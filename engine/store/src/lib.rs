@@ -241,6 +241,19 @@ impl Batch {
     /// pending and once applied, when the decision came before the commit:
     /// without this both would be encoded, journaled and stored.
     pub fn coalesce(&mut self) {
+        let mut replaced = self.replaced().into_iter();
+        self.ops.retain(|_| !replaced.next().unwrap_or(false));
+    }
+
+    /// How many writes a later write of the same batch replaces: none
+    /// once [`coalesce`](Self::coalesce)d.
+    pub fn superseded(&self) -> usize {
+        self.replaced().into_iter().filter(|replaced| *replaced).count()
+    }
+
+    /// For each op, whether a later op of the batch replaces what it
+    /// writes.
+    fn replaced(&self) -> Vec<bool> {
         #[derive(PartialEq, Eq, Hash)]
         enum Slot<'a> {
             Step(&'a SessionKey, u64),
@@ -259,8 +272,7 @@ impl Batch {
             };
             replaced[i] = !later.insert(slot) && put;
         }
-        let mut replaced = replaced.into_iter();
-        self.ops.retain(|_| !replaced.next().unwrap_or(false));
+        replaced
     }
 }
 
@@ -678,7 +690,9 @@ mod tests {
             Op::DeleteCall { session: a.clone(), call_id: "c2".into() },
             put_turn(TurnStatus::Done),
         ]);
+        assert_eq!(batch.superseded(), 4);
         batch.coalesce();
+        assert_eq!(batch.superseded(), 0);
         assert_eq!(
             slots(&batch),
             [

@@ -167,7 +167,10 @@ struct InFlight {
 /// The longest a client's input or a call's result may wait in memory for
 /// the decisions of a contained agent it leads to, before it is committed
 /// on its own: what an agent slow to decide costs the input's answer, and
-/// the window in which a crash makes a call run again.
+/// the window in which a crash makes a call run again. An agent that makes
+/// an input wait this long is marked slow
+/// ([`SlowDeciders`](super::env::SlowDeciders)), and inputs to its
+/// sessions then wait for nothing.
 const OUTSIDE_HELD_MAX: Duration = Duration::from_millis(5);
 
 /// Decisions of a contained agent applied in memory and not yet committed,
@@ -385,6 +388,9 @@ impl Actor {
                     if self.remote {
                         Ok(())
                     } else {
+                        if d.contained && delivered.took < OUTSIDE_HELD_MAX {
+                            self.mark_decider(false);
+                        }
                         self.deciding = Some(d.seq);
                         let decided = self.on_decided(d.seq, d.attempt, d.contained, *delivered).await;
                         if decided.is_ok() {
@@ -401,8 +407,15 @@ impl Actor {
                     Ok(())
                 }
                 // Committed while the delivery waits; its decision is
-                // applied when it comes.
-                Next::OutsideDue => self.flush().await,
+                // applied when it comes. An agent this slow has the next
+                // inputs to its sessions committed at once, until one of
+                // its decisions comes in time again.
+                Next::OutsideDue => {
+                    if self.delivery.as_ref().is_some_and(|delivery| delivery.contained) {
+                        self.mark_decider(true);
+                    }
+                    self.flush().await
+                }
             };
             if let Err(e) = handled
                 && !self.failed(&e)
@@ -716,11 +729,22 @@ impl Actor {
     /// and the session's next step goes to a contained agent at once.
     fn may_hold_outside(&self, change: &Change) -> bool {
         !change.tells_others()
-            && self.session.is_some()
+            && self
+                .session
+                .as_ref()
+                .is_some_and(|session| !self.env.slow_deciders.contains(&self.key.tenant, &session.record.agent_id))
             && self.delivery.is_none()
             && self.held.as_ref().is_none_or(|held| held.decisions < MAX_HELD)
             && self.deliverable().is_some()
             && !self.must_flush()
+    }
+
+    /// Marks the session's agent as one that decides too slowly for an
+    /// input to wait for it, or forgets that.
+    fn mark_decider(&self, slow: bool) {
+        if let Some(session) = &self.session {
+            self.env.slow_deciders.set(&self.key.tenant, &session.record.agent_id, slow);
+        }
     }
 
     /// Whether the decisions held must be committed before what the pump
@@ -1716,6 +1740,29 @@ mod tests {
         }
     }
 
+    /// A contained agent that takes `pace_ms` (read when it is asked) to
+    /// decide, then decides as [`Proposer`] does.
+    #[derive(Default)]
+    struct Paced {
+        pace_ms: std::sync::atomic::AtomicU64,
+        inner: Proposer,
+    }
+
+    impl Worker for Paced {
+        fn decide(&self, delivery: Delivery) -> BoxFuture<'_, Result<DecisionResponse, WorkerError>> {
+            let pace = Duration::from_millis(self.pace_ms.load(std::sync::atomic::Ordering::Relaxed));
+            let decided = self.inner.decide(delivery);
+            Box::pin(async move {
+                tokio::time::sleep(pace).await;
+                decided.await
+            })
+        }
+
+        fn contained(&self) -> bool {
+            true
+        }
+    }
+
     fn start(store: &MemStore, agent: Arc<dyn Worker>) -> (Arc<Env>, Arc<Directory>) {
         let env = Env::new(Arc::new(store.clone()), Models::with_offline(), EngineConfig::default());
         env.agents.register(TENANT, "agent", agent);
@@ -1932,6 +1979,47 @@ mod tests {
         started.await;
         let stored = store.turn(&key("s"), "t1").await.unwrap().expect("stored when answered");
         assert_eq!(stored.status, TurnStatus::Running, "the decision never comes");
+    }
+
+    /// Each step of a contained agent's turn is accepted and decided before
+    /// the commit that holds it: the batch stores it once, as decided.
+    #[tokio::test]
+    async fn a_contained_agents_batches_store_no_write_a_later_one_replaces() {
+        let store = Arc::new(crate::store::fault::FaultyStore::new(MemStore::new()));
+        let env = Env::new(store.clone(), Models::with_offline(), EngineConfig::default());
+        env.agents.register(TENANT, "agent", Arc::new(Contained(Arc::new(Proposer::default()))));
+        let env = Arc::new(env);
+        let directory = Directory::new(env.clone());
+        say(&directory, "s", "t1").await.expect("accepted");
+        assert_eq!(ended(&env, "s", "t1").await.status, TurnStatus::Done);
+        let written = store.written();
+        assert!(written.ops > 0);
+        assert_eq!(written.superseded, 0, "{written:?}");
+    }
+
+    /// A contained agent that took longer to decide than an input may wait
+    /// for it has the inputs to its sessions committed and answered at
+    /// once, until one of its decisions comes in time again.
+    #[tokio::test(start_paused = true)]
+    async fn an_agent_slower_than_the_hold_has_inputs_answered_at_once_until_it_is_quick_again() {
+        let store = MemStore::new();
+        let paced = Arc::new(Paced::default());
+        paced.pace_ms.store(50, std::sync::atomic::Ordering::Relaxed);
+        let (env, directory) = start(&store, paced.clone());
+        let slow = || env.slow_deciders.contains(TENANT, "agent");
+
+        let began = tokio::time::Instant::now();
+        say(&directory, "s1", "t1").await.expect("accepted");
+        assert_eq!(began.elapsed(), OUTSIDE_HELD_MAX, "the first input waits for the decision as long as it may");
+        assert!(slow());
+
+        let began = tokio::time::Instant::now();
+        say(&directory, "s2", "t1").await.expect("accepted");
+        assert_eq!(began.elapsed(), Duration::ZERO, "known to be slow: the input does not wait");
+
+        paced.pace_ms.store(0, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(ended(&env, "s2", "t1").await.status, TurnStatus::Done);
+        assert!(!slow(), "a decision came in time");
     }
 
     /// An input held with a contained agent's decision whose commit fails

@@ -48,6 +48,62 @@ pub(crate) struct Env {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Where the engine's spans go.
     pub tracer: crate::telemetry::Tracer,
+    /// Contained agents that decided too slowly lately for an input to
+    /// wait for their decision.
+    pub slow_deciders: SlowDeciders,
+}
+
+/// How many agents [`SlowDeciders`] keeps at most; past that, more are not
+/// marked, and their sessions' inputs wait for their decisions as any
+/// contained agent's do.
+const SLOW_DECIDERS_MAX: usize = 1024;
+
+/// Contained agents (by tenant and agent id) whose decision, the last time
+/// one was awaited, took longer than an input may be held for it. An
+/// input to one of their sessions is committed and answered at once
+/// instead of waiting for a decision that will not come in time; the
+/// agent is forgotten once a decision of it comes quickly again.
+#[derive(Default)]
+pub(crate) struct SlowDeciders {
+    agents: std::sync::Mutex<HashMap<String, std::collections::HashSet<String>>>,
+    /// How many agents are marked, read without the lock: none, the
+    /// common case, costs a decision nothing.
+    marked: std::sync::atomic::AtomicUsize,
+}
+
+impl SlowDeciders {
+    /// Whether `agent` of `tenant` is marked slow.
+    pub fn contains(&self, tenant: &str, agent: &str) -> bool {
+        self.marked.load(std::sync::atomic::Ordering::Relaxed) > 0
+            && self.lock().get(tenant).is_some_and(|agents| agents.contains(agent))
+    }
+
+    /// Marks `agent` of `tenant` slow, or forgets it.
+    pub fn set(&self, tenant: &str, agent: &str, slow: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !slow && self.marked.load(Relaxed) == 0 {
+            return;
+        }
+        let mut agents = self.lock();
+        if slow {
+            if self.marked.load(Relaxed) < SLOW_DECIDERS_MAX
+                && agents.entry(tenant.to_owned()).or_default().insert(agent.to_owned())
+            {
+                self.marked.fetch_add(1, Relaxed);
+            }
+        } else if let Some(of_tenant) = agents.get_mut(tenant)
+            && of_tenant.remove(agent)
+        {
+            self.marked.fetch_sub(1, Relaxed);
+            if of_tenant.is_empty() {
+                agents.remove(tenant);
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, std::collections::HashSet<String>>> {
+        self.agents.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl Env {
@@ -70,6 +126,7 @@ impl Env {
             replies: Default::default(),
             metrics: Arc::new(metrics),
             tracer,
+            slow_deciders: SlowDeciders::default(),
         }
     }
 
