@@ -1949,7 +1949,8 @@ mod tests {
 
     /// The commits of one turn of a contained agent that proposes: the
     /// input goes with the decision that asks the model, the model's reply
-    /// with the decision that ends the turn.
+    /// with the decision that ends the turn. Each step is accepted and
+    /// decided before the commit that holds it, which stores it once.
     #[tokio::test]
     async fn an_input_and_a_reply_are_committed_with_a_contained_agents_decisions() {
         let store = Arc::new(crate::store::fault::FaultyStore::new(MemStore::new()));
@@ -1963,6 +1964,8 @@ mod tests {
         assert!(store.turn(&key("s"), "t1").await.unwrap().is_some());
         assert_eq!(ended(&env, "s", "t1").await.status, TurnStatus::Done);
         assert_eq!(store.commits(), 2, "the input and a decision; the reply and a decision");
+        let written = store.written();
+        assert_eq!(written.superseded, 0, "a write a later one of its batch replaces: {written:?}");
     }
 
     /// An input waits for a contained agent's decision at most
@@ -1979,22 +1982,6 @@ mod tests {
         started.await;
         let stored = store.turn(&key("s"), "t1").await.unwrap().expect("stored when answered");
         assert_eq!(stored.status, TurnStatus::Running, "the decision never comes");
-    }
-
-    /// Each step of a contained agent's turn is accepted and decided before
-    /// the commit that holds it: the batch stores it once, as decided.
-    #[tokio::test]
-    async fn a_contained_agents_batches_store_no_write_a_later_one_replaces() {
-        let store = Arc::new(crate::store::fault::FaultyStore::new(MemStore::new()));
-        let env = Env::new(store.clone(), Models::with_offline(), EngineConfig::default());
-        env.agents.register(TENANT, "agent", Arc::new(Contained(Arc::new(Proposer::default()))));
-        let env = Arc::new(env);
-        let directory = Directory::new(env.clone());
-        say(&directory, "s", "t1").await.expect("accepted");
-        assert_eq!(ended(&env, "s", "t1").await.status, TurnStatus::Done);
-        let written = store.written();
-        assert!(written.ops > 0);
-        assert_eq!(written.superseded, 0, "{written:?}");
     }
 
     /// A contained agent that took longer to decide than an input may wait
