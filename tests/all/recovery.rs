@@ -53,7 +53,11 @@ async fn counting_engine(
     contained: bool,
 ) -> subs_engine::Engine {
     let worker = Counting { inner: agent(guests::TOOLS), executions: executions.clone(), contained };
-    let (models, config) = (subs_engine::model::Models::with_offline(), subs_tests::test_config());
+    // The commits counted are the design's whatever the host's load: no
+    // decision outlasts this hold.
+    let config =
+        subs_engine::EngineConfig { contained_hold: std::time::Duration::from_secs(30), ..subs_tests::test_config() };
+    let models = subs_engine::model::Models::with_offline();
     subs_tests::start_engine_and(store, models, config, |engine| {
         engine.register_agent(TENANT, "tools", Arc::new(worker));
     })

@@ -245,6 +245,9 @@ pub struct TimeoutsEntry {
     pub call_secs: Option<f64>,
     /// How long a quiet session's actor stays in memory, in seconds.
     pub linger_secs: Option<f64>,
+    /// How long an input may wait for a contained agent's decisions, to be
+    /// committed with them, in milliseconds.
+    pub contained_hold_ms: Option<f64>,
 }
 
 impl TimeoutsEntry {
@@ -252,6 +255,8 @@ impl TimeoutsEntry {
     const MAX_SECS: f64 = 86_400.0;
     /// The longest `linger_secs`: an hour.
     const MAX_LINGER_SECS: f64 = 3_600.0;
+    /// The longest `contained_hold_ms`: a second.
+    const MAX_CONTAINED_HOLD_MS: f64 = 1_000.0;
 
     /// Sets the engine's defaults from this table.
     ///
@@ -281,6 +286,19 @@ impl TimeoutsEntry {
                 )));
             }
             config.session_linger = std::time::Duration::from_secs_f64(secs);
+        }
+        if let Some(ms) = self.contained_hold_ms {
+            // The hold is added to the answer of every input to a slow
+            // agent's session before it is known to be slow, and is the
+            // window in which a crash makes a call run again: past a
+            // second it buys nothing a commit of its own costs.
+            if !(0.0..=Self::MAX_CONTAINED_HOLD_MS).contains(&ms) {
+                return Err(CliError::usage(anyhow!(
+                    "`[timeouts] contained_hold_ms` must be a number of milliseconds from 0 to {}, not {ms}",
+                    Self::MAX_CONTAINED_HOLD_MS
+                )));
+            }
+            config.contained_hold = std::time::Duration::from_secs_f64(ms / 1_000.0);
         }
         Ok(())
     }
@@ -1364,6 +1382,14 @@ mod tests {
             let file = parse(&format!("[timeouts]\nlinger_secs = {bad}\n")).unwrap();
             let err = file.timeouts.apply(&mut config).unwrap_err();
             assert!(err.to_string().contains("`[timeouts] linger_secs`"), "{err}");
+        }
+        assert_eq!(config.contained_hold, std::time::Duration::from_millis(5), "5 ms unless set");
+        parse("[timeouts]\ncontained_hold_ms = 0.5\n").unwrap().timeouts.apply(&mut config).unwrap();
+        assert_eq!(config.contained_hold, std::time::Duration::from_micros(500));
+        for bad in ["-1", "nan", "1001"] {
+            let file = parse(&format!("[timeouts]\ncontained_hold_ms = {bad}\n")).unwrap();
+            let err = file.timeouts.apply(&mut config).unwrap_err();
+            assert!(err.to_string().contains("`[timeouts] contained_hold_ms`"), "{err}");
         }
     }
 

@@ -62,6 +62,13 @@ pub struct EngineConfig {
     /// memory (and, with several nodes, its lease): a client's next
     /// message within it spares reloading the session from the store.
     pub session_linger: Duration,
+    /// The longest a client's input or a call's result waits in memory
+    /// for the decisions of a contained agent it leads to, so that one
+    /// commit holds them all: what an agent slow to decide may add to
+    /// the input's answer. An agent that makes an input wait this long
+    /// has the inputs to its sessions committed at once, until one of its
+    /// decisions comes within it again (see docs/durability.md).
+    pub contained_hold: Duration,
     /// The tools the engine calls itself for agents whose config names
     /// them (a tenant's MCP servers); `None`: an agent's `mcp` offers
     /// nothing.
@@ -142,6 +149,7 @@ impl Default for EngineConfig {
             resume_concurrency: 32,
             telemetry: crate::telemetry::TelemetryLimits::default(),
             session_linger: Duration::from_secs(1),
+            contained_hold: Duration::from_millis(5),
             tool_sources: None,
         }
     }

@@ -164,15 +164,6 @@ struct InFlight {
     decided: BoxFuture<'static, Box<Delivered>>,
 }
 
-/// The longest a client's input or a call's result may wait in memory for
-/// the decisions of a contained agent it leads to, before it is committed
-/// on its own: what an agent slow to decide costs the input's answer, and
-/// the window in which a crash makes a call run again. An agent that makes
-/// an input wait this long is marked slow
-/// ([`SlowDeciders`](super::env::SlowDeciders)), and inputs to its
-/// sessions then wait for nothing.
-const OUTSIDE_HELD_MAX: Duration = Duration::from_millis(5);
-
 /// Decisions of a contained agent applied in memory and not yet committed,
 /// with what they wrote: see [`Actor::hold`].
 struct Held {
@@ -388,7 +379,7 @@ impl Actor {
                     if self.remote {
                         Ok(())
                     } else {
-                        if d.contained && delivered.took < OUTSIDE_HELD_MAX {
+                        if d.contained && delivered.took < self.env.config.contained_hold {
                             self.mark_decider(false);
                         }
                         self.deciding = Some(d.seq);
@@ -714,13 +705,11 @@ impl Actor {
     /// holds it is committed. A crash before that loses an input no one was
     /// told was taken (its sender sees the request fail), or a result whose
     /// call then runs again, as a call cut short by a crash does. It is
-    /// committed within [`OUTSIDE_HELD_MAX`] whatever the agent does.
+    /// committed within the engine's `contained_hold` whatever the agent does.
     /// The caller checks [`may_hold_outside`](Self::may_hold_outside).
     fn hold_outside(&mut self, change: Change, answer: Option<Told>) {
-        let outside = self.keep(change).outside.get_or_insert_with(|| Outside {
-            due: tokio::time::Instant::now() + OUTSIDE_HELD_MAX,
-            answers: Vec::new(),
-        });
+        let due = tokio::time::Instant::now() + self.env.config.contained_hold;
+        let outside = self.keep(change).outside.get_or_insert_with(|| Outside { due, answers: Vec::new() });
         outside.answers.extend(answer);
     }
 
@@ -1954,7 +1943,10 @@ mod tests {
     #[tokio::test]
     async fn an_input_and_a_reply_are_committed_with_a_contained_agents_decisions() {
         let store = Arc::new(crate::store::fault::FaultyStore::new(MemStore::new()));
-        let env = Env::new(store.clone(), Models::with_offline(), EngineConfig::default());
+        // A hold no busy host outlasts: the count is the design's, not the
+        // machine's speed.
+        let config = EngineConfig { contained_hold: Duration::from_secs(30), ..EngineConfig::default() };
+        let env = Env::new(store.clone(), Models::with_offline(), config);
         env.agents.register(TENANT, "agent", Arc::new(Contained(Arc::new(Proposer::default()))));
         let env = Arc::new(env);
         let directory = Directory::new(env.clone());
@@ -1969,7 +1961,7 @@ mod tests {
     }
 
     /// An input waits for a contained agent's decision at most
-    /// [`OUTSIDE_HELD_MAX`]: one that never decides still has the input
+    /// the engine's `contained_hold`: one that never decides still has the input
     /// stored and answered.
     #[tokio::test]
     async fn an_input_is_committed_and_answered_while_a_contained_agent_takes_its_time() {
@@ -1997,7 +1989,11 @@ mod tests {
 
         let began = tokio::time::Instant::now();
         say(&directory, "s1", "t1").await.expect("accepted");
-        assert_eq!(began.elapsed(), OUTSIDE_HELD_MAX, "the first input waits for the decision as long as it may");
+        assert_eq!(
+            began.elapsed(),
+            env.config.contained_hold,
+            "the first input waits for the decision as long as it may"
+        );
         assert!(slow());
 
         let began = tokio::time::Instant::now();
