@@ -133,9 +133,12 @@ async fn a_decision_of_100k_calls_pages_beside_the_neighbour_and_stops_with_its_
     let cpu = arena.cpu_time();
     let path = "/v1/sessions/wide/decisions?limit=2";
     // The quadratic match took minutes of CPU for one page: give up on a
-    // page that takes that long rather than wait for it.
+    // page that takes that long rather than wait for it. The bound is on
+    // the wall clock, which a loaded host stretches (the wide decision
+    // took 32 s to apply for 9 s of CPU beside two busy loops on two
+    // cores), so it leaves room; linearity is the CPU bound's to check.
     let patient = |url: String| async move {
-        tokio::time::timeout(Duration::from_secs(30), timed_page(&url, path)).await.expect("a page within 30 s")
+        tokio::time::timeout(Duration::from_secs(120), timed_page(&url, path)).await.expect("a page within 120 s")
     };
     let (a, b) = tokio::join!(patient(arena.url.clone()), patient(arena.url.clone()));
     let cpu = arena.cpu_time() - cpu;
