@@ -705,11 +705,14 @@ impl Actor {
     /// holds it is committed. A crash before that loses an input no one was
     /// told was taken (its sender sees the request fail), or a result whose
     /// call then runs again, as a call cut short by a crash does. It is
-    /// committed within the engine's `contained_hold` whatever the agent does.
-    /// The caller checks [`may_hold_outside`](Self::may_hold_outside).
+    /// committed within the engine's `contained_hold` whatever the agent
+    /// does. The caller checks [`may_hold_outside`](Self::may_hold_outside).
     fn hold_outside(&mut self, change: Change, answer: Option<Told>) {
-        let due = tokio::time::Instant::now() + self.env.config.contained_hold;
-        let outside = self.keep(change).outside.get_or_insert_with(|| Outside { due, answers: Vec::new() });
+        let hold = self.env.config.contained_hold;
+        let outside = self
+            .keep(change)
+            .outside
+            .get_or_insert_with(|| Outside { due: tokio::time::Instant::now() + hold, answers: Vec::new() });
         outside.answers.extend(answer);
     }
 
@@ -1960,9 +1963,9 @@ mod tests {
         assert_eq!(written.superseded, 0, "a write a later one of its batch replaces: {written:?}");
     }
 
-    /// An input waits for a contained agent's decision at most
-    /// the engine's `contained_hold`: one that never decides still has the input
-    /// stored and answered.
+    /// An input waits for a contained agent's decision at most the
+    /// engine's `contained_hold`: one that never decides still has the
+    /// input stored and answered.
     #[tokio::test]
     async fn an_input_is_committed_and_answered_while_a_contained_agent_takes_its_time() {
         let store = MemStore::new();
