@@ -35,7 +35,9 @@
 //!
 //! Reported per case: turns/s, p50 and p99 turn latency (from sending the
 //! request to the end of its response), the server's CPU time per turn
-//! (user + system, from `/proc`), and durable commits per turn (subs'
+//! (user + system, from `/proc`), the load generator's (this process's)
+//! CPU time per turn, which on a small machine is taken from the same
+//! cores as the server's, and durable commits per turn (subs'
 //! `subs_store_commits_total`). Output: a table on stdout and the same as
 //! JSON in `target/bench-api.json`.
 //!
@@ -206,13 +208,7 @@ impl Target {
 
     /// The CPU time the server has used so far (user + system).
     fn cpu(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).expect("the server runs");
-        // Fields after the command name (which is in parentheses and may
-        // hold spaces): utime and stime are the 12th and 13th.
-        let after = &stat[stat.rfind(')').expect("a stat line") + 2..];
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-        Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64)
+        process_cpu(self.pid)
     }
 
     /// Durable commits so far, from `/metrics`; `None` for LangGraph.
@@ -223,6 +219,17 @@ impl Target {
         let text = client.get(format!("{}/metrics", self.base)).send().await.ok()?.text().await.ok()?;
         text.lines().find_map(|l| l.strip_prefix("subs_store_commits_total ")).and_then(|n| n.trim().parse().ok())
     }
+}
+
+/// The CPU time process `pid` has used so far (user + system).
+fn process_cpu(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process runs");
+    // Fields after the command name (which is in parentheses and may hold
+    // spaces): utime and stime are the 12th and 13th.
+    let after = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64)
 }
 
 /// The kernel's clock ticks per second, which `/proc/<pid>/stat` counts in.
@@ -268,6 +275,9 @@ struct Measured {
     p50: Duration,
     p99: Duration,
     cpu_per_turn: Duration,
+    /// What the load generator (this process) spent on each turn: on a
+    /// small machine it shares the cores with the server.
+    client_cpu_per_turn: Duration,
     commits_per_turn: Option<f64>,
 }
 
@@ -284,6 +294,7 @@ impl Measured {
             "p50_ms": ms(self.p50),
             "p99_ms": ms(self.p99),
             "cpu_ms_per_turn": ms(self.cpu_per_turn),
+            "client_cpu_ms_per_turn": ms(self.client_cpu_per_turn),
             "commits_per_turn": self.commits_per_turn,
         })
     }
@@ -298,6 +309,7 @@ struct Gathered {
     latencies: Vec<Duration>,
     elapsed: Duration,
     cpu: Duration,
+    client_cpu: Duration,
     commits: Option<u64>,
     /// Turns each client has sent, so that its conversation goes on in
     /// its next stretch.
@@ -310,6 +322,7 @@ impl Gathered {
         self.latencies.extend(later.latencies);
         self.elapsed += later.elapsed;
         self.cpu += later.cpu;
+        self.client_cpu += later.client_cpu;
         self.commits = self.commits.zip(later.commits).map(|(a, b)| a + b);
         self.sent = later.sent;
     }
@@ -325,6 +338,7 @@ impl Gathered {
             p50: percentile(&self.latencies, 0.50),
             p99: percentile(&self.latencies, 0.99),
             cpu_per_turn: Duration::from_secs_f64(per_turn(self.cpu.as_secs_f64())),
+            client_cpu_per_turn: Duration::from_secs_f64(per_turn(self.client_cpu.as_secs_f64())),
             commits_per_turn: self.commits.map(|c| per_turn(c as f64)),
         }
     }
@@ -342,6 +356,7 @@ async fn measure(target: &Arc<Target>, case: Case, duration: Duration, run: usiz
     }
     let commits_before = target.commits(&client).await;
     let cpu_before = target.cpu();
+    let client_cpu_before = process_cpu(std::process::id());
     let started = Instant::now();
     let tasks: Vec<_> = (0..case.clients)
         .map(|c| {
@@ -368,8 +383,16 @@ async fn measure(target: &Arc<Target>, case: Case, duration: Duration, run: usiz
     }
     let elapsed = started.elapsed();
     let cpu = target.cpu().saturating_sub(cpu_before);
+    let client_cpu = process_cpu(std::process::id()).saturating_sub(client_cpu_before);
     let commits_after = target.commits(&client).await;
-    Gathered { latencies, elapsed, cpu, commits: commits_before.zip(commits_after).map(|(a, b)| b - a), sent }
+    Gathered {
+        latencies,
+        elapsed,
+        cpu,
+        client_cpu,
+        commits: commits_before.zip(commits_after).map(|(a, b)| b - a),
+        sent,
+    }
 }
 
 /// An OTLP/HTTP receiver that takes every export and keeps nothing but
@@ -494,8 +517,8 @@ async fn run(levels: &[usize], duration: Duration, rounds: usize, long: usize, l
     }
 
     println!(
-        "{:<10} {:>7} {:<48} {:>9} {:>9} {:>9} {:>10} {:>9}",
-        "server", "clients", "case", "turns/s", "p50 ms", "p99 ms", "CPU ms/t", "commits/t"
+        "{:<10} {:>7} {:<48} {:>9} {:>9} {:>9} {:>10} {:>11} {:>9}",
+        "server", "clients", "case", "turns/s", "p50 ms", "p99 ms", "CPU ms/t", "client ms/t", "commits/t"
     );
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
@@ -518,7 +541,7 @@ async fn run(levels: &[usize], duration: Duration, rounds: usize, long: usize, l
         for (target, gathered) in targets.iter().zip(gathered) {
             let m = gathered.measured();
             println!(
-                "{:<10} {:>7} {:<48} {:>9.0} {:>9.2} {:>9.2} {:>10.2} {:>9}",
+                "{:<10} {:>7} {:<48} {:>9.0} {:>9.2} {:>9.2} {:>10.2} {:>11.2} {:>9}",
                 target.name,
                 case.clients,
                 case.label(),
@@ -526,6 +549,7 @@ async fn run(levels: &[usize], duration: Duration, rounds: usize, long: usize, l
                 ms(m.p50),
                 ms(m.p99),
                 ms(m.cpu_per_turn),
+                ms(m.client_cpu_per_turn),
                 m.commits_per_turn.map_or("-".to_owned(), |c| format!("{c:.2}")),
             );
             rows.push(m.json(target.name, case));
