@@ -37,7 +37,8 @@
 //! request to the end of its response), the server's CPU time per turn
 //! (user + system, from `/proc`), the load generator's (this process's)
 //! CPU time per turn, which on a small machine is taken from the same
-//! cores as the server's, and durable commits per turn (subs'
+//! cores as the server's (for `subs+otel` it includes the OTLP receiver,
+//! which runs in this process), and durable commits per turn (subs'
 //! `subs_store_commits_total`). Output: a table on stdout and the same as
 //! JSON in `target/bench-api.json`.
 //!
@@ -275,8 +276,9 @@ struct Measured {
     p50: Duration,
     p99: Duration,
     cpu_per_turn: Duration,
-    /// What the load generator (this process) spent on each turn: on a
-    /// small machine it shares the cores with the server.
+    /// What the load generator (this process, with its OTLP receiver)
+    /// spent on each turn: on a small machine it shares the cores with the
+    /// server.
     client_cpu_per_turn: Duration,
     commits_per_turn: Option<f64>,
 }
