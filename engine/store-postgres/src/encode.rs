@@ -150,7 +150,8 @@ pub(crate) fn encode(batch: Batch) -> Result<Encoded, StoreError> {
                 notices.event(session, seq);
                 write
             }
-            Op::PutCall { session, record } => {
+            // The spec is kept in the call's row with the rest.
+            Op::PutCall { session, record } | Op::UpdateCall { session, record } => {
                 let (tenant, session) = session_key(&session)?;
                 let call_id = text(&record.call.id, "a call id")?.to_owned();
                 Write::Named {

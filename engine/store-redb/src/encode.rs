@@ -13,6 +13,16 @@ pub(crate) enum Write {
         active: bool,
         value: Vec<u8>,
     },
+    /// The agent config of the session whose record the write before this
+    /// one wrote: its JSON, or `None` for none. Applied only when it
+    /// differs from what the session's [`AGENT_SLOT`] holds, and then
+    /// journaled; otherwise the journal skips it too.
+    SessionAgent {
+        key: String,
+        value: Option<Vec<u8>>,
+        /// Set when applying found the slot already holding `value`.
+        unchanged: AtomicBool,
+    },
     /// A session's history writes of one batch, framed ([`history`]).
     Log {
         key: String,
@@ -57,6 +67,7 @@ impl Write {
     pub(crate) fn key(&self) -> &str {
         match self {
             Write::Session { key, .. }
+            | Write::SessionAgent { key, .. }
             | Write::Log { key, .. }
             | Write::PutNamed { key, .. }
             | Write::DeleteNamed { key, .. }
@@ -86,11 +97,22 @@ pub(crate) fn encode(batch: Batch) -> Result<Vec<Write>, StoreError> {
     let mut logs: Vec<(SessionKey, Vec<u8>)> = Vec::new();
     for op in batch.ops {
         let write = match op {
-            Op::PutSession(record) => Write::Session {
-                key: storage_key(&record.key),
-                active: record.status != SessionStatus::Idle,
-                value: encode_value(name::SESSIONS, &record)?,
-            },
+            Op::PutSession(mut record) => {
+                // The config goes to its own slot, which the writer leaves
+                // alone while it holds the same.
+                let agent = record.agent.take();
+                let key = storage_key(&record.key);
+                writes.push(Write::Session {
+                    key: key.clone(),
+                    active: record.status != SessionStatus::Idle,
+                    value: encode_value(name::SESSIONS, &record)?,
+                });
+                Write::SessionAgent {
+                    key,
+                    value: agent.map(|agent| encode_value(name::SESSIONS, &*agent)).transpose()?,
+                    unchanged: AtomicBool::new(false),
+                }
+            }
             Op::PutMessage { session, seq, record } => {
                 let log = log_of(&mut logs, session);
                 history::push_json(log, history::Kind::Message, seq, "", &record, name::MESSAGES)?;
@@ -109,6 +131,12 @@ pub(crate) fn encode(batch: Batch) -> Result<Vec<Write>, StoreError> {
             Op::PutCall { session, record } => {
                 let log = log_of(&mut logs, session);
                 history::push_json(log, history::Kind::Call, 0, &record.call.id, &record, name::CALLS)?;
+                continue;
+            }
+            Op::UpdateCall { session, record } => {
+                let log = log_of(&mut logs, session);
+                let (change, _) = record.split();
+                history::push_json(log, history::Kind::CallUpdate, 0, &change.call.id, &change, name::CALLS)?;
                 continue;
             }
             Op::DeleteCall { session, call_id } => {

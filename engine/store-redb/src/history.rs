@@ -24,7 +24,10 @@
 //!
 //! Later frames win: a step stored pending and then decided appears twice,
 //! and reads keep the last; a forgotten call's `CallGone` frame cancels
-//! its earlier `Call`.
+//! its earlier `Call`. A call stored again with its spec unchanged (a new
+//! try, its outcome) is a `CallUpdate` frame, its record without the spec:
+//! reads take the spec from the call's last `Call` frame, so an LLM call's
+//! tool schemas are stored once however often the call changes.
 
 use ::redb::{ReadableTable, Table, WriteTransaction};
 use serde::Serialize;
@@ -45,6 +48,9 @@ pub(super) enum Kind {
     Call = 4,
     /// The call of this id is settled and forgotten.
     CallGone = 5,
+    /// A [`CallChange`](subs_store::CallChange) of the call of this id: its
+    /// record but the spec, which is the one its last `Call` frame holds.
+    CallUpdate = 6,
 }
 
 impl Kind {
@@ -55,6 +61,7 @@ impl Kind {
             3 => Kind::Event,
             4 => Kind::Call,
             5 => Kind::CallGone,
+            6 => Kind::CallUpdate,
             _ => return None,
         })
     }
@@ -283,7 +290,14 @@ mod tests {
     }
 
     fn kind() -> impl Strategy<Value = Kind> {
-        prop_oneof![Just(Kind::Message), Just(Kind::Step), Just(Kind::Event), Just(Kind::Call), Just(Kind::CallGone)]
+        prop_oneof![
+            Just(Kind::Message),
+            Just(Kind::Step),
+            Just(Kind::Event),
+            Just(Kind::Call),
+            Just(Kind::CallGone),
+            Just(Kind::CallUpdate)
+        ]
     }
 
     proptest! {

@@ -47,11 +47,13 @@
 //!
 //! A write is a tag byte, then its fields: strings and byte strings as a
 //! 4-byte length and the bytes, flags and table names as one byte, inbox
-//! numbers as 8 bytes.
+//! numbers as 8 bytes, an optional byte string as a flag byte (0 absent,
+//! 1 present) and then the string.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{NamedTable, Write};
 use subs_store::StoreError;
@@ -201,10 +203,13 @@ impl Journal {
         if self.groups >= CHECKPOINT_GROUPS {
             return true;
         }
-        let count: usize = batches.clone().map(<[Write]>::len).sum();
+        // A config the store already held changed nothing: replaying the
+        // record finds the slot as the group found it, so it is left out.
+        let kept = |write: &&Write| !matches!(write, Write::SessionAgent { unchanged, .. } if unchanged.load(Ordering::Relaxed));
+        let count = batches.clone().flatten().filter(kept).count();
         self.buf.extend_from_slice(&[0; HEADER]);
         put_u32(&mut self.buf, count);
-        for write in batches.flatten() {
+        for write in batches.flatten().filter(kept) {
             encode(&mut self.buf, write);
         }
         self.head + padded(self.buf.len()) as u64 > JOURNAL_BYTES
@@ -456,6 +461,7 @@ const PUSH_INBOX: u8 = 5;
 const DELETE_INBOX: u8 = 6;
 const COUNT_DECISIONS: u8 = 7;
 const FORGET_DECISIONS: u8 = 8;
+const SESSION_AGENT: u8 = 9;
 
 fn table_tag(table: NamedTable) -> u8 {
     match table {
@@ -474,6 +480,17 @@ fn encode(buf: &mut Vec<u8>, write: &Write) {
             put_bytes(buf, key.as_bytes());
             buf.push(u8::from(*active));
             put_bytes(buf, value);
+        }
+        Write::SessionAgent { key, value, .. } => {
+            buf.push(SESSION_AGENT);
+            put_bytes(buf, key.as_bytes());
+            match value {
+                Some(value) => {
+                    buf.push(1);
+                    put_bytes(buf, value);
+                }
+                None => buf.push(0),
+            }
         }
         Write::Log { key, value } => {
             buf.push(LOG);
@@ -589,6 +606,15 @@ impl<'a> Reader<'a> {
                 };
                 Write::Session { key, active, value: self.bytes()? }
             }
+            SESSION_AGENT => {
+                let key = self.string()?;
+                let value = match self.u8()? {
+                    0 => None,
+                    1 => Some(self.bytes()?),
+                    other => return Err(format!("the config flag is {other}")),
+                };
+                Write::SessionAgent { key, value, unchanged: AtomicBool::new(false) }
+            }
             LOG => Write::Log { key: self.string()?, value: self.bytes()? },
             PUT_NAMED => {
                 let table = self.table()?;
@@ -620,6 +646,12 @@ mod tests {
         vec![
             Write::Session { key: "t/s".into(), active: true, value: b"{\"a\":1}".to_vec() },
             Write::Session { key: "t/s".into(), active: false, value: Vec::new() },
+            Write::SessionAgent {
+                key: "t/s".into(),
+                value: Some(b"{\"b\":2}".to_vec()),
+                unchanged: AtomicBool::new(false),
+            },
+            Write::SessionAgent { key: "t/s".into(), value: None, unchanged: AtomicBool::new(false) },
             Write::Log { key: "t/s".into(), value: vec![0, 1, 2, 255] },
             Write::PutNamed { table: NamedTable::Turns, key: "t/s".into(), id: "turn-1".into(), value: b"x".to_vec() },
             Write::PutNamed { table: NamedTable::Agents, key: "t".into(), id: "a".into(), value: b"y".to_vec() },

@@ -2,13 +2,14 @@
 //!
 //! # What is in the file
 //!
-//! Every record is a JSON value (`serde_json`). Format 4:
+//! Every record is a JSON value (`serde_json`). Format 6:
 //!
 //! | table | key | value |
 //! | --- | --- | --- |
-//! | `sessions` | storage key (`tenant/session`) | [`SessionRecord`] |
-//! | `active` | storage key | nothing: the session's status is not idle |
+//! | `active` | storage key (`tenant/session`) | nothing: the session's status is not idle |
 //! | `log` | (storage key, the session's log number) | one commit's [`MessageRecord`]s, [`StepRecord`]s, [`EventRecord`]s and [`CallRecord`] changes for the session, framed ([`history`]) |
+//! | `log` | (storage key, [`AGENT_SLOT`]) | the session's agent config, when it has one, written only when it changes |
+//! | `log` | (storage key, [`SESSION_SLOT`]) | [`SessionRecord`], without its agent config |
 //! | `inbox` | (storage key, seq) | [`InboxItem`] |
 //! | `turns` | (storage key, turn id) | [`TurnRecord`] |
 //! | `agents` | (tenant, agent id) | [`AgentRecord`] |
@@ -16,6 +17,7 @@
 //! | `tenants` | (tenant, `""`) | [`TenantRecord`] |
 //! | `owners` | (tenant, owner's identity id, session id) | nothing: an index of sessions by owner, written with a session's first record |
 //! | `decisions` | (tenant, agent id, version) | `u64`: the decisions the version made, the sum of [`Op::CountDecisions`] |
+//! | `session_counts` | tenant | `u64`: how many sessions the tenant has |
 //! | `meta` | name | `u64`: the file format, its id, the next inbox number and the last journal record the file holds |
 //!
 //! Tuple keys sort by session first, so every read of one session is a
@@ -35,7 +37,11 @@
 //! a record for every tenant that has a stored key, so the tenants an
 //! operator made with `subs keys create` are listed as such; format 3 (no
 //! `owners`, no `decisions`), and the older ones, gain both, filled from
-//! every session record (its owner, its decisions by version).
+//! every session record (its owner, its decisions by version); format 4
+//! gains `session_counts`. Format 5 (each session record holding its agent
+//! config) needs no change: a record with no [`AGENT_SLOT`] beside it is
+//! read with the config it holds, and its next commit moves the config into
+//! the slot.
 //!
 //! # Writes: group commit
 //!
@@ -92,7 +98,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, mpsc};
 use std::thread::JoinHandle;
 
@@ -279,12 +285,12 @@ impl RedbStore {
         self.read(|txn| {
             let table = open_read(txn, LOG, name::LOG)?;
             let mut sessions = Vec::new();
-            each_session(&table, tenant, after, |_, record| {
+            each_session(&table, tenant, after, |storage, record| {
                 if sessions.len() >= limit {
                     return Ok(ControlFlow::Break(()));
                 }
                 if let Some(record) = record {
-                    sessions.push(decode::<SessionRecord>(name::SESSIONS, record)?);
+                    sessions.push(session_record(&table, storage, record)?);
                 }
                 Ok(ControlFlow::Continue(()))
             })?;
@@ -789,7 +795,7 @@ mod tests {
         let log = read.open_table(LOG).unwrap();
         let storage = s1.storage_key();
         let numbers: Vec<u64> = log
-            .range((storage.as_str(), 0)..(storage.as_str(), SESSION_SLOT))
+            .range((storage.as_str(), 0)..(storage.as_str(), HISTORY_END))
             .unwrap()
             .map(|entry| entry.unwrap().0.value().1)
             .collect();
@@ -914,6 +920,129 @@ mod tests {
         store.close().await.unwrap();
         let store = RedbStore::open(&path).unwrap();
         assert_eq!(counts(&store), [3, 1, 1]);
+        {
+            let db = database(&store);
+            let txn = db.begin_read().unwrap();
+            let format = txn.open_table(META).unwrap().get(META_FORMAT).unwrap().map(|f| f.value());
+            assert_eq!(format, Some(FORMAT_VERSION));
+        }
+        store.close().await.unwrap();
+    }
+
+    /// An agent config whose system prompt is `system`.
+    fn agent_config(system: &str) -> Arc<subs_protocol::AgentConfig> {
+        let config = json!({
+            "model": "offline",
+            "system": system,
+            "tools": [{"name": "add", "description": "adds two numbers", "input": {"type": "object"}}],
+        });
+        Arc::new(serde_json::from_value(config).unwrap())
+    }
+
+    /// A running session of `key` with `agent` for its config and `n` in
+    /// its state.
+    fn configured(key: &SessionKey, agent: Option<Arc<subs_protocol::AgentConfig>>, n: u64) -> SessionRecord {
+        let mut record = session(key, SessionStatus::Running);
+        record.agent = agent;
+        record.state = json!({"n": n});
+        record
+    }
+
+    /// What session `key`'s two slots of `log` hold: its record's JSON and
+    /// its agent config's, if any.
+    fn slots(store: &RedbStore, key: &SessionKey) -> (serde_json::Value, Option<serde_json::Value>) {
+        let db = database(store);
+        let txn = db.begin_read().unwrap();
+        let log = txn.open_table(LOG).unwrap();
+        let storage = key.storage_key();
+        let get = |slot| log.get((storage.as_str(), slot)).unwrap().map(|v| serde_json::from_slice(v.value()).unwrap());
+        (get(SESSION_SLOT).expect("a record"), get(AGENT_SLOT))
+    }
+
+    /// A session's record is stored without its agent config, which has a
+    /// slot of its own: written, and journaled, only by the commits that
+    /// change it, however many commits rewrite the record.
+    #[tokio::test]
+    async fn an_agent_config_is_written_only_when_it_changes() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        let s = key("s");
+        let first = agent_config("first");
+        let commits = [
+            (Some(Arc::clone(&first)), true),
+            (Some(Arc::clone(&first)), false),
+            // Equal, though another allocation: still not written.
+            (Some(agent_config("first")), false),
+            (Some(agent_config("second")), true),
+            (None, true),
+            (None, false),
+            (Some(agent_config("third")), true),
+        ];
+        for (n, (agent, _)) in commits.iter().enumerate() {
+            let record = configured(&s, agent.clone(), n as u64);
+            store.commit(batch([Op::PutSession(Box::new(record.clone()))])).await.unwrap();
+            assert_eq!(store.read_session(&s).unwrap(), Some(record), "commit {n}");
+            let (stored, slot) = slots(&store, &s);
+            assert_eq!(stored["agent"], serde_json::Value::Null, "commit {n}: the record holds no config");
+            assert_eq!(slot, agent.as_ref().map(|agent| serde_json::to_value(agent).unwrap()), "commit {n}");
+        }
+        store.close().await.unwrap();
+
+        // The journal still holds every commit's record: those that kept
+        // the config have no write for it.
+        let (id, _) = journal_position(&path);
+        let records = journal::Journal::open(journal::Journal::path_for(&path), id, 0).unwrap().1;
+        let journaled: Vec<bool> = records
+            .iter()
+            .map(|(_, writes)| writes.iter().any(|write| matches!(write, Write::SessionAgent { .. })))
+            .collect();
+        assert_eq!(journaled, commits.iter().map(|(_, changed)| *changed).collect::<Vec<_>>());
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(store.read_session(&s).unwrap(), Some(configured(&s, Some(agent_config("third")), 6)));
+        store.close().await.unwrap();
+    }
+
+    /// A format-5 file (each session record holding its agent config) is
+    /// read as it is; a session's next commit moves its config into the
+    /// slot.
+    #[tokio::test]
+    async fn a_format_5_record_keeps_its_agent_config() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        let (s1, s2) = (key("s1"), key("s2"));
+        let old = |key: &SessionKey| configured(key, Some(agent_config("inline")), 0);
+        store.commit(batch([Op::PutSession(Box::new(session(&s1, SessionStatus::Idle)))])).await.unwrap();
+        store.commit(batch([Op::PutSession(Box::new(session(&s2, SessionStatus::Idle)))])).await.unwrap();
+        store.close().await.unwrap();
+        // What format 5 wrote: the config inside the record, no slot.
+        as_older_format(&path, FORMAT_INLINE_AGENT, |txn| {
+            let mut log = txn.open_table(LOG).unwrap();
+            for key in [&s1, &s2] {
+                let storage = key.storage_key();
+                let value = serde_json::to_vec(&old(key)).unwrap();
+                log.insert((storage.as_str(), SESSION_SLOT), value.as_slice()).unwrap();
+                assert!(log.get((storage.as_str(), AGENT_SLOT)).unwrap().is_none());
+            }
+        });
+
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(store.read_session(&s1).unwrap(), Some(old(&s1)));
+        assert_eq!(store.read_load(&s2).unwrap().map(|loaded| loaded.record), Some(old(&s2)));
+        assert_eq!(store.read_all_sessions(None).unwrap(), [old(&s1), old(&s2)]);
+        // The same config again, and a new one: each goes to the slot.
+        let kept = configured(&s1, Some(agent_config("inline")), 1);
+        let replaced = configured(&s2, Some(agent_config("new")), 1);
+        store.commit(batch([Op::PutSession(Box::new(kept.clone()))])).await.unwrap();
+        store.commit(batch([Op::PutSession(Box::new(replaced.clone()))])).await.unwrap();
+        for (key, record) in [(&s1, &kept), (&s2, &replaced)] {
+            assert_eq!(store.read_session(key).unwrap().as_ref(), Some(record));
+            let (stored, slot) = slots(&store, key);
+            assert_eq!(stored["agent"], serde_json::Value::Null);
+            assert_eq!(slot, Some(serde_json::to_value(record.agent.as_ref().unwrap()).unwrap()));
+        }
+        store.close().await.unwrap();
+        let store = RedbStore::open(&path).unwrap();
+        assert_eq!(store.read_all_sessions(None).unwrap(), [kept, replaced]);
         {
             let db = database(&store);
             let txn = db.begin_read().unwrap();
@@ -1078,6 +1207,15 @@ mod tests {
             // A value cut inside its second frame's header.
             history::push(&mut value, history::Kind::Event, 0, "", b"{}").unwrap();
             log.insert((key("s2").storage_key().as_str(), 1), &value[..value.len() - 5]).unwrap();
+            // A call's change with no record of the call before it; and an
+            // agent config that is not one.
+            let mut value = Vec::new();
+            history::push(&mut value, history::Kind::CallUpdate, 0, "c9", b"{}").unwrap();
+            log.insert((key("s3").storage_key().as_str(), 1), value.as_slice()).unwrap();
+            let s4 = key("s4").storage_key();
+            let record = serde_json::to_vec(&session(&key("s4"), SessionStatus::Idle)).unwrap();
+            log.insert((s4.as_str(), SESSION_SLOT), record.as_slice()).unwrap();
+            log.insert((s4.as_str(), AGENT_SLOT), b"[1]".as_slice()).unwrap();
         }
         txn.commit().unwrap();
         drop(db);
@@ -1086,6 +1224,11 @@ mod tests {
         assert!(matches!(store.read_unfinished(), Err(StoreError::Corrupt { table: "active", .. })));
         assert!(matches!(store.read_steps(&key("s1"), 0, 10), Err(StoreError::Corrupt { table: "steps", .. })));
         assert!(matches!(store.read_events(&key("s2"), None, 10), Err(StoreError::Corrupt { table: "log", .. })));
+        match store.read_calls(&key("s3")) {
+            Err(StoreError::Corrupt { table: "calls", message }) => assert!(message.contains("\"c9\""), "{message}"),
+            other => panic!("expected a corrupt call, got {other:?}"),
+        }
+        assert!(matches!(store.read_session(&key("s4")), Err(StoreError::Corrupt { table: "sessions", .. })));
         store.close().await.unwrap();
     }
 
@@ -1167,14 +1310,20 @@ mod tests {
                     let store = Arc::clone(&store);
                     tokio::spawn(async move {
                         let sk = key(&format!("r{round}-t{task}"));
+                        let mut config = agent_config("c0");
                         let started = Instant::now();
                         // Bounded in case the parent never kills us.
                         for n in 0u64.. {
                             if started.elapsed() > Duration::from_secs(30) {
                                 break;
                             }
+                            // The config changes every few commits, and
+                            // is shared between them as the engine does.
+                            if n % CONFIG_EVERY == 0 {
+                                config = agent_config(&format!("c{}", n / CONFIG_EVERY));
+                            }
                             let ops = [
-                                Op::PutSession(Box::new(session(&sk, SessionStatus::Running))),
+                                Op::PutSession(Box::new(configured(&sk, Some(Arc::clone(&config)), n))),
                                 Op::PutMessage { session: sk.clone(), seq: n, record: message(&format!("m{n}")) },
                                 Op::PushInbox { session: sk.clone(), item: Box::new(item(&format!("i{n}"))) },
                             ];
@@ -1191,6 +1340,9 @@ mod tests {
             }
         });
     }
+
+    /// How many commits of a crash child's session share one agent config.
+    const CONFIG_EVERY: u64 = 7;
 
     /// `kill -9` at an arbitrary instant loses no commit that returned,
     /// and the file opens cleanly afterwards. Three rounds on one file, so
@@ -1244,6 +1396,13 @@ mod tests {
                     "round {round}: acknowledged commit {task}/{n} is lost"
                 );
                 assert!(store.read_unfinished().unwrap().contains(&session));
+                // The record and its config are of the same commit, at or
+                // after the last acknowledged one.
+                let record = store.read_session(&session).unwrap().unwrap();
+                let last = record.state["n"].as_u64().unwrap();
+                assert!(last >= n, "round {round}: the record of {task} is older than acknowledged commit {n}");
+                let config = agent_config(&format!("c{}", last / CONFIG_EVERY));
+                assert_eq!(record.agent, Some(config), "round {round}: the config of {task}'s commit {last}");
             }
             store.close().await.unwrap();
         }

@@ -7,11 +7,17 @@ use super::*;
 /// [`Store`] methods answer with them at once.
 impl RedbStore {
     pub(crate) fn read_session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
-        self.read_session_as(key)
+        self.read(|txn| {
+            let table = open_read(txn, LOG, name::LOG)?;
+            let storage = key.storage_key();
+            let value = table.get((storage.as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
+            value.map(|value| session_record(&table, &storage, value.value())).transpose()
+        })
     }
 
-    /// The session's record decoded as `T`: a [`SessionHead`] skips what
-    /// it does not hold rather than building it.
+    /// The session's record decoded as `T`, without its agent config (see
+    /// [`AGENT_SLOT`]): a [`SessionHead`] skips what it does not hold
+    /// rather than building it.
     pub(crate) fn read_session_as<T: serde::de::DeserializeOwned>(
         &self,
         key: &SessionKey,
@@ -70,7 +76,7 @@ impl RedbStore {
                 let storage = SessionKey::new(tenant, session).storage_key();
                 let value = log.get((storage.as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
                 if let Some(value) = value {
-                    sessions.push(decode::<SessionRecord>(name::SESSIONS, value.value())?);
+                    sessions.push(session_record(&log, &storage, value.value())?);
                 }
             }
             Ok(sessions)
@@ -153,7 +159,7 @@ impl RedbStore {
             let table = open_read(txn, LOG, name::LOG)?;
             let storage = key.storage_key();
             let entries = table
-                .range((storage.as_str(), 0)..(storage.as_str(), SESSION_SLOT))
+                .range((storage.as_str(), 0)..(storage.as_str(), HISTORY_END))
                 .map_err(|err| redb_error(name::LOG, err))?;
             // The `limit` least step numbers seen so far, each with where
             // its last frame is: (log number, frame index, payload length).
@@ -210,20 +216,14 @@ impl RedbStore {
             return self.read(|_| Ok(Vec::new()));
         }
         self.read(|txn| {
-            let mut calls: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+            let mut calls = BTreeMap::new();
             scan_log(txn, key, |frame| {
-                match frame.kind {
-                    history::Kind::Call if wanted.contains(frame.id) => {
-                        calls.insert(frame.id.to_owned(), frame.payload.to_vec());
-                    }
-                    history::Kind::CallGone if wanted.contains(frame.id) => {
-                        calls.remove(frame.id);
-                    }
-                    _ => {}
+                if wanted.contains(frame.id) {
+                    fold_call(&mut calls, &frame)?;
                 }
                 Ok(ControlFlow::Continue(()))
             })?;
-            calls.values().map(|value| decode(name::CALLS, value)).collect()
+            calls.values().map(CallFrames::decode).collect()
         })
     }
 
@@ -235,10 +235,10 @@ impl RedbStore {
     pub(crate) fn read_load(&self, key: &SessionKey) -> Result<Option<LoadedSession>, StoreError> {
         self.read(|txn| {
             let table = open_read(txn, LOG, name::LOG)?;
-            let record =
-                table.get((key.storage_key().as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
+            let storage = key.storage_key();
+            let record = table.get((storage.as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
             let Some(record) = record else { return Ok(None) };
-            let record: SessionRecord = decode(name::SESSIONS, record.value())?;
+            let record = session_record(&table, &storage, record.value())?;
             let wanted = Wanted {
                 messages: true,
                 steps_from: Some(record.first_open_step),
@@ -293,7 +293,7 @@ impl RedbStore {
         self.read(|txn| {
             let table = open_read(txn, LOG, name::LOG)?;
             let storage = key.storage_key();
-            let range = (storage.as_str(), 0)..(storage.as_str(), SESSION_SLOT);
+            let range = (storage.as_str(), 0)..(storage.as_str(), HISTORY_END);
             // Events are appended in sequence order. A client resuming near
             // the end of the stream (a reconnect, nearly always) is served
             // walking back from the newest entry; if that does not reach
@@ -442,6 +442,22 @@ pub(crate) fn each_session(
     Ok(())
 }
 
+/// Session `storage`'s record from its stored JSON `value`, with the
+/// agent config its [`AGENT_SLOT`] holds, if any (a record without one
+/// holds its own config, or has none).
+pub(crate) fn session_record(
+    log: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+    storage: &str,
+    value: &[u8],
+) -> Result<SessionRecord, StoreError> {
+    let mut record: SessionRecord = decode(name::SESSIONS, value)?;
+    let agent = log.get((storage, AGENT_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
+    if let Some(agent) = agent {
+        record.agent = Some(Arc::new(decode(name::SESSIONS, agent.value())?));
+    }
+    Ok(record)
+}
+
 /// The session's inbox items, in sequence order.
 pub(crate) fn scan_inbox(txn: &ReadTransaction, key: &SessionKey) -> Result<Vec<(u64, InboxItem)>, StoreError> {
     let table = open_read(txn, INBOX, name::INBOX)?;
@@ -489,11 +505,8 @@ pub(crate) fn read_history(txn: &ReadTransaction, key: &SessionKey, wanted: Want
             history::Kind::Step if wanted.steps_from.is_some_and(|from| frame.seq >= from) => {
                 steps.insert(frame.seq, frame.payload.to_vec());
             }
-            history::Kind::Call if wanted.calls => {
-                calls.insert(frame.id.to_owned(), frame.payload.to_vec());
-            }
-            history::Kind::CallGone if wanted.calls => {
-                calls.remove(frame.id);
+            history::Kind::Call | history::Kind::CallUpdate | history::Kind::CallGone if wanted.calls => {
+                fold_call(&mut calls, &frame)?;
             }
             _ => {}
         }
@@ -506,8 +519,52 @@ pub(crate) fn read_history(txn: &ReadTransaction, key: &SessionKey, wanted: Want
             .take(wanted.steps_limit)
             .map(|(seq, value)| Ok((seq, decode(name::STEPS, &value)?)))
             .collect::<Result<_, _>>()?,
-        calls: calls.values().map(|value| decode(name::CALLS, value)).collect::<Result<_, _>>()?,
+        calls: calls.values().map(CallFrames::decode).collect::<Result<_, _>>()?,
     })
+}
+
+/// A call as the frames of its log add up to: its last full record, and
+/// the change stored after it, if any.
+pub(crate) struct CallFrames {
+    record: Vec<u8>,
+    change: Option<Vec<u8>>,
+}
+
+impl CallFrames {
+    fn decode(&self) -> Result<CallRecord, StoreError> {
+        let record: CallRecord = decode(name::CALLS, &self.record)?;
+        match &self.change {
+            None => Ok(record),
+            Some(change) => Ok(CallRecord::join(decode(name::CALLS, change)?, record.spec)),
+        }
+    }
+}
+
+/// Adds a call's `frame` to `calls`, by call id; frames of other kinds
+/// are passed over.
+pub(crate) fn fold_call(
+    calls: &mut BTreeMap<String, CallFrames>,
+    frame: &history::Frame<'_>,
+) -> Result<(), StoreError> {
+    match frame.kind {
+        history::Kind::Call => {
+            calls.insert(frame.id.to_owned(), CallFrames { record: frame.payload.to_vec(), change: None });
+        }
+        history::Kind::CallUpdate => match calls.get_mut(frame.id) {
+            Some(call) => call.change = Some(frame.payload.to_vec()),
+            None => {
+                return Err(StoreError::Corrupt {
+                    table: name::CALLS,
+                    message: format!("call {:?} has a change stored with no record before it", frame.id),
+                });
+            }
+        },
+        history::Kind::CallGone => {
+            calls.remove(frame.id);
+        }
+        history::Kind::Message | history::Kind::Step | history::Kind::Event => {}
+    }
+    Ok(())
 }
 
 /// Shows `visit` every frame of the session's log, oldest first, until it
@@ -520,7 +577,7 @@ pub(crate) fn scan_log(
     let table = open_read(txn, LOG, name::LOG)?;
     let key = key.storage_key();
     let entries =
-        table.range((key.as_str(), 0)..(key.as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
+        table.range((key.as_str(), 0)..(key.as_str(), HISTORY_END)).map_err(|err| redb_error(name::LOG, err))?;
     for entry in entries {
         let (_, value) = entry.map_err(|err| redb_error(name::LOG, err))?;
         for frame in history::frames(value.value()) {

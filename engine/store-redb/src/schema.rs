@@ -37,6 +37,17 @@ pub(crate) const LOG: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new
 /// number, so the record and the newest history share a leaf page and one
 /// commit of a session dirties one page, not two.
 pub(crate) const SESSION_SLOT: u64 = u64::MAX;
+/// Where in its range of `log` a session's agent config is, when it has
+/// one: just below the record. The config (system prompt, tool schemas)
+/// is usually the largest part of a session's state and changes far more
+/// rarely than the record, which every commit of the session rewrites; so
+/// the record is stored without it and this slot is written only when the
+/// config changes (see [`Write::SessionAgent`]). A record without a slot
+/// beside it holds its config itself (written before format 6) or has none.
+pub(crate) const AGENT_SLOT: u64 = u64::MAX - 1;
+/// Where a session's history entries in `log` end (exclusive): log
+/// numbers stay below the slots.
+pub(crate) const HISTORY_END: u64 = AGENT_SLOT;
 /// How many of a session's newest log entries an event read walks back
 /// through before it reads from the oldest instead.
 pub(crate) const BACKWARD_ENTRIES: usize = 64;
@@ -83,7 +94,7 @@ pub(crate) const META_JOURNAL_SEQ: &str = "journal_seq";
 /// or replaced database file is never applied to the new one.
 pub(crate) const META_STORE_ID: &str = "store_id";
 /// The layout this code writes.
-pub(crate) const FORMAT_VERSION: u64 = 5;
+pub(crate) const FORMAT_VERSION: u64 = 6;
 /// The oldest layout this code migrates on open.
 pub(crate) const FORMAT_TABLE_PER_KIND: u64 = 1;
 /// The layout before `tenants`.
@@ -92,6 +103,9 @@ pub(crate) const FORMAT_WITHOUT_TENANTS: u64 = 2;
 pub(crate) const FORMAT_WITHOUT_INDEXES: u64 = 3;
 /// The layout before `session_counts`.
 pub(crate) const FORMAT_WITHOUT_COUNTS: u64 = 4;
+/// The layout before [`AGENT_SLOT`]: session records hold their agent
+/// config. Read as it is, so opening needs no migration.
+pub(crate) const FORMAT_INLINE_AGENT: u64 = 5;
 
 /// The file's id and the last journal record it holds (0 for none).
 pub(crate) fn journal_position(db: &Database) -> Result<(u64, u64), StoreError> {
@@ -120,7 +134,7 @@ pub(crate) fn prepare(db: &Database) -> Result<(), StoreError> {
         let format = meta.get(META_FORMAT).map_err(|err| redb_error(name::META, err))?.map(|format| format.value());
         match format {
             Some(FORMAT_VERSION) => {}
-            None => {
+            Some(FORMAT_INLINE_AGENT) | None => {
                 meta.insert(META_FORMAT, FORMAT_VERSION).map_err(|err| redb_error(name::META, err))?;
             }
             Some(

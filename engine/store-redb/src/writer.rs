@@ -399,7 +399,7 @@ impl<'txn, 'l> Tables<'txn, 'l> {
             None => {
                 let log = self.log()?;
                 let newest =
-                    log.range((key, 0)..(key, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?.next_back();
+                    log.range((key, 0)..(key, HISTORY_END)).map_err(|err| redb_error(name::LOG, err))?.next_back();
                 match newest {
                     Some(entry) => entry.map_err(|err| redb_error(name::LOG, err))?.0.value().1,
                     None => 0,
@@ -407,7 +407,7 @@ impl<'txn, 'l> Tables<'txn, 'l> {
             }
         };
         match last.checked_add(1) {
-            Some(next) if next != SESSION_SLOT => Ok(next),
+            Some(next) if next < HISTORY_END => Ok(next),
             _ => Err(StoreError::Corrupt {
                 table: name::LOG,
                 message: format!("the log numbers of {key} are exhausted"),
@@ -438,6 +438,24 @@ impl<'txn, 'l> Tables<'txn, 'l> {
                 } else if !*active && listed {
                     table.remove(key).map_err(|err| redb_error(name::ACTIVE, err))?;
                 }
+            }
+            Write::SessionAgent { key, value, unchanged } => {
+                let log = self.log()?;
+                let slot = (key.as_str(), AGENT_SLOT);
+                let same = {
+                    let stored = log.get(slot).map_err(|err| redb_error(name::LOG, err))?;
+                    stored.as_ref().map(|stored| stored.value()) == value.as_deref()
+                };
+                // A read costs no page; a write, even of what is there,
+                // dirties one, and the config nearly always is the same.
+                if !same {
+                    match value {
+                        Some(value) => log.insert(slot, value.as_slice()).map(drop),
+                        None => log.remove(slot).map(drop),
+                    }
+                    .map_err(|err| redb_error(name::LOG, err))?;
+                }
+                unchanged.store(same, Ordering::Relaxed);
             }
             Write::Log { key, value } => {
                 let lsn = self.next_lsn(key)?;

@@ -50,7 +50,14 @@
 //! - **inbox numbers** increase across the store and across reopens, and
 //!   are never reused;
 //! - **agents, keys and tenants** are kept per tenant, replaced and
-//!   removed.
+//!   removed;
+//! - **agent configs**: a session's config reads as its last record had
+//!   it, through every read that returns records, as it is set, kept by
+//!   later records, replaced and removed, for sessions whose ids extend
+//!   one another, before and after a reopen;
+//! - **call updates**: an `UpdateCall` replaces a call but its spec, which
+//!   reads as the last `PutCall` stored it, in the same batch or an
+//!   earlier one, coalesced or not, before and after a reopen.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -61,9 +68,10 @@ use serde_json::{Value, json};
 use crate::fault::FaultyStore;
 use crate::{
     AgentRecord, AgentVersion, AgentWorker, Batch, CallRecord, CallSpec, Counters, EventRecord, InboxItem, KeyRecord,
-    MemStore, MessageRecord, Op, RequestBasis, SessionHead, SessionKey, SessionRecord, SessionStatus, StepRecord,
-    Store, StoreAdmin, StoredTrigger, TenantRecord, TurnRecord, TurnStatus,
+    MemStore, MessageRecord, Op, RequestBasis, SessionHead, SessionKey, SessionRecord, SessionStatus, SpanRef,
+    StepRecord, Store, StoreAdmin, StoredTrigger, TenantRecord, TurnRecord, TurnStatus,
 };
+use subs_protocol::CallStatus;
 
 /// How the suite makes stores of one backend.
 pub trait Backend {
@@ -98,6 +106,8 @@ pub async fn run<B: Backend>(backend: &mut B) {
     agents_and_keys_are_kept_per_tenant(backend).await;
     tenants_are_kept_replaced_and_removed(backend).await;
     mcp_servers_are_kept_per_tenant(backend).await;
+    agent_configs_read_as_last_written(backend).await;
+    updated_calls_keep_their_spec(backend).await;
 }
 
 /// Records to write in tests, each made from a name so that two calls with
@@ -345,6 +355,83 @@ async fn a_sessions_head_is_its_records<B: Backend>(backend: &mut B) {
     backend.reopen(store).await;
 }
 
+/// A session's agent config is part of its record however a backend keeps
+/// it (redb keeps it apart from the record and writes it only when it
+/// changes): every read that returns a record returns the config the last
+/// committed record had.
+async fn agent_configs_read_as_last_written<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: agent configs read as last written";
+    let config = |system: &str| -> Arc<subs_protocol::AgentConfig> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "model": "offline",
+                "system": system,
+                "tools": [{"name": "add", "description": "adds", "input": {"type": "object"}}],
+            }))
+            .expect("an agent config"),
+        )
+    };
+    let record = |id: &str, agent: Option<Arc<subs_protocol::AgentConfig>>, n: u64| {
+        let mut record = sample::session(&key(id), SessionStatus::Running);
+        record.identity.id = Some("owner".to_owned());
+        record.agent = agent;
+        record.state = json!({"n": n});
+        record
+    };
+    // `c` and `c/d` sit side by side in a backend that keys by
+    // `tenant/session`; `c/d`'s config must never read as `c`'s.
+    let first = config("first");
+    let store = backend.open().await;
+    let mut expected = BTreeMap::new();
+    let commit = async |store: &B::Store,
+                        expected: &mut BTreeMap<String, SessionRecord>,
+                        id: &str,
+                        agent: Option<Arc<subs_protocol::AgentConfig>>,
+                        n| {
+        let record = record(id, agent, n);
+        store.commit(batch([Op::PutSession(Box::new(record.clone()))])).await.unwrap();
+        expected.insert(id.to_owned(), record);
+    };
+    let check = async |store: &B::Store, expected: &BTreeMap<String, SessionRecord>, when: &str| {
+        for (id, record) in expected {
+            let read = store.session(&key(id)).await.unwrap();
+            assert_eq!(read.as_ref(), Some(record), "{P}: session {id}, {when}");
+            let loaded = store.load(&key(id)).await.unwrap().map(|loaded| loaded.record);
+            assert_eq!(loaded.as_ref(), Some(record), "{P}: load {id}, {when}");
+        }
+        let listed: Vec<SessionRecord> = store.sessions(Some("t1")).await.unwrap();
+        let listed: Vec<&SessionRecord> = listed.iter().filter(|r| expected.contains_key(&r.key.session)).collect();
+        assert_eq!(listed, expected.values().collect::<Vec<_>>(), "{P}: sessions, {when}");
+        let paged = store.sessions_page("t1", Some("b"), 1000).await.unwrap();
+        let paged: Vec<&SessionRecord> = paged.iter().filter(|r| expected.contains_key(&r.key.session)).collect();
+        assert_eq!(paged, expected.values().collect::<Vec<_>>(), "{P}: sessions_page, {when}");
+        let owned = store.sessions_of_identity("t1", "owner", None, 1000).await.unwrap();
+        let owned: Vec<&SessionRecord> = owned.iter().filter(|r| expected.contains_key(&r.key.session)).collect();
+        assert_eq!(owned, expected.values().collect::<Vec<_>>(), "{P}: by owner, {when}");
+    };
+    commit(&store, &mut expected, "c", None, 0).await;
+    commit(&store, &mut expected, "c/d", Some(Arc::clone(&first)), 0).await;
+    check(&store, &expected, "set on one of two").await;
+    // Kept: the same config (the same allocation, then an equal one) and
+    // a new state.
+    commit(&store, &mut expected, "c/d", Some(Arc::clone(&first)), 1).await;
+    commit(&store, &mut expected, "c/d", Some(config("first")), 2).await;
+    commit(&store, &mut expected, "c", Some(config("other")), 1).await;
+    check(&store, &expected, "kept").await;
+    let store = backend.reopen(store).await;
+    check(&store, &expected, "kept, after a reopen").await;
+    commit(&store, &mut expected, "c/d", Some(config("second")), 3).await;
+    check(&store, &expected, "replaced").await;
+    commit(&store, &mut expected, "c/d", None, 4).await;
+    check(&store, &expected, "removed").await;
+    let store = backend.reopen(store).await;
+    check(&store, &expected, "removed, after a reopen").await;
+    commit(&store, &mut expected, "c/d", Some(config("third")), 5).await;
+    let store = backend.reopen(store).await;
+    check(&store, &expected, "set again, after a reopen").await;
+    backend.reopen(store).await;
+}
+
 async fn sessions_are_listed_by_owner<B: Backend>(backend: &mut B) {
     const P: &str = "conformance: sessions are listed by owner";
     let store = backend.open().await;
@@ -477,6 +564,72 @@ async fn calls_are_read_by_id<B: Backend>(backend: &mut B) {
     let all: Vec<String> = ["c1", "c10", "c2", "c3"].iter().map(|id| (*id).to_owned()).collect();
     assert_eq!(store.calls_named(&other, &all).await.unwrap(), [call("c1")], "{P}: another session's");
     assert!(store.calls_named(&key("nobody"), &all).await.unwrap().is_empty(), "{P}: no session");
+}
+
+/// `UpdateCall` stores a call whose spec has not changed since it was
+/// put: every read returns the update with that spec, whether the put was
+/// in an earlier commit or earlier in the same batch, and after
+/// [`Batch::coalesce`] dropped that put.
+async fn updated_calls_keep_their_spec<B: Backend>(backend: &mut B) {
+    const P: &str = "conformance: updated calls keep their spec";
+    let store = backend.open().await;
+    let s = key("updated");
+    let with_spec = |id: &str, budget: &str| {
+        let mut record = call(id);
+        record.spec = CallSpec::SubAgent {
+            tool_call_id: format!("tc-{id}"),
+            arguments: None,
+            budget: Some(budget.into()),
+            reported: None,
+        };
+        record.order = 3;
+        record.turn_id = Some("turn-1".to_owned());
+        record
+    };
+    // What a new try, then a settlement, change.
+    let tried = |record: &CallRecord, attempt: u32| {
+        let mut record = record.clone();
+        record.call.attempt = attempt;
+        record.call.status = CallStatus::Pending;
+        record.deadline_ms = Some(1_000 + u64::from(attempt));
+        record.started_ms = Some(900);
+        record.retry_at_ms = None;
+        record.span = Some(SpanRef { trace_id: "0".repeat(32), span_id: "1".repeat(16), parent_id: None });
+        record
+    };
+    let update = |record: &CallRecord| Op::UpdateCall { session: s.clone(), record: Box::new(record.clone()) };
+    let put = |record: &CallRecord| Op::PutCall { session: s.clone(), record: Box::new(record.clone()) };
+    let (a, b, c) = (with_spec("a", "1"), with_spec("b", "2"), with_spec("c", "3"));
+    store.commit(batch([Op::PutSession(Box::new(session(&s, SessionStatus::Running))), put(&a)])).await.unwrap();
+    // `a` updated in a later commit; `b` put and updated in one batch; `c`
+    // put and updated in one coalesced batch, where the put is dropped.
+    let (a1, b1, c1) = (tried(&a, 2), tried(&b, 2), tried(&c, 2));
+    store.commit(batch([update(&a1), put(&b), update(&b1)])).await.unwrap();
+    let mut coalesced = batch([put(&c), update(&c1)]);
+    coalesced.coalesce();
+    assert!(matches!(coalesced.ops[..], [Op::PutCall { .. }]), "{P}: coalescing makes the update a put");
+    store.commit(coalesced).await.unwrap();
+    let check = async |store: &B::Store, expected: &[&CallRecord], when: &str| {
+        let expected: Vec<CallRecord> = expected.iter().map(|record| (*record).clone()).collect();
+        assert_eq!(store.calls(&s).await.unwrap(), expected, "{P}: calls, {when}");
+        let ids: Vec<String> = expected.iter().map(|record| record.call.id.clone()).collect();
+        assert_eq!(store.calls_named(&s, &ids).await.unwrap(), expected, "{P}: calls_named, {when}");
+        let loaded = store.load(&s).await.unwrap().expect("the session");
+        assert_eq!(loaded.calls, expected, "{P}: load, {when}");
+    };
+    check(&store, &[&a1, &b1, &c1], "updated").await;
+    // A put replaces the spec; the updates after it keep the new one.
+    let a2 = with_spec("a", "9");
+    let a3 = tried(&a2, 3);
+    store.commit(batch([put(&a2)])).await.unwrap();
+    store.commit(batch([update(&a3)])).await.unwrap();
+    let mut b2 = b1.clone();
+    b2.call.status = CallStatus::Completed;
+    store.commit(batch([update(&b2), Op::DeleteCall { session: s.clone(), call_id: "c".to_owned() }])).await.unwrap();
+    check(&store, &[&a3, &b2], "a new spec, settled, forgotten").await;
+    let store = backend.reopen(store).await;
+    check(&store, &[&a3, &b2], "after a reopen").await;
+    backend.reopen(store).await;
 }
 
 async fn step_pages_end_at_their_bytes<B: Backend>(backend: &mut B) {

@@ -91,7 +91,7 @@ fn op_bytes(op: &crate::Op) -> u64 {
         Op::PutSession(record) => json(record),
         Op::PutMessage { session, seq, record } => json(&(session, seq, record)),
         Op::PutStep { session, seq, record } => json(&(session, seq, record)),
-        Op::PutCall { session, record } => json(&(session, record)),
+        Op::PutCall { session, record } | Op::UpdateCall { session, record } => json(&(session, record)),
         Op::DeleteCall { session, call_id } => json(&(session, call_id)),
         Op::PutEvent { session, seq, record } => json(&(session, seq, record)),
         Op::PutTurn { session, turn_id, record } => json(&(session, turn_id, record)),

@@ -85,6 +85,19 @@ pub enum Op {
         /// The call.
         record: Box<CallRecord>,
     },
+    /// Replaces a call stored before, by an earlier op of the same batch
+    /// or an earlier commit, whose spec has not changed since: a backend
+    /// may keep the spec it holds and store only the rest (a call's spec,
+    /// which for an LLM call holds the tools' schemas, is its largest
+    /// part, and a call is stored again at each try and when it settles).
+    /// [`Batch::coalesce`] turns it into a [`PutCall`](Op::PutCall) when it
+    /// drops the earlier op it relied on.
+    UpdateCall {
+        /// The session.
+        session: SessionKey,
+        /// The call, spec included.
+        record: Box<CallRecord>,
+    },
     /// Forgets a settled call.
     DeleteCall {
         /// The session.
@@ -241,8 +254,31 @@ impl Batch {
     /// pending and once applied, when the decision came before the commit:
     /// without this both would be encoded, journaled and stored.
     pub fn coalesce(&mut self) {
-        let mut replaced = self.replaced().into_iter();
-        self.ops.retain(|_| !replaced.next().unwrap_or(false));
+        let replaced = self.replaced();
+        if !replaced.contains(&true) {
+            return;
+        }
+        // An update of a call whose earlier write is dropped here may be
+        // the call's first write to reach the store: it becomes a put.
+        let mut dropped_calls = std::collections::HashSet::new();
+        for (op, replaced) in self.ops.iter().zip(&replaced) {
+            if let (true, Op::PutCall { session, record } | Op::UpdateCall { session, record }) = (replaced, op) {
+                dropped_calls.insert((session.clone(), record.call.id.clone()));
+            }
+        }
+        let mut replaced = replaced.into_iter();
+        self.ops = std::mem::take(&mut self.ops)
+            .into_iter()
+            .filter(|_| !replaced.next().unwrap_or(false))
+            .map(|op| match op {
+                Op::UpdateCall { session, record }
+                    if dropped_calls.contains(&(session.clone(), record.call.id.clone())) =>
+                {
+                    Op::PutCall { session, record }
+                }
+                op => op,
+            })
+            .collect();
     }
 
     /// How many writes a later write of the same batch replaces: none
@@ -265,7 +301,9 @@ impl Batch {
         for (i, op) in self.ops.iter().enumerate().rev() {
             let (slot, put) = match op {
                 Op::PutStep { session, seq, .. } => (Slot::Step(session, *seq), true),
-                Op::PutCall { session, record } => (Slot::Call(session, &record.call.id), true),
+                Op::PutCall { session, record } | Op::UpdateCall { session, record } => {
+                    (Slot::Call(session, &record.call.id), true)
+                }
                 Op::DeleteCall { session, call_id } => (Slot::Call(session, call_id), false),
                 Op::PutTurn { session, turn_id, .. } => (Slot::Turn(session, turn_id), true),
                 _ => continue,
@@ -651,6 +689,9 @@ mod tests {
                 Op::PutCall { session, record } => {
                     format!("call {} {} {:?}", session.session, record.call.id, record.call.status)
                 }
+                Op::UpdateCall { session, record } => {
+                    format!("update call {} {} {:?}", session.session, record.call.id, record.call.status)
+                }
                 Op::DeleteCall { session, call_id } => format!("delete call {} {call_id}", session.session),
                 Op::PutTurn { session, turn_id, record } => {
                     format!("turn {} {turn_id} {:?}", session.session, record.status)
@@ -706,5 +747,27 @@ mod tests {
                 "turn a t1 Done",
             ]
         );
+    }
+
+    /// An update keeps relying on the spec stored before it unless
+    /// coalescing drops the write that stored it: then it is a put.
+    #[test]
+    fn coalescing_turns_an_update_whose_put_it_drops_into_a_put() {
+        let a = key("a");
+        let call_op = |id: &str, status: CallStatus, update: bool| {
+            let mut record = call(id);
+            record.call.status = status;
+            let (session, record) = (a.clone(), Box::new(record));
+            if update { Op::UpdateCall { session, record } } else { Op::PutCall { session, record } }
+        };
+        let mut batch = Batch::of([
+            call_op("new", CallStatus::Pending, false),
+            call_op("stored", CallStatus::Completed, true),
+            call_op("new", CallStatus::Completed, true),
+            call_op("twice", CallStatus::Pending, true),
+            call_op("twice", CallStatus::Completed, true),
+        ]);
+        batch.coalesce();
+        assert_eq!(slots(&batch), ["update call a stored Completed", "call a new Completed", "call a twice Completed"]);
     }
 }

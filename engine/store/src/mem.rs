@@ -98,7 +98,7 @@ impl State {
             Op::PutStep { session, seq, record } => {
                 self.steps.insert((session.storage_key(), seq), *record);
             }
-            Op::PutCall { session, record } => {
+            Op::PutCall { session, record } | Op::UpdateCall { session, record } => {
                 self.calls.insert((session.storage_key(), record.call.id.clone()), *record);
             }
             Op::DeleteCall { session, call_id } => {

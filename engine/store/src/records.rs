@@ -583,6 +583,47 @@ pub struct CallRecord {
     pub span: Option<SpanRef>,
 }
 
+/// A [`CallRecord`] but its spec: what [`Op::UpdateCall`](crate::Op::UpdateCall)
+/// changes. Its fields are the record's, encoded the same way.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallChange {
+    /// See [`CallRecord::call`].
+    pub call: Call,
+    /// See [`CallRecord::order`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub order: u64,
+    /// See [`CallRecord::deadline_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    /// See [`CallRecord::turn_id`].
+    pub turn_id: Option<String>,
+    /// See [`CallRecord::retry`].
+    pub retry: Option<RetryPolicy>,
+    /// See [`CallRecord::retry_at_ms`].
+    pub retry_at_ms: Option<u64>,
+    /// See [`CallRecord::started_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<u64>,
+    /// See [`CallRecord::span`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<SpanRef>,
+}
+
+impl CallRecord {
+    /// The record as its change and its spec. Every field is named, so a
+    /// field added to the record cannot be left out of [`CallChange`].
+    pub fn split(self) -> (CallChange, CallSpec) {
+        let CallRecord { call, order, deadline_ms, turn_id, retry, retry_at_ms, spec, started_ms, span } = self;
+        (CallChange { call, order, deadline_ms, turn_id, retry, retry_at_ms, started_ms, span }, spec)
+    }
+
+    /// The record that `change` makes of a call whose spec is `spec`.
+    pub fn join(change: CallChange, spec: CallSpec) -> CallRecord {
+        let CallChange { call, order, deadline_ms, turn_id, retry, retry_at_ms, started_ms, span } = change;
+        CallRecord { call, order, deadline_ms, turn_id, retry, retry_at_ms, spec, started_ms, span }
+    }
+}
+
 /// What a call runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -1307,7 +1307,9 @@ impl Session {
         };
         settled.retry_at_ms = None;
         settled.deadline_ms = None;
-        self.put_call(settled, change);
+        // An open call was stored when it was made, and a spec that
+        // changes later (a sub-agent's budget) is stored when it does.
+        self.update_call(settled, change);
         if let Outcome::LlmOk(done) = &outcome {
             self.account(done.response.usage.as_ref(), done.response.cost.as_deref(), change);
         }
@@ -1372,7 +1374,7 @@ impl Session {
         record.retry_at_ms = Some(ctx.now_ms + backoff.max(retry_after_ms.unwrap_or(0)));
         record.deadline_ms = None;
         record.call.deadline = None;
-        self.put_call(record, change);
+        self.update_call(record, change);
         true
     }
 

@@ -546,6 +546,14 @@ impl Session {
         self.calls.insert(record.call.id.clone(), record);
     }
 
+    /// Stores a call as it is now, when it was stored before (in `change`
+    /// or an earlier commit) and its spec has not changed since: the store
+    /// may keep the spec it holds (see [`Op::UpdateCall`]).
+    pub fn update_call(&mut self, record: CallRecord, change: &mut Change) {
+        change.batch.push(Op::UpdateCall { session: self.key().clone(), record: Box::new(record.clone()) });
+        self.calls.insert(record.call.id.clone(), record);
+    }
+
     /// Forgets a settled call.
     pub fn remove_call(&mut self, call_id: &str, change: &mut Change) -> Option<CallRecord> {
         let record = self.calls.remove(call_id)?;
