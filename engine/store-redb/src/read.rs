@@ -7,12 +7,7 @@ use super::*;
 /// [`Store`] methods answer with them at once.
 impl RedbStore {
     pub(crate) fn read_session(&self, key: &SessionKey) -> Result<Option<SessionRecord>, StoreError> {
-        self.read(|txn| {
-            let table = open_read(txn, LOG, name::LOG)?;
-            let storage = key.storage_key();
-            let value = table.get((storage.as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
-            value.map(|value| session_record(&table, &storage, value.value())).transpose()
-        })
+        self.read(|txn| stored_session(&open_read(txn, LOG, name::LOG)?, &key.storage_key()))
     }
 
     /// The session's record decoded as `T`, without its agent config (see
@@ -74,10 +69,7 @@ impl RedbStore {
                     break;
                 }
                 let storage = SessionKey::new(tenant, session).storage_key();
-                let value = log.get((storage.as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
-                if let Some(value) = value {
-                    sessions.push(session_record(&log, &storage, value.value())?);
-                }
+                sessions.extend(stored_session(&log, &storage)?);
             }
             Ok(sessions)
         })
@@ -235,10 +227,7 @@ impl RedbStore {
     pub(crate) fn read_load(&self, key: &SessionKey) -> Result<Option<LoadedSession>, StoreError> {
         self.read(|txn| {
             let table = open_read(txn, LOG, name::LOG)?;
-            let storage = key.storage_key();
-            let record = table.get((storage.as_str(), SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
-            let Some(record) = record else { return Ok(None) };
-            let record = session_record(&table, &storage, record.value())?;
+            let Some(record) = stored_session(&table, &key.storage_key())? else { return Ok(None) };
             let wanted = Wanted {
                 messages: true,
                 steps_from: Some(record.first_open_step),
@@ -440,6 +429,15 @@ pub(crate) fn each_session(
         }
     }
     Ok(())
+}
+
+/// Session `storage`'s record, with its agent config, if it has one.
+pub(crate) fn stored_session(
+    log: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+    storage: &str,
+) -> Result<Option<SessionRecord>, StoreError> {
+    let value = log.get((storage, SESSION_SLOT)).map_err(|err| redb_error(name::LOG, err))?;
+    value.map(|value| session_record(log, storage, value.value())).transpose()
 }
 
 /// Session `storage`'s record from its stored JSON `value`, with the

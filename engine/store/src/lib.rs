@@ -252,31 +252,21 @@ impl Batch {
     /// The batch is applied whole or not at all, so what it leaves stored
     /// is the same; but a session's change often holds a step twice, once
     /// pending and once applied, when the decision came before the commit:
-    /// without this both would be encoded, journaled and stored.
+    /// without this both would be encoded, journaled and stored. An
+    /// [`Op::UpdateCall`] whose call's earlier write is dropped becomes an
+    /// [`Op::PutCall`], as that write may not have reached the store.
     pub fn coalesce(&mut self) {
-        let replaced = self.replaced();
-        if !replaced.contains(&true) {
+        let fates = self.fates();
+        if !fates.contains(&Fate::Replaced) {
             return;
         }
-        // An update of a call whose earlier write is dropped here may be
-        // the call's first write to reach the store: it becomes a put.
-        let mut dropped_calls = std::collections::HashSet::new();
-        for (op, replaced) in self.ops.iter().zip(&replaced) {
-            if let (true, Op::PutCall { session, record } | Op::UpdateCall { session, record }) = (replaced, op) {
-                dropped_calls.insert((session.clone(), record.call.id.clone()));
-            }
-        }
-        let mut replaced = replaced.into_iter();
+        let mut fates = fates.into_iter();
         self.ops = std::mem::take(&mut self.ops)
             .into_iter()
-            .filter(|_| !replaced.next().unwrap_or(false))
-            .map(|op| match op {
-                Op::UpdateCall { session, record }
-                    if dropped_calls.contains(&(session.clone(), record.call.id.clone())) =>
-                {
-                    Op::PutCall { session, record }
-                }
-                op => op,
+            .filter_map(|op| match (fates.next(), op) {
+                (Some(Fate::Replaced), _) => None,
+                (Some(Fate::KeptAsPut), Op::UpdateCall { session, record }) => Some(Op::PutCall { session, record }),
+                (_, op) => Some(op),
             })
             .collect();
     }
@@ -284,20 +274,21 @@ impl Batch {
     /// How many writes a later write of the same batch replaces: none
     /// once [`coalesce`](Self::coalesce)d.
     pub fn superseded(&self) -> usize {
-        self.replaced().into_iter().filter(|replaced| *replaced).count()
+        self.fates().into_iter().filter(|fate| *fate == Fate::Replaced).count()
     }
 
-    /// For each op, whether a later op of the batch replaces what it
-    /// writes.
-    fn replaced(&self) -> Vec<bool> {
+    /// What coalescing does with each op.
+    fn fates(&self) -> Vec<Fate> {
+        use std::collections::hash_map::Entry;
         #[derive(PartialEq, Eq, Hash)]
         enum Slot<'a> {
             Step(&'a SessionKey, u64),
             Call(&'a SessionKey, &'a str),
             Turn(&'a SessionKey, &'a str),
         }
-        let mut later = std::collections::HashSet::new();
-        let mut replaced = vec![false; self.ops.len()];
+        // Each slot's last op, by index.
+        let mut last = std::collections::HashMap::new();
+        let mut fates = vec![Fate::Kept; self.ops.len()];
         for (i, op) in self.ops.iter().enumerate().rev() {
             let (slot, put) = match op {
                 Op::PutStep { session, seq, .. } => (Slot::Step(session, *seq), true),
@@ -308,10 +299,35 @@ impl Batch {
                 Op::PutTurn { session, turn_id, .. } => (Slot::Turn(session, turn_id), true),
                 _ => continue,
             };
-            replaced[i] = !later.insert(slot) && put;
+            match last.entry(slot) {
+                Entry::Vacant(entry) => {
+                    entry.insert(i);
+                }
+                Entry::Occupied(entry) if put => {
+                    fates[i] = Fate::Replaced;
+                    // An update of a call whose earlier write is dropped
+                    // may be the call's first write to reach the store.
+                    let kept = *entry.get();
+                    if matches!(self.ops[kept], Op::UpdateCall { .. }) {
+                        fates[kept] = Fate::KeptAsPut;
+                    }
+                }
+                Entry::Occupied(_) => {}
+            }
         }
-        replaced
+        fates
     }
+}
+
+/// What [`Batch::coalesce`] does with an op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Kept,
+    /// A later op of the batch writes the same slot: dropped.
+    Replaced,
+    /// An [`Op::UpdateCall`] whose call's earlier write is dropped: kept
+    /// as an [`Op::PutCall`].
+    KeptAsPut,
 }
 
 /// A session as [`Store::load`] reads it.
