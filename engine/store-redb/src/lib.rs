@@ -51,7 +51,9 @@
 //! [`MAX_GROUP`]), applies them in arrival order in one redb write
 //! transaction, makes it durable with one sync and then answers every
 //! waiter. Under load many batches share one sync; alone, a batch costs
-//! one. The sync is usually the [`journal`]'s: the group is appended there
+//! one. A group that already holds several batches when the queue runs dry
+//! yields the writer's CPU once before it commits, so that sessions sharing
+//! the CPU with it add their next batches to it (see `run_writer`). The sync is usually the [`journal`]'s: the group is appended there
 //! and synced, and redb commits without syncing; every so often a group is
 //! committed with redb's immediate durability instead (a checkpoint), and
 //! opening the store after a crash applies the journal's records that the

@@ -36,6 +36,7 @@ pub(crate) fn run_writer(mut writer: Writer, requests: mpsc::Receiver<Request>, 
         let Ok(first) = requests.recv() else { break };
         let mut group = Vec::new();
         let mut next = Some(first);
+        let mut yielded = false;
         while let Some(request) = next.take() {
             match request {
                 Request::Commit { writes, answer } => group.push(Pending { writes, answer }),
@@ -45,6 +46,16 @@ pub(crate) fn run_writer(mut writer: Writer, requests: mpsc::Receiver<Request>, 
             }
             if closing.is_none() && group.len() < MAX_GROUP {
                 next = requests.try_recv().ok();
+                if next.is_none() && !yielded && group.len() > 1 {
+                    // Several sessions commit at once. Where they share the
+                    // CPU with this thread, letting them run before the sync
+                    // puts their next batches in this group, not in a group
+                    // (and a sync) of their own; on an idle CPU it returns
+                    // at once.
+                    yielded = true;
+                    std::thread::yield_now();
+                    next = requests.try_recv().ok();
+                }
             }
         }
         if !group.is_empty() {
