@@ -1422,4 +1422,46 @@ mod tests {
         let mut parts = line.strip_prefix("acked ")?.split(' ').map(|part| part.parse().ok());
         Some((parts.next()??, parts.next()??, parts.next()??))
     }
+
+    /// A group's decision counts are summed before they are written, and a
+    /// deletion of the agent between two counts still forgets the one
+    /// before it and keeps the one after, whichever batch of the group
+    /// either is in.
+    #[test]
+    fn a_groups_decision_counts_add_up_in_order() {
+        let (_dir, path) = temp_file();
+        let db = Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        Tables::create_all(&txn).unwrap();
+        txn.commit().unwrap();
+        let count = |agent: &str, version: &str, decisions: u64| Op::CountDecisions {
+            tenant: "t".to_owned(),
+            agent_id: agent.to_owned(),
+            version: version.to_owned(),
+            decisions,
+        };
+        let delete = Op::DeleteAgent { tenant: "t".to_owned(), agent_id: "a".to_owned() };
+        let batches = [
+            vec![count("a", "v1", 2), count("a", "v1", 3), count("b", "v1", 1)],
+            vec![count("a", "v2", 1), delete, count("a", "v1", 4)],
+            vec![count("a", "v1", 5), count("b", "v1", 6)],
+        ]
+        .map(|ops| encode(batch(ops)).unwrap());
+        let txn = db.begin_write().unwrap();
+        write_all(&txn, batches.iter().map(Vec::as_slice), &mut NextLsns::default()).unwrap();
+        txn.commit().unwrap();
+        let txn = db.begin_read().unwrap();
+        let table = txn.open_table(DECISIONS).unwrap();
+        let stored: Vec<((String, String, String), u64)> = table
+            .iter()
+            .unwrap()
+            .map(|entry| {
+                let (key, value) = entry.unwrap();
+                let (tenant, agent, version) = key.value();
+                ((tenant.to_owned(), agent.to_owned(), version.to_owned()), value.value())
+            })
+            .collect();
+        let row = |agent: &str, version: &str, n: u64| (("t".to_owned(), agent.to_owned(), version.to_owned()), n);
+        assert_eq!(stored, vec![row("a", "v1", 9), row("b", "v1", 7)]);
+    }
 }

@@ -256,20 +256,39 @@ impl NextLsns {
     }
 }
 
+/// Applies `batches` in order in `txn`. Decision counts are summed over
+/// the whole transaction and each sum added once at its end: every
+/// decision of every session in a group counts for the same few agent
+/// versions, and one read and one write of each beats one per decision.
+/// A count that forgets an agent's counts takes the sums before it first,
+/// so the order between them holds.
 pub(crate) fn write_all<'a>(
     txn: &WriteTransaction,
     batches: impl Iterator<Item = &'a [Write]>,
     lsns: &mut NextLsns,
 ) -> Result<(), StoreError> {
     let mut tables = Tables::new(txn, lsns);
+    // A group may hold the counts of many tenants' agents: summed by key,
+    // not by scanning.
+    let mut counts: HashMap<(&'a str, &'a str, &'a str), u64> = HashMap::new();
     for writes in batches {
         for write in writes {
-            tables.apply(write)?;
+            match write {
+                Write::CountDecisions { tenant, agent, version, decisions } => {
+                    let sum = counts.entry((tenant.as_str(), agent.as_str(), version.as_str())).or_default();
+                    *sum = sum.saturating_add(*decisions);
+                }
+                Write::ForgetDecisions { .. } => {
+                    tables.add_decisions(counts.drain())?;
+                    tables.apply(write)?;
+                }
+                _ => tables.apply(write)?,
+            }
             #[cfg(test)]
             tests::inject_failure(write.key())?;
         }
     }
-    Ok(())
+    tables.add_decisions(counts)
 }
 
 /// The tables of one write transaction, each opened when first written:
@@ -358,6 +377,17 @@ impl<'txn, 'l> Tables<'txn, 'l> {
         &mut self,
     ) -> Result<&mut Table<'txn, (&'static str, &'static str, &'static str), u64>, StoreError> {
         opened(&mut self.decisions, self.txn, DECISIONS, name::DECISIONS)
+    }
+
+    /// Adds each count to its (tenant, agent, version)'s.
+    pub(crate) fn add_decisions<'k>(
+        &mut self,
+        counts: impl IntoIterator<Item = ((&'k str, &'k str, &'k str), u64)>,
+    ) -> Result<(), StoreError> {
+        for (key, decisions) in counts {
+            add_to(self.decisions()?, key, decisions, name::DECISIONS)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn session_counts(&mut self) -> Result<&mut Table<'txn, &'static str, u64>, StoreError> {
@@ -486,7 +516,7 @@ impl<'txn, 'l> Tables<'txn, 'l> {
             }
             Write::CountDecisions { tenant, agent, version, decisions } => {
                 let key = (tenant.as_str(), agent.as_str(), version.as_str());
-                add_to(self.decisions()?, key, *decisions, name::DECISIONS)?;
+                self.add_decisions([(key, *decisions)])?;
             }
             Write::ForgetDecisions { tenant, agent } => {
                 // `agent` followed by NUL is the least id after `agent`:

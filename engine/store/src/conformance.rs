@@ -39,7 +39,8 @@
 //!   of one owner, across reopen;
 //! - **decision counts**: `CountDecisions` ops add up per tenant, agent and
 //!   version, across batches and reopen, and `DeleteAgent` clears the
-//!   agent's;
+//!   agent's, including counts before it in the same batch but not those
+//!   after it;
 //! - **step pages**: `steps_page` ends before the step that would pass its
 //!   bytes (each step at the size of its last write), with the first step
 //!   whatever its size;
@@ -532,6 +533,21 @@ async fn decisions_are_counted_per_agent_version<B: Backend>(backend: &mut B) {
     assert_eq!(store.decision_counts("t2", "a").await.unwrap(), counts(&[("sha256:1", 5)]), "{P}: t2 kept");
     store.commit(batch([count("t1", "a", "sha256:2", 1)])).await.unwrap();
     assert_eq!(store.decision_counts("t1", "a").await.unwrap(), counts(&[("sha256:2", 1)]), "{P}: from zero");
+    // Within one batch as well: a count before the deletion goes with it,
+    // one after it stays.
+    store
+        .commit(batch([
+            count("t1", "a", "sha256:2", 4),
+            Op::DeleteAgent { tenant: "t1".to_owned(), agent_id: "a".to_owned() },
+            count("t1", "a", "sha256:3", 2),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.decision_counts("t1", "a").await.unwrap(),
+        counts(&[("sha256:3", 2)]),
+        "{P}: deleted between two counts of one batch"
+    );
 }
 
 async fn calls_are_read_by_id<B: Backend>(backend: &mut B) {
