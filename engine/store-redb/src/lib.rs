@@ -1430,10 +1430,7 @@ mod tests {
     #[test]
     fn a_groups_decision_counts_add_up_in_order() {
         let (_dir, path) = temp_file();
-        let db = Database::create(&path).unwrap();
-        let txn = db.begin_write().unwrap();
-        Tables::create_all(&txn).unwrap();
-        txn.commit().unwrap();
+        let store = RedbStore::open(&path).unwrap();
         let count = |agent: &str, version: &str, decisions: u64| Op::CountDecisions {
             tenant: "t".to_owned(),
             agent_id: agent.to_owned(),
@@ -1447,21 +1444,12 @@ mod tests {
             vec![count("a", "v1", 5), count("b", "v1", 6)],
         ]
         .map(|ops| encode(batch(ops)).unwrap());
-        let txn = db.begin_write().unwrap();
+        let txn = database(&store).begin_write().unwrap();
         write_all(&txn, batches.iter().map(Vec::as_slice), &mut NextLsns::default()).unwrap();
         txn.commit().unwrap();
-        let txn = db.begin_read().unwrap();
-        let table = txn.open_table(DECISIONS).unwrap();
-        let stored: Vec<((String, String, String), u64)> = table
-            .iter()
-            .unwrap()
-            .map(|entry| {
-                let (key, value) = entry.unwrap();
-                let (tenant, agent, version) = key.value();
-                ((tenant.to_owned(), agent.to_owned(), version.to_owned()), value.value())
-            })
-            .collect();
-        let row = |agent: &str, version: &str, n: u64| (("t".to_owned(), agent.to_owned(), version.to_owned()), n);
-        assert_eq!(stored, vec![row("a", "v1", 9), row("b", "v1", 7)]);
+        let counts =
+            |pairs: &[(&str, u64)]| pairs.iter().map(|(v, n)| ((*v).to_owned(), *n)).collect::<BTreeMap<_, _>>();
+        assert_eq!(store.read_decision_counts("t", "a").unwrap(), counts(&[("v1", 9)]));
+        assert_eq!(store.read_decision_counts("t", "b").unwrap(), counts(&[("v1", 7)]));
     }
 }

@@ -260,7 +260,7 @@ impl NextLsns {
 /// the whole transaction and each sum added once at its end: every
 /// decision of every session in a group counts for the same few agent
 /// versions, and one read and one write of each beats one per decision.
-/// A count that forgets an agent's counts takes the sums before it first,
+/// A write that forgets an agent's counts takes the sums before it first,
 /// so the order between them holds.
 pub(crate) fn write_all<'a>(
     txn: &WriteTransaction,
