@@ -100,6 +100,66 @@ pub fn schema(text: Option<String>, field: &str) -> Result<Option<std::sync::Arc
     Ok(Some(value))
 }
 
+/// What was made from the last few shared values, found by the address of
+/// their allocation: a ring of at most `capacity` entries, the oldest
+/// replaced first. Each entry holds its `Arc`, so no other value can come
+/// to live at its address while the entry lives, and a value behind an
+/// `Arc` does not change: an address found is the same value. A lookup
+/// reads only the addresses, neither hashing nor comparing values.
+///
+/// Meant for a thread-local cache of something costly to make from a value
+/// many callers share, such as an agent config's text.
+#[doc(hidden)]
+pub struct ByAddress<K, V> {
+    /// Each entry's address, apart, so a lookup reads only these.
+    at: Vec<*const K>,
+    entries: Vec<(std::sync::Arc<K>, V)>,
+    /// The entry a new one replaces once all are used.
+    oldest: usize,
+    capacity: usize,
+}
+
+impl<K, V> ByAddress<K, V> {
+    /// An empty ring of at most `capacity` entries.
+    pub const fn new(capacity: usize) -> Self {
+        Self { at: Vec::new(), entries: Vec::new(), oldest: 0, capacity }
+    }
+
+    /// What was kept for `key`'s allocation.
+    pub fn get(&self, key: &std::sync::Arc<K>) -> Option<&V> {
+        let address = std::sync::Arc::as_ptr(key);
+        self.at.iter().position(|&at| at == address).map(|i| &self.entries[i].1)
+    }
+
+    /// Keeps `value` for `key`'s allocation, in place of the oldest entry
+    /// when the ring is full.
+    pub fn insert(&mut self, key: &std::sync::Arc<K>, value: V) {
+        let address = std::sync::Arc::as_ptr(key);
+        let entry = (key.clone(), value);
+        if let Some(i) = self.at.iter().position(|&at| at == address) {
+            self.entries[i] = entry;
+        } else if self.entries.len() < self.capacity {
+            self.at.push(address);
+            self.entries.push(entry);
+        } else if self.capacity > 0 {
+            let i = self.oldest;
+            self.at[i] = address;
+            self.entries[i] = entry;
+            self.oldest = (i + 1) % self.capacity;
+        }
+    }
+
+    /// How many entries it holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
 /// Parses the JSON text of an `unknown` field.
 #[doc(hidden)]
 pub fn json(text: &str, field: &str) -> Result<Value, ProtocolError> {
@@ -844,36 +904,17 @@ macro_rules! wit_conversions {
             fn agent_to_wit(agent: &::std::sync::Arc<p::AgentConfig>) -> w::AgentConfig {
                 const KEPT: usize = 128;
                 const KEPT_BYTES: usize = 16 << 10;
-                #[derive(Default)]
-                struct Kept {
-                    /// Each entry's address, apart, so a lookup reads
-                    /// only these.
-                    at: ::std::vec::Vec<*const p::AgentConfig>,
-                    entries: ::std::vec::Vec<(::std::sync::Arc<p::AgentConfig>, w::AgentConfig)>,
-                    /// The entry a new config replaces once all are used.
-                    oldest: usize,
-                }
                 ::std::thread_local! {
-                    static CONVERTED: ::std::cell::RefCell<Kept> = ::std::cell::RefCell::default();
+                    static CONVERTED: ::std::cell::RefCell<$crate::wit::ByAddress<p::AgentConfig, w::AgentConfig>> =
+                        const { ::std::cell::RefCell::new($crate::wit::ByAddress::new(KEPT)) };
                 }
-                let address = ::std::sync::Arc::as_ptr(agent);
                 CONVERTED.with_borrow_mut(|kept| {
-                    if let Some(i) = kept.at.iter().position(|&at| at == address) {
-                        return kept.entries[i].1.clone();
+                    if let Some(wit) = kept.get(agent) {
+                        return wit.clone();
                     }
                     let wit = w::AgentConfig::from(&**agent);
-                    if text_bytes(&wit) > KEPT_BYTES {
-                        return wit;
-                    }
-                    let entry = (agent.clone(), wit.clone());
-                    if kept.entries.len() < KEPT {
-                        kept.at.push(address);
-                        kept.entries.push(entry);
-                    } else {
-                        let i = kept.oldest;
-                        kept.at[i] = address;
-                        kept.entries[i] = entry;
-                        kept.oldest = (i + 1) % KEPT;
+                    if text_bytes(&wit) <= KEPT_BYTES {
+                        kept.insert(agent, wit.clone());
                     }
                     wit
                 })
@@ -1030,6 +1071,24 @@ mod tests {
 
     fn read(text: &str) -> Arc<Value> {
         schema(Some(text.to_owned()), "input").expect("a schema").expect("present")
+    }
+
+    #[test]
+    fn a_value_is_found_by_its_allocation_and_the_ring_stays_bounded() {
+        use std::sync::Arc;
+        let mut kept = ByAddress::new(2);
+        let (a, b, c) = (Arc::new(1), Arc::new(1), Arc::new(2));
+        kept.insert(&a, "a");
+        kept.insert(&b, "b");
+        // Equal values in two allocations are two entries.
+        assert_eq!((kept.get(&a), kept.get(&b)), (Some(&"a"), Some(&"b")));
+        kept.insert(&a, "a again");
+        assert_eq!((kept.len(), kept.get(&a)), (2, Some(&"a again")));
+        kept.insert(&c, "c");
+        assert_eq!(kept.len(), 2);
+        assert_eq!((kept.get(&a), kept.get(&b), kept.get(&c)), (None, Some(&"b"), Some(&"c")));
+        // The entry holds its allocation: `a` is not its only owner.
+        assert_eq!(Arc::strong_count(&b), 2);
     }
 
     #[test]

@@ -109,7 +109,7 @@ pub(crate) fn encode(batch: Batch) -> Result<Vec<Write>, StoreError> {
                 });
                 Write::SessionAgent {
                     key,
-                    value: agent.map(|agent| encode_value(name::SESSIONS, &*agent)).transpose()?,
+                    value: agent.as_ref().map(config_json).transpose()?,
                     unchanged: AtomicBool::new(false),
                 }
             }
@@ -230,6 +230,30 @@ pub(crate) fn storage_key(key: &SessionKey) -> String {
 }
 
 pub(crate) use subs_store::{decode_record as decode, encode_record as encode_value};
+
+/// An agent config's JSON, for its session's slot. Each commit of a
+/// session writes its record, and with it the config the session runs
+/// with: nearly always the same shared one. So the JSON of the configs
+/// encoded last on this thread is kept, found by the config's allocation,
+/// and a commit copies it instead of writing the config out again. Only a
+/// config of at most `KEPT_BYTES` is kept, so what a thread keeps is
+/// bounded whatever configs tenants' agents set.
+fn config_json(agent: &Arc<subs_protocol::AgentConfig>) -> Result<Vec<u8>, StoreError> {
+    const KEPT: usize = 64;
+    const KEPT_BYTES: usize = 16 << 10;
+    type Kept = subs_protocol::wit::ByAddress<subs_protocol::AgentConfig, Vec<u8>>;
+    thread_local! {
+        static ENCODED: std::cell::RefCell<Kept> = const { std::cell::RefCell::new(Kept::new(KEPT)) };
+    }
+    if let Some(json) = ENCODED.with_borrow(|kept| kept.get(agent).cloned()) {
+        return Ok(json);
+    }
+    let json = encode_value(name::SESSIONS, &**agent)?;
+    if json.len() <= KEPT_BYTES {
+        ENCODED.with_borrow_mut(|kept| kept.insert(agent, json.clone()));
+    }
+    Ok(json)
+}
 
 pub(crate) fn parse_key(table: &'static str, key: &str) -> Result<SessionKey, StoreError> {
     SessionKey::from_storage_key(key)

@@ -1004,6 +1004,23 @@ mod tests {
         store.close().await.unwrap();
     }
 
+    /// A config's JSON is kept for its allocation, so a config made after
+    /// another was dropped (an allocator would give it the same address
+    /// were the first freed) is written as itself.
+    #[tokio::test]
+    async fn a_config_kept_by_address_is_never_another_configs() {
+        let (_dir, path) = temp_file();
+        let store = RedbStore::open(&path).unwrap();
+        let s = key("s");
+        for n in 0..200 {
+            let agent = agent_config(&format!("prompt {n}"));
+            store.commit(batch([Op::PutSession(Box::new(configured(&s, Some(agent.clone()), n)))])).await.unwrap();
+            let (_, slot) = slots(&store, &s);
+            assert_eq!(slot, Some(serde_json::to_value(&agent).unwrap()), "commit {n}");
+        }
+        store.close().await.unwrap();
+    }
+
     /// A format-5 file (each session record holding its agent config) is
     /// read as it is; a session's next commit moves its config into the
     /// slot.
