@@ -27,8 +27,10 @@
 //!   kept short: at most [`MAX_REPORTED`] problems, each cut to a few hundred
 //!   characters.
 //!
-//! Compiled validators are cached by schema text, because the same tool
-//! schemas are checked on every call of every session.
+//! Compiled validators are cached, because the same tool schemas are
+//! checked on every call of every session: a tool's schema by the shared
+//! allocation it lives in (every call of a session's tool holds the same
+//! one), any schema by its value.
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -36,6 +38,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use jsonschema::{ValidationError, Validator};
 use serde_json::Value;
+use subs_protocol::wit::ByAddress;
 use subs_protocol::{AgentTool, ToolInput};
 
 /// How many problems one error text lists; the rest are counted.
@@ -53,6 +56,12 @@ const CACHE_CAPACITY: usize = 512;
 /// meta-schema, with every reference resolvable. The error says why not.
 pub fn check_schema(schema: &Value) -> Result<(), String> {
     compiled(schema).map(|_| ())
+}
+
+/// [`check_schema`] for a tool's shared schema, which later checks of the
+/// same tool find again without reading the schema.
+pub fn check_tool_schema(schema: &Arc<Value>) -> Result<(), String> {
+    compiled_shared(schema).map(|_| ())
 }
 
 /// Reads a tool call's raw argument text and checks it against the input
@@ -87,7 +96,7 @@ pub fn check_arguments(tool: Option<&AgentTool>, raw: &str) -> ToolInput {
     let Some(schema) = tool.and_then(|t| t.input.as_ref()) else {
         return ToolInput::Valid { value };
     };
-    match validate(schema, &value) {
+    match validate(compiled_shared(schema), &value) {
         Ok(()) => ToolInput::Valid { value },
         Err(Problem::Schema(e)) => {
             ToolInput::Invalid { value, error: format!("the tool's input schema is not usable: {e}") }
@@ -123,11 +132,11 @@ fn no_arguments(name: &str, value: Value) -> ToolInput {
 
 /// Checks a tool's result against its output schema (`None`: any result).
 /// The error lists each problem, or says the schema itself is unusable.
-pub fn check_result(schema: Option<&Value>, result: &Value) -> Result<(), String> {
+pub fn check_result(schema: Option<&Arc<Value>>, result: &Value) -> Result<(), String> {
     let Some(schema) = schema else {
         return Ok(());
     };
-    validate(schema, result).map_err(|problem| match problem {
+    validate(compiled_shared(schema), result).map_err(|problem| match problem {
         Problem::Schema(e) => format!("the tool's output schema is not usable: {e}"),
         Problem::Instance(error) => error,
     })
@@ -152,14 +161,15 @@ pub fn check_resume_payload(schema: &Value, payload: &Value) -> Result<(), (Stri
     };
     // The first problem's place, found apart from the list so that the
     // list keeps its one way of being written.
-    let first = compiled(schema).ok().and_then(|validator| {
+    let validator = compiled(schema);
+    let first = validator.as_ref().ok().and_then(|validator| {
         catch_unwind(AssertUnwindSafe(|| {
             validator.iter_errors(payload).next().map(|e| field(e.instance_path().as_str()))
         }))
         .ok()
         .flatten()
     });
-    validate(schema, payload).map_err(|problem| match problem {
+    validate(validator, payload).map_err(|problem| match problem {
         Problem::Schema(e) => ("payload".to_owned(), format!("the interrupt's resume_schema is not usable: {e}")),
         Problem::Instance(error) => (
             first.unwrap_or_else(|| "payload".to_owned()),
@@ -176,8 +186,8 @@ enum Problem {
     Instance(String),
 }
 
-fn validate(schema: &Value, instance: &Value) -> Result<(), Problem> {
-    let validator = compiled(schema).map_err(Problem::Schema)?;
+fn validate(validator: Compiled, instance: &Value) -> Result<(), Problem> {
+    let validator = validator.map_err(Problem::Schema)?;
     // A validator bug must cost one call, not the engine.
     let problems = catch_unwind(AssertUnwindSafe(|| {
         let mut total = 0usize;
@@ -246,6 +256,30 @@ fn compiled(schema: &Value) -> Compiled {
         cache.remove(&evicted);
     }
     cache.insert(schema.clone(), fresh.clone());
+    fresh
+}
+
+/// How many tool schemas a thread finds by address ([`compiled_shared`]).
+/// A session's tools are few; a node running many agents' sessions at
+/// once falls back to [`CACHE`] for the rest.
+const KEPT_BY_ADDRESS: usize = 64;
+
+std::thread_local! {
+    /// The validators of the tool schemas this thread checked last, found
+    /// by the address of the schema's shared allocation: the lookup
+    /// neither hashes nor compares the schema's value, as [`CACHE`] has
+    /// to. Each entry holds its schema, so an address found is the same
+    /// schema.
+    static BY_ADDRESS: std::cell::RefCell<ByAddress<Value, Compiled>> =
+        const { std::cell::RefCell::new(ByAddress::new(KEPT_BY_ADDRESS)) };
+}
+
+fn compiled_shared(schema: &Arc<Value>) -> Compiled {
+    if let Some(hit) = BY_ADDRESS.with_borrow(|kept| kept.get(schema).cloned()) {
+        return hit;
+    }
+    let fresh = compiled(schema);
+    BY_ADDRESS.with_borrow_mut(|kept| kept.insert(schema, fresh.clone()));
     fresh
 }
 
@@ -382,7 +416,7 @@ mod tests {
 
     #[test]
     fn long_problem_lists_are_capped() {
-        let schema = json!({"type": "array", "items": {"type": "string"}});
+        let schema = Arc::new(json!({"type": "array", "items": {"type": "string"}}));
         let result = json!((0..20).collect::<Vec<_>>());
         let error = check_result(Some(&schema), &result).unwrap_err();
         assert_eq!(error.matches("is not of type").count(), MAX_REPORTED);
@@ -404,11 +438,27 @@ mod tests {
 
     #[test]
     fn results_are_checked_against_the_output_schema() {
-        let schema = json!({"type": "object", "required": ["sum"]});
+        let schema = Arc::new(json!({"type": "object", "required": ["sum"]}));
         assert_eq!(check_result(Some(&schema), &json!({"sum": 3})), Ok(()));
         assert_eq!(check_result(None, &json!("anything")), Ok(()));
         let error = check_result(Some(&schema), &json!({"total": 3})).unwrap_err();
         assert!(error.starts_with(r#"at the top level: "sum" is a required property"#), "{error}");
+    }
+
+    #[test]
+    fn a_schema_found_by_its_address_is_the_one_checked_against() {
+        let sum = Arc::new(json!({"type": "object", "required": ["sum"]}));
+        assert_eq!(check_result(Some(&sum), &json!({"sum": 3})), Ok(()));
+        drop(sum);
+        // Schemas of the same size, which an allocator would place where
+        // the dropped one was were its allocation freed.
+        for _ in 0..64 {
+            let total = Arc::new(json!({"type": "object", "required": ["total"]}));
+            assert!(check_result(Some(&total), &json!({"sum": 3})).is_err());
+            assert_eq!(check_tool_schema(&total), Ok(()));
+        }
+        let broken = Arc::new(json!({"type": "integr"}));
+        assert!(check_tool_schema(&broken).unwrap_err().contains("integr"));
     }
 
     #[test]
@@ -437,7 +487,7 @@ mod tests {
                 panic!("expected invalid for {schema}, got {input:?}");
             };
             assert!(error.starts_with("the tool's input schema is not usable: "), "{error}");
-            let error = check_result(Some(&schema), &json!({})).unwrap_err();
+            let error = check_result(Some(&Arc::new(schema.clone())), &json!({})).unwrap_err();
             assert!(error.starts_with("the tool's output schema is not usable: "), "{error}");
         }
     }
@@ -461,5 +511,6 @@ mod tests {
             assert!(matches!(check_arguments(Some(&declared(schema.clone())), "{}"), ToolInput::Valid { .. }));
         }
         assert!(CACHE.lock().unwrap().len() <= CACHE_CAPACITY);
+        assert!(BY_ADDRESS.with_borrow(ByAddress::len) <= KEPT_BY_ADDRESS);
     }
 }

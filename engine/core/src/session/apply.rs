@@ -462,7 +462,7 @@ impl Session {
         for (i, tool) in client.tools.iter().flatten().enumerate() {
             for (name, schema) in [("input", &tool.input), ("output", &tool.output)] {
                 if let Some(schema) = schema {
-                    tools::check_schema(schema).map_err(|e| {
+                    tools::check_tool_schema(schema).map_err(|e| {
                         InputError::invalid(
                             format!("not a usable JSON Schema: {e}"),
                             &format!("client.tools[{i}].{name}"),
@@ -1503,7 +1503,7 @@ fn reports_to_parent(turn: &TurnState) -> bool {
 fn checked_outcome(call: &CallRecord, outcome: Outcome) -> Outcome {
     match (outcome, &call.spec) {
         (Outcome::ToolOk(result), CallSpec::Tool { output, .. }) => {
-            match tools::check_result(output.as_deref(), &result) {
+            match tools::check_result(output.as_ref(), &result) {
                 Ok(()) => Outcome::ToolOk(result),
                 Err(e) => Outcome::Failed {
                     error: format!("the result does not match the tool's output schema: {e}"),

@@ -406,7 +406,7 @@ pub(crate) fn check_config(agent: &AgentConfig) -> Result<(), String> {
         }
         for (field, schema) in [("input", &tool.input), ("output", &tool.output)] {
             if let Some(schema) = schema {
-                tools::check_schema(schema)
+                tools::check_tool_schema(schema)
                     .map_err(|e| format!("tools[{i}].{field} is not a usable JSON Schema: {e}"))?;
             }
         }
