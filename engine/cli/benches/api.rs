@@ -22,16 +22,17 @@
 //! turns also run on a new connection each, which Nagle's algorithm cannot
 //! hold up: a keep-alive turn should cost no more.
 //!
-//! With one client the servers take turns: a case's time on each is cut
-//! into `BENCH_ROUNDS` (default 5) stretches, run server after server,
-//! round after round, and each server's figures are over all of its
-//! stretches. A slow spell of the host (a shared VM has them, for seconds
-//! at a time) then falls on every server alike instead of on whichever ran
-//! through it, and the ratios between them hold still. With more clients
-//! each server runs its case in one stretch: a stretch must be long beside
-//! a turn's latency (over a second on LangGraph at 64 clients), or its
-//! start, when every client sends at once, and its end, when the last
-//! turns drain, would weigh on the figures.
+//! The servers take turns: a case's time on each is cut into
+//! `BENCH_ROUNDS` (default 5) stretches, run server after server, round
+//! after round, and each server's figures are over all of its stretches.
+//! A slow spell of the host (a shared VM has them, for seconds at a time)
+//! then falls on every server alike instead of on whichever ran through
+//! it, and the ratios between them hold still. With more than one client
+//! a stretch lasts at least [`WIDE_STRETCH`], so fewer rounds when the
+//! case is short (one when it is shorter than two of them): a stretch must
+//! be long beside a turn's latency (about a second on LangGraph at 64
+//! clients), or its start, when every client sends at once, and its end,
+//! when the last turns drain, would weigh on the figures.
 //!
 //! Reported per case: turns/s, p50 and p99 turn latency (from sending the
 //! request to the end of its response), the server's CPU time per turn
@@ -79,6 +80,9 @@ const CONVERSATION: usize = 10;
 
 /// Turns of the long session a server runs before the next takes over.
 const BLOCK: usize = 10;
+
+/// The shortest stretch of a case with more than one client.
+const WIDE_STRETCH: Duration = Duration::from_secs(3);
 
 /// What a user asks in every turn: one call of the `tools` agent's `add`.
 const ASK: &str = r#"use tool add with {"a": 1, "b": 2}"#;
@@ -346,6 +350,15 @@ impl Gathered {
     }
 }
 
+/// The rounds and the stretch of a case with more than one client that
+/// runs `duration` on each server: as many of `rounds` as leave each
+/// stretch at least [`WIDE_STRETCH`], and at least one.
+fn wide(duration: Duration, rounds: usize) -> (usize, Duration) {
+    let fit = (duration.as_secs_f64() / WIDE_STRETCH.as_secs_f64()) as usize;
+    let rounds = fit.clamp(1, rounds);
+    (rounds, duration / u32::try_from(rounds).unwrap_or(u32::MAX))
+}
+
 /// Runs `case` on `target` for `duration`, one stretch of it: `run` tells
 /// the case's sessions from every other case's, and `sent` is how many
 /// turns each client sent in the case's earlier stretches.
@@ -528,7 +541,7 @@ async fn run(levels: &[usize], duration: Duration, rounds: usize, long: usize, l
     for (n, case) in cases.iter().enumerate() {
         let targets: Vec<_> =
             [Some(&subs), baseline.as_ref(), otel.as_ref(), langgraph.as_ref()].into_iter().flatten().collect();
-        let (rounds, stretch) = if case.clients == 1 { (rounds, stretch) } else { (1, duration) };
+        let (rounds, stretch) = if case.clients == 1 { (rounds, stretch) } else { wide(duration, rounds) };
         let mut gathered = Vec::new();
         for target in &targets {
             gathered.push(measure(target, *case, stretch, n, &[]).await);
