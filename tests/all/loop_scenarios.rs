@@ -344,6 +344,17 @@ async fn message_send_writes_into_the_session(t: TestEngine) {
     assert_eq!(t.transcript("note").await, ["user: note this", "assistant: noted"]);
 }
 
+/// A component gets its config's tool schemas as JSON text it reads only
+/// when it looks at one: the schemas arrive unread, and the one read is
+/// the one the agent declared.
+async fn a_component_reads_its_tool_schemas_only_when_it_looks(t: TestEngine) {
+    assert_eq!(t.chat("peek", "scenario", "peek").await.status, TurnStatus::Done);
+    assert_eq!(
+        t.transcript("peek").await,
+        ["user: peek", "assistant: read before: false; add's input as declared: true"]
+    );
+}
+
 async fn tool_arguments_and_results_are_checked_against_their_schemas(t: TestEngine) {
     // Arguments that break the input schema reach the tool as `invalid`;
     // the agent's router answers with an error naming the problem.
@@ -396,5 +407,6 @@ on_every_store!(
     inputs_for_unknown_sessions_and_bad_ids_are_refused,
     a_client_action_and_a_decision_that_leaves_nothing_to_wait_for,
     message_send_writes_into_the_session,
+    a_component_reads_its_tool_schemas_only_when_it_looks,
     tool_arguments_and_results_are_checked_against_their_schemas,
 );

@@ -39,7 +39,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use jsonschema::{ValidationError, Validator};
 use serde_json::Value;
 use subs_protocol::wit::ByAddress;
-use subs_protocol::{AgentTool, ToolInput};
+use subs_protocol::{AgentTool, ToolInput, ToolSchema};
 
 /// How many problems one error text lists; the rest are counted.
 pub const MAX_REPORTED: usize = 8;
@@ -60,8 +60,8 @@ pub fn check_schema(schema: &Value) -> Result<(), String> {
 
 /// [`check_schema`] for a tool's shared schema, which later checks of the
 /// same tool find again without reading the schema.
-pub fn check_tool_schema(schema: &Arc<Value>) -> Result<(), String> {
-    compiled_shared(schema).map(|_| ())
+pub fn check_tool_schema(schema: &ToolSchema) -> Result<(), String> {
+    compiled_shared(schema.shared()).map(|_| ())
 }
 
 /// Reads a tool call's raw argument text and checks it against the input
@@ -96,7 +96,7 @@ pub fn check_arguments(tool: Option<&AgentTool>, raw: &str) -> ToolInput {
     let Some(schema) = tool.and_then(|t| t.input.as_ref()) else {
         return ToolInput::Valid { value };
     };
-    match validate(compiled_shared(schema), &value) {
+    match validate(compiled_shared(schema.shared()), &value) {
         Ok(()) => ToolInput::Valid { value },
         Err(Problem::Schema(e)) => {
             ToolInput::Invalid { value, error: format!("the tool's input schema is not usable: {e}") }
@@ -455,10 +455,10 @@ mod tests {
         for _ in 0..64 {
             let total = Arc::new(json!({"type": "object", "required": ["total"]}));
             assert!(check_result(Some(&total), &json!({"sum": 3})).is_err());
-            assert_eq!(check_tool_schema(&total), Ok(()));
+            assert_eq!(check_tool_schema(&total.clone().into()), Ok(()));
         }
         let broken = Arc::new(json!({"type": "integr"}));
-        assert!(check_tool_schema(&broken).unwrap_err().contains("integr"));
+        assert!(check_tool_schema(&broken.into()).unwrap_err().contains("integr"));
     }
 
     #[test]

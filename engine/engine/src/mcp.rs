@@ -514,8 +514,8 @@ impl ToolSources for McpServers {
                     tools.push(AgentTool {
                         name: name.clone(),
                         description: listed.description.clone(),
-                        input: Some(Arc::clone(&listed.input_schema)),
-                        output: listed.output_schema.clone(),
+                        input: Some(Arc::clone(&listed.input_schema).into()),
+                        output: listed.output_schema.clone().map(Into::into),
                         handler: None,
                     });
                 }

@@ -43,8 +43,8 @@ use crate::{
     Action, AgentConfig, AgentTool, AudioData, Call, ClientContext, ClientInput, Content, ContentPart, DecisionRequest,
     DecisionResponse, DraftMessage, ErrorCode, FileData, FunctionCall, Handler, LlmFormat, LlmHandler, LlmRequest,
     LlmResponse, LlmTool, McpServerUse, Message, MessageTree, ReasoningConfig, ReasoningEffort, RequestTree,
-    RetryPolicy, Role, SharedMessage, StreamDelta, SubAgent, ToolCall, ToolHandler, ToolInput, TreeNode, Trigger,
-    UrlRef, WorkerIdentity,
+    RetryPolicy, Role, SharedMessage, StreamDelta, SubAgent, ToolCall, ToolHandler, ToolInput, ToolSchema, TreeNode,
+    Trigger, UrlRef, WorkerIdentity,
 };
 
 // ---- building blocks ---------------------------------------------------
@@ -395,8 +395,8 @@ pub fn agent_tool() -> BoxedStrategy<AgentTool> {
         .prop_map(|(name, description, input, output, handler)| AgentTool {
             name,
             description,
-            input: input.map(Arc::new),
-            output: output.map(Arc::new),
+            input: input.map(ToolSchema::new),
+            output: output.map(ToolSchema::new),
             handler,
         })
         .boxed()
@@ -447,8 +447,8 @@ pub fn llm_tool() -> BoxedStrategy<LlmTool> {
         .prop_map(|(name, description, input, output)| LlmTool {
             name,
             description,
-            input: input.map(Arc::new),
-            output: output.map(Arc::new),
+            input: input.map(ToolSchema::new),
+            output: output.map(ToolSchema::new),
         })
         .boxed()
 }

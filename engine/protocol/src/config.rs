@@ -1,10 +1,8 @@
 //! What an agent is: its model, prompt, tools, sub-agents and retry policy.
 
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
+use crate::ToolSchema;
 use crate::json::{number, opt_number};
 
 /// Where a call runs, as recorded on a [`Call`](crate::Call).
@@ -223,14 +221,12 @@ pub struct AgentTool {
     pub description: Option<String>,
     /// JSON Schema for the arguments; omitted: the tool takes no arguments
     /// (the engine finds a call with any `invalid`).
-    // Schemas are shared (`Arc`): a session's config, each model call's
-    // tools and each proposal hold the same one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input: Option<Arc<Value>>,
+    pub input: Option<ToolSchema>,
     /// JSON Schema results must satisfy; a violating result settles the call
     /// as a terminal error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output: Option<Arc<Value>>,
+    pub output: Option<ToolSchema>,
     /// Who runs it (default `worker`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handler: Option<ToolHandler>,
@@ -251,14 +247,14 @@ impl AgentTool {
 
     /// Sets the JSON Schema of the arguments.
     #[must_use]
-    pub fn input(mut self, schema: impl Into<Arc<Value>>) -> Self {
+    pub fn input(mut self, schema: impl Into<ToolSchema>) -> Self {
         self.input = Some(schema.into());
         self
     }
 
     /// Sets the JSON Schema results must satisfy.
     #[must_use]
-    pub fn output(mut self, schema: impl Into<Arc<Value>>) -> Self {
+    pub fn output(mut self, schema: impl Into<ToolSchema>) -> Self {
         self.output = Some(schema.into());
         self
     }

@@ -16,7 +16,7 @@
 //! - [`message`]: [`Message`], [`DraftMessage`], [`Content`],
 //!   [`MessageTree`].
 //! - [`config`]: [`AgentConfig`], [`AgentTool`], [`SubAgent`],
-//!   [`RetryPolicy`].
+//!   [`RetryPolicy`]; [`ToolSchema`], a tool's shared JSON Schema.
 //! - [`llm`]: [`LlmRequest`], [`LlmResponse`], [`StreamDelta`],
 //!   [`ErrorCode`].
 //! - [`client`]: [`ClientInput`] and its variants.
@@ -50,6 +50,7 @@ pub mod message;
 #[cfg(feature = "signature")]
 pub mod signature;
 pub mod sse;
+mod tool_schema;
 pub mod trigger;
 pub mod wit;
 
@@ -77,6 +78,7 @@ pub use message::{
     AudioData, Content, ContentPart, DraftMessage, FileData, FullTree, FunctionCall, Message, MessageTree, NodeMessage,
     NodeParent, RequestNode, RequestTree, Role, SharedMessage, ToolCall, TreeNode, UrlRef,
 };
+pub use tool_schema::ToolSchema;
 pub use trigger::{ClientContext, ToolInput, Trigger};
 
 /// The version of the WIT package (`subs:agent@0.1.0`) these types map to.

@@ -7,7 +7,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::json::opt_number;
-use crate::{Content, DraftMessage, Message, Role, SharedMessage, ToolCall, UrlRef};
+use crate::{Content, DraftMessage, Message, Role, SharedMessage, ToolCall, ToolSchema, UrlRef};
 
 /// A provider-neutral LLM request: what the engine sends a provider, or a
 /// worker in `llm.execute` when no `format` is set.
@@ -324,12 +324,12 @@ pub struct LlmTool {
     /// What it does.
     pub description: String,
     /// JSON Schema for the arguments; omitted: no arguments.
-    // Shared (`Arc`) with the agent's config the tool came from.
+    // Shared with the agent's config the tool came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input: Option<Arc<Value>>,
+    pub input: Option<ToolSchema>,
     /// JSON Schema of the result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output: Option<Arc<Value>>,
+    pub output: Option<ToolSchema>,
 }
 
 /// How much effort a reasoning model spends thinking.

@@ -54,20 +54,28 @@ const SCHEMAS_KEPT_BYTES: usize = 4 << 10;
 /// with a thread per core.
 const SCHEMAS_KEPT_TOTAL: usize = 64 << 10;
 
-/// Parses the JSON text of an optional tool schema, shared with every
-/// schema of the same text this thread read lately. An agent hands its
-/// config (its tools' schemas) at the start of each session, so a node
-/// running many sessions of one agent would otherwise parse and keep the
-/// same schemas once per session; the texts kept for finding them again
-/// are bounded in count, length and total bytes, so what a thread keeps
-/// is bounded whatever schemas tenants' agents send.
+/// Reads the JSON text of an optional tool schema.
+///
+/// In a guest the schema is [lazy](crate::ToolSchema::lazy): an agent is
+/// handed its config, every tool's schemas with it, in each decision's
+/// request, and most decisions never look at one.
+///
+/// In the engine the schema is read now and shared with every schema of
+/// the same text this thread read lately. An agent hands its config (its
+/// tools' schemas) at the start of each session, so a node running many
+/// sessions of one agent would otherwise parse and keep the same schemas
+/// once per session; the texts kept for finding them again are bounded in
+/// count, length and total bytes, so what a thread keeps is bounded
+/// whatever schemas tenants' agents send.
 #[doc(hidden)]
-pub fn schema(text: Option<String>, field: &str) -> Result<Option<std::sync::Arc<Value>>, ProtocolError> {
+pub fn schema(text: Option<String>, field: &str) -> Result<Option<crate::ToolSchema>, ProtocolError> {
     use std::collections::{HashMap, VecDeque};
     use std::sync::Arc;
+
+    use crate::ToolSchema;
     #[derive(Default)]
     struct Kept {
-        by_text: HashMap<Arc<str>, Arc<Value>>,
+        by_text: HashMap<Arc<str>, ToolSchema>,
         /// The texts in the order they were kept: the first goes first.
         order: VecDeque<Arc<str>>,
         /// The bytes of the texts kept.
@@ -76,28 +84,32 @@ pub fn schema(text: Option<String>, field: &str) -> Result<Option<std::sync::Arc
     std::thread_local! {
         static READ: std::cell::RefCell<Kept> = std::cell::RefCell::default();
     }
+    let invalid = |e: serde_json::Error| ProtocolError::new(format!("invalid JSON text: {e}")).in_field(field);
     let Some(text) = text else { return Ok(None) };
     // A component's instance (and so its one thread) lives for one
     // decision: in a guest nothing kept would be read again.
-    if cfg!(target_family = "wasm") || text.len() > SCHEMAS_KEPT_BYTES {
-        return json(&text, field).map(|v| Some(Arc::new(v)));
+    if cfg!(target_family = "wasm") {
+        return ToolSchema::lazy(text).map(Some).map_err(invalid);
+    }
+    if text.len() > SCHEMAS_KEPT_BYTES {
+        return ToolSchema::read(text).map(Some).map_err(invalid);
     }
     if let Some(kept) = READ.with_borrow(|kept| kept.by_text.get(text.as_str()).cloned()) {
         return Ok(Some(kept));
     }
-    let value = Arc::new(json(&text, field)?);
+    let key: Arc<str> = text.as_str().into();
+    let schema = ToolSchema::read(text).map_err(invalid)?;
     READ.with_borrow_mut(|kept| {
-        while kept.order.len() == SCHEMAS_KEPT || kept.bytes + text.len() > SCHEMAS_KEPT_TOTAL {
+        while kept.order.len() == SCHEMAS_KEPT || kept.bytes + key.len() > SCHEMAS_KEPT_TOTAL {
             let Some(oldest) = kept.order.pop_front() else { break };
             kept.bytes -= oldest.len();
             kept.by_text.remove(&oldest);
         }
-        let text: Arc<str> = text.into();
-        kept.bytes += text.len();
-        kept.order.push_back(text.clone());
-        kept.by_text.insert(text, value.clone());
+        kept.bytes += key.len();
+        kept.order.push_back(key.clone());
+        kept.by_text.insert(key, schema.clone());
     });
-    Ok(Some(value))
+    Ok(Some(schema))
 }
 
 /// What was made from the last few shared values, found by the address of
@@ -286,7 +298,7 @@ macro_rules! __wit_to {
         $v.as_ref().map($crate::wit::json_text)
     };
     (schema; $v:expr) => {
-        $v.as_ref().map(|schema| $crate::wit::json_text(schema))
+        $v.as_ref().map(|schema| schema.text().into_owned())
     };
     (opt_json_list; $v:expr) => {
         $v.map(|l| l.iter().map($crate::wit::json_text).collect())
@@ -312,7 +324,7 @@ macro_rules! __wit_to_ref {
         $v.as_ref().map($crate::wit::json_text)
     };
     (schema; $v:expr) => {
-        $v.as_ref().map(|schema| $crate::wit::json_text(schema))
+        $v.as_ref().map(|schema| schema.text().into_owned())
     };
 }
 
@@ -1070,7 +1082,7 @@ mod tests {
     use super::*;
 
     fn read(text: &str) -> Arc<Value> {
-        schema(Some(text.to_owned()), "input").expect("a schema").expect("present")
+        schema(Some(text.to_owned()), "input").expect("a schema").expect("present").shared().clone()
     }
 
     #[test]

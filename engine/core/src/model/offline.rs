@@ -90,7 +90,6 @@
 //!   ignored.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use serde_json::{Value, json};
 use subs_protocol::{LlmMessage, LlmMessages, LlmRequest, LlmResponse, Role, StreamDelta, ToolCall, ToolCallDelta};
@@ -554,8 +553,9 @@ fn prompt_bytes(request: &LlmRequest) -> usize {
                     .sum::<usize>()
         })
         .sum();
-    let schema_bytes =
-        |schema: &Option<Arc<Value>>| schema.as_deref().map_or(0, |s| crate::json::json_bytes(s) as usize);
+    let schema_bytes = |schema: &Option<subs_protocol::ToolSchema>| {
+        schema.as_deref().map_or(0, |s| crate::json::json_bytes(s) as usize)
+    };
     let tools: usize = request
         .tools
         .iter()

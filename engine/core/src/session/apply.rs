@@ -889,7 +889,11 @@ impl Session {
             CallKind::ToolCall,
             Some(handler),
             call.retry.clone(),
-            CallSpec::Tool { arguments: raw.clone(), input: input.clone(), output: tool.and_then(|t| t.output) },
+            CallSpec::Tool {
+                arguments: raw.clone(),
+                input: input.clone(),
+                output: tool.and_then(|t| t.output).map(|s| s.shared().clone()),
+            },
             hold,
         );
         record.call.name = Some(call.name.clone());

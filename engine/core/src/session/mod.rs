@@ -54,8 +54,8 @@ pub(crate) use self::tree::Tree;
 
 /// The arguments of a sub-agent offered to the model as a tool: one schema
 /// every such tool shares.
-static PROMPT_SCHEMA: std::sync::LazyLock<Arc<Value>> = std::sync::LazyLock::new(|| {
-    Arc::new(serde_json::json!({
+static PROMPT_SCHEMA: std::sync::LazyLock<subs_protocol::ToolSchema> = std::sync::LazyLock::new(|| {
+    subs_protocol::ToolSchema::new(serde_json::json!({
         "type": "object",
         "properties": {"prompt": {"type": "string", "description": "What the agent should do"}},
         "required": ["prompt"]

@@ -438,7 +438,7 @@ fn client_context(input: &RunAgentInput) -> ClientContext {
         .map(|t| AgentTool {
             name: t.name.clone(),
             description: t.description.clone(),
-            input: t.parameters.clone().filter(|p| !p.is_null()).map(std::sync::Arc::new),
+            input: t.parameters.clone().filter(|p| !p.is_null()).map(subs_protocol::ToolSchema::new),
             output: None,
             handler: Some(ToolHandler::Client),
         })

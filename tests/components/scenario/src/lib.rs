@@ -13,6 +13,10 @@
 //! - `count …`: counts the turn in its state (`{"turns": n}`);
 //! - `note …`: writes an assistant message into its own session with
 //!   `message.send` and ends the turn;
+//! - `peek …`: answers whether any of its config's tool schemas had been
+//!   read before it looked (they arrive unread, as JSON text) and whether
+//!   `add`'s input schema, once read, is the one it declared; ends the
+//!   turn;
 //!
 //! answers the `client.action` `ping` with a `pong` message, and declares
 //! a second tool, `bad_output`, whose results break its output schema;
@@ -135,6 +139,16 @@ impl Agent for Scenario {
                         message: DraftMessage::assistant("noted"),
                     };
                     Ok(decision.with_action(send).with_action(Action::done()))
+                } else if text.starts_with("peek") {
+                    let tools = request.agent.as_ref().and_then(|a| a.tools.as_ref()).into_iter().flatten();
+                    let read = tools.flat_map(|t| [&t.input, &t.output]).flatten().any(subs_sdk::ToolSchema::is_read);
+                    let seen = request.agent.as_ref().and_then(|a| a.tool("add")).and_then(|t| t.input.clone());
+                    let declared = self.router.tools().into_iter().find(|t| t.name == "add").and_then(|t| t.input);
+                    let same = seen.is_some() && seen == declared;
+                    let mut decision = request.proposed;
+                    decision.actions = None;
+                    let answer = format!("read before: {read}; add's input as declared: {same}");
+                    Ok(decision.with_message(DraftMessage::assistant(answer)).with_action(Action::done()))
                 } else if text.starts_with("count") {
                     let counter: Counter = request.state_as()?.unwrap_or_default();
                     let next = Counter { turns: counter.turns + 1 };
