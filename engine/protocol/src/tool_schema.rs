@@ -62,10 +62,10 @@ impl ToolSchema {
     /// The schema, shared with every clone of this one.
     pub fn shared(&self) -> &Arc<Value> {
         self.0.value.get_or_init(|| {
-            // `lazy` checked the text with the parser `Value` is read with,
-            // through the same path (every value by `deserialize_any`):
-            // what passed the check parses. `Null`, the empty schema's
-            // neighbour, is never reached.
+            // Only a lazy schema gets here (the others are made read), and
+            // `lazy` checked its text with the parser `Value` is read with,
+            // through the same path (every value by `deserialize_any`): the
+            // text parses, and the `Null`s are never taken.
             let text = self.0.text.as_deref().unwrap_or("null");
             Arc::new(serde_json::from_str(text).unwrap_or(Value::Null))
         })

@@ -97,6 +97,8 @@ pub fn schema(text: Option<String>, field: &str) -> Result<Option<crate::ToolSch
     if let Some(kept) = READ.with_borrow(|kept| kept.by_text.get(text.as_str()).cloned()) {
         return Ok(Some(kept));
     }
+    // The key is a copy: the schema keeps its text as a `Box<str>`, which
+    // a guest's lazy schema gets from its `String` without one.
     let key: Arc<str> = text.as_str().into();
     let schema = ToolSchema::read(text).map_err(invalid)?;
     READ.with_borrow_mut(|kept| {
